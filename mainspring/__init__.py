@@ -1,0 +1,60 @@
+"""mainspring: an embedded actor runtime for durable AI-agent executions, on asyncio and trio.
+
+Everything public is importable from here and listed in ``__all__``; other modules are private.
+"""
+
+from .actors import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
+from .actors import Actor as Actor
+from .actors import ActorDeadError as ActorDeadError
+from .actors import ActorFailed as ActorFailed
+from .actors import ActorRef as ActorRef
+from .actors import ActorSystem as ActorSystem
+from .actors import AskTimeout as AskTimeout
+from .actors import BudgetExhausted as BudgetExhausted
+from .actors import Cancel as Cancel
+from .actors import CancelReason as CancelReason
+from .actors import Crash as Crash
+from .actors import LeaseLost as LeaseLost
+from .actors import MailboxFull as MailboxFull
+from .actors import MainspringError as MainspringError
+from .actors import NameTaken as NameTaken
+from .actors import ParentCancel as ParentCancel
+from .actors import Pause as Pause
+from .actors import Shutdown as Shutdown
+from .actors import Stop as Stop
+from .actors import Terminated as Terminated
+from .actors import Timeout as Timeout
+from .actors import Timer as Timer
+from .actors import cancel_reason as cancel_reason
+from .actors import current_actor as current_actor
+from .actors import open_system as open_system
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "DEFAULT_MAILBOX_SIZE",
+    "Actor",
+    "ActorDeadError",
+    "ActorFailed",
+    "ActorRef",
+    "ActorSystem",
+    "AskTimeout",
+    "BudgetExhausted",
+    "Cancel",
+    "CancelReason",
+    "Crash",
+    "LeaseLost",
+    "MailboxFull",
+    "MainspringError",
+    "NameTaken",
+    "ParentCancel",
+    "Pause",
+    "Shutdown",
+    "Stop",
+    "Terminated",
+    "Timeout",
+    "Timer",
+    "cancel_reason",
+    "current_actor",
+    "open_system",
+]

@@ -1,0 +1,667 @@
+"""The machinery behind one actor: its task, mailbox loop, cancel scope, children and watches.
+
+Users never see a :class:`Cell`; they hold an :class:`ActorRef` to it and subclass
+:class:`Actor`, whose instance the cell drives. One cell runs as one task::
+
+    CancelScope (shielded for top-level actors; cancelled by ``cancel(reason)``)
+      TaskGroup  <- children and timers run here, so none can outlive the actor
+        on_start()
+        loop: control lane first, then one mailbox item at a time
+    on_stop(reason)  (shielded, bounded by the system's stop_timeout)
+
+Reasons are recorded before any scope is cancelled, so code unwinding anywhere in the subtree
+can ask why. A descendant cancelled through its ancestor's scope computes its
+:class:`ParentCancel` chain lazily, the first time anyone asks — cancelling a subtree of ten
+thousand actors is one scope cancellation, not ten thousand.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import logging
+import re
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+
+from ._errors import ActorDeadError, ActorFailed, AskTimeout, MailboxFull, NameTaken
+from ._lifecycle import ActorState, check_transition
+from ._mailbox import Mailbox, MailboxClosed
+from ._reasons import Cancel, CancelReason, Crash, ParentCancel, Stop
+from ._ref import ActorRef, Terminated
+from ._util import NoPublicConstructor
+
+if TYPE_CHECKING:
+    from ._system import ActorSystem
+
+__all__ = ["Actor", "Cell", "Timer", "cancel_reason", "current_actor"]
+
+_log = logging.getLogger("mainspring.actors")
+
+#: A mailbox holds at most this many messages unless ``mailbox_size`` says otherwise.
+DEFAULT_MAILBOX_SIZE = 1000
+
+# An actor whose handlers never await would otherwise hog the event loop while its mailbox
+# is non-empty; it yields after this many messages in a row.
+_BATCH = 64
+
+_NAME_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+
+_current_cell: contextvars.ContextVar[Cell | None] = contextvars.ContextVar(
+    "mainspring_current_actor", default=None
+)
+_constructing: contextvars.ContextVar[Cell | None] = contextvars.ContextVar(
+    "mainspring_constructing_actor", default=None
+)
+
+
+def cancel_reason() -> CancelReason | None:
+    """Why the actor this code runs in is stopping, or None if it is not.
+
+    Works in the actor's own task and in every task started inside it (tasks inherit the
+    actor's context). Meant for ``except``/``finally`` blocks and ``on_stop``: during a
+    graceful stop it is the stop's reason; when an ancestor was cancelled it is a
+    :class:`ParentCancel` whose ``root`` is the ancestor's reason.
+    """
+    cell = _current_cell.get()
+    if cell is None:
+        return None
+    return cell.reason_if_stopping()
+
+
+def current_actor() -> ActorRef | None:
+    """The ref of the actor whose code is running now, or None outside any actor."""
+    cell = _current_cell.get()
+    return cell.ref if cell is not None else None
+
+
+class _Ask:
+    """An ask in flight: the message plus a one-shot reply slot."""
+
+    __slots__ = ("done", "error", "event", "message", "value")
+
+    def __init__(self, message: Any, event: anyio.Event) -> None:
+        self.message = message
+        self.event = event
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def answer(self, value: Any) -> None:
+        if not self.done:
+            self.done = True
+            self.value = value
+            self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.done = True
+            self.error = error
+            self.event.set()
+
+
+class Actor(abc.ABC):
+    """Subclass this and implement :meth:`receive`.
+
+    The runtime calls ``receive`` for one message at a time, so the actor's state needs no
+    locks. Framework state lives in a single attribute, ``_mainspring_cell``; every other
+    name without the public methods below is yours. ``self.ref`` already works inside
+    ``__init__`` when the runtime constructs the actor.
+    """
+
+    _mainspring_cell: Cell
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        cell = _constructing.get()
+        if cell is not None and cell.actor is None:
+            self._mainspring_cell = cell
+        return self
+
+    @abc.abstractmethod
+    async def receive(self, message: Any) -> Any:
+        """Handle one message; the return value answers an ``ask`` (ignored for ``tell``).
+
+        Runs in the actor's task. If it raises, the asker (if any) gets :class:`ActorFailed`
+        and the actor stops with a :class:`Crash` reason. A watched actor's end arrives here
+        as a :class:`Terminated` message, ahead of queued user messages.
+        """
+
+    async def on_start(self) -> None:
+        """Runs in the actor's task before the first message. Raising crashes the actor."""
+
+    async def on_stop(self, reason: CancelReason) -> None:
+        """Runs once, in the actor's task, after its children stopped and whatever ended it.
+
+        ``reason`` is why it stopped. Runs shielded from outer cancellation but bounded by the
+        system's ``stop_timeout``; a later ``cancel`` interrupts it. An exception here is
+        logged and does not change the reason.
+        """
+
+    @property
+    def ref(self) -> ActorRef:
+        """This actor's own ref."""
+        return self._cell.ref
+
+    @property
+    def _cell(self) -> Cell:
+        try:
+            return self._mainspring_cell
+        except AttributeError:
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not running in an actor system; "
+                "spawn it with system.spawn(...) or self.spawn(...)"
+            ) from None
+
+    async def spawn(
+        self,
+        factory: Callable[..., Actor],
+        *args: Any,
+        name: str | None = None,
+        mailbox_size: int = DEFAULT_MAILBOX_SIZE,
+    ) -> ActorRef:
+        """Start a child actor, supervised by this one; it cannot outlive this actor.
+
+        Returns once the child is registered and scheduled (its ``on_start`` runs in its own
+        task, before its first message). Raises :class:`NameTaken` if a live sibling has the
+        name, :class:`ActorDeadError` if this actor is stopping.
+        """
+        await checkpoint_if_cancelled()
+        return self._cell.spawn_child(factory, args, name, mailbox_size)
+
+    def watch(self, ref: ActorRef) -> None:
+        """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has).
+
+        The watch ends with either actor. Watching twice delivers one notice.
+        """
+        self._cell.watch(ref._cell)
+
+    def unwatch(self, ref: ActorRef) -> None:
+        """Stop watching ``ref``; a notice already delivered is not taken back."""
+        self._cell.unwatch(ref._cell)
+
+    def send_after(self, delay: float, message: Any) -> Timer:
+        """Tell this actor ``message`` once after ``delay`` seconds; dies with the actor."""
+        return self._cell.start_timer(delay, None, message)
+
+    def send_every(self, interval: float, message: Any) -> Timer:
+        """Tell this actor ``message`` every ``interval`` seconds; dies with the actor.
+
+        Ticks follow a fixed schedule; a tick that finds the mailbox full waits for room, and
+        ticks missed meanwhile are skipped rather than bunched up.
+        """
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, not {interval}")
+        return self._cell.start_timer(interval, interval, message)
+
+
+class Timer(metaclass=NoPublicConstructor):
+    """A pending ``send_after``/``send_every``. Cancel it, or let it die with its actor."""
+
+    __slots__ = ("_cancelled", "_cell", "_delay", "_interval", "_message", "_scope")
+
+    def __init__(self, cell: Cell, delay: float, interval: float | None, message: Any) -> None:
+        self._cell = cell
+        self._delay = delay
+        self._interval = interval
+        self._message = message
+        self._scope: anyio.CancelScope | None = None
+        self._cancelled = False
+
+    @property
+    def active(self) -> bool:
+        """True until it fired (one-shot), was cancelled, or its actor stopped."""
+        return not self._cancelled
+
+    def cancel(self) -> None:
+        """Stop the timer; harmless if it already fired or was cancelled."""
+        if not self._cancelled:
+            self._cancelled = True
+            if self._scope is not None:
+                self._scope.cancel("timer cancelled")
+
+    async def _run(self) -> None:
+        cell = self._cell
+        _current_cell.set(cell)
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self._cancelled:
+                    return
+                await anyio.sleep(self._delay)
+                if self._interval is None:
+                    await cell.tell(self._message)
+                    return
+                interval = self._interval
+                due = anyio.current_time()
+                while True:
+                    await cell.tell(self._message)
+                    now = anyio.current_time()
+                    due += interval
+                    if due <= now:  # skip ticks we slept through instead of bunching them
+                        due += (now - due) // interval * interval + interval
+                    await anyio.sleep_until(due)
+        except ActorDeadError:
+            pass  # the actor is stopping; timers die with it
+        finally:
+            self._cancelled = True
+            if cell.timers is not None:
+                cell.timers.discard(self)
+
+
+class Cell:
+    """Runtime state of one actor (see the module docstring)."""
+
+    __slots__ = (
+        "_accepting",
+        "_children",
+        "_control",
+        "_current",
+        "_halt",
+        "_hard",
+        "_reason",
+        "_scope",
+        "_stop_scope",
+        "_stopped_event",
+        "_tg",
+        "actor",
+        "mailbox",
+        "name",
+        "parent",
+        "path",
+        "ref",
+        "state",
+        "system",
+        "timers",
+        "watchers",
+        "watching",
+    )
+
+    def __init__(
+        self, system: ActorSystem, parent: Cell | None, name: str, mailbox_size: int
+    ) -> None:
+        self.system = system
+        self.parent = parent
+        self.name = name
+        self.path = f"{parent.path}/{name}" if parent is not None else f"/{name}"
+        self.mailbox = Mailbox(mailbox_size, system.new_event)
+        self.ref: ActorRef = ActorRef._create(self)
+        self.actor: Actor | None = None
+        self.state = ActorState.STARTING
+        self._accepting = True
+        self._halt = False  # the loop must end: stop or cancel requested
+        self._hard = False  # cancel requested: our scope is (or will be) cancelled
+        self._reason: CancelReason | None = None  # first reason wins
+        self._scope: anyio.CancelScope | None = None
+        self._stop_scope: anyio.CancelScope | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._children: dict[str, Cell] | None = None
+        self._control: deque[Any] | None = None
+        self._current: _Ask | None = None
+        self._stopped_event: anyio.Event | None = None
+        self.timers: set[Timer] | None = None
+        self.watchers: set[Cell] | None = None
+        self.watching: set[Cell] | None = None
+
+    # -- creation ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        system: ActorSystem,
+        parent: Cell | None,
+        siblings: dict[str, Cell],
+        factory: Callable[..., Actor],
+        args: tuple[Any, ...],
+        name: str | None,
+        mailbox_size: int,
+    ) -> Cell:
+        """Build, register and construct an actor; the caller starts :meth:`run`."""
+        if name is None:
+            base = getattr(factory, "__name__", "actor").lower()
+            name = f"${base}-{system._next_id()}"
+        elif not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
+            raise ValueError(f"actor names must match [A-Za-z0-9._:-]{{1,256}}, not {name!r}")
+        if name in siblings:
+            raise NameTaken(name, parent.path if parent is not None else "/")
+        cell = cls(system, parent, name, mailbox_size)
+        token = _constructing.set(cell)
+        try:
+            actor = factory(*args)
+        finally:
+            _constructing.reset(token)
+        if not isinstance(actor, Actor):
+            raise TypeError(f"{factory!r} returned {type(actor).__qualname__}, not an Actor")
+        owner = getattr(actor, "_mainspring_cell", None)
+        if owner is None:
+            actor._mainspring_cell = cell
+        elif owner is not cell:
+            raise ValueError(f"this {type(actor).__qualname__} instance already runs elsewhere")
+        cell.actor = actor
+        siblings[name] = cell
+        return cell
+
+    def spawn_child(
+        self,
+        factory: Callable[..., Actor],
+        args: tuple[Any, ...],
+        name: str | None,
+        mailbox_size: int,
+    ) -> ActorRef:
+        tg = self._tg
+        if tg is None or self._halt:
+            raise ActorDeadError(self.ref, self._reason)
+        if self._children is None:
+            self._children = {}
+        cell = Cell.create(self.system, self, self._children, factory, args, name, mailbox_size)
+        tg.start_soon(cell.run, name=cell.path)
+        return cell.ref
+
+    # -- messaging -----------------------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def tell_nowait(self, message: Any) -> None:
+        if not self._accepting:
+            raise ActorDeadError(self.ref, self._reason)
+        if not self.mailbox.put_nowait(message):
+            raise MailboxFull(self.ref, self.mailbox.capacity)
+
+    async def tell(self, message: Any) -> None:
+        await checkpoint()
+        if not self._accepting:
+            raise ActorDeadError(self.ref, self._reason)
+        mailbox = self.mailbox
+        if mailbox.put_nowait(message):
+            return
+        try:
+            await mailbox.put(message)
+        except MailboxClosed:
+            raise ActorDeadError(self.ref, self._reason) from None
+
+    async def ask(self, message: Any, timeout: float | None) -> Any:
+        if not self._accepting:
+            raise ActorDeadError(self.ref, self._reason)
+        envelope = _Ask(message, self.system.new_event())
+        mailbox = self.mailbox
+        if not mailbox.put_nowait(envelope):
+            try:
+                await mailbox.put(envelope)
+            except MailboxClosed:
+                raise ActorDeadError(self.ref, self._reason) from None
+        if timeout is None:
+            await envelope.event.wait()
+        else:
+            with anyio.move_on_after(timeout):
+                await envelope.event.wait()
+            if not envelope.done:
+                envelope.done = True  # the late answer is dropped
+                raise AskTimeout(self.ref, timeout)
+        if envelope.error is not None:
+            raise envelope.error
+        return envelope.value
+
+    def deliver_control(self, message: Any) -> None:
+        """Queue ``message`` on the control lane, ahead of user messages."""
+        if not self._accepting:
+            return
+        if self._control is None:
+            self._control = deque()
+        self._control.append(message)
+        self.mailbox.wake()
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _record(self, reason: CancelReason) -> CancelReason:
+        if self._reason is None:
+            self._reason = reason
+        return self._reason
+
+    def request_stop(self, reason: CancelReason) -> None:
+        """Graceful: the current message finishes, then the actor stops."""
+        if self.state is ActorState.STOPPED:
+            return
+        self._record(reason)
+        self._accepting = False
+        if not self._halt:
+            self._halt = True
+            self.mailbox.wake()
+
+    async def request_stop_and_wait(self, reason: CancelReason | None) -> CancelReason:
+        self.request_stop(reason if reason is not None else Stop())
+        current = _current_cell.get()
+        while current is not None:
+            if current is self:  # stopping ourselves or an ancestor: waiting would deadlock
+                await checkpoint()
+                assert self._reason is not None
+                return self._reason
+            current = current.parent
+        return await self.wait_stopped()
+
+    def cancel(self, reason: CancelReason) -> None:
+        """Hard: interrupt whatever runs now; the subtree is cancelled with it."""
+        if not isinstance(reason, CancelReason):
+            raise TypeError(f"cancel() needs a CancelReason, not {type(reason).__qualname__}")
+        if self.state is ActorState.STOPPED:
+            return
+        recorded = self._record(reason)
+        self._accepting = False
+        self._halt = True
+        if not self._hard:
+            self._hard = True
+            if self._scope is not None:
+                self._scope.cancel(str(recorded))
+            if self._stop_scope is not None:
+                self._stop_scope.cancel(str(recorded))
+
+    def reason_if_stopping(self) -> CancelReason | None:
+        if self._reason is not None:
+            return self._reason
+        return self._inherited_reason()
+
+    def _inherited_reason(self) -> CancelReason | None:
+        # Invariant (kernel): a cell cancelled through an ancestor's scope sees a ParentCancel
+        # chain, one link per level, whose root is the first hard-cancelled ancestor's reason.
+        chain: list[Cell] = []
+        cell: Cell | None = self
+        while cell is not None and not cell._hard:
+            chain.append(cell)
+            cell = cell.parent
+        if cell is None:
+            return None
+        reason = cell._reason
+        assert reason is not None
+        for below in reversed(chain):
+            assert below.parent is not None
+            reason = below._record(ParentCancel(reason, source=below.parent.path))
+        return reason
+
+    def final_reason(self) -> CancelReason:
+        reason = self.reason_if_stopping()
+        if reason is None:  # cannot happen through the public API; say so rather than guess
+            reason = self._record(Cancel(detail="stopped without a recorded reason"))
+        return reason
+
+    async def wait_stopped(self) -> CancelReason:
+        if self.state is not ActorState.STOPPED:
+            if self._stopped_event is None:
+                self._stopped_event = self.system.new_event()
+            await self._stopped_event.wait()
+        else:
+            await checkpoint()
+        return self.final_reason()
+
+    # -- the actor's task ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        _current_cell.set(self)
+        try:
+            # Top-level actors are shielded: only their own scope (cancel(reason)) or the
+            # system's shutdown, which always records a reason first, can cancel them.
+            with anyio.CancelScope(shield=self.parent is None) as scope:
+                self._scope = scope
+                if self._hard:
+                    scope.cancel(str(self._reason))
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    how = "cancelled"
+                    try:
+                        await self._main()
+                        how = "stopped"
+                    except Exception as exc:
+                        how = "crashed"
+                        self._crashed(exc)
+                    finally:
+                        self._begin_stopping(how)
+        finally:
+            self._tg = None
+            self._scope = None
+            await self._finish()
+
+    async def _main(self) -> None:
+        actor = self.actor
+        assert actor is not None
+        if type(actor).on_start is not Actor.on_start:
+            await actor.on_start()
+        if self._halt:
+            return
+        self.state = check_transition(self.state, ActorState.RUNNING)
+        receive = actor.receive
+        mailbox = self.mailbox
+        items = mailbox._items
+        in_a_row = 0
+        while not self._halt:
+            control = self._control
+            if control:
+                await receive(control.popleft())
+            elif items:
+                item = mailbox.pop()
+                if type(item) is _Ask:
+                    self._current = item
+                    try:
+                        value = await receive(item.message)
+                    except Exception as exc:
+                        failure = ActorFailed(self.ref, exc)
+                        failure.__cause__ = exc
+                        item.fail(failure)
+                        raise
+                    item.answer(value)
+                    self._current = None
+                else:
+                    await receive(item)
+                in_a_row += 1
+                if in_a_row == _BATCH:
+                    in_a_row = 0
+                    await checkpoint()
+            else:
+                in_a_row = 0
+                await mailbox.wait()
+
+    def _crashed(self, exc: Exception) -> None:
+        reason = self._record(Crash.from_exception(exc, source=self.path))
+        _log.error("actor %s crashed: %s", self.path, reason, exc_info=exc)
+
+    def _begin_stopping(self, how: str) -> None:
+        """Synchronous first half of stopping, run before the children's task group exits."""
+        self._accepting = False
+        self._halt = True
+        if self.state is not ActorState.STOPPING:
+            self.state = check_transition(self.state, ActorState.STOPPING)
+        reason = self.final_reason()
+        # Nobody waits on an answer that will never come (the one in flight, those queued).
+        if self._current is not None:
+            self._current.fail(ActorDeadError(self.ref, reason))
+            self._current = None
+        for item in self.mailbox.close():
+            if type(item) is _Ask:
+                item.fail(ActorDeadError(self.ref, reason))
+        self._control = None
+        if self.timers:
+            for timer in list(self.timers):
+                timer.cancel()
+        # Children end the way their parent did: gracefully after a stop, at once after a
+        # crash; after a cancel the parent's scope already cancelled them.
+        if self._children and how != "cancelled":
+            cause = ParentCancel(reason, source=self.path)
+            for child in reversed(list(self._children.values())):
+                if how == "stopped":
+                    child.request_stop(cause)
+                else:
+                    child.cancel(cause)
+
+    async def _finish(self) -> None:
+        reason = self.final_reason()
+        actor = self.actor
+        if actor is not None and type(actor).on_stop is not Actor.on_stop:
+            with anyio.move_on_after(self.system.stop_timeout, shield=True) as stop_scope:
+                self._stop_scope = stop_scope
+                if self._hard:
+                    stop_scope.cancel(str(reason))
+                try:
+                    await actor.on_stop(reason)
+                except Exception:
+                    _log.exception("actor %s: on_stop raised", self.path)
+            self._stop_scope = None
+        self.state = check_transition(self.state, ActorState.STOPPED)
+        if self.watching:
+            for target in self.watching:
+                if target.watchers is not None:
+                    target.watchers.discard(self)
+            self.watching = None
+        if self.watchers:
+            notice = Terminated(self.ref, reason)
+            for watcher in self.watchers:
+                if watcher.watching is not None:
+                    watcher.watching.discard(self)
+                watcher.deliver_control(notice)
+            self.watchers = None
+        siblings = self.parent._children if self.parent is not None else self.system._children
+        if siblings is not None and siblings.get(self.name) is self:
+            del siblings[self.name]
+        if self._stopped_event is not None:
+            self._stopped_event.set()
+
+    # -- children, watches, timers -------------------------------------------------------
+
+    def child(self, name: str) -> Cell | None:
+        return self._children.get(name) if self._children else None
+
+    def watch(self, target: Cell) -> None:
+        if target is self:
+            raise ValueError("an actor cannot watch itself")
+        if target.state is ActorState.STOPPED:
+            self.deliver_control(Terminated(target.ref, target.final_reason()))
+            return
+        if target.watchers is None:
+            target.watchers = set()
+        target.watchers.add(self)
+        if self.watching is None:
+            self.watching = set()
+        self.watching.add(target)
+
+    def unwatch(self, target: Cell) -> None:
+        if target.watchers is not None:
+            target.watchers.discard(self)
+        if self.watching is not None:
+            self.watching.discard(target)
+
+    def start_timer(self, delay: float, interval: float | None, message: Any) -> Timer:
+        if delay < 0:
+            raise ValueError(f"delay must not be negative, not {delay}")
+        tg = self._tg
+        if tg is None or self._halt:
+            raise ActorDeadError(self.ref, self._reason)
+        timer = Timer._create(self, delay, interval, message)
+        if self.timers is None:
+            self.timers = set()
+        self.timers.add(timer)
+        tg.start_soon(timer._run)
+        return timer
+

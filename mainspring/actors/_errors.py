@@ -1,0 +1,82 @@
+"""One exception tree, split by whose fault it is (see STYLE.md, habit 7).
+
+Every error mainspring raises on purpose derives from :class:`MainspringError`. Errors keep
+their data as attributes so callers can branch on it instead of parsing messages. Cancellation
+is never wrapped: it stays the backend's own ``BaseException``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._reasons import CancelReason
+    from ._ref import ActorRef
+
+__all__ = [
+    "ActorDeadError",
+    "ActorFailed",
+    "AskTimeout",
+    "MailboxFull",
+    "MainspringError",
+    "NameTaken",
+]
+
+
+class MainspringError(Exception):
+    """Root of every error mainspring raises on purpose."""
+
+
+class MailboxFull(MainspringError):
+    """``tell_nowait`` found the mailbox at capacity; the message was not delivered.
+
+    Load, not a bug: the caller chose not to wait. Use ``await tell(...)`` to wait for room.
+    """
+
+    def __init__(self, ref: ActorRef, capacity: int) -> None:
+        super().__init__(f"the mailbox of {ref.path} is full ({capacity} messages)")
+        self.ref = ref
+        self.capacity = capacity
+
+
+class ActorDeadError(MainspringError):
+    """The actor has stopped (or is stopping) and will not process the message.
+
+    ``reason`` is why it stopped, when known. A message that raised this was not delivered, or
+    was delivered but dropped unprocessed because the actor stopped first.
+    """
+
+    def __init__(self, ref: ActorRef, reason: CancelReason | None) -> None:
+        why = f": {reason}" if reason is not None else ""
+        super().__init__(f"actor {ref.path} is not running{why}")
+        self.ref = ref
+        self.reason = reason
+
+
+class AskTimeout(MainspringError, TimeoutError):
+    """No answer came within the ``ask`` timeout; a late answer is dropped."""
+
+    def __init__(self, ref: ActorRef, timeout: float) -> None:
+        super().__init__(f"{ref.path} did not answer within {timeout:g} s")
+        self.ref = ref
+        self.timeout = timeout
+
+
+class ActorFailed(MainspringError):
+    """The actor's handler raised while processing this ask; the exception is ``__cause__``.
+
+    The fault is in the actor's code (or its input). The actor itself ended with a ``Crash``.
+    """
+
+    def __init__(self, ref: ActorRef, error: BaseException) -> None:
+        super().__init__(f"actor {ref.path} failed: {type(error).__qualname__}: {error}")
+        self.ref = ref
+
+
+class NameTaken(MainspringError):
+    """A sibling with this name is already alive under the same parent."""
+
+    def __init__(self, name: str, parent_path: str) -> None:
+        super().__init__(f"an actor named {name!r} already exists under {parent_path}")
+        self.name = name
+        self.parent_path = parent_path
