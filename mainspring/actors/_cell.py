@@ -132,10 +132,10 @@ class Actor(abc.ABC):
         as a :class:`Terminated` message, ahead of queued user messages.
         """
 
-    async def on_start(self) -> None:
+    async def on_start(self) -> None:  # noqa: B027 (optional hook, empty on purpose)
         """Runs in the actor's task before the first message. Raising crashes the actor."""
 
-    async def on_stop(self, reason: CancelReason) -> None:
+    async def on_stop(self, reason: CancelReason) -> None:  # noqa: B027 (optional hook)
         """Runs once, in the actor's task, after its children stopped and whatever ended it.
 
         ``reason`` is why it stopped. Runs shielded from outer cancellation but bounded by the
@@ -288,7 +288,7 @@ class Cell:
         self.system = system
         self.parent = parent
         self.name = name
-        self.path = f"{parent.path}/{name}" if parent is not None else f"/{name}"
+        self.path: str = f"{parent.path}/{name}" if parent is not None else f"/{name}"
         self.mailbox = Mailbox(mailbox_size, system.new_event)
         self.ref: ActorRef = ActorRef._create(self)
         self.actor: Actor | None = None
@@ -386,7 +386,7 @@ class Cell:
         except MailboxClosed:
             raise ActorDeadError(self.ref, self._reason) from None
 
-    async def ask(self, message: Any, timeout: float | None) -> Any:
+    async def ask(self, message: Any, timeout: float | None) -> Any:  # noqa: ASYNC109
         if not self._accepting:
             raise ActorDeadError(self.ref, self._reason)
         envelope = _Ask(message, self.system.new_event())
@@ -664,4 +664,3 @@ class Cell:
         self.timers.add(timer)
         tg.start_soon(timer._run)
         return timer
-

@@ -178,4 +178,3 @@ class ParentCancel(CancelReason):
         while isinstance(reason, ParentCancel):
             reason = reason.cause
         return reason
-

@@ -57,10 +57,14 @@ async def test_leaving_open_system_stops_every_actor_with_shutdown_and_no_task_r
 
 async def test_an_exception_in_the_body_propagates_unwrapped_after_cleanup() -> None:
     log: list[tuple[str, ms.CancelReason]] = []
-    with pytest.raises(ValueError, match="body failed"):
+
+    async def body() -> None:
         async with ms.open_system() as system:
             await system.spawn(Sleeper, log, 0, name="a")
             raise ValueError("body failed")
+
+    with pytest.raises(ValueError, match="body failed"):
+        await body()
     assert [path for path, _ in log] == ["/a"]
     reason = log[0][1]
     assert isinstance(reason, ms.Shutdown)

@@ -1,0 +1,25 @@
+"""The actor lifecycle table, without an event loop (STYLE.md, habit 11)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from mainspring.actors._lifecycle import ActorState, IllegalTransition, check_transition
+
+LEGAL = {
+    (ActorState.STARTING, ActorState.RUNNING),
+    (ActorState.STARTING, ActorState.STOPPING),
+    (ActorState.RUNNING, ActorState.STOPPING),
+    (ActorState.STOPPING, ActorState.STOPPED),
+}
+
+
+@pytest.mark.parametrize(("current", "new"), list(itertools.product(ActorState, ActorState)))
+def test_only_the_table_s_transitions_are_allowed(current: ActorState, new: ActorState) -> None:
+    if (current, new) in LEGAL:
+        assert check_transition(current, new) is new
+    else:
+        with pytest.raises(IllegalTransition):
+            check_transition(current, new)

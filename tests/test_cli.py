@@ -1,0 +1,69 @@
+"""The `mainspring` command: the demo shows every actor's own view of why it stopped."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring._demo import run_demo
+from mainspring.cli import main
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("reason", ["cancel", "pause", "timeout"])
+async def test_demo_every_actor_reports_the_root_reason(reason: str) -> None:
+    out = io.StringIO()
+    final = await run_demo(out, reason_name=reason, steps=3)
+    text = out.getvalue()
+    assert final.kind == reason
+    paths = ["/execution"] + [
+        f"/execution/{agent}{tool}"
+        for agent in ("planner", "researcher", "writer")
+        for tool in ("", "/tool")
+    ]
+    for path in paths:
+        assert f"  {path:<28} stopped: " in text, path
+    assert text.count(f"(root cause: {reason}: ") == 6  # every descendant names the root
+    assert "interrupted during step" in text
+    assert "nothing was left running" in text
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_demo_command_runs_on_both_backends(
+    backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--backend", backend, "--steps", "2"]) == 0
+    assert "/execution                   stopped: it was cancelled" in capsys.readouterr().out
+
+
+def test_cli_rejects_bad_input_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--steps", "0"])
+    assert info.value.code == 2
+    assert "--steps must be between 1 and 1000" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_python_dash_m_runs_the_demo() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mainspring", "demo", "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped: it was cancelled" in done.stdout
+
+
+async def test_demo_leaves_nothing_running() -> None:
+    before = len(anyio.get_running_tasks())
+    await run_demo(io.StringIO(), steps=1)
+    assert len(anyio.get_running_tasks()) == before
+    assert ms.cancel_reason() is None

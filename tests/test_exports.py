@@ -1,0 +1,68 @@
+"""The public surface: one place for every name, no constructors for runtime objects."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+import pytest
+
+import mainspring
+import mainspring.actors
+import mainspring.storage
+import mainspring.supervision
+
+
+def test_every_public_name_is_exported_once_and_resolves() -> None:
+    assert sorted(mainspring.__all__) == sorted(set(mainspring.__all__))
+    for name in mainspring.__all__:
+        assert getattr(mainspring, name) is not None, name
+    subpackages = [mainspring.actors, mainspring.supervision, mainspring.storage]
+    for name in mainspring.__all__:
+        owners = [pkg.__name__ for pkg in subpackages if name in pkg.__all__]
+        assert len(owners) == 1, (name, owners)
+        owner = importlib.import_module(owners[0])
+        assert getattr(owner, name) is getattr(mainspring, name)
+
+
+def test_private_modules_are_underscored() -> None:
+    for pkg in (mainspring.actors, mainspring.supervision, mainspring.storage):
+        for module in pkgutil.iter_modules(pkg.__path__):
+            assert module.name.startswith("_"), f"{pkg.__name__}.{module.name} looks public"
+
+
+def test_actors_layer_imports_neither_supervision_nor_storage() -> None:
+    import pathlib
+
+    root = pathlib.Path(mainspring.actors.__file__).parent
+    for path in root.glob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.startswith(("import ", "from ")):
+                assert "supervision" not in line, (path, line)
+                assert "storage" not in line, (path, line)
+
+
+@pytest.mark.parametrize(
+    "cls", [mainspring.ActorRef, mainspring.ActorSystem, mainspring.Timer], ids=lambda c: c.__name__
+)
+def test_runtime_made_objects_cannot_be_constructed(cls: Any) -> None:
+    with pytest.raises(TypeError, match="no public constructor"):
+        cls()
+
+
+def test_an_actor_outside_a_system_says_so() -> None:
+    class Lonely(mainspring.Actor):
+        async def receive(self, message: Any) -> Any:
+            return message
+
+    with pytest.raises(RuntimeError, match="not running in an actor system"):
+        _ = Lonely().ref
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in mainspring.__all__:
+        obj = getattr(mainspring, name)
+        if isinstance(obj, int | str):
+            continue
+        assert (obj.__doc__ or "").strip(), name
