@@ -1,18 +1,21 @@
 """The machinery behind one actor: its task, mailbox loop, cancel scope, children and watches.
 
 Users never see a :class:`Cell`; they hold an :class:`ActorRef` to it and subclass
-:class:`Actor`, whose instance the cell drives. One cell runs as one task::
+:class:`Actor`, whose instance the cell drives. One cell runs as one task in the system's task
+group::
 
-    CancelScope (shielded for top-level actors; cancelled by ``cancel(reason)``)
-      TaskGroup  <- children and timers run here, so none can outlive the actor
-        on_start()
-        loop: control lane first, then one mailbox item at a time
-    on_stop(reason)  (shielded, bounded by the system's stop_timeout)
+    CancelScope(shield=True)   <- cancelled only by cancel(reason), which records why first
+      on_start()
+      loop: control lane first, then one mailbox item at a time
+    wait until every child and timer of this actor has ended
+    on_stop(reason)            (shielded, bounded by the system's stop_timeout)
 
-Reasons are recorded before any scope is cancelled, so code unwinding anywhere in the subtree
-can ask why. A descendant cancelled through its ancestor's scope computes its
-:class:`ParentCancel` chain lazily, the first time anyone asks — cancelling a subtree of ten
-thousand actors is one scope cancellation, not ten thousand.
+The tree is kept by the cells, not by nested task groups: ``cancel(reason)`` records the reason
+on the actor and a :class:`ParentCancel` on each descendant, then cancels each one's scope, so
+no actor is ever cancelled without a reason (not even by a cancelled host around
+``open_system``). A nested task group per actor would cost a scope, a task group exit and a
+schedule point per actor on every cancel; this way cancelling a subtree costs one scope
+cancellation per actor, and a parent still never finishes before its children.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from ._errors import ActorDeadError, ActorFailed, AskTimeout, MailboxFull, NameTaken
@@ -252,6 +254,7 @@ class Timer(metaclass=NoPublicConstructor):
             self._cancelled = True
             if cell.timers is not None:
                 cell.timers.discard(self)
+            cell._dependent_ended()
 
 
 class Cell:
@@ -268,7 +271,7 @@ class Cell:
         "_scope",
         "_stop_scope",
         "_stopped_event",
-        "_tg",
+        "_dependents_gone",
         "actor",
         "mailbox",
         "name",
@@ -299,7 +302,7 @@ class Cell:
         self._reason: CancelReason | None = None  # first reason wins
         self._scope: anyio.CancelScope | None = None
         self._stop_scope: anyio.CancelScope | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._dependents_gone: anyio.Event | None = None  # children and timers all ended
         self._children: dict[str, Cell] | None = None
         self._control: deque[Any] | None = None
         self._current: _Ask | None = None
@@ -353,13 +356,12 @@ class Cell:
         name: str | None,
         mailbox_size: int,
     ) -> ActorRef:
-        tg = self._tg
-        if tg is None or self._halt:
+        if self._halt or self.state is ActorState.STOPPED:
             raise ActorDeadError(self.ref, self._reason)
         if self._children is None:
             self._children = {}
         cell = Cell.create(self.system, self, self._children, factory, args, name, mailbox_size)
-        tg.start_soon(cell.run, name=cell.path)
+        self.system._start(cell.run, cell.path)
         return cell.ref
 
     # -- messaging -----------------------------------------------------------------------
@@ -454,34 +456,25 @@ class Cell:
         recorded = self._record(reason)
         self._accepting = False
         self._halt = True
-        if not self._hard:
-            self._hard = True
-            if self._scope is not None:
-                self._scope.cancel(str(recorded))
-            if self._stop_scope is not None:
-                self._stop_scope.cancel(str(recorded))
+        if self._hard:
+            return
+        self._hard = True
+        if self._scope is not None:
+            self._scope.cancel(str(recorded))
+        if self._stop_scope is not None:
+            self._stop_scope.cancel(str(recorded))
+        # The whole subtree goes with it, each link recording which parent it came from, so
+        # every descendant's `.root` is this actor's reason (or the one it already had).
+        if self._children:
+            cause = ParentCancel(recorded, source=self.path)
+            for child in list(self._children.values()):
+                child.cancel(cause)
+        if self.timers:
+            for timer in list(self.timers):
+                timer.cancel()
 
     def reason_if_stopping(self) -> CancelReason | None:
-        if self._reason is not None:
-            return self._reason
-        return self._inherited_reason()
-
-    def _inherited_reason(self) -> CancelReason | None:
-        # Invariant (kernel): a cell cancelled through an ancestor's scope sees a ParentCancel
-        # chain, one link per level, whose root is the first hard-cancelled ancestor's reason.
-        chain: list[Cell] = []
-        cell: Cell | None = self
-        while cell is not None and not cell._hard:
-            chain.append(cell)
-            cell = cell.parent
-        if cell is None:
-            return None
-        reason = cell._reason
-        assert reason is not None
-        for below in reversed(chain):
-            assert below.parent is not None
-            reason = below._record(ParentCancel(reason, source=below.parent.path))
-        return reason
+        return self._reason
 
     def final_reason(self) -> CancelReason:
         reason = self.reason_if_stopping()
@@ -503,25 +496,22 @@ class Cell:
     async def run(self) -> None:
         _current_cell.set(self)
         try:
-            # Top-level actors are shielded: only their own scope (cancel(reason)) or the
-            # system's shutdown, which always records a reason first, can cancel them.
-            with anyio.CancelScope(shield=self.parent is None) as scope:
+            # Shielded: only this actor's own cancel(reason), which records the reason first,
+            # can cancel it; a cancelled host reaches it through the system's shutdown.
+            with anyio.CancelScope(shield=True) as scope:
                 self._scope = scope
                 if self._hard:
                     scope.cancel(str(self._reason))
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    how = "cancelled"
-                    try:
-                        await self._main()
-                        how = "stopped"
-                    except Exception as exc:
-                        how = "crashed"
-                        self._crashed(exc)
-                    finally:
-                        self._begin_stopping(how)
+                how = "cancelled"
+                try:
+                    await self._main()
+                    how = "stopped"
+                except Exception as exc:
+                    how = "crashed"
+                    self._crashed(exc)
+                finally:
+                    self._begin_stopping(how)
         finally:
-            self._tg = None
             self._scope = None
             await self._finish()
 
@@ -587,7 +577,7 @@ class Cell:
             for timer in list(self.timers):
                 timer.cancel()
         # Children end the way their parent did: gracefully after a stop, at once after a
-        # crash; after a cancel the parent's scope already cancelled them.
+        # crash; after a cancel, cancel() already cancelled them.
         if self._children and how != "cancelled":
             cause = ParentCancel(reason, source=self.path)
             for child in reversed(list(self._children.values())):
@@ -598,6 +588,12 @@ class Cell:
 
     async def _finish(self) -> None:
         reason = self.final_reason()
+        if self._children or self.timers:
+            # A parent never finishes before its children (and timers) have; they were told
+            # to stop in _begin_stopping. Shielded: cancel() reaches them directly.
+            self._dependents_gone = self.system.new_event()
+            with anyio.CancelScope(shield=True):
+                await self._dependents_gone.wait()
         actor = self.actor
         if actor is not None and type(actor).on_stop is not Actor.on_stop:
             with anyio.move_on_after(self.system.stop_timeout, shield=True) as stop_scope:
@@ -622,13 +618,21 @@ class Cell:
                     watcher.watching.discard(self)
                 watcher.deliver_control(notice)
             self.watchers = None
-        siblings = self.parent._children if self.parent is not None else self.system._children
+        parent = self.parent
+        siblings = parent._children if parent is not None else self.system._children
         if siblings is not None and siblings.get(self.name) is self:
             del siblings[self.name]
+        if parent is not None:
+            parent._dependent_ended()
         if self._stopped_event is not None:
             self._stopped_event.set()
 
     # -- children, watches, timers -------------------------------------------------------
+
+    def _dependent_ended(self) -> None:
+        gone = self._dependents_gone
+        if gone is not None and not self._children and not self.timers:
+            gone.set()
 
     def child(self, name: str) -> Cell | None:
         return self._children.get(name) if self._children else None
@@ -655,12 +659,11 @@ class Cell:
     def start_timer(self, delay: float, interval: float | None, message: Any) -> Timer:
         if delay < 0:
             raise ValueError(f"delay must not be negative, not {delay}")
-        tg = self._tg
-        if tg is None or self._halt:
+        if self._halt or self.state is ActorState.STOPPED:
             raise ActorDeadError(self.ref, self._reason)
         timer = Timer._create(self, delay, interval, message)
         if self.timers is None:
             self.timers = set()
         self.timers.add(timer)
-        tg.start_soon(timer._run)
+        self.system._start(timer._run, f"{self.path} timer")
         return timer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -63,8 +63,13 @@ class ActorSystem(metaclass=NoPublicConstructor):
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
         cell = Cell.create(self, None, self._children, factory, args, name, mailbox_size)
-        self._tg.start_soon(cell.run, name=cell.path)
+        self._start(cell.run, cell.path)
         return cell.ref
+
+    def _start(self, run: Callable[[], Awaitable[None]], name: str) -> None:
+        # Every actor and timer task of the system runs in this one task group; the tree is
+        # kept by the cells (see _cell's module docstring).
+        self._tg.start_soon(run, name=name)
 
     def lookup(self, path: str) -> ActorRef | None:
         """The live actor at ``path`` (``/a/b``), or None."""

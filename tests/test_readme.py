@@ -1,0 +1,41 @@
+"""The README's example runs, on both backends, and prints what its comments say."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import anyio
+import pytest
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _example() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    assert blocks, "README.md lost its example"
+    return str(blocks[0])
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_readme_example_runs(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _example().replace("anyio.run(main)", "pass")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(source, str(README), "exec"), namespace)
+    anyio.run(namespace["main"], backend=backend)  # type: ignore[arg-type]
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "0.01",
+        "/counter interrupted: it was paused: user pressed pause",
+        "/counter stopped: it was paused: user pressed pause",
+        "it was paused: user pressed pause",
+    ]
+
+
+def test_readme_quick_start_is_two_commands() -> None:
+    text = README.read_text()
+    section = text.split("## Quick start", 1)[1].split("##", 1)[0]
+    commands = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)[0].strip().splitlines()
+    assert len(commands) == 2
+    assert "mainspring demo" in commands[0]
+    assert "pytest" in commands[1]
