@@ -116,7 +116,7 @@ def ms_spawn(backend: str, n: int) -> dict[str, float]:
 
     async def main() -> dict[str, float]:
         async with ms.open_system() as system:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             gc.collect()
             base = _rss()
             start = time.perf_counter()
@@ -217,7 +217,7 @@ def raw_spawn(backend: str, n: int) -> dict[str, float]:
         await receive.receive()
 
     async def main() -> dict[str, float]:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         gc.collect()
         base = _rss()
         keep = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,7 +66,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         self._start(cell.run, cell.path)
         return cell.ref
 
-    def _start(self, run: Callable[[], Awaitable[None]], name: str) -> None:
+    def _start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         # Every actor and timer task of the system runs in this one task group; the tree is
         # kept by the cells (see _cell's module docstring).
         self._tg.start_soon(run, name=name)
