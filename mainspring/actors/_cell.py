@@ -392,23 +392,28 @@ class Cell:
         if not self._accepting:
             raise ActorDeadError(self.ref, self._reason)
         envelope = _Ask(message, self.system.new_event())
-        mailbox = self.mailbox
-        if not mailbox.put_nowait(envelope):
-            try:
-                await mailbox.put(envelope)
-            except MailboxClosed:
-                raise ActorDeadError(self.ref, self._reason) from None
         if timeout is None:
-            await envelope.event.wait()
+            await self._ask_and_wait(envelope)
         else:
+            # The timeout covers waiting for mailbox room too; if it ran out there, the
+            # message was never delivered.
             with anyio.move_on_after(timeout):
-                await envelope.event.wait()
+                await self._ask_and_wait(envelope)
             if not envelope.done:
                 envelope.done = True  # the late answer is dropped
                 raise AskTimeout(self.ref, timeout)
         if envelope.error is not None:
             raise envelope.error
         return envelope.value
+
+    async def _ask_and_wait(self, envelope: _Ask) -> None:
+        mailbox = self.mailbox
+        if not mailbox.put_nowait(envelope):
+            try:
+                await mailbox.put(envelope)
+            except MailboxClosed:
+                raise ActorDeadError(self.ref, self._reason) from None
+        await envelope.event.wait()
 
     def deliver_control(self, message: Any) -> None:
         """Queue ``message`` on the control lane, ahead of user messages."""

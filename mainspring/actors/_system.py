@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.lowlevel import checkpoint_if_cancelled
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
-from ._cell import DEFAULT_MAILBOX_SIZE, Actor, Cell
+from ._cell import DEFAULT_MAILBOX_SIZE, Actor, Cell, _current_cell
 from ._errors import MainspringError
 from ._reasons import CancelReason, Shutdown
 from ._ref import ActorRef
@@ -89,7 +90,9 @@ class ActorSystem(metaclass=NoPublicConstructor):
         Top-level actors are asked to stop in reverse start order (each finishes its current
         message, then its children stop, then ``on_stop``); those still running after
         ``shutdown_timeout`` seconds are cancelled with the same reason. New spawns are refused
-        from the first call on; calling it again is harmless.
+        from the first call on; calling it again is harmless. Called from inside one of this
+        system's actors it does not wait (that actor is among those stopping): the rest of the
+        shutdown carries on in the background.
         """
         self._closed = True
         if reason is None:
@@ -97,6 +100,14 @@ class ActorSystem(metaclass=NoPublicConstructor):
         cells = list(self._children.values())
         for cell in reversed(cells):
             cell.request_stop(reason)
+        inside = _current_cell.get()
+        if inside is not None and inside.system is self:
+            self._start(partial(self._escalate, cells, reason), "shutdown")
+            await checkpoint()
+            return
+        await self._escalate(cells, reason)
+
+    async def _escalate(self, cells: list[Cell], reason: CancelReason) -> None:
         with anyio.move_on_after(self.shutdown_timeout):
             for cell in cells:
                 await cell.wait_stopped()

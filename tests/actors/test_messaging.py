@@ -318,3 +318,19 @@ async def test_mailbox_size_must_be_positive() -> None:
     async with ms.open_system() as system:
         with pytest.raises(ValueError, match="at least 1"):
             await system.spawn(Doubler, mailbox_size=0)
+
+
+async def test_ask_timeout_covers_waiting_for_mailbox_room() -> None:
+    gate = anyio.Event()
+    async with ms.open_system() as system:
+        ref = await system.spawn(Recorder, gate, mailbox_size=1)
+        ref.tell_nowait("busy")
+        await wait_blocked()
+        ref.tell_nowait("queued")
+        with pytest.raises(ms.AskTimeout):
+            await ref.ask("never-delivered", timeout=0.01)
+        gate.set()
+        await ref.ask("end")
+        actor = ref._cell.actor
+        assert isinstance(actor, Recorder)
+        assert actor.seen == ["busy", "queued", "end"]

@@ -115,3 +115,38 @@ async def test_systems_nest_and_are_independent() -> None:
         assert "outer" in repr(outer)
     assert not a.is_alive
     assert not b.is_alive
+
+
+async def test_an_actor_can_shut_its_own_system_down_without_deadlock() -> None:
+    class Closer(ms.Actor):
+        def __init__(self, system: ms.ActorSystem) -> None:
+            self.system = system
+
+        async def receive(self, message: Any) -> Any:
+            await self.system.shutdown(ms.Shutdown(detail="closer asked"))
+            return "requested"
+
+    async with ms.open_system(shutdown_timeout=3600) as system:
+        closer = await system.spawn(Closer, system)
+        other = await system.spawn(Recorder)
+        assert await closer.ask("close") == "requested"
+        for ref in (closer, other):
+            reason = await ref.wait_stopped()
+            assert isinstance(reason, ms.Shutdown)
+            assert reason.detail == "closer asked"
+
+
+async def test_a_failing_factory_raises_to_the_spawner_and_registers_nothing() -> None:
+    class Broken(ms.Actor):
+        def __init__(self) -> None:
+            raise LookupError("no such model")
+
+        async def receive(self, message: Any) -> Any:
+            return message
+
+    async with ms.open_system() as system:
+        with pytest.raises(LookupError):
+            await system.spawn(Broken, name="b")
+        assert system.lookup("/b") is None
+        ok = await system.spawn(Recorder, name="b")  # the name was never taken
+        assert await ok.ask(1) == 1
