@@ -26,7 +26,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
@@ -174,7 +174,7 @@ class Actor(abc.ABC):
         name, :class:`ActorDeadError` if this actor is stopping.
         """
         await checkpoint_if_cancelled()
-        return self._cell.spawn_child(factory, args, name, mailbox_size)
+        return self._cell.spawn_child(factory, args, name, mailbox_size).ref
 
     def watch(self, ref: ActorRef) -> None:
         """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has).
@@ -200,6 +200,19 @@ class Actor(abc.ABC):
         if interval <= 0:
             raise ValueError(f"interval must be positive, not {interval}")
         return self._cell.start_timer(interval, interval, message)
+
+
+class _Stillborn(Actor):
+    """Stands in for an instance whose factory raised on restart: it crashes on start."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def on_start(self) -> None:
+        raise self.error
+
+    async def receive(self, message: Any) -> Any:  # pragma: no cover - never runs
+        return None
 
 
 class Timer(metaclass=NoPublicConstructor):
@@ -257,6 +270,23 @@ class Timer(metaclass=NoPublicConstructor):
             cell._dependent_ended()
 
 
+class Overseer(Protocol):
+    """What the kernel asks of whoever supervises a cell; ``mainspring.supervision`` implements it.
+
+    The kernel stays ignorant of strategies: when an incarnation ends it asks
+    :meth:`may_restart`; if that says yes, the cell waits in RESTARTING, keeping its ref and
+    mailbox, until the overseer calls :meth:`Cell.restart` or :meth:`Cell.finish`.
+    """
+
+    def may_restart(self, cell: Cell, reason: CancelReason, crashed: bool) -> bool:
+        """False if this end is certainly final (the cell then closes its mailbox at once)."""
+        ...
+
+    def child_ended(self, cell: Cell, reason: CancelReason, crashed: bool, final: bool) -> None:
+        """The incarnation ended; if not ``final``, a verdict must follow (restart or finish)."""
+        ...
+
+
 class Cell:
     """Runtime state of one actor (see the module docstring)."""
 
@@ -266,6 +296,15 @@ class Cell:
         "_control",
         "_current",
         "_dependents_gone",
+        "_final",
+        "_over_event",
+        "_started_event",
+        "_verdict",
+        "_verdict_event",
+        "args",
+        "factory",
+        "overseer",
+        "restarts",
         "_halt",
         "_hard",
         "_reason",
@@ -310,6 +349,16 @@ class Cell:
         self.timers: set[Timer] | None = None
         self.watchers: set[Cell] | None = None
         self.watching: set[Cell] | None = None
+        # Supervision (see Overseer): how to build a fresh instance, and who decides.
+        self.factory: Callable[..., Actor] | None = None
+        self.args: tuple[Any, ...] = ()
+        self.overseer: Overseer | None = None
+        self.restarts = 0
+        self._final = False  # this end was asked for from outside: never restart it
+        self._verdict: bool | None = None  # True: restart, False: stop for good
+        self._verdict_event: anyio.Event | None = None
+        self._over_event: anyio.Event | None = None  # waiters for the incarnation's end
+        self._started_event: anyio.Event | None = None  # waiters for on_start to finish
 
     # -- creation ------------------------------------------------------------------------
 
@@ -323,6 +372,7 @@ class Cell:
         args: tuple[Any, ...],
         name: str | None,
         mailbox_size: int,
+        overseer: Overseer | None = None,
     ) -> Cell:
         """Build, register and construct an actor; the caller starts :meth:`run`."""
         if name is None:
@@ -333,21 +383,28 @@ class Cell:
         if name in siblings:
             raise NameTaken(name, parent.path if parent is not None else "/")
         cell = cls(system, parent, name, mailbox_size)
-        token = _constructing.set(cell)
+        cell.factory = factory
+        cell.args = args
+        cell.overseer = overseer
+        cell.actor = cell._construct()
+        siblings[name] = cell
+        return cell
+
+    def _construct(self) -> Actor:
+        assert self.factory is not None
+        token = _constructing.set(self)
         try:
-            actor = factory(*args)
+            actor = self.factory(*self.args)
         finally:
             _constructing.reset(token)
         if not isinstance(actor, Actor):
-            raise TypeError(f"{factory!r} returned {type(actor).__qualname__}, not an Actor")
+            raise TypeError(f"{self.factory!r} returned {type(actor).__qualname__}, not an Actor")
         owner = getattr(actor, "_mainspring_cell", None)
         if owner is None:
-            actor._mainspring_cell = cell
-        elif owner is not cell:
+            actor._mainspring_cell = self
+        elif owner is not self:
             raise ValueError(f"this {type(actor).__qualname__} instance already runs elsewhere")
-        cell.actor = actor
-        siblings[name] = cell
-        return cell
+        return actor
 
     def spawn_child(
         self,
@@ -355,14 +412,17 @@ class Cell:
         args: tuple[Any, ...],
         name: str | None,
         mailbox_size: int,
-    ) -> ActorRef:
+        overseer: Overseer | None = None,
+    ) -> Cell:
         if self._halt or self.state is ActorState.STOPPED:
             raise ActorDeadError(self.ref, self._reason)
         if self._children is None:
             self._children = {}
-        cell = Cell.create(self.system, self, self._children, factory, args, name, mailbox_size)
+        cell = Cell.create(
+            self.system, self, self._children, factory, args, name, mailbox_size, overseer
+        )
         self.system._start(cell.run, cell.path)
-        return cell.ref
+        return cell
 
     # -- messaging -----------------------------------------------------------------------
 
@@ -431,18 +491,33 @@ class Cell:
             self._reason = reason
         return self._reason
 
-    def request_stop(self, reason: CancelReason) -> None:
-        """Graceful: the current message finishes, then the actor stops."""
+    def _called_from_inside(self) -> bool:
+        # The actor itself (or a task it started) asking to stop: a "normal exit" in the
+        # supervision sense, which a permanent child's supervisor answers with a restart.
+        return _current_cell.get() is self
+
+    def request_stop(self, reason: CancelReason, *, final: bool = True) -> None:
+        """Graceful: the current message finishes, then the actor stops.
+
+        ``final`` ends the actor for good even under a supervisor; the supervisor's own
+        restarts and an actor stopping itself pass ``final=False``.
+        """
         if self.state is ActorState.STOPPED:
             return
+        if self.state is ActorState.RESTARTING:
+            if final:
+                self._give_verdict(restart=False)
+            return
         self._record(reason)
+        self._final = self._final or final
         self._accepting = False
         if not self._halt:
             self._halt = True
             self.mailbox.wake()
 
     async def request_stop_and_wait(self, reason: CancelReason | None) -> CancelReason:
-        self.request_stop(reason if reason is not None else Stop())
+        inside = self._called_from_inside()
+        self.request_stop(reason if reason is not None else Stop(), final=not inside)
         current = _current_cell.get()
         while current is not None:
             if current is self:  # stopping ourselves or an ancestor: waiting would deadlock
@@ -450,15 +525,22 @@ class Cell:
                 assert self._reason is not None
                 return self._reason
             current = current.parent
-        return await self.wait_stopped()
+        return await self.wait_incarnation_over()
 
-    def cancel(self, reason: CancelReason) -> None:
+    def cancel(self, reason: CancelReason, *, final: bool | None = None) -> None:
         """Hard: interrupt whatever runs now; the subtree is cancelled with it."""
         if not isinstance(reason, CancelReason):
             raise TypeError(f"cancel() needs a CancelReason, not {type(reason).__qualname__}")
         if self.state is ActorState.STOPPED:
             return
+        if final is None:
+            final = not self._called_from_inside()
+        if self.state is ActorState.RESTARTING:
+            if final:
+                self._give_verdict(restart=False)
+            return
         recorded = self._record(reason)
+        self._final = self._final or final
         self._accepting = False
         self._halt = True
         if self._hard:
@@ -471,12 +553,18 @@ class Cell:
         # The whole subtree goes with it, each link recording which parent it came from, so
         # every descendant's `.root` is this actor's reason (or the one it already had).
         if self._children:
-            cause = ParentCancel(recorded, source=self.path)
+            cause = self._cause_for_children(recorded)
             for child in list(self._children.values()):
-                child.cancel(cause)
+                child.cancel(cause, final=True)
         if self.timers:
             for timer in list(self.timers):
                 timer.cancel()
+
+    def _cause_for_children(self, reason: CancelReason) -> CancelReason:
+        actor = self.actor
+        if actor is not None and getattr(actor, "_mainspring_passes_reason", False):
+            return reason  # a supervisor's children observe the supervisor's own reason
+        return ParentCancel(reason, source=self.path)
 
     def reason_if_stopping(self) -> CancelReason | None:
         return self._reason
@@ -496,10 +584,82 @@ class Cell:
             await checkpoint()
         return self.final_reason()
 
+    async def wait_incarnation_over(self) -> CancelReason:
+        """Wait until the current incarnation ended (RESTARTING or STOPPED); return why."""
+        if self.state in (ActorState.RESTARTING, ActorState.STOPPED):
+            await checkpoint()
+        else:
+            if self._over_event is None:
+                self._over_event = self.system.new_event()
+            await self._over_event.wait()
+        return self.final_reason()
+
+    async def wait_started(self) -> bool:
+        """Wait until on_start finished (True) or the incarnation ended first (False)."""
+        if self.state is ActorState.STARTING:
+            if self._started_event is None:
+                self._started_event = self.system.new_event()
+            await self._started_event.wait()
+        else:
+            await checkpoint()
+        return self.state is ActorState.RUNNING
+
+    def restart(self) -> bool:
+        """Overseer's verdict: run a fresh instance. False if the cell is not waiting for one."""
+        return self._give_verdict(restart=True)
+
+    def finish(self) -> bool:
+        """Overseer's verdict: stop for good. False if the cell is not waiting for one."""
+        return self._give_verdict(restart=False)
+
+    def _restart_granted(self) -> bool:
+        return self._verdict is True
+
+    def _give_verdict(self, *, restart: bool) -> bool:
+        if self.state is not ActorState.RESTARTING or self._verdict is not None:
+            return False
+        self._verdict = restart
+        if self._verdict_event is not None:
+            self._verdict_event.set()
+        return True
+
+    def _mark_started(self) -> None:
+        self.state = check_transition(self.state, ActorState.RUNNING)
+        if self._started_event is not None:
+            self._started_event.set()
+            self._started_event = None
+
     # -- the actor's task ----------------------------------------------------------------
 
     async def run(self) -> None:
         _current_cell.set(self)
+        while True:
+            reason, crashed = await self._incarnation()
+            overseer = self.overseer
+            final = (
+                overseer is None or self._final or not overseer.may_restart(self, reason, crashed)
+            )
+            if final:
+                if overseer is not None:
+                    overseer.child_ended(self, reason, crashed, True)
+                break
+            self.state = check_transition(self.state, ActorState.RESTARTING)
+            self._verdict = None
+            self._verdict_event = self.system.new_event()
+            self._incarnation_over()
+            assert overseer is not None
+            overseer.child_ended(self, reason, crashed, False)
+            if self._verdict is None:
+                with anyio.CancelScope(shield=True):  # cancel() answers with a verdict
+                    await self._verdict_event.wait()
+            self._verdict_event = None
+            if not self._restart_granted():
+                break
+            self._begin_incarnation()
+        self._finalize(reason)
+
+    async def _incarnation(self) -> tuple[CancelReason, bool]:
+        how = "cancelled"
         try:
             # Shielded: only this actor's own cancel(reason), which records the reason first,
             # can cancel it; a cancelled host reaches it through the system's shutdown.
@@ -507,7 +667,6 @@ class Cell:
                 self._scope = scope
                 if self._hard:
                     scope.cancel(str(self._reason))
-                how = "cancelled"
                 try:
                     await self._main()
                     how = "stopped"
@@ -518,7 +677,34 @@ class Cell:
                     self._begin_stopping(how)
         finally:
             self._scope = None
-            await self._finish()
+            await self._end_incarnation()
+        return self.final_reason(), how == "crashed"
+
+    def _begin_incarnation(self) -> None:
+        """Reset what belongs to one instance and build the next (RESTARTING -> STARTING)."""
+        self.state = check_transition(self.state, ActorState.STARTING)
+        self.restarts += 1
+        self._verdict = None
+        self._halt = False
+        self._hard = False
+        self._final = False
+        self._reason = None
+        self._current = None
+        self._control = None
+        self._accepting = True
+        try:
+            self.actor = self._construct()
+        except Exception as exc:  # a factory that fails on restart: this incarnation crashes
+            self.actor = _Stillborn(exc)
+            self.actor._mainspring_cell = self
+
+    def _incarnation_over(self) -> None:
+        if self._over_event is not None:
+            self._over_event.set()
+            self._over_event = None
+        if self._started_event is not None:
+            self._started_event.set()
+            self._started_event = None
 
     async def _main(self) -> None:
         actor = self.actor
@@ -527,7 +713,7 @@ class Cell:
             await actor.on_start()
         if self._halt:
             return
-        self.state = check_transition(self.state, ActorState.RUNNING)
+        self._mark_started()
         receive = actor.receive
         mailbox = self.mailbox
         items = mailbox._items
@@ -565,41 +751,59 @@ class Cell:
 
     def _begin_stopping(self, how: str) -> None:
         """Synchronous first half of stopping, run before the children's task group exits."""
-        self._accepting = False
         self._halt = True
         if self.state is not ActorState.STOPPING:
             self.state = check_transition(self.state, ActorState.STOPPING)
         reason = self.final_reason()
-        # Nobody waits on an answer that will never come (the one in flight, those queued).
+        # Nobody waits on an answer that will never come: the one in flight now, and, if this
+        # end is final, those queued (a cell that may restart keeps them for its next life).
         if self._current is not None:
             self._current.fail(ActorDeadError(self.ref, reason))
             self._current = None
-        for item in self.mailbox.close():
-            if type(item) is _Ask:
-                item.fail(ActorDeadError(self.ref, reason))
+        overseer = self.overseer
+        if (
+            overseer is None
+            or self._final
+            or not overseer.may_restart(self, reason, how == "crashed")
+        ):
+            self._close_mailbox(reason)
         self._control = None
         if self.timers:
             for timer in list(self.timers):
                 timer.cancel()
         # Children end the way their parent did: gracefully after a stop, at once after a
         # crash; after a cancel, cancel() already cancelled them.
+        actor = self.actor
+        if actor is not None and getattr(actor, "_mainspring_orders_children", False):
+            return  # a supervisor stops its children itself, in order (see _end_incarnation)
         if self._children and how != "cancelled":
-            cause = ParentCancel(reason, source=self.path)
+            cause = self._cause_for_children(reason)
             for child in reversed(list(self._children.values())):
                 if how == "stopped":
                     child.request_stop(cause)
                 else:
-                    child.cancel(cause)
+                    child.cancel(cause, final=True)
 
-    async def _finish(self) -> None:
+    def _close_mailbox(self, reason: CancelReason) -> None:
+        self._accepting = False
+        for item in self.mailbox.close():
+            if type(item) is _Ask:
+                item.fail(ActorDeadError(self.ref, reason))
+
+    async def _end_incarnation(self) -> None:
         reason = self.final_reason()
+        actor = self.actor
+        stop_children = getattr(actor, "_mainspring_stop_children", None)
+        if stop_children is not None and self._children:
+            with anyio.CancelScope(shield=True):  # cancel() reaches the children directly
+                await stop_children(reason)
         if self._children or self.timers:
             # A parent never finishes before its children (and timers) have; they were told
             # to stop in _begin_stopping. Shielded: cancel() reaches them directly.
             self._dependents_gone = self.system.new_event()
             with anyio.CancelScope(shield=True):
                 await self._dependents_gone.wait()
-        actor = self.actor
+            self._dependents_gone = None
         if actor is not None and type(actor).on_stop is not Actor.on_stop:
             with anyio.move_on_after(self.system.stop_timeout, shield=True) as stop_scope:
                 self._stop_scope = stop_scope
@@ -610,12 +814,18 @@ class Cell:
                 except Exception:
                     _log.exception("actor %s: on_stop raised", self.path)
             self._stop_scope = None
-        self.state = check_transition(self.state, ActorState.STOPPED)
+        # Watches belong to the instance that made them.
         if self.watching:
             for target in self.watching:
                 if target.watchers is not None:
                     target.watchers.discard(self)
             self.watching = None
+
+    def _finalize(self, reason: CancelReason) -> None:
+        self.state = check_transition(self.state, ActorState.STOPPED)
+        if not self.mailbox._closed:
+            self._close_mailbox(reason)
+        self._accepting = False
         if self.watchers:
             notice = Terminated(self.ref, reason)
             for watcher in self.watchers:
@@ -629,6 +839,7 @@ class Cell:
             del siblings[self.name]
         if parent is not None:
             parent._dependent_ended()
+        self._incarnation_over()
         if self._stopped_event is not None:
             self._stopped_event.set()
 

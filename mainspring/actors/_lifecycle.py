@@ -2,8 +2,13 @@
 
 ::
 
-    STARTING --on_start returns--> RUNNING --stop/cancel/crash--> STOPPING --> STOPPED
-        \\________________________ stop/cancel/crash ______________/^
+    STARTING -> RUNNING -> STOPPING -> STOPPED
+    STARTING -------------> STOPPING               (stopped, cancelled or crashed in on_start)
+                            STOPPING -> RESTARTING -> STARTING   (a new instance)
+                                        RESTARTING -> STOPPED
+
+RESTARTING is a supervised actor between two incarnations: its ref and mailbox live on while
+its supervisor decides; it leaves to STARTING (restarted) or STOPPED (for good).
 
 Anything not in the table is a bug in the runtime, and raises instead of corrupting state.
 """
@@ -19,6 +24,7 @@ class ActorState(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"
+    RESTARTING = "restarting"
     STOPPED = "stopped"
 
 
@@ -29,7 +35,8 @@ class IllegalTransition(RuntimeError):
 _ALLOWED: dict[ActorState, frozenset[ActorState]] = {
     ActorState.STARTING: frozenset({ActorState.RUNNING, ActorState.STOPPING}),
     ActorState.RUNNING: frozenset({ActorState.STOPPING}),
-    ActorState.STOPPING: frozenset({ActorState.STOPPED}),
+    ActorState.STOPPING: frozenset({ActorState.STOPPED, ActorState.RESTARTING}),
+    ActorState.RESTARTING: frozenset({ActorState.STARTING, ActorState.STOPPED}),
     ActorState.STOPPED: frozenset(),
 }
 

@@ -13,6 +13,9 @@ LEGAL = {
     (ActorState.STARTING, ActorState.STOPPING),
     (ActorState.RUNNING, ActorState.STOPPING),
     (ActorState.STOPPING, ActorState.STOPPED),
+    (ActorState.STOPPING, ActorState.RESTARTING),
+    (ActorState.RESTARTING, ActorState.STARTING),
+    (ActorState.RESTARTING, ActorState.STOPPED),
 }
 
 
