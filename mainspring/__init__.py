@@ -14,6 +14,7 @@ from .actors import BudgetExhausted as BudgetExhausted
 from .actors import Cancel as Cancel
 from .actors import CancelReason as CancelReason
 from .actors import Crash as Crash
+from .actors import EventsDropped as EventsDropped
 from .actors import LeaseLost as LeaseLost
 from .actors import MailboxFull as MailboxFull
 from .actors import MainspringError as MainspringError
@@ -28,6 +29,19 @@ from .actors import Timer as Timer
 from .actors import cancel_reason as cancel_reason
 from .actors import current_actor as current_actor
 from .actors import open_system as open_system
+from .supervision import Backoff as Backoff
+from .supervision import ChildFailed as ChildFailed
+from .supervision import ChildInfo as ChildInfo
+from .supervision import ChildRestarted as ChildRestarted
+from .supervision import ChildSpec as ChildSpec
+from .supervision import ChildStarted as ChildStarted
+from .supervision import Escalated as Escalated
+from .supervision import IntensityExceeded as IntensityExceeded
+from .supervision import NoSuchChild as NoSuchChild
+from .supervision import RestartIntensityExceeded as RestartIntensityExceeded
+from .supervision import SupervisionEvent as SupervisionEvent
+from .supervision import Supervisor as Supervisor
+from .supervision import SupervisorRef as SupervisorRef
 
 __version__ = "0.1.0.dev0"
 
@@ -39,18 +53,32 @@ __all__ = [
     "ActorRef",
     "ActorSystem",
     "AskTimeout",
+    "Backoff",
     "BudgetExhausted",
     "Cancel",
     "CancelReason",
+    "ChildFailed",
+    "ChildInfo",
+    "ChildRestarted",
+    "ChildSpec",
+    "ChildStarted",
     "Crash",
+    "Escalated",
+    "EventsDropped",
+    "IntensityExceeded",
     "LeaseLost",
     "MailboxFull",
     "MainspringError",
     "NameTaken",
+    "NoSuchChild",
     "ParentCancel",
     "Pause",
+    "RestartIntensityExceeded",
     "Shutdown",
     "Stop",
+    "SupervisionEvent",
+    "Supervisor",
+    "SupervisorRef",
     "Terminated",
     "Timeout",
     "Timer",

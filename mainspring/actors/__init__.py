@@ -14,6 +14,7 @@ from ._errors import AskTimeout as AskTimeout
 from ._errors import MailboxFull as MailboxFull
 from ._errors import MainspringError as MainspringError
 from ._errors import NameTaken as NameTaken
+from ._events import EventsDropped as EventsDropped
 from ._reasons import BudgetExhausted as BudgetExhausted
 from ._reasons import Cancel as Cancel
 from ._reasons import CancelReason as CancelReason
@@ -41,6 +42,7 @@ __all__ = [
     "Cancel",
     "CancelReason",
     "Crash",
+    "EventsDropped",
     "LeaseLost",
     "MailboxFull",
     "MainspringError",

@@ -176,6 +176,38 @@ class Actor(abc.ABC):
         await checkpoint_if_cancelled()
         return self._cell.spawn_child(factory, args, name, mailbox_size).ref
 
+    async def spawn_supervisor(
+        self,
+        children: Any,
+        *,
+        name: str,
+        strategy: str = "one_for_one",
+        max_restarts: int = 3,
+        period: float = 5.0,
+        backoff: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> Any:
+        """Start a child :class:`Supervisor` over ``children`` (ChildSpec values).
+
+        Returns its :class:`SupervisorRef` once all of its children have started, in order.
+        The supervisor is this actor's child: it stops (and so do its children) when this
+        actor stops.
+        """
+        from ._system import _supervision  # supervision plugs itself into the kernel
+
+        await checkpoint_if_cancelled()
+        cell = self._cell
+        options = {
+            "name": name,
+            "strategy": strategy,
+            "max_restarts": max_restarts,
+            "period": period,
+            "backoff": backoff,
+            "restart": "temporary",
+            "clock": clock,
+        }
+        return await _supervision().spawn_supervisor(cell.system, cell, children, options)
+
     def watch(self, ref: ActorRef) -> None:
         """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has).
 
@@ -325,14 +357,19 @@ class Cell:
     )
 
     def __init__(
-        self, system: ActorSystem, parent: Cell | None, name: str, mailbox_size: int
+        self,
+        system: ActorSystem,
+        parent: Cell | None,
+        name: str,
+        mailbox_size: int,
+        ref_class: type[ActorRef] = ActorRef,
     ) -> None:
         self.system = system
         self.parent = parent
         self.name = name
         self.path: str = f"{parent.path}/{name}" if parent is not None else f"/{name}"
         self.mailbox = Mailbox(mailbox_size, system.new_event)
-        self.ref: ActorRef = ActorRef._create(self)
+        self.ref: ActorRef = ref_class._create(self)
         self.actor: Actor | None = None
         self.state = ActorState.STARTING
         self._accepting = True
@@ -373,6 +410,7 @@ class Cell:
         name: str | None,
         mailbox_size: int,
         overseer: Overseer | None = None,
+        ref_class: type[ActorRef] = ActorRef,
     ) -> Cell:
         """Build, register and construct an actor; the caller starts :meth:`run`."""
         if name is None:
@@ -382,7 +420,7 @@ class Cell:
             raise ValueError(f"actor names must match [A-Za-z0-9._:-]{{1,256}}, not {name!r}")
         if name in siblings:
             raise NameTaken(name, parent.path if parent is not None else "/")
-        cell = cls(system, parent, name, mailbox_size)
+        cell = cls(system, parent, name, mailbox_size, ref_class)
         cell.factory = factory
         cell.args = args
         cell.overseer = overseer
@@ -413,13 +451,22 @@ class Cell:
         name: str | None,
         mailbox_size: int,
         overseer: Overseer | None = None,
+        ref_class: type[ActorRef] = ActorRef,
     ) -> Cell:
         if self._halt or self.state is ActorState.STOPPED:
             raise ActorDeadError(self.ref, self._reason)
         if self._children is None:
             self._children = {}
         cell = Cell.create(
-            self.system, self, self._children, factory, args, name, mailbox_size, overseer
+            self.system,
+            self,
+            self._children,
+            factory,
+            args,
+            name,
+            mailbox_size,
+            overseer,
+            ref_class,
         )
         self.system._start(cell.run, cell.path)
         return cell
@@ -510,7 +557,8 @@ class Cell:
             return
         self._record(reason)
         self._final = self._final or final
-        self._accepting = False
+        if final:  # otherwise a restart may follow: keep taking messages for the next life
+            self._accepting = False
         if not self._halt:
             self._halt = True
             self.mailbox.wake()
@@ -541,7 +589,8 @@ class Cell:
             return
         recorded = self._record(reason)
         self._final = self._final or final
-        self._accepting = False
+        if final:
+            self._accepting = False
         self._halt = True
         if self._hard:
             return
@@ -596,13 +645,19 @@ class Cell:
 
     async def wait_started(self) -> bool:
         """Wait until on_start finished (True) or the incarnation ended first (False)."""
-        if self.state is ActorState.STARTING:
+        restarting = self.state is ActorState.RESTARTING and self._verdict is True
+        if self.state is ActorState.STARTING or restarting:
             if self._started_event is None:
                 self._started_event = self.system.new_event()
             await self._started_event.wait()
         else:
             await checkpoint()
         return self.state is ActorState.RUNNING
+
+    @property
+    def awaiting_verdict(self) -> bool:
+        """Between two incarnations, with no restart-or-stop decision made yet."""
+        return self.state is ActorState.RESTARTING and self._verdict is None
 
     def restart(self) -> bool:
         """Overseer's verdict: run a fresh instance. False if the cell is not waiting for one."""
@@ -619,6 +674,8 @@ class Cell:
         if self.state is not ActorState.RESTARTING or self._verdict is not None:
             return False
         self._verdict = restart
+        if restart:
+            self.restarts += 1  # now, so a notice about the previous life is already stale
         if self._verdict_event is not None:
             self._verdict_event.set()
         return True
@@ -683,7 +740,6 @@ class Cell:
     def _begin_incarnation(self) -> None:
         """Reset what belongs to one instance and build the next (RESTARTING -> STARTING)."""
         self.state = check_transition(self.state, ActorState.STARTING)
-        self.restarts += 1
         self._verdict = None
         self._halt = False
         self._hard = False

@@ -6,19 +6,61 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import anyio.abc
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
-from ._cell import DEFAULT_MAILBOX_SIZE, Actor, Cell, _current_cell
+from ._cell import DEFAULT_MAILBOX_SIZE, Actor, Cell, Overseer, _current_cell
 from ._errors import MainspringError
+from ._events import EventBus
 from ._reasons import CancelReason, Shutdown
 from ._ref import ActorRef
 from ._util import NoPublicConstructor
 
-__all__ = ["ActorSystem", "open_system"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["ActorSystem", "RestartType", "install_supervision", "open_system"]
+
+RestartType = Literal["permanent", "transient", "temporary"]
+_RESTART_TYPES = ("permanent", "transient", "temporary")
+
+
+class RootOverseer(Overseer, Protocol):
+    """The system's root supervisor, as the kernel sees it (supervision provides it)."""
+
+    def adopt(self, cell: Cell, restart: RestartType) -> None: ...
+
+
+class _SupervisionHooks(Protocol):
+    def root_overseer(self, system: ActorSystem) -> RootOverseer: ...
+
+    async def spawn_supervisor(
+        self,
+        system: ActorSystem,
+        parent: Cell | None,
+        children: Sequence[Any],
+        options: dict[str, Any],
+    ) -> ActorRef: ...
+
+
+# Layering: actors/ never imports supervision/. Supervision plugs itself in here when
+# ``mainspring.supervision`` is imported (which ``import mainspring`` always does).
+_hooks: _SupervisionHooks | None = None
+
+
+def install_supervision(hooks: _SupervisionHooks) -> None:
+    """Called once by ``mainspring.supervision`` at import time."""
+    global _hooks
+    _hooks = hooks
+
+
+def _supervision() -> _SupervisionHooks:
+    if _hooks is None:  # pragma: no cover - only if someone imports mainspring.actors alone
+        raise MainspringError("supervision is not available: import mainspring first")
+    return _hooks
 
 
 class ActorSystem(metaclass=NoPublicConstructor):
@@ -41,6 +83,8 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # The running backend's concrete Event class: anyio.Event() looks the backend up on
         # every call, and the kernel makes one or two events per ask.
         self.new_event: Callable[[], anyio.Event] = type(anyio.Event())
+        self.event_bus = EventBus(self.new_event)
+        self._root: RootOverseer | None = _hooks.root_overseer(self) if _hooks else None
 
     def _next_id(self) -> int:
         return next(self._ids)
@@ -51,21 +95,76 @@ class ActorSystem(metaclass=NoPublicConstructor):
         *args: Any,
         name: str | None = None,
         mailbox_size: int = DEFAULT_MAILBOX_SIZE,
+        restart: RestartType = "temporary",
     ) -> ActorRef:
         """Start a top-level actor: ``factory(*args)`` must return an :class:`Actor`.
+
+        The actor lives under the system's root supervisor with restart type ``restart``:
+        ``"temporary"`` (the default) reports a crash as an event and does not restart;
+        ``"transient"`` restarts after a crash; ``"permanent"`` restarts after any end it did
+        not get from outside (see :class:`ChildSpec`). Past the root's restart intensity the
+        actor is stopped for good rather than restarted forever.
 
         Returns once the actor is registered and scheduled; its ``on_start`` runs in its own
         task before its first message, and messages sent meanwhile wait in its mailbox.
         Raises :class:`NameTaken` if a live top-level actor has ``name``, ``ValueError`` for a
-        name outside ``[A-Za-z0-9._:-]{1,256}``, :class:`MainspringError` after shutdown began.
-        Not a schedule point (only a cancellation check), so spawning many actors is cheap.
+        name outside ``[A-Za-z0-9._:-]{1,256}`` or an unknown restart type,
+        :class:`MainspringError` after shutdown began. Not a schedule point (only a
+        cancellation check), so spawning many actors is cheap.
+        """
+        await checkpoint_if_cancelled()
+        if restart not in _RESTART_TYPES:
+            raise ValueError(f"restart must be one of {', '.join(_RESTART_TYPES)}, not {restart!r}")
+        if self._closed:
+            raise MainspringError(f"actor system {self.name!r} is shutting down")
+        cell = Cell.create(
+            self, None, self._children, factory, args, name, mailbox_size, self._root
+        )
+        if self._root is not None:
+            self._root.adopt(cell, restart)
+        self._start(cell.run, cell.path)
+        return cell.ref
+
+    async def spawn_supervisor(
+        self,
+        children: Sequence[Any],
+        *,
+        name: str,
+        strategy: str = "one_for_one",
+        max_restarts: int = 3,
+        period: float = 5.0,
+        backoff: Any = None,
+        restart: RestartType = "permanent",
+        clock: Callable[[], float] | None = None,
+    ) -> Any:
+        """Start a top-level :class:`Supervisor` over ``children`` (a list of ChildSpec).
+
+        Returns a :class:`SupervisorRef` once every child has started, in order. See
+        :class:`Supervisor` for the strategies and the restart intensity.
         """
         await checkpoint_if_cancelled()
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
-        cell = Cell.create(self, None, self._children, factory, args, name, mailbox_size)
-        self._start(cell.run, cell.path)
-        return cell.ref
+        options = {
+            "name": name,
+            "strategy": strategy,
+            "max_restarts": max_restarts,
+            "period": period,
+            "backoff": backoff,
+            "restart": restart,
+            "clock": clock,
+        }
+        return await _supervision().spawn_supervisor(self, None, children, options)
+
+    def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
+        """Iterate over supervision events (child started, restarted, failed, ...).
+
+        Events carry names, paths, reasons and counts only. Each iterator keeps up to
+        ``buffer`` events; one that falls further behind gets an :class:`EventsDropped` in place
+        of what it lost. Subscription starts at the first ``__anext__``; iteration ends when
+        the system shuts down.
+        """
+        return self.event_bus.subscribe(buffer)
 
     def _start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         # Every actor and timer task of the system runs in this one task group; the tree is
@@ -115,6 +214,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
             cell.cancel(reason)
         for cell in cells:
             await cell.wait_stopped()
+        self.event_bus.close()  # subscribers drain what is left, then their iteration ends
 
     def __repr__(self) -> str:
         return f"<ActorSystem {self.name!r} actors={len(self._children)}>"

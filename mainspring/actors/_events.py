@@ -1,0 +1,83 @@
+"""A small in-process event bus: many publishers, any number of bounded subscribers.
+
+Publishing never blocks and never fails: a subscriber that falls more than ``buffer`` events
+behind loses the oldest ones, and is told how many with an :class:`EventsDropped` event, so a
+slow consumer can never stall the runtime (or grow its memory) and never silently misses data.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import attrs
+
+__all__ = ["EventBus", "EventsDropped"]
+
+
+@attrs.frozen
+class EventsDropped:
+    """This subscriber fell behind and lost ``count`` events just before this one."""
+
+    count: int
+
+
+class _Subscriber:
+    __slots__ = ("buffer", "dropped", "items", "wake")
+
+    def __init__(self, buffer: int) -> None:
+        self.buffer = buffer
+        self.items: deque[object] = deque()
+        self.dropped = 0
+        self.wake: anyio.Event | None = None
+
+
+class EventBus:
+    """Fan-out of events to subscribers; closed when the actor system ends."""
+
+    def __init__(self, new_event: Callable[[], anyio.Event]) -> None:
+        self._subscribers: set[_Subscriber] = set()
+        self._new_event = new_event
+        self._closed = False
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, event: object) -> None:
+        for sub in self._subscribers:
+            if len(sub.items) >= sub.buffer:
+                sub.items.popleft()
+                sub.dropped += 1
+            sub.items.append(event)
+            if sub.wake is not None:
+                sub.wake.set()
+                sub.wake = None
+
+    def close(self) -> None:
+        self._closed = True
+        for sub in self._subscribers:
+            if sub.wake is not None:
+                sub.wake.set()
+                sub.wake = None
+
+    async def subscribe(self, buffer: int) -> AsyncIterator[object]:
+        if buffer < 1:
+            raise ValueError(f"buffer must be at least 1, not {buffer}")
+        sub = _Subscriber(buffer)
+        self._subscribers.add(sub)
+        try:
+            while True:
+                if sub.dropped:
+                    dropped, sub.dropped = sub.dropped, 0
+                    yield EventsDropped(dropped)
+                elif sub.items:
+                    yield sub.items.popleft()
+                elif self._closed:
+                    return
+                else:
+                    sub.wake = self._new_event()
+                    await sub.wake.wait()
+        finally:
+            self._subscribers.discard(sub)
