@@ -793,10 +793,16 @@ class Cell:
                     self._current = None
                 else:
                     await receive(item)
-                in_a_row += 1
+                in_a_row = max(in_a_row, 0) + 1
                 if in_a_row == _BATCH:
                     in_a_row = 0
                     await checkpoint()
+            elif in_a_row >= 0:
+                # Empty: yield once before parking. A sender that is about to send again
+                # (an asker that just got its answer) usually does so during this yield, which
+                # saves creating, setting and waiting on a wake-up event per message.
+                in_a_row = -1
+                await checkpoint()
             else:
                 in_a_row = 0
                 await mailbox.wait()
