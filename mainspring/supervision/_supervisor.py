@@ -221,7 +221,8 @@ class Supervisor(Actor):
         self._initial = specs
         self._entries: list[_Entry] = []
         self._by_cell: dict[Cell, _Entry] = {}
-        self._restart_times: deque[float] = deque()
+        # Only the latest max_restarts + 1 restarts can matter to the intensity check.
+        self._restart_times: deque[float] = deque(maxlen=max_restarts + 1)
         self._overseer = _ChildOverseer(self)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -522,7 +523,7 @@ class _RootOverseer:
                 )
             return
         now = anyio.current_time()
-        times = self._times.setdefault(cell, deque())
+        times = self._times.setdefault(cell, deque(maxlen=self.max_restarts + 1))
         times.append(now)
         while times and times[0] <= now - self.period:
             times.popleft()
