@@ -44,7 +44,9 @@ def test_actors_layer_imports_neither_supervision_nor_storage() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [mainspring.ActorRef, mainspring.ActorSystem, mainspring.Timer], ids=lambda c: c.__name__
+    "cls",
+    [mainspring.ActorRef, mainspring.SupervisorRef, mainspring.ActorSystem, mainspring.Timer],
+    ids=lambda c: c.__name__,
 )
 def test_runtime_made_objects_cannot_be_constructed(cls: Any) -> None:
     with pytest.raises(TypeError, match="no public constructor"):

@@ -100,8 +100,7 @@ def test_supervisor_matches_the_model(
         if model.alive:
             rows = [(c.name, c.status, c.restarts) for c in await sup.which_children()]
             expected = [
-                (c.name, "running" if c.running else "stopped", c.restarts)
-                for c in model.children
+                (c.name, "running" if c.running else "stopped", c.restarts) for c in model.children
             ]
             assert rows == expected
         assert starts(log) == model.starts
