@@ -11,10 +11,10 @@ import pytest
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _example() -> str:
+def _example(index: int = 0) -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert blocks, "README.md lost its example"
-    return str(blocks[0])
+    assert len(blocks) > index, "README.md lost an example"
+    return str(blocks[index])
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -30,6 +30,24 @@ def test_readme_example_runs(backend: str, capsys: pytest.CaptureFixture[str]) -
         "/counter stopped: it was paused: user pressed pause",
         "it was paused: user pressed pause",
     ]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_readme_supervision_example_runs(
+    backend: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    source = _example(1).replace("anyio.run(main)", "pass")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(source, str(README), "exec"), namespace)
+    anyio.run(namespace["main"], backend=backend)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines() == [
+        "/crawler/fetcher (re)started",
+        "failed: unparseable page",
+        "/crawler/fetcher (re)started",
+        "fetched ok",
+        "[('fetcher', 'running', 1)]",
+    ]
+    assert "actor /crawler/fetcher crashed" in caplog.text  # no failure passes silently
 
 
 def test_readme_quick_start_is_two_commands() -> None:
