@@ -76,8 +76,10 @@ class ActorRef(metaclass=NoPublicConstructor):
         Messages still queued are dropped (their askers get :class:`ActorDeadError`); children
         stop first, then ``on_stop(reason)`` runs. Waits until the actor has stopped and returns
         the reason it stopped with — which is an earlier one if another reason got there first.
-        Called from inside the actor itself or one of its descendants, it only requests the
-        stop (waiting there would wait forever).
+        A stop sent through the ref is final: a supervisor does not restart the actor after it.
+        Called from inside the actor itself it is the actor's own "normal exit" (a permanent
+        child's supervisor restarts it), and, like a call from one of its descendants, it only
+        requests the stop: waiting there would wait forever.
         """
         return await self._cell.request_stop_and_wait(reason)
 
@@ -87,12 +89,16 @@ class ActorRef(metaclass=NoPublicConstructor):
         ``reason`` is recorded before the cancel scope is cancelled, so the handler's
         ``except``/``finally`` sees it through :func:`cancel_reason`; descendants see a
         :class:`ParentCancel` leading to it. The first reason wins; calling twice is harmless.
+        Like :meth:`stop`, a cancel from outside the actor is final under a supervisor.
         Not a checkpoint and does not wait: use :meth:`wait_stopped` for that.
         """
         self._cell.cancel(reason)
 
     async def wait_stopped(self) -> CancelReason:
-        """Wait until the actor has fully stopped (``on_stop`` done); return why it stopped."""
+        """Wait until the actor has stopped for good (``on_stop`` done); return why.
+
+        A supervised actor between two instances has not stopped: this waits through restarts.
+        """
         return await self._cell.wait_stopped()
 
     def __repr__(self) -> str:
