@@ -17,6 +17,7 @@ supervisors with restart strategies to compare with.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -70,10 +71,8 @@ def restart_latency(backend: str, n: int) -> dict[str, float]:
             child = sup.child("c")
             assert child is not None
             for _ in range(n):
-                try:
+                with contextlib.suppress(ms.ActorFailed):
                     await child.ask("crash")
-                except ms.ActorFailed:
-                    pass
                 await child.ask("ready?")
         ordered = sorted(samples)
         return {
@@ -126,10 +125,8 @@ def many_children(backend: str, n: int) -> dict[str, float]:
                 first = sup.child("c0")
                 assert first is not None
                 start = time.perf_counter()
-                try:
+                with contextlib.suppress(ms.ActorFailed):
                     await first.ask("crash")
-                except ms.ActorFailed:
-                    pass
                 await done.wait()
                 restart_all = time.perf_counter() - start
                 tg.cancel_scope.cancel()

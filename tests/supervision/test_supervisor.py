@@ -377,3 +377,31 @@ async def test_a_top_level_actor_that_keeps_crashing_is_stopped_for_good() -> No
         reason = await ref.wait_stopped()
         assert isinstance(reason, ms.Crash)
         assert starts(log) == ["flaky"] * 4  # 3 restarts allowed within 5 s, not a 4th
+
+
+async def test_cancel_from_outside_is_final_cancel_from_inside_is_a_normal_exit() -> None:
+    log: list[tuple[Any, ...]] = []
+
+    class SelfCancel(Worker):
+        async def receive(self, message: Any) -> Any:
+            if message == "self-cancel":
+                self.ref.cancel(ms.BudgetExhausted(detail="out of calls"))
+                await anyio.sleep_forever()
+            return await super().receive(message)
+
+    async with ms.open_system() as system:
+        sup = await system.spawn_supervisor(
+            [
+                ms.ChildSpec(SelfCancel, log, "inner", name="inner"),
+                ms.ChildSpec(SelfCancel, log, "outer", name="outer"),
+            ],
+            name="sup",
+        )
+        inner = await _child(sup, "inner")
+        with pytest.raises(ms.ActorDeadError):
+            await inner.ask("self-cancel")
+        assert await inner.ask("get") == 0  # permanent: restarted after its own cancel
+        outer = await _child(sup, "outer")
+        outer.cancel(ms.Cancel(detail="operator"))
+        assert isinstance(await outer.wait_stopped(), ms.Cancel)  # from outside: final
+    assert starts(log) == ["inner", "outer", "inner"]
