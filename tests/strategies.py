@@ -38,11 +38,3 @@ sender_plans = st.tuples(
 #: Restart types and supervisor strategies, for the supervision model test.
 restart_types = st.sampled_from(["permanent", "transient", "temporary"])
 strategies = st.sampled_from(["one_for_one", "one_for_all", "rest_for_one"])
-supervisor_ops = st.lists(
-    st.one_of(
-        st.tuples(st.sampled_from(["crash", "exit", "stop", "terminate", "restart_child"]),
-                  st.integers(min_value=0, max_value=5)),
-        st.tuples(st.just("start"), restart_types),
-    ),
-    max_size=14,
-)  # fmt: skip

@@ -1,11 +1,12 @@
-"""Property: random crash / exit / stop / start sequences against a reference model.
+"""Hypothesis stateful test: random crash / exit / stop / start sequences against a model.
 
-Hypothesis draws a supervisor (strategy, children with restart types, intensity) and a
-sequence of operations; the real supervisor runs them one at a time, waiting until every task
-is idle after each, and after each step its children (names, statuses, restart counts), the
-order children start in and whether the supervisor is alive must match a small model of the
-rules — permanent / transient / temporary, one_for_one / one_for_all / rest_for_one, and
-"more than max_restarts restarts fails the supervisor".
+The machine draws a supervisor (strategy, children and their restart types, intensity) and
+then random operations. Each operation runs against a real supervisor — the actor system
+lives in an anyio blocking portal, on asyncio or on trio — and after each one, once every task
+is idle, the supervisor's children (names, statuses, restart counts), the order children
+started in and whether the supervisor is alive must match a small model of the rules:
+permanent / transient / temporary, one_for_one / one_for_all / rest_for_one, and "more than
+max_restarts restarts fails the supervisor".
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import contextlib
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import attrs
-import pytest
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import mainspring as ms
 
-from ..strategies import restart_types, strategies, supervisor_ops
+from ..strategies import restart_types, strategies
 from ._kit import FakeClock, Worker, starts
 
 
@@ -35,6 +37,8 @@ class ModelChild:
 
 @attrs.define
 class Model:
+    """The rules, with no event loop: what the supervisor must look like after each step."""
+
     strategy: str
     max_restarts: int
     children: list[ModelChild]
@@ -42,7 +46,8 @@ class Model:
     restart_count: int = 0
     starts: list[str] = attrs.Factory(list)
 
-    def restarts_after_end(self, child: ModelChild, *, crashed: bool) -> None:
+    def ended(self, child: ModelChild, *, crashed: bool) -> None:
+        """The child ended on its own (a crash, or stopping itself)."""
         wants = child.restart == "permanent" or (child.restart == "transient" and crashed)
         if not wants:
             self.end_for_good(child)
@@ -70,90 +75,150 @@ class Model:
             self.children.remove(child)
 
 
-@given(
-    strategy=strategies,
-    types=st.lists(restart_types, min_size=1, max_size=4),
-    max_restarts=st.integers(min_value=0, max_value=4),
-    ops=supervisor_ops,
-)
-@settings(max_examples=60, deadline=None)
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_supervisor_matches_the_model(
-    backend: str, strategy: str, types: list[str], max_restarts: int, ops: list[Any]
-) -> None:
-    log: list[tuple[Any, ...]] = []
-    names = [f"c{i}" for i in range(len(types))]
-    model = Model(
-        strategy,
-        max_restarts,
-        [ModelChild(n, t) for n, t in zip(names, types, strict=True)],
-        starts=list(names),
+class SupervisorMachine(RuleBasedStateMachine):
+    backend = "asyncio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[Any, ...]] = []
+        self.exits = contextlib.ExitStack()
+        self.fresh = 0
+
+    @initialize(
+        strategy=strategies,
+        types=st.lists(restart_types, min_size=1, max_size=4),
+        max_restarts=st.integers(min_value=0, max_value=4),
     )
-    specs = [
-        ms.ChildSpec(Worker, log, n, name=n, restart=t, shutdown=1.0)  # type: ignore[arg-type]
-        for n, t in zip(names, types, strict=True)
-    ]
+    def start_supervisor(self, strategy: str, types: list[str], max_restarts: int) -> None:
+        names = [f"c{i}" for i in range(len(types))]
+        self.model = Model(
+            strategy,
+            max_restarts,
+            [ModelChild(n, t) for n, t in zip(names, types, strict=True)],
+            starts=list(names),
+        )
+        self.portal = self.exits.enter_context(
+            anyio.from_thread.start_blocking_portal(self.backend)
+        )
+        system = self.exits.enter_context(self.portal.wrap_async_context_manager(ms.open_system()))
+        specs = [self._spec(n, t) for n, t in zip(names, types, strict=True)]
 
-    async def check(sup: ms.SupervisorRef) -> None:
-        await anyio.wait_all_tasks_blocked()
-        assert sup.is_alive == model.alive
-        if model.alive:
-            rows = [(c.name, c.status, c.restarts) for c in await sup.which_children()]
-            expected = [
-                (c.name, "running" if c.running else "stopped", c.restarts) for c in model.children
-            ]
-            assert rows == expected
-        assert starts(log) == model.starts
-
-    async def scenario() -> None:
-        async with ms.open_system() as system:
-            sup = await system.spawn_supervisor(
+        async def spawn() -> ms.SupervisorRef:
+            sup: ms.SupervisorRef = await system.spawn_supervisor(
                 specs, name="sup", strategy=strategy, max_restarts=max_restarts,
                 period=60.0, clock=FakeClock(), restart="temporary",
             )  # fmt: skip
-            fresh = 0
-            await check(sup)
-            for verb, arg in ops:
-                if not model.alive:
-                    break
-                if verb == "start":
-                    name = f"n{fresh}"
-                    fresh += 1
-                    await sup.start_child(
-                        ms.ChildSpec(Worker, log, name, name=name, restart=arg, shutdown=1.0)
-                    )
-                    model.children.append(ModelChild(name, arg))
-                    model.starts.append(name)
-                    await check(sup)
-                    continue
-                if not model.children:
-                    continue
-                child = model.children[arg % len(model.children)]
-                ref = sup.child(child.name)
-                if verb == "terminate":
-                    assert await sup.terminate_child(child.name) == child.running
-                    if child.running:
-                        model.end_for_good(child)
-                elif verb == "restart_child":
-                    await sup.restart_child(child.name)
-                    if child.running:
-                        child.restarts += 1
-                    else:
-                        child.running = True
-                        child.restarts = 0  # a stopped child comes back as a new actor
-                    model.starts.append(child.name)
-                elif not child.running or ref is None:
-                    pass
-                elif verb == "crash":
-                    with contextlib.suppress(ms.ActorFailed):
-                        await ref.ask("crash")
-                    model.restarts_after_end(child, crashed=True)
-                elif verb == "exit":
-                    await ref.ask("exit")
-                    model.restarts_after_end(child, crashed=False)
-                elif verb == "stop":
-                    await ref.stop()
-                    model.end_for_good(child)
-                await check(sup)
+            return sup
 
-    anyio.run(scenario, backend=backend)
+        self.sup = self.portal.call(spawn)
+
+    def _spec(self, name: str, restart: str) -> ms.ChildSpec:
+        return ms.ChildSpec(Worker, self.log, name, name=name, restart=restart, shutdown=1.0)  # type: ignore[arg-type]
+
+    def _pick(self, index: int) -> ModelChild:
+        return self.model.children[index % len(self.model.children)]
+
+    def _live(self) -> bool:
+        return self.model.alive and bool(self.model.children)
+
+    # -- operations -------------------------------------------------------------------------
+
+    @precondition(_live)
+    @rule(index=st.integers(min_value=0, max_value=7))
+    def crash(self, index: int) -> None:
+        child = self._pick(index)
+        ref = self.sup.child(child.name)
+        if not child.running or ref is None:
+            return
+
+        async def crash() -> None:
+            with contextlib.suppress(ms.ActorFailed):
+                await ref.ask("crash")
+
+        self.portal.call(crash)
+        self.model.ended(child, crashed=True)
+
+    @precondition(_live)
+    @rule(index=st.integers(min_value=0, max_value=7))
+    def exit_normally(self, index: int) -> None:
+        child = self._pick(index)
+        ref = self.sup.child(child.name)
+        if not child.running or ref is None:
+            return
+        self.portal.call(ref.ask, "exit")
+        self.model.ended(child, crashed=False)
+
+    @precondition(_live)
+    @rule(index=st.integers(min_value=0, max_value=7))
+    def stop_from_outside(self, index: int) -> None:
+        child = self._pick(index)
+        ref = self.sup.child(child.name)
+        if not child.running or ref is None:
+            return
+        self.portal.call(ref.stop)
+        self.model.end_for_good(child)
+
+    @precondition(_live)
+    @rule(index=st.integers(min_value=0, max_value=7))
+    def terminate_child(self, index: int) -> None:
+        child = self._pick(index)
+        was_running = child.running
+        assert self.portal.call(self.sup.terminate_child, child.name) is was_running
+        if was_running:
+            self.model.end_for_good(child)
+
+    @precondition(_live)
+    @rule(index=st.integers(min_value=0, max_value=7))
+    def restart_child(self, index: int) -> None:
+        child = self._pick(index)
+        self.portal.call(self.sup.restart_child, child.name)
+        if child.running:
+            child.restarts += 1
+        else:
+            child.running = True
+            child.restarts = 0  # a stopped child comes back as a new actor
+        self.model.starts.append(child.name)
+
+    @precondition(lambda self: self.model.alive)
+    @rule(restart=restart_types)
+    def start_child(self, restart: str) -> None:
+        name = f"n{self.fresh}"
+        self.fresh += 1
+        self.portal.call(self.sup.start_child, self._spec(name, restart))
+        self.model.children.append(ModelChild(name, restart))
+        self.model.starts.append(name)
+
+    @rule()
+    def let_time_pass(self) -> None:
+        """Always possible, so a run goes on (a no-op) after the supervisor gave up."""
+
+    # -- what must hold after every step ---------------------------------------------------
+
+    @invariant()
+    def matches_the_model(self) -> None:
+        self.portal.call(anyio.wait_all_tasks_blocked)
+        assert self.sup.is_alive == self.model.alive
+        if self.model.alive:
+            rows = [
+                (c.name, c.status, c.restarts) for c in self.portal.call(self.sup.which_children)
+            ]
+            expected = [
+                (c.name, "running" if c.running else "stopped", c.restarts)
+                for c in self.model.children
+            ]
+            assert rows == expected
+        assert starts(self.log) == self.model.starts
+
+    def teardown(self) -> None:
+        self.exits.close()
+
+
+class TrioSupervisorMachine(SupervisorMachine):
+    backend = "trio"
+
+
+_settings = settings(max_examples=80, stateful_step_count=15, deadline=None)
+TestSupervisorModelAsyncio = SupervisorMachine.TestCase
+TestSupervisorModelAsyncio.settings = _settings
+TestSupervisorModelTrio = TrioSupervisorMachine.TestCase
+TestSupervisorModelTrio.settings = _settings
