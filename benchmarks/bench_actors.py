@@ -25,22 +25,15 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from _harness import in_subprocess, run_on
+
 BACKENDS = ["asyncio", "asyncio+uvloop", "trio"]
-
-
-def _run(backend: str, fn: Callable[[], Any]) -> Any:
-    import anyio
-
-    if backend == "asyncio+uvloop":
-        return anyio.run(fn, backend="asyncio", backend_options={"use_uvloop": True})
-    return anyio.run(fn, backend=backend)
 
 
 def _rss() -> int:
@@ -87,7 +80,7 @@ def ms_tell(backend: str, n: int) -> float:
             await ref.ask("done")
             return n / (time.perf_counter() - start)
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 def ms_ask(backend: str, n: int) -> float:
@@ -104,7 +97,7 @@ def ms_ask(backend: str, n: int) -> float:
                 await ref.ask(i)
             return n / (time.perf_counter() - start)
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 def ms_spawn(backend: str, n: int) -> dict[str, float]:
@@ -135,7 +128,7 @@ def ms_spawn(backend: str, n: int) -> dict[str, float]:
                 "rss_bytes": per_actor,
             }
 
-    result: dict[str, float] = _run(backend, main)
+    result: dict[str, float] = run_on(backend, main)
     return result
 
 
@@ -156,7 +149,7 @@ def ms_cancel(backend: str, n: int) -> float:
             await parent.wait_stopped()
             return (time.perf_counter() - start) * 1e3
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 # -- raw anyio ----------------------------------------------------------------------------
@@ -181,7 +174,7 @@ def raw_tell(backend: str, n: int) -> float:
                     await send.send(i)
         return n / (time.perf_counter() - start)
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 def raw_ask(backend: str, n: int) -> float:
@@ -207,7 +200,7 @@ def raw_ask(backend: str, n: int) -> float:
             tg.cancel_scope.cancel()
         return n / elapsed
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 def raw_spawn(backend: str, n: int) -> dict[str, float]:
@@ -240,7 +233,7 @@ def raw_spawn(backend: str, n: int) -> dict[str, float]:
             "rss_bytes": per_task,
         }
 
-    result: dict[str, float] = _run(backend, main)
+    result: dict[str, float] = run_on(backend, main)
     return result
 
 
@@ -256,7 +249,7 @@ def raw_cancel(backend: str, n: int) -> float:
             tg.cancel_scope.cancel()
         return (time.perf_counter() - start) * 1e3
 
-    return float(_run(backend, main))
+    return float(run_on(backend, main))
 
 
 # -- Pykka (threads) ----------------------------------------------------------------------
@@ -328,20 +321,6 @@ def _size_for(measure: str, sizes: dict[str, int]) -> int:
     return sizes[measure.split("_", 1)[1]]
 
 
-def _one(measure: str, backend: str, n: int) -> Any:
-    """Run one measurement in a fresh interpreter and return its JSON result."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--one", measure, backend, str(n)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{measure} on {backend} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def _fmt(value: float, unit: str) -> str:
     if unit in {"msg/s", "rt/s"}:
         return f"{value:,.0f}"
@@ -371,7 +350,9 @@ def main() -> None:
     started = time.perf_counter()
     for run in range(args.runs):
         for measure, backend in plan:
-            samples[(measure, backend)].append(_one(measure, backend, _size_for(measure, sizes)))
+            samples[(measure, backend)].append(
+                in_subprocess(__file__, measure, backend, _size_for(measure, sizes))
+            )
         print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
 
     def med(measure: str, backend: str, key: str | None = None) -> float:

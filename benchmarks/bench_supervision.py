@@ -20,18 +20,12 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
+from _harness import in_subprocess, run_on
+
 BACKENDS = ["asyncio", "trio"]
-
-
-def _run(backend: str, fn: Any) -> Any:
-    import anyio
-
-    return anyio.run(fn, backend=backend)
 
 
 class _Clock:
@@ -80,7 +74,7 @@ def restart_latency(backend: str, n: int) -> dict[str, float]:
             "p99_us": ordered[int(len(ordered) * 0.99)] * 1e6,
         }
 
-    result: dict[str, float] = _run(backend, main)
+    result: dict[str, float] = run_on(backend, main)
     return result
 
 
@@ -132,24 +126,11 @@ def many_children(backend: str, n: int) -> dict[str, float]:
                 tg.cancel_scope.cancel()
         return {"start_ms": started * 1e3, "one_for_all_ms": restart_all * 1e3}
 
-    result: dict[str, float] = _run(backend, main)
+    result: dict[str, float] = run_on(backend, main)
     return result
 
 
 MEASURES = {"restart_latency": restart_latency, "many_children": many_children}
-
-
-def _one(measure: str, backend: str, n: int) -> Any:
-    done = subprocess.run(
-        [sys.executable, __file__, "--one", measure, backend, str(n)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{measure} on {backend} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -165,8 +146,12 @@ def main() -> None:
     restarts, children = (200, 500) if args.quick else (2_000, 10_000)
     rows = []
     for backend in BACKENDS:
-        latency = [_one("restart_latency", backend, restarts) for _ in range(args.runs)]
-        many = [_one("many_children", backend, children) for _ in range(args.runs)]
+        latency = [
+            in_subprocess(__file__, "restart_latency", backend, restarts) for _ in range(args.runs)
+        ]
+        many = [
+            in_subprocess(__file__, "many_children", backend, children) for _ in range(args.runs)
+        ]
         rows.append(
             (
                 backend,

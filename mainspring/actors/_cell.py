@@ -193,20 +193,14 @@ class Actor(abc.ABC):
         The supervisor is this actor's child: it stops (and so do its children) when this
         actor stops.
         """
-        from ._system import _supervision  # supervision plugs itself into the kernel
+        from ._system import spawn_supervisor_under  # import cycle: _system imports us
 
         await checkpoint_if_cancelled()
         cell = self._cell
-        options = {
-            "name": name,
-            "strategy": strategy,
-            "max_restarts": max_restarts,
-            "period": period,
-            "backoff": backoff,
-            "restart": "temporary",
-            "clock": clock,
-        }
-        return await _supervision().spawn_supervisor(cell.system, cell, children, options)
+        return await spawn_supervisor_under(
+            cell.system, cell, children, name, strategy, max_restarts, period, backoff,
+            "temporary", clock,
+        )  # fmt: skip
 
     def watch(self, ref: ActorRef) -> None:
         """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has).

@@ -63,6 +63,31 @@ def _supervision() -> _SupervisionHooks:
     return _hooks
 
 
+async def spawn_supervisor_under(
+    system: ActorSystem,
+    parent: Cell | None,
+    children: Sequence[Any],
+    name: str,
+    strategy: str,
+    max_restarts: int,
+    period: float,
+    backoff: Any,
+    restart: RestartType,
+    clock: Callable[[], float] | None,
+) -> ActorRef:
+    """Start a Supervisor under ``parent`` (None: the system's root) through the plug-in."""
+    options = {
+        "name": name,
+        "strategy": strategy,
+        "max_restarts": max_restarts,
+        "period": period,
+        "backoff": backoff,
+        "restart": restart,
+        "clock": clock,
+    }
+    return await _supervision().spawn_supervisor(system, parent, children, options)
+
+
 class ActorSystem(metaclass=NoPublicConstructor):
     """The root of one actor tree. Made by :func:`open_system`; not constructible by hand."""
 
@@ -145,16 +170,9 @@ class ActorSystem(metaclass=NoPublicConstructor):
         await checkpoint_if_cancelled()
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
-        options = {
-            "name": name,
-            "strategy": strategy,
-            "max_restarts": max_restarts,
-            "period": period,
-            "backoff": backoff,
-            "restart": restart,
-            "clock": clock,
-        }
-        return await _supervision().spawn_supervisor(self, None, children, options)
+        return await spawn_supervisor_under(
+            self, None, children, name, strategy, max_restarts, period, backoff, restart, clock
+        )
 
     def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
         """Iterate over supervision events (child started, restarted, failed, ...).

@@ -346,15 +346,7 @@ class Supervisor(Actor):
         if entry is None:
             return
         if notice.final:
-            if notice.crashed:
-                self._publish(
-                    ChildFailed(
-                        supervisor=self.ref.path,
-                        child=notice.cell.path,
-                        reason=notice.reason,
-                        restarting=False,
-                    )
-                )
+            self._report_crash(notice, restarting=False)
             if entry.spec.restart == "temporary":
                 self._forget(entry)
             return
@@ -362,17 +354,20 @@ class Supervisor(Actor):
             return  # a restart we run ourselves, or a notice from an earlier life
         if not notice.cell.awaiting_verdict:
             return
+        self._report_crash(notice, restarting=True)
+        self._count_restart()
+        await self._restart_group(entry, self._group(entry), notice.reason, stop_first=False)
+
+    def _report_crash(self, notice: _ChildEnded, *, restarting: bool) -> None:
         if notice.crashed:
             self._publish(
                 ChildFailed(
                     supervisor=self.ref.path,
                     child=notice.cell.path,
                     reason=notice.reason,
-                    restarting=True,
+                    restarting=restarting,
                 )
             )
-        self._count_restart()
-        await self._restart_group(entry, self._group(entry), notice.reason, stop_first=False)
 
     def _count_restart(self) -> None:
         now = self._clock()
