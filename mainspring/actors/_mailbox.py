@@ -56,6 +56,11 @@ class Mailbox:
         return len(self._items)
 
     @property
+    def parked(self) -> bool:
+        """True while the consumer waits in :meth:`wait` (nothing else is running for it)."""
+        return self._receiver is not None
+
+    @property
     def waiting_senders(self) -> int:
         return len(self._senders) if self._senders else 0
 
