@@ -29,6 +29,26 @@ from .actors import Timer as Timer
 from .actors import cancel_reason as cancel_reason
 from .actors import current_actor as current_actor
 from .actors import open_system as open_system
+from .storage import AgentTaskRecord as AgentTaskRecord
+from .storage import BudgetInfo as BudgetInfo
+from .storage import Checkpoint as Checkpoint
+from .storage import Control as Control
+from .storage import Execution as Execution
+from .storage import Failure as Failure
+from .storage import Finding as Finding
+from .storage import Interruption as Interruption
+from .storage import InvalidId as InvalidId
+from .storage import Lease as Lease
+from .storage import Observation as Observation
+from .storage import Pending as Pending
+from .storage import Plan as Plan
+from .storage import PlanStep as PlanStep
+from .storage import RecordError as RecordError
+from .storage import StorageError as StorageError
+from .storage import TooLarge as TooLarge
+from .storage import parse_agent_tasks as parse_agent_tasks
+from .storage import redact as redact
+from .storage import register_secret as register_secret
 from .supervision import Backoff as Backoff
 from .supervision import ChildFailed as ChildFailed
 from .supervision import ChildInfo as ChildInfo
@@ -52,37 +72,57 @@ __all__ = [
     "ActorFailed",
     "ActorRef",
     "ActorSystem",
+    "AgentTaskRecord",
     "AskTimeout",
     "Backoff",
     "BudgetExhausted",
+    "BudgetInfo",
     "Cancel",
     "CancelReason",
+    "Checkpoint",
     "ChildFailed",
     "ChildInfo",
     "ChildRestarted",
     "ChildSpec",
     "ChildStarted",
+    "Control",
     "Crash",
     "Escalated",
     "EventsDropped",
+    "Execution",
+    "Failure",
+    "Finding",
     "IntensityExceeded",
+    "Interruption",
+    "InvalidId",
+    "Lease",
     "LeaseLost",
     "MailboxFull",
     "MainspringError",
     "NameTaken",
     "NoSuchChild",
+    "Observation",
     "ParentCancel",
     "Pause",
+    "Pending",
+    "Plan",
+    "PlanStep",
+    "RecordError",
     "RestartIntensityExceeded",
     "Shutdown",
     "Stop",
+    "StorageError",
     "SupervisionEvent",
     "Supervisor",
     "SupervisorRef",
     "Terminated",
     "Timeout",
     "Timer",
+    "TooLarge",
     "cancel_reason",
     "current_actor",
     "open_system",
+    "parse_agent_tasks",
+    "redact",
+    "register_secret",
 ]

@@ -38,3 +38,140 @@ sender_plans = st.tuples(
 #: Restart types and supervisor strategies, for the supervision model test.
 restart_types = st.sampled_from(["permanent", "transient", "temporary"])
 strategies = st.sampled_from(["one_for_one", "one_for_all", "rest_for_one"])
+
+# -- storage records ----------------------------------------------------------------------
+
+from mainspring.storage import _records as rec  # noqa: E402
+from mainspring.storage._codec import unstructure  # noqa: E402
+
+ids = st.from_regex(r"[A-Za-z0-9._:-]{1,24}", fullmatch=True).filter(lambda s: s not in {".", ".."})
+counters = st.integers(min_value=0, max_value=1_000_000)
+times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+units = st.floats(min_value=0, max_value=1, allow_nan=False)
+short_text = st.text(max_size=20)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | short_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(short_text, inner, max_size=3),
+    max_leaves=6,
+)
+json_objects = st.dictionaries(short_text, json_values, max_size=3)
+hash_maps = st.none() | st.dictionaries(short_text, short_text, max_size=3)
+
+
+@st.composite
+def plan_steps(draw: st.DrawFn) -> rec.PlanStep:
+    kind = draw(st.sampled_from(["tool", "skill", "agent"]))
+    return rec.PlanStep(
+        id=draw(ids),
+        description=draw(short_text),
+        input=draw(json_objects),
+        depends_on=tuple(draw(st.lists(ids, max_size=3))),
+        status=draw(st.sampled_from(["pending", "running", "succeeded", "failed", "skipped"])),
+        **{kind: draw(ids)},
+    )
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> rec.Plan:
+    steps = draw(st.lists(plan_steps(), max_size=4, unique_by=lambda s: s.id))
+    return rec.Plan(
+        id=draw(ids), goal=draw(short_text), version=draw(counters), steps=tuple(steps),
+        reason=draw(short_text),
+    )  # fmt: skip
+
+
+observations = st.builds(
+    rec.Observation,
+    step_id=ids,
+    tool=st.none() | ids,
+    agent_task_id=st.none() | ids,
+    ok=st.booleans(),
+    output=json_values,
+    error=st.none() | short_text,
+    code=st.none() | st.sampled_from(["cancelled", "agent-failed", "agent-timeout"]),
+    data=json_objects,
+    finding_ids=st.lists(ids, max_size=3).map(tuple),
+    calls_used=counters,
+)
+checkpoints = st.builds(
+    rec.Checkpoint,
+    at=times,
+    plan_version=counters,
+    git_head=st.none() | short_text,
+    file_hashes=hash_maps,
+    config_hash=st.none() | short_text,
+    skill_versions=hash_maps,
+    completed_steps=st.lists(ids, max_size=3).map(tuple),
+    tool_hashes=hash_maps,
+)
+findings = st.builds(
+    rec.Finding,
+    id=ids,
+    claim=short_text,
+    confidence=units,
+    coverage=units,
+    evidence=st.lists(short_text, max_size=2).map(tuple),
+    source_steps=st.lists(ids, max_size=2).map(tuple),
+    status=st.sampled_from(["active", "superseded", "contradicted"]),
+    superseded_by=st.none() | ids,
+    created_at=times,
+)
+agent_tasks = st.builds(
+    rec.AgentTaskRecord,
+    id=ids,
+    agent_id=ids,
+    step_id=ids,
+    state=st.sampled_from(["created", "queued", "running", "completed", "paused"]),
+    created_at=times,
+    updated_at=times,
+    started_at=st.none() | times,
+    interruption=st.none()
+    | st.builds(
+        rec.Interruption, kind=st.sampled_from(["crash", "pause", "parent-cancel"]), at=times
+    ),
+    execution_id=ids,
+    plan_version=counters,
+    attempt=st.integers(min_value=1, max_value=1_000_000),
+    inner_plan=st.none() | plans(),
+    inner_completed=st.lists(ids, max_size=3).map(tuple),
+    inner_observations=st.lists(observations, max_size=2).map(tuple),
+    inner_checkpoint=st.none() | checkpoints,
+    pending_question=st.none() | short_text,
+    calls_reserved=counters,
+    calls_used=counters,
+    findings=st.lists(findings, max_size=3).map(tuple),
+    diagnostics=st.lists(short_text, max_size=3).map(tuple),
+    failure=st.none() | st.builds(rec.Failure, code=short_text, message=short_text),
+)
+executions = st.builds(
+    rec.Execution,
+    id=ids,
+    goal=short_text,
+    status=st.sampled_from(["planned", "running", "paused", "completed", "cancelled"]),
+    plan=st.none() | plans(),
+    plan_version=counters,
+    completed_steps=st.lists(ids, max_size=3).map(tuple),
+    observations=st.lists(observations, max_size=2).map(tuple),
+    checkpoints=st.lists(checkpoints, max_size=5).map(tuple),
+    pending=st.none()
+    | st.builds(rec.Pending, kind=st.sampled_from(["approval", "clarification", "budget"])),
+    lease=st.none() | st.builds(rec.Lease, owner=short_text, expires_at=times, epoch=counters),
+    calls_used=counters,
+    agent_tasks=st.lists(agent_tasks.map(unstructure), max_size=2).map(tuple),
+    agent_tasks_dropped=counters,
+    controls=st.lists(
+        st.builds(
+            rec.Control, action=st.sampled_from(["pause", "resume"]), by=short_text, at=times
+        ),
+        max_size=2,
+    ).map(tuple),
+    created_at=times,
+    updated_at=times,
+)
+record_values = st.one_of(
+    plan_steps(), plans(), observations, checkpoints, findings, agent_tasks, executions
+)

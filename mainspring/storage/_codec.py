@@ -1,0 +1,176 @@
+"""One strict converter for everything persisted, plus canonical JSON and hashing.
+
+Strict means: unknown keys are rejected, nothing is coerced (``"5"`` is not an int, ``true`` is
+not ``1``), and every error names the path of the bad value (``agent_tasks[3].state``), so a
+record that does not match is refused, never repaired.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import typing
+from typing import Any, TypeVar
+
+import cattrs
+import cattrs.errors
+import orjson
+from cattrs.preconf.orjson import make_converter
+
+from ._errors import RecordError, TooLarge
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "canonical_json",
+    "converter",
+    "decode",
+    "encode",
+    "sha256_hex",
+    "structure",
+    "unstructure",
+]
+
+T = TypeVar("T")
+
+#: Reads larger than this are refused before parsing (X2); every reader can lower or raise it.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+converter = make_converter(forbid_extra_keys=True)
+
+
+def _strict_int(value: Any, _: type) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected a whole number, got {type(value).__name__}")
+    return value
+
+
+def _strict_float(value: Any, _: type) -> float:
+    if type(value) not in (int, float):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _strict_str(value: Any, _: type) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _strict_bool(value: Any, _: type) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"expected true or false, got {type(value).__name__}")
+    return value
+
+
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is typing.Literal
+
+
+def _strict_literal(value: Any, tp: Any) -> Any:
+    for allowed in typing.get_args(tp):
+        if type(value) is type(allowed) and value == allowed:
+            return value
+    choices = ", ".join(repr(a) for a in typing.get_args(tp))
+    raise ValueError(f"expected one of {choices}, got {value!r}")
+
+
+def _is_homogeneous_sequence(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    return origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis)
+
+
+def _strict_sequence(tp: Any) -> Any:
+    # cattrs would take any iterable (a dict's keys, a string's characters): only a JSON
+    # array is a sequence here.
+    element = typing.get_args(tp)[0]
+    make = tuple if typing.get_origin(tp) is tuple else list
+
+    def hook(value: Any, _: Any) -> Any:
+        if type(value) not in (list, tuple):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        handler = converter.get_structure_hook(element)
+        items: list[Any] = []
+        errors: list[Exception] = []
+        for index, item in enumerate(value):
+            try:
+                items.append(handler(item, element))
+            except Exception as exc:
+                exc.__notes__ = [
+                    *getattr(exc, "__notes__", []),
+                    cattrs.errors.IterableValidationNote(
+                        f"Structuring {tp} @ index {index}", index, element
+                    ),
+                ]
+                errors.append(exc)
+        if errors:
+            raise cattrs.errors.IterableValidationError(f"While structuring {tp}", errors, tp)
+        return make(items)
+
+    return hook
+
+
+converter.register_structure_hook_factory(_is_homogeneous_sequence, _strict_sequence)
+converter.register_structure_hook(int, _strict_int)
+converter.register_structure_hook(float, _strict_float)
+converter.register_structure_hook(str, _strict_str)
+converter.register_structure_hook(bool, _strict_bool)
+converter.register_structure_hook_func(_is_literal, _strict_literal)
+
+
+def _path(message: str) -> str:
+    # cattrs says "... @ $.agent_tasks[3].state"; we say "agent_tasks[3].state: ...".
+    text, _, where = message.rpartition(" @ ")
+    if not text:
+        return message
+    where = where.removeprefix("$").removeprefix(".") or "(top level)"
+    return f"{where}: {text}"
+
+
+def structure(raw: Any, cls: type[T], *, kind: str | None = None) -> T:
+    """Build ``cls`` from plain data, strictly; raise :class:`RecordError` naming each path."""
+    name = kind or cls.__name__
+    try:
+        return converter.structure(raw, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        if isinstance(exc, cattrs.BaseValidationError):
+            problems = [_path(m) for m in cattrs.transform_error(exc)]
+        else:
+            problems = [f"(top level): {exc}"]
+        raise RecordError(name, problems) from None
+
+
+def unstructure(record: Any) -> Any:
+    """Plain data (dicts, lists, strings, numbers) for ``record``."""
+    return converter.unstructure(record)
+
+
+def encode(record: Any) -> bytes:
+    """Canonical JSON bytes for a record (sorted keys, compact)."""
+    return canonical_json(unstructure(record))
+
+
+def decode(
+    data: bytes, cls: type[T], *, kind: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+) -> T:
+    """Parse JSON bytes into ``cls``; refuse oversize input before parsing (X2)."""
+    name = kind or cls.__name__
+    if len(data) > max_bytes:
+        raise TooLarge(name, len(data), max_bytes)
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(name, [f"(top level): not JSON ({exc})"]) from None
+    return structure(raw, cls, kind=name)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8: equal values give equal bytes, so equal hashes."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:
+        raise ValueError(f"not representable as JSON: {exc}") from None
+
+
+def sha256_hex(value: Any) -> str:
+    """sha256 of the canonical JSON of ``value``: the one hash the runtime compares."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()

@@ -1,0 +1,374 @@
+"""What is persisted: frozen, keyword-only attrs records with literal versions.
+
+Every field is validated when a record is built, from code or from disk, so an invalid record
+cannot exist in memory: ids match the id pattern (X1), counters are whole numbers in
+0..1,000,000, scores are within 0..1, bounded lists stay bounded. Agent task records are kept
+raw on the execution and parsed one by one with :func:`parse_agent_tasks`, so one bad record
+is dropped from the view (and counted) without hiding the others (E7, E8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from ._codec import structure
+from ._errors import InvalidId, RecordError
+from ._ids import check_id
+
+__all__ = [
+    "AgentTaskRecord",
+    "BudgetInfo",
+    "Checkpoint",
+    "Control",
+    "Execution",
+    "ExecutionStatus",
+    "Failure",
+    "Finding",
+    "Interruption",
+    "Lease",
+    "Observation",
+    "ObservationCode",
+    "Pending",
+    "Plan",
+    "PlanStep",
+    "TaskState",
+    "parse_agent_tasks",
+]
+
+MAX_COUNTER = 1_000_000
+MAX_FINDINGS = 200
+MAX_DIAGNOSTICS = 200
+MAX_CONTROLS = 100
+MAX_CHECKPOINTS = 5
+
+ExecutionStatus = Literal[
+    "planned",
+    "running",
+    "paused",
+    "waiting_for_input",
+    "waiting_for_clarification",
+    "waiting_for_approval",
+    "waiting_for_budget",
+    "completed",
+    "failed",
+    "cancelled",
+]
+StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped"]
+TaskState = Literal[
+    "created",
+    "queued",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "waiting_for_input",
+    "waiting_for_clarification",
+    "paused",
+]
+ObservationCode = Literal[
+    "cancelled",
+    "agent-failed",
+    "agent-timeout",
+    "agent-call-budget",
+    "agent-tool-budget",
+    "finding-contract",
+    "agent-not-enabled",
+    "agent-waiting",
+]
+
+
+# -- validators ----------------------------------------------------------------------------
+
+
+def _id(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        check_id(value)
+    except InvalidId:
+        raise ValueError(f"{attribute.name} must match [A-Za-z0-9._:-]{{1,256}}") from None
+
+
+def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _id(instance, attribute, value)
+
+
+def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for item in value:
+        _id(instance, attribute, item)
+
+
+def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_COUNTER:
+        raise ValueError(f"{attribute.name} must be a whole number in 0..{MAX_COUNTER:,}")
+
+
+def _unit(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be within 0..1, not {value!r}")
+
+
+def _at_most(limit: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if len(value) > limit:
+            raise ValueError(f"{attribute.name} holds {len(value)} items, more than {limit}")
+
+    return check
+
+
+def _counter_field(default: int = 0) -> Any:
+    return attrs.field(default=default, validator=_counter)
+
+
+# -- plans and observations ----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class PlanStep:
+    """One step of a plan; it names exactly one of ``tool``, ``skill`` or ``agent`` (P1)."""
+
+    id: str = attrs.field(validator=_id)
+    description: str = ""
+    tool: str | None = None
+    skill: str | None = None
+    agent: str | None = None
+    input: dict[str, Any] = attrs.field(factory=dict)
+    depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    status: StepStatus = "pending"
+
+    def __attrs_post_init__(self) -> None:
+        named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
+        if len(named) != 1:
+            got = ", ".join(named) or "none"
+            raise ValueError(f"step {self.id} must name exactly one of tool, skill, agent ({got})")
+
+    @property
+    def kind(self) -> Literal["tool", "skill", "agent"]:
+        if self.tool is not None:
+            return "tool"
+        return "skill" if self.skill is not None else "agent"
+
+    @property
+    def target(self) -> str:
+        return self.tool or self.skill or self.agent or ""
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """A DAG of steps for one goal; ``version`` grows with every replan."""
+
+    id: str = attrs.field(validator=_id)
+    goal: str
+    version: int = attrs.field(default=1, validator=_counter)
+    steps: tuple[PlanStep, ...] = ()
+    reason: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        ids = [step.id for step in self.steps]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"plan {self.id}: step ids must be unique")
+
+
+@attrs.frozen(kw_only=True)
+class Observation:
+    """What one step (or one inner step of an agent) produced. Findings are kept by id (E5)."""
+
+    step_id: str = attrs.field(validator=_id)
+    tool: str | None = None
+    skill: str | None = None
+    agent: str | None = None
+    agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
+    ok: bool
+    output: Any = None
+    error: str | None = None
+    code: ObservationCode | None = None
+    data: dict[str, Any] = attrs.field(factory=dict)
+    finding_ids: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    calls_used: int = _counter_field()
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint:
+    """The workspace as it was; a dimension left ``None`` is not compared on resume (R6)."""
+
+    at: float
+    plan_version: int = attrs.field(validator=_counter)
+    git_head: str | None = None
+    file_hashes: dict[str, str] | None = None
+    config_hash: str | None = None
+    skill_versions: dict[str, str] | None = None
+    completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    tool_hashes: dict[str, str] | None = None
+
+
+# -- agent tasks ---------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Interruption:
+    """Why a task went back to ``queued``: an explanation, not a state (R3)."""
+
+    kind: Literal["crash", "pause", "parent-cancel"]
+    at: float
+    detail: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Finding:
+    """A claim an agent reports, with its evidence; stored once, on its agent task (E5)."""
+
+    id: str = attrs.field(validator=_id)
+    claim: str
+    type: str = ""
+    subject: str = ""
+    verdict: str = ""
+    confidence: float = attrs.field(default=0.0, validator=_unit)
+    coverage: float = attrs.field(default=0.0, validator=_unit)
+    evidence: tuple[str, ...] = ()
+    source_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    provenance: str = ""
+    status: Literal["active", "superseded", "contradicted"] = "active"
+    superseded_by: str | None = attrs.field(default=None, validator=_optional_id)
+    created_at: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Failure:
+    """Why an agent task failed: a short code and a human message."""
+
+    code: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskRecord:
+    """One agent step's durable state (``v: 1``); validated on read, fail-closed (E8)."""
+
+    v: Literal[1] = 1
+    id: str = attrs.field(validator=_id)
+    agent_id: str = attrs.field(validator=_id)
+    step_id: str = attrs.field(validator=_id)
+    state: TaskState = "created"
+    created_at: float
+    updated_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    interruption: Interruption | None = None
+    execution_id: str = attrs.field(validator=_id)
+    plan_version: int = attrs.field(default=1, validator=_counter)
+    definition_hash: str = ""
+    envelope_hash: str = ""
+    input_hash: str = ""
+    attempt: int = attrs.field(default=1, validator=_counter)
+    inner_plan: Plan | None = None
+    inner_completed: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    inner_observations: tuple[Observation, ...] = ()
+    inner_observations_omitted: int = _counter_field()
+    inner_checkpoint: Checkpoint | None = None
+    pending_question: str | None = None
+    inner_steps_total: int = _counter_field()
+    inner_steps_done: int = _counter_field()
+    calls_reserved: int = _counter_field()
+    calls_used: int = _counter_field()
+    calls_refunded: int = _counter_field()
+    tool_calls_used: int = _counter_field()
+    findings: tuple[Finding, ...] = attrs.field(default=(), validator=_at_most(MAX_FINDINGS))
+    diagnostics: tuple[str, ...] = attrs.field(default=(), validator=_at_most(MAX_DIAGNOSTICS))
+    failure: Failure | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.attempt < 1:
+            raise ValueError("attempt must be at least 1")
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in ("completed", "failed", "cancelled")
+
+
+# -- executions ----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """Who may write an execution, until when, and a fencing epoch that only grows (L1)."""
+
+    owner: str
+    expires_at: float
+    epoch: int = attrs.field(validator=_counter)
+
+
+@attrs.frozen(kw_only=True)
+class BudgetInfo:
+    """What a run waiting for budget has used, may use, and needs next (P4)."""
+
+    calls_used: int = _counter_field()
+    max_calls: int = _counter_field()
+    needed: int = _counter_field()
+
+
+@attrs.frozen(kw_only=True)
+class Pending:
+    """The one open question of an execution (R9): first wins."""
+
+    kind: Literal["approval", "clarification", "budget"]
+    question: str = ""
+    budget: BudgetInfo | None = None
+    agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
+
+
+@attrs.frozen(kw_only=True)
+class Control:
+    """An audit line: who paused / resumed / cancelled / answered, when and why."""
+
+    action: Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"]
+    by: str
+    at: float
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Execution:
+    """One durable run. ``agent_tasks`` stay raw: see :func:`parse_agent_tasks`."""
+
+    v: Literal[1] = 1
+    id: str = attrs.field(validator=_id)
+    goal: str
+    status: ExecutionStatus = "planned"
+    plan: Plan | None = None
+    plan_version: int = attrs.field(default=0, validator=_counter)
+    completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    observations: tuple[Observation, ...] = ()
+    checkpoints: tuple[Checkpoint, ...] = attrs.field(
+        default=(), validator=_at_most(MAX_CHECKPOINTS)
+    )
+    pending: Pending | None = None
+    lease: Lease | None = None
+    calls_used: int = _counter_field()
+    agent_tasks: tuple[dict[str, Any], ...] = ()
+    agent_tasks_dropped: int = _counter_field()
+    controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
+    created_at: float
+    updated_at: float
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+
+def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]:
+    """The execution's agent task records that parse, and how many did not.
+
+    Fail-closed per record (E8): a record with unknown keys, a version other than 1, a counter
+    out of range or too many findings is dropped from the view and counted, never coerced.
+    Reading never writes (E7): the execution is not changed.
+    """
+    tasks: list[AgentTaskRecord] = []
+    dropped = 0
+    for index, raw in enumerate(execution.agent_tasks):
+        try:
+            tasks.append(structure(raw, AgentTaskRecord, kind=f"agent_tasks[{index}]"))
+        except RecordError:
+            dropped += 1
+    return tasks, dropped

@@ -1,0 +1,167 @@
+"""Records: strict, versioned, round-trippable; malformed input is refused, never coerced."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mainspring.storage import _records as rec
+from mainspring.storage._codec import (
+    canonical_json,
+    decode,
+    encode,
+    sha256_hex,
+    structure,
+    unstructure,
+)
+from mainspring.storage._errors import RecordError, TooLarge
+
+from ..strategies import agent_tasks, executions, json_values, record_values
+
+
+@given(record_values)
+@settings(max_examples=100, deadline=None)
+def test_every_record_kind_round_trips(record: Any) -> None:
+    data = encode(record)
+    assert decode(data, type(record)) == record
+    assert encode(decode(data, type(record))) == data  # canonical: same value, same bytes
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[type[Any], dict[str, Any]]:
+    record = draw(st.one_of(executions, agent_tasks))
+    raw = unstructure(record)
+    key = draw(st.sampled_from(sorted(raw)))
+    how = draw(st.sampled_from(["replace", "delete", "add"]))
+    if how == "replace":
+        raw[key] = draw(json_values)
+    elif how == "delete":
+        del raw[key]
+    else:
+        raw[draw(st.text(min_size=1, max_size=8)) + "_x"] = draw(json_values)
+    return type(record), raw
+
+
+@given(mutated())
+@settings(max_examples=100, deadline=None)
+def test_malformed_input_is_refused_or_taken_exactly_never_coerced(
+    case: tuple[type[Any], dict[str, Any]],
+) -> None:
+    cls, raw = case
+    before = copy.deepcopy(raw)
+    try:
+        record = structure(raw, cls)
+    except RecordError as exc:
+        problems = exc.problems
+        assert problems  # and each names where
+        return
+    assert raw == before  # parsing never changes its input
+    back = unstructure(record)
+    for key, value in raw.items():  # whatever was accepted is exactly what was given
+        assert orjson.loads(canonical_json(back[key])) == orjson.loads(canonical_json(value))
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_arbitrary_bytes_never_crash_the_decoder(data: bytes) -> None:
+    with contextlib.suppress(RecordError):
+        decode(data, rec.Execution)
+
+
+def test_errors_name_the_path() -> None:
+    raw = unstructure(
+        rec.Execution(
+            id="ex-1",
+            goal="g",
+            created_at=1,
+            updated_at=1,
+            plan=rec.Plan(id="p", goal="g", steps=(rec.PlanStep(id="s", tool="t"),)),
+        )
+    )
+    raw["plan"]["steps"][0]["depends_on"] = ["bad id with spaces"]
+    raw["calls_used"] = "5"
+    with pytest.raises(RecordError) as info:
+        structure(raw, rec.Execution)
+    problems = "\n".join(info.value.problems)
+    assert "plan.steps[0]" in problems
+    assert "calls_used" in problems
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("calls_used", 1_000_001),
+        ("calls_used", -1),
+        ("calls_used", True),
+        ("calls_used", 1.0),
+        ("v", 2),
+        ("v", True),
+        ("state", "exploded"),
+        ("attempt", 0),
+        ("findings", [{"id": "f", "claim": "c"}] * 201),
+        ("diagnostics", ["x"] * 201),
+        ("surprise", 1),
+    ],
+)
+def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) -> None:
+    good = unstructure(
+        rec.AgentTaskRecord(
+            id="t1", agent_id="a", step_id="s", execution_id="ex", created_at=1, updated_at=1
+        )
+    )
+    bad = dict(good, **{field: value}, id="t2")
+    execution = rec.Execution(
+        id="ex", goal="g", created_at=1, updated_at=1, agent_tasks=(good, bad, good)
+    )
+    tasks, dropped = rec.parse_agent_tasks(execution)
+    assert [t.id for t in tasks] == ["t1", "t1"]
+    assert dropped == 1
+    assert execution.agent_tasks[1] == bad  # E7: reading never writes or repairs
+
+
+def test_plan_steps_name_exactly_one_target_and_plans_have_unique_steps() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        rec.PlanStep(id="s")
+    with pytest.raises(ValueError, match="exactly one"):
+        rec.PlanStep(id="s", tool="t", skill="k")
+    step = rec.PlanStep(id="s", agent="researcher")
+    assert (step.kind, step.target) == ("agent", "researcher")
+    with pytest.raises(ValueError, match="unique"):
+        rec.Plan(id="p", goal="g", steps=(step, step))
+
+
+def test_bounded_lists_and_ranges() -> None:
+    with pytest.raises(ValueError, match="more than 5"):
+        rec.Execution(
+            id="e",
+            goal="g",
+            created_at=0,
+            updated_at=0,
+            checkpoints=tuple(rec.Checkpoint(at=0, plan_version=1) for _ in range(6)),
+        )
+    with pytest.raises(ValueError, match=r"0\.\.1"):
+        rec.Finding(id="f", claim="c", confidence=1.5)
+    with pytest.raises(ValueError, match="id"):
+        rec.Execution(id="..", goal="g", created_at=0, updated_at=0)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        rec.Finding(id="f", claim="c").claim = "other"  # type: ignore[misc]
+
+
+def test_canonical_json_and_hashes_ignore_key_order() -> None:
+    assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == b'{"a":[1,{"c":3,"d":2}],"b":1}'
+    assert sha256_hex({"x": 1, "y": 2}) == sha256_hex({"y": 2, "x": 1})
+    assert len(sha256_hex("anything")) == 64
+    with pytest.raises(ValueError, match="JSON"):
+        canonical_json({"x": object()})
+
+
+def test_X2_oversize_input_is_refused_before_parsing() -> None:
+    with pytest.raises(TooLarge) as info:
+        decode(b" " * 101, rec.Execution, max_bytes=100)
+    assert (info.value.size, info.value.limit) == (101, 100)

@@ -1,0 +1,137 @@
+"""redact(): at least three positive and three negative samples per token shape (E5)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from mainspring.storage._redact import redact, register_secret
+
+# Made-up values of the right shape; none is a real credential.
+POSITIVE = {
+    "aws-access-key": [
+        "AKIAIOSFODNN7EXAMPLE",
+        "ASIAY34FZKBOKMUTVV7A",
+        "key=AKIA0123456789ABCDEF;",
+    ],
+    "github-token": [
+        "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+        "token gho_" + "Z" * 36,
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    ],
+    "anthropic-key": [
+        "sk-ant-api03-" + "Ab3" * 12,
+        "x sk-ant-admin01-" + "9" * 30,
+        "sk-ant-" + "q1" * 15,
+    ],
+    "openai-key": [
+        "sk-" + "A1b2C3d4" * 6,
+        "sk-proj-" + "z9Y8x7W6" * 5,
+        "OPENAI_API_KEY=sk-" + "0" * 40,
+    ],
+    "slack-token": [
+        "xoxb-123456789012-1234567890123-AbCdEfGhIjKl",
+        "xoxp-1111111111-2222222222",
+        "url?t=xoxa-2-abcdefghijkl",
+    ],
+    "google-api-key": [
+        "AIza" + "SyA1" * 8 + "bcd",
+        "key=AIza" + "0" * 35,
+        "AIza" + "_-aB" * 8 + "xyz",
+    ],
+    "jwt": [
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "Bearer-less eyJraWQiOiJr.eyJpc3MiOiJ4In0.abcdefghijk",
+        "cookie=eyJ0eXAiOiJKV1Qi.eyJleHAiOjE3MDB9.S1gnature_value-xyz;",
+    ],
+    "bearer-token": [
+        "Authorization: Bearer abc123.def456",
+        "authorization=bearer opaque-token-value",
+        '{"Authorization": "Bearer xyz789"}',
+    ],
+    "private-key": [
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
+        "pre -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n"
+        "-----END OPENSSH PRIVATE KEY----- post",
+    ],
+}
+
+NEGATIVE = {
+    "aws-access-key": ["AKIA123", "akiaiosfodnn7example", "XKIAIOSFODNN7EXAMPLE"],
+    "github-token": ["ghp_short", "ghx_" + "a" * 36, "github_pat_short"],
+    "anthropic-key": ["sk-ant-", "sk-ant-short1", "task-ant-" + "1" * 30],
+    "openai-key": ["sk-short1", "sk-learn-is-a-library-name", "risk-" + "1" * 30],
+    "slack-token": ["xoxo-hugs-and-kisses", "xoxb-short", "xox-12345678901"],
+    "google-api-key": ["AIza" + "0" * 10, "aiza" + "0" * 35, "AIzb" + "0" * 35],
+    "jwt": ["eyJhbGciOiJIUzI1NiJ9", "a.b.c", "eyJ.eyJ.x"],
+    "bearer-token": ["Bearer of bad news", "authorization required", "bearer bonds"],
+    "private-key": [
+        "-----BEGIN PUBLIC KEY-----\nMIIBIjAN\n-----END PUBLIC KEY-----",
+        "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----",
+        "BEGIN PRIVATE KEY without the armour",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"), [(k, t) for k, samples in POSITIVE.items() for t in samples]
+)
+def test_E5_known_token_shapes_are_masked(kind: str, text: str) -> None:
+    out = redact(text)
+    assert f"[redacted {kind}]" in out
+    assert redact(out) == out  # masks are stable: redacting twice changes nothing
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"), [(k, t) for k, samples in NEGATIVE.items() for t in samples]
+)
+def test_E5_lookalikes_are_left_alone(kind: str, text: str) -> None:
+    assert redact(text) == text
+
+
+def test_E5_registered_and_given_secrets_are_masked_everywhere() -> None:
+    register_secret("hunter2-the-password")
+    value = {
+        "note": "login with hunter2-the-password please",
+        "nested": [("tuple", "per-call-secret-xyz")],
+        "hunter2-the-password": 1,
+    }
+    out = redact(value, secrets=["per-call-secret-xyz"])
+    assert out == {
+        "note": "login with [redacted secret] please",
+        "nested": [("tuple", "[redacted secret]")],
+        "[redacted secret]": 1,
+    }
+    with pytest.raises(ValueError, match="6"):
+        register_secret("abc")
+
+
+def test_E5_secret_named_keys_are_masked_and_other_values_kept() -> None:
+    value = {"password": "pw", "api_key": "k", "calls_used": 3, "tokens_used": 7, "ok": True}
+    assert redact(value) == {
+        "password": "[redacted secret]",
+        "api_key": "[redacted secret]",
+        "calls_used": 3,
+        "tokens_used": 7,
+        "ok": True,
+    }
+
+
+def test_E5_attrs_records_are_redacted_field_by_field() -> None:
+    @attrs.frozen
+    class Note:
+        text: str
+        count: int
+
+    assert redact(Note("key AKIAIOSFODNN7EXAMPLE", 2)) == Note("key [redacted aws-access-key]", 2)
+
+
+def test_redact_refuses_absurd_nesting() -> None:
+    deep: list[object] = []
+    cursor = deep
+    for _ in range(300):
+        cursor.append([])
+        cursor = cursor[0]  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="200 levels"):
+        redact(deep)
