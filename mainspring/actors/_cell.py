@@ -320,6 +320,7 @@ class Cell:
         "_accepting",
         "_children",
         "_control",
+        "_crashed_last",
         "_current",
         "_dependents_gone",
         "_final",
@@ -386,6 +387,7 @@ class Cell:
         self.overseer: Overseer | None = None
         self.restarts = 0
         self._final = False  # this end was asked for from outside: never restart it
+        self._crashed_last = False
         self._verdict: bool | None = None  # True: restart, False: stop for good
         self._verdict_event: anyio.Event | None = None
         self._over_event: anyio.Event | None = None  # waiters for the incarnation's end
@@ -418,9 +420,23 @@ class Cell:
         cell.factory = factory
         cell.args = args
         cell.overseer = overseer
-        cell.actor = cell._construct()
+        try:
+            cell.actor = cell._construct()
+        except BaseException:
+            cell._discard_unborn()
+            raise
         siblings[name] = cell
         return cell
+
+    def _discard_unborn(self) -> None:
+        # A constructor that raised may have started timers or watches already: undo them,
+        # since this cell never runs and nothing else would.
+        self._halt = True
+        self._accepting = False
+        for timer in list(self.timers or ()):
+            timer.cancel()
+        for target in list(self.watching or ()):
+            self.unwatch(target)
 
     def _construct(self) -> Actor:
         assert self.factory is not None
@@ -547,7 +563,7 @@ class Cell:
             return
         if self.state is ActorState.RESTARTING:
             if final:
-                self._give_verdict(restart=False)
+                self._end_between_lives(reason)
             return
         self._record(reason)
         self._final = self._final or final
@@ -567,7 +583,7 @@ class Cell:
                 assert self._reason is not None
                 return self._reason
             current = current.parent
-        return await self.wait_incarnation_over()
+        return await self.wait_stopped()
 
     def cancel(self, reason: CancelReason, *, final: bool | None = None) -> None:
         """Hard: interrupt whatever runs now; the subtree is cancelled with it."""
@@ -579,7 +595,7 @@ class Cell:
             final = not self._called_from_inside()
         if self.state is ActorState.RESTARTING:
             if final:
-                self._give_verdict(restart=False)
+                self._end_between_lives(reason)
             return
         recorded = self._record(reason)
         self._final = self._final or final
@@ -608,6 +624,13 @@ class Cell:
             for timer in list(self.timers):
                 timer.cancel()
 
+    def _end_between_lives(self, reason: CancelReason) -> None:
+        # A stop or cancel from outside while the cell waits between two lives (even with a
+        # restart already granted but not yet begun) ends it for good, for this new reason.
+        self._reason = reason
+        self._final = True
+        self._give_verdict(restart=False)
+
     def _cause_for_children(self, reason: CancelReason) -> CancelReason:
         actor = self.actor
         if actor is not None and getattr(actor, "_mainspring_passes_reason", False):
@@ -620,7 +643,7 @@ class Cell:
     def final_reason(self) -> CancelReason:
         reason = self.reason_if_stopping()
         if reason is None:  # cannot happen through the public API; say so rather than guess
-            reason = self._record(Cancel(detail="stopped without a recorded reason"))
+            return Cancel(detail="stopped without a recorded reason")
         return reason
 
     async def wait_stopped(self) -> CancelReason:
@@ -654,6 +677,16 @@ class Cell:
         return self.state is ActorState.RUNNING
 
     @property
+    def ending_for_good(self) -> bool:
+        """Stopped, or on its way to stopping with no restart possible."""
+        return self.state is ActorState.STOPPED or (self._final and self._halt)
+
+    @property
+    def crashed_last(self) -> bool:
+        """Whether the latest incarnation ended by crashing."""
+        return self._crashed_last
+
+    @property
     def awaiting_verdict(self) -> bool:
         """Between two incarnations, with no restart-or-stop decision made yet."""
         return self.state is ActorState.RESTARTING and self._verdict is None
@@ -670,8 +703,12 @@ class Cell:
         return self._verdict is True
 
     def _give_verdict(self, *, restart: bool) -> bool:
-        if self.state is not ActorState.RESTARTING or self._verdict is not None:
+        if self.state is not ActorState.RESTARTING:
             return False
+        if self._verdict is not None:
+            if restart or self._verdict is False:
+                return False
+            self.restarts -= 1  # a granted restart that never began is taken back
         self._verdict = restart
         if restart:
             self.restarts += 1  # now, so a notice about the previous life is already stale
@@ -710,6 +747,8 @@ class Cell:
                     await self._verdict_event.wait()
             self._verdict_event = None
             if not self._restart_granted():
+                reason = self.final_reason()
+                overseer.child_ended(self, reason, crashed, True)
                 break
             self._begin_incarnation()
         self._finalize(reason)
@@ -734,7 +773,8 @@ class Cell:
         finally:
             self._scope = None
             await self._end_incarnation()
-        return self.final_reason(), how == "crashed"
+        self._crashed_last = how == "crashed"
+        return self.final_reason(), self._crashed_last
 
     def _begin_incarnation(self) -> None:
         """Reset what belongs to one instance and build the next (RESTARTING -> STARTING)."""
@@ -747,6 +787,7 @@ class Cell:
         self._current = None
         self._control = None
         self._accepting = True
+        self.actor = None  # lets Actor.__new__ attach the next instance (self.ref in __init__)
         try:
             self.actor = self._construct()
         except Exception as exc:  # a factory that fails on restart: this incarnation crashes
@@ -846,6 +887,7 @@ class Cell:
                     child.cancel(cause, final=True)
 
     def _close_mailbox(self, reason: CancelReason) -> None:
+        self._final = True  # decided: a cell whose mailbox is closed never restarts
         self._accepting = False
         for item in self.mailbox.close():
             if type(item) is _Ask:
@@ -859,11 +901,21 @@ class Cell:
             with anyio.CancelScope(shield=True):  # cancel() reaches the children directly
                 await stop_children(reason)
         if self._children or self.timers:
-            # A parent never finishes before its children (and timers) have; they were told
-            # to stop in _begin_stopping. Shielded: cancel() reaches them directly.
+            # A parent never finishes before its children (and timers) have. They were told
+            # to stop in _begin_stopping (or by the supervisor's ordered stop), but a child can
+            # be stuck, e.g. asking this very actor: after stop_timeout they are cancelled.
+            # Shielded: cancel() reaches them directly.
             self._dependents_gone = self.system.new_event()
             with anyio.CancelScope(shield=True):
-                await self._dependents_gone.wait()
+                with anyio.move_on_after(self.system.stop_timeout):
+                    await self._dependents_gone.wait()
+                if self._children or self.timers:
+                    cause = self._cause_for_children(reason)
+                    for child in list((self._children or {}).values()):
+                        child.cancel(cause, final=True)
+                    for timer in list(self.timers or ()):
+                        timer.cancel()
+                    await self._dependents_gone.wait()
             self._dependents_gone = None
         if actor is not None and type(actor).on_stop is not Actor.on_stop:
             with anyio.move_on_after(self.system.stop_timeout, shield=True) as stop_scope:

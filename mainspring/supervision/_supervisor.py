@@ -328,7 +328,8 @@ class Supervisor(Actor):
         return True
 
     async def _restart_child(self, entry: _Entry) -> ActorRef:
-        if entry.cell.state is ActorState.STOPPED:
+        if entry.cell.ending_for_good:  # already on its way out: let it go, start a new one
+            await entry.cell.wait_stopped()
             return await self._start(entry.spec, replace=entry)
         reason = Stop(detail="restart requested", source=self.ref.path)
         await self._restart_group(entry, [entry], reason, stop_first=True)
@@ -393,7 +394,9 @@ class Supervisor(Actor):
     def _group(self, entry: _Entry) -> list[_Entry]:
         if self.strategy == "one_for_one":
             return [entry]
-        live = [e for e in self._entries if e.cell.state is not ActorState.STOPPED]
+        # Children already ending for good (stopped from outside, or temporary ones that
+        # exited) are not pulled back into a group restart.
+        live = [e for e in self._entries if e is entry or not e.cell.ending_for_good]
         if self.strategy == "one_for_all":
             return live
         return live[live.index(entry) :] if entry in live else [entry]
@@ -401,6 +404,20 @@ class Supervisor(Actor):
     async def _restart_group(
         self, failed: _Entry, group: list[_Entry], reason: CancelReason, *, stop_first: bool
     ) -> None:
+        for entry in group:
+            if entry is not failed and entry.cell.awaiting_verdict:
+                # It ended on its own while the group was being restarted: its own notice will
+                # look stale once we restart it, so count and report it here.
+                if entry.cell.crashed_last:
+                    self._publish(
+                        ChildFailed(
+                            supervisor=self.ref.path,
+                            child=entry.cell.path,
+                            reason=entry.cell.final_reason(),
+                            restarting=True,
+                        )
+                    )
+                self._count_restart()
         for entry in group:
             entry.in_group = True
         try:
