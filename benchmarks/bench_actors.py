@@ -400,7 +400,7 @@ def main() -> None:
     print("| measure | backend | mainspring | peer | peer figure | ratio | goal |")
     print("|---|---|---:|---|---:|---:|---|")
     for label, b, mine, peer, theirs, ratio, goal in rows:
-        unit = "B" if "B/" in label else ("msg/s" if "msg" in label else "x")
+        unit = "B" if "B/" in label else ("msg/s" if "/s" in label else "x")
         print(
             f"| {label} | {b} | {_fmt(mine, unit)} | {peer} | {_fmt(theirs, unit)} "
             f"| {ratio} | {goal} |"
