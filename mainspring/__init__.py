@@ -32,20 +32,28 @@ from .actors import open_system as open_system
 from .storage import AgentTaskRecord as AgentTaskRecord
 from .storage import BudgetInfo as BudgetInfo
 from .storage import Checkpoint as Checkpoint
+from .storage import CommitOutcome as CommitOutcome
 from .storage import Control as Control
 from .storage import Execution as Execution
 from .storage import Failure as Failure
+from .storage import FileStore as FileStore
 from .storage import Finding as Finding
 from .storage import Interruption as Interruption
 from .storage import InvalidId as InvalidId
 from .storage import Lease as Lease
+from .storage import LeaseResult as LeaseResult
+from .storage import Listing as Listing
 from .storage import Observation as Observation
 from .storage import Pending as Pending
 from .storage import Plan as Plan
 from .storage import PlanStep as PlanStep
+from .storage import Problem as Problem
 from .storage import RecordError as RecordError
+from .storage import SqliteStore as SqliteStore
 from .storage import StorageError as StorageError
+from .storage import Store as Store
 from .storage import TooLarge as TooLarge
+from .storage import new_owner_id as new_owner_id
 from .storage import parse_agent_tasks as parse_agent_tasks
 from .storage import redact as redact
 from .storage import register_secret as register_secret
@@ -85,18 +93,22 @@ __all__ = [
     "ChildRestarted",
     "ChildSpec",
     "ChildStarted",
+    "CommitOutcome",
     "Control",
     "Crash",
     "Escalated",
     "EventsDropped",
     "Execution",
     "Failure",
+    "FileStore",
     "Finding",
     "IntensityExceeded",
     "Interruption",
     "InvalidId",
     "Lease",
     "LeaseLost",
+    "LeaseResult",
+    "Listing",
     "MailboxFull",
     "MainspringError",
     "NameTaken",
@@ -107,11 +119,14 @@ __all__ = [
     "Pending",
     "Plan",
     "PlanStep",
+    "Problem",
     "RecordError",
     "RestartIntensityExceeded",
     "Shutdown",
+    "SqliteStore",
     "Stop",
     "StorageError",
+    "Store",
     "SupervisionEvent",
     "Supervisor",
     "SupervisorRef",
@@ -121,6 +136,7 @@ __all__ = [
     "TooLarge",
     "cancel_reason",
     "current_actor",
+    "new_owner_id",
     "open_system",
     "parse_agent_tasks",
     "redact",

@@ -1,13 +1,21 @@
-"""Storage: strict versioned records, the codec, redaction and id checks.
+"""Storage: strict versioned records, the codec, redaction, id checks, and two backends.
 
-Still to come (see the storage issue): the file and SQLite backends, leases, the persistence
-actor, checkpoints and drift. Nothing here imports ``mainspring.supervision``.
+``FileStore`` and ``SqliteStore`` share one contract (leases, compare-and-set commits). Still to
+come (see the storage issue): the persistence actor, checkpoints and drift. Nothing here
+imports ``mainspring.supervision``.
 """
 
+from ._backend import CommitOutcome as CommitOutcome
+from ._backend import LeaseResult as LeaseResult
+from ._backend import Listing as Listing
+from ._backend import Problem as Problem
+from ._backend import Store as Store
+from ._backend import new_owner_id as new_owner_id
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
+from ._file import FileStore as FileStore
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
@@ -24,25 +32,34 @@ from ._records import PlanStep as PlanStep
 from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
 from ._redact import register_secret as register_secret
+from ._sqlite import SqliteStore as SqliteStore
 
 __all__ = [
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
+    "CommitOutcome",
     "Control",
     "Execution",
     "Failure",
+    "FileStore",
     "Finding",
     "Interruption",
     "InvalidId",
     "Lease",
+    "LeaseResult",
+    "Listing",
     "Observation",
     "Pending",
     "Plan",
     "PlanStep",
+    "Problem",
     "RecordError",
+    "SqliteStore",
     "StorageError",
+    "Store",
     "TooLarge",
+    "new_owner_id",
     "parse_agent_tasks",
     "redact",
     "register_secret",

@@ -1,0 +1,180 @@
+"""The backend contract shared by FileStore and SqliteStore: commits, leases, outcomes.
+
+Backends are synchronous and blocking on purpose: the persistence actor (and anything else on
+an event loop) calls them through ``anyio.to_thread.run_sync`` (STYLE.md, habit 10). Every
+method that decides and writes does so as one atomic compare-and-set against the stored copy,
+across processes.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import secrets
+import socket
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+
+from ._records import Execution, Lease
+
+__all__ = [
+    "CommitOutcome",
+    "LeaseResult",
+    "Listing",
+    "Problem",
+    "Store",
+    "decide_commit",
+    "new_owner_id",
+]
+
+
+class CommitOutcome(enum.StrEnum):
+    """What a run's commit met on disk (invariant E2). Only ``OK`` means it was written."""
+
+    OK = "ok"
+    MISSING = "missing"  # the execution is not stored (any more)
+    FOREIGN_LEASE = "foreign-lease"  # another owner holds the lease
+    RELEASED = "released"  # nobody holds the lease (released, lapsed or never taken)
+    TERMINAL = "terminal"  # completed, failed or cancelled on disk: sticky
+    PAUSED = "paused"  # paused on disk: not the runner's to overwrite
+
+    @property
+    def ok(self) -> bool:
+        return self is CommitOutcome.OK
+
+
+@attrs.frozen(kw_only=True)
+class LeaseResult:
+    """The answer to ``acquire``: the lease now on disk, or why it was refused."""
+
+    acquired: bool
+    lease: Lease | None = None
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Problem:
+    """A stored execution that could not be read: reported by listing, never deleted (E7)."""
+
+    id: str
+    error: str
+
+
+@attrs.frozen(kw_only=True)
+class Listing:
+    """Everything a store holds that reads, and what does not (``problems``)."""
+
+    executions: tuple[Execution, ...]
+    problems: tuple[Problem, ...] = ()
+
+
+class Store(Protocol):
+    """What every backend offers; the contract tests run against each implementation."""
+
+    def get(self, execution_id: str) -> Execution | None: ...
+
+    def list(self) -> Listing: ...
+
+    def create(self, execution: Execution) -> bool: ...
+
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult: ...
+
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool: ...
+
+    def release(self, execution_id: str, owner: str) -> bool: ...
+
+    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome: ...
+
+    def commit(self, execution: Execution, owner: str) -> bool: ...
+
+
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
+
+
+def new_owner_id() -> str:
+    """``host:pid:random``: unique per process start, readable in listings."""
+    host = _HOST_CHARS.sub("-", socket.gethostname())[:64] or "host"
+    return f"{host}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def holder(lease: Lease | None, now: float) -> str | None:
+    """The owner holding ``lease`` at ``now``, or None if it is released or lapsed."""
+    if lease is None or not lease.owner or lease.expires_at <= now:
+        return None
+    return lease.owner
+
+
+def decide_commit(stored: Execution | None, owner: str, now: float) -> CommitOutcome:
+    """Invariant E2, in order: missing, terminal (sticky), paused, then the lease on disk."""
+    if stored is None:
+        return CommitOutcome.MISSING
+    if stored.terminal:
+        return CommitOutcome.TERMINAL
+    if stored.status == "paused":
+        return CommitOutcome.PAUSED
+    current = holder(stored.lease, now)
+    if current is None:
+        return CommitOutcome.RELEASED
+    if current != owner:
+        return CommitOutcome.FOREIGN_LEASE
+    return CommitOutcome.OK
+
+
+def decide_acquire(
+    stored: Execution | None, owner: str, ttl: float, now: float
+) -> tuple[LeaseResult, Execution | None]:
+    """Invariant L1: refuse while another owner's lease is live, take over a lapsed one."""
+    if ttl <= 0:
+        raise ValueError(f"ttl must be positive, not {ttl}")
+    if stored is None:
+        return LeaseResult(acquired=False, reason="no such execution"), None
+    if stored.terminal:
+        return LeaseResult(
+            acquired=False, lease=stored.lease, reason=f"it is {stored.status}"
+        ), None
+    current = holder(stored.lease, now)
+    if current is not None and current != owner:
+        assert stored.lease is not None
+        reason = f"held by {current} until {stored.lease.expires_at:.3f}"
+        return LeaseResult(acquired=False, lease=stored.lease, reason=reason), None
+    epoch = stored.lease.epoch if stored.lease is not None else 0
+    if current is None:
+        epoch += 1  # a new tenure: the fencing epoch only grows
+    lease = Lease(owner=owner, expires_at=now + ttl, epoch=epoch)
+    return LeaseResult(acquired=True, lease=lease), attrs.evolve(stored, lease=lease)
+
+
+def decide_heartbeat(
+    stored: Execution | None, owner: str, ttl: float, now: float
+) -> Execution | None:
+    """Invariant L2: the owner (still on disk, even if lapsed) extends its lease."""
+    if stored is None or stored.lease is None or stored.lease.owner != owner:
+        return None
+    return attrs.evolve(stored, lease=attrs.evolve(stored.lease, expires_at=now + ttl))
+
+
+def decide_release(stored: Execution | None, owner: str) -> Execution | None:
+    """Invariant L3: the owner gives the lease up; the epoch stays, so it keeps growing."""
+    if stored is None or stored.lease is None or stored.lease.owner != owner:
+        return None
+    return attrs.evolve(stored, lease=Lease(owner="", expires_at=0.0, epoch=stored.lease.epoch))
+
+
+def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
+    """The lease on disk wins over the writer's copy (E2): heartbeats are never undone."""
+    return attrs.evolve(execution, lease=stored.lease)
+
+
+Clock = Callable[[], float]
+
+
+def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
+    """An out-of-run edit (``commit``): the record exists, is not terminal, and no other
+    owner holds a live lease on it."""
+    if stored is None or stored.terminal:
+        return False
+    current = holder(stored.lease, now)
+    return current is None or current == owner

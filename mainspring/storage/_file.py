@@ -1,0 +1,193 @@
+"""FileStore: one JSON file per execution, written atomically, shared safely by processes.
+
+A write is: a temp file in the same directory (mode 0600), write, fsync, rename over the old
+file, fsync the directory. A reader sees the old version or the new one, never a mix, and an
+acknowledged write survives a crash or a power cut. Every decide-then-write runs under an
+exclusive ``flock`` on ``.lock`` in the store directory, so compare-and-set is atomic across
+processes. Corrupt or oversize files are reported by :meth:`FileStore.list` and never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ._backend import (
+    Clock,
+    CommitOutcome,
+    LeaseResult,
+    Listing,
+    Problem,
+    decide_acquire,
+    decide_commit,
+    decide_edit,
+    decide_heartbeat,
+    decide_release,
+    with_disk_lease,
+)
+from ._codec import DEFAULT_MAX_BYTES, decode, encode
+from ._errors import StorageError, TooLarge
+from ._ids import check_id
+from ._records import Execution
+
+__all__ = ["FileStore"]
+
+_SUFFIX = ".json"
+_TEMP_PREFIX = ".tmp-"
+
+
+class FileStore:
+    """Executions as files under ``path`` (created 0700; files 0600, whatever the umask)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Clock = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.path, 0o700)  # also when it existed, or the umask widened mkdir's mode
+        self._lock_path = self.path / ".lock"
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.path)!r})"
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _file(self, execution_id: str) -> Path:
+        return self.path / f"{check_id(execution_id)}{_SUFFIX}"  # X1: checked before any path
+
+    def _read(self, execution_id: str) -> Execution | None:
+        path = self._file(execution_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > self.max_bytes:  # X2: bounded before reading
+                raise TooLarge(f"execution {execution_id}", size, self.max_bytes)
+            data = handle.read(self.max_bytes + 1)
+        if len(data) > self.max_bytes:
+            raise TooLarge(f"execution {execution_id}", len(data), self.max_bytes)
+        return decode(data, Execution, kind=f"execution {execution_id}", max_bytes=self.max_bytes)
+
+    def get(self, execution_id: str) -> Execution | None:
+        """The stored execution, or None. Raises RecordError / TooLarge for a bad file."""
+        return self._read(execution_id)
+
+    def list(self) -> Listing:
+        """Every execution that reads, and a problem for each file that does not (E7)."""
+        executions: list[Execution] = []
+        problems: list[Problem] = []
+        with os.scandir(self.path) as entries:
+            names = sorted(
+                entry.name
+                for entry in entries
+                if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".")
+            )
+        for name in names:
+            execution_id = name[: -len(_SUFFIX)]
+            try:
+                execution = self._read(execution_id)
+            except (StorageError, OSError) as exc:
+                problems.append(Problem(id=execution_id, error=str(exc)))
+                continue
+            if execution is not None:
+                executions.append(execution)
+        return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _write(self, execution: Execution) -> None:
+        data = encode(execution)
+        final = self._file(execution.id)
+        fd, temp = tempfile.mkstemp(dir=self.path, prefix=_TEMP_PREFIX, suffix=_SUFFIX)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)  # the rename itself is durable only once the directory is
+        finally:
+            os.close(dir_fd)
+
+    def create(self, execution: Execution) -> bool:
+        """Store a new execution; False if one with its id exists (nothing written)."""
+        with self._locked():
+            if self._file(execution.id).exists():
+                return False
+            self._write(execution)
+            return True
+
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
+        with self._locked():
+            result, updated = decide_acquire(self._read(execution_id), owner, ttl, self._clock())
+            if updated is not None:
+                self._write(updated)
+            return result
+
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
+        with self._locked():
+            updated = decide_heartbeat(self._read(execution_id), owner, ttl, self._clock())
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def release(self, execution_id: str, owner: str) -> bool:
+        with self._locked():
+            updated = decide_release(self._read(execution_id), owner)
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+        """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
+        with self._locked():
+            stored = self._read(execution.id)
+            outcome = decide_commit(stored, owner, self._clock())
+            if outcome is CommitOutcome.OK:
+                assert stored is not None
+                self._write(with_disk_lease(execution, stored))
+            return outcome
+
+    def commit(self, execution: Execution, owner: str) -> bool:
+        """An out-of-run edit: written unless terminal or another owner holds a live lease."""
+        with self._locked():
+            stored = self._read(execution.id)
+            if not decide_edit(stored, owner, self._clock()):
+                return False
+            assert stored is not None
+            self._write(with_disk_lease(execution, stored))
+            return True

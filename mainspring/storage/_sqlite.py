@@ -1,0 +1,190 @@
+"""SqliteStore: one row per execution in a WAL database, ``synchronous=FULL``.
+
+Every decide-then-write runs in ``BEGIN IMMEDIATE``, which takes SQLite's write lock up front,
+so compare-and-set is atomic across connections and processes. The database and its ``-wal``
+and ``-shm`` files are 0600. A connection is used by one thread at a time (a lock guards it),
+since callers on an event loop reach it through worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ._backend import (
+    Clock,
+    CommitOutcome,
+    LeaseResult,
+    Listing,
+    Problem,
+    decide_acquire,
+    decide_commit,
+    decide_edit,
+    decide_heartbeat,
+    decide_release,
+    with_disk_lease,
+)
+from ._codec import DEFAULT_MAX_BYTES, decode, encode
+from ._errors import StorageError, TooLarge
+from ._ids import check_id
+from ._records import Execution
+
+__all__ = ["SqliteStore"]
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, body BLOB NOT NULL)"
+
+
+class SqliteStore:
+    """Executions as rows of one SQLite database at ``path`` (its directory made 0700)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Clock = time.time,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._clock = clock
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(mode=0o700, parents=True)
+            os.chmod(self.path.parent, 0o700)
+        # Create the file 0600 before SQLite does: it gives -wal and -shm the same mode.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.chmod(self.path, 0o600)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+        self._tighten_sidecars()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _tighten_sidecars(self) -> None:
+        for suffix in ("-wal", "-shm"):
+            sidecar = self.path.with_name(self.path.name + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(sidecar, 0o600)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _decode_row(self, execution_id: str, size: int, body: bytes | None) -> Execution:
+        if size > self.max_bytes or body is None:  # X2: the body is not fetched when too big
+            raise TooLarge(f"execution {execution_id}", size, self.max_bytes)
+        return decode(
+            bytes(body), Execution, kind=f"execution {execution_id}", max_bytes=self.max_bytes
+        )
+
+    def _read(self, execution_id: str) -> Execution | None:
+        row = self._db.execute(
+            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END "
+            "FROM executions WHERE id = ?",
+            (self.max_bytes, check_id(execution_id)),
+        ).fetchone()
+        if row is None:
+            return None
+        return self._decode_row(execution_id, row[0], row[1])
+
+    def get(self, execution_id: str) -> Execution | None:
+        with self._lock:
+            return self._read(execution_id)
+
+    def list(self) -> Listing:
+        executions: list[Execution] = []
+        problems: list[Problem] = []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, length(body), CASE WHEN length(body) <= ? THEN body END "
+                "FROM executions ORDER BY id",
+                (self.max_bytes,),
+            ).fetchall()
+        for execution_id, size, body in rows:
+            try:
+                executions.append(self._decode_row(execution_id, size, body))
+            except StorageError as exc:
+                problems.append(Problem(id=execution_id, error=str(exc)))
+        return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        self._tighten_sidecars()
+
+    def _write(self, execution: Execution) -> None:
+        self._db.execute(
+            "INSERT INTO executions (id, body) VALUES (?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET body = excluded.body",
+            (check_id(execution.id), encode(execution)),
+        )
+
+    def create(self, execution: Execution) -> bool:
+        with self._transaction():
+            if self._read(execution.id) is not None:
+                return False
+            self._write(execution)
+            return True
+
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
+        with self._transaction():
+            result, updated = decide_acquire(self._read(execution_id), owner, ttl, self._clock())
+            if updated is not None:
+                self._write(updated)
+            return result
+
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
+        with self._transaction():
+            updated = decide_heartbeat(self._read(execution_id), owner, ttl, self._clock())
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def release(self, execution_id: str, owner: str) -> bool:
+        with self._transaction():
+            updated = decide_release(self._read(execution_id), owner)
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+        with self._transaction():
+            stored = self._read(execution.id)
+            outcome = decide_commit(stored, owner, self._clock())
+            if outcome is CommitOutcome.OK:
+                assert stored is not None
+                self._write(with_disk_lease(execution, stored))
+            return outcome
+
+    def commit(self, execution: Execution, owner: str) -> bool:
+        with self._transaction():
+            stored = self._read(execution.id)
+            if not decide_edit(stored, owner, self._clock()):
+                return False
+            assert stored is not None
+            self._write(with_disk_lease(execution, stored))
+            return True

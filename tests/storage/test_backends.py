@@ -1,0 +1,276 @@
+"""One contract, run against every backend: reads, leases (L1-L3), commits (E2), ids (X1),
+size bounds (X2), corrupt data (E7) and file modes."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import mainspring as ms
+from mainspring.storage._backend import CommitOutcome, Store, new_owner_id
+from mainspring.storage._file import FileStore
+from mainspring.storage._sqlite import SqliteStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+Factory = Callable[..., Store]
+
+
+@pytest.fixture(params=["file", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    made: list[Any] = []
+
+    def make(clock: Clock | None = None, **options: Any) -> Store:
+        kwargs: dict[str, Any] = dict(options)
+        if clock is not None:
+            kwargs["clock"] = clock
+        if request.param == "file":
+            store: Any = FileStore(tmp_path / "store", **kwargs)
+        else:
+            store = SqliteStore(tmp_path / "store" / "mainspring.db", **kwargs)
+        made.append(store)
+        return store  # type: ignore[no-any-return]
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    yield make
+    for store in made:
+        if isinstance(store, SqliteStore):
+            store.close()
+
+
+def execution(id: str = "ex-1", **changes: Any) -> ms.Execution:
+    fields: dict[str, Any] = {"goal": "write a report", "created_at": 1.0, "updated_at": 1.0}
+    return ms.Execution(id=id, **(fields | changes))
+
+
+def test_create_get_and_list(make_store: Factory) -> None:
+    store = make_store()
+    assert store.get("ex-1") is None
+    assert store.create(execution("ex-1"))
+    assert not store.create(execution("ex-1", goal="other"))  # nothing overwritten
+    store.create(execution("ex-2"))
+    assert store.get("ex-1") == execution("ex-1")
+    listing = store.list()
+    assert [e.id for e in listing.executions] == ["ex-1", "ex-2"]
+    assert listing.problems == ()
+
+
+def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    first = store.acquire("ex-1", a, ttl=10)
+    assert first.acquired
+    assert first.lease is not None
+    assert (first.lease.owner, first.lease.epoch) == (a, 1)
+    refused = store.acquire("ex-1", b, ttl=10)
+    assert not refused.acquired
+    assert a in refused.reason
+    again = store.acquire("ex-1", a, ttl=10)  # the holder re-acquiring keeps its tenure
+    assert again.acquired
+    assert again.lease is not None
+    assert again.lease.epoch == 1
+    clock.now += 11
+    taken = store.acquire("ex-1", b, ttl=10)
+    assert taken.acquired
+    assert taken.lease is not None
+    assert (taken.lease.owner, taken.lease.epoch) == (b, 2)
+    assert not store.acquire("missing", a, ttl=10).acquired
+    with pytest.raises(ValueError, match="ttl"):
+        store.acquire("ex-1", a, ttl=0)
+
+
+def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    store.acquire("ex-1", "a:1:x", ttl=10)
+    clock.now += 9
+    assert store.heartbeat("ex-1", "a:1:x", ttl=10)
+    clock.now += 9  # 18 s after acquiring: alive only thanks to the heartbeat
+    assert not store.acquire("ex-1", "b:2:y", ttl=10).acquired
+    assert not store.heartbeat("ex-1", "b:2:y", ttl=10)
+    assert not store.heartbeat("nope", "a:1:x", ttl=10)
+
+
+def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Factory) -> None:
+    store = make_store()
+    store.create(execution())
+    store.acquire("ex-1", "a:1:x", ttl=10)
+    assert not store.release("ex-1", "b:2:y")
+    assert store.release("ex-1", "a:1:x")
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.lease is not None
+    assert (stored.lease.owner, stored.lease.epoch) == ("", 1)
+    result = store.acquire("ex-1", "b:2:y", ttl=10)
+    assert result.lease is not None
+    assert result.lease.epoch == 2
+
+
+def test_E2_commit_progress_outcomes(make_store: Factory) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    owner, other = "a:1:x", "b:2:y"
+    assert store.commit_progress(execution(), owner) is CommitOutcome.MISSING
+    store.create(execution())
+    assert store.commit_progress(execution(), owner) is CommitOutcome.RELEASED
+    store.acquire("ex-1", other, ttl=10)
+    assert store.commit_progress(execution(), owner) is CommitOutcome.FOREIGN_LEASE
+    clock.now += 11
+    assert store.commit_progress(execution(), other) is CommitOutcome.RELEASED  # lapsed
+    store.acquire("ex-1", owner, ttl=10)
+    progressed = execution(status="running", calls_used=3)
+    assert store.commit_progress(progressed, owner) is CommitOutcome.OK
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.calls_used == 3
+    assert stored.lease is not None
+    assert stored.lease.owner == owner  # the lease on disk wins over the writer's copy (None)
+    assert store.commit(execution(status="paused"), "cli:9:z") is False  # owner holds it
+    assert store.commit_progress(execution(status="completed"), owner).ok
+    for status in ("running", "completed"):
+        outcome = store.commit_progress(execution(status=status), owner)
+        assert outcome is CommitOutcome.TERMINAL  # terminal on disk is sticky
+
+
+def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) -> None:
+    store = make_store()
+    store.create(execution())
+    store.acquire("ex-1", "a:1:x", ttl=60)
+    store.release("ex-1", "a:1:x")
+    assert store.commit(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
+    store.acquire("ex-1", "a:1:x", ttl=60)
+    assert store.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.status == "paused"
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".", "..", "x" * 257, "sp ace"])
+def test_X1_invalid_ids_are_refused_before_touching_storage(make_store: Factory, bad: str) -> None:
+    store = make_store()
+    with pytest.raises(ms.InvalidId):
+        store.get(bad)
+    with pytest.raises(ms.InvalidId):
+        store.acquire(bad, "a:1:x", ttl=1)
+
+
+def _corrupt(make_store: Factory, store: Store, execution_id: str, data: bytes) -> None:
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        (store.path / f"{execution_id}.json").write_bytes(data)
+    else:
+        assert isinstance(store, SqliteStore)
+        with sqlite3.connect(store.path) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO executions (id, body) VALUES (?, ?)", (execution_id, data)
+            )
+
+
+def test_X2_E7_oversize_and_corrupt_records_are_reported_not_deleted(
+    make_store: Factory,
+) -> None:
+    store = make_store(max_bytes=4096)
+    store.create(execution("good"))
+    _corrupt(make_store, store, "huge", b"{" + b" " * 5000 + b"}")
+    _corrupt(make_store, store, "broken", b'{"v": 1, "id": ')
+    _corrupt(make_store, store, "wrong", b'{"v": 2}')
+    listing = store.list()
+    assert [e.id for e in listing.executions] == ["good"]
+    problems = {p.id: p.error for p in listing.problems}
+    assert set(problems) == {"huge", "broken", "wrong"}
+    assert "over the 4,096-byte limit" in problems["huge"]
+    with pytest.raises(ms.TooLarge):
+        store.get("huge")
+    with pytest.raises(ms.RecordError):
+        store.acquire("broken", "a:1:x", ttl=1)  # refused, and nothing was changed
+    again = store.list()  # reading never deletes or repairs
+    assert {p.id for p in again.problems} == {"huge", "broken", "wrong"}
+
+
+def test_a_stored_record_truncated_at_every_length_is_refused_cleanly(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    record = execution(
+        "victim", plan=ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="t"),))
+    )
+    store.create(record)
+    store.create(execution("bystander"))
+    data = ms.storage._codec.encode(record)
+    for length in range(len(data)):
+        _corrupt(make_store, store, "victim", data[:length])
+        with pytest.raises((ms.RecordError, ms.TooLarge)):
+            store.get("victim")
+        assert [e.id for e in store.list().executions] == ["bystander"]
+
+
+def test_a_thousand_random_bit_flips_never_crash_a_reader(make_store: Factory) -> None:
+    store = make_store()
+    record = execution("victim", calls_used=7, completed_steps=("a", "b"))
+    store.create(execution("bystander"))
+    data = bytearray(ms.storage._codec.encode(record))
+    rng = random.Random(1234)
+    accepted = 0
+    for _ in range(1000):
+        flipped = bytearray(data)
+        position = rng.randrange(len(flipped))
+        flipped[position] ^= 1 << rng.randrange(8)
+        _corrupt(make_store, store, "victim", bytes(flipped))
+        try:
+            got = store.get("victim")
+        except ms.RecordError:
+            continue
+        accepted += 1  # a flip inside a string can still be a valid record: then it is one
+        assert got is not None
+        assert attrs.has(type(got))
+        assert ms.storage._codec.decode(ms.storage._codec.encode(got), ms.Execution) == got
+    assert accepted < 1000
+    assert [e.id for e in store.list().executions] == ["bystander"]
+
+
+def test_files_are_0600_and_directories_0700_even_under_umask_000(
+    make_store: Factory, tmp_path: Path
+) -> None:
+    old = os.umask(0)
+    try:
+        store = make_store()
+        store.create(execution())
+        store.acquire("ex-1", "a:1:x", ttl=10)
+    finally:
+        os.umask(old)
+    root = tmp_path / "store"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    files = [p for p in root.iterdir() if p.is_file()]
+    assert files
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+    assert not [p for p in files if p.name.startswith(".tmp-")]  # no temp files left behind
+
+
+def test_owner_ids_are_host_pid_random() -> None:
+    owner = new_owner_id()
+    host, pid, token = owner.split(":")
+    assert host
+    assert int(pid) == os.getpid()
+    assert len(token) == 8
+    assert new_owner_id() != owner
