@@ -13,7 +13,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -89,6 +89,10 @@ class Store(Protocol):
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome: ...
 
     def commit(self, execution: Execution, owner: str) -> bool: ...
+
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
+        """``commit_progress`` for each, made durable together where the backend can."""
+        ...
 
 
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")

@@ -14,7 +14,7 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ._backend import (
@@ -181,6 +181,20 @@ class FileStore:
                 assert stored is not None
                 self._write(with_disk_lease(execution, stored))
             return outcome
+
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
+        """One lock for the batch; each file is still written and synced on its own."""
+        outcomes: list[CommitOutcome] = []
+        with self._locked():
+            now = self._clock()
+            for execution, owner in commits:
+                stored = self._read(execution.id)
+                outcome = decide_commit(stored, owner, now)
+                if outcome is CommitOutcome.OK:
+                    assert stored is not None
+                    self._write(with_disk_lease(execution, stored))
+                outcomes.append(outcome)
+        return tuple(outcomes)
 
     def commit(self, execution: Execution, owner: str) -> bool:
         """An out-of-run edit: written unless terminal or another owner holds a live lease."""

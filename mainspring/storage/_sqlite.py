@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ._backend import (
@@ -179,6 +179,20 @@ class SqliteStore:
                 assert stored is not None
                 self._write(with_disk_lease(execution, stored))
             return outcome
+
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
+        """All in one transaction: one durable flush for the whole batch (group commit)."""
+        outcomes: list[CommitOutcome] = []
+        with self._transaction():
+            now = self._clock()
+            for execution, owner in commits:
+                stored = self._read(execution.id)
+                outcome = decide_commit(stored, owner, now)
+                if outcome is CommitOutcome.OK:
+                    assert stored is not None
+                    self._write(with_disk_lease(execution, stored))
+                outcomes.append(outcome)
+        return tuple(outcomes)
 
     def commit(self, execution: Execution, owner: str) -> bool:
         with self._transaction():

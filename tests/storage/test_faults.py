@@ -87,7 +87,7 @@ def test_a_failing_syscall_never_acknowledges_and_never_leaves_a_mix(
     assert before is not None
     attempted = execution(status="running", calls_used=5)
     failures = _inject(monkeypatch, call, code, times)
-    with pytest.raises(OSError) as info:
+    with pytest.raises(OSError, match=os.strerror(code)) as info:
         store.commit_progress(attempted, "a:1:x")
     assert info.value.errno == code
     assert failures[0] >= 1

@@ -1,0 +1,190 @@
+"""The persistence actor: the only writer, with coalescing and group commit.
+
+Callers hand it commits through a :class:`Committer` and get each one's
+:class:`CommitOutcome` back only once the write that covers it is durable. While one flush is
+on disk, newer commits gather: several for the same execution coalesce (the latest wins, and
+every waiter gets the outcome of the write that covered it), and commits for different
+executions share the next flush (one SQLite transaction). A failed write answers the commits it
+covered with the error and the actor refuses all further work: it never acknowledges after a
+failed write and never retries an fsync.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from ..actors import Actor, ActorRef, ActorSystem, CancelReason
+from ._backend import CommitOutcome, Store
+from ._errors import StorageError
+from ._records import Execution
+
+__all__ = ["Committer", "PersistenceActor", "PersistenceFailed", "open_committer"]
+
+
+class PersistenceFailed(StorageError):
+    """A durable write failed; this commit was not acknowledged and the writer has stopped."""
+
+
+class _Ticket:
+    """One caller's wait for the flush that covers its commit."""
+
+    __slots__ = ("done", "error", "outcome")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.outcome: CommitOutcome | None = None
+        self.error: BaseException | None = None
+
+    def resolve(self, outcome: CommitOutcome) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+@attrs.frozen
+class _Commit:
+    execution: Execution
+    owner: str
+
+
+@attrs.frozen
+class _Flush:
+    pass
+
+
+@attrs.frozen
+class _Drain:
+    pass
+
+
+@attrs.frozen
+class PersistenceStats:
+    """Counters: commits received, writes done (after coalescing), flushes (durable syncs)."""
+
+    commits: int
+    writes: int
+    flushes: int
+
+
+class PersistenceActor(Actor):
+    """Serializes every commit to ``store``; see the module docstring."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        # execution id -> (latest execution, its owner, every ticket it covers)
+        self._batch: dict[str, tuple[Execution, str, list[_Ticket]]] = {}
+        self._flush_queued = False
+        self._broken: BaseException | None = None
+        self._commits = 0
+        self._writes = 0
+        self._flushes = 0
+
+    async def receive(self, message: Any) -> Any:
+        if isinstance(message, _Commit):
+            return self._accept(message)
+        if isinstance(message, _Flush):
+            self._flush_queued = False
+            await self._flush()
+            return None
+        if isinstance(message, _Drain):
+            await self._flush()
+            return self.stats()
+        if message == "stats":
+            return self.stats()
+        raise TypeError(f"the persistence actor takes commits, not {type(message).__name__}")
+
+    def stats(self) -> PersistenceStats:
+        return PersistenceStats(commits=self._commits, writes=self._writes, flushes=self._flushes)
+
+    def _accept(self, commit: _Commit) -> _Ticket:
+        ticket = _Ticket()
+        if self._broken is not None:
+            ticket.fail(
+                PersistenceFailed(f"the writer stopped after a failed write: {self._broken}")
+            )
+            return ticket
+        self._commits += 1
+        key = commit.execution.id
+        pending = self._batch.get(key)
+        tickets = pending[2] if pending is not None else []
+        tickets.append(ticket)
+        self._batch[key] = (commit.execution, commit.owner, tickets)  # the latest wins
+        if not self._flush_queued:
+            self._flush_queued = True
+            self.send_after(0, _Flush())  # after the commits already queued behind this one
+        return ticket
+
+    async def _flush(self) -> None:
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, {}
+        entries = list(batch.values())
+        commits = [(execution, owner) for execution, owner, _ in entries]
+        try:
+            with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
+                outcomes = await anyio.to_thread.run_sync(self.store.commit_many, commits)
+        except Exception as exc:
+            self._broken = exc
+            error = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
+            error.__cause__ = exc
+            for _, _, tickets in entries:
+                for ticket in tickets:
+                    ticket.fail(error)
+            for _, _, tickets in self._batch.values():
+                for ticket in tickets:
+                    ticket.fail(error)
+            self._batch.clear()
+            return
+        self._flushes += 1
+        self._writes += sum(outcome is CommitOutcome.OK for outcome in outcomes)
+        for (_, _, tickets), outcome in zip(entries, outcomes, strict=True):
+            for ticket in tickets:
+                ticket.resolve(outcome)
+
+    async def on_stop(self, reason: CancelReason) -> None:
+        # Whatever was accepted is flushed (or failed) before the writer goes away.
+        await self._flush()
+
+
+class Committer:
+    """The caller's side: ``await committer.commit(execution, owner)`` returns once durable."""
+
+    def __init__(self, ref: ActorRef) -> None:
+        self.ref = ref
+
+    async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
+        """The outcome of the durable write that covered this commit (E2 rules).
+
+        Raises :class:`PersistenceFailed` if that write failed (then nothing is acknowledged).
+        If the caller is cancelled while waiting, the commit may still be written.
+        """
+        ticket: _Ticket = await self.ref.ask(_Commit(execution, owner))
+        await ticket.done.wait()
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.outcome is not None
+        return ticket.outcome
+
+    async def stats(self) -> PersistenceStats:
+        result: PersistenceStats = await self.ref.ask("stats")
+        return result
+
+    async def drain(self) -> PersistenceStats:
+        """Flush everything accepted so far; returns the counters."""
+        result: PersistenceStats = await self.ref.ask(_Drain())
+        return result
+
+
+async def open_committer(
+    system: ActorSystem, store: Store, *, name: str = "persistence"
+) -> Committer:
+    """Start the persistence actor for ``store`` under ``system``."""
+    ref = await system.spawn(PersistenceActor, store, name=name, mailbox_size=100_000)
+    return Committer(ref)

@@ -1,0 +1,132 @@
+"""The persistence actor: the only writer, coalescing, group commit, failures, drain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.storage._backend import CommitOutcome
+from mainspring.storage._persistence import PersistenceFailed, _Commit, open_committer
+
+pytestmark = pytest.mark.anyio
+
+OWNER = "host:1:aaaa"
+
+
+def execution(id: str, **changes: Any) -> ms.Execution:
+    fields: dict[str, Any] = {"goal": "g", "created_at": 1.0, "updated_at": 1.0}
+    return ms.Execution(id=id, **(fields | changes))
+
+
+@pytest.fixture(params=["file", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "file":
+        yield ms.FileStore(tmp_path / "store")
+        return
+    made = ms.SqliteStore(tmp_path / "store.db")
+    yield made
+    made.close()
+
+
+class CountingStore:
+    """Wraps a real store, counting durable flushes (one per commit_many call)."""
+
+    def __init__(self, inner: Any, fail_after: int | None = None) -> None:
+        self.inner = inner
+        self.flushes: list[int] = []
+        self.fail_after = fail_after
+
+    def commit_many(self, commits: Sequence[tuple[ms.Execution, str]]) -> Any:
+        if self.fail_after is not None and len(self.flushes) >= self.fail_after:
+            raise OSError(5, "Input/output error")
+        self.flushes.append(len(commits))
+        return self.inner.commit_many(commits)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _prepare(store: Any, ids: list[str]) -> None:
+    for execution_id in ids:
+        store.create(execution(execution_id))
+        assert store.acquire(execution_id, OWNER, ttl=3600).acquired
+
+
+async def test_commits_are_answered_with_their_outcome_once_durable(store: Any) -> None:
+    _prepare(store, ["a"])
+    async with ms.open_system() as system:
+        committer = await open_committer(system, store)
+        assert await committer.commit(execution("a", calls_used=1), OWNER) is CommitOutcome.OK
+        stored = store.get("a")  # durable: a fresh read sees it
+        assert stored.calls_used == 1
+        outcome = await committer.commit(execution("a"), "someone:else:1")
+        assert outcome is CommitOutcome.FOREIGN_LEASE
+        assert await committer.commit(execution("zzz"), OWNER) is CommitOutcome.MISSING
+
+
+async def test_commits_of_one_execution_coalesce_latest_wins(store: Any) -> None:
+    _prepare(store, ["a"])
+    counting = CountingStore(store)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, counting)
+        # Hand over 50 commits in a known order without waiting for each to be durable ...
+        tickets = [
+            await committer.ref.ask(_Commit(execution("a", calls_used=n), OWNER))
+            for n in range(1, 51)
+        ]
+        for ticket in tickets:  # ... then every waiter gets the outcome that covered it
+            await ticket.done.wait()
+        stats = await committer.drain()
+    assert {ticket.outcome for ticket in tickets} == {CommitOutcome.OK}
+    assert store.get("a").calls_used == 50  # the latest commit is what is on disk
+    assert stats.commits == 50
+    assert stats.writes < 50  # coalesced
+    assert sum(counting.flushes) == stats.writes
+
+
+async def test_commits_of_many_executions_share_flushes(store: Any) -> None:
+    ids = [f"ex-{i}" for i in range(40)]
+    _prepare(store, ids)
+    counting = CountingStore(store)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, counting)
+        async with anyio.create_task_group() as tg:
+            for execution_id in ids:
+                tg.start_soon(committer.commit, execution(execution_id, calls_used=3), OWNER)
+        await committer.drain()
+    assert sum(counting.flushes) == 40
+    assert len(counting.flushes) < 40  # group commit: several executions per durable flush
+    assert all(store.get(i).calls_used == 3 for i in ids)
+
+
+async def test_a_failed_write_is_never_acknowledged_and_the_writer_refuses_more(
+    store: Any,
+) -> None:
+    _prepare(store, ["a", "b"])
+    failing = CountingStore(store, fail_after=1)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, failing)
+        assert (await committer.commit(execution("a", calls_used=1), OWNER)).ok
+        with pytest.raises(PersistenceFailed) as info:
+            await committer.commit(execution("a", calls_used=2), OWNER)
+        assert isinstance(info.value.__cause__, OSError)
+        with pytest.raises(PersistenceFailed, match="stopped after a failed write"):
+            await committer.commit(execution("b", calls_used=9), OWNER)
+    assert store.get("a").calls_used == 1  # the acknowledged version, and only it
+    assert store.get("b").calls_used == 0
+
+
+async def test_stopping_the_writer_flushes_what_it_accepted(store: Any) -> None:
+    _prepare(store, ["a"])
+    async with ms.open_system() as system:
+        committer = await open_committer(system, store)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(committer.commit, execution("a", calls_used=4), OWNER)
+            await anyio.wait_all_tasks_blocked()
+            await committer.ref.stop()
+    assert store.get("a").calls_used == 4
