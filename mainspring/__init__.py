@@ -48,13 +48,16 @@ from .storage import Pending as Pending
 from .storage import Plan as Plan
 from .storage import PlanStep as PlanStep
 from .storage import Problem as Problem
+from .storage import Reconciliation as Reconciliation
 from .storage import RecordError as RecordError
 from .storage import SqliteStore as SqliteStore
 from .storage import StorageError as StorageError
 from .storage import Store as Store
 from .storage import TooLarge as TooLarge
+from .storage import capture_checkpoint as capture_checkpoint
 from .storage import new_owner_id as new_owner_id
 from .storage import parse_agent_tasks as parse_agent_tasks
+from .storage import reconcile as reconcile
 from .storage import redact as redact
 from .storage import register_secret as register_secret
 from .supervision import Backoff as Backoff
@@ -120,6 +123,7 @@ __all__ = [
     "Plan",
     "PlanStep",
     "Problem",
+    "Reconciliation",
     "RecordError",
     "RestartIntensityExceeded",
     "Shutdown",
@@ -135,10 +139,12 @@ __all__ = [
     "Timer",
     "TooLarge",
     "cancel_reason",
+    "capture_checkpoint",
     "current_actor",
     "new_owner_id",
     "open_system",
     "parse_agent_tasks",
+    "reconcile",
     "redact",
     "register_secret",
 ]

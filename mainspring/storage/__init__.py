@@ -11,6 +11,9 @@ from ._backend import Listing as Listing
 from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import new_owner_id as new_owner_id
+from ._checkpoints import Reconciliation as Reconciliation
+from ._checkpoints import capture_checkpoint as capture_checkpoint
+from ._checkpoints import reconcile as reconcile
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
@@ -54,13 +57,16 @@ __all__ = [
     "Plan",
     "PlanStep",
     "Problem",
+    "Reconciliation",
     "RecordError",
     "SqliteStore",
     "StorageError",
     "Store",
     "TooLarge",
+    "capture_checkpoint",
     "new_owner_id",
     "parse_agent_tasks",
+    "reconcile",
     "redact",
     "register_secret",
 ]

@@ -1,0 +1,172 @@
+"""Checkpoints and drift: what the workspace looked like, and whether it changed (E6, R6).
+
+A checkpoint records, for the files a plan's step inputs name (inside the workspace root
+only), their sha256; a hash of the configuration; the skills' versions; the git HEAD (read
+from ``.git`` without running git); and hashes of the external tools' declarations. On resume,
+:func:`reconcile` compares it with the workspace now. A dimension the checkpoint lacks (None)
+compares as unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._codec import sha256_hex
+from ._records import Checkpoint, Plan
+
+__all__ = ["Reconciliation", "capture_checkpoint", "reconcile"]
+
+_MAX_GIT_FILE = 64 * 1024  # HEAD, a ref or packed-refs: small files, read bounded (X2)
+
+
+@attrs.frozen(kw_only=True)
+class Reconciliation:
+    """Whether the workspace drifted from a checkpoint, and a sentence per difference."""
+
+    drifted: bool
+    reasons: tuple[str, ...] = ()
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _named_files(root: Path, plan: Plan | None) -> set[str]:
+    """Paths (relative to root) that step inputs name and that are regular files inside root."""
+    if plan is None:
+        return set()
+    base = root.resolve()
+    found: set[str] = set()
+    for step in plan.steps:
+        for text in _strings(step.input):
+            if not text or "\0" in text or len(text) > 4096:
+                continue
+            candidate = (base / text).resolve()
+            if not candidate.is_relative_to(base):  # never outside the workspace
+                continue
+            if candidate.is_file():
+                found.add(candidate.relative_to(base).as_posix())
+    return found
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:  # streamed: memory stays bounded whatever the size
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MAX_GIT_FILE + 1)
+    except OSError:
+        return None
+    if len(data) > _MAX_GIT_FILE:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def git_head(root: Path) -> str | None:
+    """The commit HEAD points at, read from ``root/.git``; None without a repository."""
+    git = root / ".git"
+    head = _read_small(git / "HEAD")
+    if head is None:
+        return None
+    head = head.strip()
+    if not head.startswith("ref: "):
+        return head or None
+    ref = head[5:].strip()
+    if ".." in ref.split("/"):
+        return None
+    value = _read_small(git / ref)
+    if value is not None:
+        return value.strip() or None
+    packed = _read_small(git / "packed-refs") or ""
+    for line in packed.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == ref:
+            return parts[0]
+    return None
+
+
+def capture_checkpoint(
+    root: str | os.PathLike[str],
+    plan: Plan | None,
+    skills: Mapping[str, str] | None = None,
+    completed_steps: tuple[str, ...] = (),
+    tool_hashes: Mapping[str, str] | None = None,
+    *,
+    config: Any = None,
+    at: float | None = None,
+) -> Checkpoint:
+    """The workspace as it is now, for the given plan (see the module docstring)."""
+    base = Path(root)
+    files = {name: _file_sha256(base / name) for name in sorted(_named_files(base, plan))}
+    return Checkpoint(
+        at=time.time() if at is None else at,
+        plan_version=plan.version if plan is not None else 0,
+        git_head=git_head(base),
+        file_hashes=files,
+        config_hash=sha256_hex(config) if config is not None else None,
+        skill_versions=dict(skills) if skills is not None else None,
+        completed_steps=tuple(completed_steps),
+        tool_hashes=dict(tool_hashes) if tool_hashes is not None else None,
+    )
+
+
+def _compare(kind: str, before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    reasons = []
+    for name in sorted(before.keys() | now.keys()):
+        if name not in now:
+            reasons.append(f"{kind} {name} was removed")
+        elif name not in before:
+            reasons.append(f"{kind} {name} was added")
+        elif before[name] != now[name]:
+            reasons.append(f"{kind} {name} changed")
+    return reasons
+
+
+def reconcile(
+    checkpoint: Checkpoint,
+    root: str | os.PathLike[str],
+    plan: Plan | None,
+    skills: Mapping[str, str] | None = None,
+    tool_hashes: Mapping[str, str] | None = None,
+    *,
+    config: Any = None,
+) -> Reconciliation:
+    """Compare ``checkpoint`` with the workspace now; drift if anything it recorded changed."""
+    now = capture_checkpoint(root, plan, skills, (), tool_hashes, config=config, at=0.0)
+    reasons: list[str] = []
+    if checkpoint.file_hashes is not None:
+        reasons += _compare("file", checkpoint.file_hashes, now.file_hashes or {})
+    if checkpoint.config_hash is not None and checkpoint.config_hash != now.config_hash:
+        reasons.append("the configuration changed")
+    if checkpoint.skill_versions is not None:
+        reasons += _compare("skill", checkpoint.skill_versions, now.skill_versions or {})
+    if checkpoint.git_head is not None and checkpoint.git_head != now.git_head:
+        reasons.append("git HEAD moved")
+    if checkpoint.tool_hashes is not None:
+        current = now.tool_hashes or {}
+        for name, digest in sorted(checkpoint.tool_hashes.items()):
+            if name not in current:
+                reasons.append(f"tool {name} vanished")
+            elif current[name] != digest:
+                reasons.append(f"tool {name} changed")
+    return Reconciliation(drifted=bool(reasons), reasons=tuple(reasons))
