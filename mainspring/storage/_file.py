@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -57,6 +58,13 @@ class FileStore:
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.path, 0o700)  # also when it existed, or the umask widened mkdir's mode
         self._lock_path = self.path / ".lock"
+        # flock excludes other processes; threads of this one share the descriptor, so they
+        # also take this lock.
+        self._thread_lock = threading.Lock()
+        # The last version this store wrote per id, keyed by the file's identity (inode, size,
+        # mtime) right after the rename: every writer renames a new file into place, so an
+        # unchanged identity means nobody wrote since, and the read can skip the parse.
+        self._cache: dict[str, tuple[tuple[int, int, int], Execution]] = {}
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -71,11 +79,16 @@ class FileStore:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
+            self._cache.pop(execution_id, None)
             return None
         with os.fdopen(fd, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > self.max_bytes:  # X2: bounded before reading
-                raise TooLarge(f"execution {execution_id}", size, self.max_bytes)
+            info = os.fstat(handle.fileno())
+            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+            cached = self._cache.get(execution_id)
+            if cached is not None and cached[0] == identity:
+                return cached[1]
+            if info.st_size > self.max_bytes:  # X2: bounded before reading
+                raise TooLarge(f"execution {execution_id}", info.st_size, self.max_bytes)
             data = handle.read(self.max_bytes + 1)
         if len(data) > self.max_bytes:
             raise TooLarge(f"execution {execution_id}", len(data), self.max_bytes)
@@ -110,12 +123,13 @@ class FileStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
+        with self._thread_lock:
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # closing releases the lock
 
     def _write(self, execution: Execution) -> None:
         data = encode(execution)
@@ -132,9 +146,12 @@ class FileStore:
                 os.close(fd)
             os.replace(temp, final)
         except BaseException:
+            self._cache.pop(execution.id, None)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
+        info = os.stat(final)
+        self._cache[execution.id] = ((info.st_ino, info.st_size, info.st_mtime_ns), execution)
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself is durable only once the directory is

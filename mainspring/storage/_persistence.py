@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from ..actors import Actor, ActorRef, ActorSystem, CancelReason
+from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
 from ._backend import CommitOutcome, Store
 from ._errors import StorageError
 from ._records import Execution
@@ -118,7 +118,11 @@ class PersistenceActor(Actor):
         self._batch[key] = (commit.execution, commit.owner, tickets)  # the latest wins
         if not self._flush_queued:
             self._flush_queued = True
-            self.send_after(0, _Flush())  # after the commits already queued behind this one
+            # Queued behind the commits already waiting, so they share this flush.
+            try:
+                self.ref.tell_nowait(_Flush())
+            except MailboxFull:
+                self.send_after(0, _Flush())  # waits for room instead
         return ticket
 
     async def _flush(self) -> None:

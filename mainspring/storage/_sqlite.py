@@ -60,6 +60,11 @@ class SqliteStore:
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         os.chmod(self.path, 0o600)
         self._lock = threading.Lock()
+        self._tightened: set[str] = set()
+        # Versions this connection wrote, valid while no other connection has committed:
+        # SQLite's data_version changes exactly when another connection commits.
+        self._cache: dict[str, Execution] = {}
+        self._data_version: int | None = None
         self._db = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -76,10 +81,16 @@ class SqliteStore:
             self._db.close()
 
     def _tighten_sidecars(self) -> None:
+        # Once per sidecar: a chmod on every commit would dirty the inode and make each
+        # WAL fsync also flush the file system's journal.
         for suffix in ("-wal", "-shm"):
+            if suffix in self._tightened:
+                continue
             sidecar = self.path.with_name(self.path.name + suffix)
             with contextlib.suppress(FileNotFoundError):
-                os.chmod(sidecar, 0o600)
+                if os.stat(sidecar).st_mode & 0o077:
+                    os.chmod(sidecar, 0o600)
+                self._tightened.add(suffix)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -90,7 +101,11 @@ class SqliteStore:
             bytes(body), Execution, kind=f"execution {execution_id}", max_bytes=self.max_bytes
         )
 
-    def _read(self, execution_id: str) -> Execution | None:
+    def _read(self, execution_id: str, *, cached_ok: bool = False) -> Execution | None:
+        if cached_ok:  # inside a transaction that checked data_version at BEGIN
+            cached = self._cache.get(execution_id)
+            if cached is not None:
+                return cached
         row = self._db.execute(
             "SELECT length(body), CASE WHEN length(body) <= ? THEN body END "
             "FROM executions WHERE id = ?",
@@ -122,16 +137,24 @@ class SqliteStore:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _data_version_now(self) -> int:
+        value: int = self._db.execute("PRAGMA data_version").fetchone()[0]
+        return value
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
+            if self._data_version_now() != self._data_version:
+                self._cache.clear()  # someone else committed: trust nothing we remember
             try:
                 yield
             except BaseException:
+                self._cache.clear()
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._data_version = self._data_version_now()
         self._tighten_sidecars()
 
     def _write(self, execution: Execution) -> None:
@@ -140,6 +163,7 @@ class SqliteStore:
             "ON CONFLICT(id) DO UPDATE SET body = excluded.body",
             (check_id(execution.id), encode(execution)),
         )
+        self._cache[execution.id] = execution
 
     def create(self, execution: Execution) -> bool:
         with self._transaction():
@@ -173,7 +197,7 @@ class SqliteStore:
 
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
         with self._transaction():
-            stored = self._read(execution.id)
+            stored = self._read(execution.id, cached_ok=True)
             outcome = decide_commit(stored, owner, self._clock())
             if outcome is CommitOutcome.OK:
                 assert stored is not None
@@ -186,7 +210,7 @@ class SqliteStore:
         with self._transaction():
             now = self._clock()
             for execution, owner in commits:
-                stored = self._read(execution.id)
+                stored = self._read(execution.id, cached_ok=True)
                 outcome = decide_commit(stored, owner, now)
                 if outcome is CommitOutcome.OK:
                     assert stored is not None
@@ -196,7 +220,7 @@ class SqliteStore:
 
     def commit(self, execution: Execution, owner: str) -> bool:
         with self._transaction():
-            stored = self._read(execution.id)
+            stored = self._read(execution.id, cached_ok=True)
             if not decide_edit(stored, owner, self._clock()):
                 return False
             assert stored is not None
