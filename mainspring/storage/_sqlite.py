@@ -149,11 +149,14 @@ class SqliteStore:
                 self._cache.clear()  # someone else committed: trust nothing we remember
             try:
                 yield
+                self._db.execute("COMMIT")
             except BaseException:
+                # Whatever failed, including the COMMIT itself (a failed fsync): nothing of
+                # this transaction is acknowledged, and no state of it is remembered.
                 self._cache.clear()
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
             self._data_version = self._data_version_now()
         self._tighten_sidecars()
 

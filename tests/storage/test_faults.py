@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,48 @@ def test_a_failing_syscall_never_acknowledges_and_never_leaves_a_mix(
     assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".tmp-")]
     # And the store still works once the fault is gone.
     assert store.commit_progress(attempted, "a:1:x").ok
+
+
+class _FailingConnection:
+    """Stands in for SqliteStore's connection; fails the chosen statement with an I/O error."""
+
+    def __init__(self, real: Any, statement: str, times: int) -> None:
+        self.real = real
+        self.statement = statement
+        self.times = times
+        self.failures = 0
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith(self.statement) and (self.times < 0 or self.failures < self.times):
+            self.failures += 1
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.real.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("statement", ["BEGIN", "SELECT", "INSERT", "COMMIT"])
+@pytest.mark.parametrize("times", [1, -1], ids=["once", "persistent"])
+def test_sqlite_a_failing_statement_never_acknowledges(
+    tmp_path: Path, statement: str, times: int
+) -> None:
+    store = ms.SqliteStore(tmp_path / "store.db")
+    try:
+        store.create(execution())
+        store.acquire("ex-1", "a:1:x", ttl=3600)
+        before = store.get("ex-1")
+        real = store._db
+        store._data_version = None  # forget what this store wrote: the SELECT must run
+        store._db = _FailingConnection(real, statement, times)  # type: ignore[assignment]
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            store.commit_progress(execution(status="running", calls_used=5), "a:1:x")
+        store._db = real
+        assert not real.in_transaction  # rolled back, nothing half-open
+        assert store.get("ex-1") == before  # the previous version, intact
+        assert store.commit_progress(execution(calls_used=6), "a:1:x").ok  # and it recovers
+        after = store.get("ex-1")
+        assert after is not None
+        assert after.calls_used == 6
+    finally:
+        store.close()
