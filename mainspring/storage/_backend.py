@@ -9,6 +9,7 @@ across processes.
 from __future__ import annotations
 
 import enum
+import math
 import os
 import re
 import secrets
@@ -111,6 +112,11 @@ def holder(lease: Lease | None, now: float) -> str | None:
     return lease.owner
 
 
+def _check_ttl(ttl: float) -> None:
+    if not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"ttl must be a positive finite number of seconds, not {ttl!r}")
+
+
 def decide_commit(stored: Execution | None, owner: str, now: float) -> CommitOutcome:
     """Invariant E2, in order: missing, terminal (sticky), paused, then the lease on disk."""
     if stored is None:
@@ -131,8 +137,7 @@ def decide_acquire(
     stored: Execution | None, owner: str, ttl: float, now: float
 ) -> tuple[LeaseResult, Execution | None]:
     """Invariant L1: refuse while another owner's lease is live, take over a lapsed one."""
-    if ttl <= 0:
-        raise ValueError(f"ttl must be positive, not {ttl}")
+    _check_ttl(ttl)
     if stored is None:
         return LeaseResult(acquired=False, reason="no such execution"), None
     if stored.terminal:
@@ -154,8 +159,10 @@ def decide_acquire(
 def decide_heartbeat(
     stored: Execution | None, owner: str, ttl: float, now: float
 ) -> Execution | None:
-    """Invariant L2: the owner (still on disk, even if lapsed) extends its lease."""
-    if stored is None or stored.lease is None or stored.lease.owner != owner:
+    """Invariant L2: the holder of a live lease extends it. A lapsed lease is not revived:
+    someone may have edited the execution meanwhile, so the owner must acquire again."""
+    _check_ttl(ttl)
+    if stored is None or stored.lease is None or holder(stored.lease, now) != owner:
         return None
     return attrs.evolve(stored, lease=attrs.evolve(stored.lease, expires_at=now + ttl))
 

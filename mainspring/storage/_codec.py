@@ -8,6 +8,7 @@ record that does not match is refused, never repaired.
 from __future__ import annotations
 
 import hashlib
+import math
 import typing
 from typing import Any, TypeVar
 
@@ -46,6 +47,8 @@ def _strict_int(value: Any, _: type) -> int:
 def _strict_float(value: Any, _: type) -> float:
     if type(value) not in (int, float):
         raise TypeError(f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -145,8 +148,28 @@ def unstructure(record: Any) -> Any:
 
 
 def encode(record: Any) -> bytes:
-    """Canonical JSON bytes for a record (sorted keys, compact)."""
-    return canonical_json(unstructure(record))
+    """Canonical JSON bytes for a record (sorted keys, compact).
+
+    Raises ValueError for NaN or infinity anywhere in it: JSON has no such numbers (orjson
+    would write ``null``), so the record could never be read back.
+    """
+    raw = unstructure(record)
+    _check_finite(raw, "")
+    return canonical_json(raw)
+
+
+def _check_finite(value: Any, path: str) -> None:
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError(f"{path or '(top level)'}: {value!r} cannot be stored as JSON")
+    elif type(value) is dict:
+        for key, item in value.items():
+            if type(item) in (float, dict, list):
+                _check_finite(item, f"{path}.{key}" if path else str(key))
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            if type(item) in (float, dict, list):
+                _check_finite(item, f"{path}[{index}]")
 
 
 def decode(

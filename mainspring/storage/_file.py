@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -32,7 +33,7 @@ from ._backend import (
     with_disk_lease,
 )
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
-from ._errors import StorageError, TooLarge
+from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
 from ._records import Execution
 
@@ -40,6 +41,10 @@ __all__ = ["FileStore"]
 
 _SUFFIX = ".json"
 _TEMP_PREFIX = ".tmp-"
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 class FileStore:
@@ -64,7 +69,7 @@ class FileStore:
         # The last version this store wrote per id, keyed by the file's identity (inode, size,
         # mtime) right after the rename: every writer renames a new file into place, so an
         # unchanged identity means nobody wrote since, and the read can skip the parse.
-        self._cache: dict[str, tuple[tuple[int, int, int], Execution]] = {}
+        self._cache: dict[str, tuple[tuple[int, ...], Execution]] = {}
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -77,15 +82,17 @@ class FileStore:
     def _read(self, execution_id: str) -> Execution | None:
         path = self._file(execution_id)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO planted under the name must not hang the reader.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             self._cache.pop(execution_id, None)
             return None
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
-            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if not stat.S_ISREG(info.st_mode):
+                raise RecordError(f"execution {execution_id}", ["(file): not a regular file"])
             cached = self._cache.get(execution_id)
-            if cached is not None and cached[0] == identity:
+            if cached is not None and cached[0] == _identity(info):
                 return cached[1]
             if info.st_size > self.max_bytes:  # X2: bounded before reading
                 raise TooLarge(f"execution {execution_id}", info.st_size, self.max_bytes)
@@ -133,6 +140,8 @@ class FileStore:
 
     def _write(self, execution: Execution) -> None:
         data = encode(execution)
+        if len(data) > self.max_bytes:  # never acknowledge what could not be read back (X2)
+            raise TooLarge(f"execution {execution.id}", len(data), self.max_bytes)
         final = self._file(execution.id)
         fd, temp = tempfile.mkstemp(dir=self.path, prefix=_TEMP_PREFIX, suffix=_SUFFIX)
         try:
@@ -150,13 +159,14 @@ class FileStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
-        info = os.stat(final)
-        self._cache[execution.id] = ((info.st_ino, info.st_size, info.st_mtime_ns), execution)
+        self._cache.pop(execution.id, None)
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself is durable only once the directory is
         finally:
             os.close(dir_fd)
+        info = os.stat(final)  # remembered only once durable
+        self._cache[execution.id] = (_identity(info), execution)
 
     def create(self, execution: Execution) -> bool:
         """Store a new execution; False if one with its id exists (nothing written)."""

@@ -145,9 +145,13 @@ class SqliteStore:
     def _transaction(self) -> Iterator[None]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            if self._data_version_now() != self._data_version:
-                self._cache.clear()  # someone else committed: trust nothing we remember
             try:
+                # Read under the write lock: our own commits do not change it, so it is also
+                # the right baseline after COMMIT (reading it after COMMIT would miss another
+                # connection's commit landing in between).
+                version = self._data_version_now()
+                if version != self._data_version:
+                    self._cache.clear()  # someone else committed: trust nothing we remember
                 yield
                 self._db.execute("COMMIT")
             except BaseException:
@@ -157,14 +161,17 @@ class SqliteStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-            self._data_version = self._data_version_now()
+            self._data_version = version
         self._tighten_sidecars()
 
     def _write(self, execution: Execution) -> None:
+        data = encode(execution)
+        if len(data) > self.max_bytes:  # never acknowledge what could not be read back (X2)
+            raise TooLarge(f"execution {execution.id}", len(data), self.max_bytes)
         self._db.execute(
             "INSERT INTO executions (id, body) VALUES (?, ?) "
             "ON CONFLICT(id) DO UPDATE SET body = excluded.body",
-            (check_id(execution.id), encode(execution)),
+            (check_id(execution.id), data),
         )
         self._cache[execution.id] = execution
 

@@ -274,3 +274,49 @@ def test_owner_ids_are_host_pid_random() -> None:
     assert int(pid) == os.getpid()
     assert len(token) == 8
     assert new_owner_id() != owner
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])
+def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> None:
+    store = make_store()
+    store.create(execution())
+    with pytest.raises(ValueError, match="ttl"):
+        store.acquire("ex-1", "a:1:x", ttl=ttl)
+    with pytest.raises(ValueError, match="ttl"):
+        store.heartbeat("ex-1", "a:1:x", ttl=ttl)
+
+
+def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    store.acquire("ex-1", "a:1:x", ttl=10)
+    clock.now += 11
+    assert store.commit(execution(goal="edited while the lease had lapsed"), "cli:9:z")
+    assert not store.heartbeat("ex-1", "a:1:x", ttl=10)  # it must acquire again
+    assert store.commit_progress(execution(), "a:1:x") is CommitOutcome.RELEASED
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "edited while the lease had lapsed"
+
+
+def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory) -> None:
+    store = make_store(max_bytes=4096)
+    store.create(execution())
+    store.acquire("ex-1", "a:1:x", ttl=60)
+    with pytest.raises(ms.TooLarge):
+        store.commit_progress(execution(goal="x" * 5000), "a:1:x")
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "write a report"
+
+
+def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_path: Path) -> None:
+    # Two store objects on the same storage, as two processes would have.
+    first = make_store()
+    second = make_store()
+    first.create(execution())
+    first.acquire("ex-1", "a:1:x", ttl=60)
+    assert first.commit_progress(execution(status="running"), "a:1:x").ok
+    assert second.commit(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
+    assert first.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL

@@ -165,3 +165,15 @@ def test_X2_oversize_input_is_refused_before_parsing() -> None:
     with pytest.raises(TooLarge) as info:
         decode(b" " * 101, rec.Execution, max_bytes=100)
     assert (info.value.size, info.value.limit) == (101, 100)
+
+
+def test_non_finite_numbers_are_refused_both_ways() -> None:
+    record = rec.Execution(id="e", goal="g", created_at=float("nan"), updated_at=1)
+    with pytest.raises(ValueError, match="created_at"):
+        encode(record)
+    raw = unstructure(rec.Execution(id="e", goal="g", created_at=1, updated_at=1))
+    raw["observations"] = [{"step_id": "s", "ok": True, "output": {"x": [float("inf")]}}]
+    with pytest.raises(ValueError, match=r"observations\[0\]\.output\.x\[0\]"):
+        encode(structure(raw, rec.Execution))
+    with pytest.raises(RecordError, match="updated_at"):
+        structure(dict(raw, observations=[], updated_at=float("nan")), rec.Execution)
