@@ -47,6 +47,9 @@ class CommitOutcome(enum.StrEnum):
         return self is CommitOutcome.OK
 
 
+CommitResult = CommitOutcome | Exception
+
+
 @attrs.frozen(kw_only=True)
 class LeaseResult:
     """The answer to ``acquire``: the lease now on disk, or why it was refused."""
@@ -91,8 +94,13 @@ class Store(Protocol):
 
     def commit(self, execution: Execution, owner: str) -> bool: ...
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
-        """``commit_progress`` for each, made durable together where the backend can."""
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """``commit_progress`` for each, made durable together where the backend can.
+
+        Each result is an outcome, or the error that stopped that one commit: a bad record
+        (``StorageError``, ``ValueError``) touches nothing else; an ``OSError`` means the disk
+        failed at that commit, and it and every later one in the batch were not written.
+        """
         ...
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from ._backend import (
     Clock,
     CommitOutcome,
+    CommitResult,
     LeaseResult,
     Listing,
     Problem,
@@ -209,19 +210,26 @@ class FileStore:
                 self._write(with_disk_lease(execution, stored))
             return outcome
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
-        """One lock for the batch; each file is still written and synced on its own."""
-        outcomes: list[CommitOutcome] = []
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """One lock for the batch; each file is still written and synced on its own, so the
+        commits before a disk failure stay acknowledged."""
+        results: list[CommitResult] = []
         with self._locked():
             now = self._clock()
-            for execution, owner in commits:
-                stored = self._read(execution.id)
-                outcome = decide_commit(stored, owner, now)
-                if outcome is CommitOutcome.OK:
-                    assert stored is not None
-                    self._write(with_disk_lease(execution, stored))
-                outcomes.append(outcome)
-        return tuple(outcomes)
+            for index, (execution, owner) in enumerate(commits):
+                try:
+                    stored = self._read(execution.id)
+                    outcome = decide_commit(stored, owner, now)
+                    if outcome is CommitOutcome.OK:
+                        assert stored is not None
+                        self._write(with_disk_lease(execution, stored))
+                    results.append(outcome)
+                except OSError as exc:  # the disk: this one and the rest are not written
+                    results.extend([exc] * (len(commits) - index))
+                    break
+                except (StorageError, ValueError) as exc:  # this record only
+                    results.append(exc)
+        return tuple(results)
 
     def commit(self, execution: Execution, owner: str) -> bool:
         """An out-of-run edit: written unless terminal or another owner holds a live lease."""

@@ -78,8 +78,10 @@ class PersistenceActor(Actor):
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        # execution id -> (latest execution, its owner, every ticket it covers)
-        self._batch: dict[str, tuple[Execution, str, list[_Ticket]]] = {}
+        # (execution id, owner) -> (latest execution, its owner, every ticket it covers).
+        # Keyed by owner too: a runner that lost its lease must hear its own refusal, not the
+        # new owner's success.
+        self._batch: dict[tuple[str, str], tuple[Execution, str, list[_Ticket]]] = {}
         self._flush_queued = False
         self._broken: BaseException | None = None
         self._commits = 0
@@ -111,7 +113,7 @@ class PersistenceActor(Actor):
             )
             return ticket
         self._commits += 1
-        key = commit.execution.id
+        key = (commit.execution.id, commit.owner)
         pending = self._batch.get(key)
         tickets = pending[2] if pending is not None else []
         tickets.append(ticket)
@@ -136,21 +138,30 @@ class PersistenceActor(Actor):
                 outcomes = await anyio.to_thread.run_sync(self.store.commit_many, commits)
         except Exception as exc:
             self._broken = exc
-            error = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
-            error.__cause__ = exc
+            fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
+            fatal.__cause__ = exc
             for _, _, tickets in entries:
                 for ticket in tickets:
-                    ticket.fail(error)
+                    ticket.fail(fatal)
             for _, _, tickets in self._batch.values():
                 for ticket in tickets:
-                    ticket.fail(error)
+                    ticket.fail(fatal)
             self._batch.clear()
             return
         self._flushes += 1
-        self._writes += sum(outcome is CommitOutcome.OK for outcome in outcomes)
-        for (_, _, tickets), outcome in zip(entries, outcomes, strict=True):
+        for (_, _, tickets), result in zip(entries, outcomes, strict=True):
+            if isinstance(result, CommitOutcome):
+                self._writes += result is CommitOutcome.OK
+                for ticket in tickets:
+                    ticket.resolve(result)
+                continue
+            failure: BaseException = result  # a record that cannot be written: only this one
+            if isinstance(result, OSError):  # the disk failed: stop writing for good
+                self._broken = result
+                failure = PersistenceFailed(f"write failed, not acknowledged: {result}")
+                failure.__cause__ = result
             for ticket in tickets:
-                ticket.resolve(outcome)
+                ticket.fail(failure)
 
     async def on_stop(self, reason: CancelReason) -> None:
         # Whatever was accepted is flushed (or failed) before the writer goes away.

@@ -19,6 +19,7 @@ from pathlib import Path
 from ._backend import (
     Clock,
     CommitOutcome,
+    CommitResult,
     LeaseResult,
     Listing,
     Problem,
@@ -214,19 +215,26 @@ class SqliteStore:
                 self._write(with_disk_lease(execution, stored))
             return outcome
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
-        """All in one transaction: one durable flush for the whole batch (group commit)."""
-        outcomes: list[CommitOutcome] = []
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """All in one transaction: one durable flush for the whole batch (group commit).
+
+        A bad record fails only its own commit; a database error fails the transaction, and
+        so every commit in it (raised).
+        """
+        results: list[CommitResult] = []
         with self._transaction():
             now = self._clock()
             for execution, owner in commits:
-                stored = self._read(execution.id, cached_ok=True)
-                outcome = decide_commit(stored, owner, now)
-                if outcome is CommitOutcome.OK:
-                    assert stored is not None
-                    self._write(with_disk_lease(execution, stored))
-                outcomes.append(outcome)
-        return tuple(outcomes)
+                try:
+                    stored = self._read(execution.id, cached_ok=True)
+                    outcome = decide_commit(stored, owner, now)
+                    if outcome is CommitOutcome.OK:
+                        assert stored is not None
+                        self._write(with_disk_lease(execution, stored))
+                    results.append(outcome)
+                except (StorageError, ValueError) as exc:
+                    results.append(exc)
+        return tuple(results)
 
     def commit(self, execution: Execution, owner: str) -> bool:
         with self._transaction():

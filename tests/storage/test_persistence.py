@@ -141,3 +141,40 @@ async def test_stopping_the_writer_flushes_what_it_accepted(store: Any) -> None:
             await anyio.wait_all_tasks_blocked()
             await committer.ref.stop()
     assert store.get("a").calls_used == 4
+
+
+async def test_a_bad_record_fails_only_its_own_commit(store: Any) -> None:
+    _prepare(store, ["a", "b"])
+    async with ms.open_system() as system:
+        committer = await open_committer(system, store)
+        bad = execution("a", created_at=float("nan"))  # cannot be stored as JSON
+        with pytest.raises(ValueError, match="created_at"):
+            await committer.commit(bad, OWNER)
+        assert (await committer.commit(execution("b", calls_used=2), OWNER)).ok  # still writing
+    assert store.get("b").calls_used == 2
+
+
+async def test_a_runner_that_lost_its_lease_hears_its_own_refusal(store: Any) -> None:
+    _prepare(store, ["a"])
+    counting = CountingStore(store, hold_first=True)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, counting)
+        results: dict[str, Any] = {}
+
+        async def commit(who: str, owner: str, n: int) -> None:
+            results[who] = await committer.commit(execution("a", calls_used=n), owner)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit, "held", OWNER, 1)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(commit, "stale", "old:1:x", 2)  # an old owner still unwinding
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(commit, "current", OWNER, 3)
+            await anyio.wait_all_tasks_blocked()
+            counting.release.set()
+    assert results == {
+        "held": CommitOutcome.OK,
+        "stale": CommitOutcome.FOREIGN_LEASE,
+        "current": CommitOutcome.OK,
+    }
+    assert store.get("a").calls_used == 3
