@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 import attrs
 
 from ._codec import sha256_hex
+from ._errors import TooLarge
 from ._records import Checkpoint, Plan
 
 __all__ = ["Reconciliation", "capture_checkpoint", "reconcile"]
@@ -63,44 +66,67 @@ def _named_files(root: Path, plan: Plan | None) -> set[str]:
     return found
 
 
+#: Files larger than this are not hashed: capture fails closed with TooLarge (X2).
+MAX_HASHED_FILE = 1 << 30
+
+
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:  # streamed: memory stays bounded whatever the size
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_HASHED_FILE:
+            raise TooLarge(f"workspace file {path.name}", size, MAX_HASHED_FILE)
+        read = 0
+        for chunk in iter(lambda: handle.read(1 << 20), b""):  # streamed: memory stays bounded
+            read += len(chunk)
+            if read > MAX_HASHED_FILE:
+                raise TooLarge(f"workspace file {path.name}", read, MAX_HASHED_FILE)
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def _read_small(path: Path) -> str | None:
+    # Never through a symlink (it could lead out of the workspace), never more than 64 KiB.
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(_MAX_GIT_FILE + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        data = handle.read(_MAX_GIT_FILE + 1)
     if len(data) > _MAX_GIT_FILE:
         return None
     return data.decode("utf-8", "replace")
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # sha1 or sha256 object names
+_REF = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
+
+
 def git_head(root: Path) -> str | None:
-    """The commit HEAD points at, read from ``root/.git``; None without a repository."""
+    """The commit HEAD points at, read from ``root/.git`` without running git.
+
+    None without a repository, or if anything there is not what git writes (a symlinked
+    ``.git``, a ref outside ``refs/``, a HEAD that is not an object name): what is recorded is
+    always an object name, never other file content.
+    """
     git = root / ".git"
-    head = _read_small(git / "HEAD")
-    if head is None:
+    if git.is_symlink() or not git.is_dir():
         return None
-    head = head.strip()
+    head = (_read_small(git / "HEAD") or "").strip()
     if not head.startswith("ref: "):
-        return head or None
+        return head if _COMMIT.fullmatch(head) else None
     ref = head[5:].strip()
-    if ".." in ref.split("/"):
+    if _REF.fullmatch(ref) is None or ".." in ref.split("/"):
         return None
-    value = _read_small(git / ref)
-    if value is not None:
-        return value.strip() or None
-    packed = _read_small(git / "packed-refs") or ""
-    for line in packed.splitlines():
+    value = (_read_small(git / ref) or "").strip()
+    if _COMMIT.fullmatch(value):
+        return value
+    for line in (_read_small(git / "packed-refs") or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1] == ref:
+        if len(parts) == 2 and parts[1] == ref and _COMMIT.fullmatch(parts[0]):
             return parts[0]
     return None
 

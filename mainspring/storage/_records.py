@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
+from cattrs.gen import make_dict_structure_fn
 
-from ._codec import structure
+from ._codec import converter, structure
 from ._errors import InvalidId, RecordError
 from ._ids import check_id
 
@@ -372,3 +373,20 @@ def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]
         except RecordError:
             dropped += 1
     return tasks, dropped
+
+
+def _require_version(cls: type[Any]) -> None:
+    # A stored document must say which version it is: a missing "v" is refused, not taken as
+    # the current one (E8: never coerced).
+    base = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+    def structure_versioned(value: Any, _: Any) -> Any:
+        if type(value) is dict and "v" not in value:
+            raise ValueError(f"{cls.__name__} records must carry their version (v)")
+        return base(value, cls)
+
+    converter.register_structure_hook(cls, structure_versioned)
+
+
+_require_version(Execution)
+_require_version(AgentTaskRecord)

@@ -20,19 +20,24 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "private-key",
         re.compile(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            # To its END line, or to the end of the text if it was cut off before it.
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
             r".*?"
-            r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
             re.DOTALL,
         ),
     ),
     ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
     ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b")),
     ("github-token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b")),
-    # Keys are random: at least 20 characters with a digit among them, which keeps words such
-    # as "sk-learn-is-a-library" out.
-    ("anthropic-key", re.compile(r"\bsk-ant-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
-    ("openai-key", re.compile(r"\bsk-(?:proj-)?(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
+    # Anthropic keys name their kind and version (sk-ant-api03-...). OpenAI's are either a
+    # long unbroken run (legacy) or carry a kind (sk-proj-...): file names such as
+    # "sk-2024-quarterly-report" or words such as "sk-learn-..." are neither.
+    ("anthropic-key", re.compile(r"\bsk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{20,}")),
+    (
+        "openai-key",
+        re.compile(r"\bsk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{32,})"),
+    ),
     ("slack-token", re.compile(r"\bxox[abprse]-(?=[A-Za-z-]*[0-9])[A-Za-z0-9-]{10,}")),
     ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}")),
@@ -41,8 +46,9 @@ _BEARER = re.compile(
     r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?\s*bearer\s+)(?!\[redacted )[^\s\"',;]+"
 )
 _SECRET_KEYS = re.compile(
-    r"(?i)^(?:password|passwd|secret|client_secret|api[_-]?key|access_token|refresh_token|"
-    r"authorization|private_key|x-api-key)$"
+    r"(?i)^(?:password|passwd|pwd|secret|client_secret|secret_key|api[_-]?key|x-api-key|"
+    r"access_key|aws_secret_access_key|token|access_token|refresh_token|id_token|auth_token|"
+    r"session_token|authorization|proxy-authorization|cookie|set-cookie|private_key)$"
 )
 _MIN_SECRET = 6  # shorter registered values would mask ordinary words
 
@@ -93,6 +99,10 @@ def _walk(value: Any, extra: frozenset[str], depth: int) -> Any:
         out: dict[Any, Any] = {}
         for key, item in value.items():
             new_key = _redact_text(key, extra) if isinstance(key, str) else key
+            if new_key != key:  # masked keys must not collapse into one and lose entries
+                base, n = new_key, 2
+                while new_key in out or new_key in value:
+                    new_key, n = f"{base} ({n})", n + 1
             if isinstance(key, str) and _SECRET_KEYS.match(key) and item not in (None, ""):
                 out[new_key] = _mask("secret")
             else:

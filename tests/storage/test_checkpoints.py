@@ -102,3 +102,32 @@ def test_R6_git_head_from_a_ref_or_packed_refs(workspace: Path) -> None:
     assert result.reasons == ("git HEAD moved",)
     (git / "HEAD").write_text("c" * 40)  # detached
     assert ms.capture_checkpoint(workspace, p).git_head == "c" * 40
+
+
+def test_X1_git_head_never_reads_outside_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AWS_SECRET=hunter2hunter2")
+    git = workspace / ".git"
+    git.mkdir()
+    p = plan()
+    for head in (f"ref: {secret}", "ref: refs/../../../secret.txt", "not an object name"):
+        (git / "HEAD").write_text(head)
+        assert ms.capture_checkpoint(workspace, p).git_head is None
+    (git / "HEAD").unlink()
+    (git / "HEAD").symlink_to(secret)
+    assert ms.capture_checkpoint(workspace, p).git_head is None
+    outside = tmp_path / "other-repo"
+    outside.mkdir()
+    (outside / "HEAD").write_text("d" * 40)
+    (git / "HEAD").unlink()
+    git.rmdir()
+    git.symlink_to(outside)  # a .git that leads elsewhere is not this workspace's
+    assert ms.capture_checkpoint(workspace, p).git_head is None
+
+
+def test_X1_files_reached_through_symlinks_out_of_the_root_are_not_hashed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
+    cp = ms.capture_checkpoint(workspace, plan({"path": "link.txt"}))
+    assert cp.file_hashes == {}

@@ -107,6 +107,7 @@ def test_errors_name_the_path() -> None:
         ("findings", [{"id": "f", "claim": "c"}] * 201),
         ("diagnostics", ["x"] * 201),
         ("surprise", 1),
+        ("v", None),
     ],
 )
 def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) -> None:
@@ -116,6 +117,8 @@ def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) ->
         )
     )
     bad = dict(good, **{field: value}, id="t2")
+    if field == "v" and value is None:
+        del bad["v"]  # a record that does not say its version
     execution = rec.Execution(
         id="ex", goal="g", created_at=1, updated_at=1, agent_tasks=(good, bad, good)
     )

@@ -22,7 +22,7 @@ POSITIVE = {
     "anthropic-key": [
         "sk-ant-api03-" + "Ab3" * 12,
         "x sk-ant-admin01-" + "9" * 30,
-        "sk-ant-" + "q1" * 15,
+        "sk-ant-api01-" + "q1" * 15,
     ],
     "openai-key": [
         "sk-" + "A1b2C3d4" * 6,
@@ -54,14 +54,26 @@ POSITIVE = {
         "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
         "pre -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n"
         "-----END OPENSSH PRIVATE KEY----- post",
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg (cut off before its END line)",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
     ],
 }
 
 NEGATIVE = {
     "aws-access-key": ["AKIA123", "akiaiosfodnn7example", "XKIAIOSFODNN7EXAMPLE"],
     "github-token": ["ghp_short", "ghx_" + "a" * 36, "github_pat_short"],
-    "anthropic-key": ["sk-ant-", "sk-ant-short1", "task-ant-" + "1" * 30],
-    "openai-key": ["sk-short1", "sk-learn-is-a-library-name", "risk-" + "1" * 30],
+    "anthropic-key": [
+        "sk-ant-",
+        "sk-ant-short1",
+        "task-ant-" + "1" * 30,
+        "sk-ant-eater-" + "x" * 30,
+    ],
+    "openai-key": [
+        "sk-short1",
+        "sk-learn-is-a-library-name",
+        "sk-2024-quarterly-report-v2.csv",
+        "risk-" + "1" * 30,
+    ],
     "slack-token": ["xoxo-hugs-and-kisses", "xoxb-short", "xox-12345678901"],
     "google-api-key": ["AIza" + "0" * 10, "aiza" + "0" * 35, "AIzb" + "0" * 35],
     "jwt": ["eyJhbGciOiJIUzI1NiJ9", "a.b.c", "eyJ.eyJ.x"],
@@ -135,3 +147,11 @@ def test_redact_refuses_absurd_nesting() -> None:
         cursor = cursor[0]  # type: ignore[assignment]
     with pytest.raises(ValueError, match="200 levels"):
         redact(deep)
+
+
+def test_E5_masked_keys_never_collapse_and_more_key_names_are_masked() -> None:
+    register_secret("alpha-secret-one")
+    register_secret("beta-secret-two")
+    out = redact({"alpha-secret-one": 1, "beta-secret-two": 2, "token": "t", "cookie": "c"})
+    assert sorted(out.values(), key=str) == [1, 2, "[redacted secret]", "[redacted secret]"]
+    assert len(out) == 4
