@@ -44,10 +44,6 @@ _SUFFIX = ".json"
 _TEMP_PREFIX = ".tmp-"
 
 
-def _identity(info: os.stat_result) -> tuple[int, ...]:
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
 class FileStore:
     """Executions as files under ``path`` (created 0700; files 0600, whatever the umask)."""
 
@@ -67,10 +63,13 @@ class FileStore:
         # flock excludes other processes; threads of this one share the descriptor, so they
         # also take this lock.
         self._thread_lock = threading.Lock()
-        # The last version this store wrote per id, keyed by the file's identity (inode, size,
-        # mtime) right after the rename: every writer renames a new file into place, so an
-        # unchanged identity means nobody wrote since, and the read can skip the parse.
-        self._cache: dict[str, tuple[tuple[int, ...], Execution]] = {}
+        # What this store wrote, trusted only while nobody else has written since: every
+        # write (by any FileStore, in any process) bumps a generation counter kept in the lock
+        # file under the lock. A file's own inode or mtime would not do: inodes are reused and
+        # mtimes are coarse.
+        self._cache: dict[str, Execution] = {}
+        self._generation = -1  # the counter's value after this store's last write
+        self._lock_fd: int | None = None
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -82,6 +81,10 @@ class FileStore:
 
     def _read(self, execution_id: str) -> Execution | None:
         path = self._file(execution_id)
+        if self._lock_fd is not None:  # under the lock, after the generation check in _locked
+            cached = self._cache.get(execution_id)
+            if cached is not None:
+                return cached
         try:
             # O_NONBLOCK: a FIFO planted under the name must not hang the reader.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -92,9 +95,6 @@ class FileStore:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise RecordError(f"execution {execution_id}", ["(file): not a regular file"])
-            cached = self._cache.get(execution_id)
-            if cached is not None and cached[0] == _identity(info):
-                return cached[1]
             if info.st_size > self.max_bytes:  # X2: bounded before reading
                 raise TooLarge(f"execution {execution_id}", info.st_size, self.max_bytes)
             data = handle.read(self.max_bytes + 1)
@@ -135,9 +135,26 @@ class FileStore:
             fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._lock_fd = fd
+                if self._read_generation() != self._generation:
+                    self._cache.clear()  # someone else wrote since our last write
                 yield
             finally:
+                self._lock_fd = None
                 os.close(fd)  # closing releases the lock
+
+    def _read_generation(self) -> int:
+        assert self._lock_fd is not None
+        raw = os.pread(self._lock_fd, 8, 0)
+        return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+    def _bump_generation(self) -> None:
+        # No fsync: the counter only has to be coherent between live processes (one page
+        # cache); after a crash no process holds a cache to invalidate.
+        assert self._lock_fd is not None
+        value = (self._read_generation() + 1) % (1 << 63)
+        os.pwrite(self._lock_fd, value.to_bytes(8, "little"), 0)
+        self._generation = value
 
     def _write(self, execution: Execution) -> None:
         data = encode(execution)
@@ -161,13 +178,13 @@ class FileStore:
                 os.unlink(temp)
             raise
         self._cache.pop(execution.id, None)
+        self._bump_generation()  # before anything else can fail: the file did change
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself is durable only once the directory is
         finally:
             os.close(dir_fd)
-        info = os.stat(final)  # remembered only once durable
-        self._cache[execution.id] = (_identity(info), execution)
+        self._cache[execution.id] = execution  # remembered only once durable
 
     def create(self, execution: Execution) -> bool:
         """Store a new execution; False if one with its id exists (nothing written)."""

@@ -49,11 +49,10 @@ def main() -> None:
             ta = time.time()
             log("commit", owner, epoch, tb, ta, outcome.value, expires)
         if rng.random() < 0.7:
-            tb = time.time()
-            released = store.release("contended", owner)
-            ta = time.time()
-            if released:
-                log("rel", owner, epoch, tb, ta)
+            # Logged before the call: a kill right after the release must not leave a ledger
+            # that believes the tenure lasted until its expiry.
+            log("rel", owner, epoch, time.time())
+            store.release("contended", owner)
 
 
 if __name__ == "__main__":

@@ -320,3 +320,16 @@ def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_pa
     assert first.commit_progress(execution(status="running"), "a:1:x").ok
     assert second.commit(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
     assert first.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
+
+
+def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path: Path) -> None:
+    # Inodes are reused and mtimes are coarse: only the shared generation counter decides.
+    first = FileStore(tmp_path / "s")
+    second = FileStore(tmp_path / "s")
+    first.create(execution())
+    first.acquire("ex-1", "a:1:x", ttl=60)
+    for n in range(200):
+        assert first.commit_progress(execution(calls_used=n), "a:1:x").ok
+        assert second.commit(execution(calls_used=n, status="paused"), "a:1:x")
+        assert first.commit_progress(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
+        assert second.commit(execution(calls_used=n, status="running"), "a:1:x")
