@@ -8,6 +8,7 @@ across processes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -19,10 +20,12 @@ from typing import Protocol
 
 import attrs
 
+from ._errors import StorageError
 from ._records import Execution, Lease
 
 __all__ = [
     "CommitOutcome",
+    "CompareAndSetStore",
     "LeaseResult",
     "Listing",
     "Problem",
@@ -197,3 +200,101 @@ def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
         return False
     current = holder(stored.lease, now)
     return current is None or current == owner
+
+
+class CompareAndSetStore:
+    """The decide-then-write methods both backends share.
+
+    A backend provides ``_atomic()`` (a context in which reads and writes form one atomic
+    compare-and-set across processes), ``_read_for_update(id)`` and ``_write(execution)``, and
+    says with ``_batch_keeps_earlier`` whether the commits before a disk failure in a batch
+    stay durable (files) or the whole batch fails together (one transaction).
+    """
+
+    _clock: Clock
+    _batch_keeps_earlier = False
+
+    def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _read_for_update(self, execution_id: str) -> Execution | None:
+        raise NotImplementedError
+
+    def _write(self, execution: Execution) -> None:
+        raise NotImplementedError
+
+    def create(self, execution: Execution) -> bool:
+        """Store a new execution; False if one with its id exists (nothing written)."""
+        with self._atomic():
+            if self._read_for_update(execution.id) is not None:
+                return False
+            self._write(execution)
+            return True
+
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
+        """L1: refused while another owner's lease is live; takes over a lapsed one."""
+        with self._atomic():
+            stored = self._read_for_update(execution_id)
+            result, updated = decide_acquire(stored, owner, ttl, self._clock())
+            if updated is not None:
+                self._write(updated)
+            return result
+
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
+        """L2: the holder of a live lease extends it; False otherwise."""
+        with self._atomic():
+            stored = self._read_for_update(execution_id)
+            updated = decide_heartbeat(stored, owner, ttl, self._clock())
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def release(self, execution_id: str, owner: str) -> bool:
+        """L3: the owner gives the lease up; False if it was not the owner."""
+        with self._atomic():
+            updated = decide_release(self._read_for_update(execution_id), owner)
+            if updated is None:
+                return False
+            self._write(updated)
+            return True
+
+    def _commit_one(self, execution: Execution, owner: str, now: float) -> CommitOutcome:
+        stored = self._read_for_update(execution.id)
+        outcome = decide_commit(stored, owner, now)
+        if outcome is CommitOutcome.OK:
+            assert stored is not None
+            self._write(with_disk_lease(execution, stored))
+        return outcome
+
+    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+        """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
+        with self._atomic():
+            return self._commit_one(execution, owner, self._clock())
+
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
+        results: list[CommitResult] = []
+        with self._atomic():
+            now = self._clock()
+            for index, (execution, owner) in enumerate(commits):
+                try:
+                    results.append(self._commit_one(execution, owner, now))
+                except OSError as exc:
+                    if not self._batch_keeps_earlier:
+                        raise  # one transaction: nothing in it was written
+                    results.extend([exc] * (len(commits) - index))
+                    break
+                except (StorageError, ValueError) as exc:  # this record only
+                    results.append(exc)
+        return tuple(results)
+
+    def commit(self, execution: Execution, owner: str) -> bool:
+        """An out-of-run edit: written unless terminal or another owner holds a live lease."""
+        with self._atomic():
+            stored = self._read_for_update(execution.id)
+            if not decide_edit(stored, owner, self._clock()):
+                return False
+            assert stored is not None
+            self._write(with_disk_lease(execution, stored))
+            return True

@@ -16,23 +16,10 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-from ._backend import (
-    Clock,
-    CommitOutcome,
-    CommitResult,
-    LeaseResult,
-    Listing,
-    Problem,
-    decide_acquire,
-    decide_commit,
-    decide_edit,
-    decide_heartbeat,
-    decide_release,
-    with_disk_lease,
-)
+from ._backend import Clock, CompareAndSetStore, Listing, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
@@ -44,8 +31,10 @@ _SUFFIX = ".json"
 _TEMP_PREFIX = ".tmp-"
 
 
-class FileStore:
+class FileStore(CompareAndSetStore):
     """Executions as files under ``path`` (created 0700; files 0600, whatever the umask)."""
+
+    _batch_keeps_earlier = True  # each file is synced on its own
 
     def __init__(
         self,
@@ -186,74 +175,10 @@ class FileStore:
             os.close(dir_fd)
         self._cache[execution.id] = execution  # remembered only once durable
 
-    def create(self, execution: Execution) -> bool:
-        """Store a new execution; False if one with its id exists (nothing written)."""
-        with self._locked():
-            if self._file(execution.id).exists():
-                return False
-            self._write(execution)
-            return True
+    # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
-        with self._locked():
-            result, updated = decide_acquire(self._read(execution_id), owner, ttl, self._clock())
-            if updated is not None:
-                self._write(updated)
-            return result
+    def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        return self._locked()
 
-    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
-        with self._locked():
-            updated = decide_heartbeat(self._read(execution_id), owner, ttl, self._clock())
-            if updated is None:
-                return False
-            self._write(updated)
-            return True
-
-    def release(self, execution_id: str, owner: str) -> bool:
-        with self._locked():
-            updated = decide_release(self._read(execution_id), owner)
-            if updated is None:
-                return False
-            self._write(updated)
-            return True
-
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
-        """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
-        with self._locked():
-            stored = self._read(execution.id)
-            outcome = decide_commit(stored, owner, self._clock())
-            if outcome is CommitOutcome.OK:
-                assert stored is not None
-                self._write(with_disk_lease(execution, stored))
-            return outcome
-
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """One lock for the batch; each file is still written and synced on its own, so the
-        commits before a disk failure stay acknowledged."""
-        results: list[CommitResult] = []
-        with self._locked():
-            now = self._clock()
-            for index, (execution, owner) in enumerate(commits):
-                try:
-                    stored = self._read(execution.id)
-                    outcome = decide_commit(stored, owner, now)
-                    if outcome is CommitOutcome.OK:
-                        assert stored is not None
-                        self._write(with_disk_lease(execution, stored))
-                    results.append(outcome)
-                except OSError as exc:  # the disk: this one and the rest are not written
-                    results.extend([exc] * (len(commits) - index))
-                    break
-                except (StorageError, ValueError) as exc:  # this record only
-                    results.append(exc)
-        return tuple(results)
-
-    def commit(self, execution: Execution, owner: str) -> bool:
-        """An out-of-run edit: written unless terminal or another owner holds a live lease."""
-        with self._locked():
-            stored = self._read(execution.id)
-            if not decide_edit(stored, owner, self._clock()):
-                return False
-            assert stored is not None
-            self._write(with_disk_lease(execution, stored))
-            return True
+    def _read_for_update(self, execution_id: str) -> Execution | None:
+        return self._read(execution_id)

@@ -13,23 +13,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-from ._backend import (
-    Clock,
-    CommitOutcome,
-    CommitResult,
-    LeaseResult,
-    Listing,
-    Problem,
-    decide_acquire,
-    decide_commit,
-    decide_edit,
-    decide_heartbeat,
-    decide_release,
-    with_disk_lease,
-)
+from ._backend import Clock, CompareAndSetStore, Listing, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import StorageError, TooLarge
 from ._ids import check_id
@@ -40,7 +27,7 @@ __all__ = ["SqliteStore"]
 _SCHEMA = "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, body BLOB NOT NULL)"
 
 
-class SqliteStore:
+class SqliteStore(CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700)."""
 
     def __init__(
@@ -176,71 +163,10 @@ class SqliteStore:
         )
         self._cache[execution.id] = execution
 
-    def create(self, execution: Execution) -> bool:
-        with self._transaction():
-            if self._read(execution.id) is not None:
-                return False
-            self._write(execution)
-            return True
+    # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
-        with self._transaction():
-            result, updated = decide_acquire(self._read(execution_id), owner, ttl, self._clock())
-            if updated is not None:
-                self._write(updated)
-            return result
+    def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        return self._transaction()
 
-    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
-        with self._transaction():
-            updated = decide_heartbeat(self._read(execution_id), owner, ttl, self._clock())
-            if updated is None:
-                return False
-            self._write(updated)
-            return True
-
-    def release(self, execution_id: str, owner: str) -> bool:
-        with self._transaction():
-            updated = decide_release(self._read(execution_id), owner)
-            if updated is None:
-                return False
-            self._write(updated)
-            return True
-
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
-        with self._transaction():
-            stored = self._read(execution.id, cached_ok=True)
-            outcome = decide_commit(stored, owner, self._clock())
-            if outcome is CommitOutcome.OK:
-                assert stored is not None
-                self._write(with_disk_lease(execution, stored))
-            return outcome
-
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """All in one transaction: one durable flush for the whole batch (group commit).
-
-        A bad record fails only its own commit; a database error fails the transaction, and
-        so every commit in it (raised).
-        """
-        results: list[CommitResult] = []
-        with self._transaction():
-            now = self._clock()
-            for execution, owner in commits:
-                try:
-                    stored = self._read(execution.id, cached_ok=True)
-                    outcome = decide_commit(stored, owner, now)
-                    if outcome is CommitOutcome.OK:
-                        assert stored is not None
-                        self._write(with_disk_lease(execution, stored))
-                    results.append(outcome)
-                except (StorageError, ValueError) as exc:
-                    results.append(exc)
-        return tuple(results)
-
-    def commit(self, execution: Execution, owner: str) -> bool:
-        with self._transaction():
-            stored = self._read(execution.id, cached_ok=True)
-            if not decide_edit(stored, owner, self._clock()):
-                return False
-            assert stored is not None
-            self._write(with_disk_lease(execution, stored))
-            return True
+    def _read_for_update(self, execution_id: str) -> Execution | None:
+        return self._read(execution_id, cached_ok=True)
