@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -57,3 +59,20 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@contextlib.asynccontextmanager
+async def recording_events(system: ms.ActorSystem) -> AsyncIterator[list[object]]:
+    """Collect ``system.events()`` into a list while the block runs; shut the system down at
+    the end, which ends the stream, so the list is complete once the block is left."""
+    events: list[object] = []
+
+    async def collect() -> None:
+        async for event in system.events():
+            events.append(event)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect)
+        await anyio.wait_all_tasks_blocked()  # subscribed before anything happens
+        yield events
+        await system.shutdown()

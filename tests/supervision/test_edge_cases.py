@@ -9,7 +9,7 @@ import pytest
 
 import mainspring as ms
 
-from ._kit import Worker, specs, starts
+from ._kit import Worker, recording_events, specs, starts
 
 pytestmark = pytest.mark.anyio
 
@@ -118,26 +118,16 @@ async def test_an_actor_stopping_itself_does_not_deadlock_with_a_child_asking_it
 
 async def test_the_root_reports_a_child_it_gives_up_on_and_forgets_it() -> None:
     log: list[tuple[Any, ...]] = []
-    events: list[object] = []
-    async with ms.open_system() as system:
-
-        async def collect() -> None:
-            async for event in system.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.wait_all_tasks_blocked()
-            ref = await system.spawn(Worker, log, "f", name="f", restart="permanent")
-            for _ in range(4):
-                with pytest.raises((ms.ActorFailed, ms.ActorDeadError)):
-                    await ref.ask("crash")
-            await ref.wait_stopped()
-            root = system._root
-            assert root is not None
-            assert not root._types
-            assert not root._times
-            await system.shutdown()
+    async with ms.open_system() as system, recording_events(system) as events:
+        ref = await system.spawn(Worker, log, "f", name="f", restart="permanent")
+        for _ in range(4):
+            with pytest.raises((ms.ActorFailed, ms.ActorDeadError)):
+                await ref.ask("crash")
+        await ref.wait_stopped()
+        root = system._root
+        assert root is not None
+        assert not root._types
+        assert not root._times
     final = [e for e in events if isinstance(e, ms.ChildFailed) and not e.restarting]
     assert [e.child for e in final] == ["/f"]
 

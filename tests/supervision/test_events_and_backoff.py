@@ -11,30 +11,20 @@ import pytest
 
 import mainspring as ms
 
-from ._kit import specs
+from ._kit import recording_events, specs
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_events_carry_names_paths_reasons_and_counts_only() -> None:
     log: list[tuple[Any, ...]] = []
-    events: list[object] = []
-    async with ms.open_system() as system:
-
-        async def collect() -> None:
-            async for event in system.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.wait_all_tasks_blocked()
-            sup = await system.spawn_supervisor(specs(log, "a"), name="sup")
-            a = sup.child("a")
-            assert a is not None
-            with pytest.raises(ms.ActorFailed):
-                await a.ask("crash")
-            assert await a.ask("get") == 0
-            await system.shutdown()  # ends the iteration
+    async with ms.open_system() as system, recording_events(system) as events:
+        sup = await system.spawn_supervisor(specs(log, "a"), name="sup")
+        a = sup.child("a")
+        assert a is not None
+        with pytest.raises(ms.ActorFailed):
+            await a.ask("crash")
+        assert await a.ask("get") == 0
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["ChildStarted", "ChildFailed", "ChildRestarted"]
     for event in events:

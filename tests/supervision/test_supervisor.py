@@ -10,7 +10,7 @@ import pytest
 
 import mainspring as ms
 
-from ._kit import FakeClock, Worker, specs, starts, stops
+from ._kit import FakeClock, Worker, recording_events, specs, starts, stops
 
 pytestmark = pytest.mark.anyio
 
@@ -206,16 +206,8 @@ async def test_three_level_escalation_chain() -> None:
     mid = ms.ChildSpec(
         ms.Supervisor, leaf, name="mid", shutdown=10.0
     )  # default intensity: 3 restarts in 5 s
-    events: list[object] = []
     async with ms.open_system() as system:
-
-        async def collect() -> None:
-            async for event in system.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.wait_all_tasks_blocked()
+        async with recording_events(system) as events:
             top = await system.spawn_supervisor(
                 [mid], name="top", max_restarts=1, period=60.0, clock=clock,
                 restart="temporary",
@@ -231,7 +223,6 @@ async def test_three_level_escalation_chain() -> None:
                     await leaf_ref.ref.ask("crash")
                 await anyio.wait_all_tasks_blocked()
             reason = await top.wait_stopped()
-            await system.shutdown()
         assert isinstance(reason, ms.Crash)
         assert "RestartIntensityExceeded" in reason.error
     escalations = [(e.supervisor, e.to) for e in events if isinstance(e, ms.Escalated)]
@@ -340,17 +331,8 @@ async def test_a_supervisor_inside_an_actor_stops_with_it() -> None:
 
 async def test_top_level_restart_types_under_the_root_supervisor() -> None:
     log: list[tuple[Any, ...]] = []
-    events: list[object] = []
     async with ms.open_system() as system:
-        stream = system.events()
-
-        async def collect() -> None:
-            async for event in stream:
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.wait_all_tasks_blocked()
+        async with recording_events(system) as events:
             transient = await system.spawn(Worker, log, "t", name="t", restart="transient")
             temporary = await system.spawn(Worker, log, "tmp", name="tmp")
             for ref in (transient, temporary):
@@ -358,7 +340,6 @@ async def test_top_level_restart_types_under_the_root_supervisor() -> None:
                     await ref.ask("crash")
             assert await transient.ask("get") == 0  # restarted in place
             await temporary.wait_stopped()  # reported, not restarted
-            await system.shutdown()
         with pytest.raises(ValueError, match="restart"):
             await system.spawn(Worker, log, "x", restart="always")  # type: ignore[arg-type]
     failed = [(e.child, e.restarting) for e in events if isinstance(e, ms.ChildFailed)]
