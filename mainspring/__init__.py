@@ -60,6 +60,12 @@ from .storage import parse_agent_tasks as parse_agent_tasks
 from .storage import reconcile as reconcile
 from .storage import redact as redact
 from .storage import register_secret as register_secret
+from .supervision import AgentContext as AgentContext
+from .supervision import AgentTaskCompleted as AgentTaskCompleted
+from .supervision import AgentTaskProgress as AgentTaskProgress
+from .supervision import AgentTaskStarted as AgentTaskStarted
+from .supervision import AgentTaskStopped as AgentTaskStopped
+from .supervision import AgentTaskWaiting as AgentTaskWaiting
 from .supervision import Backoff as Backoff
 from .supervision import ChildFailed as ChildFailed
 from .supervision import ChildInfo as ChildInfo
@@ -67,12 +73,32 @@ from .supervision import ChildRestarted as ChildRestarted
 from .supervision import ChildSpec as ChildSpec
 from .supervision import ChildStarted as ChildStarted
 from .supervision import Escalated as Escalated
+from .supervision import ExecutionBusy as ExecutionBusy
+from .supervision import ExecutionCancelled as ExecutionCancelled
+from .supervision import ExecutionCompleted as ExecutionCompleted
+from .supervision import ExecutionEvent as ExecutionEvent
+from .supervision import ExecutionFailed as ExecutionFailed
+from .supervision import ExecutionHandle as ExecutionHandle
+from .supervision import ExecutionPaused as ExecutionPaused
+from .supervision import ExecutionResult as ExecutionResult
+from .supervision import ExecutionResumed as ExecutionResumed
+from .supervision import ExecutionStarted as ExecutionStarted
+from .supervision import ExecutionWaiting as ExecutionWaiting
 from .supervision import IntensityExceeded as IntensityExceeded
+from .supervision import InvalidPlan as InvalidPlan
 from .supervision import NoSuchChild as NoSuchChild
+from .supervision import PlannerContext as PlannerContext
 from .supervision import RestartIntensityExceeded as RestartIntensityExceeded
+from .supervision import Runtime as Runtime
+from .supervision import StepFinished as StepFinished
+from .supervision import StepStarted as StepStarted
+from .supervision import StopResult as StopResult
 from .supervision import SupervisionEvent as SupervisionEvent
 from .supervision import Supervisor as Supervisor
 from .supervision import SupervisorRef as SupervisorRef
+from .supervision import UnknownExecution as UnknownExecution
+from .supervision import default_home as default_home
+from .supervision import open_runtime as open_runtime
 
 __version__ = "0.1.0.dev0"
 
@@ -83,7 +109,13 @@ __all__ = [
     "ActorFailed",
     "ActorRef",
     "ActorSystem",
+    "AgentContext",
+    "AgentTaskCompleted",
+    "AgentTaskProgress",
     "AgentTaskRecord",
+    "AgentTaskStarted",
+    "AgentTaskStopped",
+    "AgentTaskWaiting",
     "AskTimeout",
     "Backoff",
     "BudgetExhausted",
@@ -102,12 +134,24 @@ __all__ = [
     "Escalated",
     "EventsDropped",
     "Execution",
+    "ExecutionBusy",
+    "ExecutionCancelled",
+    "ExecutionCompleted",
+    "ExecutionEvent",
+    "ExecutionFailed",
+    "ExecutionHandle",
+    "ExecutionPaused",
+    "ExecutionResult",
+    "ExecutionResumed",
+    "ExecutionStarted",
+    "ExecutionWaiting",
     "Failure",
     "FileStore",
     "Finding",
     "IntensityExceeded",
     "Interruption",
     "InvalidId",
+    "InvalidPlan",
     "Lease",
     "LeaseLost",
     "LeaseResult",
@@ -122,13 +166,18 @@ __all__ = [
     "Pending",
     "Plan",
     "PlanStep",
+    "PlannerContext",
     "Problem",
     "Reconciliation",
     "RecordError",
     "RestartIntensityExceeded",
+    "Runtime",
     "Shutdown",
     "SqliteStore",
+    "StepFinished",
+    "StepStarted",
     "Stop",
+    "StopResult",
     "StorageError",
     "Store",
     "SupervisionEvent",
@@ -138,10 +187,13 @@ __all__ = [
     "Timeout",
     "Timer",
     "TooLarge",
+    "UnknownExecution",
     "cancel_reason",
     "capture_checkpoint",
     "current_actor",
+    "default_home",
     "new_owner_id",
+    "open_runtime",
     "open_system",
     "parse_agent_tasks",
     "reconcile",

@@ -16,12 +16,12 @@ import re
 import secrets
 import socket
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
 from ._errors import StorageError
-from ._records import Execution, Lease
+from ._records import MAX_CONTROLS, Execution, Lease
 
 __all__ = [
     "CommitOutcome",
@@ -96,6 +96,12 @@ class Store(Protocol):
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome: ...
 
     def commit(self, execution: Execution, owner: str) -> bool: ...
+
+    def renew(
+        self, execution_id: str, owner: str, ttl: float
+    ) -> tuple[CommitOutcome, Execution | None]: ...
+
+    def edit(self, execution_id: str, change: Edit) -> Execution | None: ...
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         """``commit_progress`` for each, made durable together where the backend can.
@@ -186,11 +192,43 @@ def decide_release(stored: Execution | None, owner: str) -> Execution | None:
 
 
 def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
-    """The lease on disk wins over the writer's copy (E2): heartbeats are never undone."""
-    return attrs.evolve(execution, lease=stored.lease)
+    """What a run writes, merged with what only others write (E2).
+
+    The lease on disk wins over the writer's copy, so heartbeats are never undone. Stop
+    requests and audit lines that another process appended while this owner ran are kept: a
+    runner's copy can lag behind them, and losing them would silently drop an operator's
+    request.
+    """
+    changes: dict[str, Any] = {"lease": stored.lease}
+    if stored.stop_requests != execution.stop_requests:
+        merged = dict.fromkeys(stored.stop_requests + execution.stop_requests)
+        changes["stop_requests"] = tuple(merged)[-MAX_CONTROLS:]
+    if stored.controls != execution.controls:
+        lines = dict.fromkeys(stored.controls + execution.controls)
+        changes["controls"] = tuple(sorted(lines, key=lambda c: c.at))[-MAX_CONTROLS:]
+    return attrs.evolve(execution, **changes)
+
+
+def decide_renew(
+    stored: Execution | None, owner: str, ttl: float, now: float
+) -> tuple[CommitOutcome, Execution | None]:
+    """A run's heartbeat (L2) that also says whether it may go on (E2, E3).
+
+    The lease is extended only when a commit by ``owner`` would be accepted now; otherwise the
+    outcome says why not (paused or cancelled by someone else, lease lost) and nothing changes.
+    """
+    _check_ttl(ttl)
+    outcome = decide_commit(stored, owner, now)
+    if outcome is not CommitOutcome.OK:
+        return outcome, None
+    assert stored is not None
+    assert stored.lease is not None
+    return outcome, attrs.evolve(stored, lease=attrs.evolve(stored.lease, expires_at=now + ttl))
 
 
 Clock = Callable[[], float]
+Edit = Callable[[Execution, float], Execution | None]
+"""An out-of-band change: given the stored execution and the time, the new one (or None)."""
 
 
 def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
@@ -288,6 +326,37 @@ class CompareAndSetStore:
                 except (StorageError, ValueError) as exc:  # this record only
                     results.append(exc)
         return tuple(results)
+
+    def renew(
+        self, execution_id: str, owner: str, ttl: float
+    ) -> tuple[CommitOutcome, Execution | None]:
+        """A heartbeat that answers like a commit: OK and the stored execution (lease
+        extended), or why this owner may not go on (nothing written then)."""
+        with self._atomic():
+            stored = self._read_for_update(execution_id)
+            outcome, updated = decide_renew(stored, owner, ttl, self._clock())
+            if updated is not None:
+                self._write(updated)
+            return outcome, updated
+
+    def edit(self, execution_id: str, change: Edit) -> Execution | None:
+        """Apply ``change`` to the stored execution atomically, whoever holds the lease.
+
+        For controls from outside a run (pause, cancel, a stop request): the run sees the
+        result at its next commit or heartbeat (E2). The stored lease is kept whatever
+        ``change`` returns. Returns what was written, or None if nothing was (no such
+        execution, or ``change`` returned None).
+        """
+        with self._atomic():
+            stored = self._read_for_update(execution_id)
+            if stored is None:
+                return None
+            updated = change(stored, self._clock())
+            if updated is None:
+                return None
+            updated = attrs.evolve(updated, lease=stored.lease)
+            self._write(updated)
+            return updated
 
     def commit(self, execution: Execution, owner: str) -> bool:
         """An out-of-run edit: written unless terminal or another owner holds a live lease."""

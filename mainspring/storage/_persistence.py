@@ -11,6 +11,7 @@ failed write and never retries an fsync.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
-from ._backend import CommitOutcome, Store
+from ._backend import CommitOutcome, Edit, LeaseResult, Store
 from ._errors import StorageError
 from ._records import Execution
 
@@ -65,6 +66,24 @@ class _Drain:
 
 
 @attrs.frozen
+class _Returned:
+    value: Any
+
+
+@attrs.frozen
+class _Raised:
+    error: Exception
+
+
+@attrs.frozen
+class _Call:
+    """A lease operation or an out-of-band edit, run in order with the flushes."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+@attrs.frozen
 class PersistenceStats:
     """Counters: commits received, writes done (after coalescing), flushes (durable syncs)."""
 
@@ -98,6 +117,17 @@ class PersistenceActor(Actor):
         if isinstance(message, _Drain):
             await self._flush()
             return self.stats()
+        if isinstance(message, _Call):
+            if self._broken is not None:
+                raise PersistenceFailed(f"the writer stopped after a failed write: {self._broken}")
+            try:
+                with anyio.CancelScope(shield=True):  # a write under way finishes first
+                    return _Returned(await anyio.to_thread.run_sync(message.fn, *message.args))
+            except OSError as exc:  # the disk failed: stop writing for good, like a flush
+                self._broken = exc
+                return _Raised(exc)
+            except Exception as exc:
+                return _Raised(exc)
         if message == "stats":
             return self.stats()
         raise TypeError(f"the persistence actor takes commits, not {type(message).__name__}")
@@ -171,8 +201,9 @@ class PersistenceActor(Actor):
 class Committer:
     """The caller's side: ``await committer.commit(execution, owner)`` returns once durable."""
 
-    def __init__(self, ref: ActorRef) -> None:
+    def __init__(self, ref: ActorRef, store: Store) -> None:
         self.ref = ref
+        self.store = store
 
     async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
         """The outcome of the durable write that covered this commit (E2 rules).
@@ -191,6 +222,34 @@ class Committer:
         result: PersistenceStats = await self.ref.ask("stats")
         return result
 
+    async def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
+        """The store's ``acquire`` (L1), run by the writer in order with its flushes."""
+        return await self._call(self.store.acquire, execution_id, owner, ttl)  # type: ignore[no-any-return]
+
+    async def renew(
+        self, execution_id: str, owner: str, ttl: float
+    ) -> tuple[CommitOutcome, Execution | None]:
+        """The store's ``renew``: a heartbeat that answers like a commit (L2, E2)."""
+        return await self._call(self.store.renew, execution_id, owner, ttl)  # type: ignore[no-any-return]
+
+    async def release(self, execution_id: str, owner: str) -> bool:
+        """The store's ``release`` (L3)."""
+        return await self._call(self.store.release, execution_id, owner)  # type: ignore[no-any-return]
+
+    async def edit(self, execution_id: str, change: Edit) -> Execution | None:
+        """The store's ``edit``: an out-of-band change, whoever holds the lease."""
+        return await self._call(self.store.edit, execution_id, change)  # type: ignore[no-any-return]
+
+    async def create(self, execution: Execution) -> bool:
+        """The store's ``create``."""
+        return await self._call(self.store.create, execution)  # type: ignore[no-any-return]
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        answer: _Returned | _Raised = await self.ref.ask(_Call(fn, args))
+        if isinstance(answer, _Raised):
+            raise answer.error
+        return answer.value
+
     async def drain(self) -> PersistenceStats:
         """Flush everything accepted so far; returns the counters."""
         result: PersistenceStats = await self.ref.ask(_Drain())
@@ -202,4 +261,4 @@ async def open_committer(
 ) -> Committer:
     """Start the persistence actor for ``store`` under ``system``."""
     ref = await system.spawn(PersistenceActor, store, name=name, mailbox_size=100_000)
-    return Committer(ref)
+    return Committer(ref, store)

@@ -57,7 +57,7 @@ ExecutionStatus = Literal[
     "failed",
     "cancelled",
 ]
-StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped"]
+StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled"]
 TaskState = Literal[
     "created",
     "queued",
@@ -138,6 +138,7 @@ class PlanStep:
     input: dict[str, Any] = attrs.field(factory=dict)
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     status: StepStatus = "pending"
+    requires_approval: bool = False
 
     def __attrs_post_init__(self) -> None:
         named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
@@ -165,6 +166,7 @@ class Plan:
     version: int = attrs.field(default=1, validator=_counter)
     steps: tuple[PlanStep, ...] = ()
     reason: str = ""
+    requires_approval: bool = False
 
     def __attrs_post_init__(self) -> None:
         ids = [step.id for step in self.steps]
@@ -347,9 +349,14 @@ class Execution:
     pending: Pending | None = None
     lease: Lease | None = None
     calls_used: int = _counter_field()
+    max_calls: int | None = attrs.field(default=None, validator=attrs.validators.optional(_counter))
     agent_tasks: tuple[dict[str, Any], ...] = ()
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
+    approvals: tuple[str, ...] = attrs.field(default=(), validator=[_ids, _at_most(MAX_CONTROLS)])
+    stop_requests: tuple[str, ...] = attrs.field(
+        default=(), validator=[_ids, _at_most(MAX_CONTROLS)]
+    )
     created_at: float
     updated_at: float
 

@@ -1,0 +1,369 @@
+"""The children of an ExecutionActor: one actor per running step, and the context an agent
+gets.
+
+A tool or skill step runs in a ``StepActor``; an agent step runs in an ``AgentTaskActor``
+whose :class:`AgentContext` makes inner steps durable (each is committed, through the
+execution, before ``ctx.step`` returns) and meters model and tool calls against the task's
+reservation. A planner call runs in a ``PlannerActor``. User code therefore never runs in the
+ExecutionActor's own task: the execution stays responsive to pause, cancel and heartbeats,
+and cancelling one child interrupts exactly that step, with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ..actors import Actor, ActorDeadError, ActorFailed, ActorRef, CancelReason, cancel_reason
+from ..storage import AgentTaskRecord, Failure, Finding, Observation, Plan, PlanStep
+from ..storage._codec import encode
+from ..storage._errors import StorageError
+from ..storage._ids import check_id
+from ..storage._records import MAX_FINDINGS
+from ..storage._redact import redact
+from ._transitions import ASK_PREFIX
+
+__all__ = ["AgentContext", "AgentTaskActor", "PlannerActor", "PlannerContext", "StepActor"]
+
+MAX_INNER_STEPS = 1_000
+
+
+# -- messages to the execution ---------------------------------------------------------------
+
+
+@attrs.frozen
+class StepDone:
+    """A tool or skill step ended (asked: the answer comes once it is durable)."""
+
+    step_id: str
+    ok: bool
+    output: Any = None
+    error: str | None = None
+
+
+@attrs.frozen
+class TaskSave:
+    """An agent task's record changed (an inner step, a question, the end); ``output`` is the
+    agent's return value when ``record`` is completed."""
+
+    record: AgentTaskRecord
+    output: Any = None
+
+
+@attrs.frozen
+class Planned:
+    plan: Plan | None
+    error: str | None = None
+
+
+class Refused(Exception):
+    """The execution refused a save: it is stopping. The child unwinds without another call."""
+
+
+class _AwaitingAnswer(BaseException):
+    """Raised by ``ctx.ask`` once the question is durable: the agent stops here (P5)."""
+
+
+class _OverBudget(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_output(value: Any, what: str) -> str | None:
+    """Why ``value`` cannot be stored as JSON, or None if it can."""
+    try:
+        encode(value)
+    except (ValueError, TypeError, StorageError) as exc:
+        return f"{what} is not storable as JSON: {exc}"
+    return None
+
+
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+# -- tool and skill steps --------------------------------------------------------------------
+
+
+class StepActor(Actor):
+    """Runs one tool or skill step and reports it to its execution."""
+
+    def __init__(self, execution: ActorRef, step: PlanStep, fn: Callable[..., Any]) -> None:
+        self._execution = execution
+        self._step = step
+        self._fn = fn
+
+    async def receive(self, message: Any) -> Any:
+        step = self._step
+        try:
+            output = await _call(self._fn, **step.input)
+        except Exception as exc:
+            done = StepDone(step.id, ok=False, error=f"{type(exc).__name__}: {exc}")
+        else:
+            problem = check_output(output, f"the output of {step.kind} {step.target}")
+            done = StepDone(step.id, ok=problem is None, output=output, error=problem)
+        # If the execution is stopping, it knows this step did not finish.
+        with contextlib.suppress(ActorDeadError, ActorFailed):
+            await self._execution.ask(done)
+        await self.ref.stop()
+
+
+class PlannerActor(Actor):
+    """Calls the user's planner once and reports the plan (or why there is none)."""
+
+    def __init__(self, execution: ActorRef, planner: Callable[..., Any], context: Any) -> None:
+        self._execution = execution
+        self._planner = planner
+        self._context = context
+
+    async def receive(self, message: Any) -> Any:
+        try:
+            plan = await _call(self._planner, self._context.goal, self._context)
+        except Exception as exc:
+            planned = Planned(None, error=f"{type(exc).__name__}: {exc}")
+        else:
+            if isinstance(plan, Plan):
+                planned = Planned(plan)
+            else:
+                planned = Planned(None, error=f"it returned {type(plan).__name__}, not a Plan")
+        with contextlib.suppress(ActorDeadError, ActorFailed):
+            await self._execution.ask(planned)
+        await self.ref.stop()
+
+
+@attrs.frozen(kw_only=True)
+class PlannerContext:
+    """What a planner is told: the goal, and on a replan why and what came before.
+
+    ``failure`` is the evidence of a failed step; ``findings`` is a bounded, fenced brief of
+    the active findings (after drift, R6); ``drift`` lists what changed in the workspace.
+    """
+
+    goal: str
+    execution_id: str
+    previous_plan: Plan | None = None
+    failure: str | None = None
+    findings: str | None = None
+    drift: tuple[str, ...] = ()
+
+
+# -- agent steps -----------------------------------------------------------------------------
+
+
+class AgentContext:
+    """What an agent gets: durable inner steps, questions, findings, metered calls.
+
+    Created by the runtime, one per run of an agent task; not constructed by users.
+    """
+
+    def __init__(self, actor: AgentTaskActor) -> None:
+        self._actor = actor
+        self._seen: set[str] = set()
+        self._asks = 0
+
+    @property
+    def execution_id(self) -> str:
+        return self._actor.record.execution_id
+
+    @property
+    def task_id(self) -> str:
+        return self._actor.record.id
+
+    @property
+    def step_id(self) -> str:
+        return self._actor.record.step_id
+
+    @property
+    def calls_remaining(self) -> int:
+        """Model calls left in this task's reservation (P4)."""
+        record = self._actor.record
+        return max(0, record.calls_reserved - record.calls_used)
+
+    def cancel_reason(self) -> CancelReason | None:
+        """Why this task is being cancelled (``Pause``, ``Cancel``, ``ParentCancel``...), or
+        None while it is not: read it in ``except``/``finally`` blocks."""
+        return cancel_reason()
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` once, durably: the result is committed before this returns, and
+        on a resume of this task it is returned from the record instead of run again (unless
+        the task's own checkpoint drifted, R8). ``name`` is an id unique within the task.
+
+        The result must be JSON-storable; what is stored (and replayed) is redacted (E5),
+        while the first run gets the value itself. Raises ``ValueError`` for a repeated or
+        invalid name. If ``fn`` raises, nothing is recorded and the error propagates. A
+        cancellation while ``fn`` runs leaves the step unrecorded: it runs again on resume
+        (at-least-once for steps in flight).
+        """
+        check_id(name)
+        if name.startswith(ASK_PREFIX):
+            raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
+        if name in self._seen:
+            raise ValueError(f"inner step {name} ran twice in one task")
+        self._seen.add(name)
+        recorded = self._actor.recorded(name)
+        if recorded is not None:
+            return recorded.output
+        if len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
+            raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
+        result = await _call(fn, *args)
+        problem = check_output(result, f"inner step {name}")
+        if problem is not None:
+            raise ValueError(problem)
+        await self._actor.record_inner(name, result)
+        return result
+
+    async def ask(self, question: str) -> str:
+        """Ask a human. The first time, the question is saved, this task's step stays pending
+        and the execution waits for clarification (P5): this call does not return in this run.
+        On the resume that brings the answer, the agent runs again and this call returns it.
+        """
+        key = f"{ASK_PREFIX}{self._asks}"
+        self._asks += 1
+        recorded = self._actor.recorded(key)
+        if recorded is not None:
+            return str(recorded.output)
+        await self._actor.wait_for_answer(str(question))
+        raise _AwaitingAnswer  # pragma: no cover - wait_for_answer raises it
+
+    def report_finding(self, claim: str, **fields: Any) -> Finding:
+        """Record a finding on this task (E5: stored once, redacted). It is saved with the
+        task's next commit. Raises ``ValueError`` past 200 findings or for invalid fields."""
+        return self._actor.add_finding(claim, fields)
+
+    async def call_skill(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call a skill (a model call): costs 1 call of this task's reservation (P4)."""
+        self._actor.charge_call()
+        return await _call(self._actor.skills[name], *args, **kwargs)
+
+    async def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call a tool: free in calls, but counted against the per-task tool limit."""
+        self._actor.charge_tool()
+        return await _call(self._actor.tools[name], *args, **kwargs)
+
+
+AgentFn = Callable[[AgentContext, Any], Awaitable[Any]]
+
+
+class AgentTaskActor(Actor):
+    """Runs one agent step as one agent task (its record is the durable state)."""
+
+    def __init__(
+        self,
+        execution: ActorRef,
+        record: AgentTaskRecord,
+        step: PlanStep,
+        agent: AgentFn,
+        tools: Mapping[str, Callable[..., Any]],
+        skills: Mapping[str, Callable[..., Any]],
+        max_tool_calls: int,
+    ) -> None:
+        self._execution = execution
+        self.record = record
+        self._step = step
+        self._agent = agent
+        self.tools = tools
+        self.skills = skills
+        self._max_tool_calls = max_tool_calls
+        self._index = {obs.step_id: obs for obs in record.inner_observations}
+
+    def recorded(self, name: str) -> Observation | None:
+        if name in self.record.inner_completed:
+            return self._index.get(name)
+        return None
+
+    def _touch(self, **changes: Any) -> None:
+        self.record = attrs.evolve(self.record, updated_at=time.time(), **changes)
+
+    async def _save(self, output: Any = None) -> None:
+        try:
+            accepted = await self._execution.ask(TaskSave(self.record, output))
+        except (ActorDeadError, ActorFailed) as exc:
+            raise Refused("the execution is stopping") from exc
+        if not accepted:
+            raise Refused("the execution refused the save: it is stopping")
+
+    async def record_inner(self, name: str, result: Any) -> None:
+        observation = Observation(step_id=name, ok=True, output=redact(result))
+        self._index[name] = observation
+        record = self.record
+        self._touch(
+            inner_completed=(*record.inner_completed, name),
+            inner_observations=(*record.inner_observations, observation),
+            inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
+        )
+        await self._save()
+
+    async def wait_for_answer(self, question: str) -> None:
+        self._touch(state="waiting_for_clarification", pending_question=redact(question))
+        await self._save()
+        raise _AwaitingAnswer
+
+    def add_finding(self, claim: str, fields: Mapping[str, Any]) -> Finding:
+        record = self.record
+        if len(record.findings) >= MAX_FINDINGS:
+            raise ValueError(f"an agent task keeps at most {MAX_FINDINGS} findings")
+        values = {key: redact(value) for key, value in fields.items()}
+        finding = Finding(
+            id=f"{record.id}.f{len(record.findings) + 1}",
+            claim=redact(str(claim)),
+            created_at=time.time(),
+            **values,
+        )
+        self._touch(findings=(*record.findings, finding))
+        return finding
+
+    def charge_call(self) -> None:
+        record = self.record
+        if record.calls_used >= record.calls_reserved:
+            raise _OverBudget(
+                "agent-call-budget", f"the task's {record.calls_reserved} reserved calls are used"
+            )
+        self._touch(calls_used=record.calls_used + 1)
+
+    def charge_tool(self) -> None:
+        record = self.record
+        if record.tool_calls_used >= self._max_tool_calls:
+            raise _OverBudget(
+                "agent-tool-budget", f"the task used its {self._max_tool_calls} tool calls"
+            )
+        self._touch(tool_calls_used=record.tool_calls_used + 1)
+
+    def _fail(self, code: str, message: str) -> None:
+        self._touch(
+            state="failed",
+            ended_at=time.time(),
+            failure=Failure(code=code, message=redact(message)),
+        )
+
+    async def receive(self, message: Any) -> Any:
+        output: Any = None
+        try:
+            try:
+                output = await self._agent(AgentContext(self), self._step.input)
+            except _OverBudget as exc:
+                self._fail(exc.code, str(exc))
+            except (Refused, _AwaitingAnswer):
+                raise
+            except Exception as exc:
+                self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
+            else:
+                problem = check_output(output, f"the result of agent {self.record.agent_id}")
+                if problem is not None:
+                    self._fail("agent-failed", problem)
+                    output = None
+                else:
+                    self._touch(state="completed", ended_at=time.time())
+            await self._save(output)
+        except (Refused, _AwaitingAnswer):
+            pass
+        await self.ref.stop()

@@ -1,0 +1,139 @@
+"""What a runtime reports while executions run (V1): ids, states and counts, never text an
+agent, a tool or a user wrote. Every event carries the execution id it belongs to."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = [
+    "AgentTaskCompleted",
+    "AgentTaskProgress",
+    "AgentTaskStarted",
+    "AgentTaskStopped",
+    "AgentTaskWaiting",
+    "ExecutionCancelled",
+    "ExecutionCompleted",
+    "ExecutionEvent",
+    "ExecutionFailed",
+    "ExecutionPaused",
+    "ExecutionResumed",
+    "ExecutionStarted",
+    "ExecutionWaiting",
+    "StepFinished",
+    "StepStarted",
+]
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionEvent:
+    """Base of every runtime event."""
+
+    execution_id: str
+    at: float
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionStarted(ExecutionEvent):
+    """A run began (or resumed) in this process: its plan version and step count."""
+
+    plan_version: int
+    steps: int
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionResumed(ExecutionEvent):
+    """A resume picked the run up; ``completed`` steps are kept and will not run again."""
+
+    completed: int
+    drifted: bool
+
+
+@attrs.frozen(kw_only=True)
+class StepStarted(ExecutionEvent):
+    step_id: str
+    kind: str
+
+
+@attrs.frozen(kw_only=True)
+class StepFinished(ExecutionEvent):
+    """A step ended: ``state`` is succeeded, failed, skipped or cancelled."""
+
+    step_id: str
+    state: str
+    done: int
+    total: int
+    calls_used: int
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskStarted(ExecutionEvent):
+    task_id: str
+    step_id: str
+    calls_reserved: int
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskProgress(ExecutionEvent):
+    """An agent's inner step became durable."""
+
+    task_id: str
+    inner_done: int
+    calls_used: int
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskWaiting(ExecutionEvent):
+    """An agent asked a question; the answer comes with a resume (P5)."""
+
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskCompleted(ExecutionEvent):
+    """An agent task ended: ``state`` is completed, failed or cancelled."""
+
+    task_id: str
+    state: str
+    calls_used: int
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskStopped(ExecutionEvent):
+    """An out-of-band stop of one agent task; ``operation_id`` names that request."""
+
+    task_id: str
+    operation_id: str
+    state: str
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionWaiting(ExecutionEvent):
+    """The run stopped to wait: ``status`` says for what (clarification, approval, budget)."""
+
+    status: str
+    task_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionPaused(ExecutionEvent):
+    requeued: int
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionCancelled(ExecutionEvent):
+    cancelled_tasks: int
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionCompleted(ExecutionEvent):
+    steps: int
+    calls_used: int
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionFailed(ExecutionEvent):
+    """The run failed (``failed`` steps) or stopped without finishing (``status`` is what is
+    on disk, e.g. running after a lost lease)."""
+
+    status: str
+    failed: int

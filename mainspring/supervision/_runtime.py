@@ -1,0 +1,639 @@
+"""The Runtime: the facade users hold to start, steer and watch durable executions.
+
+``open_runtime`` runs an actor system, one persistence actor (the only writer) and an
+``executions`` actor under which every ExecutionActor lives. Controls reach a run live in this
+process directly (its actor stops with ``Pause`` or ``Cancel``); a run live in another process
+is reached through the store (an atomic ``edit``), which that runner meets at its next commit
+or heartbeat (E2, E3).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from ..actors import (
+    Actor,
+    ActorDeadError,
+    ActorRef,
+    Cancel,
+    MainspringError,
+    Pause,
+    Shutdown,
+    open_system,
+)
+from ..actors._events import EventBus
+from ..storage import (
+    AgentTaskRecord,
+    Execution,
+    FileStore,
+    Lease,
+    Plan,
+    SqliteStore,
+    Store,
+    new_owner_id,
+)
+from ..storage._backend import holder
+from ..storage._ids import check_id
+from ..storage._persistence import Committer, open_committer
+from ..storage._redact import redact
+from ._execution import (
+    Begin,
+    ExecutionActor,
+    ExecutionResult,
+    RunConfig,
+    StopResult,
+    StopTask,
+    redact_plan,
+    result_from,
+    tool_hash,
+)
+from ._plan import check_plan
+from ._run_events import AgentTaskStopped
+from ._transitions import (
+    add_control,
+    answer_task,
+    cancel_execution,
+    pause_execution,
+    requeue_interrupted,
+    stop_task,
+    task_records,
+)
+
+__all__ = [
+    "ExecutionBusy",
+    "ExecutionHandle",
+    "Runtime",
+    "UnknownExecution",
+    "default_home",
+    "open_runtime",
+]
+
+MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") within 256
+
+
+class UnknownExecution(MainspringError, LookupError):
+    """No execution with this id is stored."""
+
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(f"no execution {execution_id!r} in this store")
+        self.execution_id = execution_id
+
+
+class ExecutionBusy(MainspringError):
+    """Another owner holds the execution's lease; it can be resumed once that lapses."""
+
+    def __init__(self, execution_id: str, lease: Lease | None, reason: str) -> None:
+        super().__init__(f"execution {execution_id} is busy: {reason}")
+        self.execution_id = execution_id
+        self.lease = lease
+
+
+def default_home() -> Path:
+    """Where the default store lives: ``$MAINSPRING_HOME``, else the XDG state directory."""
+    home = os.environ.get("MAINSPRING_HOME")
+    if home:
+        return Path(home)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "mainspring"
+
+
+def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Callable[[], None]]:
+    """A backend for ``store``: a backend as is; a path ending in ``.db``, ``.sqlite`` or
+    ``.sqlite3`` is a SQLite file, any other path a FileStore directory; None the default
+    (SQLite under :func:`default_home`). Returns the store and how to close it."""
+    if store is not None and not isinstance(store, str | os.PathLike):
+        return store, lambda: None
+    path = Path(store) if store is not None else default_home() / "mainspring.sqlite3"
+    if path.suffix in (".db", ".sqlite", ".sqlite3"):
+        sqlite = SqliteStore(path)
+        return sqlite, sqlite.close
+    return FileStore(path), lambda: None
+
+
+class ExecutionHandle:
+    """A started or resumed execution: ``await handle.wait()`` gives its result.
+
+    The result comes when the run stops in this process: finished, waiting (for an answer,
+    an approval, budget), paused, cancelled, or stopped because its lease was lost.
+    """
+
+    def __init__(self, execution_id: str) -> None:
+        self.execution_id = execution_id
+        self._done = anyio.Event()
+        self._result: ExecutionResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    def _resolve(self, result: ExecutionResult) -> None:
+        if self._result is None:
+            self._result = result
+            self._done.set()
+
+    async def wait(self) -> ExecutionResult:
+        """Wait until the run stops here and return where it stands. Cancelling the wait
+        does not affect the run."""
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    def __repr__(self) -> str:
+        state = self._result.status if self._result is not None else "live"
+        return f"<ExecutionHandle {self.execution_id} {state}>"
+
+
+@attrs.frozen
+class _Spawn:
+    cfg: RunConfig
+    record: Execution
+    live_plan: Plan | None
+    begin: Begin
+    on_end: Callable[[ExecutionResult], None]
+
+
+class _Executions(Actor):
+    """The parent of every ExecutionActor of a runtime."""
+
+    async def receive(self, message: Any) -> Any:
+        assert isinstance(message, _Spawn)
+        ref = await self.spawn(
+            ExecutionActor,
+            message.cfg,
+            message.record,
+            message.on_end,
+            message.live_plan,
+            name=message.record.id,
+        )
+        ref.tell_nowait(message.begin)
+        return ref
+
+
+@attrs.define
+class _Live:
+    ref: ActorRef
+    handle: ExecutionHandle
+
+
+class Runtime:
+    """Start, steer and watch durable executions; see :func:`open_runtime`."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        committer: Committer,
+        executions: ActorRef,
+        bus: EventBus,
+    ) -> None:
+        self._cfg = cfg
+        self._committer = committer
+        self._store = committer.store
+        self._executions = executions
+        self._bus = bus
+        self._live: dict[str, _Live] = {}
+
+    @property
+    def owner(self) -> str:
+        """This runtime's lease owner id (``host:pid:random``)."""
+        return self._cfg.owner
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    # -- starting and resuming -------------------------------------------------------------
+
+    async def start(
+        self,
+        goal: str,
+        plan: Plan | None = None,
+        *,
+        execution_id: str | None = None,
+        max_calls: int | None = None,
+    ) -> ExecutionHandle:
+        """Store a new execution and run it; the planner plans when no ``plan`` is given.
+
+        Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1) and ``ValueError``
+        for a duplicate or invalid id; nothing is stored then. Returns once the execution is
+        durable and its actor started.
+        """
+        if not isinstance(goal, str):
+            raise TypeError(f"goal must be a string, not {type(goal).__name__}")
+        execution_id = execution_id or f"ex-{secrets.token_hex(8)}"
+        check_id(execution_id)
+        if len(execution_id) > MAX_EXECUTION_ID:
+            raise ValueError(f"execution ids are at most {MAX_EXECUTION_ID} characters")
+        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
+            raise ValueError("max_calls must be within 0..1,000,000")
+        cfg = self._cfg
+        if plan is not None:
+            check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+            plan = attrs.evolve(
+                plan,
+                version=max(plan.version, 1),
+                steps=tuple(attrs.evolve(step, status="pending") for step in plan.steps),
+            )
+            if cfg.require_plan_approval:
+                plan = attrs.evolve(plan, requires_approval=True)
+        now = time.time()
+        record = Execution(
+            id=execution_id,
+            goal=redact(goal),
+            status="planned",
+            plan=redact_plan(plan) if plan is not None else None,
+            plan_version=plan.version if plan is not None else 0,
+            lease=Lease(owner=cfg.owner, expires_at=now + cfg.lease_ttl, epoch=1),
+            max_calls=max_calls,
+            created_at=now,
+            updated_at=now,
+        )
+        if not await self._committer.create(record):
+            raise ValueError(f"an execution {execution_id} already exists")
+        return await self._spawn(record, plan, Begin(resumed=False))
+
+    async def _spawn(
+        self, record: Execution, live_plan: Plan | None, begin: Begin
+    ) -> ExecutionHandle:
+        handle = ExecutionHandle(record.id)
+
+        def ended(result: ExecutionResult) -> None:
+            live = self._live.get(record.id)
+            if live is not None and live.handle is handle:
+                del self._live[record.id]
+            handle._resolve(result)
+
+        ref: ActorRef = await self._executions.ask(
+            _Spawn(self._cfg, record, live_plan, begin, ended)
+        )
+        self._live[record.id] = _Live(ref, handle)
+        return handle
+
+    async def get(self, execution_id: str) -> Execution | None:
+        """The stored execution, or None. Reading never writes (E7)."""
+        check_id(execution_id)
+        return await anyio.to_thread.run_sync(self._store.get, execution_id)
+
+    async def _require(self, execution_id: str) -> Execution:
+        stored = await self.get(execution_id)
+        if stored is None:
+            raise UnknownExecution(execution_id)
+        return stored
+
+    async def resume(
+        self,
+        execution_id: str,
+        *,
+        answer: str | None = None,
+        approve: bool = False,
+        max_calls: int | None = None,
+    ) -> ExecutionHandle:
+        """Continue a stored execution here (after a pause, a question, a crash, elsewhere).
+
+        A terminal execution is left alone and its result returned (R4); one waiting for an
+        agent's answer with no ``answer`` given is left alone (R5). Otherwise the lease is
+        acquired (``ExecutionBusy`` if another owner holds it), tasks left running by a crash
+        are requeued (R3), the answer goes to the task that asked (R8, R9) or, for an outer
+        question, is appended to the goal (R10), and the run goes on: from its plan, or from
+        a new one if the workspace drifted (R6, R7). ``max_calls`` raises the run's budget.
+        Raises :class:`UnknownExecution` for an id not stored.
+        """
+        live = self._live.get(execution_id)
+        if live is not None:
+            return live.handle
+        stored = await self._require(execution_id)
+        handle = ExecutionHandle(execution_id)
+        pending = stored.pending
+        if stored.terminal or (
+            pending is not None
+            and pending.kind == "clarification"
+            and pending.agent_task_id is not None
+            and answer is None
+        ):
+            handle._resolve(result_from(stored))  # R4, R5: nothing changes
+            return handle
+        cfg = self._cfg
+        acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
+        if not acquired.acquired:
+            raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
+        stored = await self._require(execution_id)  # as it is now that the lease is ours
+        record, begin = _prepare_resume(stored, cfg.owner, answer, approve, max_calls)
+        return await self._spawn(record, None, begin)
+
+    async def recover(self) -> list[ExecutionHandle]:
+        """Resume every stored execution that was running and that nobody holds a live lease
+        on (e.g. after this process crashed or shut down). Busy ones are skipped."""
+        listing = await anyio.to_thread.run_sync(self._store.list)
+        now = time.time()
+        handles = []
+        for execution in listing.executions:
+            if execution.status not in ("running", "planned") or execution.id in self._live:
+                continue
+            if holder(execution.lease, now) is not None:
+                continue
+            try:
+                handles.append(await self.resume(execution.id))
+            except ExecutionBusy:
+                continue
+        return handles
+
+    # -- controls --------------------------------------------------------------------------
+
+    async def pause(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
+        """Pause a run (R1): live work stops with ``Pause``, agent tasks go back to queued
+        with an interruption, and the lease is released. For a run live in another process
+        the pause is written to the store and that runner stops within one heartbeat.
+        Pausing a terminal execution changes nothing. Returns where the run stands."""
+        live = self._live.get(execution_id)
+        detail = reason or f"paused by {self._cfg.owner}"
+        if live is not None:
+            await live.ref.stop(Pause(detail=redact(detail), source="runtime"))
+            return await live.handle.wait()
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.terminal or stored.status == "paused":
+                return None
+            return pause_execution(stored, self._cfg.owner, now, detail)
+
+        await self._require(execution_id)
+        await self._committer.edit(execution_id, change)
+        return result_from(await self._require(execution_id))
+
+    async def cancel(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
+        """Cancel a run for good (R2): in-flight steps see ``ParentCancel(Cancel)``, tasks
+        are stamped ``parent-cancel``, unstarted steps skipped (P6). A run live elsewhere
+        stops within one heartbeat. Cancelling a terminal execution changes nothing."""
+        live = self._live.get(execution_id)
+        detail = reason or f"cancelled by {self._cfg.owner}"
+        if live is not None:
+            await live.ref.stop(Cancel(detail=redact(detail), source="runtime"))
+            return await live.handle.wait()
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.terminal:
+                return None
+            return cancel_execution(stored, self._cfg.owner, now, detail)
+
+        await self._require(execution_id)
+        await self._committer.edit(execution_id, change)
+        return result_from(await self._require(execution_id))
+
+    async def stop_agent_task(self, task_id: str) -> StopResult:
+        """Stop one agent task, never silently (S1, S2); the run goes on.
+
+        A task live in this process is cancelled with ``Cancel`` (state ``stopping`` until it
+        has unwound, then recorded cancelled). A stored unfinished task is marked cancelled
+        under a properly acquired lease; if another process runs it, a stop request is
+        written that it acts on within one heartbeat. A finished task is reported and left
+        alone; an unknown id is reported as unknown.
+        """
+        operation = f"op-{secrets.token_hex(6)}"
+        execution_id = task_id.rsplit(":t", 1)[0] if isinstance(task_id, str) else ""
+        unknown = StopResult(
+            ok=False,
+            state="unknown",
+            reason="no such agent task",
+            task_id=str(task_id),
+            operation_id=operation,
+        )
+        try:
+            check_id(task_id)
+            check_id(execution_id)
+        except ValueError:
+            return unknown
+        live = self._live.get(execution_id)
+        if live is not None:
+            try:
+                result: StopResult = await live.ref.ask(StopTask(task_id, operation))
+            except ActorDeadError:
+                pass  # it just stopped: the record decides below
+            else:
+                return result
+        stored = await self.get(execution_id)
+        if stored is None:
+            return unknown
+        task = next((t for t in task_records(stored) if t.id == task_id), None)
+        if task is None:
+            return unknown
+        base = {"task_id": task_id, "execution_id": execution_id, "operation_id": operation}
+        if task.terminal:
+            return StopResult(
+                ok=False, state=task.state, reason=f"the task already {task.state}", **base
+            )
+        cfg = self._cfg
+        acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
+        if not acquired.acquired:
+            return await self._request_stop(execution_id, task_id, base)
+        try:
+            stored = await self._require(execution_id)  # S1: re-read under the lease
+            record, stopped = stop_task(stored, task_id, operation, time.time())
+            if stopped is None:
+                now_task = next((t for t in task_records(stored) if t.id == task_id), None)
+                state = now_task.state if now_task is not None else "unknown"
+                return StopResult(ok=False, state=state, reason="the task already ended", **base)
+            outcome = await self._committer.commit(record, cfg.owner)
+        finally:
+            await self._committer.release(execution_id, cfg.owner)
+        if not outcome.ok:
+            return StopResult(
+                ok=False, state=task.state, reason=f"the store refused: {outcome.value}", **base
+            )
+        self._bus.publish(
+            AgentTaskStopped(
+                execution_id=execution_id,
+                at=time.time(),
+                task_id=task_id,
+                operation_id=operation,
+                state="cancelled",
+            )
+        )
+        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    async def _request_stop(
+        self, execution_id: str, task_id: str, base: dict[str, Any]
+    ) -> StopResult:
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.terminal or task_id in stored.stop_requests:
+                return None
+            stored = add_control(stored, "stop-task", self._cfg.owner, now, task_id)
+            return attrs.evolve(stored, stop_requests=(*stored.stop_requests, task_id)[-100:])
+
+        written = await self._committer.edit(execution_id, change)
+        stored = written or await self._require(execution_id)
+        owner = holder(stored.lease, time.time()) or "its runner"
+        return StopResult(
+            ok=True,
+            state="stopping",
+            reason=f"requested: {owner} stops it within one heartbeat",
+            **base,
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def executions(self) -> list[Execution]:
+        """Every stored execution that reads (those that do not are left alone, E7)."""
+        listing = await anyio.to_thread.run_sync(self._store.list)
+        return list(listing.executions)
+
+    async def agent_tasks(self, execution_id: str | None = None) -> list[AgentTaskRecord]:
+        """The agent task records of one execution, or of all; unreadable ones are skipped."""
+        if execution_id is not None:
+            return task_records(await self._require(execution_id))
+        return [task for ex in await self.executions() for task in task_records(ex)]
+
+    def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
+        """Iterate over runtime events (V1: ids, states, counts). A subscriber that falls more
+        than ``buffer`` events behind gets an ``EventsDropped`` instead of stalling the
+        runtime. Iteration ends when the runtime closes."""
+        return self._bus.subscribe(buffer)
+
+    def live(self) -> list[str]:
+        """Ids of the executions running in this process now."""
+        return list(self._live)
+
+
+def _prepare_resume(
+    stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
+) -> tuple[Execution, Begin]:
+    now = time.time()
+    record, _ = requeue_interrupted(stored, "crash", now)  # R3
+    replan_goal = False
+    pending = record.pending
+    if answer is not None and pending is not None and pending.kind == "clarification":
+        if pending.agent_task_id is not None:
+            record = answer_task(record, pending.agent_task_id, answer, now)  # R8, R9
+        else:  # R10: an outer clarification answers the goal itself
+            goal = f"{record.goal}\n\nClarification: {redact(answer)}"
+            record = attrs.evolve(record, goal=goal, pending=None)
+            replan_goal = True
+        record = add_control(record, "answer", owner, now)
+    if approve and record.plan is not None:
+        plan = record.plan
+        keys = [f"plan.v{plan.version}"] if plan.requires_approval else []
+        keys += [f"step.{s.id}.v{plan.version}" for s in plan.steps if s.requires_approval]
+        approvals = tuple(dict.fromkeys((*record.approvals, *keys)))[-100:]
+        record = attrs.evolve(record, approvals=approvals)
+        record = add_control(record, "approve", owner, now)
+        if record.pending is not None and record.pending.kind == "approval":
+            record = attrs.evolve(record, pending=None)
+    if record.pending is not None and record.pending.kind == "budget":
+        record = attrs.evolve(record, pending=None)
+    if max_calls is not None:
+        if not 0 <= max_calls <= 1_000_000:
+            raise ValueError("max_calls must be within 0..1,000,000")
+        record = attrs.evolve(record, max_calls=max_calls)
+    if record.status != "running":
+        record = add_control(record, "resume", owner, now)
+    record = attrs.evolve(record, status="running", updated_at=now)
+    return record, Begin(resumed=True, check_drift=not replan_goal, replan_goal=replan_goal)
+
+
+def _default_reservation(remaining: int) -> int:
+    return min(remaining, 10)
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    store: Store | str | os.PathLike[str] | None = None,
+    tools: Mapping[str, Callable[..., Any]] | None = None,
+    skills: Mapping[str, Callable[..., Any]] | None = None,
+    agents: Mapping[str, Callable[..., Any]] | None = None,
+    planner: Callable[..., Any] | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    max_parallel_steps: int = 8,
+    limits: Mapping[str, int] | None = None,
+    max_calls: int = 100,
+    reservation: Callable[[int], int] = _default_reservation,
+    max_tool_calls: int = 1_000,
+    lease_ttl: float = 15.0,
+    heartbeat_interval: float | None = None,
+    require_plan_approval: bool = False,
+    max_replans: int = 0,
+    config: Any = None,
+    owner: str | None = None,
+) -> AsyncIterator[Runtime]:
+    """Run durable executions for the duration of the ``async with`` block.
+
+    ``store`` is a backend, a path (see :func:`open_store`) or None for the default under
+    ``$MAINSPRING_HOME`` / the XDG state dir. ``tools`` and ``skills`` map names to callables
+    (a skill is a model call: 1 call of the budget); ``agents`` to ``async def agent(ctx,
+    input)``. ``planner(goal, context)`` returns a :class:`Plan`. ``max_parallel_steps`` and
+    ``limits`` (per tool/skill/agent name) bound concurrency (P3); ``max_calls`` is each run's
+    default budget and ``reservation(remaining)`` what an agent step holds of it (P4).
+    ``lease_ttl`` is the lease's length, renewed every ``heartbeat_interval`` (a third of it
+    by default). ``workspace`` is the directory checkpoints hash (R6); ``config`` any
+    JSON value whose change counts as drift.
+
+    Leaving the block stops every run here with ``Shutdown``: each releases its lease and
+    leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
+    picks it up, re-running only the steps that were in flight.
+    """
+    for name, value in (("max_parallel_steps", max_parallel_steps), ("max_calls", max_calls)):
+        if not isinstance(value, int) or value < (1 if name == "max_parallel_steps" else 0):
+            raise ValueError(f"{name} must be a non-negative whole number, not {value!r}")
+    if not lease_ttl > 0:
+        raise ValueError(f"lease_ttl must be positive, not {lease_ttl!r}")
+    interval = heartbeat_interval if heartbeat_interval is not None else lease_ttl / 3
+    if not 0 < interval < lease_ttl:
+        raise ValueError("heartbeat_interval must be positive and shorter than lease_ttl")
+    tools = dict(tools or {})
+    skills = dict(skills or {})
+    agents = dict(agents or {})
+    for kind, registry in (("tool", tools), ("skill", skills), ("agent", agents)):
+        for key in registry:
+            check_id(key)
+            if not callable(registry[key]):
+                raise TypeError(f"{kind} {key} is not callable")
+    backend, close = open_store(store)
+    try:
+        async with open_system("mainspring-runtime") as system:
+            committer = await open_committer(system, backend)
+            bus = EventBus(system.new_event)
+            cfg = RunConfig(
+                committer=committer,
+                owner=owner or new_owner_id(),
+                tools=tools,
+                skills=skills,
+                agents=agents,
+                planner=planner,
+                workspace=Path(workspace) if workspace is not None else None,
+                max_parallel_steps=max_parallel_steps,
+                limits=dict(limits or {}),
+                max_calls=max_calls,
+                reservation=reservation,
+                lease_ttl=lease_ttl,
+                heartbeat_interval=interval,
+                require_plan_approval=require_plan_approval,
+                max_replans=max_replans,
+                max_tool_calls=max_tool_calls,
+                config=config,
+                publish=bus.publish,
+                skill_versions={
+                    name: str(getattr(fn, "version", "1")) for name, fn in skills.items()
+                },
+                tool_hashes={name: tool_hash(fn) for name, fn in tools.items()},
+            )
+            executions = await system.spawn(_Executions, name="executions")
+            runtime = Runtime(cfg, committer, executions, bus)
+            try:
+                yield runtime
+            finally:
+                with anyio.CancelScope(shield=True):
+                    # Runs stop (and release their leases) while the writer is still there.
+                    await executions.stop(Shutdown(detail="the runtime is closing"))
+                    await committer.drain()
+                    bus.close()
+    finally:
+        close()

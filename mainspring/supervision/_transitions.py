@@ -1,0 +1,268 @@
+"""Pure changes to a stored execution: pause, cancel, crash reconciliation, answers, stopping
+one agent task. Each takes an :class:`Execution` and returns a new one.
+
+The same functions serve a run live in this process (its ExecutionActor commits the result)
+and an operator in another process (through the store's atomic ``edit``, which the live
+runner then meets as a refused commit or heartbeat). Agent task records that do not parse
+are carried through untouched (E7): nothing here drops a record it cannot read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from ..storage import AgentTaskRecord, Control, Execution, Interruption, Observation, Pending
+from ..storage._codec import structure, unstructure
+from ..storage._errors import RecordError
+from ..storage._records import MAX_CONTROLS
+from ..storage._redact import redact
+from ._plan import observe, step_input_hash
+
+__all__ = [
+    "ASK_PREFIX",
+    "add_control",
+    "answer_task",
+    "cancel_execution",
+    "map_tasks",
+    "next_waiting",
+    "pause_execution",
+    "requeue_interrupted",
+    "stop_task",
+    "task_records",
+]
+
+ASK_PREFIX = "ask."
+ControlAction = Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"]
+
+
+def task_records(execution: Execution) -> list[AgentTaskRecord]:
+    """The agent task records that parse (those that do not are skipped, E8)."""
+    records = []
+    for raw in execution.agent_tasks:
+        try:
+            records.append(structure(raw, AgentTaskRecord))
+        except RecordError:
+            continue
+    return records
+
+
+def map_tasks(
+    execution: Execution, change: Callable[[AgentTaskRecord], AgentTaskRecord | None]
+) -> tuple[Execution, list[AgentTaskRecord]]:
+    """Apply ``change`` to every task record that parses; returns the new execution and the
+    records that changed. Unparsable records stay exactly as they were (E7)."""
+    raws: list[dict[str, Any]] = []
+    changed: list[AgentTaskRecord] = []
+    for raw in execution.agent_tasks:
+        try:
+            record = structure(raw, AgentTaskRecord)
+        except RecordError:
+            raws.append(raw)
+            continue
+        updated = change(record)
+        if updated is None or updated == record:
+            raws.append(raw)
+        else:
+            raws.append(unstructure(updated))
+            changed.append(updated)
+    return attrs.evolve(execution, agent_tasks=tuple(raws)), changed
+
+
+def add_control(
+    execution: Execution, action: ControlAction, by: str, now: float, reason: str = ""
+) -> Execution:
+    """Append an audit line (bounded: the oldest go first)."""
+    line = Control(action=action, by=by, at=now, reason=redact(reason))
+    return attrs.evolve(execution, controls=(*execution.controls, line)[-MAX_CONTROLS:])
+
+
+def _live(record: AgentTaskRecord) -> bool:
+    return record.state in ("running", "created")
+
+
+def requeue_interrupted(
+    execution: Execution, kind: Literal["crash", "pause"], now: float, detail: str = ""
+) -> tuple[Execution, int]:
+    """Running or created tasks go back to queued with an interruption saying why (R1, R3).
+
+    An interruption is an explanation, not a lifecycle state. Steps marked running go back to
+    pending: they will run again.
+    """
+
+    def requeue(record: AgentTaskRecord) -> AgentTaskRecord | None:
+        if not _live(record):
+            return None
+        return attrs.evolve(
+            record,
+            state="queued",
+            interruption=Interruption(kind=kind, at=now, detail=detail),
+            updated_at=now,
+        )
+
+    execution, changed = map_tasks(execution, requeue)
+    plan = execution.plan
+    if plan is not None and any(step.status == "running" for step in plan.steps):
+        steps = tuple(
+            attrs.evolve(step, status="pending") if step.status == "running" else step
+            for step in plan.steps
+        )
+        execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=steps))
+    return execution, len(changed)
+
+
+def pause_execution(execution: Execution, by: str, now: float, reason: str = "") -> Execution:
+    """R1 on the record: tasks requeued with interruption ``pause``, status ``paused``."""
+    execution, _ = requeue_interrupted(execution, "pause", now, reason)
+    execution = add_control(execution, "pause", by, now, reason)
+    return attrs.evolve(execution, status="paused", updated_at=now)
+
+
+def cancel_execution(execution: Execution, by: str, now: float, reason: str = "") -> Execution:
+    """R2 and P6 on the record: terminal ``cancelled``; every unfinished task is cancelled
+    with interruption ``parent-cancel``; steps not yet started are skipped, agent steps say
+    "cancelled" (never vanish); the pending question is withdrawn."""
+
+    def stamp(record: AgentTaskRecord) -> AgentTaskRecord | None:
+        if record.terminal:
+            return None
+        return attrs.evolve(
+            record,
+            state="cancelled",
+            interruption=Interruption(kind="parent-cancel", at=now, detail=redact(reason)),
+            pending_question=None,
+            ended_at=now,
+            updated_at=now,
+        )
+
+    execution, _ = map_tasks(execution, stamp)
+    observations = list(execution.observations)
+    plan = execution.plan
+    if plan is not None:
+        steps = []
+        for step in plan.steps:
+            if step.status in ("succeeded", "failed", "skipped", "cancelled"):
+                steps.append(step)
+                continue
+            started = step.status == "running" or step.kind == "agent"
+            status: Literal["cancelled", "skipped"] = "cancelled" if started else "skipped"
+            steps.append(attrs.evolve(step, status=status))
+            observations.append(
+                observe(
+                    step,
+                    ok=False,
+                    code="cancelled" if started else None,
+                    error=f"{status}: the execution was cancelled",
+                )
+            )
+        execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=tuple(steps)))
+    execution = add_control(execution, "cancel", by, now, reason)
+    return attrs.evolve(
+        execution,
+        status="cancelled",
+        pending=None,
+        observations=tuple(observations),
+        updated_at=now,
+    )
+
+
+def next_waiting(execution: Execution, *, excluding: str | None = None) -> Pending | None:
+    """The pending slot found again from the records (R9): the earliest-created task still
+    waiting for an answer holds it; None if none waits."""
+    waiting = [
+        record
+        for record in task_records(execution)
+        if record.state == "waiting_for_clarification" and record.id != excluding
+    ]
+    if not waiting:
+        return None
+    first = min(waiting, key=lambda record: (record.created_at, record.id))
+    return Pending(
+        kind="clarification", question=first.pending_question or "", agent_task_id=first.id
+    )
+
+
+def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> Execution:
+    """Give ``answer`` to the task that asked (R8): it is recorded as that task's ask step, the
+    task goes back to queued, and the pending slot passes on (R9). Never touches the goal
+    (R10)."""
+
+    def give(record: AgentTaskRecord) -> AgentTaskRecord | None:
+        if record.id != task_id or record.state != "waiting_for_clarification":
+            return None
+        key = f"{ASK_PREFIX}{sum(n.startswith(ASK_PREFIX) for n in record.inner_completed)}"
+        observation = Observation(step_id=key, ok=True, output=redact(answer))
+        return attrs.evolve(
+            record,
+            state="queued",
+            pending_question=None,
+            inner_completed=(*record.inner_completed, key),
+            inner_observations=(*record.inner_observations, observation),
+            updated_at=now,
+        )
+
+    execution, _ = map_tasks(execution, give)
+    return attrs.evolve(execution, pending=next_waiting(execution), updated_at=now)
+
+
+def stop_task(
+    execution: Execution, task_id: str, by: str, now: float
+) -> tuple[Execution, AgentTaskRecord | None]:
+    """S1/S2 on the record, for a task not live in any process: the unfinished task is
+    cancelled with interruption ``parent-cancel``; its step is marked done (cancelled) only if
+    the plan still holds that exact step (same id and input hash); its question is withdrawn
+    and the pending slot passes on; the execution's status is untouched."""
+    stopped: list[AgentTaskRecord] = []
+
+    def cancel(record: AgentTaskRecord) -> AgentTaskRecord | None:
+        if record.id != task_id or record.terminal:
+            return None
+        updated = attrs.evolve(
+            record,
+            state="cancelled",
+            interruption=Interruption(kind="parent-cancel", at=now, detail="stopped"),
+            pending_question=None,
+            ended_at=now,
+            updated_at=now,
+        )
+        stopped.append(updated)
+        return updated
+
+    execution, _ = map_tasks(execution, cancel)
+    if not stopped:
+        return execution, None
+    record = stopped[0]
+    plan = execution.plan
+    observations = execution.observations
+    if plan is not None:
+        steps = []
+        for step in plan.steps:
+            same = (
+                step.id == record.step_id
+                and step.agent == record.agent_id
+                and step_input_hash(step) == record.input_hash
+                and step.status not in ("succeeded", "failed", "skipped", "cancelled")
+            )
+            steps.append(attrs.evolve(step, status="cancelled") if same else step)
+            if same:
+                observations = (
+                    *observations,
+                    Observation(
+                        step_id=step.id,
+                        agent=step.agent,
+                        agent_task_id=record.id,
+                        ok=False,
+                        code="cancelled",
+                        error="cancelled: the agent task was stopped",
+                    ),
+                )
+        execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=tuple(steps)))
+    pending = execution.pending
+    if pending is not None and pending.agent_task_id == task_id:
+        pending = next_waiting(execution)
+    execution = add_control(execution, "stop-task", by, now, task_id)
+    return attrs.evolve(
+        execution, pending=pending, observations=observations, updated_at=now
+    ), record
