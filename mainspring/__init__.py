@@ -61,6 +61,7 @@ from .storage import reconcile as reconcile
 from .storage import redact as redact
 from .storage import register_secret as register_secret
 from .supervision import AgentContext as AgentContext
+from .supervision import ClarificationNeeded as ClarificationNeeded
 from .supervision import AgentTaskCompleted as AgentTaskCompleted
 from .supervision import AgentTaskProgress as AgentTaskProgress
 from .supervision import AgentTaskStarted as AgentTaskStarted
@@ -128,6 +129,7 @@ __all__ = [
     "ChildRestarted",
     "ChildSpec",
     "ChildStarted",
+    "ClarificationNeeded",
     "CommitOutcome",
     "Control",
     "Crash",

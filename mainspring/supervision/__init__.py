@@ -5,6 +5,7 @@ uses ``mainspring.actors`` and plugs the system's root supervisor into it at imp
 """
 
 from ._agent import AgentContext as AgentContext
+from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
 from ._events import ChildFailed as ChildFailed
 from ._events import ChildRestarted as ChildRestarted
@@ -57,6 +58,7 @@ __all__ = [
     "ChildRestarted",
     "ChildSpec",
     "ChildStarted",
+    "ClarificationNeeded",
     "Escalated",
     "ExecutionBusy",
     "ExecutionCancelled",

@@ -28,7 +28,14 @@ from ..storage._records import MAX_FINDINGS
 from ..storage._redact import redact
 from ._transitions import ASK_PREFIX
 
-__all__ = ["AgentContext", "AgentTaskActor", "PlannerActor", "PlannerContext", "StepActor"]
+__all__ = [
+    "AgentContext",
+    "AgentTaskActor",
+    "ClarificationNeeded",
+    "PlannerActor",
+    "PlannerContext",
+    "StepActor",
+]
 
 MAX_INNER_STEPS = 1_000
 
@@ -59,6 +66,19 @@ class TaskSave:
 class Planned:
     plan: Plan | None
     error: str | None = None
+    question: str | None = None
+
+
+class ClarificationNeeded(Exception):  # noqa: N818 (a request, raised by planners)
+    """Raised by a planner that needs a human answer before it can plan.
+
+    The execution waits for clarification; ``resume(id, answer=...)`` appends the answer to
+    the goal (R10) and calls the planner again.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
 
 
 class Refused(Exception):
@@ -128,6 +148,8 @@ class PlannerActor(Actor):
     async def receive(self, message: Any) -> Any:
         try:
             plan = await _call(self._planner, self._context.goal, self._context)
+        except ClarificationNeeded as exc:
+            planned = Planned(None, question=str(exc.question))
         except Exception as exc:
             planned = Planned(None, error=f"{type(exc).__name__}: {exc}")
         else:

@@ -494,6 +494,11 @@ class ExecutionActor(Actor):
         ref.tell_nowait("plan")
 
     async def _planned(self, planned: Planned) -> bool:
+        if planned.question is not None:
+            # An outer question: its answer is appended to the goal on resume (R10).
+            pending = Pending(kind="clarification", question=redact(planned.question))
+            await self._wait("waiting_for_clarification", pending)
+            return True
         if planned.plan is None:
             await self._finish("failed", error=f"the planner failed: {planned.error}")
             return True
@@ -710,6 +715,10 @@ class ExecutionActor(Actor):
         if task.inner_checkpoint is None:
             task = attrs.evolve(task, inner_checkpoint=await self._task_checkpoint(step))
         self._set_task(task)
+        # The task is on disk before its agent runs: a crash now is reconciled from it (R3),
+        # and operators can see and stop it (S1).
+        if not await self._commit():
+            return False
         agent = cfg.agents[step.target]
         ref = await self.spawn(
             AgentTaskActor, self.ref, task, step, agent, cfg.tools, cfg.skills, cfg.max_tool_calls
