@@ -477,7 +477,12 @@ class ExecutionActor(Actor):
     async def _replan(self, *, failure: str | None = None, drift: tuple[str, ...] = ()) -> None:
         cfg = self._cfg
         if cfg.planner is None:
-            await self._finish("failed", error="no plan was given and the runtime has no planner")
+            why = (
+                f"the workspace drifted ({'; '.join(drift)}) and there is no planner to replan"
+                if drift
+                else "no plan was given and the runtime has no planner"
+            )
+            await self._finish("failed", error=why)
             return
         findings = [f for task in self._tasks.values() for f in task.findings]
         context = PlannerContext(

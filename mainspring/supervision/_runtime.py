@@ -327,9 +327,30 @@ class Runtime:
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         if not acquired.acquired:
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
-        stored = await self._require(execution_id)  # as it is now that the lease is ours
-        record, begin = _prepare_resume(stored, cfg.owner, answer, approve, max_calls)
-        return await self._spawn(record, None, begin)
+        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
+            raise ValueError("max_calls must be within 0..1,000,000")
+        begins: list[Begin] = []
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            # Under the store's lock: still ours, still not terminal (someone may have
+            # cancelled it between our acquire and now).
+            if holder(stored.lease, now) != cfg.owner or stored.terminal:
+                return None
+            record, begin = _prepare_resume(stored, cfg.owner, answer, approve, max_calls)
+            begins.append(begin)
+            return record
+
+        # Un-pausing and answering are the resumer's own out-of-band edit: a paused record
+        # is not a runner's to overwrite through the commit funnel (E2).
+        record = await self._committer.edit(execution_id, change)
+        if record is None:
+            await self._committer.release(execution_id, cfg.owner)
+            stored = await self._require(execution_id)
+            if stored.terminal:
+                handle._resolve(result_from(stored))
+                return handle
+            raise ExecutionBusy(execution_id, stored.lease, "the lease was lost while resuming")
+        return await self._spawn(record, None, begins[-1])
 
     async def recover(self) -> list[ExecutionHandle]:
         """Resume every stored execution that was running and that nobody holds a live lease
@@ -530,8 +551,6 @@ def _prepare_resume(
     if record.pending is not None and record.pending.kind == "budget":
         record = attrs.evolve(record, pending=None)
     if max_calls is not None:
-        if not 0 <= max_calls <= 1_000_000:
-            raise ValueError("max_calls must be within 0..1,000,000")
         record = attrs.evolve(record, max_calls=max_calls)
     if record.status != "running":
         record = add_control(record, "resume", owner, now)

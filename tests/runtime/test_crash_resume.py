@@ -1,0 +1,234 @@
+"""kill -9 of a run at a random moment, then a fresh process resumes it (slow).
+
+Each trial starts ``_crash_worker.py`` on a 30-step plan (27 tools, 3 agents with durable inner
+steps, one of which asks a question), SIGKILLs it after a seeded random delay, reads the store
+as the kill left it, and runs a fresh ``resume`` process until the execution is completed. The
+side-effect ledger the workers keep (one ``<kind> <name> begin|end`` line around every tool
+call and inner step) then shows:
+
+- no step or inner step whose completion was durable at the kill ran again (E1, R7, R8);
+- only the side effects in flight at the kill (begun by the killed process, not durable) ran
+  twice, and nothing ran more than twice;
+- the run ends ``completed``, every step succeeded, every side effect ran;
+- every record parses, right after the kill and at the end (E7, E8);
+- the agent that asked got the answer (R8), exactly once.
+
+Trials per backend: ``--trials N`` (see conftest.py) or ``MAINSPRING_RUNTIME_CRASH_TRIALS``;
+the default, 50 per backend, gives 100 per run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mainspring as ms
+
+from ._crash_worker import ANSWER, ASKER, build_plan
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).with_name("_crash_worker.py")
+REPO = Path(ms.__file__).parent.parent
+EXECUTION = "crash-ex"
+SEED = 20261201
+DEFAULT_TRIALS = 50  # per backend
+BATCH = 25  # trials per test item: each stays well inside the per-test timeout
+#: The kill lands this long after the run started (uniform); a run takes ~0.1-0.2 s, so most
+#: kills land mid-run and a few after it finished.
+MAX_KILL_DELAY = 0.25
+
+PLAN = build_plan()
+TOOLS = [step.id for step in PLAN.steps if step.tool is not None]
+AGENTS = {step.id: step.input for step in PLAN.steps if step.agent is not None}
+INNER = [f"{sid}.i{i}" for sid, spec in AGENTS.items() for i in range(spec["inner"])]
+
+
+def _trials(config: pytest.Config) -> int:
+    option = config.getoption("trials", default=None)
+    if option is not None:
+        return int(option)
+    return int(os.environ.get("MAINSPRING_RUNTIME_CRASH_TRIALS", str(DEFAULT_TRIALS)))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "batch" not in metafunc.fixturenames:
+        return
+    total = _trials(metafunc.config)
+    batches = [range(start, min(start + BATCH, total)) for start in range(0, total, BATCH)]
+    metafunc.parametrize(
+        "batch", batches, ids=[f"trials{b.start}-{b.stop - 1}" for b in batches]
+    )
+
+
+def _open(backend: str, path: Path) -> ms.Store:
+    return ms.SqliteStore(path) if backend == "sqlite" else ms.FileStore(path)
+
+
+def _read(backend: str, path: Path) -> tuple[ms.Execution, tuple[ms.Problem, ...]]:
+    """The execution and the listing's problems, from a fresh handle (reading never writes)."""
+    store = _open(backend, path)
+    try:
+        execution = store.get(EXECUTION)  # parses, or this raises
+        problems = store.list().problems
+    finally:
+        if isinstance(store, ms.SqliteStore):
+            store.close()
+    assert execution is not None
+    return execution, problems
+
+
+def _ledger(path: Path) -> list[tuple[str, str, str]]:
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        kind, name, phase = line.split(" ")
+        lines.append((kind, name, phase))
+    return lines
+
+
+def _spawn(mode: str, store: Path, where: Path, seed: int, n: int = 0) -> subprocess.Popen[bytes]:
+    with (where / f"{mode}{n}.err").open("wb") as stderr:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, WORKER, mode, store, where / "ledger", EXECUTION, str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+
+def _stderr(where: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(where.glob("*.err")))
+
+
+def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
+    rng = random.Random(f"{SEED}:{backend}:{trial}")
+    seed = rng.randrange(2**31)
+    delay = rng.uniform(0.0, MAX_KILL_DELAY)
+    where = tmp_path / f"t{trial}"
+    where.mkdir()
+    store = where / ("store.sqlite3" if backend == "sqlite" else "store")
+    about = f"trial {trial} ({backend}, seed {seed}, kill after {delay * 1000:.0f} ms) in {where}"
+
+    # 1. Start, and SIGKILL the run at a random moment.
+    child = _spawn("start", store, where, seed)
+    assert child.stdout is not None
+    readable, _, _ = select.select([child.stdout], [], [], 30.0)
+    line = child.stdout.readline().strip() if readable else b""
+    if line != b"ready":
+        child.kill()
+        child.wait(10)
+        pytest.fail(f"{about}: the start worker did not start ({line!r})\n{_stderr(where)}")
+    time.sleep(delay)
+    finished_first = child.poll() is not None
+    child.send_signal(signal.SIGKILL)
+    child.wait(10)
+    child.stdout.close()
+
+    # 2. What was durable at the kill, and what the killed process had begun.
+    at_kill, problems = _read(backend, store)
+    assert problems == (), about
+    tasks_at_kill, dropped = ms.parse_agent_tasks(at_kill)
+    assert dropped == 0, about
+    first = _ledger(where / "ledger")
+    durable = {("tool", sid) for sid in at_kill.completed_steps if sid in TOOLS}
+    durable |= {
+        ("inner", f"{task.step_id}.{name}")
+        for task in tasks_at_kill
+        for name in task.inner_completed
+        if not name.startswith("ask.")
+    }
+    durable_agents = set(at_kill.completed_steps) & set(AGENTS)
+
+    # 3. Fresh processes resume it until it is completed.
+    resumes = 0
+    final = at_kill
+    while final.status != "completed":
+        assert resumes < 3, f"{about}: still {final.status} after {resumes} resumes"
+        child = _spawn("resume", store, where, seed, resumes)
+        try:
+            out, _ = child.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            pytest.fail(f"{about}: the resume worker hung\n{_stderr(where)}")
+        resumes += 1
+        assert child.returncode == 0, f"{about}: resume exited {child.returncode}: {out!r}\n" + (
+            _stderr(where)
+        )
+        final, problems = _read(backend, store)
+        assert problems == (), about
+
+    # 4. The ledger against what was durable.
+    whole = _ledger(where / "ledger")
+    after = whole[len(first) :]
+    assert whole[: len(first)] == first, about
+    begun_before = Counter((k, n) for k, n, p in first if p == "begin" and k in ("tool", "inner"))
+    begun_after = Counter((k, n) for k, n, p in after if p == "begin" and k in ("tool", "inner"))
+    ended = Counter((k, n) for k, n, p in whole if p == "end" and k in ("tool", "inner"))
+    context = f"{about}\ndurable at kill: {sorted(durable)}\nledger:\n" + "\n".join(
+        " ".join(line) for line in whole
+    )
+    for key in durable:
+        # Durable at the kill: it ran exactly once, before the kill, and never again.
+        assert (begun_before[key], begun_after[key], ended[key]) == (1, 0, 1), (key, context)
+    reran = sorted(key for key in begun_before if begun_after[key])
+    for key in {*begun_before, *begun_after}:
+        assert begun_before[key] <= 1, (key, "ran twice in the killed process", context)
+        assert begun_after[key] <= 1, (key, "ran twice after the resume", context)
+    for key in reran:
+        # Only what was in flight at the kill runs again: begun by the killed process and
+        # not durable when it died.
+        assert key not in durable, (key, context)
+    for sid in durable_agents:
+        assert ("agent", sid, "begin") not in after, (sid, "a completed agent ran again", context)
+    every = {("tool", sid) for sid in TOOLS} | {("inner", name) for name in INNER}
+    assert {key for key in every if ended[key] >= 1} == every, context
+
+    # 5. The run: completed, every step succeeded, every record parses, the answer arrived.
+    assert final.status == "completed", about
+    assert final.plan is not None
+    assert {step.status for step in final.plan.steps} == {"succeeded"}, about
+    assert sorted(final.completed_steps) == sorted(step.id for step in PLAN.steps), about
+    assert final.pending is None, about
+    tasks, dropped = ms.parse_agent_tasks(final)
+    assert dropped == 0, about
+    assert sorted(task.step_id for task in tasks) == sorted(AGENTS), (about, "one task a step")
+    assert {task.state for task in tasks} == {"completed"}, about
+    asker = next(task for task in tasks if task.step_id == ASKER)
+    assert [n for n in asker.inner_completed if n.startswith("ask.")] == ["ask.0"], about
+    outputs = {obs.step_id: obs.output for obs in final.observations if obs.ok}
+    assert outputs[ASKER]["answer"] == ANSWER, about
+    for sid in AGENTS:
+        if sid != ASKER:
+            assert outputs[sid]["answer"] is None, about
+    answers = [(n, p) for k, n, p in whole if k == "answer"]
+    assert answers and set(answers) == {(ASKER, ANSWER)}, (about, answers)
+    lease = final.lease
+    assert lease is None or not lease.owner or lease.expires_at <= time.time(), (about, lease)
+    return {
+        "backend": backend,
+        "killed_mid_run": at_kill.status != "completed" and not finished_first,
+        "durable_at_kill": len(durable),
+        "reruns": len(reran),
+        "resumes": resumes,
+    }
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "file"])
+def test_kill_9_then_resume_reruns_only_what_was_in_flight(
+    tmp_path: Path, backend: str, batch: range, crash_stats: list[dict[str, object]]
+) -> None:
+    for trial in batch:
+        crash_stats.append(_trial(tmp_path, backend, trial))
