@@ -366,7 +366,9 @@ class ExecutionActor(Actor):
         if plan is None:
             return {}
         used = {step.tool for step in plan.steps if step.tool is not None}
-        return {name: self._cfg.tool_hashes.get(name, "vanished") for name in sorted(used)}
+        known = self._cfg.tool_hashes
+        # A tool the runtime no longer has is left out, which reconcile reports as vanished.
+        return {name: known[name] for name in sorted(used) if name in known}
 
     async def _commit(self, **changes: Any) -> bool:
         """Commit the current state (E2). A refusal stops the run at once (E3)."""
@@ -680,6 +682,7 @@ class ExecutionActor(Actor):
         task = self._claim(step)
         if task is not None and task.state == "completed":
             # R8: this exact step already ran to completion (e.g. before a replan).
+            self._set_task(task)
             self._status[step.id] = "succeeded"
             previous = next(
                 (o for o in self._rec.observations if o.agent_task_id == task.id and o.ok), None

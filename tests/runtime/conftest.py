@@ -9,6 +9,8 @@ directory (or a file in it) is named on the command line, e.g.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 #: Where the crash trials leave their numbers for the terminal summary.
@@ -44,4 +46,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"(none re-ran), {sum(reruns)} in-flight side effects re-ran "
             f"(max {max(reruns)} per trial, in {sum(1 for r in reruns if r)} trials), "
             f"{sum(int(str(s['resumes'])) for s in mine)} resume processes"
+        )
+        at_kill = Counter(str(s["status_at_kill"]) for s in mine)
+        terminalreporter.write_line(
+            f"{backend}: status at the kill: "
+            + ", ".join(f"{status} {n}" for status, n in sorted(at_kill.items()))
         )

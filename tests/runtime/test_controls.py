@@ -201,7 +201,9 @@ async def test_L2_a_run_heartbeats_so_its_lease_never_lapses(tmp_path: Path) -> 
 
     async with runtime(tmp_path, tools={"long": long}, lease_ttl=0.2,
                        heartbeat_interval=0.04) as rt:  # fmt: skip
-        result = await (await rt.start("g", plan_of(tool("l", "long"), tool("n", "inc", "l")))).wait()
+        result = await (
+            await rt.start("g", plan_of(tool("l", "long"), tool("n", "inc", "l")))
+        ).wait()
     assert result.status == "completed"  # a lapsed lease would have refused the commit
 
 

@@ -44,9 +44,10 @@ EXECUTION = "crash-ex"
 SEED = 20261201
 DEFAULT_TRIALS = 50  # per backend
 BATCH = 25  # trials per test item: each stays well inside the per-test timeout
-#: The kill lands this long after the run started (uniform); a run takes ~0.1-0.2 s, so most
-#: kills land mid-run and a few after it finished.
-MAX_KILL_DELAY = 0.25
+#: The kill lands uniformly within this many times an undisturbed run's length after the run
+#: started (measured per batch, so a slower machine gets later kills): most kills land
+#: mid-run, a few after it finished.
+KILL_SPAN = 1.1
 
 PLAN = build_plan()
 TOOLS = [step.id for step in PLAN.steps if step.tool is not None]
@@ -66,9 +67,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     total = _trials(metafunc.config)
     batches = [range(start, min(start + BATCH, total)) for start in range(0, total, BATCH)]
-    metafunc.parametrize(
-        "batch", batches, ids=[f"trials{b.start}-{b.stop - 1}" for b in batches]
-    )
+    metafunc.parametrize("batch", batches, ids=[f"trials{b.start}-{b.stop - 1}" for b in batches])
 
 
 def _open(backend: str, path: Path) -> ms.Store:
@@ -112,10 +111,40 @@ def _stderr(where: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(where.glob("*.err")))
 
 
-def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
+def _wait_ready(child: subprocess.Popen[bytes], where: Path) -> None:
+    assert child.stdout is not None
+    readable, _, _ = select.select([child.stdout], [], [], 30.0)
+    line = child.stdout.readline().strip() if readable else b""
+    if line != b"ready":
+        child.kill()
+        child.wait(10)
+        pytest.fail(f"the start worker in {where} did not start ({line!r})\n{_stderr(where)}")
+
+
+def _run_length(tmp_path: Path, backend: str) -> float:
+    """How long an undisturbed run takes here, from ``ready`` to completed."""
+    where = tmp_path / "undisturbed"
+    where.mkdir()
+    store = where / ("store.sqlite3" if backend == "sqlite" else "store")
+    child = _spawn("start", store, where, SEED)
+    _wait_ready(child, where)
+    began = time.monotonic()
+    assert child.stdout is not None
+    line = b"ready"
+    while line.startswith((b"ready", b"resumed")):  # until it ends (b"" at end of file)
+        readable, _, _ = select.select([child.stdout], [], [], 30.0)
+        line = child.stdout.readline().strip() if readable else b"timed out"
+    took = time.monotonic() - began
+    out, _ = child.communicate(timeout=30)
+    assert line == b"completed", (line, out, _stderr(where))
+    assert child.returncode == 0, (out, _stderr(where))
+    return took
+
+
+def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[str, Any]:
     rng = random.Random(f"{SEED}:{backend}:{trial}")
     seed = rng.randrange(2**31)
-    delay = rng.uniform(0.0, MAX_KILL_DELAY)
+    delay = rng.uniform(0.0, KILL_SPAN * run_length)
     where = tmp_path / f"t{trial}"
     where.mkdir()
     store = where / ("store.sqlite3" if backend == "sqlite" else "store")
@@ -123,17 +152,12 @@ def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
 
     # 1. Start, and SIGKILL the run at a random moment.
     child = _spawn("start", store, where, seed)
-    assert child.stdout is not None
-    readable, _, _ = select.select([child.stdout], [], [], 30.0)
-    line = child.stdout.readline().strip() if readable else b""
-    if line != b"ready":
-        child.kill()
-        child.wait(10)
-        pytest.fail(f"{about}: the start worker did not start ({line!r})\n{_stderr(where)}")
+    _wait_ready(child, where)
     time.sleep(delay)
     finished_first = child.poll() is not None
     child.send_signal(signal.SIGKILL)
     child.wait(10)
+    assert child.stdout is not None
     child.stdout.close()
 
     # 2. What was durable at the kill, and what the killed process had begun.
@@ -193,6 +217,21 @@ def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
         assert key not in durable, (key, context)
     for sid in durable_agents:
         assert ("agent", sid, "begin") not in after, (sid, "a completed agent ran again", context)
+    # E1: a completion is durable before anything that depends on it starts. So whatever the
+    # killed process began had its dependencies durable at the kill: the steps it depends
+    # on, and for an inner step the inner step before it.
+    depends = {step.id: step.depends_on for step in PLAN.steps}
+    for kind, name, phase in first:
+        if phase != "begin" or kind not in ("tool", "agent", "inner"):
+            continue
+        if kind == "inner":
+            sid, _, inner = name.partition(".")
+            previous = int(inner[1:]) - 1
+            needed = {("inner", f"{sid}.i{previous}")} if previous >= 0 else set()
+            assert needed <= durable, (name, "began before the inner step it follows was durable")
+        else:
+            missing = set(depends[name]) - set(at_kill.completed_steps)
+            assert not missing, (name, "began before", missing, "was durable", context)
     every = {("tool", sid) for sid in TOOLS} | {("inner", name) for name in INNER}
     assert {key for key in every if ended[key] >= 1} == every, context
 
@@ -214,12 +253,15 @@ def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
         if sid != ASKER:
             assert outputs[sid]["answer"] is None, about
     answers = [(n, p) for k, n, p in whole if k == "answer"]
-    assert answers and set(answers) == {(ASKER, ANSWER)}, (about, answers)
+    assert answers, about
+    assert set(answers) == {(ASKER, ANSWER)}, (about, answers)
     lease = final.lease
     assert lease is None or not lease.owner or lease.expires_at <= time.time(), (about, lease)
     return {
         "backend": backend,
         "killed_mid_run": at_kill.status != "completed" and not finished_first,
+        "status_at_kill": at_kill.status
+        + (" with the question open" if at_kill.pending and at_kill.status == "running" else ""),
         "durable_at_kill": len(durable),
         "reruns": len(reran),
         "resumes": resumes,
@@ -230,5 +272,6 @@ def _trial(tmp_path: Path, backend: str, trial: int) -> dict[str, Any]:
 def test_kill_9_then_resume_reruns_only_what_was_in_flight(
     tmp_path: Path, backend: str, batch: range, crash_stats: list[dict[str, object]]
 ) -> None:
+    run_length = _run_length(tmp_path, backend)
     for trial in batch:
-        crash_stats.append(_trial(tmp_path, backend, trial))
+        crash_stats.append(_trial(tmp_path, backend, trial, run_length))

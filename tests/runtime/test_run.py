@@ -55,7 +55,9 @@ async def test_E1_plan_and_every_dependency_are_durable_before_a_step_starts(
     async def probe(x: int = 0) -> int:
         record = await anyio.to_thread.run_sync(holder["rt"].store.get, holder["id"])
         assert record is not None
-        seen.append((f"s{x}", record.completed_steps, len(record.checkpoints), record.plan is not None))
+        seen.append(
+            (f"s{x}", record.completed_steps, len(record.checkpoints), record.plan is not None)
+        )
         return x
 
     async with runtime(tmp_path, tools={"probe": probe}) as rt:
@@ -262,7 +264,12 @@ async def test_P2_failed_dependency_skips_with_an_observation(tmp_path: Path) ->
         result = await (await rt.start("g", plan)).wait()
         record = stored(rt, result.execution_id)
     assert result.status == "failed"
-    assert statuses(record) == {"f": "failed", "d1": "skipped", "d2": "skipped", "free": "succeeded"}
+    assert statuses(record) == {
+        "f": "failed",
+        "d1": "skipped",
+        "d2": "skipped",
+        "free": "succeeded",
+    }
     observations = {o.step_id: o for o in record.observations}
     assert observations["d1"].error == "skipped: dependency f failed"
     assert observations["d2"].error == "skipped: dependency d1 skipped"

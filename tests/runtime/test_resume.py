@@ -1,0 +1,365 @@
+"""Resuming: crash reconciliation (R3), drift and replanning (R6, R7), matching agent tasks
+(R8), the pending slot (R9), answers (R10), terminal tasks (R11), completion with its task
+(R12), and what reading must never do (E7, E8)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+import mainspring as ms
+from mainspring.storage._codec import unstructure
+
+from ._kit import (
+    Gate,
+    Ledger,
+    RecordingSqliteStore,
+    agent,
+    linear,
+    plan_of,
+    runtime,
+    statuses,
+    stored,
+    tasks_of,
+    tool,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _crashed(record: ms.Execution) -> ms.Execution:
+    """The record as a crashed owner leaves it: its lease lapsed, its work marked running."""
+    assert record.lease is not None
+    lapsed = attrs.evolve(record.lease, owner="dead:1:x", expires_at=time.time() - 1)
+    return attrs.evolve(record, status="running", lease=lapsed)
+
+
+async def test_R3_a_crashed_run_requeues_its_tasks_with_interruption_crash(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    ran: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: ran.append("first") or 1)
+        await ctx.step("park", gate)
+        return "ok"
+
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        snapshot = stored(rt, handle.execution_id)  # what a kill -9 now would leave
+        await rt.pause(handle.execution_id)
+    (task,) = tasks_of(snapshot)
+    assert task.state == "running"
+    store = ms.SqliteStore(tmp_path / "store.sqlite3")
+    store.edit(snapshot.id, lambda _, now: _crashed(snapshot))
+    store.close()
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handles = await rt.recover()
+        assert [h.execution_id for h in handles] == [snapshot.id]
+        result = await handles[0].wait()
+        record = stored(rt, snapshot.id)
+    assert result.status == "completed"
+    (task,) = tasks_of(record)
+    assert task.state == "completed"
+    assert task.interruption is not None
+    assert task.interruption.kind == "crash"  # an explanation, not a state
+    assert ran == ["first"]  # the durable inner step was not run again
+
+
+async def test_R6_drift_replans_with_a_fenced_brief_of_active_findings(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("v1")
+    gate = Gate()
+    contexts: list[ms.PlannerContext] = []
+
+    async def scout(ctx: ms.AgentContext, input: Any) -> str:
+        ctx.report_finding("notes say v1", confidence=0.8)
+        return "scouted"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        contexts.append(context)
+        if context.previous_plan is None:
+            return plan_of(agent("scout", "scout", path="notes.txt"),
+                           tool("wait", "gate", "scout", path="notes.txt"))  # fmt: skip
+        return plan_of(tool("fresh", "inc", x=1))
+
+    options: dict[str, Any] = {
+        "tools": {"gate": gate}, "agents": {"scout": scout}, "planner": planner,
+        "workspace": workspace,
+    }  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("read the notes")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (workspace / "notes.txt").write_text("v2")
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert len(contexts) == 2
+    replan = contexts[1]
+    assert replan.drift == ("file notes.txt changed",)
+    assert replan.findings is not None
+    assert replan.findings.startswith("<<<findings\n")
+    assert "notes say v1" in replan.findings
+    assert replan.previous_plan is not None
+    assert record.plan is not None
+    assert record.plan.version == 2
+    assert record.completed_steps == ("fresh",)
+
+
+async def test_R6_a_vanished_tool_is_drift(tmp_path: Path) -> None:
+    gate = Gate()
+    contexts: list[ms.PlannerContext] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        contexts.append(context)
+        if context.previous_plan is None:
+            return plan_of(tool("w", "gate"))
+        return plan_of(tool("n", "inc"))
+
+    async with runtime(tmp_path, tools={"gate": gate}, planner=planner) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    async with runtime(tmp_path, planner=planner) as rt:  # no "gate" tool any more
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert contexts[1].drift == ("tool gate vanished",)
+
+
+async def test_R7_without_drift_resume_skips_completed_steps(tmp_path: Path) -> None:
+    ledger = Ledger()
+    gate = Gate()
+    plan = plan_of(*linear(3).steps, tool("g", "gate", "s2"), tool("z", "inc", "g", x=99))
+    async with runtime(tmp_path, ledger, tools={"gate": gate}) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert ledger.names() == ["inc:0", "inc:1", "inc:2", "inc:99"]
+    assert gate.calls == 2
+
+
+async def test_R8_tasks_match_by_agent_and_input_hash_never_by_step_id(tmp_path: Path) -> None:
+    runs: list[str] = []
+    gate = Gate()
+
+    async def analyst(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append(ctx.step_id)
+        return f"analysed {input['topic']}"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if context.previous_plan is None:
+            return plan_of(
+                agent("first-name", "analyst", topic="x"), tool("w", "gate", "first-name")
+            )
+        # Replanned with new step ids: the same agent and input match the finished task.
+        return plan_of(agent("renamed", "analyst", topic="x"), agent("other", "analyst", topic="y"))
+
+    options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"analyst": analyst},
+                               "planner": planner, "config": {"round": 1}}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    options["config"] = {"round": 2}  # configuration changed: drift, so a replan
+    async with runtime(tmp_path, **options) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert runs == ["first-name", "other"]  # "renamed" reused the completed task
+    assert result.outputs["renamed"] == "analysed x"
+    matched = {t.step_id: t for t in tasks_of(record)}
+    assert set(matched) == {"renamed", "other"}
+
+
+async def test_R8_a_task_whose_own_checkpoint_drifted_restarts_its_inner_work(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "data.txt").write_text("one")
+    gates = [Gate()]
+    inner_runs: list[str] = []
+
+    async def reader(ctx: ms.AgentContext, input: Any) -> str:
+        text = await ctx.step("read", lambda: inner_runs.append("read") or "content")
+        await ctx.step("wait", gates[-1])
+        return str(text)
+
+    plan = plan_of(agent("r", "reader", path="data.txt"))
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        return plan  # the same plan again: the task is matched by agent and input (R8)
+
+    options: dict[str, Any] = {"agents": {"reader": reader}, "workspace": workspace,
+                               "planner": planner}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan)
+        await gates[-1].entered.wait()
+        await rt.pause(handle.execution_id)
+        gates[-1].opened.set()
+        done = await (await rt.resume(handle.execution_id)).wait()
+        assert done.status == "completed"
+        assert inner_runs == ["read"]  # unchanged: replayed from the record
+
+        gates.append(Gate())
+        handle = await rt.start("g", plan)
+        await gates[-1].entered.wait()
+        await rt.pause(handle.execution_id)
+        assert inner_runs == ["read", "read"]
+        (workspace / "data.txt").write_text("two")  # the task's own input changed
+        gates[-1].opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert inner_runs == ["read", "read", "read"]
+    assert task.attempt == 2
+
+
+async def test_R9_one_pending_slot_first_wins_and_answers_go_to_the_task_that_asked(
+    tmp_path: Path,
+) -> None:
+    answers: dict[str, str] = {}
+
+    async def curious(ctx: ms.AgentContext, input: Any) -> str:
+        answer = await ctx.ask(f"question {input['n']}")
+        answers[ctx.step_id] = answer
+        return answer
+
+    plan = plan_of(agent("q1", "curious", n=1), agent("q2", "curious", n=2))
+    async with runtime(tmp_path, agents={"curious": curious}) as rt:
+        first = await (await rt.start("the goal", plan)).wait()
+        assert first.status == "waiting_for_clarification"
+        assert first.pending is not None
+        assert first.pending.question == "question 1"
+        second = await (await rt.resume(first.execution_id, answer="one")).wait()
+        assert second.status == "waiting_for_clarification"
+        assert second.pending is not None
+        assert second.pending.question == "question 2"  # found again from the records
+        done = await (await rt.resume(first.execution_id, answer="two")).wait()
+        record = stored(rt, first.execution_id)
+    assert done.status == "completed"
+    assert answers == {"q1": "one", "q2": "two"}
+    assert record.goal == "the goal"  # R10: an agent's answer never joins the goal
+
+
+async def test_R10_an_outer_clarification_answer_is_appended_to_the_goal(tmp_path: Path) -> None:
+    goals: list[str] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        goals.append(goal)
+        if "Clarification" not in goal:
+            raise ms.ClarificationNeeded("which city?")
+        return plan_of(tool("t", "inc"))
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        first = await (await rt.start("book a hotel")).wait()
+        assert first.status == "waiting_for_clarification"
+        assert first.pending == ms.Pending(kind="clarification", question="which city?")
+        done = await (await rt.resume(first.execution_id, answer="Lisbon")).wait()
+        record = stored(rt, first.execution_id)
+    assert done.status == "completed"
+    assert record.goal == "book a hotel\n\nClarification: Lisbon"
+    assert goals[-1] == record.goal
+
+
+async def test_R11_a_late_write_from_a_stopped_task_never_reopens_it(tmp_path: Path) -> None:
+    gate = Gate()
+    late: list[BaseException] = []
+
+    async def stubborn(ctx: ms.AgentContext, input: Any) -> None:
+        try:
+            await ctx.step("park", gate)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await ctx.step("late", lambda: "sneaky")
+                except BaseException as exc:  # the refusal
+                    late.append(exc)
+
+    async with runtime(tmp_path, agents={"stubborn": stubborn}) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "stubborn")))
+        await gate.entered.wait()
+        (task,) = await rt.agent_tasks(handle.execution_id)
+        await rt.stop_agent_task(task.id)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    (task,) = tasks_of(record)
+    assert task.state == "cancelled"
+    assert "late" not in task.inner_completed
+    assert late, "the late save was refused"
+
+
+async def test_R12_a_completed_task_and_its_step_are_committed_together(tmp_path: Path) -> None:
+    store = RecordingSqliteStore(tmp_path / "rec.sqlite3")
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> int:
+        for i in range(3):
+            await ctx.step(f"i{i}", lambda i=i: i)
+        return 3
+
+    plan = plan_of(agent("a", "worker"), agent("b", "worker", "a", n=2), tool("t", "inc", "b"))
+    async with runtime(store, agents={"worker": worker}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+    assert result.status == "completed"
+    assert len(store.versions) > 5
+    for version in store.versions:
+        for task in tasks_of(version):
+            assert (task.state == "completed") == (task.step_id in version.completed_steps)
+    store.close()
+
+
+async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_from_disk(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    async with runtime(tmp_path, tools={"gate": gate}) as rt:
+        handle = await rt.start("g", plan_of(tool("w", "gate"), tool("t", "inc", "w")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        good = ms.AgentTaskRecord(
+            id=f"{handle.execution_id}:t1", agent_id="x", step_id="w", created_at=1.0,
+            updated_at=1.0, execution_id=handle.execution_id, state="completed",
+        )  # fmt: skip
+        raw_good = unstructure(good)
+        bad = [
+            {**raw_good, "id": "bad1", "surprise": 1},  # unknown key
+            {**raw_good, "id": "bad2", "v": 2},  # another version
+            {**raw_good, "id": "bad3", "calls_used": 1_000_001},  # counter out of range
+            {
+                **raw_good,
+                "id": "bad4",
+                "findings": [{"id": f"f{i}", "claim": "c"} for i in range(201)],
+            },
+            {**raw_good, "id": "bad5", "calls_used": "5"},  # never coerced
+        ]
+
+        def plant(record: ms.Execution, now: float) -> ms.Execution:
+            return attrs.evolve(record, agent_tasks=(raw_good, *bad))
+
+        rt.store.edit(handle.execution_id, plant)
+        before = stored(rt, handle.execution_id)
+        tasks = await rt.agent_tasks(handle.execution_id)
+        assert [t.id for t in tasks] == [good.id]
+        assert ms.parse_agent_tasks(before)[1] == 5
+        await rt.executions()
+        assert stored(rt, handle.execution_id) == before  # E7: reading never writes
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        after = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert len(after.agent_tasks) == 6  # the run kept what it could not read
+    assert [raw["id"] for raw in after.agent_tasks[1:]] == [b["id"] for b in bad]
