@@ -61,7 +61,6 @@ from .storage import reconcile as reconcile
 from .storage import redact as redact
 from .storage import register_secret as register_secret
 from .supervision import AgentContext as AgentContext
-from .supervision import ClarificationNeeded as ClarificationNeeded
 from .supervision import AgentTaskCompleted as AgentTaskCompleted
 from .supervision import AgentTaskProgress as AgentTaskProgress
 from .supervision import AgentTaskStarted as AgentTaskStarted
@@ -73,6 +72,7 @@ from .supervision import ChildInfo as ChildInfo
 from .supervision import ChildRestarted as ChildRestarted
 from .supervision import ChildSpec as ChildSpec
 from .supervision import ChildStarted as ChildStarted
+from .supervision import ClarificationNeeded as ClarificationNeeded
 from .supervision import Escalated as Escalated
 from .supervision import ExecutionBusy as ExecutionBusy
 from .supervision import ExecutionCancelled as ExecutionCancelled

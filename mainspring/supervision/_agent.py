@@ -69,7 +69,7 @@ class Planned:
     question: str | None = None
 
 
-class ClarificationNeeded(Exception):  # noqa: N818 (a request, raised by planners)
+class ClarificationNeeded(Exception):
     """Raised by a planner that needs a human answer before it can plan.
 
     The execution waits for clarification; ``resume(id, answer=...)`` appends the answer to

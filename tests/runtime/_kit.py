@@ -134,7 +134,8 @@ async def runtime(
     ledger = ledger if ledger is not None else Ledger()
     all_tools = {**counting_tools(ledger), **(tools or {})}
     all_skills = {**counting_skills(ledger), **(skills or {})}
-    store = path / "store.sqlite3" if isinstance(path, Path) and path.is_dir() else path
+    # A bare directory (a test's tmp_path) gets a SQLite store inside it.
+    store = path / "store.sqlite3" if isinstance(path, Path) and not path.suffix else path
     async with ms.open_runtime(store=store, tools=all_tools, skills=all_skills, **options) as rt:
         yield rt
 

@@ -23,7 +23,6 @@ from ._kit import (
     linear,
     plan_of,
     runtime,
-    statuses,
     stored,
     tasks_of,
     tool,

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["sqlite", "file"])
 async def test_a_linear_plan_completes_on_both_backends(tmp_path: Path, backend: str) -> None:
     ledger = Ledger()
-    store = tmp_path / ("s.sqlite3" if backend == "sqlite" else "files")
+    store: ms.Store = (
+        ms.SqliteStore(tmp_path / "s.sqlite3") if backend == "sqlite" else ms.FileStore(tmp_path)
+    )
     async with runtime(store, ledger) as rt:
         result = await (await rt.start("count to five", linear(5))).wait()
         assert result.status == "completed"
@@ -91,6 +93,10 @@ async def test_E1_a_planned_execution_commits_its_plan_before_the_first_step(
 SECRET = "sk-ant-api03-" + "A" * 40
 
 
+def _everything_on_disk(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
 async def test_E5_what_reaches_disk_and_events_is_redacted_but_the_live_result_is_not(
     tmp_path: Path,
 ) -> None:
@@ -115,9 +121,7 @@ async def test_E5_what_reaches_disk_and_events_is_redacted_but_the_live_result_i
             await anyio.lowlevel.checkpoint()
             result = await (await rt.start(f"goal with {SECRET}", plan)).wait()
             tg.cancel_scope.cancel()
-        raw = (tmp_path / "store.sqlite3").read_bytes() + b"".join(
-            p.read_bytes() for p in tmp_path.glob("store.sqlite3-*")
-        )
+        raw = _everything_on_disk(tmp_path)
         record = stored(rt, result.execution_id)
     assert result.status == "completed"
     assert SECRET.encode() not in raw
