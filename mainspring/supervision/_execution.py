@@ -1148,6 +1148,7 @@ class ExecutionActor(Actor):
         if self._ended:
             if self._refusal is not None:
                 await self._release()
+                await self._result_from_disk(reason)
             return
         self._ended = True
         now = time.time()
@@ -1170,12 +1171,23 @@ class ExecutionActor(Actor):
                     )
                 )
         elif isinstance(reason, LeaseLost):
-            return  # E3: not ours to write any more
+            await self._result_from_disk(reason)  # E3: not ours to write any more
+            return
         await self._release()
         if isinstance(reason, Crash):
             self._result = result_from(
                 self._rec, outputs=self._outputs, stopped_by=reason, error=reason.error
             )
+
+    async def _result_from_disk(self, reason: CancelReason) -> None:
+        """After a refusal the disk, not our copy, says where the run stands."""
+        store = self._cfg.committer.store
+        try:
+            stored = await anyio.to_thread.run_sync(store.get, self._rec.id)
+        except Exception:  # noqa: BLE001 - our last copy is the best we can say then
+            stored = None
+        record = stored if stored is not None else self._rec
+        self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
 
     async def _commit_record(self, record: Execution) -> bool:
         try:

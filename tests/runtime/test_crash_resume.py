@@ -117,7 +117,7 @@ def _wait_ready(child: subprocess.Popen[bytes], where: Path) -> None:
     line = child.stdout.readline().strip() if readable else b""
     if line != b"ready":
         child.kill()
-        child.wait(10)
+        child.communicate(timeout=10)
         pytest.fail(f"the start worker in {where} did not start ({line!r})\n{_stderr(where)}")
 
 
@@ -211,10 +211,9 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     for key in {*begun_before, *begun_after}:
         assert begun_before[key] <= 1, (key, "ran twice in the killed process", context)
         assert begun_after[key] <= 1, (key, "ran twice after the resume", context)
-    for key in reran:
-        # Only what was in flight at the kill runs again: begun by the killed process and
-        # not durable when it died.
-        assert key not in durable, (key, context)
+    # What runs again is exactly what was in flight at the kill: begun by the killed process
+    # and not durable when it died (at least once for those, at most once for the rest).
+    assert set(reran) == set(begun_before) - durable, context
     for sid in durable_agents:
         assert ("agent", sid, "begin") not in after, (sid, "a completed agent ran again", context)
     # E1: a completion is durable before anything that depends on it starts. So whatever the
@@ -245,6 +244,8 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     assert dropped == 0, about
     assert sorted(task.step_id for task in tasks) == sorted(AGENTS), (about, "one task a step")
     assert {task.state for task in tasks} == {"completed"}, about
+    inner_done = {f"{t.step_id}.{n}" for t in tasks for n in t.inner_completed if "." not in n}
+    assert inner_done == set(INNER), about
     asker = next(task for task in tasks if task.step_id == ASKER)
     assert [n for n in asker.inner_completed if n.startswith("ask.")] == ["ask.0"], about
     outputs = {obs.step_id: obs.output for obs in final.observations if obs.ok}
@@ -256,7 +257,9 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     assert answers, about
     assert set(answers) == {(ASKER, ANSWER)}, (about, answers)
     lease = final.lease
-    assert lease is None or not lease.owner or lease.expires_at <= time.time(), (about, lease)
+    if resumes:  # L3: the end of the run released the lease
+        assert lease is None or not lease.owner or lease.expires_at <= time.time(), (about, lease)
+    # else the killed process wrote ``completed`` but died before releasing: its lease lapses.
     return {
         "backend": backend,
         "killed_mid_run": at_kill.status != "completed" and not finished_first,

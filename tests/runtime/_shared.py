@@ -1,0 +1,60 @@
+"""Tools and agents both processes of a cross-process test load from one module, so their
+declarations hash the same (a tool defined elsewhere would count as drift, R6)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+
+import mainspring as ms
+
+
+async def block(**_: Any) -> str:
+    """Parks forever in the first process (MAINSPRING_TEST_BLOCK=1); returns at once in others."""
+    if os.environ.get("MAINSPRING_TEST_BLOCK") != "1":
+        return "not blocked"
+    print("entered", flush=True)
+    try:
+        await anyio.sleep_forever()
+    except BaseException:
+        reason = ms.cancel_reason()
+        print("reason", type(reason).__name__, flush=True)
+        raise
+    return "unreachable"  # pragma: no cover
+
+
+async def inc(x: int = 0) -> int:
+    return x + 1
+
+
+async def blocker(ctx: ms.AgentContext, input: Any) -> str:
+    await ctx.step("first", lambda: 1)
+    result = await ctx.step("wait", block)
+    return str(result)
+
+
+TOOLS = {"block": block, "inc": inc}
+AGENTS = {"blocker": blocker}
+
+PLAN = ms.Plan(
+    id="cross",
+    goal="cross-process",
+    steps=(
+        ms.PlanStep(id="a", agent="blocker"),
+        ms.PlanStep(id="after", tool="inc", input={"x": 1}, depends_on=("a",)),
+        ms.PlanStep(id="free", tool="inc", input={"x": 2}),
+    ),
+)
+
+OPTIONS: dict[str, Any] = {"lease_ttl": 5.0, "heartbeat_interval": 0.1}
+
+
+async def main(store: str, execution_id: str) -> None:
+    async with ms.open_runtime(store=store, tools=TOOLS, agents=AGENTS, **OPTIONS) as rt:
+        handle = await rt.start("cross-process", PLAN, execution_id=execution_id)
+        result = await handle.wait()
+        stopped = type(result.stopped_by).__name__ if result.stopped_by else "None"
+        print("ended", result.status, stopped, flush=True)
+

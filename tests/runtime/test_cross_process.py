@@ -1,0 +1,137 @@
+"""Two real processes on one store: A runs; B pauses, cancels or stops one agent task through
+its own runtime; A stops within one heartbeat (long before its lease could lapse) and
+releases; B resumes and finishes (E2, E3, R1, R2, S1, L3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+import mainspring as ms
+
+from . import _shared
+from ._kit import statuses, tasks_of
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+# Imported, not run as __main__: the tools' declarations must hash alike in both processes.
+_RUN_A = "import sys, anyio; from tests.runtime import _shared; anyio.run(_shared.main, *sys.argv[1:])"
+
+
+class _ProcessA:
+    def __init__(self, store: Path, execution_id: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "MAINSPRING_TEST_BLOCK": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _RUN_A, str(store), execution_id],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=env,
+            text=True,
+        )
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    async def next_line(self) -> str:
+        with anyio.fail_after(30):
+            return await anyio.to_thread.run_sync(self.line)
+
+    def finish(self) -> None:
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def process_a(tmp_path: Path) -> Iterator[_ProcessA]:
+    a = _ProcessA(tmp_path / "store.sqlite3", "ex-cross")
+    yield a
+    if a.proc.poll() is None:
+        a.proc.kill()
+    a.finish()
+
+
+async def _lease_owner(rt: ms.Runtime) -> str:
+    record = await rt.get("ex-cross")
+    assert record is not None
+    assert record.lease is not None
+    return record.lease.owner
+
+
+async def test_pause_from_another_process_stops_the_run_which_B_then_finishes(
+    tmp_path: Path, process_a: _ProcessA
+) -> None:
+    async with ms.open_runtime(
+        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
+        **_shared.OPTIONS,
+    ) as b:  # fmt: skip
+        assert await process_a.next_line() == "entered"
+        paused = await b.pause("ex-cross", reason="from B")
+        assert paused.status == "paused"
+        assert await process_a.next_line() == "reason Pause"
+        assert await process_a.next_line() == "ended paused Pause"
+        process_a.finish()
+        # A released its lease itself: it did not just let it lapse (5 s ttl).
+        assert await _lease_owner(b) == ""
+        record = await b.get("ex-cross")
+        assert record is not None
+        (task,) = tasks_of(record)
+        assert task.state == "queued"
+        assert task.interruption is not None
+        assert task.interruption.kind == "pause"
+        result = await (await b.resume("ex-cross")).wait()
+    assert result.status == "completed"
+    assert result.outputs["a"] == "not blocked"
+
+
+async def test_cancel_from_another_process_stops_the_run_for_good(
+    tmp_path: Path, process_a: _ProcessA
+) -> None:
+    async with ms.open_runtime(
+        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
+        **_shared.OPTIONS,
+    ) as b:  # fmt: skip
+        assert await process_a.next_line() == "entered"
+        cancelled = await b.cancel("ex-cross", reason="from B")
+        assert cancelled.status == "cancelled"
+        assert await process_a.next_line() == "reason LeaseLost"  # E3: a refused renewal
+        assert await process_a.next_line() == "ended cancelled LeaseLost"
+        process_a.finish()
+        assert await _lease_owner(b) == ""
+        record = await b.get("ex-cross")
+        assert record is not None
+        (task,) = tasks_of(record)
+        assert task.state == "cancelled"
+        again = await (await b.resume("ex-cross")).wait()
+    assert again.status == "cancelled"
+
+
+async def test_stopping_one_agent_task_from_another_process(
+    tmp_path: Path, process_a: _ProcessA
+) -> None:
+    async with ms.open_runtime(
+        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
+        **_shared.OPTIONS,
+    ) as b:  # fmt: skip
+        assert await process_a.next_line() == "entered"
+        (task,) = await b.agent_tasks("ex-cross")
+        stop = await b.stop_agent_task(task.id)
+        assert (stop.ok, stop.state) == (True, "stopping")
+        assert "within one heartbeat" in stop.reason
+        assert await process_a.next_line() == "reason Cancel"
+        assert await process_a.next_line() == "ended completed Stop"  # the run went on
+        process_a.finish()
+        record = await b.get("ex-cross")
+        assert record is not None
+    assert statuses(record) == {"a": "cancelled", "after": "cancelled", "free": "succeeded"}
+    (stopped,) = tasks_of(record)
+    assert stopped.state == "cancelled"
+    assert record.controls[-1].action == "stop-task"
