@@ -8,6 +8,7 @@ across processes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import math
@@ -227,6 +228,43 @@ def decide_renew(
 
 
 Clock = Callable[[], float]
+
+
+class OwnWrites:
+    """The last version a store wrote of recently written executions, to skip re-reading
+    them under its lock. Bounded (least recently used go first), and terminal executions
+    are not kept: they are done changing, so a long-lived store does not grow with history.
+    """
+
+    def __init__(self, limit: int = 4_096) -> None:
+        self._items: collections.OrderedDict[str, Execution] = collections.OrderedDict()
+        self._limit = limit
+
+    def get(self, execution_id: str) -> Execution | None:
+        item = self._items.get(execution_id)
+        if item is not None:
+            self._items.move_to_end(execution_id)
+        return item
+
+    def remember(self, execution: Execution) -> None:
+        if execution.terminal:
+            self._items.pop(execution.id, None)
+            return
+        self._items[execution.id] = execution
+        self._items.move_to_end(execution.id)
+        if len(self._items) > self._limit:
+            self._items.popitem(last=False)
+
+    def pop(self, execution_id: str, default: None = None) -> Execution | None:
+        return self._items.pop(execution_id, default)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 Edit = Callable[[Execution, float], Execution | None]
 """An out-of-band change: given the stored execution and the time, the new one (or None)."""
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._backend import Clock, CompareAndSetStore, Listing, Problem
+from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
@@ -56,7 +56,7 @@ class FileStore(CompareAndSetStore):
         # write (by any FileStore, in any process) bumps a generation counter kept in the lock
         # file under the lock. A file's own inode or mtime would not do: inodes are reused and
         # mtimes are coarse.
-        self._cache: dict[str, Execution] = {}
+        self._cache = OwnWrites()
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
 
@@ -173,7 +173,7 @@ class FileStore(CompareAndSetStore):
             os.fsync(dir_fd)  # the rename itself is durable only once the directory is
         finally:
             os.close(dir_fd)
-        self._cache[execution.id] = execution  # remembered only once durable
+        self._cache.remember(execution)  # remembered only once durable
 
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 

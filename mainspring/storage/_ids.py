@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ._errors import InvalidId
@@ -16,6 +17,13 @@ def check_id(value: object) -> str:
 
     ``.`` and ``..`` match the character class but would name directories, so they are refused.
     """
-    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None or value in {".", ".."}:
+    if type(value) is not str or not _valid(value):
         raise InvalidId(value)
     return value
+
+
+# Records are rebuilt on every commit and re-check the same ids each time; remembering the
+# verdict for recent strings keeps that cheap. Only exact str instances reach the cache.
+@functools.lru_cache(maxsize=65_536)
+def _valid(value: str) -> bool:
+    return ID_PATTERN.fullmatch(value) is not None and value not in {".", ".."}

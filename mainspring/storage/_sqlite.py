@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._backend import Clock, CompareAndSetStore, Listing, Problem
+from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import StorageError, TooLarge
 from ._ids import check_id
@@ -51,7 +51,7 @@ class SqliteStore(CompareAndSetStore):
         self._tightened: set[str] = set()
         # Versions this connection wrote, valid while no other connection has committed:
         # SQLite's data_version changes exactly when another connection commits.
-        self._cache: dict[str, Execution] = {}
+        self._cache = OwnWrites()
         self._data_version: int | None = None
         self._db = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -161,7 +161,7 @@ class SqliteStore(CompareAndSetStore):
             "ON CONFLICT(id) DO UPDATE SET body = excluded.body",
             (check_id(execution.id), data),
         )
-        self._cache[execution.id] = execution
+        self._cache.remember(execution)
 
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 

@@ -279,6 +279,7 @@ class ExecutionActor(Actor):
         self._status: dict[str, StepStatus] = (
             {step.id: step.status for step in record.plan.steps} if record.plan else {}
         )
+        self._index()
         self._obs: dict[str, Observation] = {obs.step_id: obs for obs in record.observations}
         self._tasks: dict[str, AgentTaskRecord] = {}
         self._raw: dict[str, dict[str, Any]] = {}
@@ -545,6 +546,7 @@ class ExecutionActor(Actor):
         self._live_plan = plan
         self._plan = redact_plan(plan)
         self._status = {step.id: "pending" for step in plan.steps}
+        self._index()
         self._claimed.clear()
 
     # -- scheduling (P2-P5) ----------------------------------------------------------------
@@ -555,32 +557,73 @@ class ExecutionActor(Actor):
     def _remaining(self) -> int:
         return max(0, self._budget - self._rec.calls_used - self._held())
 
+    def _index(self) -> None:
+        """Dependency bookkeeping, so each event costs what it touches, not the whole plan:
+        how many dependencies each pending step still waits for, who depends on whom, which
+        pending steps are ready, and which ended badly and must cascade (P2)."""
+        plan = self._live_plan or self._plan
+        self._order: dict[str, int] = {}
+        self._dependents: dict[str, list[str]] = {}
+        self._deps_left: dict[str, int] = {}
+        self._ready: set[str] = set()
+        self._to_cascade: list[str] = []
+        self._steps: dict[str, PlanStep] = {}
+        if plan is None:
+            return
+        status = self._status
+        for index, step in enumerate(plan.steps):
+            self._order[step.id] = index
+            self._steps[step.id] = step
+            for dependency in step.depends_on:
+                self._dependents.setdefault(dependency, []).append(step.id)
+            if status[step.id] in ("failed", "skipped", "cancelled"):
+                self._to_cascade.append(step.id)
+        for step in plan.steps:
+            left = sum(1 for d in step.depends_on if status[d] != "succeeded")
+            self._deps_left[step.id] = left
+            if left == 0 and status[step.id] == "pending":
+                self._ready.add(step.id)
+
+    def _set_status(self, step_id: str, new: StepStatus) -> None:
+        old = self._status[step_id]
+        if old == new:
+            return
+        self._status[step_id] = new
+        if new == "pending":
+            if self._deps_left[step_id] == 0:
+                self._ready.add(step_id)
+            return
+        self._ready.discard(step_id)
+        if new == "succeeded":
+            for dependent in self._dependents.get(step_id, ()):
+                self._deps_left[dependent] -= 1
+                if self._deps_left[dependent] == 0 and self._status[dependent] == "pending":
+                    self._ready.add(dependent)
+        elif new in ("failed", "skipped", "cancelled"):
+            self._to_cascade.append(step_id)
+
     def _cascade(self) -> bool:
         """P2: a step whose dependency failed or was skipped is skipped, with an observation;
-        one whose dependency was cancelled is cancelled. Repeats until nothing changes."""
-        assert self._plan is not None
-        changed = True
-        any_change = False
-        while changed:
-            changed = False
-            for step in self._plan.steps:
-                if self._status[step.id] != "pending":
+        one whose dependency was cancelled is cancelled, never silently skipped."""
+        changed = False
+        queue = self._to_cascade
+        while queue:
+            dependency = queue.pop()
+            state = self._status[dependency]
+            for dependent in self._dependents.get(dependency, ()):
+                if self._status[dependent] != "pending":
                     continue
-                for dependency in step.depends_on:
-                    state = self._status[dependency]
-                    if state in ("failed", "skipped", "cancelled"):
-                        new: StepStatus = "cancelled" if state == "cancelled" else "skipped"
-                        self._status[step.id] = new
-                        self._obs[step.id] = observe(
-                            step,
-                            ok=False,
-                            code="cancelled" if new == "cancelled" else None,
-                            error=f"{new}: dependency {dependency} {state}",
-                        )
-                        self._publish_step(step.id, new)
-                        changed = any_change = True
-                        break
-        return any_change
+                new: StepStatus = "cancelled" if state == "cancelled" else "skipped"
+                self._set_status(dependent, new)
+                self._obs[dependent] = observe(
+                    self._steps[dependent],
+                    ok=False,
+                    code="cancelled" if new == "cancelled" else None,
+                    error=f"{new}: dependency {dependency} {state}",
+                )
+                self._publish_step(dependent, new)
+                changed = True
+        return changed
 
     def _approval_key(self, step: PlanStep | None) -> str:
         assert self._plan is not None
@@ -606,14 +649,11 @@ class ExecutionActor(Actor):
             for running in self._running.values():
                 per_key[running.step.target] = per_key.get(running.step.target, 0) + 1
             remaining = self._remaining()
-            live = self._live_plan
-            for step in live.steps if live is not None else plan.steps:
+            order = self._order
+            for step_id in sorted(self._ready, key=order.__getitem__):
                 if len(self._running) + len(starts) >= cfg.max_parallel_steps:
                     break
-                if self._status[step.id] != "pending" or step.id in self._running:
-                    continue
-                if any(self._status[d] != "succeeded" for d in step.depends_on):
-                    continue
+                step = self._steps[step_id]
                 if pending is not None and not self._has_answered_task(step):
                     continue  # P5: while a question is open no new step starts
                 limit = cfg.limits.get(step.target)
@@ -667,7 +707,7 @@ class ExecutionActor(Actor):
     async def _start(self, step: PlanStep, cost: int) -> bool:
         cfg = self._cfg
         now = time.time()
-        self._status[step.id] = "running"
+        self._set_status(step.id, "running")
         self._publish(
             ev.StepStarted(execution_id=self._rec.id, at=now, step_id=step.id, kind=step.kind)
         )
@@ -683,7 +723,7 @@ class ExecutionActor(Actor):
         if task is not None and task.state == "completed":
             # R8: this exact step already ran to completion (e.g. before a replan).
             self._set_task(task)
-            self._status[step.id] = "succeeded"
+            self._set_status(step.id, "succeeded")
             previous = next(
                 (o for o in self._rec.observations if o.agent_task_id == task.id and o.ok), None
             )
@@ -898,7 +938,7 @@ class ExecutionActor(Actor):
         del self._running[done.step_id]
         step = running.step
         state: StepStatus = "succeeded" if done.ok else "failed"
-        self._status[step.id] = state
+        self._set_status(step.id, state)
         self._obs[step.id] = observe(
             step,
             ok=done.ok,
@@ -935,7 +975,7 @@ class ExecutionActor(Actor):
         changes: dict[str, Any] = {"calls_used": calls}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
-            self._status[step.id] = "succeeded"
+            self._set_status(step.id, "succeeded")
             self._outputs[step.id] = save.output
             self._obs[step.id] = observe(
                 step,
@@ -946,7 +986,7 @@ class ExecutionActor(Actor):
                 calls_used=task.calls_used,
             )
         elif task.state == "failed":
-            self._status[step.id] = "failed"
+            self._set_status(step.id, "failed")
             failure = task.failure
             code = failure.code if failure is not None else "agent-failed"
             self._obs[step.id] = Observation(
@@ -961,7 +1001,7 @@ class ExecutionActor(Actor):
             )
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
-            self._status[step.id] = "pending"
+            self._set_status(step.id, "pending")
             if self._rec.pending is None:
                 changes["pending"] = Pending(
                     kind="clarification",
@@ -1018,7 +1058,7 @@ class ExecutionActor(Actor):
             await self._task_stopped(running, now)
             return
         # The child ended without reporting: it crashed.
-        self._status[step_id] = "failed"
+        self._set_status(step_id, "failed")
         self._obs[step_id] = observe(
             step,
             ok=False,

@@ -57,4 +57,3 @@ async def main(store: str, execution_id: str) -> None:
         result = await handle.wait()
         stopped = type(result.stopped_by).__name__ if result.stopped_by else "None"
         print("ended", result.status, stopped, flush=True)
-

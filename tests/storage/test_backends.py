@@ -333,3 +333,17 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
         assert second.commit(execution(calls_used=n, status="paused"), "a:1:x")
         assert first.commit_progress(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
         assert second.commit(execution(calls_used=n, status="running"), "a:1:x")
+
+
+def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
+    from mainspring.storage._backend import OwnWrites
+
+    cache = OwnWrites(limit=3)
+    records = [ms.Execution(id=f"e{i}", goal="g", created_at=0.0, updated_at=0.0) for i in range(5)]
+    for record in records:
+        cache.remember(record)
+    assert len(cache) == 3
+    assert cache.get("e0") is None
+    assert cache.get("e4") is records[4]
+    cache.remember(attrs.evolve(records[4], status="completed"))
+    assert cache.get("e4") is None
