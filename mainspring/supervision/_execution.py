@@ -1224,7 +1224,7 @@ class ExecutionActor(Actor):
         store = self._cfg.committer.store
         try:
             stored = await anyio.to_thread.run_sync(store.get, self._rec.id)
-        except Exception:  # noqa: BLE001 - our last copy is the best we can say then
+        except Exception:
             stored = None
         record = stored if stored is not None else self._rec
         self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
