@@ -52,6 +52,7 @@ class CommitOutcome(enum.StrEnum):
 
 
 CommitResult = CommitOutcome | Exception
+RenewResult = tuple[CommitOutcome, "Execution | None"] | Exception
 
 
 @attrs.frozen(kw_only=True)
@@ -103,6 +104,10 @@ class Store(Protocol):
     ) -> tuple[CommitOutcome, Execution | None]: ...
 
     def edit(self, execution_id: str, change: Edit) -> Execution | None: ...
+
+    def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
+        """``renew`` for each ``(execution id, owner, ttl)``, made durable together."""
+        ...
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         """``commit_progress`` for each, made durable together where the backend can.
@@ -376,6 +381,27 @@ class CompareAndSetStore:
             if updated is not None:
                 self._write(updated)
             return outcome, updated
+
+    def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
+        """``renew`` for each, in one atomic section: many heartbeats, one durable write.
+
+        An ``OSError`` fails the whole batch (raised); a bad argument fails only its entry.
+        """
+        results: list[RenewResult] = []
+        with self._atomic():
+            now = self._clock()
+            for execution_id, owner, ttl in renewals:
+                try:
+                    stored = self._read_for_update(execution_id)
+                    outcome, updated = decide_renew(stored, owner, ttl, now)
+                    if updated is not None:
+                        self._write(updated)
+                    results.append((outcome, updated))
+                except OSError:
+                    raise
+                except (StorageError, ValueError) as exc:
+                    results.append(exc)
+        return tuple(results)
 
     def edit(self, execution_id: str, change: Edit) -> Execution | None:
         """Apply ``change`` to the stored execution atomically, whoever holds the lease.

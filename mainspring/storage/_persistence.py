@@ -37,10 +37,10 @@ class _Ticket:
 
     def __init__(self) -> None:
         self.done = anyio.Event()
-        self.outcome: CommitOutcome | None = None
+        self.outcome: Any = None
         self.error: BaseException | None = None
 
-    def resolve(self, outcome: CommitOutcome) -> None:
+    def resolve(self, outcome: Any) -> None:
         self.outcome = outcome
         self.done.set()
 
@@ -53,6 +53,13 @@ class _Ticket:
 class _Commit:
     execution: Execution
     owner: str
+
+
+@attrs.frozen
+class _Renew:
+    execution_id: str
+    owner: str
+    ttl: float
 
 
 @attrs.frozen
@@ -101,6 +108,8 @@ class PersistenceActor(Actor):
         # Keyed by owner too: a runner that lost its lease must hear its own refusal, not the
         # new owner's success.
         self._batch: dict[tuple[str, str], tuple[Execution, str, list[_Ticket]]] = {}
+        # (execution id, owner) -> (ttl, tickets): heartbeats share one write per flush.
+        self._renewals: dict[tuple[str, str], tuple[float, list[_Ticket]]] = {}
         self._flush_queued = False
         self._broken: BaseException | None = None
         self._commits = 0
@@ -110,6 +119,8 @@ class PersistenceActor(Actor):
     async def receive(self, message: Any) -> Any:
         if isinstance(message, _Commit):
             return self._accept(message)
+        if isinstance(message, _Renew):
+            return self._accept_renewal(message)
         if isinstance(message, _Flush):
             self._flush_queued = False
             await self._flush()
@@ -135,12 +146,27 @@ class PersistenceActor(Actor):
     def stats(self) -> PersistenceStats:
         return PersistenceStats(commits=self._commits, writes=self._writes, flushes=self._flushes)
 
+    def _refuse_if_broken(self, ticket: _Ticket) -> bool:
+        if self._broken is None:
+            return False
+        ticket.fail(PersistenceFailed(f"the writer stopped after a failed write: {self._broken}"))
+        return True
+
+    def _accept_renewal(self, renewal: _Renew) -> _Ticket:
+        ticket = _Ticket()
+        if self._refuse_if_broken(ticket):
+            return ticket
+        key = (renewal.execution_id, renewal.owner)
+        pending = self._renewals.get(key)
+        tickets = pending[1] if pending is not None else []
+        tickets.append(ticket)
+        self._renewals[key] = (renewal.ttl, tickets)
+        self._queue_flush()
+        return ticket
+
     def _accept(self, commit: _Commit) -> _Ticket:
         ticket = _Ticket()
-        if self._broken is not None:
-            ticket.fail(
-                PersistenceFailed(f"the writer stopped after a failed write: {self._broken}")
-            )
+        if self._refuse_if_broken(ticket):
             return ticket
         self._commits += 1
         key = (commit.execution.id, commit.owner)
@@ -148,6 +174,10 @@ class PersistenceActor(Actor):
         tickets = pending[2] if pending is not None else []
         tickets.append(ticket)
         self._batch[key] = (commit.execution, commit.owner, tickets)  # the latest wins
+        self._queue_flush()
+        return ticket
+
+    def _queue_flush(self) -> None:
         if not self._flush_queued:
             self._flush_queued = True
             # Queued behind the commits already waiting, so they share this flush.
@@ -155,9 +185,42 @@ class PersistenceActor(Actor):
                 self.ref.tell_nowait(_Flush())
             except MailboxFull:
                 self.send_after(0, _Flush())  # waits for room instead
-        return ticket
 
     async def _flush(self) -> None:
+        await self._flush_commits()
+        await self._flush_renewals()
+
+    async def _flush_renewals(self) -> None:
+        if not self._renewals:
+            return
+        renewals, self._renewals = self._renewals, {}
+        if self._broken is not None:
+            for _, tickets in renewals.values():
+                for ticket in tickets:
+                    self._refuse_if_broken(ticket)
+            return
+        batch = [(key[0], key[1], ttl) for key, (ttl, _) in renewals.items()]
+        try:
+            with anyio.CancelScope(shield=True):
+                results = await anyio.to_thread.run_sync(self.store.renew_many, batch)
+        except Exception as exc:
+            if isinstance(exc, OSError):
+                self._broken = exc
+            failure = PersistenceFailed(f"heartbeat write failed: {exc}")
+            failure.__cause__ = exc
+            for _, tickets in renewals.values():
+                for ticket in tickets:
+                    ticket.fail(failure)
+            return
+        self._flushes += 1
+        for (_, tickets), result in zip(renewals.values(), results, strict=True):
+            for ticket in tickets:
+                if isinstance(result, Exception):
+                    ticket.fail(result)
+                else:
+                    ticket.resolve(result)
+
+    async def _flush_commits(self) -> None:
         if not self._batch:
             return
         batch, self._batch = self._batch, {}
@@ -215,8 +278,8 @@ class Committer:
         await ticket.done.wait()
         if ticket.error is not None:
             raise ticket.error
-        assert ticket.outcome is not None
-        return ticket.outcome
+        outcome: CommitOutcome = ticket.outcome
+        return outcome
 
     async def stats(self) -> PersistenceStats:
         result: PersistenceStats = await self.ref.ask("stats")
@@ -229,8 +292,16 @@ class Committer:
     async def renew(
         self, execution_id: str, owner: str, ttl: float
     ) -> tuple[CommitOutcome, Execution | None]:
-        """The store's ``renew``: a heartbeat that answers like a commit (L2, E2)."""
-        return await self._call(self.store.renew, execution_id, owner, ttl)  # type: ignore[no-any-return]
+        """The store's ``renew``: a heartbeat that answers like a commit (L2, E2).
+
+        Heartbeats that arrive together share one durable write.
+        """
+        ticket: _Ticket = await self.ref.ask(_Renew(execution_id, owner, ttl))
+        await ticket.done.wait()
+        if ticket.error is not None:
+            raise ticket.error
+        renewed: tuple[CommitOutcome, Execution | None] = ticket.outcome
+        return renewed
 
     async def release(self, execution_id: str, owner: str) -> bool:
         """The store's ``release`` (L3)."""

@@ -347,3 +347,51 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     assert cache.get("e4") is records[4]
     cache.remember(attrs.evolve(records[4], status="completed"))
     assert cache.get("e4") is None
+
+
+def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_accepted(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    for name in ("mine", "theirs", "paused", "done"):
+        store.create(execution(name))
+    owner = "host:1:aaaa"
+    assert store.acquire("mine", owner, ttl=10).acquired
+    assert store.acquire("theirs", "host:2:bbbb", ttl=10).acquired
+    assert store.acquire("paused", owner, ttl=10).acquired
+    store.edit("paused", lambda ex, now: attrs.evolve(ex, status="paused"))
+    store.edit("done", lambda ex, now: attrs.evolve(ex, status="completed"))
+    clock.now += 5
+    results = store.renew_many(
+        [("mine", owner, 10), ("theirs", owner, 10), ("paused", owner, 10),
+         ("done", owner, 10), ("gone", owner, 10), ("mine", owner, float("nan"))]
+    )  # fmt: skip
+    outcomes = [r[0] if isinstance(r, tuple) else type(r) for r in results]
+    assert outcomes == [
+        CommitOutcome.OK, CommitOutcome.FOREIGN_LEASE, CommitOutcome.PAUSED,
+        CommitOutcome.TERMINAL, CommitOutcome.MISSING, ValueError,
+    ]  # fmt: skip
+    renewed = store.get("mine")
+    assert renewed is not None
+    assert renewed.lease is not None
+    assert renewed.lease.expires_at == clock.now + 10
+    paused = store.get("paused")
+    assert paused is not None
+    assert paused.lease is not None
+    assert paused.lease.expires_at == 1_010.0  # a refused renewal writes nothing
+    assert store.renew("mine", owner, 10)[0] is CommitOutcome.OK
+
+
+def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Factory) -> None:
+    store = make_store()
+    store.create(execution("e"))
+    assert store.acquire("e", "host:1:aaaa", ttl=60).acquired
+    before = store.get("e")
+    assert before is not None
+    written = store.edit("e", lambda ex, now: attrs.evolve(ex, lease=None, goal="new"))
+    assert written is not None
+    assert written.lease == before.lease
+    assert written.goal == "new"
+    assert store.edit("e", lambda ex, now: None) is None
+    assert store.edit("missing", lambda ex, now: ex) is None

@@ -178,3 +178,22 @@ async def test_a_runner_that_lost_its_lease_hears_its_own_refusal(store: Any) ->
         "current": CommitOutcome.OK,
     }
     assert store.get("a").calls_used == 3
+
+
+async def test_L2_heartbeats_that_arrive_together_share_one_durable_write(store: Any) -> None:
+    ids = [f"hb-{i}" for i in range(20)]
+    _prepare(store, ids)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, store)
+        before = await committer.stats()
+        results: list[Any] = []
+
+        async def beat(execution_id: str) -> None:
+            results.append(await committer.renew(execution_id, OWNER, 60))
+
+        async with anyio.create_task_group() as tg:
+            for execution_id in ids:
+                tg.start_soon(beat, execution_id)
+        after = await committer.stats()
+    assert [outcome for outcome, _ in results] == [CommitOutcome.OK] * 20
+    assert after.flushes - before.flushes <= 2  # not one write per heartbeat
