@@ -1,10 +1,12 @@
-"""The `mainspring` command: the demo shows every actor's own view of why it stopped."""
+"""The `mainspring` command: the durable demo (killed, resumed, finished, nothing durable
+re-run) and the reasons demo (every actor's own view of why it stopped)."""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -35,16 +37,39 @@ async def test_demo_every_actor_reports_the_root_reason(reason: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_demo_command_runs_on_both_backends(
+def test_the_durable_demo_survives_its_own_kill_and_reruns_nothing_durable(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--backend", backend, "--store-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = dict(
+        (cells[1].strip(), cells[2].strip())
+        for line in out.splitlines()
+        if (cells := line.split("|")) and len(cells) == 3
+    )
+    assert rows["final status"] == "completed"
+    assert rows["durable steps or inner steps run again"] == "0"
+    assert int(rows["steps durable when worker 1 was killed"]) >= 8
+    assert rows["store"] == str(tmp_path / "store.sqlite3")
+    assert "killed worker 1 with SIGKILL" in out
+    assert "(not a terminal: answering 'yes')" in out
+    assert "resumed: " in out
+    # The ledger agrees: every side effect that began also ended, after the resumes.
+    ledger = (tmp_path / "side-effects.log").read_text().split("\n")
+    assert sum(line.endswith(" end") for line in ledger) >= 18  # every effect finished once
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_reasons_demo_command_runs_on_both_backends(
     backend: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--backend", backend, "--steps", "2"]) == 0
+    assert main(["demo-reasons", "--backend", backend, "--steps", "2"]) == 0
     assert "/execution                   stopped: it was cancelled" in capsys.readouterr().out
 
 
 def test_cli_rejects_bad_input_clearly(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["demo", "--steps", "0"])
+        main(["demo-reasons", "--steps", "0"])
     assert info.value.code == 2
     assert "--steps must be between 1 and 1000" in capsys.readouterr().err
     assert main([]) == 2
@@ -52,7 +77,7 @@ def test_cli_rejects_bad_input_clearly(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_python_dash_m_runs_the_demo() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mainspring", "demo", "--steps", "1"],
+        [sys.executable, "-m", "mainspring", "demo-reasons", "--steps", "1"],
         capture_output=True,
         text=True,
         timeout=60,

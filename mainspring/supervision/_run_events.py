@@ -50,6 +50,8 @@ class ExecutionResumed(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class StepStarted(ExecutionEvent):
+    """A step began: ``kind`` is tool, skill or agent."""
+
     step_id: str
     kind: str
 
@@ -67,6 +69,8 @@ class StepFinished(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class AgentTaskStarted(ExecutionEvent):
+    """An agent step's task began (or began again after a resume), holding ``calls_reserved`` calls."""
+
     task_id: str
     step_id: str
     calls_reserved: int
@@ -116,16 +120,22 @@ class ExecutionWaiting(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class ExecutionPaused(ExecutionEvent):
+    """The run paused (R1); ``requeued`` agent tasks went back to queued."""
+
     requeued: int
 
 
 @attrs.frozen(kw_only=True)
 class ExecutionCancelled(ExecutionEvent):
+    """The run was cancelled for good (R2); ``cancelled_tasks`` were stamped."""
+
     cancelled_tasks: int
 
 
 @attrs.frozen(kw_only=True)
 class ExecutionCompleted(ExecutionEvent):
+    """Every step of the run succeeded."""
+
     steps: int
     calls_used: int
 
