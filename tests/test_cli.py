@@ -42,11 +42,11 @@ def test_the_durable_demo_survives_its_own_kill_and_reruns_nothing_durable(
 ) -> None:
     assert main(["demo", "--backend", backend, "--store-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    rows = dict(
-        (cells[1].strip(), cells[2].strip())
+    rows = {
+        cells[1].strip(): cells[2].strip()
         for line in out.splitlines()
         if (cells := line.split("|")) and len(cells) == 3
-    )
+    }
     assert rows["final status"] == "completed"
     assert rows["durable steps or inner steps run again"] == "0"
     assert int(rows["steps durable when worker 1 was killed"]) >= 8

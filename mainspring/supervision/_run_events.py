@@ -69,7 +69,7 @@ class StepFinished(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class AgentTaskStarted(ExecutionEvent):
-    """An agent step's task began (or began again after a resume), holding ``calls_reserved`` calls."""
+    """An agent step's task began (or began again on a resume), holding ``calls_reserved``."""
 
     task_id: str
     step_id: str
