@@ -57,3 +57,16 @@ def test_readme_quick_start_is_two_commands() -> None:
     assert len(commands) == 2
     assert "mainspring demo" in commands[0]
     assert "pytest" in commands[1]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_readme_durable_example_runs(
+    backend: str, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    source = _example(2)
+    expected = [line[2:] for line in source.splitlines() if line.startswith("# ")]
+    source = source.replace('anyio.run(main, "/tmp/mainspring-readme.sqlite3")', "pass")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(source, str(README), "exec"), namespace)
+    anyio.run(namespace["main"], tmp_path / "s.sqlite3", backend=backend)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines() == expected
