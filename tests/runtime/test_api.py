@@ -1,0 +1,224 @@
+"""The Runtime's surface: approvals, bad input with clear errors, stores and defaults, agent
+context limits, and what a failing planner, tool or agent looks like to the caller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mainspring as ms
+from mainspring.supervision._runtime import open_store
+
+from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_plan_that_requires_approval_waits_until_approved(tmp_path: Path) -> None:
+    ledger = Ledger()
+    async with runtime(tmp_path, ledger, require_plan_approval=True) as rt:
+        first = await (await rt.start("g", linear(2))).wait()
+        assert first.status == "waiting_for_approval"
+        assert first.pending == ms.Pending(kind="approval", question="approve plan v1")
+        assert ledger.entries == []
+        same = await (await rt.resume(first.execution_id)).wait()
+        assert same.status == "waiting_for_approval"  # not approved: still waiting
+        done = await (await rt.resume(first.execution_id, approve=True)).wait()
+        record = stored(rt, first.execution_id)
+    assert done.status == "completed"
+    assert ledger.names() == ["inc:0", "inc:1"]
+    assert [c.action for c in record.controls if c.action == "approve"] == ["approve"]
+
+
+async def test_a_step_that_requires_approval_waits_while_others_run(tmp_path: Path) -> None:
+    ledger = Ledger()
+    risky = ms.PlanStep(id="risky", tool="inc", input={"x": 9}, requires_approval=True)
+    plan = plan_of(tool("safe", "inc", x=1), risky, tool("after", "inc", "risky", x=2))
+    async with runtime(tmp_path, ledger) as rt:
+        first = await (await rt.start("g", plan)).wait()
+        assert first.status == "waiting_for_approval"
+        assert first.pending is not None
+        assert first.pending.question == "approve step risky"
+        assert ledger.names() == ["inc:1"]
+        done = await (await rt.resume(first.execution_id, approve=True)).wait()
+    assert done.status == "completed"
+    assert ledger.names() == ["inc:1", "inc:9", "inc:2"]
+
+
+async def test_unknown_ids_and_bad_arguments_raise_clear_errors(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        for call in (rt.resume, rt.pause, rt.cancel, rt.agent_tasks):
+            with pytest.raises(ms.UnknownExecution, match="no execution 'nope'"):
+                await call("nope")
+        with pytest.raises(ms.InvalidId):
+            await rt.get("../etc/passwd")
+        with pytest.raises(ms.InvalidId):
+            await rt.start("g", linear(1), execution_id="a/b")
+        with pytest.raises(ValueError, match="at most 200"):
+            await rt.start("g", linear(1), execution_id="x" * 201)
+        with pytest.raises(ValueError, match="max_calls"):
+            await rt.start("g", linear(1), max_calls=-1)
+        with pytest.raises(TypeError, match="goal must be a string"):
+            await rt.start(42, linear(1))  # type: ignore[arg-type]
+        await (await rt.start("g", linear(1), execution_id="dup")).wait()
+        with pytest.raises(ValueError, match="already exists"):
+            await rt.start("g", linear(1), execution_id="dup")
+        assert [e.id for e in await rt.executions()] == ["dup"]
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"max_parallel_steps": 0}, "max_parallel_steps"),
+        ({"max_calls": -1}, "max_calls"),
+        ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": 1, "heartbeat_interval": 2}, "heartbeat_interval"),
+        ({"tools": {"bad name": lambda: 1}}, "bad name"),
+        ({"tools": {"x": 42}}, "not callable"),
+    ],
+)
+async def test_open_runtime_refuses_bad_configuration(
+    tmp_path: Path, options: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises((ValueError, TypeError), match=problem):
+        async with ms.open_runtime(store=tmp_path / "s.sqlite3", **options):
+            pass  # pragma: no cover
+
+
+def test_stores_from_paths_and_the_default_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlite, close = open_store(tmp_path / "a.sqlite3")
+    assert isinstance(sqlite, ms.SqliteStore)
+    close()
+    files, close = open_store(str(tmp_path / "dir"))
+    assert isinstance(files, ms.FileStore)
+    close()
+    given = ms.FileStore(tmp_path / "given")
+    assert open_store(given)[0] is given
+    monkeypatch.setenv("MAINSPRING_HOME", str(tmp_path / "home"))
+    assert ms.default_home() == tmp_path / "home"
+    default, close = open_store(None)
+    assert isinstance(default, ms.SqliteStore)
+    assert default.path == tmp_path / "home" / "mainspring.sqlite3"
+    close()
+    monkeypatch.delenv("MAINSPRING_HOME")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert ms.default_home() == tmp_path / "xdg" / "mainspring"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert ms.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
+
+
+async def test_a_failing_or_odd_planner_fails_the_execution_with_a_reason(tmp_path: Path) -> None:
+    def broken(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        raise RuntimeError("model unavailable")
+
+    def odd(goal: str, context: ms.PlannerContext) -> Any:
+        return {"steps": []}
+
+    async with runtime(tmp_path, planner=broken) as rt:
+        result = await (await rt.start("g")).wait()
+        assert result.status == "failed"
+        assert result.error == "the planner failed: RuntimeError: model unavailable"
+    async with runtime(tmp_path, planner=odd) as rt:
+        result = await (await rt.start("g")).wait()
+        assert result.status == "failed"
+        assert "not a Plan" in (result.error or "")
+    async with runtime(tmp_path) as rt:
+        result = await (await rt.start("no plan, no planner")).wait()
+        assert result.status == "failed"
+        assert "no planner" in (result.error or "")
+
+
+async def test_outputs_that_cannot_be_stored_fail_their_step_not_the_run(tmp_path: Path) -> None:
+    async def weird(**_: Any) -> object:
+        return object()
+
+    async def nan(**_: Any) -> float:
+        return float("nan")
+
+    async def shy(ctx: ms.AgentContext, input: Any) -> object:
+        return {"when": object()}
+
+    plan = plan_of(tool("w", "weird"), tool("n", "nan"), agent("a", "shy"), tool("ok", "inc"))
+    async with runtime(tmp_path, tools={"weird": weird, "nan": nan}, agents={"shy": shy}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+        record = stored(rt, result.execution_id)
+    assert result.status == "failed"
+    assert statuses(record) == {"w": "failed", "n": "failed", "a": "failed", "ok": "succeeded"}
+    errors = {o.step_id: o.error or "" for o in record.observations}
+    assert "not storable as JSON" in errors["w"]
+    assert "not storable as JSON" in errors["n"]
+    assert "not storable as JSON" in errors["a"]
+
+
+async def test_agent_context_guards_its_inner_steps_findings_and_tool_calls(
+    tmp_path: Path,
+) -> None:
+    seen: dict[str, str] = {}
+
+    async def careful(ctx: ms.AgentContext, input: Any) -> str:
+        for name, call in {
+            "bad-name": lambda: ctx.step("no spaces allowed", lambda: 1),
+            "reserved": lambda: ctx.step("ask.0", lambda: 1),
+        }.items():
+            try:
+                await call()
+            except (ValueError, ms.InvalidId) as exc:
+                seen[name] = type(exc).__name__
+        await ctx.step("once", lambda: 1)
+        try:
+            await ctx.step("once", lambda: 2)
+        except ValueError as exc:
+            seen["twice"] = str(exc)
+        for i in range(200):
+            ctx.report_finding(f"claim {i}")
+        try:
+            ctx.report_finding("one too many")
+        except ValueError as exc:
+            seen["findings"] = str(exc)
+        assert ctx.cancel_reason() is None
+        assert ctx.execution_id in ctx.task_id
+        await ctx.call_tool("inc", x=1)
+        await ctx.call_tool("inc", x=2)  # over this runtime's limit of 1
+        return "unreachable"
+
+    async with runtime(tmp_path, agents={"careful": careful}, max_tool_calls=1) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "careful")))).wait()
+        (task,) = tasks_of(stored(rt, result.execution_id))
+    assert seen["bad-name"] == "InvalidId"
+    assert seen["reserved"] == "ValueError"
+    assert "ran twice" in seen["twice"]
+    assert "at most 200 findings" in seen["findings"]
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-tool-budget"
+    assert len(task.findings) == 200
+    assert task.tool_calls_used == 1
+
+
+async def test_an_agent_that_raises_fails_its_task_with_the_error(tmp_path: Path) -> None:
+    async def clumsy(ctx: ms.AgentContext, input: Any) -> None:
+        raise KeyError("missing field")
+
+    async with runtime(tmp_path, agents={"clumsy": clumsy}) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "clumsy")))).wait()
+        (task,) = tasks_of(stored(rt, result.execution_id))
+    assert result.status == "failed"
+    assert task.failure == ms.Failure(code="agent-failed", message="KeyError: 'missing field'")
+
+
+async def test_recover_resumes_only_orphaned_running_executions(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        done = await (await rt.start("g", linear(1))).wait()
+        assert await rt.recover() == []  # nothing orphaned: the finished run is left alone
+        assert done.status == "completed"
+    assert await _list(tmp_path) == ["completed"]
+
+
+async def _list(tmp_path: Path) -> list[str]:
+    async with runtime(tmp_path) as rt:
+        return [e.status for e in await rt.executions()]
