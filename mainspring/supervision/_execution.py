@@ -267,6 +267,7 @@ class ExecutionActor(Actor):
         self._claimed: set[str] = set()
         self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
         self._replans = 0
+        self._keep_done = False
         self._ended = False  # the final state is committed (or refused): nothing more to write
         self._refusal: CommitOutcome | None = None
         self._load(record)
@@ -478,6 +479,9 @@ class ExecutionActor(Actor):
         return found.reasons
 
     async def _replan(self, *, failure: str | None = None, drift: tuple[str, ...] = ()) -> None:
+        # After a failure the workspace is as the plan left it, so steps the new plan keeps
+        # unchanged stay done; after drift nothing is trusted but finished agent tasks (R8).
+        self._keep_done = failure is not None
         cfg = self._cfg
         if cfg.planner is None:
             why = (
@@ -543,9 +547,25 @@ class ExecutionActor(Actor):
     def _adopt(self, plan: Plan) -> None:
         """Take ``plan`` as the plan to run. What reaches disk is redacted (E5); the live
         plan keeps its inputs so tools get what the planner meant."""
+        previous = self._live_plan or self._plan
+        kept: dict[str, Observation] = {}
+        if getattr(self, "_keep_done", False) and previous is not None:
+            done = {
+                (step.id, step.kind, step.target, step_input_hash(step))
+                for step in previous.steps
+                if self._status.get(step.id) == "succeeded"
+            }
+            kept = {
+                step.id: self._obs[step.id]
+                for step in plan.steps
+                if (step.id, step.kind, step.target, step_input_hash(step)) in done
+                and step.id in self._obs
+            }
         self._live_plan = plan
         self._plan = redact_plan(plan)
-        self._status = {step.id: "pending" for step in plan.steps}
+        self._status = {
+            step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps
+        }
         self._index()
         self._claimed.clear()
 

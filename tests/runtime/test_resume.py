@@ -362,3 +362,44 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
     assert result.status == "completed"
     assert len(after.agent_tasks) == 6  # the run kept what it could not read
     assert [raw["id"] for raw in after.agent_tasks[1:]] == [b["id"] for b in bad]
+
+
+async def test_a_failed_step_replans_with_the_failure_evidence_and_the_previous_plan(
+    tmp_path: Path,
+) -> None:
+    contexts: list[ms.PlannerContext] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        contexts.append(context)
+        if context.previous_plan is None:
+            return plan_of(tool("ok", "inc", x=1), tool("bad", "fail", "ok"))
+        return plan_of(tool("ok", "inc", x=1), tool("instead", "inc", "ok", x=2))
+
+    ledger = Ledger()
+    async with runtime(tmp_path, ledger, planner=planner, max_replans=1) as rt:
+        result = await (await rt.start("g")).wait()
+        record = stored(rt, result.execution_id)
+    assert result.status == "completed"
+    assert len(contexts) == 2
+    assert contexts[1].failure is not None
+    assert "step bad failed: RuntimeError: this tool always fails" in contexts[1].failure
+    assert contexts[1].previous_plan is not None
+    assert [s.id for s in contexts[1].previous_plan.steps] == ["ok", "bad"]
+    assert record.plan is not None
+    assert record.plan.version == 2
+    # The step the new plan kept unchanged was not run again.
+    assert ledger.names() == ["inc:1", "fail", "inc:2"]
+    assert record.completed_steps == ("ok", "instead")
+
+
+async def test_without_replans_left_a_failed_step_fails_the_execution(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        calls.append(1)
+        return plan_of(tool("bad", "fail"))
+
+    async with runtime(tmp_path, planner=planner, max_replans=1) as rt:
+        result = await (await rt.start("g")).wait()
+    assert result.status == "failed"
+    assert len(calls) == 2  # the first plan and one replan, then it gives up
