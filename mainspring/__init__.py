@@ -45,6 +45,7 @@ from .storage import LeaseResult as LeaseResult
 from .storage import Listing as Listing
 from .storage import Observation as Observation
 from .storage import Pending as Pending
+from .storage import PersistenceFailed as PersistenceFailed
 from .storage import Plan as Plan
 from .storage import PlanStep as PlanStep
 from .storage import Problem as Problem
@@ -166,6 +167,7 @@ __all__ = [
     "ParentCancel",
     "Pause",
     "Pending",
+    "PersistenceFailed",
     "Plan",
     "PlanStep",
     "PlannerContext",

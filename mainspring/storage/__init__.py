@@ -1,8 +1,8 @@
 """Storage: strict versioned records, the codec, redaction, id checks, and two backends.
 
-``FileStore`` and ``SqliteStore`` share one contract (leases, compare-and-set commits). Still to
-come (see the storage issue): the persistence actor, checkpoints and drift. Nothing here
-imports ``mainspring.supervision``.
+``FileStore`` and ``SqliteStore`` share one contract (leases, compare-and-set commits); the
+persistence actor is the only writer during a run. Nothing here imports
+``mainspring.supervision``.
 """
 
 from ._backend import CommitOutcome as CommitOutcome
@@ -19,6 +19,7 @@ from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
+from ._persistence import PersistenceFailed as PersistenceFailed
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
@@ -54,6 +55,7 @@ __all__ = [
     "Listing",
     "Observation",
     "Pending",
+    "PersistenceFailed",
     "Plan",
     "PlanStep",
     "Problem",

@@ -130,7 +130,8 @@ class PersistenceActor(Actor):
             return self.stats()
         if isinstance(message, _Call):
             if self._broken is not None:
-                raise PersistenceFailed(f"the writer stopped after a failed write: {self._broken}")
+                broken = f"the writer stopped after a failed write: {self._broken}"
+                return _Raised(PersistenceFailed(broken))
             try:
                 with anyio.CancelScope(shield=True):  # a write under way finishes first
                     return _Returned(await anyio.to_thread.run_sync(message.fn, *message.args))

@@ -32,6 +32,7 @@ __all__ = [
     "AgentContext",
     "AgentTaskActor",
     "ClarificationNeeded",
+    "Meter",
     "PlannerActor",
     "PlannerContext",
     "StepActor",
@@ -95,12 +96,18 @@ class _OverBudget(Exception):
         self.code = code
 
 
+MAX_OUTPUT_BYTES = 1 << 20
+
+
 def check_output(value: Any, what: str) -> str | None:
-    """Why ``value`` cannot be stored as JSON, or None if it can."""
+    """Why ``value`` cannot be stored, or None if it can: it must encode as JSON, and stay
+    within 1 MiB so that one output can never make its execution's record unwritable (X2)."""
     try:
-        encode(value)
+        size = len(encode(value))
     except (ValueError, TypeError, StorageError) as exc:
         return f"{what} is not storable as JSON: {exc}"
+    if size > MAX_OUTPUT_BYTES:
+        return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return None
 
 
@@ -276,6 +283,16 @@ class AgentContext:
 AgentFn = Callable[[AgentContext, Any], Awaitable[Any]]
 
 
+class Meter:
+    """Model calls an agent task has made so far, shared with its execution so that calls
+    made before an interruption are charged even if no save recorded them (P4, E9)."""
+
+    __slots__ = ("calls_used",)
+
+    def __init__(self, calls_used: int = 0) -> None:
+        self.calls_used = calls_used
+
+
 class AgentTaskActor(Actor):
     """Runs one agent step as one agent task (its record is the durable state)."""
 
@@ -288,8 +305,10 @@ class AgentTaskActor(Actor):
         tools: Mapping[str, Callable[..., Any]],
         skills: Mapping[str, Callable[..., Any]],
         max_tool_calls: int,
+        meter: Meter | None = None,
     ) -> None:
         self._execution = execution
+        self._meter = meter if meter is not None else Meter(record.calls_used)
         self.record = record
         self._step = step
         self._agent = agent
@@ -351,6 +370,7 @@ class AgentTaskActor(Actor):
                 "agent-call-budget", f"the task's {record.calls_reserved} reserved calls are used"
             )
         self._touch(calls_used=record.calls_used + 1)
+        self._meter.calls_used = self.record.calls_used
 
     def charge_tool(self) -> None:
         record = self.record

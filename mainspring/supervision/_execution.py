@@ -47,6 +47,7 @@ from ..storage import (
     Checkpoint,
     CommitOutcome,
     Execution,
+    Failure,
     Finding,
     Observation,
     Pending,
@@ -56,13 +57,14 @@ from ..storage import (
     reconcile,
 )
 from ..storage._codec import structure, unstructure
-from ..storage._errors import RecordError
-from ..storage._persistence import Committer
+from ..storage._errors import RecordError, StorageError
+from ..storage._persistence import Committer, PersistenceFailed
 from ..storage._records import MAX_CHECKPOINTS, StepStatus
 from ..storage._redact import redact
 from . import _run_events as ev
 from ._agent import (
     AgentTaskActor,
+    Meter,
     Planned,
     PlannerActor,
     PlannerContext,
@@ -70,8 +72,14 @@ from ._agent import (
     StepDone,
     TaskSave,
 )
-from ._plan import InvalidPlan, check_plan, findings_brief, observe, step_input_hash
-from ._transitions import cancel_execution, pause_execution, stop_task
+from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe, step_input_hash
+from ._transitions import (
+    cancel_execution,
+    parse_stop_requests,
+    pause_execution,
+    stop_task,
+    task_records,
+)
 
 __all__ = ["ExecutionActor", "ExecutionResult", "RunConfig", "StopResult"]
 
@@ -167,6 +175,10 @@ class _Heartbeat:
     pass
 
 
+class _Unstorable(Exception):
+    """The record as changed cannot be written (too large, or not a valid record)."""
+
+
 @attrs.frozen
 class _Drifted:
     reasons: tuple[str, ...]
@@ -232,6 +244,7 @@ class _Running:
     ref: ActorRef
     cost: int  # calls held for this step while it runs (P4)
     task_id: str | None = None
+    meter: Meter | None = None  # the agent's calls as it makes them, saved or not
 
 
 def tool_hash(fn: Callable[..., Any]) -> str:
@@ -258,13 +271,13 @@ class ExecutionActor(Actor):
     ) -> None:
         self._cfg = cfg
         self._live_plan = live_plan  # the plan with inputs unredacted, when we have it
+        self._claimed: set[str] = set()
         self._on_end = on_end
         self._rec = record
         self._budget = record.max_calls if record.max_calls is not None else cfg.max_calls
         self._running: dict[str, _Running] = {}
         self._by_ref: dict[ActorRef, str] = {}
         self._outputs: dict[str, Any] = {}
-        self._claimed: set[str] = set()
         self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
         self._replans = 0
         self._keep_done = False
@@ -294,6 +307,14 @@ class ExecutionActor(Actor):
             self._tasks[task.id] = task
             self._raw[task.id] = raw
         self._charged = {task.id: task.calls_used for task in self._tasks.values()}
+        self._claim_finished()
+
+    def _claim_finished(self) -> None:
+        """A task whose step already succeeded in this plan is taken (R8: at most once)."""
+        for step_id, state in self._status.items():
+            observation = self._obs.get(step_id)
+            if state == "succeeded" and observation is not None and observation.agent_task_id:
+                self._claimed.add(observation.agent_task_id)
 
     def _set_task(self, task: AgentTaskRecord) -> None:
         self._tasks[task.id] = task
@@ -377,9 +398,14 @@ class ExecutionActor(Actor):
         if self._ended:
             return False
         record = await self._checkpointed(self._snapshot(**changes))
-        self._rec = record
-        outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+        try:
+            outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+        except PersistenceFailed:
+            raise  # the disk failed: nothing more can be saved; the run crashes, resumable
+        except (StorageError, ValueError) as exc:  # this record cannot be written (X2)
+            raise _Unstorable(str(exc)) from exc
         if outcome is CommitOutcome.OK:
+            self._rec = record
             return True
         self._refused(outcome)
         return False
@@ -568,6 +594,7 @@ class ExecutionActor(Actor):
         }
         self._index()
         self._claimed.clear()
+        self._claim_finished()
 
     # -- scheduling (P2-P5) ----------------------------------------------------------------
 
@@ -653,59 +680,69 @@ class ExecutionActor(Actor):
 
     async def _advance(self) -> None:
         """Start every step that may start now; when nothing runs, settle the run."""
-        if self._ended or self._plan is None:
+        while True:
+            if self._ended or self._plan is None:
+                return
+            changed = self._cascade()
+            starts, needs_approval, needs_budget = self._pick()
+            finished_at_once = False
+            for step, cost in starts:
+                started = await self._start(step, cost)
+                if started is None:
+                    return  # refused: the run is stopping
+                finished_at_once = finished_at_once or not started
+            if finished_at_once:
+                continue  # a reused task completed its step: its dependents may start now
+            if self._running:
+                if changed and not starts:
+                    await self._commit()
+                return
+            await self._settle(needs_approval, needs_budget)
             return
-        changed = self._cascade()
+
+    def _pick(self) -> tuple[list[tuple[PlanStep, int]], Pending | None, BudgetInfo | None]:
+        """The ready steps that may start now (P3, P4, P5), and why others wait."""
+        assert self._plan is not None
         plan = self._plan
         cfg = self._cfg
         pending = self._rec.pending
+        asking = pending is not None and pending.kind == "clarification"
         needs_approval: Pending | None = None
         needs_budget: BudgetInfo | None = None
         starts: list[tuple[PlanStep, int]] = []
         if plan.requires_approval and self._approval_key(None) not in self._rec.approvals:
             needs_approval = Pending(kind="approval", question=f"approve plan v{plan.version}")
-        else:
-            per_key: dict[str, int] = {}
-            for running in self._running.values():
-                per_key[running.step.target] = per_key.get(running.step.target, 0) + 1
-            remaining = self._remaining()
-            order = self._order
-            for step_id in sorted(self._ready, key=order.__getitem__):
-                if len(self._running) + len(starts) >= cfg.max_parallel_steps:
-                    break
-                step = self._steps[step_id]
-                if pending is not None and not self._has_answered_task(step):
-                    continue  # P5: while a question is open no new step starts
-                limit = cfg.limits.get(step.target)
-                if limit is not None and per_key.get(step.target, 0) >= limit:
-                    continue
-                if step.requires_approval and self._approval_key(step) not in self._rec.approvals:
-                    if needs_approval is None:
-                        needs_approval = Pending(
-                            kind="approval", question=f"approve step {step.id}"
-                        )
-                    continue
-                cost = self._cost(step, remaining)
-                if cost is None:
-                    if needs_budget is None:
-                        needed = 1
-                        needs_budget = BudgetInfo(
-                            calls_used=self._rec.calls_used,
-                            max_calls=min(self._budget, 1_000_000),
-                            needed=needed,
-                        )
-                    continue
-                remaining -= cost
-                per_key[step.target] = per_key.get(step.target, 0) + 1
-                starts.append((step, cost))
-        for step, cost in starts:
-            if not await self._start(step, cost):
-                return
-        if self._running:
-            if changed and not starts:
-                await self._commit()
-            return
-        await self._settle(needs_approval, needs_budget)
+            return starts, needs_approval, needs_budget
+        per_key: dict[str, int] = {}
+        for running in self._running.values():
+            per_key[running.step.target] = per_key.get(running.step.target, 0) + 1
+        remaining = self._remaining()
+        for step_id in sorted(self._ready, key=self._order.__getitem__):
+            if len(self._running) + len(starts) >= cfg.max_parallel_steps:
+                break
+            step = self._steps[step_id]
+            if asking and not self._has_answered_task(step):
+                continue  # P5: while a question is open no new step starts
+            limit = cfg.limits.get(step.target)
+            if limit is not None and per_key.get(step.target, 0) >= limit:
+                continue
+            if step.requires_approval and self._approval_key(step) not in self._rec.approvals:
+                if needs_approval is None:
+                    needs_approval = Pending(kind="approval", question=f"approve step {step.id}")
+                continue
+            cost = self._cost(step, remaining)
+            if cost is None:
+                if needs_budget is None:
+                    needs_budget = BudgetInfo(
+                        calls_used=self._rec.calls_used,
+                        max_calls=min(self._budget, 1_000_000),
+                        needed=1,
+                    )
+                continue
+            remaining -= cost
+            per_key[step.target] = per_key.get(step.target, 0) + 1
+            starts.append((step, cost))
+        return starts, needs_approval, needs_budget
 
     def _has_answered_task(self, step: PlanStep) -> bool:
         return any(
@@ -724,7 +761,9 @@ class ExecutionActor(Actor):
         reserved = min(max(int(self._cfg.reservation(remaining)), 1), remaining)
         return reserved
 
-    async def _start(self, step: PlanStep, cost: int) -> bool:
+    async def _start(self, step: PlanStep, cost: int) -> bool | None:
+        """Start ``step``: True if it runs now, False if a reused task finished it at once
+        (R8), None if a commit was refused and the run is stopping."""
         cfg = self._cfg
         now = time.time()
         self._set_status(step.id, "running")
@@ -745,7 +784,7 @@ class ExecutionActor(Actor):
             self._set_task(task)
             self._set_status(step.id, "succeeded")
             previous = next(
-                (o for o in self._rec.observations if o.agent_task_id == task.id and o.ok), None
+                (o for o in self._obs.values() if o.agent_task_id == task.id and o.ok), None
             )
             self._obs[step.id] = observe(
                 step,
@@ -756,7 +795,7 @@ class ExecutionActor(Actor):
                 calls_used=task.calls_used,
             )
             self._publish_step(step.id, "succeeded")
-            return await self._commit()
+            return False if await self._commit() else None
         if task is None:
             task = self._new_task(step, now)
         elif (
@@ -765,10 +804,12 @@ class ExecutionActor(Actor):
             and await self._inner_drifted(task, step)
         ):
             # R8: the task's own checkpoint drifted, so its inner work starts over.
+            # Answers it was given stay: they are the human's, not derived from the workspace.
+            answers = tuple(o for o in task.inner_observations if o.step_id.startswith("ask."))
             task = attrs.evolve(
                 task,
-                inner_completed=(),
-                inner_observations=(),
+                inner_completed=tuple(o.step_id for o in answers),
+                inner_observations=answers,
                 inner_steps_done=0,
                 attempt=min(task.attempt + 1, 1_000_000),
             )
@@ -786,12 +827,21 @@ class ExecutionActor(Actor):
         # The task is on disk before its agent runs: a crash now is reconciled from it (R3),
         # and operators can see and stop it (S1).
         if not await self._commit():
-            return False
+            return None
         agent = cfg.agents[step.target]
+        meter = Meter(task.calls_used)
         ref = await self.spawn(
-            AgentTaskActor, self.ref, task, step, agent, cfg.tools, cfg.skills, cfg.max_tool_calls
+            AgentTaskActor,
+            self.ref,
+            task,
+            step,
+            agent,
+            cfg.tools,
+            cfg.skills,
+            cfg.max_tool_calls,
+            meter,
         )
-        self._running[step.id] = _Running(step, ref, cost, task.id)
+        self._running[step.id] = _Running(step, ref, cost, task.id, meter)
         self._by_ref[ref] = step.id
         self.watch(ref)
         self._publish(
@@ -867,8 +917,12 @@ class ExecutionActor(Actor):
             failed = [s for s in self._plan.steps if self._status[s.id] == "failed"]
             if failed and self._replans < self._cfg.max_replans and self._cfg.planner:
                 self._replans += 1
-                evidence = "; ".join(
-                    f"step {s.id} failed: {self._obs[s.id].error}" for s in failed[:10]
+                evidence = fence(
+                    "\n".join(
+                        f"- step {s.id} failed: {(self._obs[s.id].error or '')[:300]}"
+                        for s in failed[:10]
+                    ),
+                    label="failures",
                 )
                 if await self._commit():
                     await self._replan(failure=redact(evidence))
@@ -972,7 +1026,12 @@ class ExecutionActor(Actor):
         if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
             changes["calls_used"] = min(self._rec.calls_used + 1, 1_000_000)
         # E1: the completion is durable before any dependent starts.
-        if not await self._commit(**changes):
+        try:
+            committed = await self._commit(**changes)
+        except _Unstorable as exc:
+            committed = await self._unstorable(step, None, str(exc), changes)
+            state = "failed"
+        if not committed:
             return False
         self._publish_step(step.id, state)
         await self._advance()
@@ -985,6 +1044,7 @@ class ExecutionActor(Actor):
         running = self._running.get(task.step_id)
         if running is None or running.task_id != task.id:
             return False
+        previous = self._tasks.get(task.id, task)
         # E9: the execution is charged what the task actually spent, as it spends it.
         delta = task.calls_used - self._charged.get(task.id, 0)
         self._charged[task.id] = task.calls_used
@@ -1030,7 +1090,15 @@ class ExecutionActor(Actor):
                 )
         if ended:
             del self._running[step.id]
-        if not await self._commit(**changes):
+        try:
+            committed = await self._commit(**changes)
+        except _Unstorable as exc:
+            spent = attrs.evolve(previous, calls_used=task.calls_used)
+            if await self._unstorable(step, spent, str(exc), changes):
+                self._publish_step(step.id, "failed")
+                await self._advance()
+            return False  # the agent unwinds: its result cannot be kept
+        if not committed:
             return False
         now = time.time()
         if task.state == "waiting_for_clarification":
@@ -1060,6 +1128,45 @@ class ExecutionActor(Actor):
             await self._advance()
         return True
 
+    async def _unstorable(
+        self,
+        step: PlanStep,
+        task: AgentTaskRecord | None,
+        why: str,
+        changes: dict[str, Any],
+    ) -> bool:
+        """A step's result made the record too large (or otherwise unwritable): the step
+        fails with that reason, without the result, and the run goes on."""
+        if self._status[step.id] == "succeeded":
+            self._undo_success(step.id)
+        else:
+            self._set_status(step.id, "failed")
+        self._running.pop(step.id, None)
+        self._outputs.pop(step.id, None)
+        message = f"its result could not be stored: {why}"
+        self._obs[step.id] = observe(
+            step,
+            ok=False,
+            error=redact(message),
+            code="agent-failed" if step.kind == "agent" else None,
+            agent_task_id=task.id if task is not None else None,
+        )
+        if task is not None:
+            now = time.time()
+            failure = Failure(code="agent-failed", message=redact(message))
+            self._set_task(
+                attrs.evolve(task, state="failed", failure=failure, ended_at=now, updated_at=now)
+            )
+        changes.pop("pending", None)
+        return await self._commit(**changes)
+
+    def _undo_success(self, step_id: str) -> None:
+        self._status[step_id] = "failed"
+        for dependent in self._dependents.get(step_id, ()):
+            self._deps_left[dependent] += 1
+            self._ready.discard(dependent)
+        self._to_cascade.append(step_id)
+
     async def _child_ended(self, notice: Terminated) -> None:
         step_id = self._by_ref.pop(notice.ref, None)
         if step_id is None or self._ended:
@@ -1074,6 +1181,7 @@ class ExecutionActor(Actor):
         del self._running[step_id]
         now = time.time()
         step = running.step
+        self._charge_unsaved(running)
         if running.task_id is not None and running.task_id in self._stopping_tasks:
             await self._task_stopped(running, now)
             return
@@ -1175,10 +1283,10 @@ class ExecutionActor(Actor):
             self._refused(outcome)
             return
         assert stored is not None
-        for task_id in stored.stop_requests:
+        for operation, task_id in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in self._stopping_tasks:
-                await self._stop_task(StopTask(task_id, f"op-{task_id}"))
+                await self._stop_task(StopTask(task_id, operation))
             if self._stopped():
                 return
 
@@ -1213,31 +1321,55 @@ class ExecutionActor(Actor):
         self._ended = True
         now = time.time()
         by = self._cfg.owner
+        if isinstance(reason, LeaseLost):
+            await self._result_from_disk(reason)  # E3: not ours to write any more
+            return
+        for running in self._running.values():
+            self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
+        record = self._snapshot()
+        for task_id, operation in self._stopping_tasks.items():
+            # A stop under way is not undone by what ends the run (S1, R11).
+            record, _ = stop_task(record, task_id, operation, now)
         if isinstance(reason, Pause):
             # R1: tasks requeued with interruption pause, saved, lease released.
-            record = pause_execution(self._snapshot(), by, now, reason.detail)
+            record = pause_execution(record, by, now, reason.detail)
             requeued = sum(1 for r in self._running.values() if r.task_id is not None)
             if await self._commit_record(record):
                 self._publish(
                     ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=requeued)
                 )
         elif isinstance(reason, Cancel):
-            record = cancel_execution(self._snapshot(), by, now, reason.detail)
-            cancelled = sum(1 for t in self._tasks.values() if not t.terminal)
+            cancelled = sum(1 for t in task_records(record) if not t.terminal)
+            record = cancel_execution(record, by, now, reason.detail)
             if await self._commit_record(record):
                 self._publish(
                     ev.ExecutionCancelled(
                         execution_id=self._rec.id, at=now, cancelled_tasks=cancelled
                     )
                 )
-        elif isinstance(reason, LeaseLost):
-            await self._result_from_disk(reason)  # E3: not ours to write any more
-            return
+        elif not isinstance(reason, Crash):
+            # A shutdown: what was spent and stopped is saved; the tasks in flight stay as
+            # they are, so the next resume requeues them as interrupted (R3).
+            await self._commit_record(record)
         await self._release()
         if isinstance(reason, Crash):
             self._result = result_from(
                 self._rec, outputs=self._outputs, stopped_by=reason, error=reason.error
             )
+
+    def _charge_unsaved(self, running: _Running) -> None:
+        """Charge the calls an agent made that no save has recorded yet (P4, E9)."""
+        if running.meter is None or running.task_id is None:
+            return
+        task = self._tasks.get(running.task_id)
+        used = running.meter.calls_used
+        if task is None or used <= task.calls_used:
+            return
+        delta = used - self._charged.get(task.id, 0)
+        self._charged[task.id] = used
+        self._set_task(attrs.evolve(task, calls_used=min(used, 1_000_000)))
+        calls = min(self._rec.calls_used + max(delta, 0), 1_000_000)
+        self._rec = attrs.evolve(self._rec, calls_used=calls)
 
     async def _result_from_disk(self, reason: CancelReason) -> None:
         """After a refusal the disk, not our copy, says where the run stands."""

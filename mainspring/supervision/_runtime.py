@@ -26,7 +26,9 @@ from ..actors import (
     ActorDeadError,
     ActorRef,
     Cancel,
+    CancelReason,
     MainspringError,
+    NameTaken,
     Pause,
     Shutdown,
     open_system,
@@ -42,7 +44,7 @@ from ..storage import (
     Store,
     new_owner_id,
 )
-from ..storage._backend import holder
+from ..storage._backend import Edit, holder
 from ..storage._ids import check_id
 from ..storage._persistence import Committer, open_committer
 from ..storage._redact import redact
@@ -63,8 +65,10 @@ from ._transitions import (
     add_control,
     answer_task,
     cancel_execution,
+    parse_stop_requests,
     pause_execution,
     requeue_interrupted,
+    stop_request,
     stop_task,
     task_records,
 )
@@ -169,14 +173,17 @@ class _Executions(Actor):
 
     async def receive(self, message: Any) -> Any:
         assert isinstance(message, _Spawn)
-        ref = await self.spawn(
-            ExecutionActor,
-            message.cfg,
-            message.record,
-            message.on_end,
-            message.live_plan,
-            name=message.record.id,
-        )
+        try:
+            ref = await self.spawn(
+                ExecutionActor,
+                message.cfg,
+                message.record,
+                message.on_end,
+                message.live_plan,
+                name=message.record.id,
+            )
+        except NameTaken as exc:  # answered, not raised: one bad request must not crash us
+            return exc
         ref.tell_nowait(message.begin)
         return ref
 
@@ -203,6 +210,33 @@ class Runtime:
         self._executions = executions
         self._bus = bus
         self._live: dict[str, _Live] = {}
+        # One control at a time per execution in this runtime: two resumes of one id must
+        # not both spawn it, a stop must not interleave with a resume.
+        self._locks: dict[str, list[Any]] = {}
+        # Out-of-run edits (stopping a stored task) take the lease under their own name, so
+        # they never release a lease a run of this runtime holds.
+        self._operator = f"{cfg.owner}:ops"
+
+    @asynccontextmanager
+    async def _exclusive(self, execution_id: str) -> AsyncIterator[None]:
+        entry = self._locks.setdefault(execution_id, [anyio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[execution_id]
+
+    async def _settled(self, execution_id: str) -> _Live | None:
+        """The run live here, or None; a run that is already ending is waited for first,
+        so that a control never lands on an actor that can no longer act on it."""
+        live = self._live.get(execution_id)
+        if live is not None and not live.ref.is_alive:
+            await live.handle.wait()
+            return None
+        return live
 
     @property
     def owner(self) -> str:
@@ -274,9 +308,9 @@ class Runtime:
                 del self._live[record.id]
             handle._resolve(result)
 
-        ref: ActorRef = await self._executions.ask(
-            _Spawn(self._cfg, record, live_plan, begin, ended)
-        )
+        ref = await self._executions.ask(_Spawn(self._cfg, record, live_plan, begin, ended))
+        if isinstance(ref, NameTaken):
+            raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
         self._live[record.id] = _Live(ref, handle)
         return handle
 
@@ -309,8 +343,23 @@ class Runtime:
         a new one if the workspace drifted (R6, R7). ``max_calls`` raises the run's budget.
         Raises :class:`UnknownExecution` for an id not stored.
         """
-        live = self._live.get(execution_id)
+        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
+            raise ValueError("max_calls must be within 0..1,000,000")
+        async with self._exclusive(execution_id):
+            return await self._resume(execution_id, answer, approve, max_calls)
+
+    async def _resume(
+        self, execution_id: str, answer: str | None, approve: bool, max_calls: int | None
+    ) -> ExecutionHandle:
+        live = await self._settled(execution_id)
         if live is not None:
+            if answer is not None or approve or max_calls is not None:
+                raise ExecutionBusy(
+                    execution_id,
+                    None,
+                    "it is running in this runtime; answer, approve or raise its budget "
+                    "once it waits (handle.wait() returns then)",
+                )
             return live.handle
         stored = await self._require(execution_id)
         handle = ExecutionHandle(execution_id)
@@ -327,8 +376,6 @@ class Runtime:
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         if not acquired.acquired:
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
-        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
-            raise ValueError("max_calls must be within 0..1,000,000")
         begins: list[Begin] = []
 
         def change(stored: Execution, now: float) -> Execution | None:
@@ -374,50 +421,57 @@ class Runtime:
     async def pause(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
         """Pause a run (R1): live work stops with ``Pause``, agent tasks go back to queued
         with an interruption, and the lease is released. For a run live in another process
-        the pause is written to the store and that runner stops within one heartbeat.
-        Pausing a terminal execution changes nothing. Returns where the run stands."""
-        live = self._live.get(execution_id)
-        detail = reason or f"paused by {self._cfg.owner}"
-        if live is not None:
-            await live.ref.stop(Pause(detail=redact(detail), source="runtime"))
-            return await live.handle.wait()
+        the pause is written to the store and that runner stops within one heartbeat; a
+        run that waits (for an answer, an approval, budget) is marked paused. Pausing a
+        terminal or paused execution changes nothing. Returns where the run stands; raises
+        :class:`UnknownExecution` for an id not stored."""
+        detail = redact(reason or f"paused by {self._cfg.owner}")
 
         def change(stored: Execution, now: float) -> Execution | None:
             if stored.terminal or stored.status == "paused":
                 return None
             return pause_execution(stored, self._cfg.owner, now, detail)
 
-        await self._require(execution_id)
-        await self._committer.edit(execution_id, change)
-        return result_from(await self._require(execution_id))
+        return await self._control(execution_id, Pause(detail=detail, source="runtime"), change)
 
     async def cancel(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
         """Cancel a run for good (R2): in-flight steps see ``ParentCancel(Cancel)``, tasks
         are stamped ``parent-cancel``, unstarted steps skipped (P6). A run live elsewhere
-        stops within one heartbeat. Cancelling a terminal execution changes nothing."""
-        live = self._live.get(execution_id)
-        detail = reason or f"cancelled by {self._cfg.owner}"
-        if live is not None:
-            await live.ref.stop(Cancel(detail=redact(detail), source="runtime"))
-            return await live.handle.wait()
+        stops within one heartbeat. Cancelling a terminal execution changes nothing.
+        Raises :class:`UnknownExecution` for an id not stored."""
+        detail = redact(reason or f"cancelled by {self._cfg.owner}")
 
         def change(stored: Execution, now: float) -> Execution | None:
             if stored.terminal:
                 return None
             return cancel_execution(stored, self._cfg.owner, now, detail)
 
-        await self._require(execution_id)
-        await self._committer.edit(execution_id, change)
-        return result_from(await self._require(execution_id))
+        return await self._control(execution_id, Cancel(detail=detail, source="runtime"), change)
+
+    async def _control(
+        self, execution_id: str, reason: CancelReason, change: Edit
+    ) -> ExecutionResult:
+        async with self._exclusive(execution_id):
+            live = await self._settled(execution_id)
+            if live is not None:
+                await live.ref.stop(reason)
+                result = await live.handle.wait()
+                if result.stopped_by is reason:
+                    return result
+                # The run was already ending for another reason (finished, waiting, lease
+                # lost): the control applies to the record as it is now, never dropped.
+            await self._require(execution_id)
+            await self._committer.edit(execution_id, change)
+            return result_from(await self._require(execution_id))
 
     async def stop_agent_task(self, task_id: str) -> StopResult:
         """Stop one agent task, never silently (S1, S2); the run goes on.
 
         A task live in this process is cancelled with ``Cancel`` (state ``stopping`` until it
         has unwound, then recorded cancelled). A stored unfinished task is marked cancelled
-        under a properly acquired lease; if another process runs it, a stop request is
-        written that it acts on within one heartbeat. A finished task is reported and left
-        alone; an unknown id is reported as unknown.
+        under a properly acquired lease, re-reading the record first; if another process
+        runs it, a stop request is written that it acts on within one heartbeat. A finished
+        task is reported and left alone; an unknown id is reported as unknown.
         """
         operation = f"op-{secrets.token_hex(6)}"
         execution_id = task_id.rsplit(":t", 1)[0] if isinstance(task_id, str) else ""
@@ -433,14 +487,20 @@ class Runtime:
             check_id(execution_id)
         except ValueError:
             return unknown
-        live = self._live.get(execution_id)
-        if live is not None:
-            try:
-                result: StopResult = await live.ref.ask(StopTask(task_id, operation))
-            except ActorDeadError:
-                pass  # it just stopped: the record decides below
-            else:
-                return result
+        async with self._exclusive(execution_id):
+            live = await self._settled(execution_id)
+            if live is not None:
+                try:
+                    result: StopResult = await live.ref.ask(StopTask(task_id, operation))
+                except ActorDeadError:
+                    await live.handle.wait()  # it is ending: the record decides below
+                else:
+                    return result
+            return await self._stop_stored_task(execution_id, task_id, operation, unknown)
+
+    async def _stop_stored_task(
+        self, execution_id: str, task_id: str, operation: str, unknown: StopResult
+    ) -> StopResult:
         stored = await self.get(execution_id)
         if stored is None:
             return unknown
@@ -452,24 +512,34 @@ class Runtime:
             return StopResult(
                 ok=False, state=task.state, reason=f"the task already {task.state}", **base
             )
-        cfg = self._cfg
-        acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
+        operator = self._operator
+        acquired = await self._committer.acquire(execution_id, operator, self._cfg.lease_ttl)
         if not acquired.acquired:
-            return await self._request_stop(execution_id, task_id, base)
+            return await self._request_stop(execution_id, task_id, operation, base)
+        stopped: list[AgentTaskRecord] = []
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            # S1: decided on the record as it is under our lease, whatever its status
+            # (a paused run's task can be stopped too).
+            if holder(stored.lease, now) != operator:
+                return None
+            record, task = stop_task(stored, task_id, operation, now)
+            if task is None:
+                return None
+            stopped.append(task)
+            return record
+
         try:
-            stored = await self._require(execution_id)  # S1: re-read under the lease
-            record, stopped = stop_task(stored, task_id, operation, time.time())
-            if stopped is None:
-                now_task = next((t for t in task_records(stored) if t.id == task_id), None)
-                state = now_task.state if now_task is not None else "unknown"
-                return StopResult(ok=False, state=state, reason="the task already ended", **base)
-            outcome = await self._committer.commit(record, cfg.owner)
+            await self._committer.edit(execution_id, change)
         finally:
-            await self._committer.release(execution_id, cfg.owner)
-        if not outcome.ok:
-            return StopResult(
-                ok=False, state=task.state, reason=f"the store refused: {outcome.value}", **base
+            await self._committer.release(execution_id, operator)
+        if not stopped:
+            now_task = next(
+                (t for t in task_records(await self._require(execution_id)) if t.id == task_id),
+                None,
             )
+            state = now_task.state if now_task is not None else "unknown"
+            return StopResult(ok=False, state=state, reason="the task already ended", **base)
         self._bus.publish(
             AgentTaskStopped(
                 execution_id=execution_id,
@@ -482,13 +552,15 @@ class Runtime:
         return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
 
     async def _request_stop(
-        self, execution_id: str, task_id: str, base: dict[str, Any]
+        self, execution_id: str, task_id: str, operation: str, base: dict[str, Any]
     ) -> StopResult:
+        request = stop_request(operation, task_id)
+
         def change(stored: Execution, now: float) -> Execution | None:
-            if stored.terminal or task_id in stored.stop_requests:
+            if stored.terminal:
                 return None
-            stored = add_control(stored, "stop-task", self._cfg.owner, now, task_id)
-            return attrs.evolve(stored, stop_requests=(*stored.stop_requests, task_id)[-100:])
+            stored = add_control(stored, "stop-task", self._cfg.owner, now, request)
+            return attrs.evolve(stored, stop_requests=(*stored.stop_requests, request)[-100:])
 
         written = await self._committer.edit(execution_id, change)
         stored = written or await self._require(execution_id)
@@ -529,6 +601,8 @@ def _prepare_resume(
 ) -> tuple[Execution, Begin]:
     now = time.time()
     record, _ = requeue_interrupted(stored, "crash", now)  # R3
+    for operation, task_id in parse_stop_requests(record.stop_requests):
+        record, _ = stop_task(record, task_id, operation, now)  # asked for while it ran (S1)
     replan_goal = False
     pending = record.pending
     if answer is not None and pending is not None and pending.kind == "clarification":

@@ -28,8 +28,10 @@ __all__ = [
     "cancel_execution",
     "map_tasks",
     "next_waiting",
+    "parse_stop_requests",
     "pause_execution",
     "requeue_interrupted",
+    "stop_request",
     "stop_task",
     "task_records",
 ]
@@ -71,6 +73,21 @@ def map_tasks(
     return attrs.evolve(execution, agent_tasks=tuple(raws)), changed
 
 
+def stop_request(operation_id: str, task_id: str) -> str:
+    """How a stop request is written: the operation id first (it has no colon)."""
+    return f"{operation_id}:{task_id}"
+
+
+def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(operation id, task id)`` for each stop request written by :func:`stop_request`."""
+    parsed = []
+    for entry in requests:
+        operation, _, task_id = entry.partition(":")
+        if task_id:
+            parsed.append((operation, task_id))
+    return parsed
+
+
 def add_control(
     execution: Execution, action: ControlAction, by: str, now: float, reason: str = ""
 ) -> Execution:
@@ -98,7 +115,7 @@ def requeue_interrupted(
         return attrs.evolve(
             record,
             state="queued",
-            interruption=Interruption(kind=kind, at=now, detail=detail),
+            interruption=Interruption(kind=kind, at=now, detail=redact(detail)),
             updated_at=now,
         )
 
