@@ -206,7 +206,7 @@ class _Demo:
     def __init__(self, out: TextIO, store_dir: Path, backend: str, interactive: bool) -> None:
         self.out = out
         self.dir = store_dir
-        self.store = store_dir / "store.sqlite3"
+        self.store = store_dir / "mainspring.sqlite3"  # the default name: the CLI finds it
         self.ledger = store_dir / "side-effects.log"
         self.backend = backend
         self.interactive = interactive
@@ -339,6 +339,8 @@ class _Demo:
         self.say(f"  |{'-' * (width + 2)}|-------")
         for what, value in rows:
             self.say(f"  | {what:<{width}} | {value}")
+        self.say("")
+        self.say(f"  look inside: MAINSPRING_HOME={self.dir} mainspring show {EXECUTION_ID}")
         if rerun_durable:
             self.say(f"  UNEXPECTED: durable work ran again: {', '.join(rerun_durable)}")
 

@@ -50,7 +50,7 @@ def test_the_durable_demo_survives_its_own_kill_and_reruns_nothing_durable(
     assert rows["final status"] == "completed"
     assert rows["durable steps or inner steps run again"] == "0"
     assert int(rows["steps durable when worker 1 was killed"]) >= 8
-    assert rows["store"] == str(tmp_path / "store.sqlite3")
+    assert rows["store"] == str(tmp_path / "mainspring.sqlite3")
     assert "killed worker 1 with SIGKILL" in out
     assert "(not a terminal: answering 'yes')" in out
     assert "resumed: " in out

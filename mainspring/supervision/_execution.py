@@ -162,6 +162,7 @@ class Begin:
     resumed: bool
     check_drift: bool = False
     replan_goal: bool = False
+    in_flight: tuple[str, ...] = ()  # steps running when the run was interrupted
 
 
 @attrs.frozen
@@ -281,6 +282,7 @@ class ExecutionActor(Actor):
         self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
         self._replans = 0
         self._keep_done = False
+        self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
         self._refusal: CommitOutcome | None = None
         self._load(record)
@@ -456,6 +458,7 @@ class ExecutionActor(Actor):
 
     async def _begin(self, begin: Begin) -> None:
         now = time.time()
+        self._in_flight = set(begin.in_flight)
         if self._plan is None or begin.replan_goal:
             if not await self._commit():
                 return
@@ -721,7 +724,7 @@ class ExecutionActor(Actor):
             if len(self._running) + len(starts) >= cfg.max_parallel_steps:
                 break
             step = self._steps[step_id]
-            if asking and not self._has_answered_task(step):
+            if asking and step.id not in self._in_flight and not self._has_answered_task(step):
                 continue  # P5: while a question is open no new step starts
             limit = cfg.limits.get(step.target)
             if limit is not None and per_key.get(step.target, 0) >= limit:

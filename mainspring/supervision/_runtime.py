@@ -369,6 +369,9 @@ class Runtime:
             and pending.kind == "clarification"
             and pending.agent_task_id is not None
             and answer is None
+            # A run that crashed after the question was saved still has work in flight to
+            # recover; one that waits (or was paused while waiting) has nothing to do.
+            and stored.status not in ("running", "planned")
         ):
             handle._resolve(result_from(stored))  # R4, R5: nothing changes
             return handle
@@ -600,6 +603,9 @@ def _prepare_resume(
     stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
 ) -> tuple[Execution, Begin]:
     now = time.time()
+    in_flight = (
+        tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
+    )
     record, _ = requeue_interrupted(stored, "crash", now)  # R3
     for operation, task_id in parse_stop_requests(record.stop_requests):
         record, _ = stop_task(record, task_id, operation, now)  # asked for while it ran (S1)
@@ -629,7 +635,10 @@ def _prepare_resume(
     if record.status != "running":
         record = add_control(record, "resume", owner, now)
     record = attrs.evolve(record, status="running", updated_at=now)
-    return record, Begin(resumed=True, check_drift=not replan_goal, replan_goal=replan_goal)
+    begin = Begin(
+        resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
+    )
+    return record, begin
 
 
 def _default_reservation(remaining: int) -> int:

@@ -23,6 +23,7 @@ from ._kit import (
     linear,
     plan_of,
     runtime,
+    statuses,
     stored,
     tasks_of,
     tool,
@@ -403,3 +404,36 @@ async def test_without_replans_left_a_failed_step_fails_the_execution(tmp_path: 
         result = await (await rt.start("g")).wait()
     assert result.status == "failed"
     assert len(calls) == 2  # the first plan and one replan, then it gives up
+
+
+async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recovers(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+
+    async def curious(ctx: ms.AgentContext, input: Any) -> str:
+        return await ctx.ask("ok?")
+
+    plan = plan_of(agent("a", "curious"), tool("slow", "gate"))
+    options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"curious": curious}}
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        with anyio.fail_after(5):
+            while stored(rt, handle.execution_id).pending is None:
+                await anyio.sleep(0.01)  # polling the store: the question's commit
+        snapshot = stored(rt, handle.execution_id)
+        await rt.pause(handle.execution_id)
+    assert snapshot.status == "running"
+    store = ms.SqliteStore(tmp_path / "store.sqlite3")
+    store.edit(snapshot.id, lambda _, now: _crashed(snapshot))
+    store.close()
+    gate.opened.set()
+    async with runtime(tmp_path, **options) as rt:
+        (recovered,) = await rt.recover()
+        result = await recovered.wait()
+        record = stored(rt, snapshot.id)
+    # The step in flight at the crash ran again; the run now waits for its answer.
+    assert result.status == "waiting_for_clarification"
+    assert statuses(record)["slow"] == "succeeded"
+    assert gate.calls == 2
