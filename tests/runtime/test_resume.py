@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -417,11 +418,13 @@ async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recov
     plan = plan_of(agent("a", "curious"), tool("slow", "gate"))
     options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"curious": curious}}
     async with runtime(tmp_path, **options) as rt:
-        handle = await rt.start("g", plan)
+        async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
+            handle = await rt.start("g", plan)
+            with anyio.fail_after(5):
+                async for event in events:
+                    if isinstance(event, ms.AgentTaskWaiting):
+                        break  # the question is durable
         await gate.entered.wait()
-        with anyio.fail_after(5):
-            while stored(rt, handle.execution_id).pending is None:
-                await anyio.sleep(0.01)  # polling the store: the question's commit
         snapshot = stored(rt, handle.execution_id)
         await rt.pause(handle.execution_id)
     assert snapshot.status == "running"
