@@ -56,7 +56,7 @@ def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
             ms.PlanStep(id="sum", skill="summarize", input={"text": topic}, depends_on=("search",)),
             ms.PlanStep(
                 id="research", agent="researcher", input={"topic": topic}, depends_on=("sum",)
-            ),  # fmt: skip
+            ),
         ),
     )
 
