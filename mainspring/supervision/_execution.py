@@ -31,6 +31,7 @@ import attrs
 
 from ..actors import (
     Actor,
+    ActorDeadError,
     ActorRef,
     Cancel,
     CancelReason,
@@ -724,6 +725,8 @@ class ExecutionActor(Actor):
             if len(self._running) + len(starts) >= cfg.max_parallel_steps:
                 break
             step = self._steps[step_id]
+            if self._is_asking(step):
+                continue  # P5: its agent waits for an answer; the step stays pending
             if asking and step.id not in self._in_flight and not self._has_answered_task(step):
                 continue  # P5: while a question is open no new step starts
             limit = cfg.limits.get(step.target)
@@ -746,6 +749,12 @@ class ExecutionActor(Actor):
             per_key[step.target] = per_key.get(step.target, 0) + 1
             starts.append((step, cost))
         return starts, needs_approval, needs_budget
+
+    def _is_asking(self, step: PlanStep) -> bool:
+        return step.kind == "agent" and any(
+            task.step_id == step.id and task.state == "waiting_for_clarification"
+            for task in self._tasks.values()
+        )
 
     def _has_answered_task(self, step: PlanStep) -> bool:
         return any(
@@ -770,12 +779,15 @@ class ExecutionActor(Actor):
         cfg = self._cfg
         now = time.time()
         self._set_status(step.id, "running")
+        self._in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
         self._publish(
             ev.StepStarted(execution_id=self._rec.id, at=now, step_id=step.id, kind=step.kind)
         )
         if step.kind != "agent":
             fn = cfg.tools[step.target] if step.kind == "tool" else cfg.skills[step.target]
-            ref = await self.spawn(StepActor, self.ref, step, fn)
+            ref = await self._spawn_step(step, StepActor, self.ref, step, fn)
+            if ref is None:
+                return None
             self._running[step.id] = _Running(step, ref, cost)
             self._by_ref[ref] = step.id
             self.watch(ref)
@@ -833,7 +845,8 @@ class ExecutionActor(Actor):
             return None
         agent = cfg.agents[step.target]
         meter = Meter(task.calls_used)
-        ref = await self.spawn(
+        ref = await self._spawn_step(
+            step,
             AgentTaskActor,
             self.ref,
             task,
@@ -844,6 +857,8 @@ class ExecutionActor(Actor):
             cfg.max_tool_calls,
             meter,
         )
+        if ref is None:
+            return None
         self._running[step.id] = _Running(step, ref, cost, task.id, meter)
         self._by_ref[ref] = step.id
         self.watch(ref)
@@ -859,6 +874,17 @@ class ExecutionActor(Actor):
         ref.tell_nowait("run")
         return True
 
+    async def _spawn_step(
+        self, step: PlanStep, factory: Callable[..., Actor], *args: Any
+    ) -> ActorRef | None:
+        """A child for ``step``, or None if this actor started stopping meanwhile (the step
+        goes back to pending; what ends the run decides what becomes of it)."""
+        try:
+            return await self.spawn(factory, *args)
+        except ActorDeadError:
+            self._set_status(step.id, "pending")
+            return None
+
     def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
         """R8: a stored task matches a step by (agent id, input hash), never by step id; each
         record is claimed at most once per resume. Completed ones first, then unfinished."""
@@ -869,7 +895,7 @@ class ExecutionActor(Actor):
             if task.agent_id == step.agent
             and task.input_hash == digest
             and task.id not in self._claimed
-            and task.state not in ("failed", "cancelled")
+            and task.state not in ("failed", "cancelled", "waiting_for_clarification")
         ]
         if not candidates:
             return None
