@@ -54,22 +54,22 @@ async def watch(rt: ms.Runtime, task_status: Any = trio.TASK_STATUS_IGNORED) -> 
 
 async def main(store: str) -> list[str]:
     statuses = []
-    async with ms.open_runtime(
-        store=store, tools={"fetch": fetch}, agents={"writer": writer}
-    ) as rt:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(watch, rt)
-            run = await rt.start("write an article about tides", PLAN)
-            first = await run.wait()
-            statuses.append(first.status)
-            print(f"{first.status}: {first.pending.question if first.pending else ''}")
-            paused = await rt.pause(first.execution_id, reason="lunch break")
-            statuses.append(paused.status)
-            print(f"{paused.status}")
-            done = await (await rt.resume(first.execution_id, answer="casual")).wait()
-            statuses.append(done.status)
-            print(f"{done.status}: {done.outputs['write']}")
-            nursery.cancel_scope.cancel()
+    async with (
+        ms.open_runtime(store=store, tools={"fetch": fetch}, agents={"writer": writer}) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(watch, rt)
+        run = await rt.start("write an article about tides", PLAN)
+        first = await run.wait()
+        statuses.append(first.status)
+        print(f"{first.status}: {first.pending.question if first.pending else ''}")
+        paused = await rt.pause(first.execution_id, reason="lunch break")
+        statuses.append(paused.status)
+        print(f"{paused.status}")
+        done = await (await rt.resume(first.execution_id, answer="casual")).wait()
+        statuses.append(done.status)
+        print(f"{done.status}: {done.outputs['write']}")
+        nursery.cancel_scope.cancel()
     return statuses
 
 

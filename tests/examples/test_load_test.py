@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from examples import load_test  # noqa: E402
+from examples import load_test
 
 pytestmark = pytest.mark.anyio
 
