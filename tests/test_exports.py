@@ -68,3 +68,27 @@ def test_every_public_name_has_a_docstring() -> None:
         if isinstance(obj, int | str):
             continue
         assert (obj.__doc__ or "").strip(), name
+
+
+def test_every_public_method_and_property_of_a_public_class_has_a_docstring() -> None:
+    import inspect
+
+    missing = []
+    for name in mainspring.__all__:
+        obj = getattr(mainspring, name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, member in vars(obj).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(member, property):
+                function = member.fget
+            elif isinstance(member, staticmethod | classmethod):
+                function = member.__func__
+            elif inspect.isfunction(member):
+                function = member
+            else:
+                continue
+            if not (getattr(function, "__doc__", None) or "").strip():
+                missing.append(f"{name}.{attr}")
+    assert missing == []

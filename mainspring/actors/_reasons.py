@@ -59,6 +59,7 @@ class CancelReason:
 
     @property
     def root(self) -> CancelReason:
+        """The reason at the start of the chain: for most reasons, the reason itself."""
         """The reason at the origin of a :class:`ParentCancel` chain; itself for any other."""
         return self
 
@@ -174,6 +175,7 @@ class ParentCancel(CancelReason):
 
     @property
     def root(self) -> CancelReason:
+        """Follow ``cause`` to the reason that started the cancellation."""
         reason: CancelReason = self
         while isinstance(reason, ParentCancel):
             reason = reason.cause

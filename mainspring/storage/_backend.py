@@ -48,6 +48,7 @@ class CommitOutcome(enum.StrEnum):
 
     @property
     def ok(self) -> bool:
+        """True only for ``OK``: the commit was written."""
         return self is CommitOutcome.OK
 
 
@@ -83,27 +84,48 @@ class Listing:
 class Store(Protocol):
     """What every backend offers; the contract tests run against each implementation."""
 
-    def get(self, execution_id: str) -> Execution | None: ...
+    def get(self, execution_id: str) -> Execution | None:
+        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad record."""
+        ...
 
-    def list(self) -> Listing: ...
+    def list(self) -> Listing:
+        """Every execution that reads, and a problem for each that does not (E7)."""
+        ...
 
-    def create(self, execution: Execution) -> bool: ...
+    def create(self, execution: Execution) -> bool:
+        """Store a new execution; False if its id exists (nothing written)."""
+        ...
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult: ...
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
+        """L1: take the lease unless another owner's is live; takes over a lapsed one."""
+        ...
 
-    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool: ...
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
+        """L2: extend the holder's live lease; False otherwise."""
+        ...
 
-    def release(self, execution_id: str, owner: str) -> bool: ...
+    def release(self, execution_id: str, owner: str) -> bool:
+        """L3: give the lease up; False if ``owner`` does not hold it."""
+        ...
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome: ...
+    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+        """A run's write (E2): written only if the outcome is ``OK``."""
+        ...
 
-    def commit(self, execution: Execution, owner: str) -> bool: ...
+    def commit(self, execution: Execution, owner: str) -> bool:
+        """An out-of-run edit: refused if terminal or another owner holds a live lease."""
+        ...
 
     def renew(
         self, execution_id: str, owner: str, ttl: float
-    ) -> tuple[CommitOutcome, Execution | None]: ...
+    ) -> tuple[CommitOutcome, Execution | None]:
+        """A heartbeat that answers like a commit (L2, E2): the lease is extended only if a
+        commit by ``owner`` would be accepted now."""
+        ...
 
-    def edit(self, execution_id: str, change: Edit) -> Execution | None: ...
+    def edit(self, execution_id: str, change: Edit) -> Execution | None:
+        """Apply ``change`` atomically, whoever holds the lease; the stored lease is kept."""
+        ...
 
     def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
         """``renew`` for each ``(execution id, owner, ttl)``, made durable together."""

@@ -148,12 +148,14 @@ class PlanStep:
 
     @property
     def kind(self) -> Literal["tool", "skill", "agent"]:
+        """Which of tool, skill or agent this step names."""
         if self.tool is not None:
             return "tool"
         return "skill" if self.skill is not None else "agent"
 
     @property
     def target(self) -> str:
+        """The name of the tool, skill or agent the step calls."""
         return self.tool or self.skill or self.agent or ""
 
 
@@ -287,6 +289,7 @@ class AgentTaskRecord:
 
     @property
     def terminal(self) -> bool:
+        """True once the task completed, failed or was cancelled (sticky, R11)."""
         return self.state in ("completed", "failed", "cancelled")
 
 
@@ -362,6 +365,7 @@ class Execution:
 
     @property
     def terminal(self) -> bool:
+        """True once the execution completed, failed or was cancelled (sticky, E2)."""
         return self.status in ("completed", "failed", "cancelled")
 
 

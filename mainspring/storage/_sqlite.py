@@ -65,6 +65,7 @@ class SqliteStore(CompareAndSetStore):
         return f"SqliteStore({str(self.path)!r})"
 
     def close(self) -> None:
+        """Close the connection; the store is unusable afterwards."""
         with self._lock:
             self._db.close()
 
@@ -104,10 +105,12 @@ class SqliteStore(CompareAndSetStore):
         return self._decode_row(execution_id, row[0], row[1])
 
     def get(self, execution_id: str) -> Execution | None:
+        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad row (X2)."""
         with self._lock:
             return self._read(execution_id)
 
     def list(self) -> Listing:
+        """Every execution that reads, and a problem for each row that does not (E7)."""
         executions: list[Execution] = []
         problems: list[Problem] = []
         with self._lock:

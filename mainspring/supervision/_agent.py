@@ -201,14 +201,17 @@ class AgentContext:
 
     @property
     def execution_id(self) -> str:
+        """The execution this task belongs to."""
         return self._actor.record.execution_id
 
     @property
     def task_id(self) -> str:
+        """This agent task's id (``<execution id>:t<n>``)."""
         return self._actor.record.id
 
     @property
     def step_id(self) -> str:
+        """The plan step this task runs."""
         return self._actor.record.step_id
 
     @property

@@ -140,6 +140,7 @@ class ExecutionHandle:
 
     @property
     def done(self) -> bool:
+        """True once the run has stopped in this process (``wait`` returns at once)."""
         return self._result is not None
 
     def _resolve(self, result: ExecutionResult) -> None:
@@ -245,6 +246,7 @@ class Runtime:
 
     @property
     def store(self) -> Store:
+        """The backend this runtime writes to (through its persistence actor only)."""
         return self._store
 
     # -- starting and resuming -------------------------------------------------------------

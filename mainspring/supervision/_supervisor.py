@@ -228,10 +228,12 @@ class Supervisor(Actor):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def on_start(self) -> None:
+        """Start the children, in order, each ready before the next."""
         for spec in self._initial:
             await self._start(spec)
 
     async def receive(self, message: Any) -> Any:
+        """Handle the SupervisorRef's requests and the children's ends."""
         if isinstance(message, _ChildEnded):
             await self._child_ended(message)
             return None
