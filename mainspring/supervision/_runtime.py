@@ -263,7 +263,9 @@ class Runtime:
 
         Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1) and ``ValueError``
         for a duplicate or invalid id; nothing is stored then. Returns once the execution is
-        durable and its actor started.
+        durable and its actor started. If the caller is cancelled meanwhile, the execution may
+        already be stored (the write itself is never interrupted): ``get`` or ``recover``
+        tells.
         """
         if not isinstance(goal, str):
             raise TypeError(f"goal must be a string, not {type(goal).__name__}")
@@ -317,7 +319,9 @@ class Runtime:
         return handle
 
     async def get(self, execution_id: str) -> Execution | None:
-        """The stored execution, or None. Reading never writes (E7)."""
+        """The stored execution, or None. Reading never writes (E7). Raises ``InvalidId`` for
+        a malformed id, ``RecordError``/``TooLarge`` for an unreadable record. The read runs
+        in a worker thread; cancelling the caller abandons it."""
         check_id(execution_id)
         return await anyio.to_thread.run_sync(self._store.get, execution_id)
 
@@ -343,7 +347,8 @@ class Runtime:
         are requeued (R3), the answer goes to the task that asked (R8, R9) or, for an outer
         question, is appended to the goal (R10), and the run goes on: from its plan, or from
         a new one if the workspace drifted (R6, R7). ``max_calls`` raises the run's budget.
-        Raises :class:`UnknownExecution` for an id not stored.
+        Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
+        lease was taken leaves it held until its ttl lapses (nothing else changes).
         """
         if max_calls is not None and not 0 <= max_calls <= 1_000_000:
             raise ValueError("max_calls must be within 0..1,000,000")
@@ -429,7 +434,8 @@ class Runtime:
         the pause is written to the store and that runner stops within one heartbeat; a
         run that waits (for an answer, an approval, budget) is marked paused. Pausing a
         terminal or paused execution changes nothing. Returns where the run stands; raises
-        :class:`UnknownExecution` for an id not stored."""
+        :class:`UnknownExecution` for an id not stored. Cancelling the caller does not undo a
+        pause already requested."""
         detail = redact(reason or f"paused by {self._cfg.owner}")
 
         def change(stored: Execution, now: float) -> Execution | None:
@@ -443,7 +449,8 @@ class Runtime:
         """Cancel a run for good (R2): in-flight steps see ``ParentCancel(Cancel)``, tasks
         are stamped ``parent-cancel``, unstarted steps skipped (P6). A run live elsewhere
         stops within one heartbeat. Cancelling a terminal execution changes nothing.
-        Raises :class:`UnknownExecution` for an id not stored."""
+        Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller does not
+        undo a cancel already requested."""
         detail = redact(reason or f"cancelled by {self._cfg.owner}")
 
         def change(stored: Execution, now: float) -> Execution | None:
@@ -476,7 +483,9 @@ class Runtime:
         has unwound, then recorded cancelled). A stored unfinished task is marked cancelled
         under a properly acquired lease, re-reading the record first; if another process
         runs it, a stop request is written that it acts on within one heartbeat. A finished
-        task is reported and left alone; an unknown id is reported as unknown.
+        task is reported and left alone; an unknown id is reported as unknown. Raises nothing
+        for a bad id (that is "unknown" too). A stop already requested stands if the caller
+        is cancelled.
         """
         operation = f"op-{secrets.token_hex(6)}"
         execution_id = task_id.rsplit(":t", 1)[0] if isinstance(task_id, str) else ""
