@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import inspect
 import time
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -60,7 +61,7 @@ from ..storage import (
 from ..storage._codec import structure, unstructure
 from ..storage._errors import RecordError, StorageError
 from ..storage._persistence import Committer, PersistenceFailed
-from ..storage._records import MAX_CHECKPOINTS, StepStatus
+from ..storage._records import MAX_CHECKPOINTS, ObservationCode, StepStatus
 from ..storage._redact import redact
 from . import _run_events as ev
 from ._agent import (
@@ -1423,18 +1424,7 @@ class ExecutionActor(Actor):
         return False
 
 
-_CODES = frozenset(
-    {
-        "cancelled",
-        "agent-failed",
-        "agent-timeout",
-        "agent-call-budget",
-        "agent-tool-budget",
-        "finding-contract",
-        "agent-not-enabled",
-        "agent-waiting",
-    }
-)
+_CODES = frozenset(typing.get_args(ObservationCode))
 
 
 def _for_children(reason: CancelReason, source: str) -> CancelReason:

@@ -3,6 +3,7 @@ when it is ready, and a store that remembers every version it committed."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -138,6 +139,26 @@ async def runtime(
     store = path / "store.sqlite3" if isinstance(path, Path) and not path.suffix else path
     async with ms.open_runtime(store=store, tools=all_tools, skills=all_skills, **options) as rt:
         yield rt
+
+
+@asynccontextmanager
+async def recorded_events(rt: ms.Runtime) -> AsyncIterator[list[object]]:
+    """Every runtime event published while the block runs, in order."""
+    events: list[object] = []
+
+    async def collect() -> None:
+        async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                events.append(event)
+
+    async with anyio.create_task_group() as tg:
+        before = rt._bus.subscribers
+        tg.start_soon(collect)
+        while rt._bus.subscribers == before:  # subscribed: nothing published is missed
+            await anyio.lowlevel.checkpoint()
+        yield events
+        await anyio.lowlevel.checkpoint()  # the collector drains what was published
+        tg.cancel_scope.cancel()
 
 
 def stored(rt: ms.Runtime, execution_id: str) -> ms.Execution:

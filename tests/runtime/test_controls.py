@@ -13,7 +13,19 @@ import pytest
 
 import mainspring as ms
 
-from ._kit import Gate, Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
+from ._kit import (
+    Gate,
+    Ledger,
+    agent,
+    linear,
+    plan_of,
+    recorded_events,
+    runtime,
+    statuses,
+    stored,
+    tasks_of,
+    tool,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -226,15 +238,8 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
         await ctx.step("park", gate)
 
     plan = plan_of(agent("a", "worker"), tool("free", "inc", x=3), tool("dep", "inc", "a", x=4))
-    events: list[object] = []
     async with runtime(tmp_path, ledger, agents={"worker": worker}) as rt:
-
-        async def collect() -> None:
-            async for event in rt.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
+        async with recorded_events(rt) as events:
             handle = await rt.start("g", plan)
             await gate.entered.wait()
             (task,) = await rt.agent_tasks(handle.execution_id)
@@ -242,7 +247,6 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
             assert stop.ok
             assert stop.state == "stopping"
             result = await handle.wait()
-            tg.cancel_scope.cancel()
         record = stored(rt, handle.execution_id)
     (reason,) = gate.reasons
     assert isinstance(reason, ms.Cancel)  # just this child, with Cancel

@@ -13,11 +13,33 @@ import pytest
 
 import mainspring as ms
 
-from ._kit import Gate, Ledger, agent, plan_of, runtime, statuses, stored, tasks_of, tool
+from ._kit import (
+    Gate,
+    Ledger,
+    agent,
+    plan_of,
+    recorded_events,
+    runtime,
+    statuses,
+    stored,
+    tasks_of,
+    tool,
+)
 
 pytestmark = pytest.mark.anyio
 
 FAST = {"lease_ttl": 0.6, "heartbeat_interval": 0.05}
+
+
+async def _started_and_waiting(rt: ms.Runtime, plan: ms.Plan) -> ms.ExecutionHandle:
+    """Start ``plan`` and return as soon as the run has decided to wait (and is settling)."""
+    async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
+        handle = await rt.start("g", plan)
+        with anyio.fail_after(5):
+            async for event in events:
+                if isinstance(event, ms.ExecutionWaiting):
+                    return handle
+    raise AssertionError("the run never waited")  # pragma: no cover
 
 
 async def test_resume_without_approve_leaves_a_step_approval_waiting(
@@ -107,12 +129,7 @@ async def test_an_answer_sent_as_the_run_settles_is_not_dropped(
         return await ctx.ask("colour?")
 
     async with runtime(tmp_path, agents={"curious": curious}) as rt:
-        async with contextlib.aclosing(rt.events()) as events:
-            handle = await rt.start("g", plan_of(agent("a", "curious")))
-            with anyio.fail_after(5):
-                async for event in events:
-                    if isinstance(event, ms.ExecutionWaiting):
-                        break
+        handle = await _started_and_waiting(rt, plan_of(agent("a", "curious")))
         second = await rt.resume(handle.execution_id, answer="blue")
         with anyio.fail_after(5):
             result = await second.wait()
@@ -128,12 +145,7 @@ async def test_R2_a_cancel_sent_as_the_run_settles_still_cancels(tmp_path: Path)
         return await ctx.ask("colour?")
 
     async with runtime(tmp_path, agents={"curious": curious}) as rt:
-        async with contextlib.aclosing(rt.events()) as events:
-            handle = await rt.start("g", plan_of(agent("a", "curious")))
-            with anyio.fail_after(5):
-                async for event in events:
-                    if isinstance(event, ms.ExecutionWaiting):
-                        break
+        handle = await _started_and_waiting(rt, plan_of(agent("a", "curious")))
         result = await rt.cancel(handle.execution_id, reason="no longer needed")
         record = stored(rt, handle.execution_id)
     assert result.status == "cancelled"
@@ -284,26 +296,18 @@ async def test_S1_a_cross_process_stop_keeps_its_operation_id(
     async def worker(ctx: ms.AgentContext, input: Any) -> None:
         await ctx.step("park", gate)
 
-    events: list[object] = []
     async with (
         runtime(tmp_path, agents={"worker": worker}, **FAST) as a,
         runtime(tmp_path, agents={"worker": worker}, **FAST) as b,
+        recorded_events(a) as events,
     ):
-
-        async def collect() -> None:
-            async for event in a.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            handle = await a.start("g", plan_of(agent("w", "worker")))
-            await gate.entered.wait()
-            (task,) = await b.agent_tasks(handle.execution_id)
-            stop = await b.stop_agent_task(task.id)
-            assert stop.state == "stopping"
-            with anyio.fail_after(5):
-                await handle.wait()
-            tg.cancel_scope.cancel()
+        handle = await a.start("g", plan_of(agent("w", "worker")))
+        await gate.entered.wait()
+        (task,) = await b.agent_tasks(handle.execution_id)
+        stop = await b.stop_agent_task(task.id)
+        assert stop.state == "stopping"
+        with anyio.fail_after(5):
+            await handle.wait()
     notices = [e for e in events if isinstance(e, ms.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 

@@ -19,6 +19,7 @@ from ._kit import (
     agent,
     linear,
     plan_of,
+    recorded_events,
     runtime,
     skill,
     statuses,
@@ -109,18 +110,9 @@ async def test_E5_what_reaches_disk_and_events_is_redacted_but_the_live_result_i
         return f"done with {SECRET}"
 
     plan = plan_of(tool("t1", "leaky", note=SECRET), agent("a1", "finder", "t1"))
-    events: list[object] = []
     async with runtime(tmp_path, tools={"leaky": leaky}, agents={"finder": finder}) as rt:
-
-        async def collect() -> None:
-            async for event in rt.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.lowlevel.checkpoint()
+        async with recorded_events(rt) as events:
             result = await (await rt.start(f"goal with {SECRET}", plan)).wait()
-            tg.cancel_scope.cancel()
         raw = _everything_on_disk(tmp_path)
         record = stored(rt, result.execution_id)
     assert result.status == "completed"
@@ -384,18 +376,11 @@ async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> Non
         return "agent-authored result"
 
     plan = plan_of(tool("t", x=1), agent("a", "talker", "t"))
-    events: list[object] = []
-    async with runtime(tmp_path, agents={"talker": talker}) as rt:
-
-        async def collect() -> None:
-            async for event in rt.events():
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.lowlevel.checkpoint()
-            result = await (await rt.start("a goal in words", plan)).wait()
-            tg.cancel_scope.cancel()
+    async with (
+        runtime(tmp_path, agents={"talker": talker}) as rt,
+        recorded_events(rt) as events,
+    ):
+        result = await (await rt.start("a goal in words", plan)).wait()
     kinds = [type(e).__name__ for e in events]
     assert kinds[0] == "ExecutionStarted"
     assert kinds[-1] == "ExecutionCompleted"
