@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
@@ -59,6 +60,14 @@ def process_a(tmp_path: Path) -> Iterator[_ProcessA]:
     if a.proc.poll() is None:
         a.proc.kill()
     a.finish()
+
+
+def _runtime_b(tmp_path: Path) -> AbstractAsyncContextManager[ms.Runtime]:
+    """Process B: this test's own runtime on A's store, with the same tools."""
+    store = tmp_path / "store.sqlite3"
+    return ms.open_runtime(
+        store=store, tools=_shared.TOOLS, agents=_shared.AGENTS, **_shared.OPTIONS
+    )
 
 
 async def _lease_owner(rt: ms.Runtime) -> str:
