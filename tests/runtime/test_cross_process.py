@@ -80,10 +80,7 @@ async def _lease_owner(rt: ms.Runtime) -> str:
 async def test_pause_from_another_process_stops_the_run_which_B_then_finishes(
     tmp_path: Path, process_a: _ProcessA
 ) -> None:
-    async with ms.open_runtime(
-        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
-        **_shared.OPTIONS,
-    ) as b:  # fmt: skip
+    async with _runtime_b(tmp_path) as b:
         assert await process_a.next_line() == "entered"
         paused = await b.pause("ex-cross", reason="from B")
         assert paused.status == "paused"
@@ -106,10 +103,7 @@ async def test_pause_from_another_process_stops_the_run_which_B_then_finishes(
 async def test_cancel_from_another_process_stops_the_run_for_good(
     tmp_path: Path, process_a: _ProcessA
 ) -> None:
-    async with ms.open_runtime(
-        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
-        **_shared.OPTIONS,
-    ) as b:  # fmt: skip
+    async with _runtime_b(tmp_path) as b:
         assert await process_a.next_line() == "entered"
         cancelled = await b.cancel("ex-cross", reason="from B")
         assert cancelled.status == "cancelled"
@@ -128,10 +122,7 @@ async def test_cancel_from_another_process_stops_the_run_for_good(
 async def test_stopping_one_agent_task_from_another_process(
     tmp_path: Path, process_a: _ProcessA
 ) -> None:
-    async with ms.open_runtime(
-        store=tmp_path / "store.sqlite3", tools=_shared.TOOLS, agents=_shared.AGENTS,
-        **_shared.OPTIONS,
-    ) as b:  # fmt: skip
+    async with _runtime_b(tmp_path) as b:
         assert await process_a.next_line() == "entered"
         (task,) = await b.agent_tasks("ex-cross")
         stop = await b.stop_agent_task(task.id)
