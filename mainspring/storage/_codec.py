@@ -154,8 +154,32 @@ def encode(record: Any) -> bytes:
     would write ``null``), so the record could never be read back.
     """
     raw = unstructure(record)
-    _check_finite(raw, "")
+    if _has_non_finite(raw):
+        _check_finite(raw, "")  # walks again, this time naming the path in the error
     return canonical_json(raw)
+
+
+_INFINITIES = (math.inf, -math.inf)
+
+
+def _has_non_finite(value: Any) -> bool:
+    # Runs on every commit: one pass without building paths; a float is non-finite if it is
+    # NaN (not equal to itself) or an infinity.
+    if type(value) is not dict and type(value) is not list:
+        return type(value) is float and not math.isfinite(value)
+    stack = [value]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        current = pop()
+        for item in current.values() if type(current) is dict else current:
+            kind = type(item)
+            if kind is float:
+                if item != item or item in _INFINITIES:
+                    return True
+            elif kind is dict or kind is list:
+                push(item)
+    return False
 
 
 def _check_finite(value: Any, path: str) -> None:

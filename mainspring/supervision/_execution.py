@@ -326,15 +326,15 @@ class ExecutionActor(Actor):
 
     def _snapshot(self, **changes: Any) -> Execution:
         plan = self._plan
-        if plan is not None:
-            steps = tuple(
-                step
-                if step.status == self._status[step.id]
-                else attrs.evolve(step, status=self._status[step.id])
-                for step in plan.steps
-            )
-            if steps != plan.steps:
-                plan = self._plan = attrs.evolve(plan, steps=steps)
+        if plan is not None and self._dirty:
+            # Only the steps whose status changed since the last snapshot are rebuilt.
+            steps = list(plan.steps)
+            for step_id in self._dirty:
+                index = self._order[step_id]
+                if steps[index].status != self._status[step_id]:
+                    steps[index] = attrs.evolve(steps[index], status=self._status[step_id])
+            self._dirty.clear()
+            plan = self._plan = attrs.evolve(plan, steps=tuple(steps))
         completed = (
             tuple(step.id for step in plan.steps if self._status[step.id] == "succeeded")
             if plan
@@ -620,6 +620,8 @@ class ExecutionActor(Actor):
         self._ready: set[str] = set()
         self._to_cascade: list[str] = []
         self._steps: dict[str, PlanStep] = {}
+        # Every status may differ from the stored plan's after a load or an adoption.
+        self._dirty: set[str] = set(self._status)
         if plan is None:
             return
         status = self._status
@@ -641,6 +643,7 @@ class ExecutionActor(Actor):
         if old == new:
             return
         self._status[step_id] = new
+        self._dirty.add(step_id)
         if new == "pending":
             if self._deps_left[step_id] == 0:
                 self._ready.add(step_id)
@@ -1192,6 +1195,7 @@ class ExecutionActor(Actor):
 
     def _undo_success(self, step_id: str) -> None:
         self._status[step_id] = "failed"
+        self._dirty.add(step_id)
         for dependent in self._dependents.get(step_id, ()):
             self._deps_left[dependent] += 1
             self._ready.discard(dependent)

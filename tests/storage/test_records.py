@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from typing import Any
 
 import attrs
@@ -180,3 +181,34 @@ def test_non_finite_numbers_are_refused_both_ways() -> None:
         encode(structure(raw, rec.Execution))
     with pytest.raises(RecordError, match="updated_at"):
         structure(dict(raw, observations=[], updated_at=float("nan")), rec.Execution)
+
+
+def _plant(value: object, bad: float, path: list[int]) -> object:
+    """``value`` with ``bad`` put somewhere inside it, chosen by ``path``."""
+    if not path:
+        return bad
+    step, rest = path[0], path[1:]
+    if isinstance(value, list):
+        if not value:
+            return [bad]
+        index = step % len(value)
+        return [*value[:index], _plant(value[index], bad, rest), *value[index + 1 :]]
+    if isinstance(value, dict):
+        if not value:
+            return {"k": bad}
+        key = sorted(value)[step % len(value)]
+        return {**value, key: _plant(value[key], bad, rest)}
+    return [value, bad]
+
+
+@given(
+    json_values,
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.lists(st.integers(0, 9), max_size=6),
+)
+def test_encode_refuses_a_non_finite_number_anywhere_and_nothing_else(
+    value: object, bad: float, path: list[int]
+) -> None:
+    encode(value)  # finite: fine
+    with pytest.raises(ValueError, match="cannot be stored as JSON"):
+        encode(_plant(value, bad, path))
