@@ -353,6 +353,7 @@ class Execution:
     lease: Lease | None = None
     calls_used: int = _counter_field()
     max_calls: int | None = attrs.field(default=None, validator=attrs.validators.optional(_counter))
+    replans: int = _counter_field()  # plans replaced after a failure, counted for max_replans
     agent_tasks: tuple[dict[str, Any], ...] = ()
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))

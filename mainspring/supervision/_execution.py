@@ -282,7 +282,6 @@ class ExecutionActor(Actor):
         self._by_ref: dict[ActorRef, str] = {}
         self._outputs: dict[str, Any] = {}
         self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
-        self._replans = 0
         self._keep_done = False
         self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
@@ -948,8 +947,8 @@ class ExecutionActor(Actor):
         states = self._status.values()
         if all(state in _DONE for state in states):
             failed = [s for s in self._plan.steps if self._status[s.id] == "failed"]
-            if failed and self._replans < self._cfg.max_replans and self._cfg.planner:
-                self._replans += 1
+            replans = self._rec.replans  # counted on the record: across resumes and processes
+            if failed and replans < self._cfg.max_replans and self._cfg.planner:
                 evidence = fence(
                     "\n".join(
                         f"- step {s.id} failed: {(self._obs[s.id].error or '')[:300]}"
@@ -957,7 +956,7 @@ class ExecutionActor(Actor):
                     ),
                     label="failures",
                 )
-                if await self._commit():
+                if await self._commit(replans=min(replans + 1, 1_000_000)):
                     await self._replan(failure=redact(evidence))
                 return
             await self._finish("failed" if failed else "completed")

@@ -440,3 +440,26 @@ async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recov
     assert result.status == "waiting_for_clarification"
     assert statuses(record)["slow"] == "succeeded"
     assert gate.calls == 2
+
+
+async def test_max_replans_counts_across_resumes(tmp_path: Path) -> None:
+    calls: list[int] = []
+    gate = Gate()
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        calls.append(1)
+        if len(calls) == 1:
+            return plan_of(tool("w", "gate"), tool("bad", "fail", "w"))
+        return plan_of(tool("bad2", "fail"))
+
+    options: dict[str, Any] = {"tools": {"gate": gate}, "planner": planner, "max_replans": 1}
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert record.replans == 1
+    assert len(calls) == 2  # the one replan allowed; the counter is on the record
