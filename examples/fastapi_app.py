@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 import mainspring as ms
@@ -79,10 +79,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = os.environ.get("MAINSPRING_STORE")
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt
+        # Runs the last shutdown (or crash) interrupted go on, here.
+        await rt.recover()
         yield
 
 
 app = FastAPI(title="mainspring example", lifespan=lifespan)
+
+
+@app.exception_handler(ms.InvalidId)
+async def invalid_id(request: Request, exc: ms.InvalidId) -> JSONResponse:
+    return JSONResponse({"detail": "invalid id"}, status_code=400)
 
 
 class StartBody(BaseModel):
@@ -122,10 +129,7 @@ async def start(body: StartBody, request: Request) -> dict[str, str]:
 
 @app.get("/executions/{execution_id}")
 async def show(execution_id: str, request: Request) -> dict[str, Any]:
-    try:
-        execution = await _rt(request).get(execution_id)
-    except ms.InvalidId:
-        raise HTTPException(400, "invalid id") from None
+    execution = await _rt(request).get(execution_id)
     if execution is None:
         raise HTTPException(404, "no such execution")
     return _view(execution)

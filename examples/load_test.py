@@ -34,20 +34,26 @@ class Stats:
 
 
 class Pool:
-    """A fixed set of connections to the server, lent to one request at a time."""
+    """A fixed set of connections to the server, lent to one request at a time. A connection
+    whose request did not finish (an error, a cancel) is closed, not lent again: it could
+    still hold the unread reply."""
 
     def __init__(self, connections: list[tuple[SocketStream, BufferedByteReceiveStream]]) -> None:
         self._free = connections
         self._ready = anyio.Semaphore(len(connections))
+        self.broken: list[SocketStream] = []
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[tuple[SocketStream, BufferedByteReceiveStream]]:
-        async with self._ready:
-            conn = self._free.pop()
-            try:
-                yield conn
-            finally:
-                self._free.append(conn)
+        await self._ready.acquire()
+        conn = self._free.pop()
+        try:
+            yield conn
+        except BaseException:
+            self.broken.append(conn[0])  # closed by run(); the pool lends one fewer
+            raise
+        self._free.append(conn)
+        self._ready.release()
 
 
 class VirtualUser(ms.Actor):
@@ -114,18 +120,22 @@ async def run(users: int, seconds: float, connections: int) -> Stats:
     try:
         async with anyio.create_task_group() as server:
             server.start_soon(listener.serve, _serve)
-            streams = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(connections)]
-            pool = Pool([(s, BufferedByteReceiveStream(s)) for s in streams])
-            async with ms.open_system("load-test") as system:
-                swarm = await system.spawn(Swarm, name="swarm")
-                await swarm.ask((users, pool, stats))
-                await swarm.ask("go")
-                await anyio.sleep(seconds)  # the test window itself
-                swarm.cancel(ms.Timeout(detail=f"the {seconds:g} s test window ended"))
-                await swarm.wait_stopped()
-            for stream in streams:
-                await stream.aclose()
-            server.cancel_scope.cancel()  # stops serving
+            streams: list[SocketStream] = []
+            try:
+                for _ in range(connections):
+                    streams.append(await anyio.connect_tcp("127.0.0.1", port))
+                pool = Pool([(s, BufferedByteReceiveStream(s)) for s in streams])
+                async with ms.open_system("load-test") as system:
+                    swarm = await system.spawn(Swarm, name="swarm")
+                    await swarm.ask((users, pool, stats))
+                    await swarm.ask("go")
+                    await anyio.sleep(seconds)  # the test window itself
+                    swarm.cancel(ms.Timeout(detail=f"the {seconds:g} s test window ended"))
+                    await swarm.wait_stopped()
+            finally:
+                for stream in streams:  # every connection, whatever happened
+                    await anyio.aclose_forcefully(stream)
+                server.cancel_scope.cancel()  # stops serving
     finally:
         await listener.aclose()
     return stats

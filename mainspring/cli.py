@@ -13,9 +13,11 @@ Exit codes: 0 all well; 1 the operation was refused or ``doctor`` found problems
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -106,12 +108,15 @@ class _Out:
 
 
 def _clamp(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = " ".join(redact(text).split())  # redacted before it is cut: a cut secret would leak
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _when(at: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, ValueError, OSError):  # a strange but valid timestamp
+        return repr(at)
 
 
 # -- the store -------------------------------------------------------------------------------
@@ -123,19 +128,24 @@ def _store_path(given: str | None) -> Path:
     return default_home() / "mainspring.sqlite3"
 
 
-def _open(path: Path) -> tuple[Store, Callable[[], None]]:
-    """The store at ``path``, which must exist: a command never creates one by accident."""
+def _open(path: Path, *, write: bool) -> tuple[Store, Callable[[], None]]:
+    """The store at ``path``, which must already be one: a command never creates, converts
+    or chmods anything by accident, and a read opens it read-only."""
     if not path.exists():
         raise CliError(
             f"no store at {path} (give --store PATH, or set MAINSPRING_HOME)", EXIT_NO_STORE
         )
     try:
         if path.is_dir():
-            return FileStore(path), lambda: None
-        sqlite = SqliteStore(path)
-    except Exception as exc:  # any failure to open is reported the same way
-        raise CliError(f"cannot open the store at {path}: {exc}", EXIT_NO_STORE) from exc
-    return sqlite, sqlite.close
+            FileStore(path, read_only=True)  # proves it is a store before anything else
+            return FileStore(path, read_only=not write), lambda: None
+        probe = SqliteStore(path, read_only=True)
+        if write:
+            probe.close()
+            probe = SqliteStore(path)
+    except (StorageError, OSError, sqlite3.Error) as exc:
+        raise CliError(f"cannot use the store at {path}: {exc}", EXIT_NO_STORE) from None
+    return probe, probe.close
 
 
 def _get(store: Store, execution_id: str) -> Execution:
@@ -144,8 +154,8 @@ def _get(store: Store, execution_id: str) -> Execution:
         execution = store.get(execution_id)
     except InvalidId:
         raise CliError(f"{execution_id!r} is not a valid execution id", EXIT_USAGE) from None
-    except StorageError as exc:
-        raise CliError(f"execution {execution_id} cannot be read: {exc}", EXIT_FAILED) from exc
+    except (StorageError, OSError, sqlite3.Error) as exc:
+        raise CliError(f"execution {execution_id} cannot be read: {exc}", EXIT_FAILED) from None
     if execution is None:
         raise CliError(f"no execution {execution_id} in this store", EXIT_UNKNOWN)
     return execution
@@ -200,8 +210,7 @@ def _ls(store: Store, out: _Out, _: argparse.Namespace) -> int:
             for e in executions
         ]
         out.table(["id", "status", "goal", "steps", "calls", "lease", "updated"], rows, 1)
-        for problem in listing.problems:
-            out.line(f"unreadable: {problem.id}: {problem.error}")
+    _report_unreadable(0, listing.problems)
     return EXIT_OK
 
 
@@ -283,8 +292,17 @@ def _show(store: Store, out: _Out, args: argparse.Namespace) -> int:
 
 
 def _tasks(store: Store, out: _Out, args: argparse.Namespace) -> int:
-    executions = [_get(store, args.id)] if args.id else list(store.list().executions)
-    tasks = [t for e in executions for t in task_records(e)]
+    if args.id:
+        executions, problems = [_get(store, args.id)], []
+    else:
+        listing = store.list()
+        executions, problems = list(listing.executions), list(listing.problems)
+    tasks: list[AgentTaskRecord] = []
+    dropped = 0
+    for execution in executions:
+        parsed, bad = parse_agent_tasks(execution)
+        tasks += parsed
+        dropped += bad
     if out.as_json:
         out.data([unstructure(t) for t in tasks])
     else:
@@ -293,7 +311,17 @@ def _tasks(store: Store, out: _Out, args: argparse.Namespace) -> int:
             _task_rows(tasks),
             1,
         )
+    _report_unreadable(dropped, problems)
     return EXIT_OK
+
+
+def _report_unreadable(dropped: int, problems: Sequence[Any]) -> None:
+    """What could not be read is said (on stderr, so --json output stays parseable), never
+    silently left out (E7)."""
+    if dropped:
+        _fail(f"{dropped} unreadable agent task records not shown (mainspring doctor)", 0)
+    for problem in problems:
+        _fail(f"unreadable execution {problem.id}: {problem.error}", 0)
 
 
 def _snapshot(store: Store) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
@@ -409,8 +437,10 @@ def _load_app(spec: str) -> dict[str, Any]:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"cannot load --app {spec}: {exc}", EXIT_USAGE) from exc
+    except Exception as exc:  # whatever importing the user's module raised
+        raise CliError(
+            f"cannot load --app {spec}: {type(exc).__name__}: {exc}", EXIT_USAGE
+        ) from exc
     finally:
         sys.path.remove(os.getcwd())
     try:
@@ -437,7 +467,13 @@ async def _control(store: Store, out: _Out, args: argparse.Namespace) -> int:
             if result.state == "unknown":
                 return EXIT_UNKNOWN
             return EXIT_OK if result.ok else EXIT_FAILED
+        refused = False
         if args.command in ("pause", "cancel"):
+            before = await rt.get(args.id)
+            if before is None:
+                raise UnknownExecution(args.id)
+            # Nothing to do is a refusal (exit 1): a finished run cannot be paused or cancelled.
+            refused = before.terminal or (args.command == "pause" and before.status == "paused")
             call = rt.pause if args.command == "pause" else rt.cancel
             outcome = await call(args.id, reason=args.reason or "")
         else:
@@ -452,7 +488,11 @@ async def _control(store: Store, out: _Out, args: argparse.Namespace) -> int:
         out.line(f"{outcome.execution_id}: {outcome.summary}")
         if outcome.pending is not None:
             out.line(f"pending {outcome.pending.kind}: {outcome.pending.question}")
-    return EXIT_OK
+        if outcome.error:
+            out.line(f"why: {outcome.error}")
+        if refused:
+            out.line(f"nothing to {args.command}: the execution is {outcome.status}")
+    return EXIT_FAILED if refused or outcome.status == "failed" else EXIT_OK
 
 
 async def _progress(rt: Any, out: _Out, execution_id: str) -> None:
@@ -568,28 +608,47 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     color = stream.isatty() and "NO_COLOR" not in os.environ and not as_json
     out = _Out(stream, as_json=as_json, color=color)
     try:
-        store, close = _open(Path(args.store_path))
-        try:
-            if args.command in _READS:
-                return _READS[args.command](store, out, args)
-            return anyio.run(_control, store, out, args)
-        finally:
-            close()
+        return _dispatch(args, out)
     except CliError as exc:
-        print(f"mainspring: {redact(str(exc))}", file=sys.stderr)
-        return exc.code
+        return _fail(str(exc), exc.code)
     except UnknownExecution as exc:
-        print(f"mainspring: {exc}", file=sys.stderr)
-        return EXIT_UNKNOWN
+        return _fail(str(exc), EXIT_UNKNOWN)
     except ExecutionBusy as exc:
         lease = exc.lease
         until = f" until {_when(lease.expires_at)}" if lease is not None and lease.owner else ""
         owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
-        print(f"mainspring: {exc.execution_id} is busy: held{owner}{until}", file=sys.stderr)
-        return EXIT_BUSY
+        return _fail(f"{exc.execution_id} is busy: held{owner}{until} ({exc})", EXIT_BUSY)
     except InvalidId as exc:
-        print(f"mainspring: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(str(exc), EXIT_USAGE)
+    except (StorageError, sqlite3.Error) as exc:
+        return _fail(f"the store failed: {exc}", EXIT_NO_STORE)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python from complaining
+        # about the closed pipe at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"mainspring: {redact(message)}", file=sys.stderr)
+    return code
+
+
+def _dispatch(args: argparse.Namespace, out: _Out) -> int:
+    write = args.command not in _READS
+    if args.command == "stop-task":
+        try:
+            check_id(args.id)
+        except InvalidId:
+            raise CliError(f"{args.id!r} is not a valid task id", EXIT_USAGE) from None
+    store, close = _open(Path(args.store_path), write=write)
+    try:
+        if not write:
+            return _READS[args.command](store, out, args)
+        return anyio.run(_control, store, out, args)
+    finally:
+        close()
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -144,11 +144,12 @@ def test_resume_runs_user_code_named_by_app(
     (tmp_path / "myapp.py").write_text(APP_SOURCE)
     monkeypatch.chdir(tmp_path)
     # The app's tools are not the ones that started the run: that is drift, and this
-    # runtime has no planner, so the run fails, and says why.
+    # runtime has no planner, so the run pauses (nothing is lost) and says why.
     code, out = _run("resume", "ex-2", "--store", str(store), "--app", "myapp:config",
                      "--answer", "yes")  # fmt: skip
     assert code == EXIT_OK
-    assert "failed" in out
+    assert "ex-2: paused" in out
+    assert "why: the workspace drifted (tool inc changed)" in out
     assert _run("resume", "ex-1", "--store", str(store), "--app", "nope")[0] == EXIT_USAGE
     assert _run("resume", "ex-1", "--store", str(store), "--app", "missing:x")[0] == EXIT_USAGE
 

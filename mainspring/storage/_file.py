@@ -42,12 +42,20 @@ class FileStore(CompareAndSetStore):
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Clock = time.time,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._clock = clock
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.path, 0o700)  # also when it existed, or the umask widened mkdir's mode
+        self.read_only = read_only
+        if read_only:  # a reader changes nothing, and takes only what is a store already
+            if not self.path.is_dir() or not (
+                (self.path / ".lock").exists() or any(self.path.glob(f"*{_SUFFIX}"))
+            ):
+                raise StorageError(f"{self.path} is not a mainspring store")
+        else:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.path, 0o700)  # also when it existed, or the umask widened its mode
         self._lock_path = self.path / ".lock"
         # flock excludes other processes; threads of this one share the descriptor, so they
         # also take this lock.
@@ -178,6 +186,8 @@ class FileStore(CompareAndSetStore):
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
     def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        if self.read_only:
+            raise StorageError(f"{self.path} was opened read-only")
         return self._locked()
 
     def _read_for_update(self, execution_id: str) -> Execution | None:

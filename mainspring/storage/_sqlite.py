@@ -27,6 +27,30 @@ __all__ = ["SqliteStore"]
 _SCHEMA = "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, body BLOB NOT NULL)"
 
 
+def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection that cannot write, to a database that must already be a store: nothing
+    is created, converted or chmodded (a command that only reads must change nothing)."""
+    if not path.is_file():
+        raise StorageError(f"no store at {path}")
+    try:
+        db = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro",
+            uri=True,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'executions'"
+        ).fetchone()
+    except sqlite3.Error as exc:
+        raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
+    if found is None:
+        db.close()
+        raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
+    return db
+
+
 class SqliteStore(CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700)."""
 
@@ -37,22 +61,27 @@ class SqliteStore(CompareAndSetStore):
         max_bytes: int = DEFAULT_MAX_BYTES,
         clock: Clock = time.time,
         busy_timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._clock = clock
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._tightened: set[str] = set()
+        self._cache = OwnWrites()
+        self._data_version: int | None = None
+        if read_only:
+            self._db = _open_read_only(self.path, busy_timeout)
+            return
         if not self.path.parent.exists():
             self.path.parent.mkdir(mode=0o700, parents=True)
             os.chmod(self.path.parent, 0o700)
         # Create the file 0600 before SQLite does: it gives -wal and -shm the same mode.
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         os.chmod(self.path, 0o600)
-        self._lock = threading.Lock()
-        self._tightened: set[str] = set()
-        # Versions this connection wrote, valid while no other connection has committed:
-        # SQLite's data_version changes exactly when another connection commits.
-        self._cache = OwnWrites()
-        self._data_version: int | None = None
+        # The cache holds versions this connection wrote, valid while no other connection
+        # has committed: SQLite's data_version changes exactly when another one commits.
         self._db = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -169,6 +198,8 @@ class SqliteStore(CompareAndSetStore):
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
     def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        if self.read_only:
+            raise StorageError(f"{self.path} was opened read-only")
         return self._transaction()
 
     def _read_for_update(self, execution_id: str) -> Execution | None:

@@ -25,7 +25,7 @@ import time
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio.to_thread
 import attrs
@@ -112,6 +112,15 @@ class RunConfig:
     publish: Callable[[object], None]
     skill_versions: Mapping[str, str]
     tool_hashes: Mapping[str, str]
+
+
+class RunWatcher(Protocol):
+    """Who hears about a run's end: told when it starts settling (its last writes are under
+    way, so controls must wait for it) and when it has ended, with the result."""
+
+    def settling(self) -> None: ...
+
+    def ended(self, result: ExecutionResult) -> None: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -256,7 +265,9 @@ def tool_hash(fn: Callable[..., Any]) -> str:
         signature = str(inspect.signature(fn))
     except (TypeError, ValueError):
         signature = "(?)"
-    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    # Not the module: a script's tools live in __main__ when it runs them and under the
+    # script's name when `mainspring resume --app` imports them; they are the same tools.
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
     return hashlib.sha256(f"{name}{signature}".encode()).hexdigest()
 
 
@@ -269,13 +280,13 @@ class ExecutionActor(Actor):
         self,
         cfg: RunConfig,
         record: Execution,
-        on_end: Callable[[ExecutionResult], None],
+        watcher: RunWatcher,
         live_plan: Plan | None = None,
     ) -> None:
         self._cfg = cfg
         self._live_plan = live_plan  # the plan with inputs unredacted, when we have it
         self._claimed: set[str] = set()
-        self._on_end = on_end
+        self._watcher = watcher
         self._rec = record
         self._budget = record.max_calls if record.max_calls is not None else cfg.max_calls
         self._running: dict[str, _Running] = {}
@@ -514,12 +525,13 @@ class ExecutionActor(Actor):
         self._keep_done = failure is not None
         cfg = self._cfg
         if cfg.planner is None:
-            why = (
-                f"the workspace drifted ({'; '.join(drift)}) and there is no planner to replan"
-                if drift
-                else "no plan was given and the runtime has no planner"
-            )
-            await self._finish("failed", error=why)
+            if drift:
+                await self._pause_for(
+                    f"the workspace drifted ({'; '.join(drift)}) and this runtime has no "
+                    "planner to replan: resume it with one"
+                )
+                return
+            await self._finish("failed", error="no plan was given and the runtime has no planner")
             return
         findings = [f for task in self._tasks.values() for f in task.findings]
         context = PlannerContext(
@@ -534,6 +546,19 @@ class ExecutionActor(Actor):
         self.watch(ref)
         self._by_ref[ref] = ""
         ref.tell_nowait("plan")
+
+    async def _pause_for(self, why: str) -> None:
+        """Stop here, paused (not failed: nothing is lost), saying why; resuming decides."""
+        self._watcher.settling()
+        now = time.time()
+        record = pause_execution(self._snapshot(), self._cfg.owner, now, why)
+        if not await self._commit_record(record):
+            self._cell.request_stop(LeaseLost(self._cfg.owner, detail="the pause was refused"))
+            return
+        self._ended = True
+        await self._release()
+        self._publish(ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=0))
+        self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
 
     async def _planned(self, planned: Planned) -> bool:
         if planned.question is not None:
@@ -971,6 +996,7 @@ class ExecutionActor(Actor):
             await self._finish("failed", error="no step can start and none is running")
 
     async def _wait(self, status: str, pending: Pending) -> None:
+        self._watcher.settling()
         if not await self._commit(status=status, pending=pending):
             return
         self._ended = True
@@ -989,6 +1015,7 @@ class ExecutionActor(Actor):
         self, status: Literal["completed", "failed"], *, error: str | None = None
     ) -> None:
         """The final write, through the same funnel as every other (E4)."""
+        self._watcher.settling()
         if error is not None:
             self._obs["plan"] = Observation(step_id="plan", ok=False, error=redact(error))
         if not await self._commit(status=status, pending=None):
@@ -1343,7 +1370,7 @@ class ExecutionActor(Actor):
             result = getattr(self, "_result", None)
             if result is None:
                 result = result_from(self._rec, outputs=self._outputs, stopped_by=reason)
-            self._on_end(result)
+            self._watcher.ended(result)
 
     async def _wind_down(self, reason: CancelReason) -> None:
         if self._ended:

@@ -53,6 +53,7 @@ from ._execution import (
     ExecutionActor,
     ExecutionResult,
     RunConfig,
+    RunWatcher,
     StopResult,
     StopTask,
     redact_plan,
@@ -166,7 +167,7 @@ class _Spawn:
     record: Execution
     live_plan: Plan | None
     begin: Begin
-    on_end: Callable[[ExecutionResult], None]
+    watcher: RunWatcher
 
 
 class _Executions(Actor):
@@ -179,7 +180,7 @@ class _Executions(Actor):
                 ExecutionActor,
                 message.cfg,
                 message.record,
-                message.on_end,
+                message.watcher,
                 message.live_plan,
                 name=message.record.id,
             )
@@ -193,6 +194,7 @@ class _Executions(Actor):
 class _Live:
     ref: ActorRef
     handle: ExecutionHandle
+    settling: bool = False  # its final or waiting state is being written
 
 
 class Runtime:
@@ -234,7 +236,7 @@ class Runtime:
         """The run live here, or None; a run that is already ending is waited for first,
         so that a control never lands on an actor that can no longer act on it."""
         live = self._live.get(execution_id)
-        if live is not None and not live.ref.is_alive:
+        if live is not None and (live.settling or not live.ref.is_alive):
             await live.handle.wait()
             return None
         return live
@@ -305,14 +307,22 @@ class Runtime:
         self, record: Execution, live_plan: Plan | None, begin: Begin
     ) -> ExecutionHandle:
         handle = ExecutionHandle(record.id)
+        runtime = self
 
-        def ended(result: ExecutionResult) -> None:
-            live = self._live.get(record.id)
-            if live is not None and live.handle is handle:
-                del self._live[record.id]
-            handle._resolve(result)
+        class Watch:
+            def settling(self) -> None:
+                live = runtime._live.get(record.id)
+                if live is not None and live.handle is handle:
+                    live.settling = True
 
-        ref = await self._executions.ask(_Spawn(self._cfg, record, live_plan, begin, ended))
+            def ended(self, result: ExecutionResult) -> None:
+                live = runtime._live.get(record.id)
+                if live is not None and live.handle is handle:
+                    del runtime._live[record.id]
+                handle._resolve(result)
+
+        spawn = _Spawn(self._cfg, record, live_plan, begin, Watch())
+        ref = await self._executions.ask(spawn)
         if isinstance(ref, NameTaken):
             raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
         self._live[record.id] = _Live(ref, handle)
@@ -527,15 +537,34 @@ class Runtime:
                 ok=False, state=task.state, reason=f"the task already {task.state}", **base
             )
         operator = self._operator
+        if stored.terminal:
+            # A finished run has no runner and no lease to take: a task it left unfinished
+            # is marked cancelled directly, as long as the run stays finished.
+            return await self._mark_stopped(execution_id, task_id, operation, base, None)
         acquired = await self._committer.acquire(execution_id, operator, self._cfg.lease_ttl)
         if not acquired.acquired:
             return await self._request_stop(execution_id, task_id, operation, base)
+        try:
+            return await self._mark_stopped(execution_id, task_id, operation, base, operator)
+        finally:
+            await self._committer.release(execution_id, operator)
+
+    async def _mark_stopped(
+        self,
+        execution_id: str,
+        task_id: str,
+        operation: str,
+        base: dict[str, Any],
+        operator: str | None,
+    ) -> StopResult:
         stopped: list[AgentTaskRecord] = []
 
         def change(stored: Execution, now: float) -> Execution | None:
-            # S1: decided on the record as it is under our lease, whatever its status
-            # (a paused run's task can be stopped too).
-            if holder(stored.lease, now) != operator:
+            # S1: decided on the record as it is now, under our lease (or, for a finished
+            # run, as long as it is still finished), whatever its status.
+            if operator is None and not stored.terminal:
+                return None
+            if operator is not None and holder(stored.lease, now) != operator:
                 return None
             record, task = stop_task(stored, task_id, operation, now)
             if task is None:
@@ -543,17 +572,9 @@ class Runtime:
             stopped.append(task)
             return record
 
-        try:
-            await self._committer.edit(execution_id, change)
-        finally:
-            await self._committer.release(execution_id, operator)
+        await self._committer.edit(execution_id, change)
         if not stopped:
-            now_task = next(
-                (t for t in task_records(await self._require(execution_id)) if t.id == task_id),
-                None,
-            )
-            state = now_task.state if now_task is not None else "unknown"
-            return StopResult(ok=False, state=state, reason="the task already ended", **base)
+            return await self._stop_refused(execution_id, task_id, base)
         self._bus.publish(
             AgentTaskStopped(
                 execution_id=execution_id,
@@ -565,24 +586,39 @@ class Runtime:
         )
         return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
 
+    async def _stop_refused(
+        self, execution_id: str, task_id: str, base: dict[str, Any]
+    ) -> StopResult:
+        stored = await self._require(execution_id)
+        task = next((t for t in task_records(stored) if t.id == task_id), None)
+        state = task.state if task is not None else "unknown"
+        why = (
+            f"the task already {state}"
+            if task is not None and task.terminal
+            else ("the execution changed meanwhile; try again")
+        )
+        return StopResult(ok=False, state=state, reason=why, **base)
+
     async def _request_stop(
         self, execution_id: str, task_id: str, operation: str, base: dict[str, Any]
     ) -> StopResult:
         request = stop_request(operation, task_id)
+        runner: list[str] = []
 
         def change(stored: Execution, now: float) -> Execution | None:
-            if stored.terminal:
-                return None
+            owner = holder(stored.lease, now)
+            if stored.terminal or owner is None:
+                return None  # nobody would act on a request: say so instead
+            runner.append(owner)
             stored = add_control(stored, "stop-task", self._cfg.owner, now, request)
             return attrs.evolve(stored, stop_requests=(*stored.stop_requests, request)[-100:])
 
-        written = await self._committer.edit(execution_id, change)
-        stored = written or await self._require(execution_id)
-        owner = holder(stored.lease, time.time()) or "its runner"
+        if await self._committer.edit(execution_id, change) is None:
+            return await self._stop_refused(execution_id, task_id, base)
         return StopResult(
             ok=True,
             state="stopping",
-            reason=f"requested: {owner} stops it within one heartbeat",
+            reason=f"requested: {runner[0]} stops it within one heartbeat",
             **base,
         )
 

@@ -1,7 +1,6 @@
-"""Review findings: the `mainspring` command, the Runtime's control paths and the examples.
-
-Each test asserts the behaviour README.md / DESIGN.md promise; each fails today.
-"""
+"""Edge cases of the `mainspring` command, the Runtime's control paths and the examples,
+found in review: reads that changed what they read, silent no-ops, tracebacks instead of
+exit codes, redaction gaps. Each asserts what README.md and DESIGN.md promise."""
 
 from __future__ import annotations
 
@@ -73,8 +72,8 @@ def test_ls_on_a_directory_that_is_not_a_store_neither_chmods_it_nor_calls_it_em
     project.chmod(0o755)
     (project / "notes.txt").write_text("not a store")
     code, _ = _run("ls", "--store", str(project))
-    assert _mode(project) == 0o755  # today: chmod'ed to 0700 by FileStore.__init__
-    assert code == EXIT_NO_STORE  # today: 0 and an empty table
+    assert _mode(project) == 0o755  # it used to: chmod'ed to 0700 by FileStore.__init__
+    assert code == EXIT_NO_STORE  # it used to: 0 and an empty table
 
 
 @pytest.mark.parametrize("kind", ["foreign-sqlite", "empty-file"])
@@ -90,7 +89,7 @@ def test_ls_on_a_sqlite_file_that_is_not_ours_leaves_it_alone(tmp_path: Path, ki
     db.chmod(0o644)
     before = db.read_bytes()
     code, _ = _run("ls", "--store", str(db))
-    # today: journal_mode switched to WAL, an `executions` table added, mode 0600, exit 0
+    # it used to: journal_mode switched to WAL, an `executions` table added, mode 0600, exit 0
     assert (db.read_bytes() == before, _mode(db)) == (True, 0o644)
     assert code == EXIT_NO_STORE
 
@@ -101,7 +100,7 @@ def test_a_file_that_is_not_sqlite_is_refused_without_a_chmod(tmp_path: Path) ->
     notes.chmod(0o644)
     code, _ = _run("ls", "--store", str(notes))
     assert code == EXIT_NO_STORE
-    assert _mode(notes) == 0o644  # today: 0600 (SqliteStore chmods before sqlite3 refuses)
+    assert _mode(notes) == 0o644  # it used to: 0600 (SqliteStore chmods before sqlite3 refuses)
 
 
 # -- 2. bad stores and bad records end in a traceback instead of an exit code ------------------
@@ -117,7 +116,7 @@ def test_a_corrupt_sqlite_store_is_an_exit_code_not_a_traceback(
     assert len(data) > 4096
     data[4096:] = b"\xab" * (len(data) - 4096)  # page 1 (the header) intact, the rest garbage
     store.write_bytes(bytes(data))
-    code, _ = _run(command, "--store", str(store))  # today: sqlite3.DatabaseError escapes
+    code, _ = _run(command, "--store", str(store))  # it used to: sqlite3.DatabaseError escapes
     assert code in (EXIT_FAILED, EXIT_NO_STORE)
 
 
@@ -130,7 +129,7 @@ def test_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
     elsewhere = tmp_path / "elsewhere.json"
     record.rename(elsewhere)
     record.symlink_to(elsewhere)  # O_NOFOLLOW -> OSError(ELOOP); EACCES takes the same path
-    code, _ = _run("show", "ex-1", "--store", str(files))  # today: OSError escapes
+    code, _ = _run("show", "ex-1", "--store", str(files))  # it used to: OSError escapes
     assert code == EXIT_FAILED
 
 
@@ -143,7 +142,7 @@ def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
     raw["updated_at"] = 1e300  # accepted by the strict record parser
     (files / "ex-done.json").write_text(json.dumps(raw))
     assert ms.FileStore(files).get("ex-done") is not None
-    code, out = _run("ls", "--store", str(files))  # today: OverflowError in _when
+    code, out = _run("ls", "--store", str(files))  # it used to: OverflowError in _when
     assert code in (EXIT_OK, EXIT_FAILED)
     assert "ex-1" in out
 
@@ -168,7 +167,7 @@ def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
     sqlite.close()
     assert stored is not None
     (task,) = ms.parse_agent_tasks(stored)[0]
-    # today: ok=True, state "stopping", "its runner stops it within one heartbeat", exit 0,
+    # it used to: ok=True, state "stopping", "its runner stops it within one heartbeat", exit 0,
     # and nothing was written: the task stays unfinished forever.
     assert result["state"] != "stopping"
     assert code != EXIT_OK or task.state == "cancelled"
@@ -185,7 +184,7 @@ def test_a_control_refused_because_the_run_is_terminal_exits_1(
     _make_store(store)
     code, out = _run(command, "ex-done", "--store", str(store))
     assert "completed" in out  # nothing changed ...
-    assert code == EXIT_FAILED  # ... so it was refused (README: 1); today 0, like a success
+    assert code == EXIT_FAILED  # ... so it was refused (README: 1); it used to be 0, like a success
 
 
 def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
@@ -197,7 +196,7 @@ def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "brokenapp", raising=False)
     code, _ = _run("resume", "ex-1", "--store", str(store), "--app", "brokenapp:config")
-    assert code == EXIT_USAGE  # today: RuntimeError escapes (exit 1 with a traceback)
+    assert code == EXIT_USAGE  # it used to: RuntimeError escapes (exit 1 with a traceback)
 
 
 # -- 5. "everything printed is redacted"; E7 "reports how many it dropped" ------------------------
@@ -211,7 +210,7 @@ def test_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> No
                               updated_at=now))  # fmt: skip
     code, out = _run("ls", "--store", str(tmp_path / "files"))
     assert code == EXIT_OK
-    assert "ZZZZZZZZ" not in out  # today: clamped to 40 chars first, so the pattern misses
+    assert "ZZZZZZZZ" not in out  # it used to: clamped to 40 chars first, so the pattern misses
 
 
 def test_error_messages_are_redacted_too(
@@ -221,7 +220,7 @@ def test_error_messages_are_redacted_too(
     _make_store(store)
     code, _ = _run("pause", SECRET, "--store", str(store))  # a token pasted as the id
     assert code == 3
-    assert SECRET not in capsys.readouterr().err  # today: printed as is
+    assert SECRET not in capsys.readouterr().err  # it used to: printed as is
 
 
 def test_tasks_and_ls_json_say_what_they_could_not_read(
@@ -287,7 +286,7 @@ def test_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
     monkeypatch.delitem(sys.modules, "myapp", raising=False)
     _, out = _run("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
                   "--answer", "yes")  # fmt: skip
-    # today: "tool inc changed" (its hash includes __module__), no planner -> the run is
+    # it used to: "tool inc changed" (its hash includes __module__), no planner -> the run is
     # failed for good, and the command still exits 0.
     assert "completed" in out, out
 
@@ -348,7 +347,7 @@ async def test_fastapi_example_answers_400_for_a_bad_id_on_every_endpoint(
                     ("POST", "/executions/bad%20id/resume"),
                 ]
             }
-    assert set(codes.values()) == {400}, codes  # today: 500 (InvalidId unhandled)
+    assert set(codes.values()) == {400}, codes  # it used to: 500 (InvalidId unhandled)
 
 
 @pytest_anyio
@@ -374,7 +373,7 @@ async def test_fastapi_example_resumes_runs_the_last_shutdown_interrupted(
             while (await app.state.runtime.get("ex-left")).status == "running":  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         status = (await app.state.runtime.get("ex-left")).status
-    assert status != "running"  # today: nobody calls rt.recover(); it stays orphaned
+    assert status != "running"  # it used to: nobody calls rt.recover(); it stays orphaned
 
 
 @pytest_anyio
@@ -397,4 +396,4 @@ async def test_fastapi_example_accepts_an_answer_once_get_says_waiting(fastapi_a
             resumed = await client.post(
                 f"/executions/{execution_id}/resume", json={"answer": "deep"}
             )
-            assert resumed.status_code == 202, resumed.text  # today: 409 "busy"
+            assert resumed.status_code == 202, resumed.text  # it used to: 409 "busy"
