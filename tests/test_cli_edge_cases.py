@@ -20,21 +20,13 @@ import pytest
 import mainspring as ms
 from mainspring.cli import EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, main
 
+from ._cli_kit import inc, run_cli
+
 SECRET = "ghp_" + "Z" * 36
 
 
-def _run(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(argv), stdout=out)
-    return code, out.getvalue()
-
-
-async def _inc(x: int = 0) -> int:
-    return x + 1
-
-
 async def _asker(ctx: ms.AgentContext, input: Any) -> str:
-    await ctx.step("look", _inc, 1)
+    await ctx.step("look", inc, 1)
     return await ctx.ask("go on?")
 
 
@@ -49,7 +41,7 @@ def _make_store(path: Path) -> None:
     """ex-1 waits for an agent's answer; ex-done completed."""
 
     async def build() -> None:
-        async with ms.open_runtime(store=path, tools={"inc": _inc}, agents={"asker": _asker}) as rt:
+        async with ms.open_runtime(store=path, tools={"inc": inc}, agents={"asker": _asker}) as rt:
             await (await rt.start("first", _plan(), execution_id="ex-1")).wait()
             only_tools = ms.Plan(id="q", goal="g", steps=(ms.PlanStep(id="s", tool="inc"),))
             await (await rt.start("done", only_tools, execution_id="ex-done")).wait()
@@ -71,7 +63,7 @@ def test_ls_on_a_directory_that_is_not_a_store_neither_chmods_it_nor_calls_it_em
     project.mkdir()
     project.chmod(0o755)
     (project / "notes.txt").write_text("not a store")
-    code, _ = _run("ls", "--store", str(project))
+    code, _ = run_cli("ls", "--store", str(project))
     assert _mode(project) == 0o755  # it used to: chmod'ed to 0700 by FileStore.__init__
     assert code == EXIT_NO_STORE  # it used to: 0 and an empty table
 
@@ -88,7 +80,7 @@ def test_ls_on_a_sqlite_file_that_is_not_ours_leaves_it_alone(tmp_path: Path, ki
         db.touch()
     db.chmod(0o644)
     before = db.read_bytes()
-    code, _ = _run("ls", "--store", str(db))
+    code, _ = run_cli("ls", "--store", str(db))
     # it used to: journal_mode switched to WAL, an `executions` table added, mode 0600, exit 0
     assert (db.read_bytes() == before, _mode(db)) == (True, 0o644)
     assert code == EXIT_NO_STORE
@@ -98,7 +90,7 @@ def test_a_file_that_is_not_sqlite_is_refused_without_a_chmod(tmp_path: Path) ->
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
     notes.chmod(0o644)
-    code, _ = _run("ls", "--store", str(notes))
+    code, _ = run_cli("ls", "--store", str(notes))
     assert code == EXIT_NO_STORE
     assert _mode(notes) == 0o644  # it used to: 0600 (SqliteStore chmods before sqlite3 refuses)
 
@@ -116,7 +108,7 @@ def test_a_corrupt_sqlite_store_is_an_exit_code_not_a_traceback(
     assert len(data) > 4096
     data[4096:] = b"\xab" * (len(data) - 4096)  # page 1 (the header) intact, the rest garbage
     store.write_bytes(bytes(data))
-    code, _ = _run(command, "--store", str(store))  # it used to: sqlite3.DatabaseError escapes
+    code, _ = run_cli(command, "--store", str(store))  # it used to: sqlite3.DatabaseError escapes
     assert code in (EXIT_FAILED, EXIT_NO_STORE)
 
 
@@ -129,7 +121,7 @@ def test_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
     elsewhere = tmp_path / "elsewhere.json"
     record.rename(elsewhere)
     record.symlink_to(elsewhere)  # O_NOFOLLOW -> OSError(ELOOP); EACCES takes the same path
-    code, _ = _run("show", "ex-1", "--store", str(files))  # it used to: OSError escapes
+    code, _ = run_cli("show", "ex-1", "--store", str(files))  # it used to: OSError escapes
     assert code == EXIT_FAILED
 
 
@@ -142,7 +134,7 @@ def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
     raw["updated_at"] = 1e300  # accepted by the strict record parser
     (files / "ex-done.json").write_text(json.dumps(raw))
     assert ms.FileStore(files).get("ex-done") is not None
-    code, out = _run("ls", "--store", str(files))  # it used to: OverflowError in _when
+    code, out = run_cli("ls", "--store", str(files))  # it used to: OverflowError in _when
     assert code in (EXIT_OK, EXIT_FAILED)
     assert "ex-1" in out
 
@@ -160,7 +152,7 @@ def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
     sqlite = ms.SqliteStore(store)
     sqlite.edit("ex-1", lambda e, now: attrs.evolve(e, status="failed", pending=None))
     sqlite.close()
-    code, out = _run("stop-task", "ex-1:t1", "--store", str(store), "--json")
+    code, out = run_cli("stop-task", "ex-1:t1", "--store", str(store), "--json")
     result = json.loads(out)
     sqlite = ms.SqliteStore(store)
     stored = sqlite.get("ex-1")
@@ -182,7 +174,7 @@ def test_a_control_refused_because_the_run_is_terminal_exits_1(
 ) -> None:
     store = tmp_path / "s.sqlite3"
     _make_store(store)
-    code, out = _run(command, "ex-done", "--store", str(store))
+    code, out = run_cli(command, "ex-done", "--store", str(store))
     assert "completed" in out  # nothing changed ...
     assert code == EXIT_FAILED  # ... so it was refused (README: 1); it used to be 0, like a success
 
@@ -195,7 +187,7 @@ def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
     (tmp_path / "brokenapp.py").write_text("raise RuntimeError('no DATABASE_URL set')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "brokenapp", raising=False)
-    code, _ = _run("resume", "ex-1", "--store", str(store), "--app", "brokenapp:config")
+    code, _ = run_cli("resume", "ex-1", "--store", str(store), "--app", "brokenapp:config")
     assert code == EXIT_USAGE  # it used to: RuntimeError escapes (exit 1 with a traceback)
 
 
@@ -208,7 +200,7 @@ def test_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> No
     goal = f"push with {SECRET} now"  # a record not written through the runtime
     files.create(ms.Execution(id="ex-s", goal=goal, status="planned", created_at=now,
                               updated_at=now))  # fmt: skip
-    code, out = _run("ls", "--store", str(tmp_path / "files"))
+    code, out = run_cli("ls", "--store", str(tmp_path / "files"))
     assert code == EXIT_OK
     assert "ZZZZZZZZ" not in out  # it used to: clamped to 40 chars first, so the pattern misses
 
@@ -218,7 +210,7 @@ def test_error_messages_are_redacted_too(
 ) -> None:
     store = tmp_path / "s.sqlite3"
     _make_store(store)
-    code, _ = _run("pause", SECRET, "--store", str(store))  # a token pasted as the id
+    code, _ = run_cli("pause", SECRET, "--store", str(store))  # a token pasted as the id
     assert code == 3
     assert SECRET not in capsys.readouterr().err  # it used to: printed as is
 
@@ -232,11 +224,11 @@ def test_tasks_and_ls_json_say_what_they_could_not_read(
     raw["agent_tasks"].append({**raw["agent_tasks"][0], "id": "ex-1:t9", "bogus": 1})
     (files / "ex-1.json").write_text(json.dumps(raw))
     (files / "broken.json").write_text("{not json")
-    _, out = _run("show", "ex-1", "--store", str(files))
+    _, out = run_cli("show", "ex-1", "--store", str(files))
     assert "1 unreadable" in out  # show reports it ...
-    _, out = _run("tasks", "ex-1", "--store", str(files))
+    _, out = run_cli("tasks", "ex-1", "--store", str(files))
     assert "unreadable" in out + capsys.readouterr().err  # ... tasks drops it silently
-    _, out = _run("ls", "--store", str(files), "--json")
+    _, out = run_cli("ls", "--store", str(files), "--json")
     assert "broken" in out + capsys.readouterr().err  # ... and ls --json drops broken.json
 
 
@@ -284,7 +276,7 @@ def test_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
     assert anyio.run(start) == "waiting_for_clarification"
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "myapp", raising=False)
-    _, out = _run("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
+    _, out = run_cli("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
                   "--answer", "yes")  # fmt: skip
     # it used to: "tool inc changed" (its hash includes __module__), no planner -> the run is
     # failed for good, and the command still exits 0.
@@ -299,7 +291,7 @@ pytest_anyio = pytest.mark.anyio
 @pytest_anyio
 async def test_resume_with_an_answer_once_the_store_says_waiting(tmp_path: Path) -> None:
     async with ms.open_runtime(
-        store=tmp_path / "s.sqlite3", tools={"inc": _inc}, agents={"asker": _asker}
+        store=tmp_path / "s.sqlite3", tools={"inc": inc}, agents={"asker": _asker}
     ) as rt:
         await rt.start("g", _plan(), execution_id="ex-1")
         with anyio.fail_after(10):

@@ -24,21 +24,13 @@ from mainspring.cli import (
     main,
 )
 
+from ._cli_kit import inc, run_cli
+
 SECRET = "ghp_" + "a" * 36
 
 
-def _run(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(argv), stdout=out)
-    return code, out.getvalue()
-
-
-async def _inc(x: int = 0) -> int:
-    return x + 1
-
-
 async def _asker(ctx: ms.AgentContext, input: Any) -> str:
-    await ctx.step("look", _inc, 1)
+    await ctx.step("look", inc, 1)
     return await ctx.ask(f"token {SECRET} ok?")
 
 
@@ -64,7 +56,7 @@ def _plan() -> ms.Plan:
 
 def _make_store(path: Path) -> str:
     async def build() -> str:
-        async with ms.open_runtime(store=path, tools={"inc": _inc}, agents={"asker": _asker}) as rt:
+        async with ms.open_runtime(store=path, tools={"inc": inc}, agents={"asker": _asker}) as rt:
             result = await (
                 await rt.start(f"goal with {SECRET}", _plan(), execution_id="ex-1")
             ).wait()
@@ -82,14 +74,14 @@ def store(tmp_path: Path) -> Path:
 
 
 def test_ls_lists_executions_as_a_table_and_as_json(store: Path) -> None:
-    code, out = _run("ls", "--store", str(store))
+    code, out = run_cli("ls", "--store", str(store))
     assert code == EXIT_OK
     header, *rows = out.splitlines()
     assert header.split() == ["ID", "STATUS", "GOAL", "STEPS", "CALLS", "LEASE", "UPDATED"]
     assert {row.split()[0] for row in rows} == {"ex-1", "ex-2"}
     assert "waiting_for_clarification" in out
     assert SECRET not in out
-    code, out = _run("ls", "--store", str(store), "--json")
+    code, out = run_cli("ls", "--store", str(store), "--json")
     data = json.loads(out)
     assert {d["id"] for d in data} == {"ex-1", "ex-2"}
     assert data[0]["steps_total"] == 2
@@ -97,43 +89,43 @@ def test_ls_lists_executions_as_a_table_and_as_json(store: Path) -> None:
 
 
 def test_show_and_tasks_say_everything_redacted(store: Path) -> None:
-    code, out = _run("show", "ex-1", "--store", str(store))
+    code, out = run_cli("show", "ex-1", "--store", str(store))
     assert code == EXIT_OK
     assert "pending: clarification (agent task ex-1:t1)" in out
     assert "STEP" in out
     assert "s1" in out
     assert "checkpoints" in out
     assert SECRET not in out
-    code, out = _run("tasks", "ex-1", "--store", str(store), "--json")
+    code, out = run_cli("tasks", "ex-1", "--store", str(store), "--json")
     (task,) = json.loads(out)
     assert task["state"] == "waiting_for_clarification"
-    code, out = _run("tasks", "--store", str(store))
+    code, out = run_cli("tasks", "--store", str(store))
     assert out.count("waiting_for_clarification") == 2
 
 
 def test_unknown_ids_bad_ids_and_missing_stores_have_their_exit_codes(
     store: Path, tmp_path: Path
 ) -> None:
-    assert _run("show", "nope", "--store", str(store))[0] == EXIT_UNKNOWN
-    assert _run("show", "../x", "--store", str(store))[0] == EXIT_USAGE
-    assert _run("ls", "--store", str(tmp_path / "missing.sqlite3"))[0] == EXIT_NO_STORE
+    assert run_cli("show", "nope", "--store", str(store))[0] == EXIT_UNKNOWN
+    assert run_cli("show", "../x", "--store", str(store))[0] == EXIT_USAGE
+    assert run_cli("ls", "--store", str(tmp_path / "missing.sqlite3"))[0] == EXIT_NO_STORE
     assert not (tmp_path / "missing.sqlite3").exists()  # never created by accident
-    assert _run("stop-task", "nope:t1", "--store", str(store))[0] == EXIT_UNKNOWN
-    assert _run()[0] == EXIT_USAGE
+    assert run_cli("stop-task", "nope:t1", "--store", str(store))[0] == EXIT_UNKNOWN
+    assert run_cli()[0] == EXIT_USAGE
 
 
 def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
-    code, out = _run("stop-task", "ex-2:t1", "--store", str(store))
+    code, out = run_cli("stop-task", "ex-2:t1", "--store", str(store))
     assert code == EXIT_OK
     assert "ex-2:t1: cancelled" in out
-    code, out = _run("stop-task", "ex-2:t1", "--store", str(store), "--json")
+    code, out = run_cli("stop-task", "ex-2:t1", "--store", str(store), "--json")
     assert code == EXIT_FAILED  # already finished: reported, not repeated
     assert json.loads(out)["state"] == "cancelled"
-    code, out = _run("pause", "ex-1", "--store", str(store), "--reason", "lunch")
+    code, out = run_cli("pause", "ex-1", "--store", str(store), "--reason", "lunch")
     assert (code, "paused" in out) == (EXIT_OK, True)
-    code, out = _run("cancel", "ex-1", "--store", str(store))
+    code, out = run_cli("cancel", "ex-1", "--store", str(store))
     assert (code, "cancelled" in out) == (EXIT_OK, True)
-    code, out = _run("show", "ex-1", "--store", str(store))
+    code, out = run_cli("show", "ex-1", "--store", str(store))
     assert "pause by" in out
     assert "cancel by" in out
 
@@ -145,13 +137,13 @@ def test_resume_runs_user_code_named_by_app(
     monkeypatch.chdir(tmp_path)
     # The app's tools are not the ones that started the run: that is drift, and this
     # runtime has no planner, so the run pauses (nothing is lost) and says why.
-    code, out = _run("resume", "ex-2", "--store", str(store), "--app", "myapp:config",
+    code, out = run_cli("resume", "ex-2", "--store", str(store), "--app", "myapp:config",
                      "--answer", "yes")  # fmt: skip
     assert code == EXIT_OK
     assert "ex-2: paused" in out
     assert "why: the workspace drifted (tool inc changed)" in out
-    assert _run("resume", "ex-1", "--store", str(store), "--app", "nope")[0] == EXIT_USAGE
-    assert _run("resume", "ex-1", "--store", str(store), "--app", "missing:x")[0] == EXIT_USAGE
+    assert run_cli("resume", "ex-1", "--store", str(store), "--app", "nope")[0] == EXIT_USAGE
+    assert run_cli("resume", "ex-1", "--store", str(store), "--app", "missing:x")[0] == EXIT_USAGE
 
 
 def test_a_busy_execution_is_reported_with_its_owner(
@@ -165,11 +157,11 @@ def test_a_busy_execution_is_reported_with_its_owner(
     sqlite = ms.SqliteStore(store)
     assert sqlite.acquire("ex-1", "elsewhere:1:abcd", ttl=60).acquired
     sqlite.close()
-    code, _ = _run("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
+    code, _ = run_cli("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
                    "--answer", "yes")  # fmt: skip
     assert code == EXIT_BUSY
     assert "ex-1 is busy: held by elsewhere:1:abcd until" in capsys.readouterr().err
-    code, _ = _run("resume", "ex-1", "--store", str(store), "--app", "json:loads")
+    code, _ = run_cli("resume", "ex-1", "--store", str(store), "--app", "json:loads")
     assert code == EXIT_USAGE  # json.loads() gives no configuration
     assert "--app json:loads failed" in capsys.readouterr().err
 
@@ -177,7 +169,7 @@ def test_a_busy_execution_is_reported_with_its_owner(
 def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     files = tmp_path / "files"
     _make_store(files)
-    assert _run("doctor", "--store", str(files))[0] == EXIT_OK
+    assert run_cli("doctor", "--store", str(files))[0] == EXIT_OK
     store = ms.FileStore(files)
     stored = store.get("ex-1")
     assert stored is not None
@@ -195,7 +187,7 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     (files / "broken.json").write_text("{not json")
     (files / ".tmp-abandoned.json").write_text("half")
     before = {p.name: p.read_bytes() for p in files.iterdir()}
-    code, out = _run("doctor", "--store", str(files), "--json")
+    code, out = run_cli("doctor", "--store", str(files), "--json")
     assert code == EXIT_FAILED
     problems = {f["problem"] for f in json.loads(out)["findings"]}
     assert problems == {"unreadable", "orphaned", "stray-temp-file"}
@@ -203,12 +195,12 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
 
 
 def test_events_prints_state_changes(store: Path) -> None:
-    code, out = _run("events", "--store", str(store), "--json")
+    code, out = run_cli("events", "--store", str(store), "--json")
     assert code == EXIT_OK
     changes = [json.loads(line) for line in out.splitlines()]
     assert {"execution_id": "ex-1", "kind": "step", "id": "s1", "state": "succeeded"} in changes
     assert all(set(c) <= {"execution_id", "kind", "id", "state"} for c in changes)
-    code, out = _run("events", "--store", str(store), "--follow", "--max-polls", "2",
+    code, out = run_cli("events", "--store", str(store), "--follow", "--max-polls", "2",
                      "--interval", "0.01")  # fmt: skip
     assert code == EXIT_OK
     assert "ex-2  execution" in out
