@@ -13,6 +13,9 @@ import anyio
 
 import mainspring as ms
 
+#: A short lease with fast heartbeats: controls from "another process" land within a tick.
+FAST: dict[str, Any] = {"lease_ttl": 0.6, "heartbeat_interval": 0.05}
+
 
 def linear(n: int, *, tool: str = "inc", plan_id: str = "p") -> ms.Plan:
     """``s0 -> s1 -> ... -> s{n-1}``, each a tool step."""

@@ -14,6 +14,7 @@ import pytest
 import mainspring as ms
 
 from ._kit import (
+    FAST,
     Gate,
     Ledger,
     agent,
@@ -28,8 +29,6 @@ from ._kit import (
 )
 
 pytestmark = pytest.mark.anyio
-
-FAST = {"lease_ttl": 0.6, "heartbeat_interval": 0.05}
 
 
 async def test_R1_pause_stops_live_work_with_Pause_requeues_tasks_and_releases(

@@ -14,6 +14,7 @@ import pytest
 import mainspring as ms
 
 from ._kit import (
+    FAST,
     Gate,
     Ledger,
     agent,
@@ -27,8 +28,6 @@ from ._kit import (
 )
 
 pytestmark = pytest.mark.anyio
-
-FAST = {"lease_ttl": 0.6, "heartbeat_interval": 0.05}
 
 
 async def _started_and_waiting(rt: ms.Runtime, plan: ms.Plan) -> ms.ExecutionHandle:
