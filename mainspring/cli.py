@@ -137,8 +137,8 @@ def _open(path: Path, *, write: bool) -> tuple[Store, Callable[[], None]]:
         )
     try:
         if path.is_dir():
-            FileStore(path, read_only=True)  # proves it is a store before anything else
-            return FileStore(path, read_only=not write), lambda: None
+            files = FileStore(path, read_only=True)  # proves it is a store, changing nothing
+            return (FileStore(path) if write else files), lambda: None
         probe = SqliteStore(path, read_only=True)
         if write:
             probe.close()

@@ -1337,7 +1337,7 @@ class ExecutionActor(Actor):
         cfg = self._cfg
         try:
             outcome, stored = await cfg.committer.renew(self._rec.id, cfg.owner, cfg.lease_ttl)
-        except Exception:
+        except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
             outcome, stored = CommitOutcome.RELEASED, None
         if outcome is not CommitOutcome.OK:
             self._refused(outcome)
@@ -1436,7 +1436,7 @@ class ExecutionActor(Actor):
         store = self._cfg.committer.store
         try:
             stored = await anyio.to_thread.run_sync(store.get, self._rec.id)
-        except Exception:
+        except Exception:  # unreadable now: our last copy is the best we can report
             stored = None
         record = stored if stored is not None else self._rec
         self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
@@ -1444,7 +1444,7 @@ class ExecutionActor(Actor):
     async def _commit_record(self, record: Execution) -> bool:
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
-        except Exception as exc:
+        except Exception as exc:  # not saved: the result says so; the lease lapses on its own
             self._result = result_from(self._rec, outputs=self._outputs, error=str(exc))
             return False
         if outcome is CommitOutcome.OK:

@@ -212,8 +212,11 @@ async def test_S1_a_stop_during_a_cancel_does_not_take_the_runners_lease(
         await entered.wait()
         (task,) = await rt.agent_tasks(handle.execution_id)
         async with anyio.create_task_group() as tg:
+            live = rt._live[handle.execution_id]
             tg.start_soon(rt.cancel, handle.execution_id)
-            await anyio.sleep(0.05)  # the cancel is under way; the task is still unwinding
+            with anyio.fail_after(5):
+                while live.ref.is_alive:  # the cancel is under way; the task still unwinds
+                    await anyio.lowlevel.checkpoint()
             await rt.stop_agent_task(task.id)
         result = await handle.wait()
         record = stored(rt, handle.execution_id)
