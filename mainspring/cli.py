@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import anyio
 import attrs
@@ -78,6 +78,10 @@ class _Out:
 
     def data(self, value: Any) -> None:
         print(json.dumps(redact(value), default=str), file=self.stream, flush=True)
+
+    def warn(self, message: str) -> None:
+        """A note on stderr (stdout stays parseable): JSON too with ``--json``."""
+        _say({"warning": message} if self.as_json else message)
 
     def paint(self, text: str, status: str) -> str:
         if not self.color:
@@ -210,7 +214,7 @@ def _ls(store: Store, out: _Out, _: argparse.Namespace) -> int:
             for e in executions
         ]
         out.table(["id", "status", "goal", "steps", "calls", "lease", "updated"], rows, 1)
-    _report_unreadable(0, listing.problems)
+    _report_unreadable(out, 0, listing.problems)
     return EXIT_OK
 
 
@@ -311,17 +315,17 @@ def _tasks(store: Store, out: _Out, args: argparse.Namespace) -> int:
             _task_rows(tasks),
             1,
         )
-    _report_unreadable(dropped, problems)
+    _report_unreadable(out, dropped, problems)
     return EXIT_OK
 
 
-def _report_unreadable(dropped: int, problems: Sequence[Any]) -> None:
+def _report_unreadable(out: _Out, dropped: int, problems: Sequence[Any]) -> None:
     """What could not be read is said (on stderr, so --json output stays parseable), never
     silently left out (E7)."""
     if dropped:
-        _fail(f"{dropped} unreadable agent task records not shown (mainspring doctor)", 0)
+        out.warn(f"{dropped} unreadable agent task records not shown (mainspring doctor)")
     for problem in problems:
-        _fail(f"unreadable execution {problem.id}: {problem.error}", 0)
+        out.warn(f"unreadable execution {problem.id}: {problem.error}")
 
 
 def _snapshot(store: Store) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
@@ -512,7 +516,18 @@ async def _progress(rt: Any, out: _Out, execution_id: str) -> None:
 # -- the parser ------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+class _UsageError(Exception):
+    """A command line that does not parse, when errors are to be JSON (``--json``)."""
+
+
+class _JsonErrorsParser(argparse.ArgumentParser):
+    """argparse whose errors are raised, to be printed as JSON, instead of printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
@@ -525,7 +540,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
-    parser = argparse.ArgumentParser(
+    parser = (_JsonErrorsParser if json_errors else argparse.ArgumentParser)(
         prog="mainspring",
         description="An embedded actor runtime for durable agent executions.",
         epilog="exit codes: 0 ok, 1 refused or problems found, 2 usage, 3 unknown id, "
@@ -595,33 +610,40 @@ _READS: dict[str, Callable[[Store, _Out, argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Entry point of the ``mainspring`` console script; returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    parser = _parser(json_errors=as_json)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE, as_json=True)
     stream = stdout or sys.stdout
     if args.command is None:
         parser.print_help(stream)
         return EXIT_USAGE
     if args.command in ("demo", "demo-reasons"):
         return _demo(parser, args)
-    args.store_path = str(_store_path(getattr(args, "store_path", None)))
-    as_json = bool(getattr(args, "json", False))
+    given = getattr(args, "store_path", None)
+    args.store_given = given is not None
+    args.store_path = str(_store_path(given))
     color = stream.isatty() and "NO_COLOR" not in os.environ and not as_json
     out = _Out(stream, as_json=as_json, color=color)
     try:
         return _dispatch(args, out)
     except CliError as exc:
-        return _fail(str(exc), exc.code)
+        return _fail(str(exc), exc.code, as_json=as_json)
     except UnknownExecution as exc:
-        return _fail(str(exc), EXIT_UNKNOWN)
+        return _fail(str(exc), EXIT_UNKNOWN, as_json=as_json)
     except ExecutionBusy as exc:
         lease = exc.lease
         until = f" until {_when(lease.expires_at)}" if lease is not None and lease.owner else ""
         owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
-        return _fail(f"{exc.execution_id} is busy: held{owner}{until} ({exc})", EXIT_BUSY)
+        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
+        return _fail(message, EXIT_BUSY, as_json=as_json)
     except InvalidId as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return _fail(str(exc), EXIT_USAGE, as_json=as_json)
     except (StorageError, sqlite3.Error) as exc:
-        return _fail(f"the store failed: {exc}", EXIT_NO_STORE)
+        return _fail(f"the store failed: {exc}", EXIT_NO_STORE, as_json=as_json)
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining
         # about the closed pipe at exit.
@@ -630,8 +652,17 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return EXIT_OK
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"mainspring: {redact(message)}", file=sys.stderr)
+def _say(message: str | dict[str, Any]) -> None:
+    """One line on stderr, redacted: ``mainspring: ...``, or a JSON object."""
+    if isinstance(message, dict):
+        print(json.dumps(redact(message), default=str), file=sys.stderr, flush=True)
+    else:
+        print(f"mainspring: {redact(message)}", file=sys.stderr, flush=True)
+
+
+def _fail(message: str, code: int, *, as_json: bool = False) -> int:
+    """Report an error on stderr (``{"error": ..., "code": N}`` with --json); return code."""
+    _say({"error": message, "code": code} if as_json else message)
     return code
 
 
@@ -642,13 +673,69 @@ def _dispatch(args: argparse.Namespace, out: _Out) -> int:
             check_id(args.id)
         except InvalidId:
             raise CliError(f"{args.id!r} is not a valid task id", EXIT_USAGE) from None
-    store, close = _open(Path(args.store_path), write=write)
+    path = Path(args.store_path)
+    if not args.store_given and not path.exists():
+        return _nothing_here_yet(path, out, args)
+    store, close = _open(path, write=write)
     try:
         if not write:
             return _READS[args.command](store, out, args)
         return anyio.run(_control, store, out, args)
     finally:
         close()
+
+
+def _nothing_here_yet(path: Path, out: _Out, args: argparse.Namespace) -> int:
+    """The default store does not exist: nothing has run here yet. That is a state, not an
+    error: listings are empty, ids are unknown. (A ``--store`` that does not exist is an
+    error: it was named on purpose.) Nothing is created."""
+    why = f"no store at {path}: nothing has run here"
+    command = args.command
+    if command == "events" and args.follow:
+        return _follow_when_created(path, out, args)
+    if command in ("ls", "events") or (command == "tasks" and not args.id):
+        what = "agent tasks" if command == "tasks" else "executions"
+        if out.as_json:
+            if command != "events":  # events prints one object per change: none
+                out.data([])
+        else:
+            out.line(f"no {what} yet ({why})")
+        return EXIT_OK
+    if command == "doctor":
+        if out.as_json:
+            out.data({"ok": True, "executions": 0, "findings": [], "store": None})
+        else:
+            out.line(f"nothing to check yet ({why})")
+        return EXIT_OK
+    target = "agent task" if command == "stop-task" else "execution"
+    raise CliError(f"no {target} {args.id} ({why})", EXIT_UNKNOWN)
+
+
+def _follow_when_created(path: Path, out: _Out, args: argparse.Namespace) -> int:
+    """``events --follow`` on an empty home waits for the first run to create the store,
+    then follows it. The file appears a moment before its tables do: what is not a store
+    yet gets a few seconds to become one before it is reported."""
+    if not out.as_json:
+        out.line(f"no executions yet; waiting for the first run to create {path}")
+    first_seen: float | None = None
+    while True:
+        if path.exists():
+            try:
+                store, close = _open(path, write=False)
+                break
+            except CliError:
+                first_seen = first_seen or time.monotonic()
+                if time.monotonic() - first_seen > _STORE_BIRTH:
+                    raise
+        time.sleep(args.interval)
+    try:
+        return _events(store, out, args)
+    finally:
+        close()
+
+
+#: How long a new file at the default store's path may take to become a store (seconds).
+_STORE_BIRTH = 10.0
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -361,7 +361,7 @@ async def test_fastapi_example_resumes_runs_the_last_shutdown_interrupted(
     # the previous server is gone; the record is `running`, its lease released
     app = fastapi_app.app
     async with app.router.lifespan_context(app):
-        with anyio.move_on_after(5):
+        with anyio.move_on_after(30):
             while (await app.state.runtime.get("ex-left")).status == "running":  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         status = (await app.state.runtime.get("ex-left")).status

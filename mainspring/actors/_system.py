@@ -17,7 +17,7 @@ from ._errors import MainspringError
 from ._events import EventBus
 from ._reasons import CancelReason, Shutdown
 from ._ref import ActorRef
-from ._util import NoPublicConstructor
+from ._util import NoPublicConstructor, SpawnPacer
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -109,6 +109,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # every call, and the kernel makes one or two events per ask.
         self.new_event: Callable[[], anyio.Event] = type(anyio.Event())
         self.event_bus = EventBus(self.new_event)
+        self._spawn_pacer = SpawnPacer()
         self._root: RootOverseer | None = _hooks.root_overseer(self) if _hooks else None
 
     def _next_id(self) -> int:
@@ -134,10 +135,12 @@ class ActorSystem(metaclass=NoPublicConstructor):
         task before its first message, and messages sent meanwhile wait in its mailbox.
         Raises :class:`NameTaken` if a live top-level actor has ``name``, ``ValueError`` for a
         name outside ``[A-Za-z0-9._:-]{1,256}`` or an unknown restart type,
-        :class:`MainspringError` after shutdown began. Not a schedule point (only a
-        cancellation check), so spawning many actors is cheap.
+        :class:`MainspringError` after shutdown began. A cancellation check, and a schedule
+        point once every 10 ms of back-to-back spawning: spawning a few actors stays cheap,
+        and a loop spawning thousands does not hold the event loop. If cancelled, no actor
+        was started.
         """
-        await checkpoint_if_cancelled()
+        await self._spawn_pacer.pace()
         if restart not in _RESTART_TYPES:
             raise ValueError(f"restart must be one of {', '.join(_RESTART_TYPES)}, not {restart!r}")
         if self._closed:

@@ -22,6 +22,7 @@ import attrs
 
 from ._codec import sha256_hex
 from ._errors import TooLarge
+from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import Checkpoint, Plan
 
 __all__ = ["Reconciliation", "capture_checkpoint", "reconcile"]
@@ -70,9 +71,17 @@ def _named_files(root: Path, plan: Plan | None) -> set[str]:
 MAX_HASHED_FILE = 1 << 30
 
 
+def _open_no_symlink(path: Path) -> int:
+    """Open ``path`` for reading, never through a symlink (it could lead out of the
+    workspace). Where open() cannot refuse one (no O_NOFOLLOW), it is refused beforehand."""
+    if not O_NOFOLLOW and path.is_symlink():
+        raise OSError(f"{path} is a symlink")
+    return os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+
+
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = _open_no_symlink(path)
     with os.fdopen(fd, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > MAX_HASHED_FILE:
@@ -89,7 +98,7 @@ def _file_sha256(path: Path) -> str:
 def _read_small(path: Path) -> str | None:
     # Never through a symlink (it could lead out of the workspace), never more than 64 KiB.
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _open_no_symlink(path)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:

@@ -10,7 +10,6 @@ processes. Corrupt or oversize files are reported by :meth:`FileStore.list` and 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 import tempfile
@@ -23,6 +22,7 @@ from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
+from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ._records import Execution
 
 __all__ = ["FileStore"]
@@ -48,6 +48,7 @@ class FileStore(CompareAndSetStore):
         self.max_bytes = max_bytes
         self._clock = clock
         self.read_only = read_only
+        self._fcntl = require_flock("FileStore")
         if read_only:  # a reader changes nothing, and takes only what is a store already
             if not self.path.is_dir() or not (
                 (self.path / ".lock").exists() or any(self.path.glob(f"*{_SUFFIX}"))
@@ -84,7 +85,7 @@ class FileStore(CompareAndSetStore):
                 return cached
         try:
             # O_NONBLOCK: a FIFO planted under the name must not hang the reader.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         except FileNotFoundError:
             self._cache.pop(execution_id, None)
             return None
@@ -131,7 +132,7 @@ class FileStore(CompareAndSetStore):
         with self._thread_lock:
             fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._fcntl.flock(fd, self._fcntl.LOCK_EX)
                 self._lock_fd = fd
                 if self._read_generation() != self._generation:
                     self._cache.clear()  # someone else wrote since our last write
@@ -176,7 +177,7 @@ class FileStore(CompareAndSetStore):
             raise
         self._cache.pop(execution.id, None)
         self._bump_generation()  # before anything else can fail: the file did change
-        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself is durable only once the directory is
         finally:

@@ -20,6 +20,7 @@ from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode, encode
 from ._errors import StorageError, TooLarge
 from ._ids import check_id
+from ._platform import O_CLOEXEC
 from ._records import Execution
 
 __all__ = ["SqliteStore"]
@@ -78,7 +79,7 @@ class SqliteStore(CompareAndSetStore):
             self.path.parent.mkdir(mode=0o700, parents=True)
             os.chmod(self.path.parent, 0o700)
         # Create the file 0600 before SQLite does: it gives -wal and -shm the same mode.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | O_CLOEXEC, 0o600))
         os.chmod(self.path, 0o600)
         # The cache holds versions this connection wrote, valid while no other connection
         # has committed: SQLite's data_version changes exactly when another one commits.

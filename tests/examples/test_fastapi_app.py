@@ -80,7 +80,7 @@ async def test_server_sent_events_carry_ids_and_states(client: Any) -> None:
 
         tg.start_soon(reader)
         runtime = fastapi_app.app.state.runtime
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             while runtime._bus.subscribers == 0:  # the stream has subscribed
                 await anyio.lowlevel.checkpoint()
         await client.post("/executions", json={"goal": "research grid"})

@@ -4,6 +4,7 @@ processes here; tests/runtime/test_cross_process.py does it with real ones."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ async def test_E2_E3_a_pause_written_by_another_runtime_stops_the_run_within_a_h
         await gate.entered.wait()
         elsewhere = await b.pause(handle.execution_id)
         assert elsewhere.status == "paused"
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             result = await handle.wait()
         (reason,) = gate.reasons
         assert isinstance(reason, ms.Pause)  # E3: Pause for paused
@@ -157,7 +158,7 @@ async def test_E3_a_lost_lease_stops_the_run_with_LeaseLost_and_writes_nothing(
         assert store.release(handle.execution_id, rt.owner)
         assert store.acquire(handle.execution_id, "thief:1:x", ttl=60).acquired
         before = stored(rt, handle.execution_id)
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             result = await handle.wait()
         (reason,) = gate.reasons
         assert isinstance(reason, ms.LeaseLost)
@@ -206,15 +207,35 @@ async def test_L1_resume_refuses_while_another_owner_holds_a_live_lease(tmp_path
 
 
 async def test_L2_a_run_heartbeats_so_its_lease_never_lapses(tmp_path: Path) -> None:
+    # The store's clock is the test's: it moves three lease lengths while the tool works,
+    # half a lease at a time and only after the runner renewed, so the test does not depend
+    # on how fast a loaded machine heartbeats (the old version raced a 0.2 s lease).
+    now = [time.time()]
+    ttl = 60.0
+    store = ms.SqliteStore(tmp_path / "store.sqlite3", clock=lambda: now[0])
+    holder: dict[str, Any] = {}
+
+    def expiry() -> float:
+        record = store.get(holder["id"])
+        assert record is not None
+        assert record.lease is not None
+        assert record.lease.owner  # still ours: never lapsed, never taken
+        return record.lease.expires_at
+
     async def long(**_: Any) -> str:
-        await anyio.sleep(0.6)  # the work: three lease lengths
+        for _ in range(6):
+            before = await anyio.to_thread.run_sync(expiry)
+            now[0] += ttl / 2
+            with anyio.fail_after(30):
+                while await anyio.to_thread.run_sync(expiry) <= before:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # the next heartbeat renews from the new time
         return "ok"
 
-    async with runtime(tmp_path, tools={"long": long}, lease_ttl=0.2,
-                       heartbeat_interval=0.04) as rt:  # fmt: skip
-        result = await (
-            await rt.start("g", plan_of(tool("l", "long"), tool("n", "inc", "l")))
-        ).wait()
+    async with runtime(store, tools={"long": long}, lease_ttl=ttl,
+                       heartbeat_interval=0.02) as rt:  # fmt: skip
+        handle = await rt.start("g", plan_of(tool("l", "long"), tool("n", "inc", "l")))
+        holder["id"] = handle.execution_id
+        result = await handle.wait()
     assert result.status == "completed"  # a lapsed lease would have refused the commit
 
 

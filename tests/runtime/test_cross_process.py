@@ -52,6 +52,10 @@ class _ProcessA:
         assert self.proc.stdout is not None
         self.proc.stdout.close()
 
+    async def exited(self) -> None:
+        """Wait, off the event loop, for A to exit (waiting on it is a blocking call)."""
+        await anyio.to_thread.run_sync(self.finish)
+
 
 @pytest.fixture
 def process_a(tmp_path: Path) -> Iterator[_ProcessA]:
@@ -86,7 +90,7 @@ async def test_pause_from_another_process_stops_the_run_which_B_then_finishes(
         assert paused.status == "paused"
         assert await process_a.next_line() == "reason Pause"
         assert await process_a.next_line() == "ended paused Pause"
-        process_a.finish()
+        await process_a.exited()
         # A released its lease itself: it did not just let it lapse (5 s ttl).
         assert await _lease_owner(b) == ""
         record = await b.get("ex-cross")
@@ -109,7 +113,7 @@ async def test_cancel_from_another_process_stops_the_run_for_good(
         assert cancelled.status == "cancelled"
         assert await process_a.next_line() == "reason LeaseLost"  # E3: a refused renewal
         assert await process_a.next_line() == "ended cancelled LeaseLost"
-        process_a.finish()
+        await process_a.exited()
         assert await _lease_owner(b) == ""
         record = await b.get("ex-cross")
         assert record is not None
@@ -130,7 +134,7 @@ async def test_stopping_one_agent_task_from_another_process(
         assert "within one heartbeat" in stop.reason
         assert await process_a.next_line() == "reason Cancel"
         assert await process_a.next_line() == "ended completed Stop"  # the run went on
-        process_a.finish()
+        await process_a.exited()
         record = await b.get("ex-cross")
         assert record is not None
     assert statuses(record) == {"a": "cancelled", "after": "cancelled", "free": "succeeded"}

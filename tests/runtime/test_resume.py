@@ -420,7 +420,7 @@ async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recov
     async with runtime(tmp_path, **options) as rt:
         async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
             handle = await rt.start("g", plan)
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 async for event in events:
                     if isinstance(event, ms.AgentTaskWaiting):
                         break  # the question is durable

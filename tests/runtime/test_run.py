@@ -302,12 +302,18 @@ async def test_P3_concurrency_is_bounded_globally_and_per_key(tmp_path: Path) ->
     active: dict[str, int] = {"all": 0, "slow": 0}
     peak: dict[str, int] = {"all": 0, "slow": 0}
 
+    full = anyio.Event()  # three steps ran at once: the bound was reached, not just obeyed
+
     def worker(kind: str) -> Any:
         async def run(**_: Any) -> None:
             for key in ("all", kind):
                 active[key] = active.get(key, 0) + 1
                 peak[key] = max(peak.get(key, 0), active[key])
-            await anyio.sleep(0.01)  # the work itself; overlaps are what we measure
+            if active["all"] == 3:
+                full.set()
+            with anyio.fail_after(30):  # the first steps hold on until the third one starts
+                await full.wait()
+            await anyio.lowlevel.checkpoint()
             for key in ("all", kind):
                 active[key] -= 1
 

@@ -1,0 +1,222 @@
+"""The blocked-loop guard: tells a step that blocked the event loop from one that was merely
+slowed down (by another process on the same cores, or by coverage's tracing).
+
+Every asyncio callback and every trio task step is metered. A step is flagged when
+
+- it burned more than ``cpu_limit`` seconds of its thread's CPU (a busy loop, heavy work that
+  never yields), or
+- its thread spent more than ``blocked_limit`` seconds off the CPU *and not waiting for one*:
+  asleep in a blocking call (``time.sleep``, blocking I/O, a lock).
+
+Wall time alone cannot tell these apart from preemption. On Linux the thread's
+``/proc/.../schedstat`` splits wall time into time on a CPU, time runnable but waiting in the
+run queue (preemption: another process had the core), and the rest (asleep). Time the thread
+waited for the GIL while other threads of this process ran is charged to them, not counted as
+blocking. Where ``schedstat`` is missing, CPU time comes from ``time.thread_time()`` and only
+an off-CPU time above ``4 * blocked_limit`` is flagged: preemption cannot be told from sleep
+there, so the rule is looser rather than noisy.
+
+The fast path (a step shorter than both limits by the wall clock, which is nearly every step)
+costs two clock reads and one ``pread``: nothing is parsed unless the step was long.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from collections.abc import Callable
+
+#: Default limits, in seconds; ``MAINSPRING_LOOP_GUARD_LIMIT`` overrides both (the same value).
+DEFAULT_LIMIT = 0.25
+
+
+def configured_limit() -> float:
+    raw = os.environ.get("MAINSPRING_LOOP_GUARD_LIMIT")
+    if raw is None:
+        return DEFAULT_LIMIT
+    value = float(raw)
+    if not value > 0:
+        raise ValueError(f"MAINSPRING_LOOP_GUARD_LIMIT must be positive, not {raw!r}")
+    return value
+
+
+def judge(
+    *,
+    wall: float,
+    cpu: float,
+    runnable: float | None,
+    other_threads_cpu: float,
+    cpu_limit: float,
+    blocked_limit: float,
+) -> str | None:
+    """Say why one step counts as blocking the loop, or ``None`` if it does not.
+
+    ``runnable`` is the time the thread waited in the run queue (``None`` when unknown);
+    ``other_threads_cpu`` is CPU the rest of the process used meanwhile (the GIL's holders).
+    """
+    if cpu > cpu_limit:
+        return f"ran {cpu:.3f} s of CPU without yielding (wall {wall:.3f} s)"
+    off_cpu = wall - cpu - other_threads_cpu
+    if runnable is None:
+        if off_cpu > 4 * blocked_limit:
+            return f"was off the CPU for {off_cpu:.3f} s in one step (wall {wall:.3f} s)"
+        return None
+    asleep = off_cpu - runnable
+    if asleep > blocked_limit:
+        return (
+            f"slept {asleep:.3f} s in a blocking call (wall {wall:.3f} s, CPU {cpu:.3f} s, "
+            f"preempted {runnable:.3f} s)"
+        )
+    return None
+
+
+def _schedstat_reader() -> Callable[[], bytes] | None:
+    """A reader of the calling thread's schedstat line, or None where there is none."""
+    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        os.pread(fd, 128, 0)
+    except OSError:
+        return None
+    return lambda: os.pread(fd, 128, 0)
+
+
+class StepMeter:
+    """Meters the steps of the event loop running in one thread; collects the flagged ones.
+
+    ``start()`` and ``stop(describe)`` bracket one step; ``describe`` is called only for a
+    flagged step, to name it. Not thread-safe: one meter per loop thread.
+    """
+
+    def __init__(self, *, cpu_limit: float, blocked_limit: float) -> None:
+        self.cpu_limit = cpu_limit
+        self.blocked_limit = blocked_limit
+        self.flagged: list[str] = []
+        self._fast_limit = min(cpu_limit, blocked_limit)
+        self._thread = threading.get_native_id()
+        self._read = _schedstat_reader()
+        self._wall = 0.0
+        self._process = 0.0
+        self._sched = b""
+        self._cpu = 0.0
+        self._open = False
+        self._gc_started = 0.0
+        self._gc = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        # Garbage collection runs inside whatever step allocated last; say so when it counts.
+        if not self._open or not self.belongs_to_this_thread():
+            return
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self._gc += time.perf_counter() - self._gc_started
+
+    def start(self) -> None:
+        self._open = True
+        self._gc = 0.0
+        if self._read is not None:
+            self._sched = self._read()
+        else:
+            self._cpu = time.thread_time()
+        self._process = time.process_time()
+        self._wall = time.perf_counter()
+
+    def stop(self, describe: Callable[[], str]) -> None:
+        wall = time.perf_counter() - self._wall
+        if wall <= self._fast_limit or not self._open:
+            self._open = False
+            return
+        self._open = False
+        process = time.process_time() - self._process
+        runnable: float | None
+        if self._read is not None:
+            on_cpu0, queued0, *_ = self._sched.split()
+            on_cpu1, queued1, *_ = self._read().split()
+            cpu = (int(on_cpu1) - int(on_cpu0)) / 1e9
+            runnable = (int(queued1) - int(queued0)) / 1e9
+        else:
+            cpu = time.thread_time() - self._cpu
+            runnable = None
+        why = judge(
+            wall=wall,
+            cpu=cpu,
+            runnable=runnable,
+            other_threads_cpu=max(0.0, process - cpu),
+            cpu_limit=self.cpu_limit,
+            blocked_limit=self.blocked_limit,
+        )
+        if why is not None:
+            gc_note = f", {self._gc:.3f} s of it garbage collection" if self._gc > 0.01 else ""
+            self.flagged.append(f"{describe()} {why}{gc_note}")
+
+    @property
+    def precise(self) -> bool:
+        """Whether preemption can be told from sleep here (schedstat is readable)."""
+        return self._read is not None
+
+    def belongs_to_this_thread(self) -> bool:
+        return threading.get_native_id() == self._thread
+
+
+# One meter is armed at a time, for the thread running the test's event loop. The hooks below
+# are installed once per process and stay cheap no-ops while nothing is armed.
+_armed: StepMeter | None = None
+
+
+def arm(meter: StepMeter) -> None:
+    global _armed
+    _armed = meter
+    gc.callbacks.append(meter._on_gc)
+
+
+def disarm() -> StepMeter | None:
+    global _armed
+    meter, _armed = _armed, None
+    if meter is not None and meter._on_gc in gc.callbacks:
+        gc.callbacks.remove(meter._on_gc)
+    return meter
+
+
+def install_asyncio_hook() -> None:
+    """Meter every asyncio callback (``Handle._run``; task steps are callbacks too)."""
+    import asyncio.events
+
+    handle = asyncio.events.Handle
+    if getattr(handle._run, "_mainspring_metered", False):
+        return
+    original = handle._run
+
+    def _run(self: asyncio.events.Handle) -> None:
+        meter = _armed
+        if meter is None or not meter.belongs_to_this_thread():
+            original(self)
+            return
+        meter.start()
+        try:
+            original(self)
+        finally:
+            meter.stop(lambda: f"asyncio callback {self!r}")
+
+    _run._mainspring_metered = True  # type: ignore[attr-defined]
+    handle._run = _run  # type: ignore[method-assign]
+
+
+def trio_instrument() -> object:
+    """A trio instrument metering every task step into the armed meter."""
+    import trio
+
+    class _TrioSteps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            meter = _armed
+            if meter is not None and meter.belongs_to_this_thread():
+                meter.start()
+
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            meter = _armed
+            if meter is not None and meter.belongs_to_this_thread():
+                meter.stop(lambda: f"trio task {task.name!r}")
+
+    return _TrioSteps()

@@ -1,0 +1,184 @@
+"""The command on a home where nothing has run yet, and errors a script can parse.
+
+An empty home is a state, not an error: listings are empty and exit 0, ids are unknown (3),
+nothing is created. A ``--store`` named on purpose that does not exist stays an error (5).
+With ``--json`` every error is one JSON object on stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.cli import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, main
+
+from ._cli_kit import inc, run_cli
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$MAINSPRING_HOME`` where no run has ever been made (not even the directory)."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("MAINSPRING_HOME", str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["ls"], "no executions yet"),
+        (["tasks"], "no agent tasks yet"),
+        (["events"], "no executions yet"),
+        (["doctor"], "nothing to check yet"),
+    ],
+)
+def test_an_empty_home_lists_nothing_and_exits_0(
+    home: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_cli(*argv)
+    assert code == EXIT_OK
+    assert out.startswith(says)
+    assert str(home / "mainspring.sqlite3") in out  # where a first run will put it
+    assert capsys.readouterr().err == ""
+    assert not home.exists()  # nothing created by looking
+
+
+def test_an_empty_home_in_json_is_empty_json(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("ls", "--json") == (EXIT_OK, "[]\n")
+    assert run_cli("tasks", "--json") == (EXIT_OK, "[]\n")
+    assert run_cli("events", "--json") == (EXIT_OK, "")  # one object per change: none
+    code, out = run_cli("doctor", "--json")
+    assert code == EXIT_OK
+    assert json.loads(out) == {"ok": True, "executions": 0, "findings": [], "store": None}
+    assert capsys.readouterr().err == ""
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "ex-1"],
+        ["tasks", "ex-1"],
+        ["pause", "ex-1"],
+        ["cancel", "ex-1"],
+        ["stop-task", "ex-1:t1"],
+        ["resume", "ex-1", "--app", "nowhere:config"],
+    ],
+)
+def test_an_id_on_an_empty_home_is_unknown(
+    home: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(*argv) == (EXIT_UNKNOWN, "")
+    assert "nothing has run here" in capsys.readouterr().err
+    assert not home.exists()
+
+
+def test_a_named_store_that_does_not_exist_is_still_an_error(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo.sqlite3"
+    for argv in (["ls"], ["doctor"], ["events"], ["tasks"]):
+        assert run_cli(*argv, "--store", str(missing))[0] == EXIT_NO_STORE
+    assert "no store at" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def _error(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    parsed: dict[str, object] = json.loads(line)
+    return parsed
+
+
+def test_with_json_every_error_is_json_on_stderr(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "typo.sqlite3")
+    assert run_cli("ls", "--json", "--store", missing) == (EXIT_NO_STORE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_NO_STORE
+    assert "no store at" in str(error["error"])
+
+    assert run_cli("show", "ex-1", "--json") == (EXIT_UNKNOWN, "")
+    assert _error(capsys)["code"] == EXIT_UNKNOWN
+
+    assert run_cli("ls", "--json", "--bogus") == (EXIT_USAGE, "")  # argparse's own errors too
+    error = _error(capsys)
+    assert error == {"error": "unrecognized arguments: --bogus", "code": EXIT_USAGE}
+    assert run_cli("show", "--json") == (EXIT_USAGE, "")
+    assert "required" in str(_error(capsys)["error"])
+
+
+_APP = """
+async def asker(ctx, input):
+    return await ctx.ask("ok?")
+
+def config():
+    return {"agents": {"asker": asker}}
+"""
+
+
+def test_a_busy_error_is_json_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s.sqlite3"
+
+    async def asker(ctx: ms.AgentContext, input: object) -> object:
+        return await ctx.ask("ok?")
+
+    async def build() -> None:
+        async with ms.open_runtime(store=store, agents={"asker": asker}) as rt:
+            plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asker"),))
+            await (await rt.start("g", plan, execution_id="ex-1")).wait()
+
+    anyio.run(build)
+    db = ms.SqliteStore(store)
+    try:
+        assert db.acquire("ex-1", "someone:1:x", ttl=600).acquired
+    finally:
+        db.close()
+    (tmp_path / "firstapp.py").write_text(_APP)
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli("resume", "ex-1", "--app", "firstapp:config", "--answer", "yes",
+                        "--json", "--store", str(store))  # fmt: skip
+    assert (code, out) == (EXIT_BUSY, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_BUSY
+    assert "someone:1:x" in str(error["error"])
+
+
+def test_events_follow_on_an_empty_home_waits_for_the_first_run(home: Path) -> None:
+    out = io.StringIO()
+    codes: list[int] = []
+    follower = threading.Thread(
+        target=lambda: codes.append(
+            main(["events", "--follow", "--interval", "0.01", "--max-polls", "2"], stdout=out)
+        ),
+        daemon=True,
+    )
+    follower.start()
+    waiting = threading.Event()
+    for _ in range(6000):  # the follower says it waits before the store exists
+        if "waiting for the first run" in out.getvalue():
+            waiting.set()
+            break
+        waiting.wait(0.01)
+    assert waiting.is_set()
+
+    async def first_run() -> None:
+        async with ms.open_runtime(tools={"inc": inc}) as rt:  # the default store, in home
+            plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="inc"),))
+            await (await rt.start("g", plan, execution_id="ex-first")).wait()
+
+    anyio.run(first_run)
+    follower.join(timeout=60)
+    assert not follower.is_alive()
+    assert codes == [EXIT_OK]
+    assert "ex-first  execution" in out.getvalue()
