@@ -1,20 +1,22 @@
 """The blocked-loop guard: tells a step that blocked the event loop from one that was merely
 slowed down (by another process on the same cores, or by coverage's tracing).
 
-Every asyncio callback and every trio task step is metered. A step is flagged when
-
-- it burned more than ``cpu_limit`` seconds of its thread's CPU (a busy loop, heavy work that
-  never yields), or
-- its thread spent more than ``blocked_limit`` seconds off the CPU *and not waiting for one*:
-  asleep in a blocking call (``time.sleep``, blocking I/O, a lock).
+Every asyncio callback and every trio task step is metered. A step is flagged when what it
+cost the loop by itself — its thread's CPU time (a busy loop, heavy work that never yields)
+plus its time asleep in blocking calls (``time.sleep``, blocking I/O, joining a thread) —
+exceeds the limit.
 
 Wall time alone cannot tell these apart from preemption. On Linux the thread's
 ``/proc/.../schedstat`` splits wall time into time on a CPU, time runnable but waiting in the
-run queue (preemption: another process had the core), and the rest (asleep). Time the thread
-waited for the GIL while other threads of this process ran is charged to them, not counted as
-blocking. Where ``schedstat`` is missing, CPU time comes from ``time.thread_time()`` and only
-an off-CPU time above ``4 * blocked_limit`` is flagged: preemption cannot be told from sleep
-there, so the rule is looser rather than noisy.
+run queue (preemption: another process had the core), and the rest (asleep). Waiting for the
+GIL while other threads of this process run is credited, up to about the step's own CPU
+time (see :func:`judge`). Where ``schedstat`` is missing, CPU time comes from
+``time.thread_time()``; a step is flagged for CPU above the limit, or for more than four
+limits off the CPU: preemption cannot be told from sleep there, so the rule is looser rather
+than noisy.
+
+Known limit: a worker thread preempted while it holds the GIL (several hogs per core) makes
+the loop thread wait asleep, and that wait is charged to the step.
 
 The fast path (a step shorter than both limits by the wall clock, which is nearly every step)
 costs two clock reads and one ``pread``: nothing is parsed unless the step was long.
@@ -28,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-#: Default limits, in seconds; ``MAINSPRING_LOOP_GUARD_LIMIT`` overrides both (the same value).
+#: The default limit, in seconds; ``MAINSPRING_LOOP_GUARD_LIMIT`` overrides it.
 DEFAULT_LIMIT = 0.25
 
 
@@ -42,44 +44,63 @@ def configured_limit() -> float:
     return value
 
 
+#: What waiting for the GIL may add to a step beyond its own CPU time: the GIL changes
+#: hands every switch interval (5 ms), so this thread's waits alternate with its own work.
+GIL_SLACK = 0.05
+
+
 def judge(
     *,
     wall: float,
     cpu: float,
     runnable: float | None,
     other_threads_cpu: float,
-    cpu_limit: float,
-    blocked_limit: float,
+    limit: float,
 ) -> str | None:
     """Say why one step counts as blocking the loop, or ``None`` if it does not.
 
     ``runnable`` is the time the thread waited in the run queue (``None`` when unknown);
-    ``other_threads_cpu`` is CPU the rest of the process used meanwhile (the GIL's holders).
+    ``other_threads_cpu`` is CPU the rest of the process used meanwhile. Only part of it is
+    credited as waiting for the GIL: about as much as this thread ran itself. A thread that
+    only sleeps (``time.sleep``, joining a busy thread) gets next to no credit, however hard
+    the others work in parallel.
     """
-    if cpu > cpu_limit:
-        return f"ran {cpu:.3f} s of CPU without yielding (wall {wall:.3f} s)"
-    off_cpu = wall - cpu - other_threads_cpu
+    gil = min(other_threads_cpu, cpu + GIL_SLACK)
     if runnable is None:
-        if off_cpu > 4 * blocked_limit:
+        off_cpu = wall - cpu - gil
+        if cpu > limit:
+            return f"ran {cpu:.3f} s of CPU without yielding (wall {wall:.3f} s)"
+        if off_cpu > 4 * limit:
             return f"was off the CPU for {off_cpu:.3f} s in one step (wall {wall:.3f} s)"
         return None
-    asleep = off_cpu - runnable
-    if asleep > blocked_limit:
-        return (
-            f"slept {asleep:.3f} s in a blocking call (wall {wall:.3f} s, CPU {cpu:.3f} s, "
-            f"preempted {runnable:.3f} s)"
-        )
-    return None
+    asleep = max(0.0, wall - cpu - runnable - gil)
+    held = cpu + asleep  # what the step itself cost the loop: preemption is not its fault
+    if held <= limit:
+        return None
+    return (
+        f"held the event loop {held:.3f} s: ran {cpu:.3f} s of CPU without yielding and "
+        f"slept {asleep:.3f} s in blocking calls (wall {wall:.3f} s, preempted {runnable:.3f} s)"
+    )
+
+
+_schedstat_fds: dict[int, int | None] = {}  # one descriptor per thread, kept for the session
 
 
 def _schedstat_reader() -> Callable[[], bytes] | None:
     """A reader of the calling thread's schedstat line, or None where there is none."""
-    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        os.pread(fd, 128, 0)
-    except OSError:
+    thread = threading.get_native_id()
+    if thread not in _schedstat_fds:
+        try:
+            fd = os.open(f"/proc/self/task/{thread}/schedstat", os.O_RDONLY)
+            os.pread(fd, 128, 0)
+        except OSError:
+            _schedstat_fds[thread] = None
+        else:
+            _schedstat_fds[thread] = fd
+    fd_or_none = _schedstat_fds[thread]
+    if fd_or_none is None:
         return None
+    fd = fd_or_none
     return lambda: os.pread(fd, 128, 0)
 
 
@@ -90,11 +111,10 @@ class StepMeter:
     flagged step, to name it. Not thread-safe: one meter per loop thread.
     """
 
-    def __init__(self, *, cpu_limit: float, blocked_limit: float) -> None:
-        self.cpu_limit = cpu_limit
-        self.blocked_limit = blocked_limit
+    def __init__(self, *, limit: float) -> None:
+        self.limit = limit
         self.flagged: list[str] = []
-        self._fast_limit = min(cpu_limit, blocked_limit)
+        self._depth = 0  # a step that runs a loop of its own (anyio.run in a step) nests
         self._thread = threading.get_native_id()
         self._read = _schedstat_reader()
         self._wall = 0.0
@@ -115,6 +135,9 @@ class StepMeter:
             self._gc += time.perf_counter() - self._gc_started
 
     def start(self) -> None:
+        self._depth += 1
+        if self._depth > 1:
+            return  # an inner loop's step: the outer step is being measured
         self._open = True
         self._gc = 0.0
         if self._read is not None:
@@ -125,8 +148,11 @@ class StepMeter:
         self._wall = time.perf_counter()
 
     def stop(self, describe: Callable[[], str]) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth:
+            return
         wall = time.perf_counter() - self._wall
-        if wall <= self._fast_limit or not self._open:
+        if wall <= self.limit or not self._open:
             self._open = False
             return
         self._open = False
@@ -145,8 +171,7 @@ class StepMeter:
             cpu=cpu,
             runnable=runnable,
             other_threads_cpu=max(0.0, process - cpu),
-            cpu_limit=self.cpu_limit,
-            blocked_limit=self.blocked_limit,
+            limit=self.limit,
         )
         if why is not None:
             gc_note = f", {self._gc:.3f} s of it garbage collection" if self._gc > 0.01 else ""
@@ -164,17 +189,21 @@ class StepMeter:
 # One meter is armed at a time, for the thread running the test's event loop. The hooks below
 # are installed once per process and stay cheap no-ops while nothing is armed.
 _armed: StepMeter | None = None
+_outer: list[StepMeter | None] = []  # meters armed around this one (a guarded run inside one)
 
 
 def arm(meter: StepMeter) -> None:
     global _armed
+    _outer.append(_armed)
     _armed = meter
     gc.callbacks.append(meter._on_gc)
 
 
 def disarm() -> StepMeter | None:
+    """Disarm the meter armed last (the one around it, if any, is armed again)."""
     global _armed
-    meter, _armed = _armed, None
+    meter = _armed
+    _armed = _outer.pop() if _outer else None
     if meter is not None and meter._on_gc in gc.callbacks:
         gc.callbacks.remove(meter._on_gc)
     return meter

@@ -32,13 +32,28 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return backend
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "loop_guard(limit): a test whose steps are heavy on purpose gets a higher limit (s)",
+    )
+
+
 @pytest.fixture(autouse=True)
 def _fail_if_the_event_loop_was_blocked(request: pytest.FixtureRequest) -> Iterator[None]:
     if "anyio_backend" not in request.fixturenames:
         yield
         return
-    limit = _loop_guard.configured_limit()
-    _loop_guard.arm(_loop_guard.StepMeter(cpu_limit=limit, blocked_limit=limit))
+    backend = request.getfixturevalue("anyio_backend")
+    name, options = (backend, {}) if isinstance(backend, str) else backend
+    if name == "trio" and _TRIO_STEPS not in options.get("instruments", ()):
+        pytest.fail(
+            "this test's anyio_backend runs trio without the loop guard's instrument: use "
+            "the conftest's anyio_backend (mark heavy tests with @pytest.mark.loop_guard)"
+        )
+    marker = request.node.get_closest_marker("loop_guard")
+    limit = float(marker.args[0]) if marker is not None else _loop_guard.configured_limit()
+    _loop_guard.arm(_loop_guard.StepMeter(limit=limit))
     try:
         yield
     finally:

@@ -30,32 +30,26 @@ class NoPublicConstructor(type):
 
 
 class SpawnPacer:
-    """Makes back-to-back spawning yield to the event loop now and then.
+    """Makes spawning yield to the event loop at least once per ``slice`` seconds.
 
-    Spawning is only a cancellation check, so starting a handful of actors stays cheap; but a
-    loop that spawns 10,000 actors would hold the event loop for a second or more (a server's
-    every other request waits). Once a burst of spawns has run ``slice`` seconds without this
-    pacer yielding, the next spawn is a full schedule point. A spawn that comes more than a
-    slice after the previous one starts a new burst: the caller did something else meanwhile.
+    Spawning is otherwise only a cancellation check, so starting a handful of actors stays
+    cheap; but a loop that spawns 10,000 actors would hold the event loop for a second or more
+    (a server's every other request waits). So a spawn is a full schedule point when the pacer
+    has not yielded for ``slice`` seconds: a burst of spawns yields once per slice, and a spawn
+    after a quiet spell yields at once (time passing is not proof that the caller yielded).
     """
 
-    __slots__ = ("_burst_started", "_clock", "_last", "slice")
+    __slots__ = ("_clock", "_yielded_at", "slice")
 
     def __init__(self, slice: float = 0.01, clock: Callable[[], float] = monotonic) -> None:
         self.slice = slice
         self._clock = clock
-        self._burst_started = -inf
-        self._last = -inf
+        self._yielded_at = -inf
 
     async def pace(self) -> None:
-        """A cancellation check, and a schedule point once per ``slice`` of a burst."""
-        now = self._clock()
-        if now - self._last > self.slice:
-            self._burst_started = now
-        if now - self._burst_started > self.slice:
+        """A cancellation check, and a schedule point once per ``slice``."""
+        if self._clock() - self._yielded_at > self.slice:
             await checkpoint()
-            now = self._clock()
-            self._burst_started = now
+            self._yielded_at = self._clock()
         else:
             await checkpoint_if_cancelled()
-        self._last = now

@@ -77,29 +77,26 @@ async def _yields(pacer: SpawnPacer, points: list[int]) -> bool:
     return len(points) > before
 
 
-async def test_the_pacer_yields_once_a_burst_outlasts_its_slice(schedule_points: list[int]) -> None:
+async def test_the_pacer_yields_once_per_slice(schedule_points: list[int]) -> None:
     now = [100.0]
     pacer = SpawnPacer(slice=0.01, clock=lambda: now[0])
     steps = []
     for _ in range(6):
         steps.append(await _yields(pacer, schedule_points))
         now[0] += 0.004
-    # 0, 4, 8 ms into the burst: no; 12 ms: yield (a new slice starts); 16, 20 ms: no.
-    assert steps == [False, False, False, True, False, False]
+    # 0 ms: the first spawn yields; 4, 8 ms: no; 12 ms: a slice has passed; 16, 20 ms: no.
+    assert steps == [True, False, False, True, False, False]
 
 
-async def test_a_spawn_after_a_pause_starts_a_new_burst(schedule_points: list[int]) -> None:
+async def test_time_passing_between_spawns_is_not_yielding(schedule_points: list[int]) -> None:
     now = [100.0]
     pacer = SpawnPacer(slice=0.01, clock=lambda: now[0])
-    assert not await _yields(pacer, schedule_points)
-    now[0] += 0.009
-    assert not await _yields(pacer, schedule_points)
-    now[0] += 0.02  # the caller did something else for 20 ms
-    assert not await _yields(pacer, schedule_points)
-    now[0] += 0.009
-    assert not await _yields(pacer, schedule_points)
-    now[0] += 0.009
     assert await _yields(pacer, schedule_points)
+    now[0] += 0.009
+    assert not await _yields(pacer, schedule_points)
+    now[0] += 0.011  # the caller worked 11 ms without yielding: this spawn yields
+    assert await _yields(pacer, schedule_points)
+    assert not await _yields(pacer, schedule_points)
 
 
 async def test_a_paced_spawn_cancelled_before_it_starts_starts_nothing() -> None:

@@ -14,13 +14,6 @@ import mainspring as ms
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Plain event loops here: asyncio's debug mode (used elsewhere to catch blocking) keeps
-    # bookkeeping of its own that would blur a memory-growth measurement.
-    return str(request.param)
-
-
 class Node(ms.Actor):
     def __init__(self, depth: int) -> None:
         self.depth = depth

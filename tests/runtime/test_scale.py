@@ -17,13 +17,6 @@ from ._kit import linear
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Plain event loops: asyncio's debug mode keeps bookkeeping of its own that would blur a
-    # memory measurement (and makes a thousand runs several times slower).
-    return str(request.param)
-
-
 async def _inc(x: int = 0) -> int:
     return x + 1
 

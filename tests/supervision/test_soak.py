@@ -17,13 +17,6 @@ from ._kit import FakeClock
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Plain event loops here: asyncio's debug mode (used elsewhere to catch blocking) keeps
-    # bookkeeping of its own that would blur a memory-growth measurement.
-    return str(request.param)
-
-
 class Flaky(ms.Actor):
     """Each instance owns a timer and a child, so leaks of either would show."""
 
