@@ -28,8 +28,7 @@ from typing import Any, TextIO
 import anyio
 import attrs
 
-from .storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
-from .supervision import (
+from .executions import (
     AgentContext,
     ExecutionBusy,
     ExecutionCancelled,
@@ -40,6 +39,7 @@ from .supervision import (
     PlannerContext,
     open_runtime,
 )
+from .storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
 
 EXECUTION_ID = "demo-research"
 KILL_AT_INNER = 2  # worker 1 is killed once an agent has this many inner steps durable

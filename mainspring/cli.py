@@ -29,6 +29,8 @@ import attrs
 
 from ._demo import REASONS, run_demo
 from ._durable_demo import run_demo as run_durable_demo
+from .executions import ExecutionBusy, UnknownExecution, default_home, open_runtime
+from .executions._transitions import task_records
 from .storage import (
     AgentTaskRecord,
     Execution,
@@ -43,8 +45,6 @@ from .storage import (
 from .storage._backend import holder
 from .storage._codec import unstructure
 from .storage._ids import check_id
-from .supervision import ExecutionBusy, UnknownExecution, default_home, open_runtime
-from .supervision._transitions import task_records
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -10,6 +10,7 @@ import pytest
 
 import mainspring
 import mainspring.actors
+import mainspring.executions
 import mainspring.storage
 import mainspring.supervision
 
@@ -18,7 +19,12 @@ def test_every_public_name_is_exported_once_and_resolves() -> None:
     assert sorted(mainspring.__all__) == sorted(set(mainspring.__all__))
     for name in mainspring.__all__:
         assert getattr(mainspring, name) is not None, name
-    subpackages = [mainspring.actors, mainspring.supervision, mainspring.storage]
+    subpackages = [
+        mainspring.actors,
+        mainspring.supervision,
+        mainspring.storage,
+        mainspring.executions,
+    ]
     for name in mainspring.__all__:
         owners = [pkg.__name__ for pkg in subpackages if name in pkg.__all__]
         assert len(owners) == 1, (name, owners)
@@ -27,7 +33,12 @@ def test_every_public_name_is_exported_once_and_resolves() -> None:
 
 
 def test_private_modules_are_underscored() -> None:
-    for pkg in (mainspring.actors, mainspring.supervision, mainspring.storage):
+    for pkg in (
+        mainspring.actors,
+        mainspring.supervision,
+        mainspring.storage,
+        mainspring.executions,
+    ):
         for module in pkgutil.iter_modules(pkg.__path__):
             assert module.name.startswith("_"), f"{pkg.__name__}.{module.name} looks public"
 
