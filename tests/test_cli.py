@@ -12,8 +12,9 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring._demo import run_demo
+from mainspring._demos import REASONS, run_reasons_demo
 from mainspring.cli import main
+from mainspring.cli._parser import DEMO_REASONS
 
 pytestmark = pytest.mark.anyio
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("reason", ["cancel", "pause", "timeout"])
 async def test_demo_every_actor_reports_the_root_reason(reason: str) -> None:
     out = io.StringIO()
-    final = await run_demo(out, reason_name=reason, steps=3)
+    final = await run_reasons_demo(out, reason_name=reason, steps=3)
     text = out.getvalue()
     assert final.kind == reason
     paths = ["/execution"] + [
@@ -75,9 +76,33 @@ def test_cli_rejects_bad_input_clearly(capsys: pytest.CaptureFixture[str]) -> No
     assert main([]) == 2
 
 
-def test_python_dash_m_runs_the_demo() -> None:
+def test_the_parser_offers_exactly_the_reasons_demo_s_reasons() -> None:
+    # The parser keeps its own copy, so that parsing never imports the demos.
+    assert tuple(sorted(REASONS)) == DEMO_REASONS
+
+
+def test_commands_other_than_the_demos_do_not_import_them(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from mainspring.cli import main\n"
+        "main(['ls', '--store', sys.argv[1]])\n"
+        "assert not [m for m in sys.modules if m.startswith('mainspring._demos')]\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "mainspring", "demo-reasons", "--steps", "1"],
+        [sys.executable, "-c", code, str(tmp_path / "missing.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no store at" in done.stderr
+
+
+@pytest.mark.parametrize("module", ["mainspring", "mainspring.cli"])
+def test_python_dash_m_runs_the_demo(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "demo-reasons", "--steps", "1"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -89,6 +114,6 @@ def test_python_dash_m_runs_the_demo() -> None:
 
 async def test_demo_leaves_nothing_running() -> None:
     before = len(anyio.get_running_tasks())
-    await run_demo(io.StringIO(), steps=1)
+    await run_reasons_demo(io.StringIO(), steps=1)
     assert len(anyio.get_running_tasks()) == before
     assert ms.cancel_reason() is None

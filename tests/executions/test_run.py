@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.supervision._plan import fence, findings_brief
+from mainspring.executions._plan import fence, findings_brief
 
 from ._kit import (
     Gate,

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 # Imported, not run as __main__: the tools' declarations must hash alike in both processes.
 _RUN_A = (
-    "import sys, anyio; from tests.runtime import _shared; anyio.run(_shared.main, *sys.argv[1:])"
+    "import sys, anyio; from tests.executions import _shared; "
+    "anyio.run(_shared.main, *sys.argv[1:])"
 )
 
 

@@ -4,7 +4,7 @@
 variable ``MAINSPRING_RUNTIME_CRASH_TRIALS`` does the same). pytest reads options only from
 conftest files it loads before parsing the command line, so ``--trials`` works when this
 directory (or a file in it) is named on the command line, e.g.
-``pytest tests/runtime -m slow --trials 2000``; from the repository root use the variable.
+``pytest tests/executions -m slow --trials 2000``; from the repository root use the variable.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--trials",
         type=int,
         default=None,
-        help="crash-and-resume trials per store backend (tests/runtime/test_crash_resume.py)",
+        help="crash-and-resume trials per store backend (tests/executions/test_crash_resume.py)",
     )
 
 

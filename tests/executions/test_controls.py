@@ -1,6 +1,6 @@
 """Pause, cancel, the commit funnel and leases (R1, R2, R4, R5, E2-E4, L1-L3), and stopping
 one agent task in all four cases (S1, S2). Two runtimes on one store stand in for two
-processes here; tests/runtime/test_cross_process.py does it with real ones."""
+processes here; tests/executions/test_cross_process.py does it with real ones."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.supervision._runtime import open_store
+from mainspring.executions._runtime import open_store
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 

@@ -28,8 +28,7 @@ from typing import Any, TextIO
 import anyio
 import attrs
 
-from .storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
-from .supervision import (
+from ..executions import (
     AgentContext,
     ExecutionBusy,
     ExecutionCancelled,
@@ -40,6 +39,7 @@ from .supervision import (
     PlannerContext,
     open_runtime,
 )
+from ..storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
 
 EXECUTION_ID = "demo-research"
 KILL_AT_INNER = 2  # worker 1 is killed once an agent has this many inner steps durable
@@ -217,7 +217,7 @@ class _Demo:
         print(text, file=self.out, flush=True)
 
     def spawn(self, number: int, mode: str, answer: str | None = None) -> _Worker:
-        args = [sys.executable, "-m", "mainspring._durable_demo", "--worker", mode,
+        args = [sys.executable, "-m", "mainspring._demos", "--worker", mode,
                 str(self.store), str(self.ledger), "--backend", self.backend]  # fmt: skip
         if answer is not None:
             args += ["--answer", answer]
@@ -361,7 +361,8 @@ def run_demo(out: TextIO, *, backend: str = "asyncio", store_dir: Path | None = 
     return _Demo(out, directory, backend, interactive).run()
 
 
-def _worker_main(argv: list[str]) -> None:
+def worker_main(argv: list[str]) -> None:
+    """A worker process (``python -m mainspring._demos --worker ...``): one runtime, one run."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", choices=["start", "resume"], required=True)
     parser.add_argument("store")
@@ -370,7 +371,3 @@ def _worker_main(argv: list[str]) -> None:
     parser.add_argument("--answer")
     args = parser.parse_args(argv)
     anyio.run(_worker, args.worker, args.store, args.ledger, args.answer, backend=args.backend)
-
-
-if __name__ == "__main__":
-    _worker_main(sys.argv[1:])

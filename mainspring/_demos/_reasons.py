@@ -1,4 +1,4 @@
-"""``mainspring demo``: a small actor tree at work, cancelled midway with a reason.
+"""``mainspring demo-reasons``: a small actor tree at work, cancelled midway with a reason.
 
 An "execution" actor owns three "agent" actors; each agent owns a "tool" actor that works in
 steps. Once enough steps have finished, the demo cancels the execution. Every actor then says,
@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from .actors import (
+from ..actors import (
     Actor,
     Cancel,
     CancelReason,

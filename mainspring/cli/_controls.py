@@ -1,0 +1,102 @@
+"""The control commands: ``pause``, ``cancel`` and ``stop-task`` (out-of-band edits a live
+runner meets at its next heartbeat, no user code needed) and ``resume`` (runs user code, so
+it loads the runtime configuration named by ``--app module:attr``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+import anyio
+import attrs
+
+from ..executions import UnknownExecution, open_runtime
+from ..storage import Store
+from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
+from ._output import Out
+
+
+def _load_app(spec: str) -> dict[str, Any]:
+    """``module:attr`` -> the runtime configuration (a dict, or a callable returning one)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CliError(f"--app must look like module:attr, not {spec!r}", EXIT_USAGE)
+    sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # whatever importing the user's module raised
+        raise CliError(
+            f"cannot load --app {spec}: {type(exc).__name__}: {exc}", EXIT_USAGE
+        ) from exc
+    finally:
+        sys.path.remove(os.getcwd())
+    try:
+        config = target() if callable(target) else target
+    except Exception as exc:
+        raise CliError(f"--app {spec} failed: {type(exc).__name__}: {exc}", EXIT_USAGE) from exc
+    if not isinstance(config, dict):
+        raise CliError(f"--app {spec} must give a dict of open_runtime options", EXIT_USAGE)
+    config.pop("store", None)
+    return config
+
+
+async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
+    """Run one control command against ``store``; returns the exit code."""
+    config = _load_app(args.app) if getattr(args, "app", None) else {}
+    async with open_runtime(store=store, **config) as rt:
+        if args.command == "stop-task":
+            result = await rt.stop_agent_task(args.id)
+            if out.as_json:
+                out.data(attrs.asdict(result))
+            else:
+                out.line(
+                    f"{result.task_id}: {result.state} ({result.reason}) [{result.operation_id}]"
+                )
+            if result.state == "unknown":
+                return EXIT_UNKNOWN
+            return EXIT_OK if result.ok else EXIT_FAILED
+        refused = False
+        if args.command in ("pause", "cancel"):
+            before = await rt.get(args.id)
+            if before is None:
+                raise UnknownExecution(args.id)
+            # Nothing to do is a refusal (exit 1): a finished run cannot be paused or cancelled.
+            refused = before.terminal or (args.command == "pause" and before.status == "paused")
+            call = rt.pause if args.command == "pause" else rt.cancel
+            outcome = await call(args.id, reason=args.reason or "")
+        else:
+            handle = await rt.resume(args.id, answer=args.answer, approve=args.approve)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_progress, rt, out, args.id)
+                outcome = await handle.wait()
+                tg.cancel_scope.cancel()
+    if out.as_json:
+        out.data({"id": outcome.execution_id, "status": outcome.status, "summary": outcome.summary})
+    else:
+        out.line(f"{outcome.execution_id}: {outcome.summary}")
+        if outcome.pending is not None:
+            out.line(f"pending {outcome.pending.kind}: {outcome.pending.question}")
+        if outcome.error:
+            out.line(f"why: {outcome.error}")
+        if refused:
+            out.line(f"nothing to {args.command}: the execution is {outcome.status}")
+    return EXIT_FAILED if refused or outcome.status == "failed" else EXIT_OK
+
+
+async def _progress(rt: Any, out: Out, execution_id: str) -> None:
+    async for event in rt.events():
+        if getattr(event, "execution_id", None) != execution_id or out.as_json:
+            continue
+        name = type(event).__name__
+        if name == "StepFinished":
+            out.line(
+                f"  {event.state:<9} {event.step_id:<20} {event.done}/{event.total} steps, "
+                f"{event.calls_used} calls"
+            )
+        elif name == "AgentTaskWaiting":
+            out.line(f"  agent task {event.task_id} asks a question")

@@ -1,0 +1,105 @@
+"""``main``: parse the command line, open the store, run the command, turn every expected
+failure into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from ..executions import ExecutionBusy, UnknownExecution
+from ..storage import InvalidId, StorageError
+from ._codes import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
+from ._controls import control
+from ._output import Out, fail, when
+from ._parser import UsageError, make_parser
+from ._reads import READS, nothing_here_yet
+from ._store import check_task_id, open_store, store_path
+
+
+def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
+    """Entry point of the ``mainspring`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    parser = make_parser(json_errors=as_json)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return fail(str(exc), EXIT_USAGE, as_json=True)
+    stream = stdout or sys.stdout
+    if args.command is None:
+        parser.print_help(stream)
+        return EXIT_USAGE
+    if args.command in ("demo", "demo-reasons"):
+        return _demo(parser, args)
+    given = getattr(args, "store_path", None)
+    args.store_given = given is not None
+    args.store_path = str(store_path(given))
+    color = stream.isatty() and "NO_COLOR" not in os.environ and not as_json
+    out = Out(stream, as_json=as_json, color=color)
+    try:
+        return _dispatch(args, out)
+    except CliError as exc:
+        return fail(str(exc), exc.code, as_json=as_json)
+    except UnknownExecution as exc:
+        return fail(str(exc), EXIT_UNKNOWN, as_json=as_json)
+    except ExecutionBusy as exc:
+        lease = exc.lease
+        until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
+        owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
+        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
+        return fail(message, EXIT_BUSY, as_json=as_json)
+    except InvalidId as exc:
+        return fail(str(exc), EXIT_USAGE, as_json=as_json)
+    except (StorageError, sqlite3.Error) as exc:
+        return fail(f"the store failed: {exc}", EXIT_NO_STORE, as_json=as_json)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python from complaining
+        # about the closed pipe at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _dispatch(args: argparse.Namespace, out: Out) -> int:
+    write = args.command not in READS
+    if args.command == "stop-task":
+        check_task_id(args.id)
+    path = Path(args.store_path)
+    if not args.store_given and not path.exists():
+        return nothing_here_yet(path, out, args)
+    store, close = open_store(path, write=write)
+    try:
+        if not write:
+            return READS[args.command](store, out, args)
+        return anyio.run(control, store, out, args)
+    finally:
+        close()
+
+
+def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            parser.error("the trio backend needs the 'trio' extra: pip install 'mainspring[trio]'")
+    # Imported here, not at the top: every other command would pay for the demos.
+    from .._demos import run_durable_demo, run_reasons_demo
+
+    if args.command == "demo":
+        return run_durable_demo(sys.stdout, backend=args.backend, store_dir=args.store_dir)
+    if not 1 <= args.steps <= 1000:
+        parser.error("--steps must be between 1 and 1000")
+
+    async def demo() -> None:
+        await run_reasons_demo(sys.stdout, reason_name=args.reason, steps=args.steps)
+
+    anyio.run(demo, backend=args.backend)
+    return EXIT_OK

@@ -1,0 +1,88 @@
+"""What the command prints: redacted lines, tables and JSON on stdout; notes and errors on
+stderr (so ``--json`` output stays parseable)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..storage import redact
+
+GOAL_WIDTH = 40
+
+
+class Out:
+    """Where a command writes its results: plain text or JSON, colored on a terminal."""
+
+    def __init__(self, stream: TextIO, *, as_json: bool, color: bool) -> None:
+        self.stream = stream
+        self.as_json = as_json
+        self.color = color
+
+    def line(self, text: str = "") -> None:
+        print(redact(text), file=self.stream, flush=True)
+
+    def data(self, value: Any) -> None:
+        print(json.dumps(redact(value), default=str), file=self.stream, flush=True)
+
+    def warn(self, message: str) -> None:
+        """A note on stderr (stdout stays parseable): JSON too with ``--json``."""
+        say({"warning": message} if self.as_json else message)
+
+    def paint(self, text: str, status: str) -> str:
+        if not self.color:
+            return text
+        code = {
+            "completed": "32",
+            "succeeded": "32",
+            "failed": "31",
+            "cancelled": "33",
+            "paused": "33",
+            "running": "36",
+        }.get(status, "35" if status.startswith("waiting") else "")
+        return f"\x1b[{code}m{text}\x1b[0m" if code else text
+
+    def table(
+        self, headers: Sequence[str], rows: Sequence[Sequence[str]], status_col: int = -1
+    ) -> None:
+        widths = [len(h) for h in headers]
+        for row in rows:
+            widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+        header = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))
+        self.line(header.rstrip())
+        for row in rows:
+            cells = [c.ljust(w) for c, w in zip(row, widths, strict=True)]
+            if status_col >= 0:
+                cells[status_col] = self.paint(cells[status_col], row[status_col])
+            self.line("  ".join(cells).rstrip())
+
+
+def clamp(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters, redacted."""
+    text = " ".join(redact(text).split())  # redacted before it is cut: a cut secret would leak
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def when(at: float) -> str:
+    """A timestamp in local time; a strange but valid one as its number."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, ValueError, OSError):  # a strange but valid timestamp
+        return repr(at)
+
+
+def say(message: str | dict[str, Any]) -> None:
+    """One line on stderr, redacted: ``mainspring: ...``, or a JSON object."""
+    if isinstance(message, dict):
+        print(json.dumps(redact(message), default=str), file=sys.stderr, flush=True)
+    else:
+        print(f"mainspring: {redact(message)}", file=sys.stderr, flush=True)
+
+
+def fail(message: str, code: int, *, as_json: bool = False) -> int:
+    """Report an error on stderr (``{"error": ..., "code": N}`` with --json); return code."""
+    say({"error": message, "code": code} if as_json else message)
+    return code

@@ -1,0 +1,97 @@
+"""The command line: argparse, with errors raised instead of printed when they are to be JSON
+(``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+#: ``demo-reasons --reason`` choices, sorted: the names of the reasons demo's table
+#: (``mainspring._demos.REASONS``), kept here so that parsing never imports the demos.
+#: A test checks the two agree.
+DEMO_REASONS = ("cancel", "pause", "timeout")
+
+
+class UsageError(Exception):
+    """A command line that does not parse, when errors are to be JSON (``--json``)."""
+
+
+class _JsonErrorsParser(argparse.ArgumentParser):
+    """argparse whose errors are raised, to be printed as JSON, instead of printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def make_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """The ``mainspring`` parser; with ``json_errors`` it raises :class:`UsageError`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        dest="store_path",
+        default=argparse.SUPPRESS,
+        help="the store: a *.sqlite3 file or a FileStore directory "
+        "(default: $MAINSPRING_HOME/mainspring.sqlite3, else under the "
+        "XDG state dir)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    parser = (_JsonErrorsParser if json_errors else argparse.ArgumentParser)(
+        prog="mainspring",
+        description="An embedded actor runtime for durable agent executions.",
+        epilog="exit codes: 0 ok, 1 refused or problems found, 2 usage, 3 unknown id, "
+        "4 busy (lease held elsewhere), 5 no usable store. NO_COLOR is honoured.",
+        parents=[common],
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    durable = commands.add_parser(
+        "demo", help="a durable multi-agent run: killed with SIGKILL midway, resumed, finished"
+    )
+    durable.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="event loop to run on"
+    )
+    durable.add_argument(
+        "--store-dir",
+        type=Path,
+        default=None,
+        help="where to keep the store (default: a new temp dir)",
+    )
+    demo = commands.add_parser(
+        "demo-reasons", help="watch a small actor tree get cancelled, each actor saying why"
+    )
+    demo.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="event loop to run on"
+    )
+    demo.add_argument(
+        "--reason", choices=list(DEMO_REASONS), default="cancel", help="how the run is stopped"
+    )
+    demo.add_argument(
+        "--steps", type=int, default=6, help="tool steps to finish before stopping (1-1000)"
+    )
+    commands.add_parser("ls", parents=[common], help="list executions")
+    show = commands.add_parser("show", parents=[common], help="one execution in detail")
+    show.add_argument("id")
+    tasks = commands.add_parser("tasks", parents=[common], help="agent tasks (of one execution)")
+    tasks.add_argument("id", nargs="?")
+    for name, help_text in (
+        ("pause", "pause a run (a live runner stops within one heartbeat)"),
+        ("cancel", "cancel a run for good"),
+    ):
+        control = commands.add_parser(name, parents=[common], help=help_text)
+        control.add_argument("id")
+        control.add_argument("--reason", default="", help="recorded in the audit")
+    resume = commands.add_parser("resume", parents=[common], help="resume a run (needs --app)")
+    resume.add_argument("id")
+    resume.add_argument("--answer", help="the answer to the pending question")
+    resume.add_argument("--approve", action="store_true", help="approve what waits for approval")
+    resume.add_argument("--app", required=True, help="module:attr giving open_runtime's options")
+    stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
+    stop.add_argument("id", metavar="TASK_ID")
+    events = commands.add_parser("events", parents=[common], help="state changes in the store")
+    events.add_argument("--follow", action="store_true", help="keep watching")
+    events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    events.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
+    commands.add_parser("doctor", parents=[common], help="check every record, read-only")
+    return parser

@@ -1,0 +1,338 @@
+"""The read commands (``ls``, ``show``, ``tasks``, ``events``, ``doctor``) and what they say
+when nothing has run yet. Reads never write (E7): what cannot be read is reported, on
+stderr, never removed or silently left out."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..storage import AgentTaskRecord, Execution, Store, parse_agent_tasks
+from ..storage._backend import holder  # private: whether a lease is live has no public name
+from ..storage._codec import unstructure  # private: the records' converter has no public name
+from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
+from ._output import GOAL_WIDTH, Out, clamp, when
+from ._store import get_execution, open_store
+
+#: How long a new file at the default store's path may take to become a store (seconds).
+_STORE_BIRTH = 10.0
+
+
+def _steps(execution: Execution) -> tuple[int, int]:
+    plan = execution.plan
+    if plan is None:
+        return 0, 0
+    done = sum(1 for s in plan.steps if s.status in ("succeeded", "failed", "skipped", "cancelled"))
+    return done, len(plan.steps)
+
+
+def _owner(execution: Execution, now: float) -> str:
+    return holder(execution.lease, now) or "-"
+
+
+def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
+    listing = store.list()
+    now = time.time()
+    executions = sorted(listing.executions, key=lambda e: e.updated_at, reverse=True)
+    if out.as_json:
+        out.data(
+            [
+                {
+                    "id": e.id,
+                    "status": e.status,
+                    "goal": e.goal,
+                    "steps_done": _steps(e)[0],
+                    "steps_total": _steps(e)[1],
+                    "calls_used": e.calls_used,
+                    "lease_owner": holder(e.lease, now),
+                    "updated_at": e.updated_at,
+                }
+                for e in executions
+            ]
+        )
+    else:
+        rows = [
+            [
+                e.id,
+                e.status,
+                clamp(e.goal, GOAL_WIDTH),
+                "{}/{}".format(*_steps(e)),
+                str(e.calls_used),
+                _owner(e, now),
+                when(e.updated_at),
+            ]
+            for e in executions
+        ]
+        out.table(["id", "status", "goal", "steps", "calls", "lease", "updated"], rows, 1)
+    _report_unreadable(out, 0, listing.problems)
+    return EXIT_OK
+
+
+def _task_rows(tasks: Sequence[AgentTaskRecord]) -> list[list[str]]:
+    rows = []
+    for t in tasks:
+        why = f"{t.interruption.kind} at {when(t.interruption.at)}" if t.interruption else "-"
+        rows.append(
+            [
+                t.id,
+                t.state,
+                t.agent_id,
+                t.step_id,
+                f"{t.inner_steps_done}",
+                f"{t.calls_used}/{t.calls_reserved}",
+                why,
+            ]
+        )
+    return rows
+
+
+def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
+    execution = get_execution(store, args.id)
+    tasks, dropped = parse_agent_tasks(execution)
+    if out.as_json:
+        out.data(unstructure(execution))
+        return EXIT_OK
+    now = time.time()
+    done, total = _steps(execution)
+    out.line(f"{execution.id}  {out.paint(execution.status, execution.status)}")
+    out.line(f"goal:    {clamp(execution.goal, 200)}")
+    out.line(
+        f"steps:   {done}/{total} done, {execution.calls_used} calls used"
+        + (f" of {execution.max_calls}" if execution.max_calls is not None else "")
+    )
+    lease = execution.lease
+    if lease is not None and holder(lease, now):
+        out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")
+    else:
+        out.line("lease:   free")
+    if execution.pending is not None:
+        pending = execution.pending
+        asked = f" (agent task {pending.agent_task_id})" if pending.agent_task_id else ""
+        out.line(f"pending: {pending.kind}{asked}: {clamp(pending.question, 200)}")
+    plan = execution.plan
+    if plan is not None:
+        out.line("")
+        out.line(f"plan {plan.id} v{plan.version}")
+        out.table(
+            ["step", "kind", "target", "status", "after"],
+            [
+                [s.id, s.kind, s.target, s.status, ", ".join(s.depends_on) or "-"]
+                for s in plan.steps
+            ],
+            3,
+        )
+    if tasks or dropped:
+        out.line("")
+        out.line("agent tasks" + (f" ({dropped} unreadable, not shown)" if dropped else ""))
+        out.table(
+            ["task", "state", "agent", "step", "inner", "calls", "interrupted"],
+            _task_rows(tasks),
+            1,
+        )
+    if execution.checkpoints:
+        out.line("")
+        out.line("checkpoints")
+        for c in execution.checkpoints:
+            out.line(f"  {when(c.at)}  plan v{c.plan_version}  {len(c.completed_steps)} steps done")
+    if execution.controls:
+        out.line("")
+        out.line("controls")
+        for control in execution.controls:
+            reason = f": {control.reason}" if control.reason else ""
+            out.line(f"  {when(control.at)}  {control.action} by {control.by}{reason}")
+    return EXIT_OK
+
+
+def _tasks(store: Store, out: Out, args: argparse.Namespace) -> int:
+    if args.id:
+        executions, problems = [get_execution(store, args.id)], []
+    else:
+        listing = store.list()
+        executions, problems = list(listing.executions), list(listing.problems)
+    tasks: list[AgentTaskRecord] = []
+    dropped = 0
+    for execution in executions:
+        parsed, bad = parse_agent_tasks(execution)
+        tasks += parsed
+        dropped += bad
+    if out.as_json:
+        out.data([unstructure(t) for t in tasks])
+    else:
+        out.table(
+            ["task", "state", "agent", "step", "inner", "calls", "interrupted"],
+            _task_rows(tasks),
+            1,
+        )
+    _report_unreadable(out, dropped, problems)
+    return EXIT_OK
+
+
+def _report_unreadable(out: Out, dropped: int, problems: Sequence[Any]) -> None:
+    """What could not be read is said (on stderr, so --json output stays parseable), never
+    silently left out (E7)."""
+    if dropped:
+        out.warn(f"{dropped} unreadable agent task records not shown (mainspring doctor)")
+    for problem in problems:
+        out.warn(f"unreadable execution {problem.id}: {problem.error}")
+
+
+def _snapshot(store: Store) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
+    view: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
+    for e in store.list().executions:
+        steps: dict[str, str] = {s.id: s.status for s in e.plan.steps} if e.plan else {}
+        tasks: dict[str, str] = {t.id: t.state for t in parse_agent_tasks(e)[0]}
+        view[e.id] = (e.status, steps, tasks)
+    return view
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> Iterator[dict[str, str]]:
+    for execution_id, (status, steps, tasks) in after.items():
+        old = before.get(execution_id)
+        old_status, old_steps, old_tasks = old if old is not None else ("", {}, {})
+        if status != old_status:
+            yield {"execution_id": execution_id, "kind": "execution", "state": status}
+        for step_id, state in steps.items():
+            if old_steps.get(step_id) != state:
+                yield {"execution_id": execution_id, "kind": "step", "id": step_id, "state": state}
+        for task_id, state in tasks.items():
+            if old_tasks.get(task_id) != state:
+                yield {"execution_id": execution_id, "kind": "task", "id": task_id, "state": state}
+
+
+def _events(store: Store, out: Out, args: argparse.Namespace) -> int:
+    """State changes seen in the store (V1: ids and states): the current state first, then,
+    with --follow, every change as it is committed (polled)."""
+    before: dict[str, Any] = {}
+    polls = 0
+    while True:
+        after = _snapshot(store)
+        for change in _changes(before, after):
+            if out.as_json:
+                out.data(change)
+            else:
+                what = change.get("id", "")
+                out.line(
+                    f"{change['execution_id']}  {change['kind']:<9} {what:<20} {change['state']}"
+                )
+        before = after
+        polls += 1
+        if not args.follow or (args.max_polls and polls >= args.max_polls):
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
+    """Validate every record, read-only; the exit code says whether all is well."""
+    findings: list[dict[str, str]] = []
+    listing = store.list()
+    for problem in listing.problems:
+        findings.append({"id": problem.id, "problem": "unreadable", "detail": problem.error})
+    now = time.time()
+    for e in listing.executions:
+        _, dropped = parse_agent_tasks(e)
+        if dropped:
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "agent-tasks-dropped",
+                    "detail": f"{dropped} agent task records do not parse",
+                }
+            )
+        if e.status in ("running", "planned") and holder(e.lease, now) is None:
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "orphaned",
+                    "detail": "running with no live lease: its owner is gone; "
+                    "resume it (mainspring resume, or Runtime.recover)",
+                }
+            )
+        elif e.lease is not None and e.lease.owner and e.lease.expires_at <= now and e.terminal:
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "expired-lease",
+                    "detail": f"held by {e.lease.owner}, lapsed",
+                }
+            )
+    path = Path(args.store_path)
+    if path.is_dir():
+        for stray in sorted(path.glob(".tmp-*")):
+            findings.append(
+                {
+                    "id": stray.name,
+                    "problem": "stray-temp-file",
+                    "detail": "left by an interrupted write; safe to delete",
+                }
+            )
+    if out.as_json:
+        out.data({"ok": not findings, "executions": len(listing.executions), "findings": findings})
+    else:
+        out.line(f"{len(listing.executions)} executions read, {len(findings)} findings")
+        for finding in findings:
+            out.line(f"  {finding['problem']:<20} {finding['id']}: {finding['detail']}")
+        if not findings:
+            out.line("all well")
+    return EXIT_OK if not findings else EXIT_FAILED
+
+
+#: The read commands by name; every other command (but the demos) is a control.
+READS: dict[str, Callable[[Store, Out, argparse.Namespace], int]] = {
+    "ls": _ls,
+    "show": _show,
+    "tasks": _tasks,
+    "events": _events,
+    "doctor": _doctor,
+}
+
+
+def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
+    """The default store does not exist: nothing has run here yet. That is a state, not an
+    error: listings are empty, ids are unknown. (A ``--store`` that does not exist is an
+    error: it was named on purpose.) Nothing is created."""
+    why = f"no store at {path}: nothing has run here"
+    command = args.command
+    if command == "events" and args.follow:
+        return _follow_when_created(path, out, args)
+    if command in ("ls", "events") or (command == "tasks" and not args.id):
+        what = "agent tasks" if command == "tasks" else "executions"
+        if out.as_json:
+            if command != "events":  # events prints one object per change: none
+                out.data([])
+        else:
+            out.line(f"no {what} yet ({why})")
+        return EXIT_OK
+    if command == "doctor":
+        if out.as_json:
+            out.data({"ok": True, "executions": 0, "findings": [], "store": None})
+        else:
+            out.line(f"nothing to check yet ({why})")
+        return EXIT_OK
+    target = "agent task" if command == "stop-task" else "execution"
+    raise CliError(f"no {target} {args.id} ({why})", EXIT_UNKNOWN)
+
+
+def _follow_when_created(path: Path, out: Out, args: argparse.Namespace) -> int:
+    """``events --follow`` on an empty home waits for the first run to create the store,
+    then follows it. The file appears a moment before its tables do: what is not a store
+    yet gets a few seconds to become one before it is reported."""
+    if not out.as_json:
+        out.line(f"no executions yet; waiting for the first run to create {path}")
+    first_seen: float | None = None
+    while True:
+        if path.exists():
+            try:
+                store, close = open_store(path, write=False)
+                break
+            except CliError:
+                first_seen = first_seen or time.monotonic()
+                if time.monotonic() - first_seen > _STORE_BIRTH:
+                    raise
+        time.sleep(args.interval)
+    try:
+        return _events(store, out, args)
+    finally:
+        close()

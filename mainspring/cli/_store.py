@@ -1,0 +1,61 @@
+"""Finding and opening the store a command works on, and reading one execution from it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from ..executions import default_home
+from ..storage import Execution, FileStore, InvalidId, SqliteStore, StorageError, Store
+from ..storage._ids import check_id  # private: no public way to validate an id (X1) yet
+from ._codes import EXIT_FAILED, EXIT_NO_STORE, EXIT_UNKNOWN, EXIT_USAGE, CliError
+
+
+def store_path(given: str | None) -> Path:
+    """``--store PATH`` if given, else the default store under ``default_home()``."""
+    if given:
+        return Path(given)
+    return default_home() / "mainspring.sqlite3"
+
+
+def open_store(path: Path, *, write: bool) -> tuple[Store, Callable[[], None]]:
+    """The store at ``path``, which must already be one: a command never creates, converts
+    or chmods anything by accident, and a read opens it read-only."""
+    if not path.exists():
+        raise CliError(
+            f"no store at {path} (give --store PATH, or set MAINSPRING_HOME)", EXIT_NO_STORE
+        )
+    try:
+        if path.is_dir():
+            files = FileStore(path, read_only=True)  # proves it is a store, changing nothing
+            return (FileStore(path) if write else files), lambda: None
+        probe = SqliteStore(path, read_only=True)
+        if write:
+            probe.close()
+            probe = SqliteStore(path)
+    except (StorageError, OSError, sqlite3.Error) as exc:
+        raise CliError(f"cannot use the store at {path}: {exc}", EXIT_NO_STORE) from None
+    return probe, probe.close
+
+
+def check_task_id(task_id: str) -> None:
+    """Refuse a task id that is not an id (X1) before anything opens the store."""
+    try:
+        check_id(task_id)
+    except InvalidId:
+        raise CliError(f"{task_id!r} is not a valid task id", EXIT_USAGE) from None
+
+
+def get_execution(store: Store, execution_id: str) -> Execution:
+    """The execution ``execution_id``: an invalid id is a usage error, a missing one unknown."""
+    try:
+        check_id(execution_id)
+        execution = store.get(execution_id)
+    except InvalidId:
+        raise CliError(f"{execution_id!r} is not a valid execution id", EXIT_USAGE) from None
+    except (StorageError, OSError, sqlite3.Error) as exc:
+        raise CliError(f"execution {execution_id} cannot be read: {exc}", EXIT_FAILED) from None
+    if execution is None:
+        raise CliError(f"no execution {execution_id} in this store", EXIT_UNKNOWN)
+    return execution

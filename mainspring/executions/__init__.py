@@ -1,0 +1,63 @@
+"""Durable executions: the Runtime facade, the ExecutionActor that runs one execution, the
+step, planner and agent-task actors, and the contexts user code receives.
+
+Built on ``mainspring.actors`` and ``mainspring.storage``.
+"""
+
+from ._agent import AgentContext as AgentContext
+from ._agent import ClarificationNeeded as ClarificationNeeded
+from ._agent import PlannerContext as PlannerContext
+from ._execution import ExecutionResult as ExecutionResult
+from ._execution import StopResult as StopResult
+from ._plan import InvalidPlan as InvalidPlan
+from ._run_events import AgentTaskCompleted as AgentTaskCompleted
+from ._run_events import AgentTaskProgress as AgentTaskProgress
+from ._run_events import AgentTaskStarted as AgentTaskStarted
+from ._run_events import AgentTaskStopped as AgentTaskStopped
+from ._run_events import AgentTaskWaiting as AgentTaskWaiting
+from ._run_events import ExecutionCancelled as ExecutionCancelled
+from ._run_events import ExecutionCompleted as ExecutionCompleted
+from ._run_events import ExecutionEvent as ExecutionEvent
+from ._run_events import ExecutionFailed as ExecutionFailed
+from ._run_events import ExecutionPaused as ExecutionPaused
+from ._run_events import ExecutionResumed as ExecutionResumed
+from ._run_events import ExecutionStarted as ExecutionStarted
+from ._run_events import ExecutionWaiting as ExecutionWaiting
+from ._run_events import StepFinished as StepFinished
+from ._run_events import StepStarted as StepStarted
+from ._runtime import ExecutionBusy as ExecutionBusy
+from ._runtime import ExecutionHandle as ExecutionHandle
+from ._runtime import Runtime as Runtime
+from ._runtime import UnknownExecution as UnknownExecution
+from ._runtime import default_home as default_home
+from ._runtime import open_runtime as open_runtime
+
+__all__ = [
+    "AgentContext",
+    "AgentTaskCompleted",
+    "AgentTaskProgress",
+    "AgentTaskStarted",
+    "AgentTaskStopped",
+    "AgentTaskWaiting",
+    "ClarificationNeeded",
+    "ExecutionBusy",
+    "ExecutionCancelled",
+    "ExecutionCompleted",
+    "ExecutionEvent",
+    "ExecutionFailed",
+    "ExecutionHandle",
+    "ExecutionPaused",
+    "ExecutionResult",
+    "ExecutionResumed",
+    "ExecutionStarted",
+    "ExecutionWaiting",
+    "InvalidPlan",
+    "PlannerContext",
+    "Runtime",
+    "StepFinished",
+    "StepStarted",
+    "StopResult",
+    "UnknownExecution",
+    "default_home",
+    "open_runtime",
+]
