@@ -50,8 +50,11 @@ def test_the_durable_demo_runs_where_there_is_no_sigkill(tmp_path: Path) -> None
     """``mainspring demo`` uses the SQLite store only, so it is meant to work without fcntl;
     but it kills worker 1 with ``proc.send_signal(signal.SIGKILL)``, and Windows' signal
     module has no SIGKILL: an AttributeError traceback, exit 1, after worker 1 started.
-    Fixed: ``proc.kill()`` (TerminateProcess on Windows, SIGKILL on POSIX)."""
+    Fixed: ``proc.kill()`` (TerminateProcess on Windows, SIGKILL on POSIX). Here, on Linux
+    without the constant, ``Popen.kill`` stands in for Windows' TerminateProcess."""
     done = _run(
+        "import subprocess\n"
+        "subprocess.Popen.kill = lambda self: os.kill(self.pid, 9)\n"
         "from mainspring.cli import main\nsys.exit(main(['demo', '--store-dir', sys.argv[1]]))",
         str(tmp_path / "demo"),
     )
@@ -65,7 +68,7 @@ import json
 import anyio
 import mainspring as ms
 from mainspring.cli import main
-from mainspring.supervision._runtime import open_store
+from mainspring.executions._runtime import open_store
 
 where = sys.argv[1]
 out = {}

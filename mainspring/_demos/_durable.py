@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -237,7 +236,7 @@ class _Demo:
                     return dict(payload)
                 self.render(worker.number, payload)
                 if kill and payload.get("inner_done", 0) >= KILL_AT_INNER:
-                    proc.send_signal(signal.SIGKILL)
+                    proc.kill()  # SIGKILL on POSIX, TerminateProcess on Windows
                     return {"killed": True}
             return {"exited": proc.wait(timeout=30)}
         finally:

@@ -19,26 +19,33 @@ from ..storage import InvalidId, StorageError
 from ._codes import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._controls import control
 from ._output import Out, fail, when
-from ._parser import UsageError, make_parser
+from ._parser import UsageError, make_parser, wants_json
 from ._reads import READS, nothing_here_yet
-from ._store import check_task_id, open_store, store_path
+from ._store import check_execution_id, check_task_id, open_store, store_path
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Entry point of the ``mainspring`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in argv
-    parser = make_parser(json_errors=as_json)
+    as_json = wants_json(argv)
+    parser = make_parser()
+    stream = stdout or sys.stdout
     try:
         args = parser.parse_args(argv)
+        as_json = bool(getattr(args, "json", as_json))
+        if args.command in ("demo", "demo-reasons"):
+            return _demo(parser, args)
     except UsageError as exc:
-        return fail(str(exc), EXIT_USAGE, as_json=True)
-    stream = stdout or sys.stdout
+        if as_json:
+            return fail(str(exc), EXIT_USAGE, as_json=True)
+        # As argparse prints it, but redacted: a secret typed as an argument stays off screen.
+        sys.stderr.write(exc.usage)
+        return fail(f"error: {exc}", EXIT_USAGE)
     if args.command is None:
+        if as_json:
+            return fail("a command is required (see mainspring --help)", EXIT_USAGE, as_json=True)
         parser.print_help(stream)
         return EXIT_USAGE
-    if args.command in ("demo", "demo-reasons"):
-        return _demo(parser, args)
     given = getattr(args, "store_path", None)
     args.store_given = given is not None
     args.store_path = str(store_path(given))
@@ -72,8 +79,20 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     write = args.command not in READS
     if args.command == "stop-task":
         check_task_id(args.id)
+    elif getattr(args, "id", None):
+        check_execution_id(args.id)  # a malformed id is a usage error, store or no store
     path = Path(args.store_path)
-    if not args.store_given and not path.exists():
+    try:
+        exists = path.exists()
+        home_is_no_dir = not args.store_given and path.parent.exists() and not path.parent.is_dir()
+    except OSError as exc:  # unreadable, or a name the system refuses
+        raise CliError(f"cannot use the store at {path}: {exc}", EXIT_NO_STORE) from None
+    if home_is_no_dir:
+        raise CliError(
+            f"the mainspring home {path.parent} is not a directory: no store can live there",
+            EXIT_NO_STORE,
+        )
+    if not args.store_given and not exists:
         return nothing_here_yet(path, out, args)
     store, close = open_store(path, write=write)
     try:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -14,19 +15,31 @@ DEMO_REASONS = ("cancel", "pause", "timeout")
 
 
 class UsageError(Exception):
-    """A command line that does not parse, when errors are to be JSON (``--json``)."""
+    """A command line that does not parse: ``usage`` is the usage of the parser that said so.
+
+    ``main`` prints it as argparse would (redacted), or as JSON with ``--json``."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
-class _JsonErrorsParser(argparse.ArgumentParser):
-    """argparse whose errors are raised, to be printed as JSON, instead of printed."""
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse whose errors are raised, so that ``main`` redacts them and prints them as
+    text or as JSON, instead of printed here."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(message, self.format_usage())
 
 
-def make_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
-    """The ``mainspring`` parser; with ``json_errors`` it raises :class:`UsageError`."""
-    common = argparse.ArgumentParser(add_help=False)
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for ``--json``, as argparse reads it (``--js`` abbreviates it)."""
+    return any(arg.startswith("--j") and "--json".startswith(arg) for arg in argv)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``mainspring`` parser; every error raises :class:`UsageError`."""
+    common = _RaisingParser(add_help=False)
     common.add_argument(
         "--store",
         dest="store_path",
@@ -38,7 +51,7 @@ def make_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
-    parser = (_JsonErrorsParser if json_errors else argparse.ArgumentParser)(
+    parser = _RaisingParser(
         prog="mainspring",
         description="An embedded actor runtime for durable agent executions.",
         epilog="exit codes: 0 ok, 1 refused or problems found, 2 usage, 3 unknown id, "

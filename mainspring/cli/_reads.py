@@ -179,9 +179,14 @@ def _report_unreadable(out: Out, dropped: int, problems: Sequence[Any]) -> None:
         out.warn(f"unreadable execution {problem.id}: {problem.error}")
 
 
-def _snapshot(store: Store) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
+def _snapshot(
+    store: Store, out: Out, reported: set[str]
+) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
     view: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
-    for e in store.list().executions:
+    listing = store.list()
+    _report_unreadable(out, 0, [p for p in listing.problems if p.id not in reported])
+    reported.update(p.id for p in listing.problems)  # each said once, not every poll (E7)
+    for e in listing.executions:
         steps: dict[str, str] = {s.id: s.status for s in e.plan.steps} if e.plan else {}
         tasks: dict[str, str] = {t.id: t.state for t in parse_agent_tasks(e)[0]}
         view[e.id] = (e.status, steps, tasks)
@@ -206,9 +211,10 @@ def _events(store: Store, out: Out, args: argparse.Namespace) -> int:
     """State changes seen in the store (V1: ids and states): the current state first, then,
     with --follow, every change as it is committed (polled)."""
     before: dict[str, Any] = {}
+    reported: set[str] = set()
     polls = 0
     while True:
-        after = _snapshot(store)
+        after = _snapshot(store, out, reported)
         for change in _changes(before, after):
             if out.as_json:
                 out.data(change)
@@ -269,7 +275,14 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                 }
             )
     if out.as_json:
-        out.data({"ok": not findings, "executions": len(listing.executions), "findings": findings})
+        out.data(
+            {
+                "ok": not findings,
+                "executions": len(listing.executions),
+                "findings": findings,
+                "store": args.store_path,
+            }
+        )
     else:
         out.line(f"{len(listing.executions)} executions read, {len(findings)} findings")
         for finding in findings:

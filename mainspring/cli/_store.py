@@ -47,6 +47,14 @@ def check_task_id(task_id: str) -> None:
         raise CliError(f"{task_id!r} is not a valid task id", EXIT_USAGE) from None
 
 
+def check_execution_id(execution_id: str) -> None:
+    """Refuse a malformed execution id (X1) as a usage error, before anything is opened."""
+    try:
+        check_id(execution_id)
+    except InvalidId:
+        raise CliError(f"{execution_id!r} is not a valid execution id", EXIT_USAGE) from None
+
+
 def get_execution(store: Store, execution_id: str) -> Execution:
     """The execution ``execution_id``: an invalid id is a usage error, a missing one unknown."""
     try:
