@@ -44,6 +44,8 @@ from ..actors import (
     Terminated,
 )
 from ..storage import (
+    MAX_COUNTER,
+    STEP_FINISHED,
     AgentTaskRecord,
     BudgetInfo,
     Checkpoint,
@@ -75,6 +77,8 @@ from ._agent import (
     TaskSave,
 )
 from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe, step_input_hash
+from ._scheduler import Schedule, pick
+from ._status import execution_move, task_move
 from ._transitions import (
     cancel_execution,
     parse_stop_requests,
@@ -84,8 +88,6 @@ from ._transitions import (
 )
 
 __all__ = ["ExecutionActor", "ExecutionResult", "RunConfig", "StopResult"]
-
-_DONE = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 
 
 @attrs.frozen(kw_only=True)
@@ -204,7 +206,7 @@ def summarize(execution: Execution) -> tuple[str, int, int]:
     if plan is not None:
         for step in plan.steps:
             counts[step.status] = counts.get(step.status, 0) + 1
-    done = sum(counts.get(state, 0) for state in _DONE)
+    done = sum(counts.get(state, 0) for state in STEP_FINISHED)
     parts = [
         f"{counts[s]} {s}" for s in ("succeeded", "failed", "skipped", "cancelled") if s in counts
     ]
@@ -304,10 +306,10 @@ class ExecutionActor(Actor):
     def _load(self, record: Execution) -> None:
         self._rec = record
         self._plan = record.plan
-        self._status: dict[str, StepStatus] = (
-            {step.id: step.status for step in record.plan.steps} if record.plan else {}
+        self._sched = Schedule(
+            self._live_plan or record.plan,
+            {step.id: step.status for step in record.plan.steps} if record.plan else {},
         )
-        self._index()
         self._obs: dict[str, Observation] = {obs.step_id: obs for obs in record.observations}
         self._tasks: dict[str, AgentTaskRecord] = {}
         self._raw: dict[str, dict[str, Any]] = {}
@@ -325,28 +327,32 @@ class ExecutionActor(Actor):
 
     def _claim_finished(self) -> None:
         """A task whose step already succeeded in this plan is taken (R8: at most once)."""
-        for step_id, state in self._status.items():
+        for step_id, state in self._sched.status.items():
             observation = self._obs.get(step_id)
             if state == "succeeded" and observation is not None and observation.agent_task_id:
                 self._claimed.add(observation.agent_task_id)
 
     def _set_task(self, task: AgentTaskRecord) -> None:
+        old = self._tasks.get(task.id)
+        if old is not None:
+            task_move(task.id, old.state, task.state)  # R11: terminal is sticky
         self._tasks[task.id] = task
         self._raw[task.id] = unstructure(task)
 
     def _snapshot(self, **changes: Any) -> Execution:
         plan = self._plan
-        if plan is not None and self._dirty:
+        sched = self._sched
+        if plan is not None and sched.dirty:
             # Only the steps whose status changed since the last snapshot are rebuilt.
             steps = list(plan.steps)
-            for step_id in self._dirty:
-                index = self._order[step_id]
-                if steps[index].status != self._status[step_id]:
-                    steps[index] = attrs.evolve(steps[index], status=self._status[step_id])
-            self._dirty.clear()
+            for step_id in sched.dirty:
+                index = sched.order[step_id]
+                if steps[index].status != sched.status[step_id]:
+                    steps[index] = attrs.evolve(steps[index], status=sched.status[step_id])
+            sched.dirty.clear()
             plan = self._plan = attrs.evolve(plan, steps=tuple(steps))
         completed = (
-            tuple(step.id for step in plan.steps if self._status[step.id] == "succeeded")
+            tuple(step.id for step in plan.steps if self._sched.status[step.id] == "succeeded")
             if plan
             else ()
         )
@@ -411,6 +417,8 @@ class ExecutionActor(Actor):
         """Commit the current state (E2). A refusal stops the run at once (E3)."""
         if self._ended:
             return False
+        if "status" in changes:  # E2: the lifecycle is checked in the one commit path
+            execution_move(self._rec.id, self._rec.status, changes["status"])
         record = await self._checkpointed(self._snapshot(**changes))
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
@@ -477,7 +485,7 @@ class ExecutionActor(Actor):
             await self._replan()
             return
         if begin.resumed:
-            completed = sum(1 for s in self._status.values() if s == "succeeded")
+            completed = sum(1 for s in self._sched.status.values() if s == "succeeded")
             drift = await self._drift() if begin.check_drift else ()
             self._publish(
                 ev.ExecutionResumed(
@@ -608,7 +616,7 @@ class ExecutionActor(Actor):
             done = {
                 (step.id, step.kind, step.target, step_input_hash(step))
                 for step in previous.steps
-                if self._status.get(step.id) == "succeeded"
+                if self._sched.status.get(step.id) == "succeeded"
             }
             kept = {
                 step.id: self._obs[step.id]
@@ -618,10 +626,9 @@ class ExecutionActor(Actor):
             }
         self._live_plan = plan
         self._plan = redact_plan(plan)
-        self._status = {
-            step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps
-        }
-        self._index()
+        self._sched = Schedule(
+            plan, {step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps}
+        )
         self._claimed.clear()
         self._claim_finished()
 
@@ -633,82 +640,19 @@ class ExecutionActor(Actor):
     def _remaining(self) -> int:
         return max(0, self._budget - self._rec.calls_used - self._held())
 
-    def _index(self) -> None:
-        """Dependency bookkeeping, so each event costs what it touches, not the whole plan:
-        how many dependencies each pending step still waits for, who depends on whom, which
-        pending steps are ready, and which ended badly and must cascade (P2)."""
-        plan = self._live_plan or self._plan
-        self._order: dict[str, int] = {}
-        self._dependents: dict[str, list[str]] = {}
-        self._deps_left: dict[str, int] = {}
-        self._ready: set[str] = set()
-        self._to_cascade: list[str] = []
-        self._steps: dict[str, PlanStep] = {}
-        # Every status may differ from the stored plan's after a load or an adoption.
-        self._dirty: set[str] = set(self._status)
-        if plan is None:
-            return
-        status = self._status
-        for index, step in enumerate(plan.steps):
-            self._order[step.id] = index
-            self._steps[step.id] = step
-            for dependency in step.depends_on:
-                self._dependents.setdefault(dependency, []).append(step.id)
-            if status[step.id] in ("failed", "skipped", "cancelled"):
-                self._to_cascade.append(step.id)
-        for step in plan.steps:
-            left = sum(1 for d in step.depends_on if status[d] != "succeeded")
-            self._deps_left[step.id] = left
-            if left == 0 and status[step.id] == "pending":
-                self._ready.add(step.id)
-
-    def _set_status(self, step_id: str, new: StepStatus) -> None:
-        old = self._status[step_id]
-        if old == new:
-            return
-        self._status[step_id] = new
-        self._dirty.add(step_id)
-        if new == "pending":
-            if self._deps_left[step_id] == 0:
-                self._ready.add(step_id)
-            return
-        self._ready.discard(step_id)
-        if new == "succeeded":
-            for dependent in self._dependents.get(step_id, ()):
-                self._deps_left[dependent] -= 1
-                if self._deps_left[dependent] == 0 and self._status[dependent] == "pending":
-                    self._ready.add(dependent)
-        elif new in ("failed", "skipped", "cancelled"):
-            self._to_cascade.append(step_id)
-
     def _cascade(self) -> bool:
-        """P2: a step whose dependency failed or was skipped is skipped, with an observation;
-        one whose dependency was cancelled is cancelled, never silently skipped."""
-        changed = False
-        queue = self._to_cascade
-        while queue:
-            dependency = queue.pop()
-            state = self._status[dependency]
-            for dependent in self._dependents.get(dependency, ()):
-                if self._status[dependent] != "pending":
-                    continue
-                new: StepStatus = "cancelled" if state == "cancelled" else "skipped"
-                self._set_status(dependent, new)
-                self._obs[dependent] = observe(
-                    self._steps[dependent],
-                    ok=False,
-                    code="cancelled" if new == "cancelled" else None,
-                    error=f"{new}: dependency {dependency} {state}",
-                )
-                self._publish_step(dependent, new)
-                changed = True
-        return changed
-
-    def _approval_key(self, step: PlanStep | None) -> str:
-        assert self._plan is not None
-        if step is None:
-            return f"plan.v{self._plan.version}"
-        return f"step.{step.id}.v{self._plan.version}"
+        """P2, recorded: each step the scheduler skipped or cancelled gets an observation
+        saying which dependency ended how, and is announced."""
+        changes = self._sched.cascade()
+        for change in changes:
+            self._obs[change.step_id] = observe(
+                self._sched.steps[change.step_id],
+                ok=False,
+                code="cancelled" if change.status == "cancelled" else None,
+                error=change.why,
+            )
+            self._publish_step(change.step_id, change.status)
+        return bool(changes)
 
     async def _advance(self) -> None:
         """Start every step that may start now; when nothing runs, settle the run."""
@@ -735,78 +679,55 @@ class ExecutionActor(Actor):
     def _pick(self) -> tuple[list[tuple[PlanStep, int]], Pending | None, BudgetInfo | None]:
         """The ready steps that may start now (P3, P4, P5), and why others wait."""
         assert self._plan is not None
-        plan = self._plan
-        cfg = self._cfg
         pending = self._rec.pending
-        asking = pending is not None and pending.kind == "clarification"
+        steps = self._sched.steps
+        asking: set[str] = set()
+        answered: set[str] = set()
+        for task in self._tasks.values():
+            step = steps.get(task.step_id)
+            if step is None or step.kind != "agent":
+                continue
+            if task.state == "waiting_for_clarification":
+                asking.add(step.id)
+            elif task.state == "queued" and task.id not in self._claimed:
+                answered.add(step.id)
+        picked = pick(
+            self._sched,
+            plan=self._plan,
+            running_targets=[running.step.target for running in self._running.values()],
+            max_parallel=self._cfg.max_parallel_steps,
+            limits=self._cfg.limits,
+            remaining=self._remaining(),
+            reservation=self._cfg.reservation,
+            approvals=self._rec.approvals,
+            question_open=pending is not None and pending.kind == "clarification",
+            asking=asking,
+            answered=answered,
+            in_flight=self._in_flight,
+        )
         needs_approval: Pending | None = None
+        if picked.needs_approval:
+            what = (
+                f"plan v{self._plan.version}"
+                if picked.approval is None
+                else f"step {picked.approval.id}"
+            )
+            needs_approval = Pending(kind="approval", question=f"approve {what}")
         needs_budget: BudgetInfo | None = None
-        starts: list[tuple[PlanStep, int]] = []
-        if plan.requires_approval and self._approval_key(None) not in self._rec.approvals:
-            needs_approval = Pending(kind="approval", question=f"approve plan v{plan.version}")
-            return starts, needs_approval, needs_budget
-        per_key: dict[str, int] = {}
-        for running in self._running.values():
-            per_key[running.step.target] = per_key.get(running.step.target, 0) + 1
-        remaining = self._remaining()
-        for step_id in sorted(self._ready, key=self._order.__getitem__):
-            if len(self._running) + len(starts) >= cfg.max_parallel_steps:
-                break
-            step = self._steps[step_id]
-            if self._is_asking(step):
-                continue  # P5: its agent waits for an answer; the step stays pending
-            if asking and step.id not in self._in_flight and not self._has_answered_task(step):
-                continue  # P5: while a question is open no new step starts
-            limit = cfg.limits.get(step.target)
-            if limit is not None and per_key.get(step.target, 0) >= limit:
-                continue
-            if step.requires_approval and self._approval_key(step) not in self._rec.approvals:
-                if needs_approval is None:
-                    needs_approval = Pending(kind="approval", question=f"approve step {step.id}")
-                continue
-            cost = self._cost(step, remaining)
-            if cost is None:
-                if needs_budget is None:
-                    needs_budget = BudgetInfo(
-                        calls_used=self._rec.calls_used,
-                        max_calls=min(self._budget, 1_000_000),
-                        needed=1,
-                    )
-                continue
-            remaining -= cost
-            per_key[step.target] = per_key.get(step.target, 0) + 1
-            starts.append((step, cost))
-        return starts, needs_approval, needs_budget
-
-    def _is_asking(self, step: PlanStep) -> bool:
-        return step.kind == "agent" and any(
-            task.step_id == step.id and task.state == "waiting_for_clarification"
-            for task in self._tasks.values()
-        )
-
-    def _has_answered_task(self, step: PlanStep) -> bool:
-        return any(
-            task.step_id == step.id and task.state == "queued" and task.id not in self._claimed
-            for task in self._tasks.values()
-        )
-
-    def _cost(self, step: PlanStep, remaining: int) -> int | None:
-        """P4: what starting ``step`` holds from the budget, or None if it does not fit."""
-        if step.kind == "tool":
-            return 0
-        if step.kind == "skill":
-            return 1 if remaining >= 1 else None
-        if remaining < 1:
-            return None
-        reserved = min(max(int(self._cfg.reservation(remaining)), 1), remaining)
-        return reserved
+        if picked.short_of_budget:
+            needs_budget = BudgetInfo(
+                calls_used=self._rec.calls_used,
+                max_calls=min(self._budget, MAX_COUNTER),
+                needed=1,
+            )
+        return list(picked.starts), needs_approval, needs_budget
 
     async def _start(self, step: PlanStep, cost: int) -> bool | None:
         """Start ``step``: True if it runs now, False if a reused task finished it at once
         (R8), None if a commit was refused and the run is stopping."""
         cfg = self._cfg
         now = time.time()
-        self._set_status(step.id, "running")
+        self._sched.set(step.id, "running")
         self._in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
         self._publish(
             ev.StepStarted(execution_id=self._rec.id, at=now, step_id=step.id, kind=step.kind)
@@ -825,7 +746,7 @@ class ExecutionActor(Actor):
         if task is not None and task.state == "completed":
             # R8: this exact step already ran to completion (e.g. before a replan).
             self._set_task(task)
-            self._set_status(step.id, "succeeded")
+            self._sched.set(step.id, "succeeded")
             previous = next(
                 (o for o in self._obs.values() if o.agent_task_id == task.id and o.ok), None
             )
@@ -910,7 +831,7 @@ class ExecutionActor(Actor):
         try:
             return await self.spawn(factory, *args)
         except ActorDeadError:
-            self._set_status(step.id, "pending")
+            self._sched.set(step.id, "pending")
             return None
 
     def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
@@ -969,9 +890,8 @@ class ExecutionActor(Actor):
     async def _settle(self, approval: Pending | None, budget: BudgetInfo | None) -> None:
         """Nothing runs: the run is done, or waits for an answer, an approval or budget."""
         assert self._plan is not None
-        states = self._status.values()
-        if all(state in _DONE for state in states):
-            failed = [s for s in self._plan.steps if self._status[s.id] == "failed"]
+        if self._sched.all_finished:
+            failed = [s for s in self._plan.steps if self._sched.status[s.id] == "failed"]
             replans = self._rec.replans  # counted on the record: across resumes and processes
             if failed and replans < self._cfg.max_replans and self._cfg.planner:
                 evidence = fence(
@@ -1028,12 +948,12 @@ class ExecutionActor(Actor):
                 ev.ExecutionCompleted(
                     execution_id=self._rec.id,
                     at=now,
-                    steps=len(self._status),
+                    steps=len(self._sched.status),
                     calls_used=self._rec.calls_used,
                 )
             )
         else:
-            failed = sum(1 for state in self._status.values() if state == "failed")
+            failed = sum(1 for state in self._sched.status.values() if state == "failed")
             self._publish(
                 ev.ExecutionFailed(execution_id=self._rec.id, at=now, status=status, failed=failed)
             )
@@ -1051,7 +971,7 @@ class ExecutionActor(Actor):
     # -- events from children --------------------------------------------------------------
 
     def _publish_step(self, step_id: str, state: str) -> None:
-        done = sum(1 for s in self._status.values() if s in _DONE)
+        done = self._sched.finished
         self._publish(
             ev.StepFinished(
                 execution_id=self._rec.id,
@@ -1059,7 +979,7 @@ class ExecutionActor(Actor):
                 step_id=step_id,
                 state=state,
                 done=done,
-                total=len(self._status),
+                total=len(self._sched.status),
                 calls_used=self._rec.calls_used,
             )
         )
@@ -1071,7 +991,7 @@ class ExecutionActor(Actor):
         del self._running[done.step_id]
         step = running.step
         state: StepStatus = "succeeded" if done.ok else "failed"
-        self._set_status(step.id, state)
+        self._sched.set(step.id, state)
         self._obs[step.id] = observe(
             step,
             ok=done.ok,
@@ -1114,7 +1034,7 @@ class ExecutionActor(Actor):
         changes: dict[str, Any] = {"calls_used": calls}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
-            self._set_status(step.id, "succeeded")
+            self._sched.set(step.id, "succeeded")
             self._outputs[step.id] = save.output
             self._obs[step.id] = observe(
                 step,
@@ -1125,7 +1045,7 @@ class ExecutionActor(Actor):
                 calls_used=task.calls_used,
             )
         elif task.state == "failed":
-            self._set_status(step.id, "failed")
+            self._sched.set(step.id, "failed")
             failure = task.failure
             code = failure.code if failure is not None else "agent-failed"
             self._obs[step.id] = Observation(
@@ -1140,7 +1060,7 @@ class ExecutionActor(Actor):
             )
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
-            self._set_status(step.id, "pending")
+            self._sched.set(step.id, "pending")
             if self._rec.pending is None:
                 changes["pending"] = Pending(
                     kind="clarification",
@@ -1172,7 +1092,7 @@ class ExecutionActor(Actor):
                     calls_used=task.calls_used,
                 )
             )
-            self._publish_step(step.id, self._status[step.id])
+            self._publish_step(step.id, self._sched.status[step.id])
         else:
             self._publish(
                 ev.AgentTaskProgress(
@@ -1196,10 +1116,10 @@ class ExecutionActor(Actor):
     ) -> bool:
         """A step's result made the record too large (or otherwise unwritable): the step
         fails with that reason, without the result, and the run goes on."""
-        if self._status[step.id] == "succeeded":
-            self._undo_success(step.id)
+        if self._sched.status[step.id] == "succeeded":
+            self._sched.set(step.id, "failed")  # succeeded -> failed: not storable
         else:
-            self._set_status(step.id, "failed")
+            self._sched.set(step.id, "failed")
         self._running.pop(step.id, None)
         self._outputs.pop(step.id, None)
         message = f"its result could not be stored: {why}"
@@ -1218,14 +1138,6 @@ class ExecutionActor(Actor):
             )
         changes.pop("pending", None)
         return await self._commit(**changes)
-
-    def _undo_success(self, step_id: str) -> None:
-        self._status[step_id] = "failed"
-        self._dirty.add(step_id)
-        for dependent in self._dependents.get(step_id, ()):
-            self._deps_left[dependent] += 1
-            self._ready.discard(dependent)
-        self._to_cascade.append(step_id)
 
     async def _child_ended(self, notice: Terminated) -> None:
         step_id = self._by_ref.pop(notice.ref, None)
@@ -1246,7 +1158,7 @@ class ExecutionActor(Actor):
             await self._task_stopped(running, now)
             return
         # The child ended without reporting: it crashed.
-        self._set_status(step_id, "failed")
+        self._sched.set(step_id, "failed")
         self._obs[step_id] = observe(
             step,
             ok=False,
@@ -1326,7 +1238,7 @@ class ExecutionActor(Actor):
                 state="cancelled",
             )
         )
-        self._publish_step(running.step.id, self._status[running.step.id])
+        self._publish_step(running.step.id, self._sched.status[running.step.id])
         await self._advance()
 
     # -- heartbeats and cross-process controls ---------------------------------------------
@@ -1442,6 +1354,7 @@ class ExecutionActor(Actor):
         self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
 
     async def _commit_record(self, record: Execution) -> bool:
+        execution_move(record.id, self._rec.status, record.status)
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
         except Exception as exc:  # not saved: the result says so; the lease lapses on its own
