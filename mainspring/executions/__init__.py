@@ -7,9 +7,9 @@ Built on ``mainspring.actors`` and ``mainspring.storage``.
 from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
-from ._execution import ExecutionResult as ExecutionResult
-from ._execution import StopResult as StopResult
 from ._plan import InvalidPlan as InvalidPlan
+from ._results import ExecutionResult as ExecutionResult
+from ._results import StopResult as StopResult
 from ._run_events import AgentTaskCompleted as AgentTaskCompleted
 from ._run_events import AgentTaskProgress as AgentTaskProgress
 from ._run_events import AgentTaskStarted as AgentTaskStarted

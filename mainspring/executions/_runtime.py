@@ -48,20 +48,11 @@ from ..storage._backend import Edit, holder
 from ..storage._ids import check_id
 from ..storage._persistence import Committer, open_committer
 from ..storage._redact import redact
-from ._execution import (
-    Begin,
-    ExecutionActor,
-    ExecutionResult,
-    RunConfig,
-    RunWatcher,
-    StopResult,
-    StopTask,
-    redact_plan,
-    result_from,
-    tool_hash,
-)
+from ._execution import ExecutionActor
 from ._plan import check_plan
+from ._results import ExecutionResult, StopResult, redact_plan, result_from, tool_hash
 from ._run_events import AgentTaskStopped
+from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
 from ._transitions import (
     add_control,
     answer_task,

@@ -14,12 +14,21 @@ from typing import Any, Literal
 
 import attrs
 
-from ..storage import AgentTaskRecord, Control, Execution, Interruption, Observation, Pending
+from ..storage import (
+    STEP_FINISHED,
+    AgentTaskRecord,
+    Control,
+    Execution,
+    Interruption,
+    Observation,
+    Pending,
+)
 from ..storage._codec import structure, unstructure
 from ..storage._errors import RecordError
 from ..storage._records import MAX_CONTROLS
 from ..storage._redact import redact
 from ._plan import observe, step_input_hash
+from ._status import execution_move, step_move, task_move
 
 __all__ = [
     "ASK_PREFIX",
@@ -68,6 +77,7 @@ def map_tasks(
         if updated is None or updated == record:
             raws.append(raw)
         else:
+            task_move(record.id, record.state, updated.state)  # R11: terminal is sticky
             raws.append(unstructure(updated))
             changed.append(updated)
     return attrs.evolve(execution, agent_tasks=tuple(raws)), changed
@@ -123,7 +133,9 @@ def requeue_interrupted(
     plan = execution.plan
     if plan is not None and any(step.status == "running" for step in plan.steps):
         steps = tuple(
-            attrs.evolve(step, status="pending") if step.status == "running" else step
+            attrs.evolve(step, status=step_move(step.id, step.status, "pending"))
+            if step.status == "running"
+            else step
             for step in plan.steps
         )
         execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=steps))
@@ -134,7 +146,8 @@ def pause_execution(execution: Execution, by: str, now: float, reason: str = "")
     """R1 on the record: tasks requeued with interruption ``pause``, status ``paused``."""
     execution, _ = requeue_interrupted(execution, "pause", now, reason)
     execution = add_control(execution, "pause", by, now, reason)
-    return attrs.evolve(execution, status="paused", updated_at=now)
+    status = execution_move(execution.id, execution.status, "paused")
+    return attrs.evolve(execution, status=status, updated_at=now)
 
 
 def cancel_execution(execution: Execution, by: str, now: float, reason: str = "") -> Execution:
@@ -160,12 +173,12 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     if plan is not None:
         steps = []
         for step in plan.steps:
-            if step.status in ("succeeded", "failed", "skipped", "cancelled"):
+            if step.status in STEP_FINISHED:
                 steps.append(step)
                 continue
             started = step.status == "running" or step.kind == "agent"
             status: Literal["cancelled", "skipped"] = "cancelled" if started else "skipped"
-            steps.append(attrs.evolve(step, status=status))
+            steps.append(attrs.evolve(step, status=step_move(step.id, step.status, status)))
             observations.append(
                 observe(
                     step,
@@ -178,7 +191,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     execution = add_control(execution, "cancel", by, now, reason)
     return attrs.evolve(
         execution,
-        status="cancelled",
+        status=execution_move(execution.id, execution.status, "cancelled"),
         pending=None,
         observations=tuple(observations),
         updated_at=now,
@@ -260,9 +273,11 @@ def stop_task(
                 step.id == record.step_id
                 and step.agent == record.agent_id
                 and step_input_hash(step) == record.input_hash
-                and step.status not in ("succeeded", "failed", "skipped", "cancelled")
+                and step.status not in STEP_FINISHED
             )
-            steps.append(attrs.evolve(step, status="cancelled") if same else step)
+            if same:
+                step = attrs.evolve(step, status=step_move(step.id, step.status, "cancelled"))
+            steps.append(step)
             if same:
                 observations = (
                     *observations,

@@ -2,7 +2,7 @@
 
 ``FileStore`` and ``SqliteStore`` share one contract (leases, compare-and-set commits); the
 persistence actor is the only writer during a run. Nothing here imports
-``mainspring.supervision``.
+``mainspring.supervision`` or ``mainspring.executions``.
 """
 
 from ._backend import CommitOutcome as CommitOutcome
@@ -20,11 +20,16 @@ from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
 from ._persistence import PersistenceFailed as PersistenceFailed
+from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
+from ._records import MAX_COUNTER as MAX_COUNTER
+from ._records import STEP_FINISHED as STEP_FINISHED
+from ._records import TASK_TERMINAL as TASK_TERMINAL
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
 from ._records import Control as Control
 from ._records import Execution as Execution
+from ._records import ExecutionStatus as ExecutionStatus
 from ._records import Failure as Failure
 from ._records import Finding as Finding
 from ._records import Interruption as Interruption
@@ -33,18 +38,25 @@ from ._records import Observation as Observation
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
+from ._records import StepStatus as StepStatus
+from ._records import TaskState as TaskState
 from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
 
 __all__ = [
+    "EXECUTION_TERMINAL",
+    "MAX_COUNTER",
+    "STEP_FINISHED",
+    "TASK_TERMINAL",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
     "CommitOutcome",
     "Control",
     "Execution",
+    "ExecutionStatus",
     "Failure",
     "FileStore",
     "Finding",
@@ -62,8 +74,10 @@ __all__ = [
     "Reconciliation",
     "RecordError",
     "SqliteStore",
+    "StepStatus",
     "StorageError",
     "Store",
+    "TaskState",
     "TooLarge",
     "capture_checkpoint",
     "new_owner_id",

@@ -20,6 +20,10 @@ from ._errors import InvalidId, RecordError
 from ._ids import check_id
 
 __all__ = [
+    "EXECUTION_TERMINAL",
+    "MAX_COUNTER",
+    "STEP_FINISHED",
+    "TASK_TERMINAL",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
@@ -35,6 +39,7 @@ __all__ = [
     "Pending",
     "Plan",
     "PlanStep",
+    "StepStatus",
     "TaskState",
     "parse_agent_tasks",
 ]
@@ -69,6 +74,11 @@ TaskState = Literal[
     "waiting_for_clarification",
     "paused",
 ]
+#: The finished states, written once: terminal executions and tasks are sticky (E2, R11).
+EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset({"completed", "failed", "cancelled"})
+STEP_FINISHED: frozenset[StepStatus] = frozenset({"succeeded", "failed", "skipped", "cancelled"})
+TASK_TERMINAL: frozenset[TaskState] = frozenset({"completed", "failed", "cancelled"})
+
 ObservationCode = Literal[
     "cancelled",
     "agent-failed",
@@ -290,7 +300,7 @@ class AgentTaskRecord:
     @property
     def terminal(self) -> bool:
         """True once the task completed, failed or was cancelled (sticky, R11)."""
-        return self.state in ("completed", "failed", "cancelled")
+        return self.state in TASK_TERMINAL
 
 
 # -- executions ----------------------------------------------------------------------------
@@ -367,7 +377,7 @@ class Execution:
     @property
     def terminal(self) -> bool:
         """True once the execution completed, failed or was cancelled (sticky, E2)."""
-        return self.status in ("completed", "failed", "cancelled")
+        return self.status in EXECUTION_TERMINAL
 
 
 def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]:

@@ -1,0 +1,473 @@
+"""The core of an ExecutionActor: state, record mapping, the commit path, heartbeats."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Literal
+
+import anyio.to_thread
+import attrs
+
+from ..actors import (
+    Actor,
+    ActorRef,
+    Cancel,
+    CancelReason,
+    Crash,
+    LeaseLost,
+    Pause,
+)
+from ..storage import (
+    AgentTaskRecord,
+    Checkpoint,
+    CommitOutcome,
+    Execution,
+    Observation,
+    Plan,
+    PlanStep,
+    capture_checkpoint,
+    reconcile,
+)
+from ..storage._codec import structure, unstructure
+from ..storage._errors import RecordError, StorageError
+from ..storage._persistence import PersistenceFailed
+from ..storage._records import MAX_CHECKPOINTS
+from . import _run_events as ev
+from ._plan import step_input_hash
+from ._results import (
+    ExecutionResult,
+    StopResult,
+    config_hash,
+    redact_plan,
+    result_from,
+)
+from ._run_messages import (
+    RunConfig,
+    Running,
+    RunWatcher,
+    StopTask,
+    Unstorable,
+    for_children,
+)
+from ._scheduler import Schedule
+from ._status import execution_move, task_move
+from ._transitions import (
+    cancel_execution,
+    parse_stop_requests,
+    pause_execution,
+    stop_task,
+    task_records,
+)
+
+
+class ExecutionCore(Actor):
+    """One execution's state and its one commit path (E2): the record kept in memory and
+    how it maps to what is stored, checkpoints (E1, E6), commits and refusals (E3),
+    heartbeats (L2) and the wind-down when the actor stops. The scheduling loop and the
+    events from children are the subclasses' (TaskEvents, ExecutionActor)."""
+
+    _mainspring_orders_children = True  # we cancel our children ourselves, with our reason
+
+    # The record as loaded, set by _load (from __init__, and again on every reload).
+    _plan: Plan | None
+    _sched: Schedule
+    _obs: dict[str, Observation]
+    _tasks: dict[str, AgentTaskRecord]
+    _raw: dict[str, dict[str, Any]]  # each parsed task as it is written back
+    _unparsed: list[dict[str, Any]]
+    _charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        record: Execution,
+        watcher: RunWatcher,
+        live_plan: Plan | None = None,
+    ) -> None:
+        self._cfg = cfg
+        self._live_plan = live_plan  # the plan with inputs unredacted, when we have it
+        self._claimed: set[str] = set()
+        self._watcher = watcher
+        self._rec = record
+        self._budget = record.max_calls if record.max_calls is not None else cfg.max_calls
+        self._running: dict[str, Running] = {}
+        self._by_ref: dict[ActorRef, str] = {}
+        self._outputs: dict[str, Any] = {}
+        self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
+        self._keep_done = False
+        self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
+        self._ended = False  # the final state is committed (or refused): nothing more to write
+        self._refusal: CommitOutcome | None = None
+        self._result: ExecutionResult | None = None  # what the run ended with, once it has
+        self._load(record)
+
+    def _load(self, record: Execution) -> None:
+        self._rec = record
+        self._plan = record.plan
+        self._sched = Schedule(
+            self._live_plan or record.plan,
+            {step.id: step.status for step in record.plan.steps} if record.plan else {},
+        )
+        self._obs = {obs.step_id: obs for obs in record.observations}
+        self._tasks = {}
+        self._raw = {}
+        self._unparsed = []  # kept as they are, never dropped (E7)
+        for raw in record.agent_tasks:
+            try:
+                task = structure(raw, AgentTaskRecord)
+            except RecordError:
+                self._unparsed.append(raw)
+                continue
+            self._tasks[task.id] = task
+            self._raw[task.id] = raw
+        self._charged = {task.id: task.calls_used for task in self._tasks.values()}
+        self._claim_finished()
+
+    def _claim_finished(self) -> None:
+        """A task whose step already succeeded in this plan is taken (R8: at most once)."""
+        for step_id, state in self._sched.status.items():
+            observation = self._obs.get(step_id)
+            if state == "succeeded" and observation is not None and observation.agent_task_id:
+                self._claimed.add(observation.agent_task_id)
+
+    def _set_task(self, task: AgentTaskRecord) -> None:
+        old = self._tasks.get(task.id)
+        if old is not None:
+            task_move(task.id, old.state, task.state)  # R11: terminal is sticky
+        self._tasks[task.id] = task
+        self._raw[task.id] = unstructure(task)
+
+    def _snapshot(self, **changes: Any) -> Execution:
+        plan = self._plan
+        sched = self._sched
+        if plan is not None and sched.dirty:
+            # Only the steps whose status changed since the last snapshot are rebuilt.
+            steps = list(plan.steps)
+            for step_id in sched.dirty:
+                index = sched.order[step_id]
+                if steps[index].status != sched.status[step_id]:
+                    steps[index] = attrs.evolve(steps[index], status=sched.status[step_id])
+            sched.dirty.clear()
+            plan = self._plan = attrs.evolve(plan, steps=tuple(steps))
+        completed = (
+            tuple(step.id for step in plan.steps if self._sched.status[step.id] == "succeeded")
+            if plan
+            else ()
+        )
+        return attrs.evolve(
+            self._rec,
+            plan=plan,
+            plan_version=plan.version if plan is not None else self._rec.plan_version,
+            completed_steps=completed,
+            observations=tuple(self._obs.values()),
+            agent_tasks=(*self._raw.values(), *self._unparsed),
+            updated_at=time.time(),
+            **changes,
+        )
+
+    async def _checkpointed(self, record: Execution) -> Execution:
+        """Add a checkpoint when the completed set changed (E6: at most 5 kept); the first
+        commit of a plan always has one (E1)."""
+        last = record.checkpoints[-1] if record.checkpoints else None
+        if (
+            last is not None
+            and last.completed_steps == record.completed_steps
+            and last.plan_version == record.plan_version
+        ):
+            return record
+        checkpoint = await self._capture(record.plan, record.completed_steps)
+        return attrs.evolve(
+            record, checkpoints=(*record.checkpoints, checkpoint)[-MAX_CHECKPOINTS:]
+        )
+
+    async def _capture(self, plan: Plan | None, completed: tuple[str, ...]) -> Checkpoint:
+        cfg = self._cfg
+        tools = self._plan_tool_hashes(plan)
+        if cfg.workspace is None:
+            return Checkpoint(
+                at=time.time(),
+                plan_version=plan.version if plan is not None else 0,
+                config_hash=config_hash(cfg.config),
+                skill_versions=dict(cfg.skill_versions),
+                completed_steps=completed,
+                tool_hashes=tools,
+            )
+        return await anyio.to_thread.run_sync(
+            lambda: capture_checkpoint(
+                cfg.workspace,  # type: ignore[arg-type]
+                plan,
+                cfg.skill_versions,
+                completed,
+                tools,
+                config=cfg.config,
+            )
+        )
+
+    def _plan_tool_hashes(self, plan: Plan | None) -> dict[str, str]:
+        if plan is None:
+            return {}
+        used = {step.tool for step in plan.steps if step.tool is not None}
+        known = self._cfg.tool_hashes
+        # A tool the runtime no longer has is left out, which reconcile reports as vanished.
+        return {name: known[name] for name in sorted(used) if name in known}
+
+    def _adopt(self, plan: Plan) -> None:
+        """Take ``plan`` as the plan to run. What reaches disk is redacted (E5); the live
+        plan keeps its inputs so tools get what the planner meant."""
+        previous = self._live_plan or self._plan
+        kept: dict[str, Observation] = {}
+        if self._keep_done and previous is not None:
+            done = {
+                (step.id, step.kind, step.target, step_input_hash(step))
+                for step in previous.steps
+                if self._sched.status.get(step.id) == "succeeded"
+            }
+            kept = {
+                step.id: self._obs[step.id]
+                for step in plan.steps
+                if (step.id, step.kind, step.target, step_input_hash(step)) in done
+                and step.id in self._obs
+            }
+        self._live_plan = plan
+        self._plan = redact_plan(plan)
+        self._sched = Schedule(
+            plan, {step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps}
+        )
+        self._claimed.clear()
+        self._claim_finished()
+
+    def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
+        """R8: a stored task matches a step by (agent id, input hash), never by step id; each
+        record is claimed at most once per resume. Completed ones first, then unfinished."""
+        digest = step_input_hash(step)
+        candidates = [
+            task
+            for task in self._tasks.values()
+            if task.agent_id == step.agent
+            and task.input_hash == digest
+            and task.id not in self._claimed
+            and task.state not in ("failed", "cancelled", "waiting_for_clarification")
+        ]
+        if not candidates:
+            return None
+        candidates.sort(key=lambda t: (t.state != "completed", t.created_at))
+        task = candidates[0]
+        self._claimed.add(task.id)
+        if task.step_id != step.id:
+            task = attrs.evolve(task, step_id=step.id)
+        return task
+
+    def _new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
+        number = len(self._tasks) + len(self._unparsed) + 1
+        task = AgentTaskRecord(
+            id=f"{self._rec.id}:t{number}",
+            agent_id=step.target,
+            step_id=step.id,
+            state="created",
+            created_at=now,
+            updated_at=now,
+            execution_id=self._rec.id,
+            plan_version=self._plan.version if self._plan else 1,
+            input_hash=step_input_hash(step),
+        )
+        self._claimed.add(task.id)
+        self._charged[task.id] = 0
+        return task
+
+    async def _task_checkpoint(self, step: PlanStep) -> Checkpoint | None:
+        if self._cfg.workspace is None:
+            return None
+        plan = Plan(id="task", goal="", steps=(step,))
+        return await self._capture(plan, ())
+
+    async def _inner_drifted(self, task: AgentTaskRecord, step: PlanStep) -> bool:
+        assert task.inner_checkpoint is not None
+        assert self._cfg.workspace is not None
+        plan = Plan(id="task", goal="", steps=(step,))
+        checkpoint = attrs.evolve(task.inner_checkpoint, tool_hashes=None, skill_versions=None)
+        root = self._cfg.workspace
+        found = await anyio.to_thread.run_sync(lambda: reconcile(checkpoint, root, plan))
+        return found.drifted
+
+    def _charge_unsaved(self, running: Running) -> None:
+        """Charge the calls an agent made that no save has recorded yet (P4, E9)."""
+        if running.meter is None or running.task_id is None:
+            return
+        task = self._tasks.get(running.task_id)
+        used = running.meter.calls_used
+        if task is None or used <= task.calls_used:
+            return
+        delta = used - self._charged.get(task.id, 0)
+        self._charged[task.id] = used
+        self._set_task(attrs.evolve(task, calls_used=min(used, 1_000_000)))
+        calls = min(self._rec.calls_used + max(delta, 0), 1_000_000)
+        self._rec = attrs.evolve(self._rec, calls_used=calls)
+
+    async def _commit(self, **changes: Any) -> bool:
+        """Commit the current state (E2). A refusal stops the run at once (E3)."""
+        if self._ended:
+            return False
+        if "status" in changes:  # E2: the lifecycle is checked in the one commit path
+            execution_move(self._rec.id, self._rec.status, changes["status"])
+        record = await self._checkpointed(self._snapshot(**changes))
+        try:
+            outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+        except PersistenceFailed:
+            raise  # the disk failed: nothing more can be saved; the run crashes, resumable
+        except (StorageError, ValueError) as exc:  # this record cannot be written (X2)
+            raise Unstorable(str(exc)) from exc
+        if outcome is CommitOutcome.OK:
+            self._rec = record
+            return True
+        self._refused(outcome)
+        return False
+
+    def _refused(self, outcome: CommitOutcome) -> None:
+        self._refusal = outcome
+        self._ended = True
+        if outcome is CommitOutcome.PAUSED:
+            reason: CancelReason = Pause(
+                detail="paused on disk by someone else", source=self.ref.path
+            )
+        else:
+            reason = LeaseLost(
+                self._cfg.owner, detail=f"commit refused: {outcome.value}", source=self.ref.path
+            )
+        # E3: no further call by this owner. Children are interrupted now, not after the
+        # current message, and nothing of ours is written again.
+        for running in self._running.values():
+            running.ref.cancel(for_children(reason, self.ref.path))
+        self._cell.request_stop(reason)
+
+    def _publish(self, event: object) -> None:
+        self._cfg.publish(event)
+
+    def _publish_step(self, step_id: str, state: str) -> None:
+        done = self._sched.finished
+        self._publish(
+            ev.StepFinished(
+                execution_id=self._rec.id,
+                at=time.time(),
+                step_id=step_id,
+                state=state,
+                done=done,
+                total=len(self._sched.status),
+                calls_used=self._rec.calls_used,
+            )
+        )
+
+    async def _release(self) -> None:
+        # A failed release is harmless: the lease lapses by itself after its ttl.
+        with contextlib.suppress(Exception):
+            await self._cfg.committer.release(self._rec.id, self._cfg.owner)
+
+    def _end(self, reason: CancelReason, error: str | None = None) -> None:
+        self._result = result_from(self._rec, outputs=self._outputs, stopped_by=reason, error=error)
+        self._cell.request_stop(reason)
+
+    async def _commit_record(self, record: Execution) -> bool:
+        execution_move(record.id, self._rec.status, record.status)
+        try:
+            outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+        except Exception as exc:  # not saved: the result says so; the lease lapses on its own
+            self._result = result_from(self._rec, outputs=self._outputs, error=str(exc))
+            return False
+        if outcome is CommitOutcome.OK:
+            self._rec = record
+            return True
+        self._refusal = outcome
+        return False
+
+    async def _result_from_disk(self, reason: CancelReason) -> None:
+        """After a refusal the disk, not our copy, says where the run stands."""
+        store = self._cfg.committer.store
+        try:
+            stored = await anyio.to_thread.run_sync(store.get, self._rec.id)
+        except Exception:  # unreadable now: our last copy is the best we can report
+            stored = None
+        record = stored if stored is not None else self._rec
+        self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
+
+    async def _heartbeat(self) -> None:
+        if self._ended:
+            return
+        cfg = self._cfg
+        try:
+            outcome, stored = await cfg.committer.renew(self._rec.id, cfg.owner, cfg.lease_ttl)
+        except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
+            outcome, stored = CommitOutcome.RELEASED, None
+        if outcome is not CommitOutcome.OK:
+            self._refused(outcome)
+            return
+        assert stored is not None
+        for operation, task_id in parse_stop_requests(stored.stop_requests):
+            task = self._tasks.get(task_id)
+            if task is not None and not task.terminal and task_id not in self._stopping_tasks:
+                await self._stop_task(StopTask(task_id, operation))
+            if self._stopped():
+                return
+
+    async def _wind_down(self, reason: CancelReason) -> None:
+        if self._ended:
+            if self._refusal is not None:
+                await self._release()
+                await self._result_from_disk(reason)
+            return
+        self._ended = True
+        now = time.time()
+        by = self._cfg.owner
+        if isinstance(reason, LeaseLost):
+            await self._result_from_disk(reason)  # E3: not ours to write any more
+            return
+        for running in self._running.values():
+            self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
+        record = self._snapshot()
+        for task_id, operation in self._stopping_tasks.items():
+            # A stop under way is not undone by what ends the run (S1, R11).
+            record, _ = stop_task(record, task_id, operation, now)
+        if isinstance(reason, Pause):
+            # R1: tasks requeued with interruption pause, saved, lease released.
+            record = pause_execution(record, by, now, reason.detail)
+            requeued = sum(1 for r in self._running.values() if r.task_id is not None)
+            if await self._commit_record(record):
+                self._publish(
+                    ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=requeued)
+                )
+        elif isinstance(reason, Cancel):
+            cancelled = sum(1 for t in task_records(record) if not t.terminal)
+            record = cancel_execution(record, by, now, reason.detail)
+            if await self._commit_record(record):
+                self._publish(
+                    ev.ExecutionCancelled(
+                        execution_id=self._rec.id, at=now, cancelled_tasks=cancelled
+                    )
+                )
+        elif not isinstance(reason, Crash):
+            # A shutdown: what was spent and stopped is saved; the tasks in flight stay as
+            # they are, so the next resume requeues them as interrupted (R3).
+            await self._commit_record(record)
+        await self._release()
+        if isinstance(reason, Crash):
+            self._result = result_from(
+                self._rec, outputs=self._outputs, stopped_by=reason, error=reason.error
+            )
+
+    def _stopped(self) -> bool:
+        return self._ended
+
+    # -- defined by the subclasses -----------------------------------------------------------
+
+    async def _stop_task(self, request: StopTask) -> StopResult:
+        """Stop one agent task (S1); TaskEvents defines it."""
+        raise NotImplementedError
+
+    async def _advance(self) -> None:
+        """Start every step that may start now; when nothing runs, settle the run."""
+        raise NotImplementedError
+
+    async def _finish(
+        self, status: Literal["completed", "failed"], *, error: str | None = None
+    ) -> None:
+        """The final write, through the same funnel as every other (E4)."""
+        raise NotImplementedError

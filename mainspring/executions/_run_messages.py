@@ -1,0 +1,102 @@
+"""The messages an ExecutionActor takes and the configuration every run shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from ..actors import (
+    ActorRef,
+    CancelReason,
+    LeaseLost,
+    ParentCancel,
+    Pause,
+)
+from ..storage import (
+    PlanStep,
+)
+from ..storage._persistence import Committer
+from ._agent import (
+    Meter,
+)
+from ._results import ExecutionResult
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """Everything an ExecutionActor needs from its runtime (shared by all executions)."""
+
+    committer: Committer
+    owner: str
+    tools: Mapping[str, Callable[..., Any]]
+    skills: Mapping[str, Callable[..., Any]]
+    agents: Mapping[str, Callable[..., Any]]
+    planner: Callable[..., Any] | None
+    workspace: Path | None
+    max_parallel_steps: int
+    limits: Mapping[str, int]
+    max_calls: int
+    reservation: Callable[[int], int]
+    lease_ttl: float
+    heartbeat_interval: float
+    require_plan_approval: bool
+    max_replans: int
+    max_tool_calls: int
+    config: Any
+    publish: Callable[[object], None]
+    skill_versions: Mapping[str, str]
+    tool_hashes: Mapping[str, str]
+
+
+class RunWatcher(Protocol):
+    """Who hears about a run's end: told when it starts settling (its last writes are under
+    way, so controls must wait for it) and when it has ended, with the result."""
+
+    def settling(self) -> None: ...
+
+    def ended(self, result: ExecutionResult) -> None: ...
+
+
+@attrs.frozen
+class Begin:
+    """The first message: commit the record the runtime prepared, then plan or go on."""
+
+    resumed: bool
+    check_drift: bool = False
+    replan_goal: bool = False
+    in_flight: tuple[str, ...] = ()  # steps running when the run was interrupted
+
+
+@attrs.frozen
+class StopTask:
+    task_id: str
+    operation_id: str
+
+
+@attrs.frozen
+class Heartbeat:
+    pass
+
+
+class Unstorable(Exception):
+    """The record as changed cannot be written (too large, or not a valid record)."""
+
+
+@attrs.define
+class Running:
+    step: PlanStep
+    ref: ActorRef
+    cost: int  # calls held for this step while it runs (P4)
+    task_id: str | None = None
+    meter: Meter | None = None  # the agent's calls as it makes them, saved or not
+
+
+def for_children(reason: CancelReason, source: str) -> CancelReason:
+    """What a step in flight sees: a pause or a lost lease as itself (R1, E3), anything else
+    as a ParentCancel leading to it (R2)."""
+    if isinstance(reason, Pause | LeaseLost):
+        return reason
+    return ParentCancel(reason, source=source)

@@ -1,0 +1,273 @@
+"""Events from an ExecutionActor's children: agent task saves, ends, stops."""
+
+from __future__ import annotations
+
+import time
+import typing
+from typing import Any
+
+import attrs
+
+from ..actors import (
+    Cancel,
+    Crash,
+    Terminated,
+)
+from ..storage import (
+    AgentTaskRecord,
+    Execution,
+    Failure,
+    Observation,
+    Pending,
+    PlanStep,
+)
+from ..storage._records import ObservationCode
+from ..storage._redact import redact
+from . import _run_events as ev
+from ._agent import (
+    TaskSave,
+)
+from ._plan import observe
+from ._results import (
+    StopResult,
+)
+from ._run_core import ExecutionCore
+from ._run_messages import (
+    Running,
+    StopTask,
+    Unstorable,
+)
+from ._transitions import (
+    stop_task,
+)
+
+_CODES = frozenset(typing.get_args(ObservationCode))
+
+
+class TaskEvents(ExecutionCore):
+    """What an ExecutionActor does when its children report: an agent task saved progress
+    or asked, a child ended, one task is to be stopped (S1, S2), a result could not be
+    stored (X2)."""
+
+    async def _task_saved(self, save: TaskSave) -> bool:
+        task = save.record
+        if self._ended or task.id in self._stopping_tasks:
+            return False  # R11: a stopped task's late write never reopens it
+        running = self._running.get(task.step_id)
+        if running is None or running.task_id != task.id:
+            return False
+        previous = self._tasks.get(task.id, task)
+        # E9: the execution is charged what the task actually spent, as it spends it.
+        delta = task.calls_used - self._charged.get(task.id, 0)
+        self._charged[task.id] = task.calls_used
+        calls = min(self._rec.calls_used + max(delta, 0), 1_000_000)
+        self._set_task(task)
+        step = running.step
+        ended = task.state in ("completed", "failed", "waiting_for_clarification")
+        changes: dict[str, Any] = {"calls_used": calls}
+        if task.state == "completed":
+            # R12: the step joins the completed set in the same commit as the task.
+            self._sched.set(step.id, "succeeded")
+            self._outputs[step.id] = save.output
+            self._obs[step.id] = observe(
+                step,
+                agent_task_id=task.id,
+                ok=True,
+                output=redact(save.output),
+                finding_ids=tuple(f.id for f in task.findings),
+                calls_used=task.calls_used,
+            )
+        elif task.state == "failed":
+            self._sched.set(step.id, "failed")
+            failure = task.failure
+            code = failure.code if failure is not None else "agent-failed"
+            self._obs[step.id] = Observation(
+                step_id=step.id,
+                agent=step.target,
+                agent_task_id=task.id,
+                ok=False,
+                error=failure.message if failure is not None else "the agent failed",
+                code=code if code in _CODES else "agent-failed",  # type: ignore[arg-type]
+                finding_ids=tuple(f.id for f in task.findings),
+                calls_used=task.calls_used,
+            )
+        elif task.state == "waiting_for_clarification":
+            # P5: the step stays pending (not failed); the first waiting task holds the slot.
+            self._sched.set(step.id, "pending")
+            if self._rec.pending is None:
+                changes["pending"] = Pending(
+                    kind="clarification",
+                    question=task.pending_question or "",
+                    agent_task_id=task.id,
+                )
+        if ended:
+            del self._running[step.id]
+        try:
+            committed = await self._commit(**changes)
+        except Unstorable as exc:
+            spent = attrs.evolve(previous, calls_used=task.calls_used)
+            if await self._unstorable(step, spent, str(exc), changes):
+                self._publish_step(step.id, "failed")
+                await self._advance()
+            return False  # the agent unwinds: its result cannot be kept
+        if not committed:
+            return False
+        now = time.time()
+        if task.state == "waiting_for_clarification":
+            self._publish(ev.AgentTaskWaiting(execution_id=self._rec.id, at=now, task_id=task.id))
+        elif ended:
+            self._publish(
+                ev.AgentTaskCompleted(
+                    execution_id=self._rec.id,
+                    at=now,
+                    task_id=task.id,
+                    state=task.state,
+                    calls_used=task.calls_used,
+                )
+            )
+            self._publish_step(step.id, self._sched.status[step.id])
+        else:
+            self._publish(
+                ev.AgentTaskProgress(
+                    execution_id=self._rec.id,
+                    at=now,
+                    task_id=task.id,
+                    inner_done=task.inner_steps_done,
+                    calls_used=task.calls_used,
+                )
+            )
+        if ended:
+            await self._advance()
+        return True
+
+    async def _unstorable(
+        self,
+        step: PlanStep,
+        task: AgentTaskRecord | None,
+        why: str,
+        changes: dict[str, Any],
+    ) -> bool:
+        """A step's result made the record too large (or otherwise unwritable): the step
+        fails with that reason, without the result, and the run goes on."""
+        if self._sched.status[step.id] == "succeeded":
+            self._sched.set(step.id, "failed")  # succeeded -> failed: not storable
+        else:
+            self._sched.set(step.id, "failed")
+        self._running.pop(step.id, None)
+        self._outputs.pop(step.id, None)
+        message = f"its result could not be stored: {why}"
+        self._obs[step.id] = observe(
+            step,
+            ok=False,
+            error=redact(message),
+            code="agent-failed" if step.kind == "agent" else None,
+            agent_task_id=task.id if task is not None else None,
+        )
+        if task is not None:
+            now = time.time()
+            failure = Failure(code="agent-failed", message=redact(message))
+            self._set_task(
+                attrs.evolve(task, state="failed", failure=failure, ended_at=now, updated_at=now)
+            )
+        changes.pop("pending", None)
+        return await self._commit(**changes)
+
+    async def _child_ended(self, notice: Terminated) -> None:
+        step_id = self._by_ref.pop(notice.ref, None)
+        if step_id is None or self._ended:
+            return
+        if step_id == "":  # the planner ended; it reported unless it crashed
+            if self._plan is None and isinstance(notice.reason, Crash):
+                await self._finish("failed", error=f"the planner crashed: {notice.reason}")
+            return
+        running = self._running.get(step_id)
+        if running is None or running.ref is not notice.ref:
+            return
+        del self._running[step_id]
+        now = time.time()
+        step = running.step
+        self._charge_unsaved(running)
+        if running.task_id is not None and running.task_id in self._stopping_tasks:
+            await self._task_stopped(running, now)
+            return
+        # The child ended without reporting: it crashed.
+        self._sched.set(step_id, "failed")
+        self._obs[step_id] = observe(
+            step,
+            ok=False,
+            error=redact(str(notice.reason)),
+            code="agent-failed" if step.kind == "agent" else None,
+        )
+        if running.task_id is not None:
+            task = self._tasks[running.task_id]
+            self._set_task(attrs.evolve(task, state="failed", ended_at=now, updated_at=now))
+        if await self._commit():
+            self._publish_step(step_id, "failed")
+            await self._advance()
+
+    async def _stop_task(self, request: StopTask) -> StopResult:
+        task = self._tasks.get(request.task_id)
+        base = {
+            "task_id": request.task_id,
+            "execution_id": self._rec.id,
+            "operation_id": request.operation_id,
+        }
+        if task is None:
+            return StopResult(ok=False, state="unknown", reason="no such agent task", **base)
+        running = self._running.get(task.step_id)
+        if running is not None and running.task_id == task.id:
+            if task.id not in self._stopping_tasks:
+                self._stopping_tasks[task.id] = request.operation_id
+                running.ref.cancel(
+                    Cancel(
+                        detail=f"agent task stopped ({request.operation_id})", source=self.ref.path
+                    )
+                )
+            return StopResult(ok=True, state="stopping", reason="cancelling the live task", **base)
+        if task.terminal:
+            return StopResult(
+                ok=False, state=task.state, reason=f"the task already {task.state}", **base
+            )
+        # Unfinished but not running here (queued or waiting): mark it on the record.
+        record, stopped = stop_task(self._snapshot(), task.id, request.operation_id, time.time())
+        if stopped is None:  # pragma: no cover - checked above
+            return StopResult(ok=False, state=task.state, reason="not stoppable", **base)
+        self._load_keep_live(record)
+        if not await self._commit():
+            return StopResult(
+                ok=False, state=task.state, reason="the execution is stopping", **base
+            )
+        self._publish(
+            ev.AgentTaskStopped(
+                execution_id=self._rec.id,
+                at=time.time(),
+                task_id=task.id,
+                operation_id=request.operation_id,
+                state="cancelled",
+            )
+        )
+        await self._advance()
+        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    def _load_keep_live(self, record: Execution) -> None:
+        self._load(record)  # the live plan (same steps, inputs unredacted) stays
+
+    async def _task_stopped(self, running: Running, now: float) -> None:
+        """A live task we cancelled has unwound: record it cancelled; the run goes on."""
+        assert running.task_id is not None
+        operation = self._stopping_tasks.pop(running.task_id)
+        record, _ = stop_task(self._snapshot(), running.task_id, operation, now)
+        self._load_keep_live(record)
+        if not await self._commit():
+            return
+        self._publish(
+            ev.AgentTaskStopped(
+                execution_id=self._rec.id,
+                at=now,
+                task_id=running.task_id,
+                operation_id=operation,
+                state="cancelled",
+            )
+        )
+        self._publish_step(running.step.id, self._sched.status[running.step.id])
+        await self._advance()

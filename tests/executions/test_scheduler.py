@@ -1,0 +1,217 @@
+"""The scheduler without an event loop: tables of plans and events in, decisions out
+(P2 dependencies and cascades, P3 capacity and limits, P4 budget, P5 questions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mainspring as ms
+from mainspring.executions._scheduler import Schedule, approval_key, cost, pick
+from mainspring.executions._status import IllegalTransition
+
+
+def _plan(*steps: tuple[str, str, Sequence[str]], approval: bool = False) -> ms.Plan:
+    """Steps as (id, "tool:name" | "skill:name" | "agent:name", depends_on)."""
+    built = []
+    for step_id, target, deps in steps:
+        kind, name = target.split(":")
+        built.append(ms.PlanStep(id=step_id, depends_on=tuple(deps), **{kind: name}))
+    return ms.Plan(id="p", goal="g", steps=tuple(built), requires_approval=approval)
+
+
+def _fresh(plan: ms.Plan) -> Schedule:
+    return Schedule(plan, {s.id: "pending" for s in plan.steps})
+
+
+def _pick(schedule: Schedule, plan: ms.Plan, **overrides: object) -> list[str]:
+    options: dict[str, object] = {
+        "plan": plan,
+        "running_targets": (),
+        "max_parallel": 10,
+        "limits": {},
+        "remaining": 100,
+        "reservation": lambda remaining: 5,
+        "approvals": (),
+        "question_open": False,
+        **overrides,
+    }
+    picked = pick(schedule, **options)  # type: ignore[arg-type]
+    return [step.id for step, _ in picked.starts]
+
+
+DIAMOND = _plan(
+    ("a", "tool:t", ()), ("b", "tool:t", ("a",)), ("c", "tool:u", ("a",)), ("d", "tool:t", "bc")
+)
+
+
+def test_P2_a_step_is_ready_only_when_every_dependency_succeeded() -> None:
+    schedule = _fresh(DIAMOND)
+    assert schedule.ready == {"a"}
+    schedule.set("a", "running")
+    assert schedule.ready == set()
+    schedule.set("a", "succeeded")
+    assert schedule.ready == {"b", "c"}
+    schedule.set("b", "running")
+    schedule.set("b", "succeeded")
+    assert schedule.ready == {"c"}  # d still waits for c
+    schedule.set("c", "running")
+    schedule.set("c", "succeeded")
+    assert schedule.ready == {"d"}
+    assert [s.id for s in schedule.ready_in_plan_order()] == ["d"]
+
+
+def test_P2_failure_skips_dependents_and_cancellation_cancels_them() -> None:
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "failed")
+    changes = schedule.cascade()
+    assert {(c.step_id, c.status) for c in changes} == {
+        ("b", "skipped"),
+        ("c", "skipped"),
+        ("d", "skipped"),
+    }
+    assert schedule.all_finished
+    assert schedule.cascade() == []  # nothing twice
+
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "succeeded")
+    schedule.set("b", "running")
+    schedule.set("b", "cancelled")
+    (change,) = schedule.cascade()
+    assert (change.step_id, change.status) == ("d", "cancelled")  # never a silent skip
+    assert change.why == "cancelled: dependency b cancelled"
+    assert schedule.status["c"] == "pending"
+
+
+def test_a_result_that_cannot_be_stored_fails_a_succeeded_step_and_its_dependents_wait() -> None:
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "succeeded")
+    assert schedule.ready == {"b", "c"}
+    schedule.set("a", "failed")  # X2: succeeded -> failed
+    assert schedule.ready == set()
+    assert {c.step_id for c in schedule.cascade()} == {"b", "c", "d"}
+
+
+def test_an_illegal_step_move_is_refused() -> None:
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "failed")
+    with pytest.raises(IllegalTransition):
+        schedule.set("a", "succeeded")
+
+
+def test_a_loaded_schedule_resumes_where_the_record_stands() -> None:
+    schedule = Schedule(DIAMOND, {"a": "succeeded", "b": "failed", "c": "pending", "d": "pending"})
+    assert schedule.ready == {"c"}
+    assert {(c.step_id, c.status) for c in schedule.cascade()} == {("d", "skipped")}
+    assert schedule.dirty == {"a", "b", "c", "d"}  # a load may differ from the stored plan
+
+
+def test_P3_capacity_and_per_key_limits() -> None:
+    plan = _plan(*((f"s{i}", "tool:slow" if i % 2 else "tool:fast", ()) for i in range(8)))
+    schedule = _fresh(plan)
+    assert _pick(schedule, plan, max_parallel=3) == ["s0", "s1", "s2"]
+    assert _pick(schedule, plan, max_parallel=3, running_targets=["fast"]) == ["s0", "s1"]
+    assert _pick(schedule, plan, limits={"slow": 1}) == ["s0", "s1", "s2", "s4", "s6"]
+    assert _pick(schedule, plan, limits={"slow": 1}, running_targets=["slow"]) == [
+        "s0", "s2", "s4", "s6",
+    ]  # fmt: skip
+
+
+def test_P4_costs_and_budget() -> None:
+    tool, skill, agent = (ms.PlanStep(id="x", **{k: "n"}) for k in ("tool", "skill", "agent"))
+    assert cost(tool, 0, lambda r: 5) == 0
+    assert cost(skill, 1, lambda r: 5) == 1
+    assert cost(skill, 0, lambda r: 5) is None
+    assert cost(agent, 3, lambda r: 5) == 3  # at most what remains
+    assert cost(agent, 10, lambda r: 0) == 1  # at least one call
+    assert cost(agent, 0, lambda r: 5) is None
+    plan = _plan(("m1", "skill:m", ()), ("m2", "skill:m", ()), ("t", "tool:t", ()))
+    schedule = _fresh(plan)
+    picked = pick(
+        schedule, plan=plan, running_targets=(), max_parallel=9, limits={}, remaining=1,
+        reservation=lambda r: 1, approvals=(), question_open=False,
+    )  # fmt: skip
+    assert [s.id for s, _ in picked.starts] == ["m1", "t"]
+    assert picked.short_of_budget  # m2 waits for budget, with work kept
+
+
+def test_P5_an_open_question_starts_nothing_new_but_lets_answered_and_interrupted_work_go_on() -> (
+    None
+):
+    plan = _plan(("a1", "agent:a", ()), ("a2", "agent:a", ()), ("t", "tool:t", ()))
+    schedule = _fresh(plan)
+    assert _pick(schedule, plan, question_open=True) == []
+    assert _pick(schedule, plan, question_open=True, answered={"a1"}, in_flight={"t"}) == [
+        "a1", "t",
+    ]  # fmt: skip
+    assert _pick(schedule, plan, asking={"a1"}) == ["a2", "t"]  # the asker's step waits
+
+
+def test_approvals_gate_the_plan_and_single_steps() -> None:
+    plan = _plan(("a", "tool:t", ()), approval=True)
+    picked = pick(
+        _fresh(plan), plan=plan, running_targets=(), max_parallel=9, limits={}, remaining=9,
+        reservation=lambda r: 1, approvals=(), question_open=False,
+    )  # fmt: skip
+    assert picked.needs_approval
+    assert picked.approval is None  # the plan itself
+    assert _pick(_fresh(plan), plan, approvals={approval_key(plan.version, None)}) == ["a"]
+    gated = ms.Plan(
+        id="p", goal="g", steps=(ms.PlanStep(id="a", tool="t", requires_approval=True),)
+    )
+    picked = pick(
+        _fresh(gated), plan=gated, running_targets=(), max_parallel=9, limits={}, remaining=9,
+        reservation=lambda r: 1, approvals=(), question_open=False,
+    )  # fmt: skip
+    assert picked.needs_approval
+    assert picked.approval is not None
+    assert picked.approval.id == "a"
+    step = gated.steps[0]
+    assert _pick(_fresh(gated), gated, approvals={approval_key(gated.version, step)}) == ["a"]
+
+
+@st.composite
+def _dags(draw: st.DrawFn) -> ms.Plan:
+    n = draw(st.integers(min_value=1, max_value=12))
+    steps = []
+    for i in range(n):
+        deps = draw(st.sets(st.integers(min_value=0, max_value=i - 1), max_size=3)) if i else set()
+        steps.append((f"s{i}", "tool:t", tuple(f"s{d}" for d in sorted(deps))))
+    return _plan(*steps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plan=_dags(), data=st.data())
+def test_any_dag_runs_to_the_end_and_never_starts_a_step_early(
+    plan: ms.Plan, data: st.DataObject
+) -> None:
+    schedule = _fresh(plan)
+    deps = {s.id: set(s.depends_on) for s in plan.steps}
+    running: list[str] = []
+    while True:
+        schedule.cascade()
+        capacity = data.draw(st.integers(min_value=1, max_value=4))
+        starts = _pick(schedule, plan, max_parallel=capacity, running_targets=["t"] * len(running))
+        assert len(running) + len(starts) <= max(capacity, len(running))  # P3
+        for step_id in starts:
+            assert all(schedule.status[d] == "succeeded" for d in deps[step_id])  # P2
+            schedule.set(step_id, "running")
+            running.append(step_id)
+        if not running:
+            break
+        done = running.pop(data.draw(st.integers(min_value=0, max_value=len(running) - 1)))
+        outcome = data.draw(st.sampled_from(["succeeded", "succeeded", "failed", "cancelled"]))
+        schedule.set(done, outcome)
+    assert schedule.all_finished
+    for step in plan.steps:  # P2: a step whose dependency did not succeed never succeeded
+        if schedule.status[step.id] == "succeeded":
+            assert all(schedule.status[d] == "succeeded" for d in step.depends_on)
+        if schedule.status[step.id] == "skipped":
+            assert any(schedule.status[d] in ("failed", "skipped") for d in step.depends_on)
