@@ -22,7 +22,7 @@ import attrs
 
 from ._codec import sha256_hex
 from ._errors import TooLarge
-from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
+from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import Checkpoint, Plan
 
 __all__ = ["Reconciliation", "capture_checkpoint", "reconcile"]
@@ -76,7 +76,7 @@ def _open_no_symlink(path: Path) -> int:
     workspace). Where open() cannot refuse one (no O_NOFOLLOW), it is refused beforehand."""
     if not O_NOFOLLOW and path.is_symlink():
         raise OSError(f"{path} is a symlink")
-    return os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+    return os.open(path, os.O_RDONLY | O_BINARY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
 
 
 def _file_sha256(path: Path) -> str:

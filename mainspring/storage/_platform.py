@@ -16,6 +16,8 @@ except ImportError:  # Windows
 
 O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
 O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+#: Windows opens files in text mode unless told otherwise; bytes must be read as they are.
+O_BINARY: int = getattr(os, "O_BINARY", 0)
 #: 0 where the platform cannot refuse a symlink at open(): callers check ``is_symlink`` first.
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 
