@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -172,12 +173,19 @@ def test_events_follow_on_an_empty_home_waits_for_the_first_run(home: Path) -> N
         waiting.wait(0.01)
     assert waiting.is_set()
 
+    # The first run is made elsewhere and its store moved into the home whole, so what the
+    # follower sees first does not depend on how fast this machine is (a half-made store is
+    # covered by the store-birth wait, a run committed later by --follow itself).
+    made = home.parent / "made" / "mainspring.sqlite3"
+
     async def first_run() -> None:
-        async with ms.open_runtime(tools={"inc": inc}) as rt:  # the default store, in home
+        async with ms.open_runtime(store=made, tools={"inc": inc}) as rt:
             plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="inc"),))
             await (await rt.start("g", plan, execution_id="ex-first")).wait()
 
     anyio.run(first_run)
+    home.mkdir(mode=0o700)
+    os.replace(made, home / "mainspring.sqlite3")
     follower.join(timeout=60)
     assert not follower.is_alive()
     assert codes == [EXIT_OK]
