@@ -281,6 +281,8 @@ def test_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
     # it used to: "tool inc changed" (its hash includes __module__), no planner -> the run is
     # failed for good, and the command still exits 0.
     assert "completed" in out, out
+    # Progress while it ran: the run's StepFinished events, as lines.
+    assert any(line.split()[:2] == ["succeeded", "a"] for line in out.splitlines()), out
 
 
 # -- 7. the Runtime: resume right after the store says "waiting" --------------------------------

@@ -114,6 +114,25 @@ def test_unknown_ids_bad_ids_and_missing_stores_have_their_exit_codes(
     assert run_cli()[0] == EXIT_USAGE
 
 
+@pytest.mark.parametrize(
+    "kind", ["a directory named like a SQLite file", "a SQLite file named like a directory"]
+)
+def test_the_command_and_the_runtime_name_a_stores_backend_alike(tmp_path: Path, kind: str) -> None:
+    """One rule (mainspring.executions.store_kind) for both: what is at the path decides."""
+    if kind.startswith("a directory"):
+        path = tmp_path / "runs.sqlite3"
+        ms.FileStore(path)
+    else:
+        path = tmp_path / "runs"
+        ms.SqliteStore(tmp_path / "made.sqlite3").close()
+        (tmp_path / "made.sqlite3").rename(path)
+    _make_store(path)  # the runtime opens what is there (it used to fail on both)
+    code, out = run_cli("ls", "--store", str(path), "--json")
+    assert code == EXIT_OK
+    assert {d["id"] for d in json.loads(out)} == {"ex-1", "ex-2"}
+    assert path.is_dir() == kind.startswith("a directory")
+
+
 def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
     code, out = run_cli("stop-task", "ex-2:t1", "--store", str(store))
     assert code == EXIT_OK

@@ -162,7 +162,7 @@ async def _worker(mode: str, store: str, ledger: str, answer: str | None) -> Non
         async def relay() -> None:
             async for event in rt.events(buffer=10_000):
                 if attrs.has(type(event)):
-                    fields = attrs.asdict(event, recurse=False)  # type: ignore[arg-type]
+                    fields = attrs.asdict(event, recurse=False)
                     _emit({"event": type(event).__name__, **fields})
                 if isinstance(event, _SETTLED):
                     settled.set()

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import attrs
 
-from ..executions import UnknownExecution, open_runtime
+from ..executions import AgentTaskWaiting, Runtime, StepFinished, UnknownExecution, open_runtime
 from ..storage import Store
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._output import Out
@@ -88,15 +88,14 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     return EXIT_FAILED if refused or outcome.status == "failed" else EXIT_OK
 
 
-async def _progress(rt: Any, out: Out, execution_id: str) -> None:
+async def _progress(rt: Runtime, out: Out, execution_id: str) -> None:
     async for event in rt.events():
-        if getattr(event, "execution_id", None) != execution_id or out.as_json:
+        if out.as_json:
             continue
-        name = type(event).__name__
-        if name == "StepFinished":
+        if isinstance(event, StepFinished) and event.execution_id == execution_id:
             out.line(
                 f"  {event.state:<9} {event.step_id:<20} {event.done}/{event.total} steps, "
                 f"{event.calls_used} calls"
             )
-        elif name == "AgentTaskWaiting":
+        elif isinstance(event, AgentTaskWaiting) and event.execution_id == execution_id:
             out.line(f"  agent task {event.task_id} asks a question")

@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..storage import AgentTaskRecord, Execution, Store, parse_agent_tasks
-from ..storage._backend import holder  # private: whether a lease is live has no public name
-from ..storage._codec import unstructure  # private: the records' converter has no public name
+from ..executions import store_kind
+from ..storage import AgentTaskRecord, Execution, Store, holder, parse_agent_tasks, unstructure
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._output import GOAL_WIDTH, Out, clamp, when
 from ._store import get_execution, open_store
@@ -265,7 +264,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                 }
             )
     path = Path(args.store_path)
-    if path.is_dir():
+    if store_kind(path) == "files":
         for stray in sorted(path.glob(".tmp-*")):
             findings.append(
                 {

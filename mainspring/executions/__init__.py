@@ -7,6 +7,12 @@ Built on ``mainspring.actors`` and ``mainspring.storage``.
 from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
+from ._handle import ExecutionBusy as ExecutionBusy
+from ._handle import ExecutionExists as ExecutionExists
+from ._handle import ExecutionHandle as ExecutionHandle
+from ._handle import UnknownExecution as UnknownExecution
+from ._home import default_home as default_home
+from ._home import store_kind as store_kind
 from ._plan import InvalidPlan as InvalidPlan
 from ._results import ExecutionResult as ExecutionResult
 from ._results import StopResult as StopResult
@@ -23,13 +29,10 @@ from ._run_events import ExecutionPaused as ExecutionPaused
 from ._run_events import ExecutionResumed as ExecutionResumed
 from ._run_events import ExecutionStarted as ExecutionStarted
 from ._run_events import ExecutionWaiting as ExecutionWaiting
+from ._run_events import RunEvent as RunEvent
 from ._run_events import StepFinished as StepFinished
 from ._run_events import StepStarted as StepStarted
-from ._runtime import ExecutionBusy as ExecutionBusy
-from ._runtime import ExecutionHandle as ExecutionHandle
 from ._runtime import Runtime as Runtime
-from ._runtime import UnknownExecution as UnknownExecution
-from ._runtime import default_home as default_home
 from ._runtime import open_runtime as open_runtime
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "ExecutionCancelled",
     "ExecutionCompleted",
     "ExecutionEvent",
+    "ExecutionExists",
     "ExecutionFailed",
     "ExecutionHandle",
     "ExecutionPaused",
@@ -53,6 +57,7 @@ __all__ = [
     "ExecutionWaiting",
     "InvalidPlan",
     "PlannerContext",
+    "RunEvent",
     "Runtime",
     "StepFinished",
     "StepStarted",
@@ -60,4 +65,5 @@ __all__ = [
     "UnknownExecution",
     "default_home",
     "open_runtime",
+    "store_kind",
 ]

@@ -15,17 +15,33 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
+import anyio
 import attrs
 
-from ..actors import Actor, ActorDeadError, ActorFailed, ActorRef, CancelReason, cancel_reason
-from ..storage import AgentTaskRecord, Failure, Finding, Observation, Plan, PlanStep
-from ..storage._codec import encode
-from ..storage._errors import StorageError
-from ..storage._ids import check_id
-from ..storage._records import MAX_FINDINGS
-from ..storage._redact import redact
+from ..actors import (
+    Actor,
+    ActorDeadError,
+    ActorFailed,
+    ActorRef,
+    CancelReason,
+    MainspringError,
+    cancel_reason,
+)
+from ..storage import (
+    MAX_FINDINGS,
+    AgentTaskRecord,
+    Failure,
+    Finding,
+    Observation,
+    Plan,
+    PlanStep,
+    StorageError,
+    check_id,
+    encode,
+    redact,
+)
 from ._transitions import ASK_PREFIX
 
 __all__ = [
@@ -70,7 +86,7 @@ class Planned:
     question: str | None = None
 
 
-class ClarificationNeeded(Exception):
+class ClarificationNeeded(MainspringError):
     """Raised by a planner that needs a human answer before it can plan.
 
     The execution waits for clarification; ``resume(id, answer=...)`` appends the answer to
@@ -82,15 +98,14 @@ class ClarificationNeeded(Exception):
         self.question = question
 
 
-class Refused(Exception):
+class Refused(MainspringError):
     """The execution refused a save: it is stopping. The child unwinds without another call."""
 
 
-class _AwaitingAnswer(BaseException):
-    """Raised by ``ctx.ask`` once the question is durable: the agent stops here (P5)."""
+class _OverBudget(MainspringError):
+    """An agent task spent its reserved calls or its tool calls: the task fails with
+    ``code`` (raised in the agent's code by ``call_skill`` / ``call_tool``)."""
 
-
-class _OverBudget(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -257,15 +272,17 @@ class AgentContext:
     async def ask(self, question: str) -> str:
         """Ask a human. The first time, the question is saved, this task's step stays pending
         and the execution waits for clarification (P5): this call does not return in this run.
-        On the resume that brings the answer, the agent runs again and this call returns it.
+        Once the question is durable the execution stops this task with a ``Stop`` reason:
+        the agent sees an ordinary cancellation (``ctx.cancel_reason()`` says why), which it
+        must let propagate (clean up in ``finally``, shielded if the cleanup awaits). On the
+        resume that brings the answer, the agent runs again and this call returns it.
         """
         key = f"{ASK_PREFIX}{self._asks}"
         self._asks += 1
         recorded = self._actor.recorded(key)
-        if recorded is not None:
-            return str(recorded.output)
-        await self._actor.wait_for_answer(str(question))
-        raise _AwaitingAnswer  # pragma: no cover - wait_for_answer raises it
+        if recorded is None:
+            await self._actor.wait_for_answer(str(question))  # stopped there, in this run
+        return str(recorded.output)
 
     def report_finding(self, claim: str, **fields: Any) -> Finding:
         """Record a finding on this task (E5: stored once, redacted). It is saved with the
@@ -347,10 +364,16 @@ class AgentTaskActor(Actor):
         )
         await self._save()
 
-    async def wait_for_answer(self, question: str) -> None:
+    async def wait_for_answer(self, question: str) -> NoReturn:
+        """Save the question (P5), then wait to be stopped. The execution cancels this actor
+        with ``Stop`` as soon as the question is committed (while this save is still being
+        answered), so the agent's code unwinds through anyio's own cancellation, never through
+        an exception of ours. ``Refused`` if the save was refused: the execution is stopping.
+        """
         self._touch(state="waiting_for_clarification", pending_question=redact(question))
         await self._save()
-        raise _AwaitingAnswer
+        await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def add_finding(self, claim: str, fields: Mapping[str, Any]) -> Finding:
         record = self.record
@@ -397,7 +420,7 @@ class AgentTaskActor(Actor):
                 output = await self._agent(AgentContext(self), self._step.input)
             except _OverBudget as exc:
                 self._fail(exc.code, str(exc))
-            except (Refused, _AwaitingAnswer):
+            except Refused:
                 raise
             except Exception as exc:
                 self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
@@ -409,6 +432,6 @@ class AgentTaskActor(Actor):
                 else:
                     self._touch(state="completed", ended_at=time.time())
             await self._save(output)
-        except (Refused, _AwaitingAnswer):
+        except Refused:
             pass
         await self.ref.stop()

@@ -37,15 +37,14 @@ from ..actors import (
     Terminated,
 )
 from ..storage import (
-    MAX_COUNTER,
     BudgetInfo,
     Observation,
     Pending,
     PlanStep,
+    StepStatus,
     reconcile,
+    redact,
 )
-from ..storage._records import StepStatus
-from ..storage._redact import redact
 from . import _run_events as ev
 from ._agent import (
     AgentTaskActor,
@@ -71,17 +70,13 @@ from ._run_messages import (
 )
 from ._run_tasks import TaskEvents
 from ._scheduler import pick
-from ._transitions import (
-    pause_execution,
-)
+from ._transitions import clamp_count, pause_execution
 
 __all__ = ["ExecutionActor"]
 
 
 class ExecutionActor(TaskEvents):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
-
-    # -- state <-> record ------------------------------------------------------------------
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -321,7 +316,7 @@ class ExecutionActor(TaskEvents):
         if picked.short_of_budget:
             needs_budget = BudgetInfo(
                 calls_used=self._rec.calls_used,
-                max_calls=min(self._budget, MAX_COUNTER),
+                max_calls=clamp_count(self._budget),
                 needed=1,
             )
         return list(picked.starts), needs_approval, needs_budget
@@ -379,7 +374,7 @@ class ExecutionActor(TaskEvents):
                 inner_completed=tuple(o.step_id for o in answers),
                 inner_observations=answers,
                 inner_steps_done=0,
-                attempt=min(task.attempt + 1, 1_000_000),
+                attempt=clamp_count(task.attempt + 1),
             )
         task = attrs.evolve(
             task,
@@ -387,7 +382,7 @@ class ExecutionActor(TaskEvents):
             started_at=task.started_at or now,
             updated_at=now,
             plan_version=self._plan.version if self._plan else 1,
-            calls_reserved=min(task.calls_used + cost, 1_000_000),
+            calls_reserved=clamp_count(task.calls_used + cost),
         )
         if task.inner_checkpoint is None:
             task = attrs.evolve(task, inner_checkpoint=await self._task_checkpoint(step))
@@ -452,7 +447,7 @@ class ExecutionActor(TaskEvents):
                     ),
                     label="failures",
                 )
-                if await self._commit(replans=min(replans + 1, 1_000_000)):
+                if await self._commit(replans=clamp_count(replans + 1)):
                     await self._replan(failure=redact(evidence))
                 return
             await self._finish("failed" if failed else "completed")
@@ -531,7 +526,7 @@ class ExecutionActor(TaskEvents):
             self._outputs[step.id] = done.output
         changes: dict[str, Any] = {}
         if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
-            changes["calls_used"] = min(self._rec.calls_used + 1, 1_000_000)
+            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
         # E1: the completion is durable before any dependent starts.
         try:
             committed = await self._commit(**changes)
@@ -544,15 +539,12 @@ class ExecutionActor(TaskEvents):
         await self._advance()
         return True
 
-    # -- stopping one agent task (S1, S2) --------------------------------------------------
-
-    # -- heartbeats and cross-process controls ---------------------------------------------
-
     # -- the end ---------------------------------------------------------------------------
 
     async def _mainspring_stop_children(self, reason: CancelReason) -> None:
-        refs = [running.ref for running in self._running.values()]
-        refs += [ref for ref, step_id in self._by_ref.items() if step_id == ""]
+        # Every child not yet ended: the steps running, the planner (step id ""), and an
+        # agent that asked, which was told to stop once its question was saved (P5).
+        refs = list(self._by_ref)
         for ref in refs:
             ref.cancel(for_children(reason, self.ref.path))
         for ref in refs:

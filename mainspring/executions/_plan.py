@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..storage import Finding, Observation, Plan, PlanStep
-from ..storage._codec import sha256_hex
-from ..storage._redact import redact
+from ..actors import MainspringError
+from ..storage import Finding, Observation, Plan, PlanStep, redact, sha256_hex
 
 __all__ = [
     "InvalidPlan",
@@ -23,7 +22,7 @@ MAX_BRIEF_FINDINGS = 10
 MAX_FENCED_CHARS = 2_000
 
 
-class InvalidPlan(ValueError):
+class InvalidPlan(MainspringError, ValueError):
     """A plan that cannot run: duplicate ids, a cycle, a dangling dependency, an unknown
     tool, skill or agent (P1). Nothing of it ran."""
 

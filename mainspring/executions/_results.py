@@ -15,16 +15,15 @@ from ..actors import (
 )
 from ..storage import (
     STEP_FINISHED,
-    AgentTaskRecord,
     Execution,
     Finding,
     Observation,
     Pending,
     Plan,
+    parse_agent_tasks,
+    redact,
+    sha256_hex,
 )
-from ..storage._codec import structure
-from ..storage._errors import RecordError
-from ..storage._redact import redact
 
 
 @attrs.frozen(kw_only=True)
@@ -95,12 +94,8 @@ def result_from(
 ) -> ExecutionResult:
     """An :class:`ExecutionResult` built from a stored execution (and live outputs)."""
     summary, done, total = summarize(execution)
-    findings: list[Finding] = []
-    for raw in execution.agent_tasks:
-        try:
-            findings.extend(structure(raw, AgentTaskRecord).findings)
-        except RecordError:
-            continue
+    tasks, _ = parse_agent_tasks(execution)
+    findings = [finding for task in tasks for finding in task.findings]
     stored = {obs.step_id: obs.output for obs in execution.observations if obs.ok}
     live = dict(outputs or {})
     merged = {**stored, **live}
@@ -150,8 +145,7 @@ def redact_plan(plan: Plan) -> Plan:
 
 
 def config_hash(config: Any) -> str | None:
+    """The hash a checkpoint keeps of the runtime's ``config`` (R6); None when there is none."""
     if config is None:
         return None
-    from ..storage._codec import sha256_hex
-
     return sha256_hex(config)

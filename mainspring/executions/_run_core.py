@@ -19,20 +19,22 @@ from ..actors import (
     Pause,
 )
 from ..storage import (
+    MAX_CHECKPOINTS,
     AgentTaskRecord,
     Checkpoint,
     CommitOutcome,
     Execution,
     Observation,
+    PersistenceFailed,
     Plan,
     PlanStep,
+    StorageError,
     capture_checkpoint,
+    parse_agent_task,
+    parse_agent_tasks,
     reconcile,
+    unstructure,
 )
-from ..storage._codec import structure, unstructure
-from ..storage._errors import RecordError, StorageError
-from ..storage._persistence import PersistenceFailed
-from ..storage._records import MAX_CHECKPOINTS
 from . import _run_events as ev
 from ._plan import step_input_hash
 from ._results import (
@@ -54,10 +56,10 @@ from ._scheduler import Schedule
 from ._status import execution_move, task_move
 from ._transitions import (
     cancel_execution,
+    clamp_count,
     parse_stop_requests,
     pause_execution,
     stop_task,
-    task_records,
 )
 
 
@@ -114,9 +116,8 @@ class ExecutionCore(Actor):
         self._raw = {}
         self._unparsed = []  # kept as they are, never dropped (E7)
         for raw in record.agent_tasks:
-            try:
-                task = structure(raw, AgentTaskRecord)
-            except RecordError:
+            task = parse_agent_task(raw)
+            if task is None:
                 self._unparsed.append(raw)
                 continue
             self._tasks[task.id] = task
@@ -300,8 +301,8 @@ class ExecutionCore(Actor):
             return
         delta = used - self._charged.get(task.id, 0)
         self._charged[task.id] = used
-        self._set_task(attrs.evolve(task, calls_used=min(used, 1_000_000)))
-        calls = min(self._rec.calls_used + max(delta, 0), 1_000_000)
+        self._set_task(attrs.evolve(task, calls_used=clamp_count(used)))
+        calls = clamp_count(self._rec.calls_used + max(delta, 0))
         self._rec = attrs.evolve(self._rec, calls_used=calls)
 
     async def _commit(self, **changes: Any) -> bool:
@@ -340,7 +341,7 @@ class ExecutionCore(Actor):
             running.ref.cancel(for_children(reason, self.ref.path))
         self._cell.request_stop(reason)
 
-    def _publish(self, event: object) -> None:
+    def _publish(self, event: ev.RunEvent) -> None:
         self._cfg.publish(event)
 
     def _publish_step(self, step_id: str, state: str) -> None:
@@ -435,7 +436,7 @@ class ExecutionCore(Actor):
                     ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=requeued)
                 )
         elif isinstance(reason, Cancel):
-            cancelled = sum(1 for t in task_records(record) if not t.terminal)
+            cancelled = sum(1 for t in parse_agent_tasks(record)[0] if not t.terminal)
             record = cancel_execution(record, by, now, reason.detail)
             if await self._commit_record(record):
                 self._publish(
@@ -454,20 +455,19 @@ class ExecutionCore(Actor):
             )
 
     def _stopped(self) -> bool:
+        # Read through a call: after an await, ``self._ended`` may have changed, which mypy's
+        # narrowing of the attribute (from the check at the top of a method) does not see.
         return self._ended
 
     # -- defined by the subclasses -----------------------------------------------------------
 
-    async def _stop_task(self, request: StopTask) -> StopResult:
-        """Stop one agent task (S1); TaskEvents defines it."""
+    async def _stop_task(self, request: StopTask) -> StopResult:  # TaskEvents
         raise NotImplementedError
 
-    async def _advance(self) -> None:
-        """Start every step that may start now; when nothing runs, settle the run."""
+    async def _advance(self) -> None:  # ExecutionActor
         raise NotImplementedError
 
-    async def _finish(
+    async def _finish(  # ExecutionActor
         self, status: Literal["completed", "failed"], *, error: str | None = None
     ) -> None:
-        """The final write, through the same funnel as every other (E4)."""
         raise NotImplementedError

@@ -12,17 +12,19 @@ from ..actors import (
     ActorRef,
     CancelReason,
     LeaseLost,
+    MainspringError,
     ParentCancel,
     Pause,
 )
 from ..storage import (
+    Committer,
     PlanStep,
 )
-from ..storage._persistence import Committer
 from ._agent import (
     Meter,
 )
 from ._results import ExecutionResult
+from ._run_events import RunEvent
 
 
 @attrs.frozen(kw_only=True)
@@ -46,7 +48,7 @@ class RunConfig:
     max_replans: int
     max_tool_calls: int
     config: Any
-    publish: Callable[[object], None]
+    publish: Callable[[RunEvent], None]
     skill_versions: Mapping[str, str]
     tool_hashes: Mapping[str, str]
 
@@ -81,7 +83,7 @@ class Heartbeat:
     pass
 
 
-class Unstorable(Exception):
+class Unstorable(MainspringError):
     """The record as changed cannot be written (too large, or not a valid record)."""
 
 

@@ -8,21 +8,16 @@ from typing import Any
 
 import attrs
 
-from ..actors import (
-    Cancel,
-    Crash,
-    Terminated,
-)
+from ..actors import Cancel, Crash, Stop, Terminated
 from ..storage import (
     AgentTaskRecord,
-    Execution,
     Failure,
     Observation,
+    ObservationCode,
     Pending,
     PlanStep,
+    redact,
 )
-from ..storage._records import ObservationCode
-from ..storage._redact import redact
 from . import _run_events as ev
 from ._agent import (
     TaskSave,
@@ -37,9 +32,7 @@ from ._run_messages import (
     StopTask,
     Unstorable,
 )
-from ._transitions import (
-    stop_task,
-)
+from ._transitions import clamp_count, stop_task
 
 _CODES = frozenset(typing.get_args(ObservationCode))
 
@@ -60,7 +53,7 @@ class TaskEvents(ExecutionCore):
         # E9: the execution is charged what the task actually spent, as it spends it.
         delta = task.calls_used - self._charged.get(task.id, 0)
         self._charged[task.id] = task.calls_used
-        calls = min(self._rec.calls_used + max(delta, 0), 1_000_000)
+        calls = clamp_count(self._rec.calls_used + max(delta, 0))
         self._set_task(task)
         step = running.step
         ended = task.state in ("completed", "failed", "waiting_for_clarification")
@@ -114,6 +107,12 @@ class TaskEvents(ExecutionCore):
             return False
         now = time.time()
         if task.state == "waiting_for_clarification":
+            # P5: the question is durable, so the asking agent is done in this run. It waits
+            # in ctx.ask for this: a cancellation with a reason it can read, not an exception
+            # of ours through its code. Its end is ignored (it left _running above).
+            running.ref.cancel(
+                Stop(detail="the agent task waits for an answer", source=self.ref.path)
+            )
             self._publish(ev.AgentTaskWaiting(execution_id=self._rec.id, at=now, task_id=task.id))
         elif ended:
             self._publish(
@@ -149,10 +148,7 @@ class TaskEvents(ExecutionCore):
     ) -> bool:
         """A step's result made the record too large (or otherwise unwritable): the step
         fails with that reason, without the result, and the run goes on."""
-        if self._sched.status[step.id] == "succeeded":
-            self._sched.set(step.id, "failed")  # succeeded -> failed: not storable
-        else:
-            self._sched.set(step.id, "failed")
+        self._sched.set(step.id, "failed")  # from succeeded too: its result is not storable
         self._running.pop(step.id, None)
         self._outputs.pop(step.id, None)
         message = f"its result could not be stored: {why}"
@@ -232,7 +228,7 @@ class TaskEvents(ExecutionCore):
         record, stopped = stop_task(self._snapshot(), task.id, request.operation_id, time.time())
         if stopped is None:  # pragma: no cover - checked above
             return StopResult(ok=False, state=task.state, reason="not stoppable", **base)
-        self._load_keep_live(record)
+        self._load(record)  # the live plan (same steps, inputs unredacted) stays
         if not await self._commit():
             return StopResult(
                 ok=False, state=task.state, reason="the execution is stopping", **base
@@ -249,15 +245,12 @@ class TaskEvents(ExecutionCore):
         await self._advance()
         return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
 
-    def _load_keep_live(self, record: Execution) -> None:
-        self._load(record)  # the live plan (same steps, inputs unredacted) stays
-
     async def _task_stopped(self, running: Running, now: float) -> None:
         """A live task we cancelled has unwound: record it cancelled; the run goes on."""
         assert running.task_id is not None
         operation = self._stopping_tasks.pop(running.task_id)
         record, _ = stop_task(self._snapshot(), running.task_id, operation, now)
-        self._load_keep_live(record)
+        self._load(record)  # the live plan stays, as above
         if not await self._commit():
             return
         self._publish(

@@ -4,7 +4,8 @@
 ``executions`` actor under which every ExecutionActor lives. Controls reach a run live in this
 process directly (its actor stops with ``Pause`` or ``Cancel``); a run live in another process
 is reached through the store (an atomic ``edit``), which that runner meets at its next commit
-or heartbeat (E2, E3).
+or heartbeat (E2, E3). Those edits are in ``_record_controls``; handles and the errors naming
+an execution in ``_handle``; the default home and store selection in ``_home``.
 """
 
 from __future__ import annotations
@@ -27,129 +28,40 @@ from ..actors import (
     ActorRef,
     Cancel,
     CancelReason,
-    MainspringError,
+    EventsDropped,
     NameTaken,
     Pause,
     Shutdown,
     open_system,
 )
-from ..actors._events import EventBus
 from ..storage import (
+    MAX_COUNTER,
     AgentTaskRecord,
+    Committer,
+    Edit,
     Execution,
-    FileStore,
     Lease,
     Plan,
-    SqliteStore,
     Store,
+    check_id,
+    holder,
     new_owner_id,
+    open_committer,
+    parse_agent_tasks,
+    redact,
 )
-from ..storage._backend import Edit, holder
-from ..storage._ids import check_id
-from ..storage._persistence import Committer, open_committer
-from ..storage._redact import redact
 from ._execution import ExecutionActor
+from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
+from ._home import open_store
 from ._plan import check_plan
+from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
 from ._results import ExecutionResult, StopResult, redact_plan, result_from, tool_hash
-from ._run_events import AgentTaskStopped
+from ._run_events import RunEvent, RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
-from ._transitions import (
-    add_control,
-    answer_task,
-    cancel_execution,
-    parse_stop_requests,
-    pause_execution,
-    requeue_interrupted,
-    stop_request,
-    stop_task,
-    task_records,
-)
 
-__all__ = [
-    "ExecutionBusy",
-    "ExecutionHandle",
-    "Runtime",
-    "UnknownExecution",
-    "default_home",
-    "open_runtime",
-]
+__all__ = ["Runtime", "open_runtime"]
 
 MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") within 256
-
-
-class UnknownExecution(MainspringError, LookupError):
-    """No execution with this id is stored."""
-
-    def __init__(self, execution_id: str) -> None:
-        super().__init__(f"no execution {execution_id!r} in this store")
-        self.execution_id = execution_id
-
-
-class ExecutionBusy(MainspringError):
-    """Another owner holds the execution's lease; it can be resumed once that lapses."""
-
-    def __init__(self, execution_id: str, lease: Lease | None, reason: str) -> None:
-        super().__init__(f"execution {execution_id} is busy: {reason}")
-        self.execution_id = execution_id
-        self.lease = lease
-
-
-def default_home() -> Path:
-    """Where the default store lives: ``$MAINSPRING_HOME``, else the XDG state directory."""
-    home = os.environ.get("MAINSPRING_HOME")
-    if home:
-        return Path(home)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "mainspring"
-
-
-def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Callable[[], None]]:
-    """A backend for ``store``: a backend as is; a path ending in ``.db``, ``.sqlite`` or
-    ``.sqlite3`` is a SQLite file, any other path a FileStore directory; None the default
-    (SQLite under :func:`default_home`). Returns the store and how to close it."""
-    if store is not None and not isinstance(store, str | os.PathLike):
-        return store, lambda: None
-    path = Path(store) if store is not None else default_home() / "mainspring.sqlite3"
-    if path.suffix in (".db", ".sqlite", ".sqlite3"):
-        sqlite = SqliteStore(path)
-        return sqlite, sqlite.close
-    return FileStore(path), lambda: None
-
-
-class ExecutionHandle:
-    """A started or resumed execution: ``await handle.wait()`` gives its result.
-
-    The result comes when the run stops in this process: finished, waiting (for an answer,
-    an approval, budget), paused, cancelled, or stopped because its lease was lost.
-    """
-
-    def __init__(self, execution_id: str) -> None:
-        self.execution_id = execution_id
-        self._done = anyio.Event()
-        self._result: ExecutionResult | None = None
-
-    @property
-    def done(self) -> bool:
-        """True once the run has stopped in this process (``wait`` returns at once)."""
-        return self._result is not None
-
-    def _resolve(self, result: ExecutionResult) -> None:
-        if self._result is None:
-            self._result = result
-            self._done.set()
-
-    async def wait(self) -> ExecutionResult:
-        """Wait until the run stops here and return where it stands. Cancelling the wait
-        does not affect the run."""
-        await self._done.wait()
-        assert self._result is not None
-        return self._result
-
-    def __repr__(self) -> str:
-        state = self._result.status if self._result is not None else "live"
-        return f"<ExecutionHandle {self.execution_id} {state}>"
 
 
 @attrs.frozen
@@ -196,7 +108,7 @@ class Runtime:
         cfg: RunConfig,
         committer: Committer,
         executions: ActorRef,
-        bus: EventBus,
+        bus: RunEventBus,
     ) -> None:
         self._cfg = cfg
         self._committer = committer
@@ -209,7 +121,13 @@ class Runtime:
         self._locks: dict[str, list[Any]] = {}
         # Out-of-run edits (stopping a stored task) take the lease under their own name, so
         # they never release a lease a run of this runtime holds.
-        self._operator = f"{cfg.owner}:ops"
+        self._stop_stored_task = StoredTaskStop(
+            committer=committer,
+            owner=cfg.owner,
+            operator=f"{cfg.owner}:ops",
+            lease_ttl=cfg.lease_ttl,
+            publish=bus.publish,
+        )
 
     @asynccontextmanager
     async def _exclusive(self, execution_id: str) -> AsyncIterator[None]:
@@ -254,8 +172,9 @@ class Runtime:
     ) -> ExecutionHandle:
         """Store a new execution and run it; the planner plans when no ``plan`` is given.
 
-        Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1) and ``ValueError``
-        for a duplicate or invalid id; nothing is stored then. Returns once the execution is
+        Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1),
+        :class:`ExecutionExists` for an id already stored and ``ValueError`` (``InvalidId``)
+        for an invalid one; nothing is stored then. Returns once the execution is
         durable and its actor started. If the caller is cancelled meanwhile, the execution may
         already be stored (the write itself is never interrupted): ``get`` or ``recover``
         tells.
@@ -266,8 +185,8 @@ class Runtime:
         check_id(execution_id)
         if len(execution_id) > MAX_EXECUTION_ID:
             raise ValueError(f"execution ids are at most {MAX_EXECUTION_ID} characters")
-        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
-            raise ValueError("max_calls must be within 0..1,000,000")
+        if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
+            raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
         cfg = self._cfg
         if plan is not None:
             check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
@@ -291,7 +210,7 @@ class Runtime:
             updated_at=now,
         )
         if not await self._committer.create(record):
-            raise ValueError(f"an execution {execution_id} already exists")
+            raise ExecutionExists(execution_id)
         return await self._spawn(record, plan, Begin(resumed=False))
 
     async def _spawn(
@@ -351,8 +270,8 @@ class Runtime:
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
         lease was taken leaves it held until its ttl lapses (nothing else changes).
         """
-        if max_calls is not None and not 0 <= max_calls <= 1_000_000:
-            raise ValueError("max_calls must be within 0..1,000,000")
+        if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
+            raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
         async with self._exclusive(execution_id):
             return await self._resume(execution_id, answer, approve, max_calls)
 
@@ -394,7 +313,7 @@ class Runtime:
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
-            record, begin = _prepare_resume(stored, cfg.owner, answer, approve, max_calls)
+            record, begin = prepare_resume(stored, cfg.owner, answer, approve, max_calls)
             begins.append(begin)
             return record
 
@@ -438,12 +357,7 @@ class Runtime:
         :class:`UnknownExecution` for an id not stored. Cancelling the caller does not undo a
         pause already requested."""
         detail = redact(reason or f"paused by {self._cfg.owner}")
-
-        def change(stored: Execution, now: float) -> Execution | None:
-            if stored.terminal or stored.status == "paused":
-                return None
-            return pause_execution(stored, self._cfg.owner, now, detail)
-
+        change = pause_edit(self._cfg.owner, detail)
         return await self._control(execution_id, Pause(detail=detail, source="runtime"), change)
 
     async def cancel(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
@@ -453,12 +367,7 @@ class Runtime:
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller does not
         undo a cancel already requested."""
         detail = redact(reason or f"cancelled by {self._cfg.owner}")
-
-        def change(stored: Execution, now: float) -> Execution | None:
-            if stored.terminal:
-                return None
-            return cancel_execution(stored, self._cfg.owner, now, detail)
-
+        change = cancel_edit(self._cfg.owner, detail)
         return await self._control(execution_id, Cancel(detail=detail, source="runtime"), change)
 
     async def _control(
@@ -513,106 +422,6 @@ class Runtime:
                     return result
             return await self._stop_stored_task(execution_id, task_id, operation, unknown)
 
-    async def _stop_stored_task(
-        self, execution_id: str, task_id: str, operation: str, unknown: StopResult
-    ) -> StopResult:
-        stored = await self.get(execution_id)
-        if stored is None:
-            return unknown
-        task = next((t for t in task_records(stored) if t.id == task_id), None)
-        if task is None:
-            return unknown
-        base = {"task_id": task_id, "execution_id": execution_id, "operation_id": operation}
-        if task.terminal:
-            return StopResult(
-                ok=False, state=task.state, reason=f"the task already {task.state}", **base
-            )
-        operator = self._operator
-        if stored.terminal:
-            # A finished run has no runner and no lease to take: a task it left unfinished
-            # is marked cancelled directly, as long as the run stays finished.
-            return await self._mark_stopped(execution_id, task_id, operation, base, None)
-        acquired = await self._committer.acquire(execution_id, operator, self._cfg.lease_ttl)
-        if not acquired.acquired:
-            return await self._request_stop(execution_id, task_id, operation, base)
-        try:
-            return await self._mark_stopped(execution_id, task_id, operation, base, operator)
-        finally:
-            await self._committer.release(execution_id, operator)
-
-    async def _mark_stopped(
-        self,
-        execution_id: str,
-        task_id: str,
-        operation: str,
-        base: dict[str, Any],
-        operator: str | None,
-    ) -> StopResult:
-        stopped: list[AgentTaskRecord] = []
-
-        def change(stored: Execution, now: float) -> Execution | None:
-            # S1: decided on the record as it is now, under our lease (or, for a finished
-            # run, as long as it is still finished), whatever its status.
-            if operator is None and not stored.terminal:
-                return None
-            if operator is not None and holder(stored.lease, now) != operator:
-                return None
-            record, task = stop_task(stored, task_id, operation, now)
-            if task is None:
-                return None
-            stopped.append(task)
-            return record
-
-        await self._committer.edit(execution_id, change)
-        if not stopped:
-            return await self._stop_refused(execution_id, task_id, base)
-        self._bus.publish(
-            AgentTaskStopped(
-                execution_id=execution_id,
-                at=time.time(),
-                task_id=task_id,
-                operation_id=operation,
-                state="cancelled",
-            )
-        )
-        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
-
-    async def _stop_refused(
-        self, execution_id: str, task_id: str, base: dict[str, Any]
-    ) -> StopResult:
-        stored = await self._require(execution_id)
-        task = next((t for t in task_records(stored) if t.id == task_id), None)
-        state = task.state if task is not None else "unknown"
-        why = (
-            f"the task already {state}"
-            if task is not None and task.terminal
-            else ("the execution changed meanwhile; try again")
-        )
-        return StopResult(ok=False, state=state, reason=why, **base)
-
-    async def _request_stop(
-        self, execution_id: str, task_id: str, operation: str, base: dict[str, Any]
-    ) -> StopResult:
-        request = stop_request(operation, task_id)
-        runner: list[str] = []
-
-        def change(stored: Execution, now: float) -> Execution | None:
-            owner = holder(stored.lease, now)
-            if stored.terminal or owner is None:
-                return None  # nobody would act on a request: say so instead
-            runner.append(owner)
-            stored = add_control(stored, "stop-task", self._cfg.owner, now, request)
-            return attrs.evolve(stored, stop_requests=(*stored.stop_requests, request)[-100:])
-
-        if await self._committer.edit(execution_id, change) is None:
-            return await self._stop_refused(execution_id, task_id, base)
-        return StopResult(
-            ok=True,
-            state="stopping",
-            reason=f"requested: {runner[0]} stops it within one heartbeat",
-            **base,
-        )
-
     # -- reading ---------------------------------------------------------------------------
 
     async def executions(self) -> list[Execution]:
@@ -623,60 +432,19 @@ class Runtime:
     async def agent_tasks(self, execution_id: str | None = None) -> list[AgentTaskRecord]:
         """The agent task records of one execution, or of all; unreadable ones are skipped."""
         if execution_id is not None:
-            return task_records(await self._require(execution_id))
-        return [task for ex in await self.executions() for task in task_records(ex)]
+            return parse_agent_tasks(await self._require(execution_id))[0]
+        return [task for ex in await self.executions() for task in parse_agent_tasks(ex)[0]]
 
-    def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
-        """Iterate over runtime events (V1: ids, states, counts). A subscriber that falls more
-        than ``buffer`` events behind gets an ``EventsDropped`` instead of stalling the
-        runtime. Iteration ends when the runtime closes."""
+    def events(self, *, buffer: int = 1000) -> AsyncIterator[RunEvent | EventsDropped]:
+        """Iterate over runtime events (V1: ids, states, counts): one of the
+        :data:`RunEvent` classes each. A subscriber that falls more than ``buffer`` events
+        behind gets an ``EventsDropped`` instead of stalling the runtime. Iteration ends
+        when the runtime closes."""
         return self._bus.subscribe(buffer)
 
     def live(self) -> list[str]:
         """Ids of the executions running in this process now."""
         return list(self._live)
-
-
-def _prepare_resume(
-    stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
-) -> tuple[Execution, Begin]:
-    now = time.time()
-    in_flight = (
-        tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
-    )
-    record, _ = requeue_interrupted(stored, "crash", now)  # R3
-    for operation, task_id in parse_stop_requests(record.stop_requests):
-        record, _ = stop_task(record, task_id, operation, now)  # asked for while it ran (S1)
-    replan_goal = False
-    pending = record.pending
-    if answer is not None and pending is not None and pending.kind == "clarification":
-        if pending.agent_task_id is not None:
-            record = answer_task(record, pending.agent_task_id, answer, now)  # R8, R9
-        else:  # R10: an outer clarification answers the goal itself
-            goal = f"{record.goal}\n\nClarification: {redact(answer)}"
-            record = attrs.evolve(record, goal=goal, pending=None)
-            replan_goal = True
-        record = add_control(record, "answer", owner, now)
-    if approve and record.plan is not None:
-        plan = record.plan
-        keys = [f"plan.v{plan.version}"] if plan.requires_approval else []
-        keys += [f"step.{s.id}.v{plan.version}" for s in plan.steps if s.requires_approval]
-        approvals = tuple(dict.fromkeys((*record.approvals, *keys)))[-100:]
-        record = attrs.evolve(record, approvals=approvals)
-        record = add_control(record, "approve", owner, now)
-        if record.pending is not None and record.pending.kind == "approval":
-            record = attrs.evolve(record, pending=None)
-    if record.pending is not None and record.pending.kind == "budget":
-        record = attrs.evolve(record, pending=None)
-    if max_calls is not None:
-        record = attrs.evolve(record, max_calls=max_calls)
-    if record.status != "running":
-        record = add_control(record, "resume", owner, now)
-    record = attrs.evolve(record, status="running", updated_at=now)
-    begin = Begin(
-        resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
-    )
-    return record, begin
 
 
 def _default_reservation(remaining: int) -> int:
@@ -740,7 +508,7 @@ async def open_runtime(
     try:
         async with open_system("mainspring-runtime") as system:
             committer = await open_committer(system, backend)
-            bus = EventBus(system.new_event)
+            bus = RunEventBus(system.new_event)
             cfg = RunConfig(
                 committer=committer,
                 owner=owner or new_owner_id(),

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import attrs
 
 from ..storage import (
+    MAX_CONTROLS,
+    MAX_COUNTER,
     STEP_FINISHED,
     AgentTaskRecord,
     Control,
@@ -22,11 +24,11 @@ from ..storage import (
     Interruption,
     Observation,
     Pending,
+    parse_agent_task,
+    parse_agent_tasks,
+    redact,
+    unstructure,
 )
-from ..storage._codec import structure, unstructure
-from ..storage._errors import RecordError
-from ..storage._records import MAX_CONTROLS
-from ..storage._redact import redact
 from ._plan import observe, step_input_hash
 from ._status import execution_move, step_move, task_move
 
@@ -35,6 +37,7 @@ __all__ = [
     "add_control",
     "answer_task",
     "cancel_execution",
+    "clamp_count",
     "map_tasks",
     "next_waiting",
     "parse_stop_requests",
@@ -42,22 +45,17 @@ __all__ = [
     "requeue_interrupted",
     "stop_request",
     "stop_task",
-    "task_records",
 ]
 
 ASK_PREFIX = "ask."
 ControlAction = Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"]
 
 
-def task_records(execution: Execution) -> list[AgentTaskRecord]:
-    """The agent task records that parse (those that do not are skipped, E8)."""
-    records = []
-    for raw in execution.agent_tasks:
-        try:
-            records.append(structure(raw, AgentTaskRecord))
-        except RecordError:
-            continue
-    return records
+def clamp_count(value: int) -> int:
+    """``value`` as a record's counter may hold it: at most ``MAX_COUNTER`` (E8). Counts that
+    only grow (calls, attempts, replans) saturate there instead of making the record
+    unwritable."""
+    return min(value, MAX_COUNTER)
 
 
 def map_tasks(
@@ -68,9 +66,8 @@ def map_tasks(
     raws: list[dict[str, Any]] = []
     changed: list[AgentTaskRecord] = []
     for raw in execution.agent_tasks:
-        try:
-            record = structure(raw, AgentTaskRecord)
-        except RecordError:
+        record = parse_agent_task(raw)
+        if record is None:
             raws.append(raw)
             continue
         updated = change(record)
@@ -203,7 +200,7 @@ def next_waiting(execution: Execution, *, excluding: str | None = None) -> Pendi
     waiting for an answer holds it; None if none waits."""
     waiting = [
         record
-        for record in task_records(execution)
+        for record in parse_agent_tasks(execution)[0]
         if record.state == "waiting_for_clarification" and record.id != excluding
     ]
     if not waiting:

@@ -6,22 +6,34 @@ persistence actor is the only writer during a run. Nothing here imports
 """
 
 from ._backend import CommitOutcome as CommitOutcome
+from ._backend import Edit as Edit
 from ._backend import LeaseResult as LeaseResult
 from ._backend import Listing as Listing
 from ._backend import Problem as Problem
 from ._backend import Store as Store
+from ._backend import holder as holder
 from ._backend import new_owner_id as new_owner_id
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import reconcile as reconcile
+from ._codec import encode as encode
+from ._codec import sha256_hex as sha256_hex
+from ._codec import structure as structure
+from ._codec import unstructure as unstructure
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
+from ._ids import check_id as check_id
+from ._persistence import Committer as Committer
 from ._persistence import PersistenceFailed as PersistenceFailed
+from ._persistence import open_committer as open_committer
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
+from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
+from ._records import MAX_CONTROLS as MAX_CONTROLS
 from ._records import MAX_COUNTER as MAX_COUNTER
+from ._records import MAX_FINDINGS as MAX_FINDINGS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
 from ._records import AgentTaskRecord as AgentTaskRecord
@@ -35,11 +47,13 @@ from ._records import Finding as Finding
 from ._records import Interruption as Interruption
 from ._records import Lease as Lease
 from ._records import Observation as Observation
+from ._records import ObservationCode as ObservationCode
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
 from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
+from ._records import parse_agent_task as parse_agent_task
 from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
 from ._redact import register_secret as register_secret
@@ -47,14 +61,19 @@ from ._sqlite import SqliteStore as SqliteStore
 
 __all__ = [
     "EXECUTION_TERMINAL",
+    "MAX_CHECKPOINTS",
+    "MAX_CONTROLS",
     "MAX_COUNTER",
+    "MAX_FINDINGS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
     "CommitOutcome",
+    "Committer",
     "Control",
+    "Edit",
     "Execution",
     "ExecutionStatus",
     "Failure",
@@ -66,6 +85,7 @@ __all__ = [
     "LeaseResult",
     "Listing",
     "Observation",
+    "ObservationCode",
     "Pending",
     "PersistenceFailed",
     "Plan",
@@ -80,9 +100,17 @@ __all__ = [
     "TaskState",
     "TooLarge",
     "capture_checkpoint",
+    "check_id",
+    "encode",
+    "holder",
     "new_owner_id",
+    "open_committer",
+    "parse_agent_task",
     "parse_agent_tasks",
     "reconcile",
     "redact",
     "register_secret",
+    "sha256_hex",
+    "structure",
+    "unstructure",
 ]

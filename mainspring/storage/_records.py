@@ -41,6 +41,7 @@ __all__ = [
     "PlanStep",
     "StepStatus",
     "TaskState",
+    "parse_agent_task",
     "parse_agent_tasks",
 ]
 
@@ -380,6 +381,17 @@ class Execution:
         return self.status in EXECUTION_TERMINAL
 
 
+def parse_agent_task(raw: dict[str, Any]) -> AgentTaskRecord | None:
+    """One stored agent task record (an item of ``Execution.agent_tasks``), or None if it
+    does not parse: fail-closed (E8), never coerced. The one parser of agent task records;
+    a caller that writes the execution back keeps a record it could not parse as it was (E7).
+    """
+    try:
+        return structure(raw, AgentTaskRecord)
+    except RecordError:
+        return None
+
+
 def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]:
     """The execution's agent task records that parse, and how many did not.
 
@@ -389,11 +401,12 @@ def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]
     """
     tasks: list[AgentTaskRecord] = []
     dropped = 0
-    for index, raw in enumerate(execution.agent_tasks):
-        try:
-            tasks.append(structure(raw, AgentTaskRecord, kind=f"agent_tasks[{index}]"))
-        except RecordError:
+    for raw in execution.agent_tasks:
+        task = parse_agent_task(raw)
+        if task is None:
             dropped += 1
+        else:
+            tasks.append(task)
     return tasks, dropped
 
 

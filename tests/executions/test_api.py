@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions._runtime import open_store
+from mainspring.executions import ExecutionExists, store_kind
+from mainspring.executions._home import open_store
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 
@@ -63,9 +64,28 @@ async def test_unknown_ids_and_bad_arguments_raise_clear_errors(tmp_path: Path) 
         with pytest.raises(TypeError, match="goal must be a string"):
             await rt.start(42, linear(1))  # type: ignore[arg-type]
         await (await rt.start("g", linear(1), execution_id="dup")).wait()
-        with pytest.raises(ValueError, match="already exists"):
+        with pytest.raises(ExecutionExists, match="already exists") as exists:
             await rt.start("g", linear(1), execution_id="dup")
+        assert exists.value.execution_id == "dup"
         assert [e.id for e in await rt.executions()] == ["dup"]
+
+
+@pytest.mark.parametrize(
+    ("error", "second_base"),
+    [
+        (ExecutionExists, ValueError),
+        (ms.InvalidPlan, ValueError),
+        (ms.ClarificationNeeded, None),
+        (ms.UnknownExecution, LookupError),
+        (ms.ExecutionBusy, None),
+    ],
+)
+def test_what_the_runtime_raises_on_purpose_is_a_mainspring_error(
+    error: type[Exception], second_base: type[Exception] | None
+) -> None:
+    assert issubclass(error, ms.MainspringError)
+    if second_base is not None:  # what callers caught before, still caught
+        assert issubclass(error, second_base)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +130,31 @@ def test_stores_from_paths_and_the_default_home(
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     assert ms.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
+
+
+def test_one_rule_names_the_backend_of_a_path_what_is_there_first(tmp_path: Path) -> None:
+    """store_kind, shared by open_runtime and the command: an existing directory is a
+    FileStore and an existing file SQLite, whatever the name; a new path goes by suffix."""
+    assert store_kind(tmp_path / "new.sqlite3") == "sqlite"
+    assert store_kind(tmp_path / "new.db") == "sqlite"
+    assert store_kind(tmp_path / "new") == "files"
+    assert store_kind(tmp_path / "no" / "such" / "x.sqlite") == "sqlite"
+    assert store_kind("bad\0name") == "files"  # a name the system refuses: by its suffix
+    # Where the suffix rule and "is it a directory" disagreed, what is there wins: the
+    # runtime used to fail on both (IsADirectoryError, FileExistsError).
+    directory = tmp_path / "runs.sqlite3"
+    ms.FileStore(directory)
+    assert store_kind(directory) == "files"
+    files, close = open_store(directory)
+    assert isinstance(files, ms.FileStore)
+    close()
+    database = tmp_path / "runs"
+    ms.SqliteStore(tmp_path / "made.sqlite3").close()
+    (tmp_path / "made.sqlite3").rename(database)
+    assert store_kind(database) == "sqlite"
+    sqlite, close = open_store(database)
+    assert isinstance(sqlite, ms.SqliteStore)
+    close()
 
 
 async def test_a_failing_or_odd_planner_fails_the_execution_with_a_reason(tmp_path: Path) -> None:

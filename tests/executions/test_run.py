@@ -353,6 +353,53 @@ async def test_P5_a_question_leaves_the_step_pending_and_starts_nothing_new(
     assert done.outputs["q"] == "yes"
 
 
+async def test_P5_an_agent_that_asks_unwinds_by_a_cancellation_with_a_reason_not_ours(
+    tmp_path: Path,
+) -> None:
+    """ctx.ask stops the agent's run without a private exception passing through its code: an
+    ``except BaseException`` or ``finally`` around it sees anyio's own cancellation (which it
+    re-raises, STYLE.md habit 5) and ``cancel_reason()`` says why; the resumed agent is handed
+    the answer as before."""
+    caught: list[tuple[str, bool, ms.CancelReason | None]] = []
+    finally_reasons: list[ms.CancelReason | None] = []
+
+    async def careful(ctx: ms.AgentContext, input: Any) -> str:
+        try:
+            try:
+                answer = await ctx.ask("which one?")
+            except BaseException as exc:
+                cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+                caught.append((type(exc).__module__, cancelled, ctx.cancel_reason()))
+                raise
+        finally:
+            finally_reasons.append(ctx.cancel_reason())
+        return f"took {answer}"
+
+    plan = plan_of(agent("q", "careful"), tool("after", "inc", "q", x=1))
+    async with runtime(tmp_path, agents={"careful": careful}) as rt:
+        async with recorded_events(rt) as events:
+            first = await (await rt.start("g", plan)).wait()
+        record = stored(rt, first.execution_id)
+        done = await (await rt.resume(first.execution_id, answer="this one")).wait()
+    assert first.status == "waiting_for_clarification"
+    assert statuses(record) == {"q": "pending", "after": "pending"}  # pending, not failed
+    (task,) = tasks_of(record)
+    assert task.state == "waiting_for_clarification"
+    assert task.failure is None
+    assert [type(e).__name__ for e in events if "Task" in type(e).__name__] == [
+        "AgentTaskStarted",
+        "AgentTaskWaiting",
+    ]
+    ((module, cancelled, reason),) = caught
+    assert cancelled
+    assert not module.startswith("mainspring")  # the backend's, never a private type of ours
+    assert isinstance(reason, ms.Stop)
+    assert "waits for an answer" in reason.detail
+    assert finally_reasons == [reason, None]  # the resumed run returned normally
+    assert done.status == "completed"
+    assert done.outputs["q"] == "took this one"
+
+
 async def test_P6_cancel_skips_unstarted_steps_and_agent_steps_say_cancelled(
     tmp_path: Path,
 ) -> None:
@@ -401,6 +448,46 @@ async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> Non
         text = repr(event)
         assert "agent-authored" not in text
         assert "goal in words" not in text
+
+
+def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
+    import typing
+
+    from mainspring.executions import _run_events
+
+    classes = {
+        value
+        for value in vars(_run_events).values()
+        if isinstance(value, type)
+        and issubclass(value, ms.ExecutionEvent)
+        and value is not ms.ExecutionEvent
+    }
+    assert set(typing.get_args(ms.executions.RunEvent)) == classes
+    assert set(_run_events.__all__) >= {cls.__name__ for cls in classes}
+
+
+async def test_V1_a_subscriber_that_falls_behind_is_told_what_it_lost() -> None:
+    from mainspring.executions._run_events import RunEventBus
+
+    bus = RunEventBus(anyio.Event)
+    with pytest.raises(ValueError, match="at least 1"):
+        await bus.subscribe(0).__anext__()
+    events = [ms.ExecutionPaused(execution_id="e", at=0.0, requeued=n) for n in range(5)]
+    got: list[object] = []
+
+    async def read() -> None:
+        async for event in bus.subscribe(2):
+            got.append(event)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        while bus.subscribers == 0:
+            await anyio.lowlevel.checkpoint()
+        for event in events:
+            bus.publish(event)  # all at once: the reader lags, publishing never waits
+        bus.close()
+    assert got == [ms.EventsDropped(3), events[3], events[4]]
+    assert bus.subscribers == 0
 
 
 def test_X3_the_findings_brief_is_bounded_fenced_and_clamped() -> None:

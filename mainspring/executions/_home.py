@@ -1,0 +1,64 @@
+"""Where stores live and which backend a path names: the default home, the one rule that
+picks FileStore or SqliteStore for a path (shared by ``open_runtime`` and the command), and
+opening the store a runtime writes to."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from ..storage import FileStore, SqliteStore, Store
+
+__all__ = ["default_home", "open_store", "store_kind"]
+
+#: A path that does not exist yet names a SQLite file when it ends in one of these.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def default_home() -> Path:
+    """Where the default store lives: ``$MAINSPRING_HOME``, else the XDG state directory."""
+    home = os.environ.get("MAINSPRING_HOME")
+    if home:
+        return Path(home)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "mainspring"
+
+
+def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite"]:
+    """Which backend the store at ``path`` is: ``"files"`` (a :class:`FileStore` directory)
+    or ``"sqlite"`` (a :class:`SqliteStore` file). The one rule, for the runtime and the
+    command alike.
+
+    What is there decides: an existing directory is a FileStore, any other existing file is
+    SQLite. A path that does not exist yet (or cannot be looked at) is named by its suffix:
+    ``.db``, ``.sqlite`` or ``.sqlite3`` is SQLite, anything else a FileStore directory.
+
+    The runtime used to go by the suffix alone and the command by "is it a directory" alone.
+    They gave different answers only where the runtime then failed: an existing directory
+    with a SQLite suffix (the runtime tried SQLite: ``IsADirectoryError``) and an existing
+    file without one (it tried a FileStore: ``FileExistsError``). Both now open what is
+    there, as the command always did; every other path is named as before.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, unreadable, or a name the system refuses
+        return "sqlite" if Path(path).suffix in SQLITE_SUFFIXES else "files"
+    return "files" if stat.S_ISDIR(mode) else "sqlite"
+
+
+def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Callable[[], None]]:
+    """A backend for ``store``: a backend as is; a path as :func:`store_kind` names it
+    (created if it does not exist yet); None the default (SQLite under
+    :func:`default_home`). Returns the store and how to close it."""
+    if store is not None and not isinstance(store, str | os.PathLike):
+        return store, lambda: None
+    path = Path(store) if store is not None else default_home() / "mainspring.sqlite3"
+    if store_kind(path) == "sqlite":
+        sqlite = SqliteStore(path)
+        return sqlite, sqlite.close
+    return FileStore(path), lambda: None

@@ -1,0 +1,238 @@
+"""Controls applied to the stored record, for a run that is not live in this runtime.
+
+A run live here is steered through its actor; everything else goes through the store: the
+pause and cancel edits a runner elsewhere meets at its next commit or heartbeat (E2, E3),
+the record a resume prepares before its run starts (R3, R8-R10), and stopping one agent task
+that no actor of ours runs (S1, S2). Each edit runs under the store's lock
+(``Committer.edit``) on the record as it is then, never on a copy read earlier.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+import attrs
+
+from ..storage import (
+    MAX_CONTROLS,
+    AgentTaskRecord,
+    Committer,
+    Edit,
+    Execution,
+    holder,
+    parse_agent_tasks,
+    redact,
+)
+from ._handle import UnknownExecution
+from ._results import StopResult
+from ._run_events import AgentTaskStopped, RunEvent
+from ._run_messages import Begin
+from ._scheduler import approval_key
+from ._transitions import (
+    add_control,
+    answer_task,
+    cancel_execution,
+    parse_stop_requests,
+    pause_execution,
+    requeue_interrupted,
+    stop_request,
+    stop_task,
+)
+
+__all__ = ["StoredTaskStop", "cancel_edit", "pause_edit", "prepare_resume"]
+
+
+def pause_edit(by: str, detail: str) -> Edit:
+    """R1 on the record, unless it is terminal or paused already (then nothing changes)."""
+
+    def change(stored: Execution, now: float) -> Execution | None:
+        if stored.terminal or stored.status == "paused":
+            return None
+        return pause_execution(stored, by, now, detail)
+
+    return change
+
+
+def cancel_edit(by: str, detail: str) -> Edit:
+    """R2 and P6 on the record, unless it is terminal already (then nothing changes)."""
+
+    def change(stored: Execution, now: float) -> Execution | None:
+        if stored.terminal:
+            return None
+        return cancel_execution(stored, by, now, detail)
+
+    return change
+
+
+def prepare_resume(
+    stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
+) -> tuple[Execution, Begin]:
+    """The record a resume by ``owner`` commits before its run starts, and how that run
+    begins: tasks left running are requeued (R3), stops asked for meanwhile applied (S1), the
+    answer given to the task that asked (R8, R9) or appended to the goal (R10), approvals and
+    the budget recorded."""
+    now = time.time()
+    in_flight = (
+        tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
+    )
+    record, _ = requeue_interrupted(stored, "crash", now)  # R3
+    for operation, task_id in parse_stop_requests(record.stop_requests):
+        record, _ = stop_task(record, task_id, operation, now)  # asked for while it ran (S1)
+    replan_goal = False
+    pending = record.pending
+    if answer is not None and pending is not None and pending.kind == "clarification":
+        if pending.agent_task_id is not None:
+            record = answer_task(record, pending.agent_task_id, answer, now)  # R8, R9
+        else:  # R10: an outer clarification answers the goal itself
+            goal = f"{record.goal}\n\nClarification: {redact(answer)}"
+            record = attrs.evolve(record, goal=goal, pending=None)
+            replan_goal = True
+        record = add_control(record, "answer", owner, now)
+    if approve and record.plan is not None:
+        plan = record.plan
+        keys = [approval_key(plan.version, None)] if plan.requires_approval else []
+        keys += [approval_key(plan.version, s) for s in plan.steps if s.requires_approval]
+        approvals = tuple(dict.fromkeys((*record.approvals, *keys)))[-MAX_CONTROLS:]
+        record = attrs.evolve(record, approvals=approvals)
+        record = add_control(record, "approve", owner, now)
+        if record.pending is not None and record.pending.kind == "approval":
+            record = attrs.evolve(record, pending=None)
+    if record.pending is not None and record.pending.kind == "budget":
+        record = attrs.evolve(record, pending=None)
+    if max_calls is not None:
+        record = attrs.evolve(record, max_calls=max_calls)
+    if record.status != "running":
+        record = add_control(record, "resume", owner, now)
+    record = attrs.evolve(record, status="running", updated_at=now)
+    begin = Begin(
+        resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
+    )
+    return record, begin
+
+
+@attrs.frozen(kw_only=True)
+class StoredTaskStop:
+    """Stopping one agent task that no actor of this runtime runs (S1, S2).
+
+    ``operator`` is the lease owner the stop takes the lease under: never the runtime's own
+    owner, so the stop never releases a lease one of its runs holds. ``owner`` signs the
+    request written for a runner in another process.
+    """
+
+    committer: Committer
+    owner: str
+    operator: str
+    lease_ttl: float
+    publish: Callable[[RunEvent], None]
+
+    async def __call__(
+        self, execution_id: str, task_id: str, operation: str, unknown: StopResult
+    ) -> StopResult:
+        """Stop ``task_id`` on the record: a finished task is reported and left alone; an
+        unfinished one is marked cancelled under a properly acquired lease (or, for a run
+        that finished, as long as it stays finished); if another process holds the lease, a
+        stop request is written that its runner acts on within one heartbeat."""
+        stored = await self._read(execution_id)
+        if stored is None:
+            return unknown
+        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        if task is None:
+            return unknown
+        base = {"task_id": task_id, "execution_id": execution_id, "operation_id": operation}
+        if task.terminal:
+            return StopResult(
+                ok=False, state=task.state, reason=f"the task already {task.state}", **base
+            )
+        if stored.terminal:
+            # A finished run has no runner and no lease to take: a task it left unfinished
+            # is marked cancelled directly, as long as the run stays finished.
+            return await self._mark_stopped(execution_id, task_id, operation, base, None)
+        committer, operator = self.committer, self.operator
+        acquired = await committer.acquire(execution_id, operator, self.lease_ttl)
+        if not acquired.acquired:
+            return await self._request_stop(execution_id, task_id, operation, base)
+        try:
+            return await self._mark_stopped(execution_id, task_id, operation, base, operator)
+        finally:
+            await committer.release(execution_id, operator)
+
+    async def _read(self, execution_id: str) -> Execution | None:
+        return await anyio.to_thread.run_sync(self.committer.store.get, execution_id)
+
+    async def _mark_stopped(
+        self,
+        execution_id: str,
+        task_id: str,
+        operation: str,
+        base: dict[str, Any],
+        operator: str | None,
+    ) -> StopResult:
+        stopped: list[AgentTaskRecord] = []
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            # S1: decided on the record as it is now, under our lease (or, for a finished
+            # run, as long as it is still finished), whatever its status.
+            if operator is None and not stored.terminal:
+                return None
+            if operator is not None and holder(stored.lease, now) != operator:
+                return None
+            record, task = stop_task(stored, task_id, operation, now)
+            if task is None:
+                return None
+            stopped.append(task)
+            return record
+
+        await self.committer.edit(execution_id, change)
+        if not stopped:
+            return await self._stop_refused(execution_id, task_id, base)
+        event: RunEvent = AgentTaskStopped(
+            execution_id=execution_id,
+            at=time.time(),
+            task_id=task_id,
+            operation_id=operation,
+            state="cancelled",
+        )
+        self.publish(event)
+        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    async def _stop_refused(
+        self, execution_id: str, task_id: str, base: dict[str, Any]
+    ) -> StopResult:
+        stored = await self._read(execution_id)
+        if stored is None:
+            raise UnknownExecution(execution_id)
+        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        state = task.state if task is not None else "unknown"
+        why = (
+            f"the task already {state}"
+            if task is not None and task.terminal
+            else "the execution changed meanwhile; try again"
+        )
+        return StopResult(ok=False, state=state, reason=why, **base)
+
+    async def _request_stop(
+        self, execution_id: str, task_id: str, operation: str, base: dict[str, Any]
+    ) -> StopResult:
+        request = stop_request(operation, task_id)
+        runner: list[str] = []
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            owner = holder(stored.lease, now)
+            if stored.terminal or owner is None:
+                return None  # nobody would act on a request: say so instead
+            runner.append(owner)
+            stored = add_control(stored, "stop-task", self.owner, now, request)
+            requests = (*stored.stop_requests, request)[-MAX_CONTROLS:]
+            return attrs.evolve(stored, stop_requests=requests)
+
+        if await self.committer.edit(execution_id, change) is None:
+            return await self._stop_refused(execution_id, task_id, base)
+        return StopResult(
+            ok=True,
+            state="stopping",
+            reason=f"requested: {runner[0]} stops it within one heartbeat",
+            **base,
+        )
