@@ -90,6 +90,50 @@ def test_runtime_made_objects_cannot_be_constructed(cls: Any) -> None:
         cls()
 
 
+@pytest.mark.parametrize(
+    "cls",
+    [mainspring.ActorRef, mainspring.SupervisorRef, mainspring.ActorSystem, mainspring.Timer],
+    ids=lambda c: c.__name__,
+)
+def test_the_refusal_names_the_public_home_not_a_private_module(cls: Any) -> None:
+    with pytest.raises(TypeError) as info:
+        cls()
+    assert str(info.value).startswith(f"mainspring.{cls.__name__} has no public constructor")
+
+
+def test_a_class_not_exported_at_the_top_is_named_by_its_public_package() -> None:
+    from mainspring.actors._util import public_name
+
+    hidden = type("Hidden", (), {"__module__": "mainspring.supervision._ref"})
+    assert public_name(hidden) == "mainspring.supervision.Hidden"
+
+
+def test_kernel_and_supervision_errors_report_the_top_level_as_their_module() -> None:
+    owners = (mainspring.actors, mainspring.supervision)
+    errors = [
+        getattr(mainspring, name)
+        for name in mainspring.__all__
+        if any(name in pkg.__all__ for pkg in owners)
+        and isinstance(getattr(mainspring, name), type)
+        and issubclass(getattr(mainspring, name), Exception)
+    ]
+    assert len(errors) >= 8
+    for error in errors:
+        assert error.__module__ == "mainspring", error
+        assert repr(error) == f"<class 'mainspring.{error.__name__}'>"
+
+
+def test_supervision_uses_only_the_kernels_public_namespace() -> None:
+    import pathlib
+
+    root = pathlib.Path(mainspring.supervision.__file__).parent
+    for path in root.glob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.startswith(("import ", "from ")):
+                assert "actors._" not in line, (path, line)
+                assert "mainspring._" not in line, (path, line)
+
+
 def test_an_actor_outside_a_system_says_so() -> None:
     class Lonely(mainspring.Actor):
         async def receive(self, message: Any) -> Any:

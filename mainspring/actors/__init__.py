@@ -1,20 +1,35 @@
 """The actor kernel: actors, refs, mailboxes, the system, cancel reasons and timers.
 
-This package imports nothing from ``mainspring.supervision`` or ``mainspring.storage``.
+This package imports nothing from ``mainspring.supervision`` or ``mainspring.storage``. Besides
+the names of the top-level API it exports the contract an overseer (a supervisor) implements
+and uses (``_overseer.py``): :class:`Overseer`, :class:`RootOverseer`, :class:`Supervised`,
+the functions an overseer may call, and :func:`set_default_root`.
 """
 
-from ._cell import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
-from ._cell import Actor as Actor
-from ._cell import Timer as Timer
-from ._cell import cancel_reason as cancel_reason
-from ._cell import current_actor as current_actor
+from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
+from ._actor import Actor as Actor
+from ._context import cancel_reason as cancel_reason
+from ._context import current_actor as current_actor
 from ._errors import ActorDeadError as ActorDeadError
 from ._errors import ActorFailed as ActorFailed
 from ._errors import AskTimeout as AskTimeout
 from ._errors import MailboxFull as MailboxFull
 from ._errors import MainspringError as MainspringError
 from ._errors import NameTaken as NameTaken
+from ._events import EventBus as EventBus
 from ._events import EventsDropped as EventsDropped
+from ._lifecycle import ActorState as ActorState
+from ._overseer import RESTART_TYPES as RESTART_TYPES
+from ._overseer import Overseer as Overseer
+from ._overseer import RestartType as RestartType
+from ._overseer import RootOverseer as RootOverseer
+from ._overseer import RootOverseerFactory as RootOverseerFactory
+from ._overseer import Supervised as Supervised
+from ._overseer import SupervisorOptions as SupervisorOptions
+from ._overseer import deliver_control as deliver_control
+from ._overseer import find_child as find_child
+from ._overseer import publish_event as publish_event
+from ._overseer import spawn_supervised as spawn_supervised
 from ._reasons import BudgetExhausted as BudgetExhausted
 from ._reasons import Cancel as Cancel
 from ._reasons import CancelReason as CancelReason
@@ -29,32 +44,48 @@ from ._ref import ActorRef as ActorRef
 from ._ref import Terminated as Terminated
 from ._system import ActorSystem as ActorSystem
 from ._system import open_system as open_system
+from ._system import set_default_root as set_default_root
+from ._timer import Timer as Timer
 
 __all__ = [
     "DEFAULT_MAILBOX_SIZE",
+    "RESTART_TYPES",
     "Actor",
     "ActorDeadError",
     "ActorFailed",
     "ActorRef",
+    "ActorState",
     "ActorSystem",
     "AskTimeout",
     "BudgetExhausted",
     "Cancel",
     "CancelReason",
     "Crash",
+    "EventBus",
     "EventsDropped",
     "LeaseLost",
     "MailboxFull",
     "MainspringError",
     "NameTaken",
+    "Overseer",
     "ParentCancel",
     "Pause",
+    "RestartType",
+    "RootOverseer",
+    "RootOverseerFactory",
     "Shutdown",
     "Stop",
+    "Supervised",
+    "SupervisorOptions",
     "Terminated",
     "Timeout",
     "Timer",
     "cancel_reason",
     "current_actor",
+    "deliver_control",
+    "find_child",
     "open_system",
+    "publish_event",
+    "set_default_root",
+    "spawn_supervised",
 ]

@@ -6,15 +6,25 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
-from ._cell import DEFAULT_MAILBOX_SIZE, Actor, Cell, Overseer, _current_cell
+from ._actor import DEFAULT_MAILBOX_SIZE, Actor
+from ._cell import Cell
+from ._context import _current_cell
 from ._errors import MainspringError
 from ._events import EventBus
+from ._overseer import (
+    RESTART_TYPES,
+    RestartType,
+    RootOverseer,
+    RootOverseerFactory,
+    Supervised,
+    SupervisorOptions,
+)
 from ._reasons import CancelReason, Shutdown
 from ._ref import ActorRef
 from ._util import NoPublicConstructor, SpawnPacer
@@ -22,70 +32,56 @@ from ._util import NoPublicConstructor, SpawnPacer
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["ActorSystem", "RestartType", "install_supervision", "open_system"]
-
-RestartType = Literal["permanent", "transient", "temporary"]
-_RESTART_TYPES = ("permanent", "transient", "temporary")
+__all__ = ["ActorSystem", "open_system", "set_default_root"]
 
 
-class RootOverseer(Overseer, Protocol):
-    """The system's root supervisor, as the kernel sees it (supervision provides it)."""
+class _KernelRoot:
+    """The kernel's own minimal root policy: it restarts nothing and builds no supervisors.
 
-    def adopt(self, cell: Cell, restart: RestartType) -> None: ...
+    Every top-level actor ends for good whatever its restart type, as if it were temporary
+    (a crash is still logged by the actor's cell). It is the root of a system only when no
+    other root was given (``open_system(root=...)``) or registered (:func:`set_default_root`);
+    ``import mainspring`` registers the supervision package's root supervisor.
+    """
 
+    def __init__(self, system: ActorSystem) -> None:
+        self.system = system
 
-class _SupervisionHooks(Protocol):
-    def root_overseer(self, system: ActorSystem) -> RootOverseer: ...
+    def adopt(self, child: Supervised, restart: RestartType) -> None:
+        pass
 
-    async def spawn_supervisor(
-        self,
-        system: ActorSystem,
-        parent: Cell | None,
-        children: Sequence[Any],
-        options: dict[str, Any],
-    ) -> ActorRef: ...
+    def may_restart(self, child: Supervised, reason: CancelReason, crashed: bool) -> bool:
+        return False
 
+    def child_ended(
+        self, child: Supervised, reason: CancelReason, crashed: bool, final: bool
+    ) -> None:
+        pass
 
-# Layering: actors/ never imports supervision/. Supervision plugs itself in here when
-# ``mainspring.supervision`` is imported (which ``import mainspring`` always does).
-_hooks: _SupervisionHooks | None = None
-
-
-def install_supervision(hooks: _SupervisionHooks) -> None:
-    """Called once by ``mainspring.supervision`` at import time."""
-    global _hooks
-    _hooks = hooks
-
-
-def _supervision() -> _SupervisionHooks:
-    if _hooks is None:  # pragma: no cover - only if someone imports mainspring.actors alone
-        raise MainspringError("supervision is not available: import mainspring first")
-    return _hooks
+    def supervisor(
+        self, children: Sequence[object], options: SupervisorOptions
+    ) -> tuple[Callable[[], Actor], type[ActorRef]]:
+        raise MainspringError(
+            f"actor system {self.system.name!r} has no supervision: its root overseer cannot "
+            "build supervisors (import mainspring.supervision, or pass open_system(root=...))"
+        )
 
 
-async def spawn_supervisor_under(
-    system: ActorSystem,
-    parent: Cell | None,
-    children: Sequence[Any],
-    name: str,
-    strategy: str,
-    max_restarts: int,
-    period: float,
-    backoff: Any,
-    restart: RestartType,
-    clock: Callable[[], float] | None,
-) -> ActorRef:
-    """Start a Supervisor under ``parent`` (None: the system's root) through the plug-in."""
-    options = {
-        "name": name,
-        "strategy": strategy,
-        "max_restarts": max_restarts,
-        "period": period,
-        "backoff": backoff,
-        "restart": restart,
-        "clock": clock,
-    }
-    return await _supervision().spawn_supervisor(system, parent, children, options)
+# The root overseer factory of systems opened without root=...: the kernel's minimal policy
+# until a supervision layer registers its own (mainspring.supervision does, at import).
+_default_root: RootOverseerFactory = _KernelRoot
+
+
+def set_default_root(factory: RootOverseerFactory) -> RootOverseerFactory:
+    """Make ``factory`` build the root overseer of every system opened from now on without an
+    explicit ``open_system(root=...)``; return the factory it replaces.
+
+    ``mainspring.supervision`` calls this once, at import, with its root supervisor. Systems
+    already open keep their root.
+    """
+    global _default_root
+    previous, _default_root = _default_root, factory
+    return previous
 
 
 class ActorSystem(metaclass=NoPublicConstructor):
@@ -97,6 +93,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         task_group: anyio.abc.TaskGroup,
         shutdown_timeout: float,
         stop_timeout: float,
+        root: RootOverseerFactory,
     ) -> None:
         self.name = name
         self.shutdown_timeout = shutdown_timeout
@@ -110,7 +107,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         self.new_event: Callable[[], anyio.Event] = type(anyio.Event())
         self.event_bus = EventBus(self.new_event)
         self._spawn_pacer = SpawnPacer()
-        self._root: RootOverseer | None = _hooks.root_overseer(self) if _hooks else None
+        self._root: RootOverseer = root(self)  # oversees the top-level actors
 
     def _next_id(self) -> int:
         return next(self._ids)
@@ -134,24 +131,35 @@ class ActorSystem(metaclass=NoPublicConstructor):
         Returns once the actor is registered and scheduled; its ``on_start`` runs in its own
         task before its first message, and messages sent meanwhile wait in its mailbox.
         Raises :class:`NameTaken` if a live top-level actor has ``name``, ``ValueError`` for a
-        name outside ``[A-Za-z0-9._:-]{1,256}`` or an unknown restart type,
+        name outside ``[A-Za-z0-9._:-]{1,256}`` (or ``.`` or ``..``) or an unknown restart type,
         :class:`MainspringError` after shutdown began. A cancellation check, and a schedule
         point once every 10 ms of back-to-back spawning: spawning a few actors stays cheap,
         and a loop spawning thousands does not hold the event loop. If cancelled, no actor
         was started.
         """
         await self._spawn_pacer.pace()
-        if restart not in _RESTART_TYPES:
-            raise ValueError(f"restart must be one of {', '.join(_RESTART_TYPES)}, not {restart!r}")
+        if restart not in RESTART_TYPES:
+            raise ValueError(f"restart must be one of {', '.join(RESTART_TYPES)}, not {restart!r}")
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
+        return self._spawn_top_level(factory, args, name, mailbox_size, restart, ActorRef).ref
+
+    def _spawn_top_level(
+        self,
+        factory: Callable[..., Actor],
+        args: tuple[Any, ...],
+        name: str | None,
+        mailbox_size: int,
+        restart: RestartType,
+        ref_class: type[ActorRef],
+    ) -> Cell:
+        root = self._root
         cell = Cell.create(
-            self, None, self._children, factory, args, name, mailbox_size, self._root
+            self, None, self._children, factory, args, name, mailbox_size, root, ref_class
         )
-        if self._root is not None:
-            self._root.adopt(cell, restart)
+        root.adopt(cell, restart)
         self._start(cell.run, cell.path)
-        return cell.ref
+        return cell
 
     async def spawn_supervisor(
         self,
@@ -173,9 +181,40 @@ class ActorSystem(metaclass=NoPublicConstructor):
         await checkpoint_if_cancelled()
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
-        return await spawn_supervisor_under(
-            self, None, children, name, strategy, max_restarts, period, backoff, restart, clock
+        return await self._spawn_supervisor(
+            None, children, name, strategy, max_restarts, period, backoff, restart, clock
         )
+
+    async def _spawn_supervisor(
+        self,
+        parent: Cell | None,
+        children: Sequence[Any],
+        name: str,
+        strategy: str,
+        max_restarts: int,
+        period: float,
+        backoff: object,
+        restart: RestartType,
+        clock: Callable[[], float] | None,
+    ) -> ActorRef:
+        """Start a supervisor built by the root overseer under ``parent`` (None: top level)."""
+        options = SupervisorOptions(
+            strategy=strategy,
+            max_restarts=max_restarts,
+            period=period,
+            backoff=backoff,
+            clock=clock,
+        )
+        factory, ref_class = self._root.supervisor(list(children), options)
+        if parent is None:
+            cell = self._spawn_top_level(
+                factory, (), name, DEFAULT_MAILBOX_SIZE, restart, ref_class
+            )
+        else:
+            cell = parent.spawn_child(factory, (), name, DEFAULT_MAILBOX_SIZE, ref_class=ref_class)
+        if not await cell.wait_started():
+            raise MainspringError(f"supervisor {cell.path} failed to start: {cell.final_reason()}")
+        return cell.ref
 
     def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
         """Iterate over supervision events (child started, restarted, failed, ...).
@@ -247,6 +286,7 @@ async def open_system(
     *,
     shutdown_timeout: float = 5.0,
     stop_timeout: float = 5.0,
+    root: RootOverseerFactory | None = None,
 ) -> AsyncIterator[ActorSystem]:
     """Run an actor system for the duration of the ``async with`` block.
 
@@ -255,10 +295,17 @@ async def open_system(
     says whether the block ended, raised or was cancelled); an exception raised in the block
     propagates, unwrapped, after that cleanup. ``shutdown_timeout`` bounds the graceful phase
     of that shutdown; ``stop_timeout`` bounds each actor's ``on_stop``.
+
+    ``root`` builds the overseer of the top-level actors (the root supervisor, whose restart
+    policy ``spawn(restart=...)`` uses, and which builds ``spawn_supervisor``'s supervisors);
+    by default the one registered with :func:`set_default_root`, i.e. with ``import mainspring``
+    the supervision package's (``mainspring.supervision.RootSupervisor``).
     """
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        system = ActorSystem._create(name, tg, shutdown_timeout, stop_timeout)
+        system = ActorSystem._create(
+            name, tg, shutdown_timeout, stop_timeout, root if root is not None else _default_root
+        )
         detail = "the open_system block ended"
         try:
             yield system

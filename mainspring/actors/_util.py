@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from math import inf
 from time import monotonic
@@ -21,12 +22,29 @@ class NoPublicConstructor(type):
 
     def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError(
-            f"{cls.__module__}.{cls.__qualname__} has no public constructor; "
-            "the runtime creates it for you"
+            f"{public_name(cls)} has no public constructor; the runtime creates it for you"
         )
 
     def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
         return super().__call__(*args, **kwargs)  # type: ignore[misc, no-any-return]
+
+
+def public_name(cls: type) -> str:
+    """Where users import ``cls`` from: ``mainspring.ActorRef``, not ``mainspring.actors._ref``.
+
+    The top-level package if it exports the class under its name, else the module path up to
+    its first private (underscored) part.
+    """
+    parts = cls.__module__.split(".")
+    top = sys.modules.get(parts[0])
+    if getattr(top, cls.__qualname__, None) is cls:
+        return f"{parts[0]}.{cls.__qualname__}"
+    public = []
+    for part in parts:
+        if part.startswith("_"):
+            break
+        public.append(part)
+    return ".".join([*public, cls.__qualname__])
 
 
 class SpawnPacer:

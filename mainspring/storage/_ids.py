@@ -1,15 +1,15 @@
-"""Id validation: every id is checked before it touches a path or a query (invariant X1)."""
+"""Id validation for storage: every id is checked before it touches a path or a query (X1).
+
+The rule itself is the package's one rule, in ``mainspring._ids``; here it raises storage's
+:class:`InvalidId`.
+"""
 
 from __future__ import annotations
 
-import functools
-import re
-
+from .._ids import ID_PATTERN, is_valid_id
 from ._errors import InvalidId
 
 __all__ = ["ID_PATTERN", "check_id"]
-
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,256}")
 
 
 def check_id(value: object) -> str:
@@ -17,13 +17,6 @@ def check_id(value: object) -> str:
 
     ``.`` and ``..`` match the character class but would name directories, so they are refused.
     """
-    if type(value) is not str or not _valid(value):
+    if not is_valid_id(value):
         raise InvalidId(value)
     return value
-
-
-# Records are rebuilt on every commit and re-check the same ids each time; remembering the
-# verdict for recent strings keeps that cheap. Only exact str instances reach the cache.
-@functools.lru_cache(maxsize=65_536)
-def _valid(value: str) -> bool:
-    return ID_PATTERN.fullmatch(value) is not None and value not in {".", ".."}

@@ -1,6 +1,7 @@
 """Supervision: supervisors with restart strategies, intensity, backoff and escalation.
 
-Built on ``mainspring.actors``; it plugs the system's root supervisor into it at import time.
+Built on the public API of ``mainspring.actors`` and its overseer contract only. Importing it
+makes :class:`RootSupervisor` the root of every actor system opened without ``root=``.
 """
 
 from ._events import ChildFailed as ChildFailed
@@ -9,13 +10,14 @@ from ._events import ChildStarted as ChildStarted
 from ._events import Escalated as Escalated
 from ._events import IntensityExceeded as IntensityExceeded
 from ._events import SupervisionEvent as SupervisionEvent
+from ._ref import ChildInfo as ChildInfo
+from ._ref import SupervisorRef as SupervisorRef
+from ._root import RootSupervisor as RootSupervisor
 from ._spec import Backoff as Backoff
 from ._spec import ChildSpec as ChildSpec
-from ._supervisor import ChildInfo as ChildInfo
 from ._supervisor import NoSuchChild as NoSuchChild
 from ._supervisor import RestartIntensityExceeded as RestartIntensityExceeded
 from ._supervisor import Supervisor as Supervisor
-from ._supervisor import SupervisorRef as SupervisorRef
 
 __all__ = [
     "Backoff",
@@ -28,6 +30,7 @@ __all__ = [
     "IntensityExceeded",
     "NoSuchChild",
     "RestartIntensityExceeded",
+    "RootSupervisor",
     "SupervisionEvent",
     "Supervisor",
     "SupervisorRef",

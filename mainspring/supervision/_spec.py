@@ -8,14 +8,12 @@ from typing import Any, Literal
 
 import attrs
 
-from ..actors import DEFAULT_MAILBOX_SIZE, Actor
-from ..actors._system import RestartType
+from ..actors import DEFAULT_MAILBOX_SIZE, RESTART_TYPES, Actor, RestartType
 
 __all__ = ["Backoff", "ChildSpec", "RestartType", "Strategy", "should_restart"]
 
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 STRATEGIES: tuple[Strategy, ...] = ("one_for_one", "one_for_all", "rest_for_one")
-RESTART_TYPES: tuple[RestartType, ...] = ("permanent", "transient", "temporary")
 
 
 def should_restart(restart: RestartType, *, crashed: bool) -> bool:

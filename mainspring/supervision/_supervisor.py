@@ -2,47 +2,55 @@
 
 A :class:`Supervisor` is an actor whose children are described by :class:`ChildSpec` values.
 The kernel keeps a supervised child's ref and mailbox alive between instances (its RESTARTING
-state) and asks the supervisor, through the :class:`Overseer` protocol, what to do each time an
-instance ends. The supervisor answers from its own task, one notice at a time, so restarts,
-``start_child``/``terminate_child`` calls and shutdown never race each other.
+state) and asks the supervisor, through its overseer contract (``Overseer`` in
+``mainspring.actors``), what to do each time an instance ends. The supervisor answers from its
+own task, one notice at a time, so restarts, ``start_child``/``terminate_child`` calls and
+shutdown never race each other.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import anyio
-import attrs
 
 from ..actors import (
-    DEFAULT_MAILBOX_SIZE,
     Actor,
     ActorRef,
+    ActorState,
     CancelReason,
+    Crash,
     MainspringError,
     NameTaken,
     Shutdown,
     Stop,
+    Supervised,
+    deliver_control,
+    publish_event,
+    spawn_supervised,
 )
-from ..actors._cell import Cell
-from ..actors._lifecycle import ActorState
-from ..actors._system import RestartType, install_supervision
 from ._events import ChildFailed, ChildRestarted, ChildStarted, Escalated, IntensityExceeded
+from ._intensity import RestartWindow
+from ._ref import (
+    ChildInfo,
+    ChildStatus,
+    SupervisorRef,
+    _ChildEnded,
+    _Refused,
+    _RestartChild,
+    _StartChild,
+    _TerminateChild,
+    _WhichChildren,
+)
 from ._spec import STRATEGIES, Backoff, ChildSpec, Strategy, should_restart
 
-if TYPE_CHECKING:
-    from ..actors import ActorSystem
-
-__all__ = ["ChildInfo", "RestartIntensityExceeded", "Supervisor", "SupervisorRef"]
+__all__ = ["NoSuchChild", "RestartIntensityExceeded", "Supervisor"]
 
 _log = logging.getLogger("mainspring.supervision")
-
-ChildStatus = Literal["running", "restarting", "stopping", "stopped"]
 
 
 class RestartIntensityExceeded(MainspringError):
@@ -51,6 +59,8 @@ class RestartIntensityExceeded(MainspringError):
     It stops its children and fails with this error, which its own supervisor handles like any
     other crash of a child (escalation).
     """
+
+    __module__ = "mainspring"  # where users import it from (tracebacks, reprs)
 
     def __init__(self, supervisor: str, max_restarts: int, period: float) -> None:
         super().__init__(
@@ -64,27 +74,18 @@ class RestartIntensityExceeded(MainspringError):
 class NoSuchChild(MainspringError, LookupError):
     """The supervisor has no child of that name."""
 
+    __module__ = "mainspring"  # where users import it from (tracebacks, reprs)
+
     def __init__(self, supervisor: str, name: str) -> None:
         super().__init__(f"supervisor {supervisor} has no child named {name!r}")
         self.supervisor = supervisor
         self.name = name
 
 
-@attrs.frozen(kw_only=True)
-class ChildInfo:
-    """One row of :meth:`SupervisorRef.which_children`, in start order."""
-
-    name: str
-    ref: ActorRef
-    restart: RestartType
-    status: ChildStatus
-    restarts: int
-
-
 class _Entry:
     __slots__ = ("cell", "in_group", "spec")
 
-    def __init__(self, spec: ChildSpec, cell: Cell) -> None:
+    def __init__(self, spec: ChildSpec, cell: Supervised) -> None:
         self.spec = spec
         self.cell = cell
         self.in_group = False  # being stopped and restarted by the supervisor itself
@@ -101,71 +102,41 @@ class _Entry:
         return "running"
 
 
-# -- messages to the supervisor (private: users go through SupervisorRef) -------------------
-
-
-@attrs.frozen
-class _ChildEnded:
-    cell: Cell
-    reason: CancelReason
-    crashed: bool
-    final: bool
-    life: int  # cell.restarts when it ended: a notice from an older life is stale
-
-
-@attrs.frozen
-class _StartChild:
-    spec: ChildSpec
-
-
-@attrs.frozen
-class _TerminateChild:
-    name: str
-
-
-@attrs.frozen
-class _RestartChild:
-    name: str
-
-
-@attrs.frozen
-class _WhichChildren:
-    pass
-
-
-@attrs.frozen
-class _Refused:
-    error: Exception
-
-
 def _is_supervisor_factory(factory: Callable[..., Actor]) -> bool:
     target = factory.func if isinstance(factory, partial) else factory
     return isinstance(target, type) and issubclass(target, Supervisor)
 
 
+def _parent_path(path: str) -> str:
+    return path.rpartition("/")[0] or "/"
+
+
 class _ChildOverseer:
-    """The kernel's view of a Supervisor (see ``Overseer``)."""
+    """A Supervisor as the kernel sees it (the ``Overseer`` contract of ``mainspring.actors``).
+
+    The kernel does not ask while the supervisor itself is stopping: its children then stop
+    for good. Notices go to the supervisor's control lane and are handled in its own task.
+    """
 
     __slots__ = ("sup",)
 
     def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
 
-    def may_restart(self, cell: Cell, reason: CancelReason, crashed: bool) -> bool:
-        sup = self.sup
-        if sup._cell._halt:  # the supervisor is stopping: its children stop for good
-            return False
-        entry = sup._by_cell.get(cell)
+    def may_restart(self, child: Supervised, reason: CancelReason, crashed: bool) -> bool:
+        entry = self.sup._by_cell.get(child)
         if entry is None:
             return False
         return entry.in_group or should_restart(entry.spec.restart, crashed=crashed)
 
-    def child_ended(self, cell: Cell, reason: CancelReason, crashed: bool, final: bool) -> None:
-        sup_cell = self.sup._cell
-        if not final and not sup_cell.accepting:
-            cell.finish()
+    def child_ended(
+        self, child: Supervised, reason: CancelReason, crashed: bool, final: bool
+    ) -> None:
+        sup = self.sup
+        if not final and not sup.ref.is_alive:
+            child.finish()
             return
-        sup_cell.deliver_control(_ChildEnded(cell, reason, crashed, final, cell.restarts))
+        deliver_control(sup, _ChildEnded(child, reason, crashed, final, child.restarts))
 
 
 class Supervisor(Actor):
@@ -184,7 +155,7 @@ class Supervisor(Actor):
     the supervisor's own reason, cancelling any that outlast their ``shutdown`` seconds.
     """
 
-    # Kernel hooks (reserved names): stop children in order, and pass our reason on as is.
+    # Kernel hooks (declared on Actor): stop children in order, and pass our reason on as is.
     _mainspring_orders_children = True
     _mainspring_passes_reason = True
 
@@ -216,13 +187,11 @@ class Supervisor(Actor):
         self.max_restarts = max_restarts
         self.period = period
         self.backoff = backoff
-        self._clock = clock or anyio.current_time
         self._rng = random.Random(seed)
         self._initial = specs
         self._entries: list[_Entry] = []
-        self._by_cell: dict[Cell, _Entry] = {}
-        # Only the latest max_restarts + 1 restarts can matter to the intensity check.
-        self._restart_times: deque[float] = deque(maxlen=max_restarts + 1)
+        self._by_cell: dict[Supervised, _Entry] = {}
+        self._window = RestartWindow(max_restarts, period, clock)
         self._overseer = _ChildOverseer(self)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -282,11 +251,12 @@ class Supervisor(Actor):
                     raise NameTaken(spec.name, self.ref.path)
                 replace = entry  # a stopped child's slot is reused by a new one of its name
         ref_class = SupervisorRef if _is_supervisor_factory(spec.factory) else ActorRef
-        cell = self._cell.spawn_child(
+        cell = spawn_supervised(
+            self,
             spec.factory,
             spec.args,
-            spec.name,
-            spec.mailbox_size,
+            name=spec.name,
+            mailbox_size=spec.mailbox_size,
             overseer=self._overseer,
             ref_class=ref_class,
         )
@@ -373,22 +343,18 @@ class Supervisor(Actor):
             )
 
     def _count_restart(self) -> None:
-        now = self._clock()
-        times = self._restart_times
-        times.append(now)
-        while times and times[0] <= now - self.period:
-            times.popleft()
-        if len(times) > self.max_restarts:
-            parent = self._cell.parent
+        window = self._window
+        if not window.add():
+            path = self.ref.path
             self._publish(
-                IntensityExceeded(supervisor=self.ref.path, restarts=len(times), period=self.period)
+                IntensityExceeded(supervisor=path, restarts=len(window), period=self.period)
             )
-            error = RestartIntensityExceeded(self.ref.path, self.max_restarts, self.period)
+            error = RestartIntensityExceeded(path, self.max_restarts, self.period)
             self._publish(
                 Escalated(
-                    supervisor=self.ref.path,
-                    to=parent.path if parent is not None else "/",
-                    reason=_crash_reason(error, self.ref.path),
+                    supervisor=path,
+                    to=_parent_path(path),
+                    reason=Crash.from_exception(error, source=path),
                 )
             )
             raise error
@@ -431,7 +397,7 @@ class Supervisor(Actor):
                 if entry is not failed or stop_first:
                     await self._stop_child(entry, why, final=False)
             if self.backoff is not None:
-                delay = self.backoff.delay(len(self._restart_times) - 1, self._rng)
+                delay = self.backoff.delay(len(self._window) - 1, self._rng)
                 if delay > 0:
                     await anyio.sleep(delay)
             for entry in group:
@@ -451,159 +417,4 @@ class Supervisor(Actor):
                 entry.in_group = False
 
     def _publish(self, event: object) -> None:
-        self._cell.system.event_bus.publish(event)
-
-
-def _crash_reason(error: Exception, source: str) -> CancelReason:
-    from ..actors import Crash
-
-    return Crash.from_exception(error, source=source)
-
-
-class SupervisorRef(ActorRef):
-    """An :class:`ActorRef` to a :class:`Supervisor`, with the supervisor's own operations.
-
-    Each ``await``-ed method is an ``ask`` to the supervisor, so it runs after the restarts
-    already under way. Mistakes (an unknown name, a name in use) raise to the caller and leave
-    the supervisor running.
-    """
-
-    __slots__ = ()
-
-    def child(self, name: str) -> ActorRef | None:
-        """The child named ``name`` (alive or restarting), or None."""
-        cell = self._cell.child(name)
-        return cell.ref if cell is not None else None
-
-    async def _command(self, message: object) -> Any:
-        answer = await self.ask(message)
-        if isinstance(answer, _Refused):
-            raise answer.error
-        return answer
-
-    async def start_child(self, spec: ChildSpec) -> ActorRef:
-        """Start a new child after the others; returns once its ``on_start`` finished."""
-        result: ActorRef = await self._command(_StartChild(spec))
-        return result
-
-    async def terminate_child(self, name: str) -> bool:
-        """Stop a child for good (stop, then cancel after its ``shutdown``); False if it was
-        already stopped. Its spec stays (unless temporary), so :meth:`restart_child` can
-        bring it back."""
-        result: bool = await self._command(_TerminateChild(name))
-        return result
-
-    async def restart_child(self, name: str) -> ActorRef:
-        """Restart a running child with a fresh instance, or start a stopped one again."""
-        result: ActorRef = await self._command(_RestartChild(name))
-        return result
-
-    async def which_children(self) -> list[ChildInfo]:
-        """Every child in start order: name, ref, restart type, status and restart count."""
-        result: list[ChildInfo] = await self._command(_WhichChildren())
-        return result
-
-
-# -- the system's root supervisor and the kernel plug-in -------------------------------------
-
-
-class _RootOverseer:
-    """Supervises top-level actors: one_for_one, restart intensity counted per actor."""
-
-    def __init__(self, system: ActorSystem, max_restarts: int = 3, period: float = 5.0) -> None:
-        self.system = system
-        self.max_restarts = max_restarts
-        self.period = period
-        self._types: dict[Cell, RestartType] = {}
-        self._times: dict[Cell, deque[float]] = {}
-
-    def adopt(self, cell: Cell, restart: RestartType) -> None:
-        if restart != "temporary":  # the default needs no bookkeeping
-            self._types[cell] = restart
-
-    def may_restart(self, cell: Cell, reason: CancelReason, crashed: bool) -> bool:
-        if self.system._closed:
-            return False
-        return should_restart(self._types.get(cell, "temporary"), crashed=crashed)
-
-    def child_ended(self, cell: Cell, reason: CancelReason, crashed: bool, final: bool) -> None:
-        bus = self.system.event_bus
-        if final:
-            self._types.pop(cell, None)
-            self._times.pop(cell, None)
-            if crashed:
-                bus.publish(
-                    ChildFailed(supervisor="/", child=cell.path, reason=reason, restarting=False)
-                )
-            return
-        now = anyio.current_time()
-        times = self._times.setdefault(cell, deque(maxlen=self.max_restarts + 1))
-        times.append(now)
-        while times and times[0] <= now - self.period:
-            times.popleft()
-        if len(times) > self.max_restarts:
-            bus.publish(IntensityExceeded(supervisor="/", restarts=len(times), period=self.period))
-            _log.error(
-                "%s restarted more than %d times within %g s; stopping it for good",
-                cell.path,
-                self.max_restarts,
-                self.period,
-            )
-            cell.finish()  # ends as final: child_ended reports the failure
-            return
-        if crashed:
-            bus.publish(
-                ChildFailed(supervisor="/", child=cell.path, reason=reason, restarting=True)
-            )
-        cell.restart()
-        bus.publish(
-            ChildRestarted(supervisor="/", child=cell.path, restarts=cell.restarts, reason=reason)
-        )
-
-
-class _Hooks:
-    def root_overseer(self, system: ActorSystem) -> _RootOverseer:
-        return _RootOverseer(system)
-
-    async def spawn_supervisor(
-        self,
-        system: ActorSystem,
-        parent: Cell | None,
-        children: Sequence[Any],
-        options: dict[str, Any],
-    ) -> ActorRef:
-        factory = partial(
-            Supervisor,
-            list(children),
-            strategy=options["strategy"],
-            max_restarts=options["max_restarts"],
-            period=options["period"],
-            backoff=options["backoff"],
-            clock=options["clock"],
-        )
-        name = options["name"]
-        if parent is None:
-            cell = Cell.create(
-                system,
-                None,
-                system._children,
-                factory,
-                (),
-                name,
-                DEFAULT_MAILBOX_SIZE,
-                system._root,
-                SupervisorRef,
-            )
-            if system._root is not None:
-                system._root.adopt(cell, options["restart"])
-            system._start(cell.run, cell.path)
-        else:
-            cell = parent.spawn_child(
-                factory, (), name, DEFAULT_MAILBOX_SIZE, ref_class=SupervisorRef
-            )
-        if not await cell.wait_started():
-            raise MainspringError(f"supervisor {cell.path} failed to start: {cell.final_reason()}")
-        return cell.ref
-
-
-install_supervision(_Hooks())
+        publish_event(self, event)

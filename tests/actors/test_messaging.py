@@ -279,11 +279,32 @@ async def test_name_taken_among_siblings_and_freed_after_stop() -> None:
         assert await again.ask(1) == 2
 
 
-@pytest.mark.parametrize("bad", ["", "a/b", "x" * 257, "sp ace", "$auto"])
+@pytest.mark.parametrize("bad", ["", "a/b", "x" * 257, "sp ace", "$auto", ".", ".."])
 async def test_invalid_names_are_refused(bad: str) -> None:
     async with ms.open_system() as system:
-        with pytest.raises(ValueError, match="actor names must match"):
+        with pytest.raises(ValueError, match="actor names must match") as info:
             await system.spawn(Doubler, name=bad)
+        assert "neither '.' nor '..'" in str(info.value)  # the package's one id rule (X1)
+
+
+async def test_actor_names_follow_the_same_rule_as_stored_ids() -> None:
+    from mainspring.storage._ids import check_id
+
+    async with ms.open_system() as system:
+        for name in ("a.b", "x" * 256, "ex-1:step_2", "..."):
+            assert check_id(name) == name
+            ref = await system.spawn(Doubler, name=name)
+            assert ref.name == name
+        for name in (".", ".."):
+            with pytest.raises(ms.InvalidId):
+                check_id(name)
+        import enum
+
+        class Role(enum.StrEnum):
+            LEAD = "lead"
+
+        ref = await system.spawn(Doubler, name=Role.LEAD)  # a str subclass, checked by its text
+        assert ref.path == "/lead"
 
 
 async def test_factory_must_return_an_actor() -> None:

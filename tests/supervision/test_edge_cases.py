@@ -127,7 +127,7 @@ async def test_the_root_reports_a_child_it_gives_up_on_and_forgets_it() -> None:
         root = system._root
         assert root is not None
         assert not root._types
-        assert not root._times
+        assert not root._windows
     final = [e for e in events if isinstance(e, ms.ChildFailed) and not e.restarting]
     assert [e.child for e in final] == ["/f"]
 

@@ -1,0 +1,202 @@
+"""The class users subclass: :class:`Actor`, its hooks, and the names it reserves.
+
+The runtime state behind an instance is its cell (``_cell.py``); the instance reaches it
+through the single attribute ``_mainspring_cell``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from anyio.lowlevel import checkpoint_if_cancelled
+
+from ._context import _constructing
+from ._reasons import CancelReason, Stop
+
+if TYPE_CHECKING:
+    from ._cell import Cell
+    from ._ref import ActorRef
+    from ._timer import Timer
+
+__all__ = ["DEFAULT_MAILBOX_SIZE", "Actor"]
+
+#: A mailbox holds at most this many messages unless ``mailbox_size`` says otherwise.
+DEFAULT_MAILBOX_SIZE = 1000
+
+
+class Actor(abc.ABC):
+    """Subclass this and implement :meth:`receive`.
+
+    The runtime calls ``receive`` for one message at a time, so the actor's state needs no
+    locks. ``self.ref`` already works inside ``__init__`` when the runtime constructs the actor.
+
+    Names the framework reserves on your subclass: the public methods below (``ref``,
+    ``spawn``, ``spawn_supervisor``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
+    ``stop_self``) and every name starting with ``_mainspring_``. Framework state lives in one
+    attribute, ``_mainspring_cell``; the other ``_mainspring_`` names are hooks for actors that
+    oversee their children (supervisors), documented below. Every other name is yours.
+    """
+
+    _mainspring_cell: Cell
+
+    #: Hook: True if this actor stops its own children, in its own order, in
+    #: :meth:`_mainspring_stop_children`. The kernel then does not tell them to stop when this
+    #: actor's loop ends; it still waits for them afterwards (and cancels those left after the
+    #: system's ``stop_timeout``). A cancel of this actor still cancels its whole subtree.
+    _mainspring_orders_children: ClassVar[bool] = False
+
+    #: Hook: True if this actor's children observe its own reason when it stops or is
+    #: cancelled, rather than a :class:`ParentCancel` leading to it (supervisors pass theirs on).
+    _mainspring_passes_reason: ClassVar[bool] = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        cell = _constructing.get()
+        if cell is not None and cell.actor is None:
+            self._mainspring_cell = cell
+        return self
+
+    @abc.abstractmethod
+    async def receive(self, message: Any) -> Any:
+        """Handle one message; the return value answers an ``ask`` (ignored for ``tell``).
+
+        Runs in the actor's task. If it raises, the asker (if any) gets :class:`ActorFailed`
+        and the actor stops with a :class:`Crash` reason. A watched actor's end arrives here
+        as a :class:`Terminated` message, ahead of queued user messages.
+        """
+
+    async def on_start(self) -> None:  # noqa: B027 (optional hook, empty on purpose)
+        """Runs in the actor's task before the first message. Raising crashes the actor."""
+
+    async def on_stop(self, reason: CancelReason) -> None:  # noqa: B027 (optional hook)
+        """Runs once, in the actor's task, after its children stopped and whatever ended it.
+
+        ``reason`` is why it stopped. Runs shielded from outer cancellation but bounded by the
+        system's ``stop_timeout``; a later ``cancel`` interrupts it. An exception here is
+        logged and does not change the reason.
+        """
+
+    async def _mainspring_stop_children(self, reason: CancelReason) -> None:  # noqa: B027
+        """Hook: stop this actor's children; the kernel calls it only if a subclass defines it.
+
+        Runs in the actor's task when its loop has ended (after its last message or
+        ``on_start``), before the kernel waits for the children and before ``on_stop``; only
+        if the actor has children then. ``reason`` is why this actor is stopping. Shielded from
+        outer cancellation (a ``cancel`` of this actor reaches the children directly); it may
+        await, e.g. stop the children one at a time. It must not raise: the kernel does not
+        handle an exception here; it escapes the actor's task, the actor never finishes
+        stopping, and a shutdown of the system then waits for it forever.
+        """
+
+    @property
+    def ref(self) -> ActorRef:
+        """This actor's own ref."""
+        return self._cell.ref
+
+    @property
+    def _cell(self) -> Cell:
+        try:
+            return self._mainspring_cell
+        except AttributeError:
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not running in an actor system; "
+                "spawn it with system.spawn(...) or self.spawn(...)"
+            ) from None
+
+    async def spawn(
+        self,
+        factory: Callable[..., Actor],
+        *args: Any,
+        name: str | None = None,
+        mailbox_size: int = DEFAULT_MAILBOX_SIZE,
+    ) -> ActorRef:
+        """Start a child actor, supervised by this one; it cannot outlive this actor.
+
+        Returns once the child is registered and scheduled (its ``on_start`` runs in its own
+        task, before its first message). Raises :class:`NameTaken` if a live sibling has the
+        name, :class:`ActorDeadError` if this actor is stopping. Paced like
+        :meth:`ActorSystem.spawn`: a schedule point once per 10 ms of back-to-back spawning.
+        """
+        await self._cell.system._spawn_pacer.pace()
+        return self._cell.spawn_child(factory, args, name, mailbox_size).ref
+
+    async def spawn_supervisor(
+        self,
+        children: Any,
+        *,
+        name: str,
+        strategy: str = "one_for_one",
+        max_restarts: int = 3,
+        period: float = 5.0,
+        backoff: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> Any:
+        """Start a child :class:`Supervisor` over ``children`` (ChildSpec values).
+
+        Returns its :class:`SupervisorRef` once all of its children have started, in order.
+        The supervisor is this actor's child: it stops (and so do its children) when this
+        actor stops.
+        """
+        await checkpoint_if_cancelled()
+        cell = self._cell
+        return await cell.system._spawn_supervisor(
+            cell, children, name, strategy, max_restarts, period, backoff, "temporary", clock
+        )
+
+    def stop_self(self, reason: CancelReason | None = None) -> None:
+        """Stop this actor for good once the message being handled now is done.
+
+        Meant for the actor's own code (``receive``, ``on_start``, a task it started). Not a
+        checkpoint and returns at once: the handler that called it runs to its end. From this
+        call on the actor accepts no more messages (senders get :class:`ActorDeadError`); the
+        messages still queued are dropped (their askers get :class:`ActorDeadError`); then its
+        children stop, then ``on_stop(reason)`` runs. Final: no supervisor restarts it, whatever
+        its restart type (unlike ``await self.ref.stop()`` from inside, a normal exit that a
+        permanent child's supervisor answers with a restart). ``reason`` defaults to
+        :class:`Stop`; if the actor is already stopping, the earlier reason stays.
+        """
+        if reason is None:
+            reason = Stop(source=self._cell.path)
+        elif not isinstance(reason, CancelReason):
+            raise TypeError(f"stop_self() needs a CancelReason, not {type(reason).__qualname__}")
+        self._cell.request_stop(reason)
+
+    def watch(self, ref: ActorRef) -> None:
+        """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it already has).
+
+        The watch ends with either actor. Watching twice delivers one notice.
+        """
+        self._cell.watch(ref._cell)
+
+    def unwatch(self, ref: ActorRef) -> None:
+        """Stop watching ``ref``; a notice already delivered is not taken back."""
+        self._cell.unwatch(ref._cell)
+
+    def send_after(self, delay: float, message: Any) -> Timer:
+        """Tell this actor ``message`` once after ``delay`` seconds; dies with the actor."""
+        return self._cell.start_timer(delay, None, message)
+
+    def send_every(self, interval: float, message: Any) -> Timer:
+        """Tell this actor ``message`` every ``interval`` seconds; dies with the actor.
+
+        Ticks follow a fixed schedule; a tick that finds the mailbox full waits for room, and
+        ticks missed meanwhile are skipped rather than bunched up.
+        """
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, not {interval}")
+        return self._cell.start_timer(interval, interval, message)
+
+
+class _Stillborn(Actor):
+    """Stands in for an instance whose factory raised on restart: it crashes on start."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def on_start(self) -> None:
+        raise self.error
+
+    async def receive(self, message: Any) -> Any:  # pragma: no cover - never runs
+        return None

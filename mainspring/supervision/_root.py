@@ -1,0 +1,128 @@
+"""The system's root supervisor: the overseer of top-level actors, registered with the kernel.
+
+It implements the kernel's ``RootOverseer`` contract (``mainspring.actors``): one_for_one over
+the top-level actors, each with the restart type it was spawned with and its own restart
+intensity window; and it builds the :class:`Supervisor` that ``spawn_supervisor`` starts.
+Importing this package makes it the default root of every system (``set_default_root``);
+``open_system(root=...)`` takes another, e.g. ``partial(RootSupervisor, clock=fake_clock)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, cast
+
+from ..actors import (
+    Actor,
+    ActorRef,
+    CancelReason,
+    RestartType,
+    Supervised,
+    SupervisorOptions,
+    set_default_root,
+)
+from ._events import ChildFailed, ChildRestarted, IntensityExceeded
+from ._intensity import RestartWindow
+from ._ref import SupervisorRef
+from ._spec import Backoff, ChildSpec, Strategy, should_restart
+from ._supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from ..actors import ActorSystem
+
+__all__ = ["RootSupervisor"]
+
+_log = logging.getLogger("mainspring.supervision")
+
+
+class RootSupervisor:
+    """Supervises a system's top-level actors; its path in events is ``/``.
+
+    A top-level actor restarts by its restart type (``system.spawn(restart=...)``); past
+    ``max_restarts`` restarts within ``period`` seconds (measured with ``clock``, default the
+    event loop's) it is stopped for good rather than restarted forever. Crashes, restarts and
+    exceeded intensity are published on ``system.events()``. Nothing restarts once the
+    system's shutdown began (the kernel does not ask then).
+    """
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        max_restarts: int = 3,
+        period: float = 5.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.system = system
+        self.max_restarts = max_restarts
+        self.period = period
+        self._clock = clock
+        self._types: dict[Supervised, RestartType] = {}
+        self._windows: dict[Supervised, RestartWindow] = {}
+
+    def adopt(self, child: Supervised, restart: RestartType) -> None:
+        """Remember a new top-level actor's restart type."""
+        if restart != "temporary":  # the default needs no bookkeeping
+            self._types[child] = restart
+
+    def may_restart(self, child: Supervised, reason: CancelReason, crashed: bool) -> bool:
+        """The restart rule for the actor's restart type."""
+        return should_restart(self._types.get(child, "temporary"), crashed=crashed)
+
+    def child_ended(
+        self, child: Supervised, reason: CancelReason, crashed: bool, final: bool
+    ) -> None:
+        """Report the end; restart at once unless the actor's intensity is exceeded."""
+        bus = self.system.event_bus
+        if final:
+            self._types.pop(child, None)
+            self._windows.pop(child, None)
+            if crashed:
+                bus.publish(
+                    ChildFailed(supervisor="/", child=child.path, reason=reason, restarting=False)
+                )
+            return
+        window = self._windows.get(child)
+        if window is None:
+            window = self._windows[child] = RestartWindow(
+                self.max_restarts, self.period, self._clock
+            )
+        if not window.add():
+            bus.publish(IntensityExceeded(supervisor="/", restarts=len(window), period=self.period))
+            _log.error(
+                "%s restarted more than %d times within %g s; stopping it for good",
+                child.path,
+                self.max_restarts,
+                self.period,
+            )
+            child.finish()  # ends as final: child_ended reports the failure
+            return
+        if crashed:
+            bus.publish(
+                ChildFailed(supervisor="/", child=child.path, reason=reason, restarting=True)
+            )
+        child.restart()
+        bus.publish(
+            ChildRestarted(supervisor="/", child=child.path, restarts=child.restarts, reason=reason)
+        )
+
+    def supervisor(
+        self, children: Sequence[object], options: SupervisorOptions
+    ) -> tuple[Callable[[], Actor], type[ActorRef]]:
+        """A :class:`Supervisor` over ``children``; it checks the children and the options."""
+        factory = partial(
+            Supervisor,
+            # Checked by Supervisor itself (TypeError, ValueError), like any caller's arguments.
+            cast("Sequence[ChildSpec]", children),
+            strategy=cast("Strategy", options.strategy),
+            max_restarts=options.max_restarts,
+            period=options.period,
+            backoff=cast("Backoff | None", options.backoff),
+            clock=options.clock,
+        )
+        return factory, SupervisorRef
+
+
+set_default_root(RootSupervisor)
