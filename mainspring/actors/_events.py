@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Generic, TypeVar
 
 import anyio
 import attrs
+
+E = TypeVar("E")
 
 __all__ = ["EventBus", "EventsDropped"]
 
@@ -23,29 +26,32 @@ class EventsDropped:
     count: int
 
 
-class _Subscriber:
+class _Subscriber(Generic[E]):
     __slots__ = ("buffer", "dropped", "items", "wake")
 
     def __init__(self, buffer: int) -> None:
         self.buffer = buffer
-        self.items: deque[object] = deque()
+        self.items: deque[E] = deque()
         self.dropped = 0
         self.wake: anyio.Event | None = None
 
 
-class EventBus:
-    """Fan-out of events to subscribers; closed when the actor system ends."""
+class EventBus(Generic[E]):
+    """Fan-out of events of type ``E`` to subscribers; closed when its owner ends (the actor
+    system for supervision events, the runtime for run events)."""
 
     def __init__(self, new_event: Callable[[], anyio.Event]) -> None:
-        self._subscribers: set[_Subscriber] = set()
+        self._subscribers: set[_Subscriber[E]] = set()
         self._new_event = new_event
         self._closed = False
 
     @property
     def subscribers(self) -> int:
+        """How many iterators are subscribed now."""
         return len(self._subscribers)
 
-    def publish(self, event: object) -> None:
+    def publish(self, event: E) -> None:
+        """Hand ``event`` to every subscriber (synchronously; never blocks)."""
         for sub in self._subscribers:
             if len(sub.items) >= sub.buffer:
                 sub.items.popleft()
@@ -56,16 +62,18 @@ class EventBus:
                 sub.wake = None
 
     def close(self) -> None:
+        """End every subscription once it has drained what it holds."""
         self._closed = True
         for sub in self._subscribers:
             if sub.wake is not None:
                 sub.wake.set()
                 sub.wake = None
 
-    async def subscribe(self, buffer: int) -> AsyncIterator[object]:
+    async def subscribe(self, buffer: int) -> AsyncIterator[E | EventsDropped]:
+        """Iterate over events published from the first ``__anext__`` on."""
         if buffer < 1:
             raise ValueError(f"buffer must be at least 1, not {buffer}")
-        sub = _Subscriber(buffer)
+        sub: _Subscriber[E] = _Subscriber(buffer)
         self._subscribers.add(sub)
         try:
             while True:

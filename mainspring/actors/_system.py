@@ -105,7 +105,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # The running backend's concrete Event class: anyio.Event() looks the backend up on
         # every call, and the kernel makes one or two events per ask.
         self.new_event: Callable[[], anyio.Event] = type(anyio.Event())
-        self.event_bus = EventBus(self.new_event)
+        self.event_bus: EventBus[object] = EventBus(self.new_event)
         self._spawn_pacer = SpawnPacer()
         self._root: RootOverseer = root(self)  # oversees the top-level actors
 

@@ -185,7 +185,7 @@ class ExecutionActor(TaskEvents):
         now = time.time()
         record = pause_execution(self._snapshot(), self._cfg.owner, now, why)
         if not await self._commit_record(record):
-            self._cell.request_stop(LeaseLost(self._cfg.owner, detail="the pause was refused"))
+            self.stop_self(LeaseLost(self._cfg.owner, detail="the pause was refused"))
             return
         self._ended = True
         await self._release()

@@ -339,7 +339,7 @@ class ExecutionCore(Actor):
         # current message, and nothing of ours is written again.
         for running in self._running.values():
             running.ref.cancel(for_children(reason, self.ref.path))
-        self._cell.request_stop(reason)
+        self.stop_self(reason)
 
     def _publish(self, event: ev.RunEvent) -> None:
         self._cfg.publish(event)
@@ -365,7 +365,7 @@ class ExecutionCore(Actor):
 
     def _end(self, reason: CancelReason, error: str | None = None) -> None:
         self._result = result_from(self._rec, outputs=self._outputs, stopped_by=reason, error=error)
-        self._cell.request_stop(reason)
+        self.stop_self(reason)
 
     async def _commit_record(self, record: Execution) -> bool:
         execution_move(record.id, self._rec.status, record.status)

@@ -8,14 +8,11 @@ fans them out to subscribers without ever blocking a run.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias
 
-import anyio
 import attrs
 
-from ..actors import EventsDropped
+from ..actors import EventBus
 
 __all__ = [
     "AgentTaskCompleted",
@@ -182,70 +179,5 @@ RunEvent: TypeAlias = (
 )
 
 
-class _Subscriber:
-    __slots__ = ("buffer", "dropped", "items", "wake")
-
-    def __init__(self, buffer: int) -> None:
-        self.buffer = buffer
-        self.items: deque[RunEvent] = deque()
-        self.dropped = 0
-        self.wake: anyio.Event | None = None
-
-
-class RunEventBus:
-    """Fan-out of run events to any number of bounded subscribers; closed with the runtime.
-
-    Publishing never blocks and never fails: a subscriber more than ``buffer`` events behind
-    loses the oldest and is told how many with an :class:`EventsDropped`, so a slow consumer
-    can neither stall a run nor grow memory, and never misses data silently.
-    """
-
-    def __init__(self, new_event: Callable[[], anyio.Event]) -> None:
-        self._subscribers: set[_Subscriber] = set()
-        self._new_event = new_event
-        self._closed = False
-
-    @property
-    def subscribers(self) -> int:
-        """How many iterators are subscribed now."""
-        return len(self._subscribers)
-
-    def publish(self, event: RunEvent) -> None:
-        """Hand ``event`` to every subscriber (synchronously; never blocks)."""
-        for sub in self._subscribers:
-            if len(sub.items) >= sub.buffer:
-                sub.items.popleft()
-                sub.dropped += 1
-            sub.items.append(event)
-            if sub.wake is not None:
-                sub.wake.set()
-                sub.wake = None
-
-    def close(self) -> None:
-        """End every subscription once it has drained what it holds."""
-        self._closed = True
-        for sub in self._subscribers:
-            if sub.wake is not None:
-                sub.wake.set()
-                sub.wake = None
-
-    async def subscribe(self, buffer: int) -> AsyncIterator[RunEvent | EventsDropped]:
-        """Iterate over events published from the first ``__anext__`` on."""
-        if buffer < 1:
-            raise ValueError(f"buffer must be at least 1, not {buffer}")
-        sub = _Subscriber(buffer)
-        self._subscribers.add(sub)
-        try:
-            while True:
-                if sub.dropped:
-                    dropped, sub.dropped = sub.dropped, 0
-                    yield EventsDropped(dropped)
-                elif sub.items:
-                    yield sub.items.popleft()
-                elif self._closed:
-                    return
-                else:
-                    sub.wake = self._new_event()
-                    await sub.wake.wait()
-        finally:
-            self._subscribers.discard(sub)
+#: The runtime's bus: the kernel's, typed for run events.
+RunEventBus = EventBus[RunEvent]
