@@ -54,7 +54,6 @@ from .executions import StepFinished as StepFinished
 from .executions import StepStarted as StepStarted
 from .executions import StopResult as StopResult
 from .executions import UnknownExecution as UnknownExecution
-from .executions import default_home as default_home
 from .executions import open_runtime as open_runtime
 from .storage import AgentTaskRecord as AgentTaskRecord
 from .storage import BudgetInfo as BudgetInfo
@@ -83,6 +82,7 @@ from .storage import StorageError as StorageError
 from .storage import Store as Store
 from .storage import TooLarge as TooLarge
 from .storage import capture_checkpoint as capture_checkpoint
+from .storage import default_home as default_home
 from .storage import new_owner_id as new_owner_id
 from .storage import parse_agent_tasks as parse_agent_tasks
 from .storage import reconcile as reconcile

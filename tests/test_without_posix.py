@@ -68,7 +68,7 @@ import json
 import anyio
 import mainspring as ms
 from mainspring.cli import main
-from mainspring.executions._runtime import open_store
+from mainspring.storage import open_store
 
 where = sys.argv[1]
 out = {}

@@ -13,10 +13,17 @@ from typing import Any
 import anyio
 import attrs
 
-from ..executions import AgentTaskWaiting, Runtime, StepFinished, UnknownExecution, open_runtime
+from ..executions import (
+    AgentTaskWaiting,
+    ExecutionBusy,
+    Runtime,
+    StepFinished,
+    UnknownExecution,
+    open_runtime,
+)
 from ..storage import Store
-from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
-from ._output import Out
+from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
+from ._output import Out, when
 
 
 def _load_app(spec: str) -> dict[str, Any]:
@@ -43,6 +50,21 @@ def _load_app(spec: str) -> dict[str, Any]:
         raise CliError(f"--app {spec} must give a dict of open_runtime options", EXIT_USAGE)
     config.pop("store", None)
     return config
+
+
+def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
+    """Run one control command against ``store`` in an event loop of its own; the runtime's
+    errors become the command's (3 unknown, 4 busy)."""
+    try:
+        return anyio.run(control, store, out, args)
+    except UnknownExecution as exc:
+        raise CliError(str(exc), EXIT_UNKNOWN) from None
+    except ExecutionBusy as exc:
+        lease = exc.lease
+        until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
+        owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
+        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
+        raise CliError(message, EXIT_BUSY) from None
 
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:

@@ -14,11 +14,9 @@ from typing import TextIO
 
 import anyio
 
-from ..executions import ExecutionBusy, UnknownExecution
 from ..storage import InvalidId, StorageError
-from ._codes import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
-from ._controls import control
-from ._output import Out, fail, when
+from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ._output import Out, fail
 from ._parser import UsageError, make_parser, wants_json
 from ._reads import READS, nothing_here_yet
 from ._store import check_execution_id, check_task_id, open_store, store_path
@@ -55,14 +53,6 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return _dispatch(args, out)
     except CliError as exc:
         return fail(str(exc), exc.code, as_json=as_json)
-    except UnknownExecution as exc:
-        return fail(str(exc), EXIT_UNKNOWN, as_json=as_json)
-    except ExecutionBusy as exc:
-        lease = exc.lease
-        until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
-        owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
-        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
-        return fail(message, EXIT_BUSY, as_json=as_json)
     except InvalidId as exc:
         return fail(str(exc), EXIT_USAGE, as_json=as_json)
     except (StorageError, sqlite3.Error) as exc:
@@ -98,7 +88,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     try:
         if not write:
             return READS[args.command](store, out, args)
-        return anyio.run(control, store, out, args)
+        # Imported here: reads never load the execution layer (or pay for its import).
+        from ._controls import run_control
+
+        return run_control(store, out, args)
     finally:
         close()
 

@@ -10,8 +10,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..executions import store_kind
-from ..storage import AgentTaskRecord, Execution, Store, holder, parse_agent_tasks, unstructure
+from ..storage import (
+    AgentTaskRecord,
+    Execution,
+    Store,
+    holder,
+    parse_agent_tasks,
+    store_kind,
+    unstructure,
+)
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._output import GOAL_WIDTH, Out, clamp, when
 from ._store import get_execution, open_store

@@ -6,8 +6,17 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from ..executions import default_home, store_kind
-from ..storage import Execution, FileStore, InvalidId, SqliteStore, StorageError, Store, check_id
+from ..storage import (
+    Execution,
+    FileStore,
+    InvalidId,
+    SqliteStore,
+    StorageError,
+    Store,
+    check_id,
+    default_home,
+    store_kind,
+)
 from ._codes import EXIT_FAILED, EXIT_NO_STORE, EXIT_UNKNOWN, EXIT_USAGE, CliError
 
 
@@ -21,7 +30,7 @@ def store_path(given: str | None) -> Path:
 def open_store(path: Path, *, write: bool) -> tuple[Store, Callable[[], None]]:
     """The store at ``path``, which must already be one: a command never creates, converts
     or chmods anything by accident, and a read opens it read-only. Which backend it is, is
-    decided as the runtime decides it (:func:`mainspring.executions.store_kind`)."""
+    decided as the runtime decides it (:func:`mainspring.storage.store_kind`)."""
     if not path.exists():
         raise CliError(
             f"no store at {path} (give --store PATH, or set MAINSPRING_HOME)", EXIT_NO_STORE

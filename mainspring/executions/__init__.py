@@ -11,8 +11,6 @@ from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
-from ._home import default_home as default_home
-from ._home import store_kind as store_kind
 from ._plan import InvalidPlan as InvalidPlan
 from ._results import ExecutionResult as ExecutionResult
 from ._results import StopResult as StopResult
@@ -63,7 +61,5 @@ __all__ = [
     "StepStarted",
     "StopResult",
     "UnknownExecution",
-    "default_home",
     "open_runtime",
-    "store_kind",
 ]

@@ -5,7 +5,7 @@
 process directly (its actor stops with ``Pause`` or ``Cancel``); a run live in another process
 is reached through the store (an atomic ``edit``), which that runner meets at its next commit
 or heartbeat (E2, E3). Those edits are in ``_record_controls``; handles and the errors naming
-an execution in ``_handle``; the default home and store selection in ``_home``.
+an execution in ``_handle``; the default home and store selection live in storage.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ from ..storage import (
     holder,
     new_owner_id,
     open_committer,
+    open_store,
     parse_agent_tasks,
     redact,
 )
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
-from ._home import open_store
 from ._plan import check_plan
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
 from ._results import ExecutionResult, StopResult, redact_plan, result_from, tool_hash

@@ -25,6 +25,9 @@ from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
+from ._home import default_home as default_home
+from ._home import open_store as open_store
+from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._persistence import Committer as Committer
 from ._persistence import PersistenceFailed as PersistenceFailed
@@ -101,16 +104,19 @@ __all__ = [
     "TooLarge",
     "capture_checkpoint",
     "check_id",
+    "default_home",
     "encode",
     "holder",
     "new_owner_id",
     "open_committer",
+    "open_store",
     "parse_agent_task",
     "parse_agent_tasks",
     "reconcile",
     "redact",
     "register_secret",
     "sha256_hex",
+    "store_kind",
     "structure",
     "unstructure",
 ]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ExecutionExists, store_kind
-from mainspring.executions._home import open_store
+from mainspring.executions import ExecutionExists
+from mainspring.storage import open_store, store_kind
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 

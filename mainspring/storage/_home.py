@@ -10,7 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from ..storage import FileStore, SqliteStore, Store
+from ._backend import Store
+from ._file import FileStore
+from ._sqlite import SqliteStore
 
 __all__ = ["default_home", "open_store", "store_kind"]
 
