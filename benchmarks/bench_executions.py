@@ -199,7 +199,7 @@ def _ledger(path: Path) -> list[tuple[str, str]]:
 def _read_record(kind: str, store: Path, execution_id: str) -> Any:
     import mainspring as ms
 
-    backend = ms.SqliteStore(store) if kind == "sqlite" else ms.FileStore(store)
+    backend = ms.storage.SqliteStore(store) if kind == "sqlite" else ms.storage.FileStore(store)
     try:
         return backend.get(execution_id)
     finally:

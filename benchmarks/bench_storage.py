@@ -67,15 +67,17 @@ def _store(kind: str, where: Path) -> Any:
     import mainspring as ms
 
     if kind == "file":
-        return ms.FileStore(where / "files")
-    return ms.SqliteStore(where / "store.db")
+        return ms.storage.FileStore(where / "files")
+    return ms.storage.SqliteStore(where / "store.db")
 
 
 def _prepare(store: Any, count: int, owner: str) -> None:
     import mainspring as ms
 
     for i in range(count):
-        store.create(ms.Execution(id=f"ex-{i}", goal=PAYLOAD, created_at=0.0, updated_at=0.0))
+        store.create(
+            ms.storage.Execution(id=f"ex-{i}", goal=PAYLOAD, created_at=0.0, updated_at=0.0)
+        )
         assert store.acquire(f"ex-{i}", owner, ttl=3600).acquired
 
 
@@ -97,7 +99,7 @@ def commits_per_second(kind: str, where: Path, concurrency: int, total: int, nai
 
             async def run(i: int) -> None:
                 for n in range(per_execution):
-                    record = ms.Execution(
+                    record = ms.storage.Execution(
                         id=f"ex-{i}", goal=PAYLOAD, created_at=0.0, updated_at=float(n),
                         calls_used=n,
                     )  # fmt: skip

@@ -60,7 +60,7 @@ def restart_latency(backend: str, n: int) -> dict[str, float]:
     async def main() -> dict[str, float]:
         async with ms.open_system() as system:
             sup = await system.spawn_supervisor(
-                [ms.ChildSpec(Child, name="c")], name="sup", clock=_Clock()
+                [ms.supervision.ChildSpec(Child, name="c")], name="sup", clock=_Clock()
             )
             child = sup.child("c")
             assert child is not None
@@ -95,7 +95,7 @@ def many_children(backend: str, n: int) -> dict[str, float]:
 
     async def main() -> dict[str, float]:
         async with ms.open_system() as system:
-            specs = [ms.ChildSpec(Child, name=f"c{i}") for i in range(n)]
+            specs = [ms.supervision.ChildSpec(Child, name=f"c{i}") for i in range(n)]
             start = time.perf_counter()
             sup = await system.spawn_supervisor(
                 specs, name="sup", strategy="one_for_all", clock=_Clock()
@@ -108,7 +108,7 @@ def many_children(backend: str, n: int) -> dict[str, float]:
             async def count() -> None:
                 nonlocal restarted
                 async for event in stream:
-                    if isinstance(event, ms.ChildRestarted):
+                    if isinstance(event, ms.supervision.ChildRestarted):
                         restarted += 1
                         if restarted == n:
                             done.set()

@@ -87,8 +87,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 app = FastAPI(title="mainspring example", lifespan=lifespan)
 
 
-@app.exception_handler(ms.InvalidId)
-async def invalid_id(request: Request, exc: ms.InvalidId) -> JSONResponse:
+@app.exception_handler(ms.storage.InvalidId)
+async def invalid_id(request: Request, exc: ms.storage.InvalidId) -> JSONResponse:
     return JSONResponse({"detail": "invalid id"}, status_code=400)
 
 
@@ -106,7 +106,7 @@ def _rt(request: Request) -> ms.Runtime:
     return runtime
 
 
-def _view(execution: ms.Execution) -> dict[str, Any]:
+def _view(execution: ms.storage.Execution) -> dict[str, Any]:
     plan = execution.plan
     return {
         "id": execution.id,

@@ -44,9 +44,9 @@ async def watch(rt: ms.Runtime, task_status: Any = trio.TASK_STATUS_IGNORED) -> 
     try:
         task_status.started()
         async for event in events:
-            if isinstance(event, ms.StepFinished):
+            if isinstance(event, ms.executions.StepFinished):
                 print(f"  step {event.step_id}: {event.state} ({event.done}/{event.total})")
-            elif isinstance(event, ms.AgentTaskWaiting):
+            elif isinstance(event, ms.executions.AgentTaskWaiting):
                 print(f"  task {event.task_id} asks a question")
     finally:
         await events.aclose()  # type: ignore[attr-defined]

@@ -133,7 +133,7 @@ def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
     raw = json.loads((files / "ex-done.json").read_text())
     raw["updated_at"] = 1e300  # accepted by the strict record parser
     (files / "ex-done.json").write_text(json.dumps(raw))
-    assert ms.FileStore(files).get("ex-done") is not None
+    assert ms.storage.FileStore(files).get("ex-done") is not None
     code, out = run_cli("ls", "--store", str(files))  # it used to: OverflowError in _when
     assert code in (EXIT_OK, EXIT_FAILED)
     assert "ex-1" in out
@@ -149,16 +149,16 @@ def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
     _make_store(store)
     # The run ended (e.g. failed on drift after its task was requeued) with its agent task
     # still unfinished; nobody holds the lease, nobody runs it.
-    sqlite = ms.SqliteStore(store)
+    sqlite = ms.storage.SqliteStore(store)
     sqlite.edit("ex-1", lambda e, now: attrs.evolve(e, status="failed", pending=None))
     sqlite.close()
     code, out = run_cli("stop-task", "ex-1:t1", "--store", str(store), "--json")
     result = json.loads(out)
-    sqlite = ms.SqliteStore(store)
+    sqlite = ms.storage.SqliteStore(store)
     stored = sqlite.get("ex-1")
     sqlite.close()
     assert stored is not None
-    (task,) = ms.parse_agent_tasks(stored)[0]
+    (task,) = ms.storage.parse_agent_tasks(stored)[0]
     # it used to: ok=True, state "stopping", "its runner stops it within one heartbeat", exit 0,
     # and nothing was written: the task stays unfinished forever.
     assert result["state"] != "stopping"
@@ -195,10 +195,10 @@ def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
 
 
 def test_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> None:
-    files = ms.FileStore(tmp_path / "files")
+    files = ms.storage.FileStore(tmp_path / "files")
     now = time.time()
     goal = f"push with {SECRET} now"  # a record not written through the runtime
-    files.create(ms.Execution(id="ex-s", goal=goal, status="planned", created_at=now,
+    files.create(ms.storage.Execution(id="ex-s", goal=goal, status="planned", created_at=now,
                               updated_at=now))  # fmt: skip
     code, out = run_cli("ls", "--store", str(tmp_path / "files"))
     assert code == EXIT_OK

@@ -140,7 +140,7 @@ def test_a_busy_error_is_json_too(
             await (await rt.start("g", plan, execution_id="ex-1")).wait()
 
     anyio.run(build)
-    db = ms.SqliteStore(store)
+    db = ms.storage.SqliteStore(store)
     try:
         assert db.acquire("ex-1", "someone:1:x", ttl=600).acquired
     finally:

@@ -121,10 +121,10 @@ def test_the_command_and_the_runtime_name_a_stores_backend_alike(tmp_path: Path,
     """One rule (mainspring.storage.store_kind) for both: what is at the path decides."""
     if kind.startswith("a directory"):
         path = tmp_path / "runs.sqlite3"
-        ms.FileStore(path)
+        ms.storage.FileStore(path)
     else:
         path = tmp_path / "runs"
-        ms.SqliteStore(tmp_path / "made.sqlite3").close()
+        ms.storage.SqliteStore(tmp_path / "made.sqlite3").close()
         (tmp_path / "made.sqlite3").rename(path)
     _make_store(path)  # the runtime opens what is there (it used to fail on both)
     code, out = run_cli("ls", "--store", str(path), "--json")
@@ -173,7 +173,7 @@ def test_a_busy_execution_is_reported_with_its_owner(
 ) -> None:
     (tmp_path / "myapp.py").write_text(APP_SOURCE)
     monkeypatch.chdir(tmp_path)
-    sqlite = ms.SqliteStore(store)
+    sqlite = ms.storage.SqliteStore(store)
     assert sqlite.acquire("ex-1", "elsewhere:1:abcd", ttl=60).acquired
     sqlite.close()
     code, _ = run_cli("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
@@ -189,7 +189,7 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     files = tmp_path / "files"
     _make_store(files)
     assert run_cli("doctor", "--store", str(files))[0] == EXIT_OK
-    store = ms.FileStore(files)
+    store = ms.storage.FileStore(files)
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.lease is not None

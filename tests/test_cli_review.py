@@ -165,7 +165,7 @@ def test_events_json_says_what_it_could_not_read(
     Fixed: _events calls _report_unreadable(out, 0, listing.problems) once per new problem."""
     files = tmp_path / "files"
     files.mkdir()
-    ms.FileStore(files)  # an empty FileStore
+    ms.storage.FileStore(files)  # an empty FileStore
     (files / "broken.json").write_text("{not json")
     assert run_cli("ls", "--json", "--store", str(files))[0] == EXIT_OK
     assert "broken" in capsys.readouterr().err  # ls says so

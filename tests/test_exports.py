@@ -1,8 +1,8 @@
-"""The public surface: one place for every name, no constructors for runtime objects."""
+"""The public surface: tiers, one namespace per name, no constructors for runtime objects.
+(The import rules between layers are in test_layers.py.)"""
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
 from typing import Any
 
@@ -16,22 +16,56 @@ import mainspring.executions
 import mainspring.storage
 import mainspring.supervision
 
+NAMESPACES = [
+    mainspring,
+    mainspring.actors,
+    mainspring.supervision,
+    mainspring.storage,
+    mainspring.executions,
+]
 
-def test_every_public_name_is_exported_once_and_resolves() -> None:
-    assert sorted(mainspring.__all__) == sorted(set(mainspring.__all__))
-    for name in mainspring.__all__:
-        assert getattr(mainspring, name) is not None, name
-    subpackages = [
-        mainspring.actors,
-        mainspring.supervision,
-        mainspring.storage,
-        mainspring.executions,
-    ]
-    for name in mainspring.__all__:
-        owners = [pkg.__name__ for pkg in subpackages if name in pkg.__all__]
-        assert len(owners) == 1, (name, owners)
-        owner = importlib.import_module(owners[0])
-        assert getattr(owner, name) is getattr(mainspring, name)
+
+def test_every_public_name_lives_in_exactly_one_namespace_and_resolves() -> None:
+    seen: dict[str, str] = {}
+    for namespace in NAMESPACES:
+        names = namespace.__all__
+        assert sorted(names) == sorted(set(names)), namespace.__name__
+        for name in names:
+            assert getattr(namespace, name) is not None, (namespace.__name__, name)
+            assert name not in seen, f"{name} is public in {seen[name]} and {namespace.__name__}"
+            seen[name] = namespace.__name__
+
+
+def test_the_top_level_is_short_and_holds_what_most_programs_need() -> None:
+    assert len(mainspring.__all__) <= 40
+    for name in ("open_system", "Actor", "ActorRef", "cancel_reason", "Pause", "ParentCancel",
+                 "open_runtime", "Runtime", "Plan", "PlanStep", "AgentContext",
+                 "MainspringError", "ExecutionBusy"):  # fmt: skip
+        assert name in mainspring.__all__, name
+    for name in ("SqliteStore", "Supervisor", "StepFinished", "Execution", "redact"):
+        assert name not in mainspring.__all__, name
+        assert not hasattr(mainspring, name), name
+
+
+def test_import_mainspring_loads_neither_the_durable_layer_nor_the_stores() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mainspring as ms\n"
+        "heavy = ('mainspring.executions', 'mainspring.storage', 'cattrs', 'orjson', 'sqlite3')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "ms.Runtime\n"
+        "print('mainspring.executions' in sys.modules, ms.storage.SqliteStore.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "True SqliteStore"]
+
+
+def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        mainspring.Nope  # noqa: B018
+    assert "Runtime" in dir(mainspring)
 
 
 def test_private_modules_are_underscored() -> None:
@@ -47,42 +81,14 @@ def test_private_modules_are_underscored() -> None:
             assert module.name.startswith("_"), f"{pkg.__name__}.{module.name} looks public"
 
 
-def test_actors_layer_imports_neither_supervision_nor_storage() -> None:
-    import pathlib
-
-    root = pathlib.Path(mainspring.actors.__file__).parent
-    for path in root.glob("*.py"):
-        for line in path.read_text().splitlines():
-            if line.startswith(("import ", "from ")):
-                assert "supervision" not in line, (path, line)
-                assert "storage" not in line, (path, line)
-
-
-# What the command still needs from other packages' private modules: each waits for a public
-# home, and this list only shrinks.
-_CLI_PRIVATE_IMPORTS = {
-    "from ..storage._backend import holder",
-    "from ..storage._codec import unstructure",
-    "from ..storage._ids import check_id",
-}
-
-
-def test_the_command_and_demos_use_other_packages_public_names() -> None:
-    import pathlib
-    import re
-
-    root = pathlib.Path(mainspring.__file__).parent
-    found = set()
-    for path in [*(root / "cli").glob("*.py"), *(root / "_demos").glob("*.py")]:
-        for line in path.read_text().splitlines():
-            if re.match(r"from \.\.\w+\._", line):
-                found.add(line.split("  #")[0])
-    assert found <= _CLI_PRIVATE_IMPORTS, found - _CLI_PRIVATE_IMPORTS
-
-
 @pytest.mark.parametrize(
     "cls",
-    [mainspring.ActorRef, mainspring.SupervisorRef, mainspring.ActorSystem, mainspring.Timer],
+    [
+        mainspring.ActorRef,
+        mainspring.supervision.SupervisorRef,
+        mainspring.ActorSystem,
+        mainspring.Timer,
+    ],
     ids=lambda c: c.__name__,
 )
 def test_runtime_made_objects_cannot_be_constructed(cls: Any) -> None:
@@ -92,13 +98,19 @@ def test_runtime_made_objects_cannot_be_constructed(cls: Any) -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [mainspring.ActorRef, mainspring.SupervisorRef, mainspring.ActorSystem, mainspring.Timer],
+    [
+        mainspring.ActorRef,
+        mainspring.supervision.SupervisorRef,
+        mainspring.ActorSystem,
+        mainspring.Timer,
+    ],
     ids=lambda c: c.__name__,
 )
 def test_the_refusal_names_the_public_home_not_a_private_module(cls: Any) -> None:
     with pytest.raises(TypeError) as info:
         cls()
-    assert str(info.value).startswith(f"mainspring.{cls.__name__} has no public constructor")
+    home = next(ns.__name__ for ns in NAMESPACES if cls.__name__ in ns.__all__)
+    assert str(info.value).startswith(f"{home}.{cls.__name__} has no public constructor")
 
 
 def test_a_class_not_exported_at_the_top_is_named_by_its_public_package() -> None:
@@ -108,30 +120,16 @@ def test_a_class_not_exported_at_the_top_is_named_by_its_public_package() -> Non
     assert public_name(hidden) == "mainspring.supervision.Hidden"
 
 
-def test_kernel_and_supervision_errors_report_the_top_level_as_their_module() -> None:
-    owners = (mainspring.actors, mainspring.supervision)
-    errors = [
-        getattr(mainspring, name)
-        for name in mainspring.__all__
-        if any(name in pkg.__all__ for pkg in owners)
-        and isinstance(getattr(mainspring, name), type)
-        and issubclass(getattr(mainspring, name), Exception)
-    ]
-    assert len(errors) >= 8
-    for error in errors:
-        assert error.__module__ == "mainspring", error
-        assert repr(error) == f"<class 'mainspring.{error.__name__}'>"
-
-
-def test_supervision_uses_only_the_kernels_public_namespace() -> None:
-    import pathlib
-
-    root = pathlib.Path(mainspring.supervision.__file__).parent
-    for path in root.glob("*.py"):
-        for line in path.read_text().splitlines():
-            if line.startswith(("import ", "from ")):
-                assert "actors._" not in line, (path, line)
-                assert "mainspring._" not in line, (path, line)
+def test_every_public_error_reports_its_public_home_as_its_module() -> None:
+    errors = 0
+    for namespace in NAMESPACES:
+        for name in namespace.__all__:
+            value = getattr(namespace, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                errors += 1
+                assert value.__module__ == namespace.__name__, (name, value.__module__)
+                assert repr(value) == f"<class '{namespace.__name__}.{name}'>"
+    assert errors >= 15
 
 
 def test_an_actor_outside_a_system_says_so() -> None:

@@ -10,9 +10,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "mainspring"
 
-#: Root-level private helpers that belong to no layer (the one id rule, used by the kernel
-#: for actor names and by storage for record ids).
-SHARED = {"_ids"}
+#: Root-level private helpers that belong to no layer: the one id rule (actor names and
+#: record ids) and the table of the public surface's tiers.
+SHARED = {"_ids", "_public"}
 
 #: What each package may import from mainspring (besides itself and SHARED).
 ALLOWED: dict[str, set[str]] = {

@@ -38,7 +38,7 @@ async def main() -> None:
 anyio.run(main)
 for read_only in (False, True):
     try:
-        ms.FileStore(where + "/files", read_only=read_only)
+        ms.storage.FileStore(where + "/files", read_only=read_only)
     except ms.StorageError as exc:
         print("filestore", type(exc).__name__, exc)
 """

@@ -4,6 +4,7 @@ step, planner and agent-task actors, and the contexts user code receives.
 Built on ``mainspring.actors`` and ``mainspring.storage``.
 """
 
+from .._public import publish
 from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
@@ -34,32 +35,24 @@ from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 
 __all__ = [
-    "AgentContext",
     "AgentTaskCompleted",
     "AgentTaskProgress",
     "AgentTaskStarted",
     "AgentTaskStopped",
     "AgentTaskWaiting",
-    "ClarificationNeeded",
-    "ExecutionBusy",
     "ExecutionCancelled",
     "ExecutionCompleted",
     "ExecutionEvent",
     "ExecutionExists",
     "ExecutionFailed",
-    "ExecutionHandle",
     "ExecutionPaused",
-    "ExecutionResult",
     "ExecutionResumed",
     "ExecutionStarted",
     "ExecutionWaiting",
-    "InvalidPlan",
-    "PlannerContext",
     "RunEvent",
-    "Runtime",
     "StepFinished",
     "StepStarted",
     "StopResult",
-    "UnknownExecution",
-    "open_runtime",
 ]
+
+publish(__name__, globals(), __all__)

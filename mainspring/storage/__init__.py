@@ -5,6 +5,7 @@ persistence actor is the only writer during a run. Nothing here imports
 ``mainspring.supervision`` or ``mainspring.executions``.
 """
 
+from .._public import publish
 from ._backend import CommitOutcome as CommitOutcome
 from ._backend import Edit as Edit
 from ._backend import LeaseResult as LeaseResult
@@ -91,14 +92,11 @@ __all__ = [
     "ObservationCode",
     "Pending",
     "PersistenceFailed",
-    "Plan",
-    "PlanStep",
     "Problem",
     "Reconciliation",
     "RecordError",
     "SqliteStore",
     "StepStatus",
-    "StorageError",
     "Store",
     "TaskState",
     "TooLarge",
@@ -120,3 +118,5 @@ __all__ = [
     "structure",
     "unstructure",
 ]
+
+publish(__name__, globals(), __all__)

@@ -4,6 +4,7 @@ Built on the public API of ``mainspring.actors`` and its overseer contract only.
 makes :class:`RootSupervisor` the root of every actor system opened without ``root=``.
 """
 
+from .._public import publish
 from ._events import ChildFailed as ChildFailed
 from ._events import ChildRestarted as ChildRestarted
 from ._events import ChildStarted as ChildStarted
@@ -35,3 +36,5 @@ __all__ = [
     "Supervisor",
     "SupervisorRef",
 ]
+
+publish(__name__, globals(), __all__)

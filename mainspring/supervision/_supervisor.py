@@ -60,8 +60,6 @@ class RestartIntensityExceeded(MainspringError):
     other crash of a child (escalation).
     """
 
-    __module__ = "mainspring"  # where users import it from (tracebacks, reprs)
-
     def __init__(self, supervisor: str, max_restarts: int, period: float) -> None:
         super().__init__(
             f"supervisor {supervisor} exceeded {max_restarts} restarts within {period:g} s"
@@ -73,8 +71,6 @@ class RestartIntensityExceeded(MainspringError):
 
 class NoSuchChild(MainspringError, LookupError):
     """The supervisor has no child of that name."""
-
-    __module__ = "mainspring"  # where users import it from (tracebacks, reprs)
 
     def __init__(self, supervisor: str, name: str) -> None:
         super().__init__(f"supervisor {supervisor} has no child named {name!r}")

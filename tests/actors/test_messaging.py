@@ -296,7 +296,7 @@ async def test_actor_names_follow_the_same_rule_as_stored_ids() -> None:
             ref = await system.spawn(Doubler, name=name)
             assert ref.name == name
         for name in (".", ".."):
-            with pytest.raises(ms.InvalidId):
+            with pytest.raises(ms.storage.InvalidId):
                 check_id(name)
         import enum
 

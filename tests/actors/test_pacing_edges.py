@@ -104,7 +104,7 @@ async def test_a_spawn_loop_in_on_start_and_under_a_supervisor_restart() -> None
         parent.tell_nowait("first")  # told right after spawn: waits for on_start
         assert await parent.ask("count", timeout=30) == 2_000
         sup = await system.spawn_supervisor(
-            [ms.ChildSpec(Parent, 1_500, name="p")], name="sup", max_restarts=5
+            [ms.supervision.ChildSpec(Parent, 1_500, name="p")], name="sup", max_restarts=5
         )
         child = system.lookup("/sup/p")
         assert child is not None

@@ -80,7 +80,7 @@ async def test_no_supervisor_restarts_an_actor_that_stopped_itself(restart: Any)
     async with ms.open_system() as system:
         top = await system.spawn(Quitter, log, name="top", restart=restart)
         sup = await system.spawn_supervisor(
-            [ms.ChildSpec(Quitter, log, name="child", restart=restart)], name="sup"
+            [ms.supervision.ChildSpec(Quitter, log, name="child", restart=restart)], name="sup"
         )
         child = sup.child("child")
         assert child is not None

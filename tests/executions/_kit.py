@@ -108,27 +108,27 @@ def counting_skills(ledger: Ledger) -> dict[str, Any]:
     return {"model": model}
 
 
-class RecordingSqliteStore(ms.SqliteStore):
+class RecordingSqliteStore(ms.storage.SqliteStore):
     """A SqliteStore that keeps every version a run committed, to check what was on disk
     at each moment (R12, E1)."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
-        self.versions: list[ms.Execution] = []
+        self.versions: list[ms.storage.Execution] = []
 
     def commit_many(
-        self, commits: Sequence[tuple[ms.Execution, str]]
-    ) -> tuple[ms.CommitOutcome | Exception, ...]:
+        self, commits: Sequence[tuple[ms.storage.Execution, str]]
+    ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
         results = super().commit_many(commits)
         for (execution, _), result in zip(commits, results, strict=True):
-            if result is ms.CommitOutcome.OK:
+            if result is ms.storage.CommitOutcome.OK:
                 self.versions.append(execution)
         return results
 
 
 @asynccontextmanager
 async def runtime(
-    path: Path | ms.Store,
+    path: Path | ms.storage.Store,
     ledger: Ledger | None = None,
     *,
     tools: dict[str, Any] | None = None,
@@ -165,18 +165,18 @@ async def recorded_events(rt: ms.Runtime) -> AsyncIterator[list[object]]:
         tg.cancel_scope.cancel()
 
 
-def stored(rt: ms.Runtime, execution_id: str) -> ms.Execution:
+def stored(rt: ms.Runtime, execution_id: str) -> ms.storage.Execution:
     """The execution as stored now (a plain synchronous read: reading never writes)."""
     execution = rt.store.get(execution_id)
     assert execution is not None
     return execution
 
 
-def tasks_of(execution: ms.Execution) -> list[ms.AgentTaskRecord]:
-    records, _ = ms.parse_agent_tasks(execution)
+def tasks_of(execution: ms.storage.Execution) -> list[ms.storage.AgentTaskRecord]:
+    records, _ = ms.storage.parse_agent_tasks(execution)
     return records
 
 
-def statuses(execution: ms.Execution) -> dict[str, str]:
+def statuses(execution: ms.storage.Execution) -> dict[str, str]:
     assert execution.plan is not None
     return {step.id: step.status for step in execution.plan.steps}

@@ -22,7 +22,7 @@ async def test_a_plan_that_requires_approval_waits_until_approved(tmp_path: Path
     async with runtime(tmp_path, ledger, require_plan_approval=True) as rt:
         first = await (await rt.start("g", linear(2))).wait()
         assert first.status == "waiting_for_approval"
-        assert first.pending == ms.Pending(kind="approval", question="approve plan v1")
+        assert first.pending == ms.storage.Pending(kind="approval", question="approve plan v1")
         assert ledger.entries == []
         same = await (await rt.resume(first.execution_id)).wait()
         assert same.status == "waiting_for_approval"  # not approved: still waiting
@@ -53,9 +53,9 @@ async def test_unknown_ids_and_bad_arguments_raise_clear_errors(tmp_path: Path) 
         for call in (rt.resume, rt.pause, rt.cancel, rt.agent_tasks):
             with pytest.raises(ms.UnknownExecution, match="no execution 'nope'"):
                 await call("nope")
-        with pytest.raises(ms.InvalidId):
+        with pytest.raises(ms.storage.InvalidId):
             await rt.get("../etc/passwd")
-        with pytest.raises(ms.InvalidId):
+        with pytest.raises(ms.storage.InvalidId):
             await rt.start("g", linear(1), execution_id="a/b")
         with pytest.raises(ValueError, match="at most 200"):
             await rt.start("g", linear(1), execution_id="x" * 201)
@@ -111,25 +111,25 @@ def test_stores_from_paths_and_the_default_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sqlite, close = open_store(tmp_path / "a.sqlite3")
-    assert isinstance(sqlite, ms.SqliteStore)
+    assert isinstance(sqlite, ms.storage.SqliteStore)
     close()
     files, close = open_store(str(tmp_path / "dir"))
-    assert isinstance(files, ms.FileStore)
+    assert isinstance(files, ms.storage.FileStore)
     close()
-    given = ms.FileStore(tmp_path / "given")
+    given = ms.storage.FileStore(tmp_path / "given")
     assert open_store(given)[0] is given
     monkeypatch.setenv("MAINSPRING_HOME", str(tmp_path / "home"))
-    assert ms.default_home() == tmp_path / "home"
+    assert ms.storage.default_home() == tmp_path / "home"
     default, close = open_store(None)
-    assert isinstance(default, ms.SqliteStore)
+    assert isinstance(default, ms.storage.SqliteStore)
     assert default.path == tmp_path / "home" / "mainspring.sqlite3"
     close()
     monkeypatch.delenv("MAINSPRING_HOME")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    assert ms.default_home() == tmp_path / "xdg" / "mainspring"
+    assert ms.storage.default_home() == tmp_path / "xdg" / "mainspring"
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    assert ms.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
+    assert ms.storage.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
 
 
 def test_one_rule_names_the_backend_of_a_path_what_is_there_first(tmp_path: Path) -> None:
@@ -143,17 +143,17 @@ def test_one_rule_names_the_backend_of_a_path_what_is_there_first(tmp_path: Path
     # Where the suffix rule and "is it a directory" disagreed, what is there wins: the
     # runtime used to fail on both (IsADirectoryError, FileExistsError).
     directory = tmp_path / "runs.sqlite3"
-    ms.FileStore(directory)
+    ms.storage.FileStore(directory)
     assert store_kind(directory) == "files"
     files, close = open_store(directory)
-    assert isinstance(files, ms.FileStore)
+    assert isinstance(files, ms.storage.FileStore)
     close()
     database = tmp_path / "runs"
-    ms.SqliteStore(tmp_path / "made.sqlite3").close()
+    ms.storage.SqliteStore(tmp_path / "made.sqlite3").close()
     (tmp_path / "made.sqlite3").rename(database)
     assert store_kind(database) == "sqlite"
     sqlite, close = open_store(database)
-    assert isinstance(sqlite, ms.SqliteStore)
+    assert isinstance(sqlite, ms.storage.SqliteStore)
     close()
 
 
@@ -212,7 +212,7 @@ async def test_agent_context_guards_its_inner_steps_findings_and_tool_calls(
         }.items():
             try:
                 await call()
-            except (ValueError, ms.InvalidId) as exc:
+            except (ValueError, ms.storage.InvalidId) as exc:
                 seen[name] = type(exc).__name__
         await ctx.step("once", lambda: 1)
         try:
@@ -253,7 +253,9 @@ async def test_an_agent_that_raises_fails_its_task_with_the_error(tmp_path: Path
         result = await (await rt.start("g", plan_of(agent("a", "clumsy")))).wait()
         (task,) = tasks_of(stored(rt, result.execution_id))
     assert result.status == "failed"
-    assert task.failure == ms.Failure(code="agent-failed", message="KeyError: 'missing field'")
+    assert task.failure == ms.storage.Failure(
+        code="agent-failed", message="KeyError: 'missing field'"
+    )
 
 
 async def test_recover_resumes_only_orphaned_running_executions(tmp_path: Path) -> None:

@@ -212,7 +212,7 @@ async def test_L2_a_run_heartbeats_so_its_lease_never_lapses(tmp_path: Path) -> 
     # on how fast a loaded machine heartbeats (the old version raced a 0.2 s lease).
     now = [time.time()]
     ttl = 60.0
-    store = ms.SqliteStore(tmp_path / "store.sqlite3", clock=lambda: now[0])
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3", clock=lambda: now[0])
     holder: dict[str, Any] = {}
 
     def expiry() -> float:
@@ -275,7 +275,7 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
     assert statuses(record)["a"] == "cancelled"
     assert result.status == "completed"
     assert ledger.count("inc:3") == 1
-    notices = [e for e in events if isinstance(e, ms.AgentTaskStopped)]
+    notices = [e for e in events if isinstance(e, ms.executions.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 
 
@@ -339,7 +339,7 @@ async def test_S2_the_step_is_left_alone_if_the_plan_no_longer_holds_that_exact_
         result = await (await rt.start("g", plan_of(agent("a", "curious", v=1)))).wait()
         (task,) = await rt.agent_tasks(result.execution_id)
 
-        def replanned(record: ms.Execution, now: float) -> ms.Execution:
+        def replanned(record: ms.storage.Execution, now: float) -> ms.storage.Execution:
             assert record.plan is not None
             step = attrs.evolve(record.plan.steps[0], input={"v": 2})
             return attrs.evolve(record, plan=attrs.evolve(record.plan, steps=(step,)))

@@ -70,18 +70,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("batch", batches, ids=[f"trials{b.start}-{b.stop - 1}" for b in batches])
 
 
-def _open(backend: str, path: Path) -> ms.Store:
-    return ms.SqliteStore(path) if backend == "sqlite" else ms.FileStore(path)
+def _open(backend: str, path: Path) -> ms.storage.Store:
+    return ms.storage.SqliteStore(path) if backend == "sqlite" else ms.storage.FileStore(path)
 
 
-def _read(backend: str, path: Path) -> tuple[ms.Execution, tuple[ms.Problem, ...]]:
+def _read(backend: str, path: Path) -> tuple[ms.storage.Execution, tuple[ms.storage.Problem, ...]]:
     """The execution and the listing's problems, from a fresh handle (reading never writes)."""
     store = _open(backend, path)
     try:
         execution = store.get(EXECUTION)  # parses, or this raises
         problems = store.list().problems
     finally:
-        if isinstance(store, ms.SqliteStore):
+        if isinstance(store, ms.storage.SqliteStore):
             store.close()
     assert execution is not None
     return execution, problems
@@ -163,7 +163,7 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     # 2. What was durable at the kill, and what the killed process had begun.
     at_kill, problems = _read(backend, store)
     assert problems == (), about
-    tasks_at_kill, dropped = ms.parse_agent_tasks(at_kill)
+    tasks_at_kill, dropped = ms.storage.parse_agent_tasks(at_kill)
     assert dropped == 0, about
     first = _ledger(where / "ledger")
     durable = {("tool", sid) for sid in at_kill.completed_steps if sid in TOOLS}
@@ -240,7 +240,7 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     assert {step.status for step in final.plan.steps} == {"succeeded"}, about
     assert sorted(final.completed_steps) == sorted(step.id for step in PLAN.steps), about
     assert final.pending is None, about
-    tasks, dropped = ms.parse_agent_tasks(final)
+    tasks, dropped = ms.storage.parse_agent_tasks(final)
     assert dropped == 0, about
     assert sorted(task.step_id for task in tasks) == sorted(AGENTS), (about, "one task a step")
     assert {task.state for task in tasks} == {"completed"}, about

@@ -36,7 +36,7 @@ async def _started_and_waiting(rt: ms.Runtime, plan: ms.Plan) -> ms.ExecutionHan
         handle = await rt.start("g", plan)
         with anyio.fail_after(30):
             async for event in events:
-                if isinstance(event, ms.ExecutionWaiting):
+                if isinstance(event, ms.executions.ExecutionWaiting):
                     return handle
     raise AssertionError("the run never waited")  # pragma: no cover
 
@@ -310,7 +310,7 @@ async def test_S1_a_cross_process_stop_keeps_its_operation_id(
         assert stop.state == "stopping"
         with anyio.fail_after(30):
             await handle.wait()
-    notices = [e for e in events if isinstance(e, ms.AgentTaskStopped)]
+    notices = [e for e in events if isinstance(e, ms.executions.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 
 
@@ -384,7 +384,7 @@ async def test_S1_a_task_of_a_paused_execution_can_be_stopped(tmp_path: Path) ->
     assert record.status == "paused"  # S2: the execution's status is untouched
 
 
-class _DiskFailsOnce(ms.SqliteStore):
+class _DiskFailsOnce(ms.storage.SqliteStore):
     """The second durable flush fails with EIO."""
 
     def __init__(self, path: Path) -> None:
@@ -432,7 +432,7 @@ async def test_X2_a_result_too_large_to_store_fails_its_step_not_the_runtime(
     async def big(**_: Any) -> str:
         return "x" * 300_000
 
-    store = ms.SqliteStore(tmp_path / "s.sqlite3", max_bytes=200_000)
+    store = ms.storage.SqliteStore(tmp_path / "s.sqlite3", max_bytes=200_000)
     async with runtime(store, tools={"big": big}) as rt:
         result = await (await rt.start("g", plan_of(tool("b", "big")))).wait()
         record = stored(rt, result.execution_id)

@@ -33,7 +33,7 @@ from ._kit import (
 pytestmark = pytest.mark.anyio
 
 
-def _crashed(record: ms.Execution) -> ms.Execution:
+def _crashed(record: ms.storage.Execution) -> ms.storage.Execution:
     """The record as a crashed owner leaves it: its lease lapsed, its work marked running."""
     assert record.lease is not None
     lapsed = attrs.evolve(record.lease, owner="dead:1:x", expires_at=time.time() - 1)
@@ -58,7 +58,7 @@ async def test_R3_a_crashed_run_requeues_its_tasks_with_interruption_crash(
         await rt.pause(handle.execution_id)
     (task,) = tasks_of(snapshot)
     assert task.state == "running"
-    store = ms.SqliteStore(tmp_path / "store.sqlite3")
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
     store.edit(snapshot.id, lambda _, now: _crashed(snapshot))
     store.close()
     gate.opened.set()
@@ -268,7 +268,7 @@ async def test_R10_an_outer_clarification_answer_is_appended_to_the_goal(tmp_pat
     async with runtime(tmp_path, planner=planner) as rt:
         first = await (await rt.start("book a hotel")).wait()
         assert first.status == "waiting_for_clarification"
-        assert first.pending == ms.Pending(kind="clarification", question="which city?")
+        assert first.pending == ms.storage.Pending(kind="clarification", question="which city?")
         done = await (await rt.resume(first.execution_id, answer="Lisbon")).wait()
         record = stored(rt, first.execution_id)
     assert done.status == "completed"
@@ -331,7 +331,7 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
         handle = await rt.start("g", plan_of(tool("w", "gate"), tool("t", "inc", "w")))
         await gate.entered.wait()
         await rt.pause(handle.execution_id)
-        good = ms.AgentTaskRecord(
+        good = ms.storage.AgentTaskRecord(
             id=f"{handle.execution_id}:t1", agent_id="x", step_id="w", created_at=1.0,
             updated_at=1.0, execution_id=handle.execution_id, state="completed",
         )  # fmt: skip
@@ -348,14 +348,14 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
             {**raw_good, "id": "bad5", "calls_used": "5"},  # never coerced
         ]
 
-        def plant(record: ms.Execution, now: float) -> ms.Execution:
+        def plant(record: ms.storage.Execution, now: float) -> ms.storage.Execution:
             return attrs.evolve(record, agent_tasks=(raw_good, *bad))
 
         rt.store.edit(handle.execution_id, plant)
         before = stored(rt, handle.execution_id)
         tasks = await rt.agent_tasks(handle.execution_id)
         assert [t.id for t in tasks] == [good.id]
-        assert ms.parse_agent_tasks(before)[1] == 5
+        assert ms.storage.parse_agent_tasks(before)[1] == 5
         await rt.executions()
         assert stored(rt, handle.execution_id) == before  # E7: reading never writes
         gate.opened.set()
@@ -422,13 +422,13 @@ async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recov
             handle = await rt.start("g", plan)
             with anyio.fail_after(30):
                 async for event in events:
-                    if isinstance(event, ms.AgentTaskWaiting):
+                    if isinstance(event, ms.executions.AgentTaskWaiting):
                         break  # the question is durable
         await gate.entered.wait()
         snapshot = stored(rt, handle.execution_id)
         await rt.pause(handle.execution_id)
     assert snapshot.status == "running"
-    store = ms.SqliteStore(tmp_path / "store.sqlite3")
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
     store.edit(snapshot.id, lambda _, now: _crashed(snapshot))
     store.close()
     gate.opened.set()

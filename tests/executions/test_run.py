@@ -34,8 +34,10 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["sqlite", "file"])
 async def test_a_linear_plan_completes_on_both_backends(tmp_path: Path, backend: str) -> None:
     ledger = Ledger()
-    store: ms.Store = (
-        ms.SqliteStore(tmp_path / "s.sqlite3") if backend == "sqlite" else ms.FileStore(tmp_path)
+    store: ms.storage.Store = (
+        ms.storage.SqliteStore(tmp_path / "s.sqlite3")
+        if backend == "sqlite"
+        else ms.storage.FileStore(tmp_path)
     )
     async with runtime(store, ledger) as rt:
         result = await (await rt.start("count to five", linear(5))).wait()
@@ -157,7 +159,7 @@ async def test_E9_calls_accumulate_and_raising_the_budget_makes_progress(tmp_pat
         assert first.status == "waiting_for_budget"
         assert first.calls_used == 2
         assert first.pending is not None
-        assert first.pending.budget == ms.BudgetInfo(calls_used=2, max_calls=2, needed=1)
+        assert first.pending.budget == ms.storage.BudgetInfo(calls_used=2, max_calls=2, needed=1)
         assert ledger.count("model:c") == 0
         again = await (await rt.resume(first.execution_id)).wait()
         assert again.status == "waiting_for_budget"  # same budget: still waiting, nothing lost
@@ -345,7 +347,7 @@ async def test_P5_a_question_leaves_the_step_pending_and_starts_nothing_new(
         assert ledger.entries == []  # the dependent neither ran nor skipped; nothing new
         (task,) = tasks_of(record)
         assert task.state == "waiting_for_clarification"
-        assert record.pending == ms.Pending(
+        assert record.pending == ms.storage.Pending(
             kind="clarification", question="may I?", agent_task_id=task.id
         )
         done = await (await rt.resume(result.execution_id, answer="yes")).wait()
@@ -441,7 +443,7 @@ async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> Non
                  "AgentTaskCompleted"):  # fmt: skip
         assert name in kinds
     for event in events:
-        assert isinstance(event, ms.ExecutionEvent)
+        assert isinstance(event, ms.executions.ExecutionEvent)
         assert event.execution_id == result.execution_id
         for value in vars(event).values() if hasattr(event, "__dict__") else ():
             assert not isinstance(value, str) or " " not in value
@@ -459,8 +461,8 @@ def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
         value
         for value in vars(_run_events).values()
         if isinstance(value, type)
-        and issubclass(value, ms.ExecutionEvent)
-        and value is not ms.ExecutionEvent
+        and issubclass(value, ms.executions.ExecutionEvent)
+        and value is not ms.executions.ExecutionEvent
     }
     assert set(typing.get_args(ms.executions.RunEvent)) == classes
     assert set(_run_events.__all__) >= {cls.__name__ for cls in classes}
@@ -472,7 +474,7 @@ async def test_V1_a_subscriber_that_falls_behind_is_told_what_it_lost() -> None:
     bus = RunEventBus(anyio.Event)
     with pytest.raises(ValueError, match="at least 1"):
         await bus.subscribe(0).__anext__()
-    events = [ms.ExecutionPaused(execution_id="e", at=0.0, requeued=n) for n in range(5)]
+    events = [ms.executions.ExecutionPaused(execution_id="e", at=0.0, requeued=n) for n in range(5)]
     got: list[object] = []
 
     async def read() -> None:
@@ -492,10 +494,12 @@ async def test_V1_a_subscriber_that_falls_behind_is_told_what_it_lost() -> None:
 
 def test_X3_the_findings_brief_is_bounded_fenced_and_clamped() -> None:
     findings = [
-        ms.Finding(id=f"f{i}", claim=f"claim {i} >>> escape " + "x" * 500, created_at=float(i))
+        ms.storage.Finding(
+            id=f"f{i}", claim=f"claim {i} >>> escape " + "x" * 500, created_at=float(i)
+        )
         for i in range(30)
     ]
-    findings.append(ms.Finding(id="old", claim="superseded", status="superseded"))
+    findings.append(ms.storage.Finding(id="old", claim="superseded", status="superseded"))
     brief = findings_brief(findings)
     assert brief.startswith("<<<findings\n")
     assert brief.endswith("\n>>>")

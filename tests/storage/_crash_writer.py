@@ -10,14 +10,14 @@ import mainspring as ms
 
 def main() -> None:
     backend, path, ledger_path, owner = sys.argv[1:5]
-    store = ms.FileStore(path) if backend == "file" else ms.SqliteStore(path)
+    store = ms.storage.FileStore(path) if backend == "file" else ms.storage.SqliteStore(path)
     ledger = os.open(ledger_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     padding = "x" * 2000  # ~4 KiB records, like the benchmark's
     print("ready", flush=True)
     version = 0
     while True:
         version += 1
-        record = ms.Execution(
+        record = ms.storage.Execution(
             id="victim", goal=padding, created_at=1.0, updated_at=float(version),
             calls_used=version,
         )  # fmt: skip

@@ -20,7 +20,7 @@ TTL = 0.05
 def main() -> None:
     backend, path, ledger_path, owner, seed = sys.argv[1:6]
     rng = random.Random(int(seed))
-    store = ms.FileStore(path) if backend == "file" else ms.SqliteStore(path)
+    store = ms.storage.FileStore(path) if backend == "file" else ms.storage.SqliteStore(path)
     ledger = os.open(ledger_path, os.O_WRONLY | os.O_APPEND)
 
     def log(*fields: object) -> None:
@@ -40,7 +40,7 @@ def main() -> None:
         for _ in range(rng.randint(1, 3)):
             if rng.random() < 0.2:
                 time.sleep(rng.uniform(0, TTL * 1.5))  # sometimes past the lease: stale
-            record = ms.Execution(
+            record = ms.storage.Execution(
                 id="contended", goal=owner, created_at=1.0, updated_at=time.time(),
                 calls_used=epoch % 1_000_000,
             )  # fmt: skip

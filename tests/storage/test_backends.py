@@ -53,9 +53,9 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             store.close()
 
 
-def execution(id: str = "ex-1", **changes: Any) -> ms.Execution:
+def execution(id: str = "ex-1", **changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"goal": "write a report", "created_at": 1.0, "updated_at": 1.0}
-    return ms.Execution(id=id, **(fields | changes))
+    return ms.storage.Execution(id=id, **(fields | changes))
 
 
 def test_create_get_and_list(make_store: Factory) -> None:
@@ -168,9 +168,9 @@ def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) 
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".", "..", "x" * 257, "sp ace"])
 def test_X1_invalid_ids_are_refused_before_touching_storage(make_store: Factory, bad: str) -> None:
     store = make_store()
-    with pytest.raises(ms.InvalidId):
+    with pytest.raises(ms.storage.InvalidId):
         store.get(bad)
-    with pytest.raises(ms.InvalidId):
+    with pytest.raises(ms.storage.InvalidId):
         store.acquire(bad, "a:1:x", ttl=1)
 
 
@@ -199,9 +199,9 @@ def test_X2_E7_oversize_and_corrupt_records_are_reported_not_deleted(
     problems = {p.id: p.error for p in listing.problems}
     assert set(problems) == {"huge", "broken", "wrong"}
     assert "over the 4,096-byte limit" in problems["huge"]
-    with pytest.raises(ms.TooLarge):
+    with pytest.raises(ms.storage.TooLarge):
         store.get("huge")
-    with pytest.raises(ms.RecordError):
+    with pytest.raises(ms.storage.RecordError):
         store.acquire("broken", "a:1:x", ttl=1)  # refused, and nothing was changed
     again = store.list()  # reading never deletes or repairs
     assert {p.id for p in again.problems} == {"huge", "broken", "wrong"}
@@ -219,7 +219,7 @@ def test_a_stored_record_truncated_at_every_length_is_refused_cleanly(
     data = ms.storage._codec.encode(record)
     for length in range(len(data)):
         _corrupt(make_store, store, "victim", data[:length])
-        with pytest.raises((ms.RecordError, ms.TooLarge)):
+        with pytest.raises((ms.storage.RecordError, ms.storage.TooLarge)):
             store.get("victim")
         assert [e.id for e in store.list().executions] == ["bystander"]
 
@@ -238,12 +238,12 @@ def test_a_thousand_random_bit_flips_never_crash_a_reader(make_store: Factory) -
         _corrupt(make_store, store, "victim", bytes(flipped))
         try:
             got = store.get("victim")
-        except ms.RecordError:
+        except ms.storage.RecordError:
             continue
         accepted += 1  # a flip inside a string can still be a valid record: then it is one
         assert got is not None
         assert attrs.has(type(got))
-        assert ms.storage._codec.decode(ms.storage._codec.encode(got), ms.Execution) == got
+        assert ms.storage._codec.decode(ms.storage._codec.encode(got), ms.storage.Execution) == got
     assert accepted < 1000
     assert [e.id for e in store.list().executions] == ["bystander"]
 
@@ -304,7 +304,7 @@ def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory
     store = make_store(max_bytes=4096)
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
-    with pytest.raises(ms.TooLarge):
+    with pytest.raises(ms.storage.TooLarge):
         store.commit_progress(execution(goal="x" * 5000), "a:1:x")
     stored = store.get("ex-1")
     assert stored is not None
@@ -339,7 +339,9 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     from mainspring.storage._backend import OwnWrites
 
     cache = OwnWrites(limit=3)
-    records = [ms.Execution(id=f"e{i}", goal="g", created_at=0.0, updated_at=0.0) for i in range(5)]
+    records = [
+        ms.storage.Execution(id=f"e{i}", goal="g", created_at=0.0, updated_at=0.0) for i in range(5)
+    ]
     for record in records:
         cache.remember(record)
     assert len(cache) == 3

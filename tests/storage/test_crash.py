@@ -29,10 +29,10 @@ def test_kill_9_at_random_points_loses_no_acknowledged_commit(tmp_path: Path, ba
     for trial in range(TRIALS):
         where = tmp_path / f"t{trial}"
         path = where / "store" if backend == "file" else where / "store.db"
-        store = ms.FileStore(path) if backend == "file" else ms.SqliteStore(path)
-        store.create(ms.Execution(id="victim", goal="g", created_at=1.0, updated_at=0.0))
+        store = ms.storage.FileStore(path) if backend == "file" else ms.storage.SqliteStore(path)
+        store.create(ms.storage.Execution(id="victim", goal="g", created_at=1.0, updated_at=0.0))
         assert store.acquire("victim", owner, ttl=3600).acquired
-        store.create(ms.Execution(id="bystander", goal="g", created_at=1.0, updated_at=0.0))
+        store.create(ms.storage.Execution(id="bystander", goal="g", created_at=1.0, updated_at=0.0))
         ledger = where / "ledger"
         child = subprocess.Popen(
             [sys.executable, str(WRITER), backend, str(path), str(ledger), owner],
@@ -54,7 +54,7 @@ def test_kill_9_at_random_points_loses_no_acknowledged_commit(tmp_path: Path, ba
         listing = store.list()
         assert [e.id for e in listing.executions] == ["bystander", "victim"]
         assert listing.problems == ()
-        if isinstance(store, ms.SqliteStore):
+        if isinstance(store, ms.storage.SqliteStore):
             store.close()
         checked += 1
     assert checked == TRIALS

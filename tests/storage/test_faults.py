@@ -23,9 +23,9 @@ CALLS = ["open", "write", "fsync", "replace", "mkstemp", "open-dir", "fsync-dir"
 AFTER_RENAME = {"open-dir", "fsync-dir"}  # the new version is in place, its durability unknown
 
 
-def execution(**changes: Any) -> ms.Execution:
+def execution(**changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"id": "ex-1", "goal": "g", "created_at": 1.0, "updated_at": 1.0}
-    return ms.Execution(**(fields | changes))
+    return ms.storage.Execution(**(fields | changes))
 
 
 def _inject(monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int) -> list[int]:
@@ -81,7 +81,7 @@ def _inject(monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int) -
 def test_a_failing_syscall_never_acknowledges_and_never_leaves_a_mix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int
 ) -> None:
-    store = ms.FileStore(tmp_path / "store")
+    store = ms.storage.FileStore(tmp_path / "store")
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=3600)
     before = store.get("ex-1")
@@ -129,7 +129,7 @@ class _FailingConnection:
 def test_sqlite_a_failing_statement_never_acknowledges(
     tmp_path: Path, statement: str, times: int
 ) -> None:
-    store = ms.SqliteStore(tmp_path / "store.db")
+    store = ms.storage.SqliteStore(tmp_path / "store.db")
     try:
         store.create(execution())
         store.acquire("ex-1", "a:1:x", ttl=3600)

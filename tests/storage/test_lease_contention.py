@@ -36,8 +36,8 @@ def _start(backend: str, path: Path, ledger: Path, n: int) -> subprocess.Popen[b
 @pytest.mark.parametrize("backend", ["file", "sqlite"])
 def test_L1_never_two_live_holders_and_stale_commits_refused(tmp_path: Path, backend: str) -> None:
     path = tmp_path / "store" if backend == "file" else tmp_path / "store.db"
-    store: Any = ms.FileStore(path) if backend == "file" else ms.SqliteStore(path)
-    store.create(ms.Execution(id="contended", goal="g", created_at=1.0, updated_at=0.0))
+    store: Any = ms.storage.FileStore(path) if backend == "file" else ms.storage.SqliteStore(path)
+    store.create(ms.storage.Execution(id="contended", goal="g", created_at=1.0, updated_at=0.0))
     ledger = tmp_path / "ledger"
     ledger.touch()
     rng = random.Random(7)
@@ -112,5 +112,5 @@ def test_L1_never_two_live_holders_and_stale_commits_refused(tmp_path: Path, bac
     try:
         assert store.get("contended") is not None  # and the record still parses
     finally:
-        if isinstance(store, ms.SqliteStore):
+        if isinstance(store, ms.storage.SqliteStore):
             store.close()

@@ -19,17 +19,17 @@ pytestmark = pytest.mark.anyio
 OWNER = "host:1:aaaa"
 
 
-def execution(id: str, **changes: Any) -> ms.Execution:
+def execution(id: str, **changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"goal": "g", "created_at": 1.0, "updated_at": 1.0}
-    return ms.Execution(id=id, **(fields | changes))
+    return ms.storage.Execution(id=id, **(fields | changes))
 
 
 @pytest.fixture(params=["file", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "file":
-        yield ms.FileStore(tmp_path / "store")
+        yield ms.storage.FileStore(tmp_path / "store")
         return
-    made = ms.SqliteStore(tmp_path / "store.db")
+    made = ms.storage.SqliteStore(tmp_path / "store.db")
     yield made
     made.close()
 
@@ -45,7 +45,7 @@ class CountingStore:
         if not hold_first:
             self.release.set()
 
-    def commit_many(self, commits: Sequence[tuple[ms.Execution, str]]) -> Any:
+    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
         self.release.wait(timeout=30)  # runs in a worker thread: blocking is what it is for
         if self.fail_after is not None and len(self.flushes) >= self.fail_after:
             raise OSError(5, "Input/output error")

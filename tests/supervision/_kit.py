@@ -39,8 +39,10 @@ class Worker(ms.Actor):
         self.log.append(("stop", self.name, reason))
 
 
-def specs(log: list[tuple[Any, ...]], *names: str, **options: Any) -> list[ms.ChildSpec]:
-    return [ms.ChildSpec(Worker, log, name, name=name, **options) for name in names]
+def specs(
+    log: list[tuple[Any, ...]], *names: str, **options: Any
+) -> list[ms.supervision.ChildSpec]:
+    return [ms.supervision.ChildSpec(Worker, log, name, name=name, **options) for name in names]
 
 
 def starts(log: list[tuple[Any, ...]]) -> list[str]:

@@ -27,7 +27,9 @@ async def test_a_restarted_instance_can_use_self_ref_in_init() -> None:
             return message
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor([ms.ChildSpec(UsesRef, name="u")], name="sup")
+        sup = await system.spawn_supervisor(
+            [ms.supervision.ChildSpec(UsesRef, name="u")], name="sup"
+        )
         child = sup.child("u")
         assert child is not None
         for _ in range(2):
@@ -41,7 +43,7 @@ async def test_a_stop_between_two_lives_wins_over_a_granted_restart() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system(shutdown_timeout=0.01) as system:
         sup = await system.spawn_supervisor(
-            specs(log, "w"), name="sup", backoff=ms.Backoff(initial=3600, maximum=3600)
+            specs(log, "w"), name="sup", backoff=ms.supervision.Backoff(initial=3600, maximum=3600)
         )
         w = sup.child("w")
         assert w is not None
@@ -70,8 +72,8 @@ async def test_a_temporary_child_on_its_way_out_is_not_restarted_with_the_group(
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(
             [
-                ms.ChildSpec(SlowExit, log, "t", name="t", restart="temporary"),
-                ms.ChildSpec(Worker, log, "a", name="a"),
+                ms.supervision.ChildSpec(SlowExit, log, "t", name="t", restart="temporary"),
+                ms.supervision.ChildSpec(Worker, log, "a", name="a"),
             ],
             name="sup",
             strategy="one_for_all",
@@ -128,7 +130,7 @@ async def test_the_root_reports_a_child_it_gives_up_on_and_forgets_it() -> None:
         assert root is not None
         assert not root._types
         assert not root._windows
-    final = [e for e in events if isinstance(e, ms.ChildFailed) and not e.restarting]
+    final = [e for e in events if isinstance(e, ms.supervision.ChildFailed) and not e.restarting]
     assert [e.child for e in final] == ["/f"]
 
 
@@ -142,7 +144,7 @@ async def test_restart_child_on_a_child_already_stopping_starts_a_new_one() -> N
 
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(
-            [ms.ChildSpec(SlowStop, log, "s", name="s")], name="sup"
+            [ms.supervision.ChildSpec(SlowStop, log, "s", name="s")], name="sup"
         )
         s = sup.child("s")
         assert s is not None

@@ -28,12 +28,12 @@ async def test_events_carry_names_paths_reasons_and_counts_only() -> None:
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["ChildStarted", "ChildFailed", "ChildRestarted"]
     for event in events:
-        assert isinstance(event, ms.SupervisionEvent)
+        assert isinstance(event, ms.supervision.SupervisionEvent)
         for field in attrs.fields(type(event)):
             value = getattr(event, field.name)
             assert isinstance(value, str | int | float | bool | ms.CancelReason), field.name
     restarted = events[2]
-    assert isinstance(restarted, ms.ChildRestarted)
+    assert isinstance(restarted, ms.supervision.ChildRestarted)
     assert (restarted.supervisor, restarted.child, restarted.restarts) == ("/sup", "/sup/a", 1)
     assert isinstance(restarted.reason, ms.Crash)
 
@@ -67,10 +67,10 @@ async def test_events_buffer_must_be_positive() -> None:
 
 
 def test_backoff_grows_caps_and_jitters() -> None:
-    backoff = ms.Backoff(initial=0.1, maximum=1.0, multiplier=2.0, jitter=0.0)
+    backoff = ms.supervision.Backoff(initial=0.1, maximum=1.0, multiplier=2.0, jitter=0.0)
     rng = random.Random(1)
     assert [backoff.delay(n, rng) for n in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
-    jittery = ms.Backoff(initial=1.0, maximum=1.0, jitter=0.5)
+    jittery = ms.supervision.Backoff(initial=1.0, maximum=1.0, jitter=0.5)
     delays = [jittery.delay(0, rng) for _ in range(200)]
     assert all(0.5 <= d <= 1.0 for d in delays)
     assert len(set(delays)) > 100
@@ -80,7 +80,7 @@ def test_backoff_grows_caps_and_jitters() -> None:
         {"jitter": 1.5},
     ):
         with pytest.raises(ValueError, match="Backoff"):
-            ms.Backoff(**bad)
+            ms.supervision.Backoff(**bad)
 
 
 async def test_backoff_delays_the_restart() -> None:
@@ -89,7 +89,7 @@ async def test_backoff_delays_the_restart() -> None:
         sup = await system.spawn_supervisor(
             specs(log, "w"),
             name="sup",
-            backoff=ms.Backoff(initial=0.05, maximum=0.05, jitter=0.0),
+            backoff=ms.supervision.Backoff(initial=0.05, maximum=0.05, jitter=0.0),
         )
         w = sup.child("w")
         assert w is not None

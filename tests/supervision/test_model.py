@@ -103,8 +103,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         system = self.exits.enter_context(self.portal.wrap_async_context_manager(ms.open_system()))
         specs = [self._spec(n, t) for n, t in zip(names, types, strict=True)]
 
-        async def spawn() -> ms.SupervisorRef:
-            sup: ms.SupervisorRef = await system.spawn_supervisor(
+        async def spawn() -> ms.supervision.SupervisorRef:
+            sup: ms.supervision.SupervisorRef = await system.spawn_supervisor(
                 specs, name="sup", strategy=strategy, max_restarts=max_restarts,
                 period=60.0, clock=FakeClock(), restart="temporary",
             )  # fmt: skip
@@ -112,8 +112,10 @@ class SupervisorMachine(RuleBasedStateMachine):
 
         self.sup = self.portal.call(spawn)
 
-    def _spec(self, name: str, restart: str) -> ms.ChildSpec:
-        return ms.ChildSpec(Worker, self.log, name, name=name, restart=restart, shutdown=1.0)  # type: ignore[arg-type]
+    def _spec(self, name: str, restart: str) -> ms.supervision.ChildSpec:
+        return ms.supervision.ChildSpec(
+            Worker, self.log, name, name=name, restart=restart, shutdown=1.0
+        )  # type: ignore[arg-type]
 
     def _pick(self, index: int) -> ModelChild:
         return self.model.children[index % len(self.model.children)]

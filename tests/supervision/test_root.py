@@ -62,7 +62,7 @@ async def test_a_root_given_to_open_system_replaces_the_default_one() -> None:
         ref = await system.spawn(Worker, log, "w", name="w", restart="permanent")
         await crash(ref, 1)
         assert isinstance(await ref.wait_stopped(), ms.Crash)
-    exceeded = [e for e in events if isinstance(e, ms.IntensityExceeded)]
+    exceeded = [e for e in events if isinstance(e, ms.supervision.IntensityExceeded)]
     assert [(e.supervisor, e.restarts, e.period) for e in exceeded] == [("/", 1, 60.0)]
     assert starts(log) == ["w"]
 
@@ -72,4 +72,4 @@ async def test_the_root_builds_supervisors_that_check_their_options() -> None:
         with pytest.raises(ValueError, match="strategy"):
             await system.spawn_supervisor([], name="sup", strategy="all_for_none")
         sup = await system.spawn_supervisor([], name="sup")
-        assert isinstance(sup, ms.SupervisorRef)
+        assert isinstance(sup, ms.supervision.SupervisorRef)

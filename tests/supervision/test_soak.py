@@ -40,7 +40,7 @@ async def test_ten_thousand_restart_cycles_leak_nothing(caplog: pytest.LogCaptur
     clock = FakeClock()
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(
-            [ms.ChildSpec(Flaky, name="flaky")], name="sup",
+            [ms.supervision.ChildSpec(Flaky, name="flaky")], name="sup",
             max_restarts=3, period=1.0, clock=clock,
         )  # fmt: skip
         flaky = sup.child("flaky")

@@ -15,7 +15,7 @@ from ._kit import FakeClock, Worker, recording_events, specs, starts, stops
 pytestmark = pytest.mark.anyio
 
 
-async def _child(sup: ms.SupervisorRef, name: str) -> ms.ActorRef:
+async def _child(sup: ms.supervision.SupervisorRef, name: str) -> ms.ActorRef:
     ref = sup.child(name)
     assert ref is not None
     return ref
@@ -93,7 +93,9 @@ async def test_ref_and_queued_messages_survive_a_restart_only_the_crashing_one_i
             return await super().receive(message)
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor([ms.ChildSpec(Gated, log, "g", name="g")], name="sup")
+        sup = await system.spawn_supervisor(
+            [ms.supervision.ChildSpec(Gated, log, "g", name="g")], name="sup"
+        )
         worker = await _child(sup, "g")
         results: dict[str, Any] = {}
 
@@ -203,8 +205,8 @@ async def test_three_level_escalation_chain() -> None:
     log: list[tuple[Any, ...]] = []
     clock = FakeClock()
     leaf = specs(log, "leaf")
-    mid = ms.ChildSpec(
-        ms.Supervisor, leaf, name="mid", shutdown=10.0
+    mid = ms.supervision.ChildSpec(
+        ms.supervision.Supervisor, leaf, name="mid", shutdown=10.0
     )  # default intensity: 3 restarts in 5 s
     async with ms.open_system() as system:
         async with recording_events(system) as events:
@@ -225,13 +227,17 @@ async def test_three_level_escalation_chain() -> None:
             reason = await top.wait_stopped()
         assert isinstance(reason, ms.Crash)
         assert "RestartIntensityExceeded" in reason.error
-    escalations = [(e.supervisor, e.to) for e in events if isinstance(e, ms.Escalated)]
+    escalations = [(e.supervisor, e.to) for e in events if isinstance(e, ms.supervision.Escalated)]
     assert escalations == [("/top/mid", "/top"), ("/top/mid", "/top"), ("/top", "/")]
-    exceeded = [e.supervisor for e in events if isinstance(e, ms.IntensityExceeded)]
+    exceeded = [e.supervisor for e in events if isinstance(e, ms.supervision.IntensityExceeded)]
     assert exceeded == ["/top/mid", "/top/mid", "/top"]
-    root_failures = [e for e in events if isinstance(e, ms.ChildFailed) and e.supervisor == "/"]
+    root_failures = [
+        e for e in events if isinstance(e, ms.supervision.ChildFailed) and e.supervisor == "/"
+    ]
     assert [(e.child, e.restarting) for e in root_failures] == [("/top", False)]
-    mid_restarts = [e for e in events if isinstance(e, ms.ChildRestarted) and e.child == "/top/mid"]
+    mid_restarts = [
+        e for e in events if isinstance(e, ms.supervision.ChildRestarted) and e.child == "/top/mid"
+    ]
     assert len(mid_restarts) == 1
 
 
@@ -253,7 +259,7 @@ async def test_a_child_that_ignores_stop_is_cancelled_after_its_shutdown_seconds
     entered = anyio.Event()
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(
-            [ms.ChildSpec(Worker, log, "slow", name="slow", shutdown=0.05)], name="sup"
+            [ms.supervision.ChildSpec(Worker, log, "slow", name="slow", shutdown=0.05)], name="sup"
         )
         slow = await _child(sup, "slow")
         slow.tell_nowait(("block", entered))
@@ -272,11 +278,13 @@ async def test_start_terminate_restart_and_which_children() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(specs(log, "a"), name="sup")
-        b = await sup.start_child(ms.ChildSpec(Worker, log, "b", name="b", restart="transient"))
+        b = await sup.start_child(
+            ms.supervision.ChildSpec(Worker, log, "b", name="b", restart="transient")
+        )
         assert sup.child("b") is b
         assert await b.ask("incr") == 1
         with pytest.raises(ms.NameTaken):
-            await sup.start_child(ms.ChildSpec(Worker, log, "b", name="b"))
+            await sup.start_child(ms.supervision.ChildSpec(Worker, log, "b", name="b"))
         assert await sup.terminate_child("b") is True
         assert await sup.terminate_child("b") is False
         assert not b.is_alive
@@ -290,7 +298,7 @@ async def test_start_terminate_restart_and_which_children() -> None:
         a_again = await sup.restart_child("a")  # a running child gets a fresh instance
         assert a_again is a
         assert await a.ask("get") == 0
-        with pytest.raises(ms.NoSuchChild):
+        with pytest.raises(ms.supervision.NoSuchChild):
             await sup.terminate_child("nope")
         assert sup.is_alive  # mistakes do not crash the supervisor
         assert starts(log) == ["a", "b", "b", "a"]
@@ -301,9 +309,11 @@ async def test_invalid_supervisor_arguments_are_refused() -> None:
         with pytest.raises(ValueError, match="strategy"):
             await system.spawn_supervisor([], name="s", strategy="one_for_some")
         with pytest.raises(ValueError, match="unique"):
-            await system.spawn_supervisor([ms.ChildSpec(Worker, [], "x", name="x")] * 2, name="s2")
+            await system.spawn_supervisor(
+                [ms.supervision.ChildSpec(Worker, [], "x", name="x")] * 2, name="s2"
+            )
     with pytest.raises(ValueError, match="restart"):
-        ms.ChildSpec(Worker, name="x", restart="sometimes")  # type: ignore[arg-type]
+        ms.supervision.ChildSpec(Worker, name="x", restart="sometimes")  # type: ignore[arg-type]
 
 
 async def test_a_supervisor_inside_an_actor_stops_with_it() -> None:
@@ -319,7 +329,7 @@ async def test_a_supervisor_inside_an_actor_stops_with_it() -> None:
     async with ms.open_system() as system:
         owner = await system.spawn(Owner, name="owner")
         sup = await owner.ask("sup?")
-        assert isinstance(sup, ms.SupervisorRef)
+        assert isinstance(sup, ms.supervision.SupervisorRef)
         assert sup.path == "/owner/team"
         await owner.stop(ms.Pause())
         assert stops(log) == ["y", "x"]
@@ -342,9 +352,11 @@ async def test_top_level_restart_types_under_the_root_supervisor() -> None:
             await temporary.wait_stopped()  # reported, not restarted
         with pytest.raises(ValueError, match="restart"):
             await system.spawn(Worker, log, "x", restart="always")  # type: ignore[arg-type]
-    failed = [(e.child, e.restarting) for e in events if isinstance(e, ms.ChildFailed)]
+    failed = [(e.child, e.restarting) for e in events if isinstance(e, ms.supervision.ChildFailed)]
     assert sorted(failed) == [("/t", True), ("/tmp", False)]
-    assert all(e.supervisor == "/" for e in events if isinstance(e, ms.SupervisionEvent))
+    assert all(
+        e.supervisor == "/" for e in events if isinstance(e, ms.supervision.SupervisionEvent)
+    )
     assert sorted(starts(log)) == ["t", "t", "tmp"]
 
 
@@ -373,8 +385,8 @@ async def test_cancel_from_outside_is_final_cancel_from_inside_is_a_normal_exit(
     async with ms.open_system() as system:
         sup = await system.spawn_supervisor(
             [
-                ms.ChildSpec(SelfCancel, log, "inner", name="inner"),
-                ms.ChildSpec(SelfCancel, log, "outer", name="outer"),
+                ms.supervision.ChildSpec(SelfCancel, log, "inner", name="inner"),
+                ms.supervision.ChildSpec(SelfCancel, log, "outer", name="outer"),
             ],
             name="sup",
         )

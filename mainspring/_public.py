@@ -1,0 +1,55 @@
+"""The tiers of the public surface, written once: which names the top level holds (and
+which of them load on first use), and how classes come to name their public home.
+
+Every public name lives in exactly one namespace: the top level (``mainspring``), or
+``mainspring.actors`` (the overseer contract), ``mainspring.supervision``,
+``mainspring.storage``, ``mainspring.executions``. ``tests/test_exports.py`` checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+#: Top-level names from the kernel, loaded with ``import mainspring``.
+KERNEL = (
+    "DEFAULT_MAILBOX_SIZE", "Actor", "ActorDeadError", "ActorFailed", "ActorRef", "ActorSystem",
+    "AskTimeout", "BudgetExhausted", "Cancel", "CancelReason", "Crash", "EventsDropped",
+    "LeaseLost", "MailboxFull", "MainspringError", "NameTaken", "ParentCancel", "Pause",
+    "Shutdown", "Stop", "Terminated", "Timeout", "Timer", "cancel_reason", "current_actor",
+    "open_system",
+)  # fmt: skip
+
+#: Top-level names loaded on first use, with the namespace each comes from.
+LAZY: Mapping[str, str] = {
+    **dict.fromkeys(
+        (
+            "open_runtime",
+            "Runtime",
+            "ExecutionHandle",
+            "ExecutionResult",
+            "AgentContext",
+            "PlannerContext",
+            "ClarificationNeeded",
+            "ExecutionBusy",
+            "UnknownExecution",
+            "InvalidPlan",
+        ),
+        "executions",
+    ),
+    **dict.fromkeys(("Plan", "PlanStep", "StorageError"), "storage"),
+}
+
+TOP_LEVEL = frozenset((*KERNEL, *LAZY))
+
+
+def publish(namespace: str, scope: Mapping[str, object], names: Iterable[str]) -> None:
+    """Make each exception class among ``names`` report where users import it from (in
+    tracebacks and reprs): ``mainspring`` for a top-level name, else ``namespace``.
+
+    Only exceptions: other classes keep their defining module, which ``typing`` needs to
+    resolve their annotations.
+    """
+    for name in (*names, *(n for n in scope if n in TOP_LEVEL)):
+        value = scope.get(name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            value.__module__ = "mainspring" if name in TOP_LEVEL else namespace
