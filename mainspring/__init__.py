@@ -4,7 +4,7 @@ The names most programs need are here. The rest live in one namespace each:
 ``mainspring.supervision`` (supervisors), ``mainspring.storage`` (records and stores),
 ``mainspring.executions`` (run events and the rest of the durable layer), and
 ``mainspring.actors`` (the contract a supervisor implements). ``import mainspring`` loads the
-kernel and supervision only; the durable layer and the stores load on first use.
+kernel only; supervision, the durable layer and the stores load on first use.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import supervision as supervision  # registers the root supervisor with the kernel
 from ._public import LAZY, TOP_LEVEL
+from ._public import open_system as open_system
 from .actors import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from .actors import Actor as Actor
 from .actors import ActorDeadError as ActorDeadError
@@ -39,11 +39,11 @@ from .actors import Timeout as Timeout
 from .actors import Timer as Timer
 from .actors import cancel_reason as cancel_reason
 from .actors import current_actor as current_actor
-from .actors import open_system as open_system
 
 if TYPE_CHECKING:
     from . import executions as executions
     from . import storage as storage
+    from . import supervision as supervision
     from .executions import AgentContext as AgentContext
     from .executions import ClarificationNeeded as ClarificationNeeded
     from .executions import ExecutionBusy as ExecutionBusy
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 _LAZY = LAZY
-_NAMESPACES = ("executions", "storage", "cli")
+_NAMESPACES = ("executions", "storage", "supervision", "cli")
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,13 @@ Every public name lives in exactly one namespace: the top level (``mainspring``)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from .actors import open_system as _kernel_open_system
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Top-level names from the kernel, loaded with ``import mainspring``.
 KERNEL = (
@@ -53,3 +59,20 @@ def publish(namespace: str, scope: Mapping[str, object], names: Iterable[str]) -
         value = scope.get(name)
         if isinstance(value, type) and issubclass(value, BaseException):
             value.__module__ = "mainspring" if name in TOP_LEVEL else namespace
+
+
+def _with_supervision(open_: F) -> F:
+    @functools.wraps(open_)
+    def opened(*args: Any, **kwargs: Any) -> Any:
+        # The root supervisor registers itself with the kernel when supervision is imported;
+        # the top-level open_system makes sure it has been, without `import mainspring`
+        # paying for supervision up front.
+        from . import supervision  # noqa: F401
+
+        return open_(*args, **kwargs)
+
+    return opened  # type: ignore[return-value]
+
+
+#: ``mainspring.open_system``: the kernel's, with the root supervisor (restarts by rule).
+open_system = _with_supervision(_kernel_open_system)

@@ -53,13 +53,47 @@ def test_import_mainspring_loads_neither_the_durable_layer_nor_the_stores() -> N
 
     code = (
         "import sys, mainspring as ms\n"
-        "heavy = ('mainspring.executions', 'mainspring.storage', 'cattrs', 'orjson', 'sqlite3')\n"
+        "heavy = ('mainspring.executions', 'mainspring.storage', 'mainspring.supervision',\n"
+        "         'cattrs', 'orjson', 'sqlite3')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "ms.Runtime\n"
         "print('mainspring.executions' in sys.modules, ms.storage.SqliteStore.__name__)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["[]", "True SqliteStore"]
+
+
+_RESTARTS = """
+import anyio, sys, mainspring as ms
+
+class Flaky(ms.Actor):
+    async def receive(self, message):
+        if message == "boom":
+            raise RuntimeError("boom")
+        return "pong"
+
+async def main():
+    async with ms.open_system() as system:  # nothing else of mainspring imported first
+        ref = await system.spawn(Flaky, name="f", restart="transient")
+        try:
+            await ref.ask("boom")
+        except ms.ActorFailed:
+            pass
+        print(await ref.ask("ping", timeout=60))  # ActorDeadError had nobody restarted it
+
+anyio.run(main)
+"""
+
+
+def test_open_system_from_a_bare_import_has_the_root_supervisor() -> None:
+    # supervision loads on first use: ms.open_system must still restart by rule
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RESTARTS], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["pong"]  # restarted after its crash
 
 
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
