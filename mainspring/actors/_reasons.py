@@ -59,7 +59,6 @@ class CancelReason:
 
     @property
     def root(self) -> CancelReason:
-        """The reason at the start of the chain: for most reasons, the reason itself."""
         """The reason at the origin of a :class:`ParentCancel` chain; itself for any other."""
         return self
 

@@ -91,6 +91,11 @@ class _Call:
 
 
 @attrs.frozen
+class _Stats:
+    """Ask the writer for its counters (a message of its own type, not a string)."""
+
+
+@attrs.frozen
 class PersistenceStats:
     """Counters: commits received, writes done (after coalescing), flushes (durable syncs)."""
 
@@ -140,7 +145,7 @@ class PersistenceActor(Actor):
                 return _Raised(exc)
             except Exception as exc:
                 return _Raised(exc)
-        if message == "stats":
+        if isinstance(message, _Stats):
             return self.stats()
         raise TypeError(f"the persistence actor takes commits, not {type(message).__name__}")
 
@@ -283,7 +288,7 @@ class Committer:
         return outcome
 
     async def stats(self) -> PersistenceStats:
-        result: PersistenceStats = await self.ref.ask("stats")
+        result: PersistenceStats = await self.ref.ask(_Stats())
         return result
 
     async def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
