@@ -34,6 +34,7 @@ from ._run_events import StepFinished as StepFinished
 from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
+from ._status import IllegalTransition as IllegalTransition
 
 __all__ = [
     "AgentTaskCompleted",
@@ -50,6 +51,7 @@ __all__ = [
     "ExecutionResumed",
     "ExecutionStarted",
     "ExecutionWaiting",
+    "IllegalTransition",
     "RunEvent",
     "StepFinished",
     "StepStarted",
