@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._public import LAZY, TOP_LEVEL
+from ._public import KERNEL, LAZY, TOP_LEVEL, publish
 from ._public import open_system as open_system
 from .actors import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from .actors import Actor as Actor
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from .storage import StorageError as StorageError
 
 __version__ = "0.1.0.dev0"
+
+publish(__name__, globals(), KERNEL)
 
 _LAZY = LAZY
 _NAMESPACES = ("executions", "storage", "supervision", "cli")

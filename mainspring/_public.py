@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import attrs
+
 from .actors import open_system as _kernel_open_system
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,15 +51,15 @@ TOP_LEVEL = frozenset((*KERNEL, *LAZY))
 
 
 def publish(namespace: str, scope: Mapping[str, object], names: Iterable[str]) -> None:
-    """Make each exception class among ``names`` report where users import it from (in
-    tracebacks and reprs): ``mainspring`` for a top-level name, else ``namespace``.
+    """Make each class among ``names`` report where users import it from (in reprs and
+    tracebacks): ``mainspring`` for a top-level name, else ``namespace``.
 
-    Only exceptions: other classes keep their defining module, which ``typing`` needs to
-    resolve their annotations.
+    attrs classes keep their defining module: cattrs and ``typing`` resolve their (string)
+    annotations in it. Their reprs show no module anyway.
     """
     for name in (*names, *(n for n in scope if n in TOP_LEVEL)):
         value = scope.get(name)
-        if isinstance(value, type) and issubclass(value, BaseException):
+        if isinstance(value, type) and not attrs.has(value):
             value.__module__ = "mainspring" if name in TOP_LEVEL else namespace
 
 

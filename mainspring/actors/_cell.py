@@ -23,7 +23,6 @@ This module creates cells, runs their task and keeps the tree; sending is in
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +41,20 @@ from ._stopping import Stopping
 from ._timer import Timer
 
 if TYPE_CHECKING:
+    import logging
+
     from ._overseer import Overseer
     from ._system import ActorSystem
 
 __all__ = ["Cell"]
 
-_log = logging.getLogger("mainspring.actors")
+
+def _log() -> logging.Logger:
+    """The kernel's logger, made on first use: ``import mainspring`` need not load logging."""
+    import logging
+
+    return logging.getLogger("mainspring.actors")
+
 
 # An actor whose handlers never await would otherwise hog the event loop while its mailbox
 # is non-empty; it yields after this many messages in a row.
@@ -295,7 +302,7 @@ class Cell(Messaging, Stopping):
 
     def _crashed(self, exc: Exception) -> None:
         reason = self._record(Crash.from_exception(exc, source=self.path))
-        _log.error("actor %s crashed: %s", self.path, reason, exc_info=exc)
+        _log().error("actor %s crashed: %s", self.path, reason, exc_info=exc)
 
     def _begin_stopping(self, how: str) -> None:
         """Synchronous first half of stopping, run before the children's task group exits."""
@@ -370,7 +377,7 @@ class Cell(Messaging, Stopping):
                 try:
                     await actor.on_stop(reason)
                 except Exception:
-                    _log.exception("actor %s: on_stop raised", self.path)
+                    _log().exception("actor %s: on_stop raised", self.path)
             self._stop_scope = None
         # Watches belong to the instance that made them.
         if self.watching:
