@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import actors
 from ._public import KERNEL, LAZY, TOP_LEVEL, publish
 from ._public import open_system as open_system
 from .actors import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 publish(__name__, globals(), KERNEL)
+publish(actors.__name__, vars(actors), actors.__all__)  # the overseer contract
 
 _LAZY = LAZY
 _NAMESPACES = ("executions", "storage", "supervision", "cli")
