@@ -66,11 +66,11 @@ def publish(namespace: str, scope: Mapping[str, object], names: Iterable[str]) -
 def _with_supervision(open_: F) -> F:
     @functools.wraps(open_)
     def opened(*args: Any, **kwargs: Any) -> Any:
-        # The root supervisor registers itself with the kernel when supervision is imported;
-        # the top-level open_system makes sure it has been, without `import mainspring`
-        # paying for supervision up front.
-        from . import supervision  # noqa: F401
+        # Supervision is imported here, on first use, so that `import mainspring` does not pay
+        # for it; and the root is passed, not registered: there is no global to plug into.
+        from .supervision import RootSupervisor
 
+        kwargs.setdefault("root", RootSupervisor)
         return open_(*args, **kwargs)
 
     return opened  # type: ignore[return-value]

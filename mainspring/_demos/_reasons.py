@@ -23,6 +23,7 @@ from ..actors import (
     cancel_reason,
     open_system,
 )
+from ..supervision import RootSupervisor
 
 REASONS: dict[str, Callable[[], CancelReason]] = {
     "cancel": lambda: Cancel(detail="the operator pressed cancel", source="demo"),
@@ -123,7 +124,7 @@ async def run_demo(out: TextIO, *, reason_name: str = "cancel", steps: int = 6) 
         f"After {steps} tool steps the operator stops it; each actor then says why it stopped.\n",
         file=out,
     )
-    async with open_system("demo") as system:
+    async with open_system("demo", root=RootSupervisor) as system:
         execution = await system.spawn(Execution, say, progress, name="execution")
         await enough.wait()
         reason = REASONS[reason_name]()

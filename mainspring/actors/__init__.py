@@ -3,7 +3,7 @@
 This package imports nothing from ``mainspring.supervision`` or ``mainspring.storage``. Besides
 the names of the top-level API it exports the contract an overseer (a supervisor) implements
 and uses (``_overseer.py``): :class:`Overseer`, :class:`RootOverseer`, :class:`Supervised`,
-the functions an overseer may call, and :func:`set_default_root`.
+and the functions an overseer may call.
 """
 
 from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
@@ -44,7 +44,6 @@ from ._ref import ActorRef as ActorRef
 from ._ref import Terminated as Terminated
 from ._system import ActorSystem as ActorSystem
 from ._system import open_system as open_system
-from ._system import set_default_root as set_default_root
 from ._timer import Timer as Timer
 
 __all__ = [
@@ -60,6 +59,5 @@ __all__ = [
     "deliver_control",
     "find_child",
     "publish_event",
-    "set_default_root",
     "spawn_supervised",
 ]

@@ -32,16 +32,16 @@ from ._util import NoPublicConstructor, SpawnPacer
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["ActorSystem", "open_system", "set_default_root"]
+__all__ = ["ActorSystem", "open_system"]
 
 
 class _KernelRoot:
     """The kernel's own minimal root policy: it restarts nothing and builds no supervisors.
 
     Every top-level actor ends for good whatever its restart type, as if it were temporary
-    (a crash is still logged by the actor's cell). It is the root of a system only when no
-    other root was given (``open_system(root=...)``) or registered (:func:`set_default_root`);
-    ``import mainspring`` registers the supervision package's root supervisor.
+    (a crash is still logged by the actor's cell). It is the root of a system opened here
+    without ``root=...``; ``mainspring.open_system`` passes the supervision package's root
+    supervisor, so nothing is registered globally.
     """
 
     def __init__(self, system: ActorSystem) -> None:
@@ -63,25 +63,8 @@ class _KernelRoot:
     ) -> tuple[Callable[[], Actor], type[ActorRef]]:
         raise MainspringError(
             f"actor system {self.system.name!r} has no supervision: its root overseer cannot "
-            "build supervisors (import mainspring.supervision, or pass open_system(root=...))"
+            "build supervisors (use mainspring.open_system, or pass open_system(root=...))"
         )
-
-
-# The root overseer factory of systems opened without root=...: the kernel's minimal policy
-# until a supervision layer registers its own (mainspring.supervision does, at import).
-_default_root: RootOverseerFactory = _KernelRoot
-
-
-def set_default_root(factory: RootOverseerFactory) -> RootOverseerFactory:
-    """Make ``factory`` build the root overseer of every system opened from now on without an
-    explicit ``open_system(root=...)``; return the factory it replaces.
-
-    ``mainspring.supervision`` calls this once, at import, with its root supervisor. Systems
-    already open keep their root.
-    """
-    global _default_root
-    previous, _default_root = _default_root, factory
-    return previous
 
 
 class ActorSystem(metaclass=NoPublicConstructor):
@@ -298,13 +281,13 @@ async def open_system(
 
     ``root`` builds the overseer of the top-level actors (the root supervisor, whose restart
     policy ``spawn(restart=...)`` uses, and which builds ``spawn_supervisor``'s supervisors);
-    by default the one registered with :func:`set_default_root`, i.e. with ``import mainspring``
-    the supervision package's (``mainspring.supervision.RootSupervisor``).
+    by default the kernel's own minimal policy, which restarts nothing.
+    ``mainspring.open_system`` passes ``mainspring.supervision.RootSupervisor``.
     """
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         system = ActorSystem._create(
-            name, tg, shutdown_timeout, stop_timeout, root if root is not None else _default_root
+            name, tg, shutdown_timeout, stop_timeout, root if root is not None else _KernelRoot
         )
         detail = "the open_system block ended"
         try:

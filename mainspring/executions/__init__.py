@@ -4,7 +4,6 @@ step, planner and agent-task actors, and the contexts user code receives.
 Built on ``mainspring.actors`` and ``mainspring.storage``.
 """
 
-from .. import supervision as _supervision  # noqa: F401 - the root supervisor, registered
 from .._public import publish
 from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded

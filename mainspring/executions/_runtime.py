@@ -51,6 +51,7 @@ from ..storage import (
     parse_agent_tasks,
     redact,
 )
+from ..supervision import RootSupervisor
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._plan import check_plan
@@ -506,7 +507,7 @@ async def open_runtime(
                 raise TypeError(f"{kind} {key} is not callable")
     backend, close = open_store(store)
     try:
-        async with open_system("mainspring-runtime") as system:
+        async with open_system("mainspring-runtime", root=RootSupervisor) as system:
             committer = await open_committer(system, backend)
             bus = RunEventBus(system.new_event)
             cfg = RunConfig(

@@ -1,9 +1,9 @@
-"""The system's root supervisor: the overseer of top-level actors, registered with the kernel.
+"""The system's root supervisor: the overseer of top-level actors, given to the kernel.
 
 It implements the kernel's ``RootOverseer`` contract (``mainspring.actors``): one_for_one over
 the top-level actors, each with the restart type it was spawned with and its own restart
 intensity window; and it builds the :class:`Supervisor` that ``spawn_supervisor`` starts.
-Importing this package makes it the default root of every system (``set_default_root``);
+``mainspring.open_system`` and the Runtime pass it as the root of their systems;
 ``open_system(root=...)`` takes another, e.g. ``partial(RootSupervisor, clock=fake_clock)``.
 """
 
@@ -21,7 +21,6 @@ from ..actors import (
     RestartType,
     Supervised,
     SupervisorOptions,
-    set_default_root,
 )
 from ._events import ChildFailed, ChildRestarted, IntensityExceeded
 from ._intensity import RestartWindow
@@ -123,6 +122,3 @@ class RootSupervisor:
             clock=options.clock,
         )
         return factory, SupervisorRef
-
-
-set_default_root(RootSupervisor)

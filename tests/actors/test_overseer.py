@@ -257,18 +257,16 @@ async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors()
             await system.spawn_supervisor([], name="sup")
 
 
-async def test_set_default_root_changes_the_root_of_systems_opened_later() -> None:
-    roots: list[FakeRoot] = []
-    factory = fake_root(roots)
-    previous = kernel.set_default_root(factory)
-    try:
-        async with ms.open_system() as system:
-            await system.spawn(Recorder, name="r")
-    finally:
-        assert kernel.set_default_root(previous) is factory
-    assert roots[0].calls[0] == ("adopt", "/r", "temporary")
-    async with ms.open_system() as system:  # back to the supervision package's root
+async def test_the_kernels_open_system_has_no_global_root_to_plug_into() -> None:
+    # Without root=..., the kernel's own policy; mainspring.open_system passes supervision's.
+    async with kernel.open_system() as system:
+        assert type(system._root).__name__ == "_KernelRoot"
+    async with ms.open_system() as system:
         assert type(system._root).__name__ == "RootSupervisor"
+    roots: list[FakeRoot] = []
+    async with ms.open_system(root=fake_root(roots)) as system:
+        await system.spawn(Recorder, name="r")
+    assert roots[0].calls[0] == ("adopt", "/r", "temporary")
 
 
 # -- the hooks declared on Actor ------------------------------------------------------------
