@@ -12,8 +12,6 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-import attrs
-
 from .actors import open_system as _kernel_open_system
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,15 +49,17 @@ TOP_LEVEL = frozenset((*KERNEL, *LAZY))
 
 
 def publish(namespace: str, scope: Mapping[str, object], names: Iterable[str]) -> None:
-    """Make each class among ``names`` report where users import it from (in reprs and
-    tracebacks): ``mainspring`` for a top-level name, else ``namespace``.
+    """Make each exception class among ``names`` report where users import it from (in
+    tracebacks and reprs): ``mainspring`` for a top-level name, else ``namespace``.
 
-    attrs classes keep their defining module: cattrs and ``typing`` resolve their (string)
-    annotations in it. Their reprs show no module anyway.
+    Only exceptions, whose names users read in tracebacks and catch by: other classes keep
+    their defining module, which ``inspect.getsource`` (IPython's ``??``, Sphinx) and
+    ``typing`` need. The price, as in trio: ``inspect.getsource`` does not find an error's
+    source.
     """
     for name in (*names, *(n for n in scope if n in TOP_LEVEL)):
         value = scope.get(name)
-        if isinstance(value, type) and not attrs.has(value):
+        if isinstance(value, type) and issubclass(value, BaseException):
             value.__module__ = "mainspring" if name in TOP_LEVEL else namespace
 
 

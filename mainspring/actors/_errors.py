@@ -8,7 +8,7 @@ is never wrapped: it stays the backend's own ``BaseException``. Each error's ``_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._reasons import CancelReason
@@ -28,6 +28,19 @@ class MainspringError(Exception):
     """Root of every error mainspring raises on purpose."""
 
     __module__ = "mainspring"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses keep their data as attributes and build their message in __init__, so
+        # the default (calling the class with ``args``) cannot rebuild them: rebuild from the
+        # message and the attributes instead, so errors cross pickle, copy and processes.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[MainspringError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class MailboxFull(MainspringError):

@@ -38,10 +38,10 @@ __all__ = ["ActorSystem", "open_system"]
 class _KernelRoot:
     """The kernel's own minimal root policy: it restarts nothing and builds no supervisors.
 
-    Every top-level actor ends for good whatever its restart type, as if it were temporary
-    (a crash is still logged by the actor's cell). It is the root of a system opened here
-    without ``root=...``; ``mainspring.open_system`` passes the supervision package's root
-    supervisor, so nothing is registered globally.
+    Top-level actors are temporary: a spawn asking for another restart type is refused, not
+    silently downgraded (a crash is still logged by the actor's cell). It is the root of a
+    system opened here without ``root=...``; ``mainspring.open_system`` passes the supervision
+    package's root supervisor, so nothing is registered globally.
     """
 
     def __init__(self, system: ActorSystem) -> None:
@@ -125,6 +125,11 @@ class ActorSystem(metaclass=NoPublicConstructor):
             raise ValueError(f"restart must be one of {', '.join(RESTART_TYPES)}, not {restart!r}")
         if self._closed:
             raise MainspringError(f"actor system {self.name!r} is shutting down")
+        if restart != "temporary" and isinstance(self._root, _KernelRoot):
+            raise MainspringError(
+                f"actor system {self.name!r} has no supervision, so nothing would restart a "
+                f"{restart} actor: use mainspring.open_system, or open_system(root=...)"
+            )
         return self._spawn_top_level(factory, args, name, mailbox_size, restart, ActorRef).ref
 
     def _spawn_top_level(

@@ -8,6 +8,7 @@ from .._public import publish
 from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
+from ._agent import SaveRefused as SaveRefused
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -52,6 +53,7 @@ __all__ = [
     "ExecutionWaiting",
     "IllegalTransition",
     "RunEvent",
+    "SaveRefused",
     "StepFinished",
     "StepStarted",
     "StopResult",

@@ -98,8 +98,13 @@ class ClarificationNeeded(MainspringError):
         self.question = question
 
 
-class Refused(MainspringError):
-    """The execution refused a save: it is stopping. The child unwinds without another call."""
+class SaveRefused(MainspringError):
+    """An agent's durable call (``ctx.step``, ``ctx.ask``, a finding) could not be saved:
+    its execution is stopping, or this task was stopped or is waiting for an answer.
+
+    Raised into agent code, for example into cleanup that runs after the task was cancelled.
+    Nothing more of this task will be saved in this run; let it propagate and unwind.
+    """
 
 
 class _OverBudget(MainspringError):
@@ -349,9 +354,9 @@ class AgentTaskActor(Actor):
         try:
             accepted = await self._execution.ask(TaskSave(self.record, output))
         except (ActorDeadError, ActorFailed) as exc:
-            raise Refused("the execution is stopping") from exc
+            raise SaveRefused("the execution is stopping") from exc
         if not accepted:
-            raise Refused("the execution refused the save: it is stopping")
+            raise SaveRefused("the execution refused the save: it is stopping")
 
     async def record_inner(self, name: str, result: Any) -> None:
         observation = Observation(step_id=name, ok=True, output=redact(result))
@@ -368,7 +373,7 @@ class AgentTaskActor(Actor):
         """Save the question (P5), then wait to be stopped. The execution cancels this actor
         with ``Stop`` as soon as the question is committed (while this save is still being
         answered), so the agent's code unwinds through anyio's own cancellation, never through
-        an exception of ours. ``Refused`` if the save was refused: the execution is stopping.
+        an exception of ours. ``SaveRefused`` if the save was refused: the execution is stopping.
         """
         self._touch(state="waiting_for_clarification", pending_question=redact(question))
         await self._save()
@@ -420,7 +425,7 @@ class AgentTaskActor(Actor):
                 output = await self._agent(AgentContext(self), self._step.input)
             except _OverBudget as exc:
                 self._fail(exc.code, str(exc))
-            except Refused:
+            except SaveRefused:
                 raise
             except Exception as exc:
                 self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
@@ -432,6 +437,6 @@ class AgentTaskActor(Actor):
                 else:
                     self._touch(state="completed", ended_at=time.time())
             await self._save(output)
-        except Refused:
+        except SaveRefused:
             pass
         await self.ref.stop()

@@ -148,6 +148,10 @@ class TaskEvents(ExecutionCore):
     ) -> bool:
         """A step's result made the record too large (or otherwise unwritable): the step
         fails with that reason, without the result, and the run goes on."""
+        if self._sched.status[step.id] == "pending":
+            # An agent's question that could not be stored: the wait it would have started
+            # never reached disk, so the step was still running when it failed.
+            self._sched.set(step.id, "running")
         self._sched.set(step.id, "failed")  # from succeeded too: its result is not storable
         self._running.pop(step.id, None)
         self._outputs.pop(step.id, None)

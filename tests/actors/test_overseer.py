@@ -249,7 +249,10 @@ async def test_publish_event_reaches_every_subscriber() -> None:
 
 async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors() -> None:
     async with ms.open_system(root=_KernelRoot) as system:
-        ref = await system.spawn(Flaky, name="w", restart="permanent")
+        with pytest.raises(ms.MainspringError, match="nothing would restart a permanent"):
+            await system.spawn(Flaky, name="w", restart="permanent")  # refused, not downgraded
+        assert system.lookup("/w") is None
+        ref = await system.spawn(Flaky, name="w")
         with pytest.raises(ms.ActorFailed):
             await ref.ask("crash")
         assert isinstance(await ref.wait_stopped(), ms.Crash)
