@@ -2,8 +2,9 @@
 
 Every error mainspring raises on purpose derives from :class:`MainspringError`. Errors keep
 their data as attributes so callers can branch on it instead of parsing messages. Cancellation
-is never wrapped: it stays the backend's own ``BaseException``. Each error's ``__module__`` is
-``mainspring``, where users import it from, so tracebacks and reprs name that.
+is never wrapped: it stays the backend's own ``BaseException``. Each error reports its
+public home (``mainspring``) in tracebacks and reprs: ``mainspring/_public.py`` sets it for
+every public namespace in one place.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ __all__ = [
 class MainspringError(Exception):
     """Root of every error mainspring raises on purpose."""
 
-    __module__ = "mainspring"
-
     def __reduce__(self) -> tuple[Any, ...]:
         # Subclasses keep their data as attributes and build their message in __init__, so
         # the default (calling the class with ``args``) cannot rebuild them: rebuild from the
@@ -49,8 +48,6 @@ class MailboxFull(MainspringError):
     Load, not a bug: the caller chose not to wait. Use ``await tell(...)`` to wait for room.
     """
 
-    __module__ = "mainspring"
-
     def __init__(self, ref: ActorRef, capacity: int) -> None:
         super().__init__(f"the mailbox of {ref.path} is full ({capacity} messages)")
         self.ref = ref
@@ -64,8 +61,6 @@ class ActorDeadError(MainspringError):
     was delivered but dropped unprocessed because the actor stopped first.
     """
 
-    __module__ = "mainspring"
-
     def __init__(self, ref: ActorRef, reason: CancelReason | None) -> None:
         why = f": {reason}" if reason is not None else ""
         super().__init__(f"actor {ref.path} is not running{why}")
@@ -75,8 +70,6 @@ class ActorDeadError(MainspringError):
 
 class AskTimeout(MainspringError, TimeoutError):
     """No answer came within the ``ask`` timeout; a late answer is dropped."""
-
-    __module__ = "mainspring"
 
     def __init__(self, ref: ActorRef, timeout: float) -> None:
         super().__init__(f"{ref.path} did not answer within {timeout:g} s")
@@ -90,8 +83,6 @@ class ActorFailed(MainspringError):
     The fault is in the actor's code (or its input). The actor itself ended with a ``Crash``.
     """
 
-    __module__ = "mainspring"
-
     def __init__(self, ref: ActorRef, error: BaseException) -> None:
         super().__init__(f"actor {ref.path} failed: {type(error).__qualname__}: {error}")
         self.ref = ref
@@ -99,8 +90,6 @@ class ActorFailed(MainspringError):
 
 class NameTaken(MainspringError):
     """A sibling with this name is already alive under the same parent."""
-
-    __module__ = "mainspring"
 
     def __init__(self, name: str, parent_path: str) -> None:
         super().__init__(f"an actor named {name!r} already exists under {parent_path}")

@@ -336,9 +336,7 @@ class ExecutionActor(TaskEvents):
             ref = await self._spawn_step(step, StepActor, self.ref, step, fn)
             if ref is None:
                 return None
-            self._running[step.id] = Running(step, ref, cost)
-            self._by_ref[ref] = step.id
-            self.watch(ref)
+            self._track(Running(step, ref, cost))
             ref.tell_nowait("run")
             return True
         task = self._claim(step)
@@ -407,9 +405,7 @@ class ExecutionActor(TaskEvents):
         )
         if ref is None:
             return None
-        self._running[step.id] = Running(step, ref, cost, task.id, meter)
-        self._by_ref[ref] = step.id
-        self.watch(ref)
+        self._track(Running(step, ref, cost, task.id, meter))
         self._publish(
             ev.AgentTaskStarted(
                 execution_id=self._rec.id,
@@ -421,6 +417,12 @@ class ExecutionActor(TaskEvents):
         )
         ref.tell_nowait("run")
         return True
+
+    def _track(self, running: Running) -> None:
+        """A child now runs ``running.step``: known by step and by ref, and watched."""
+        self._running[running.step.id] = running
+        self._by_ref[running.ref] = running.step.id
+        self.watch(running.ref)
 
     async def _spawn_step(
         self, step: PlanStep, factory: Callable[..., Actor], *args: Any
