@@ -37,6 +37,7 @@ from ..storage import (
 )
 from . import _run_events as ev
 from ._plan import step_input_hash
+from ._refusals import refusal_reason
 from ._results import (
     ExecutionResult,
     StopResult,
@@ -321,20 +322,19 @@ class ExecutionCore(Actor):
         if outcome is CommitOutcome.OK:
             self._rec = record
             return True
-        self._refused(outcome)
+        await self._refused(outcome)
         return False
 
-    def _refused(self, outcome: CommitOutcome) -> None:
+    async def _refused(self, outcome: CommitOutcome) -> None:
         self._refusal = outcome
         self._ended = True
-        if outcome is CommitOutcome.PAUSED:
-            reason: CancelReason = Pause(
-                detail="paused on disk by someone else", source=self.ref.path
-            )
-        else:
-            reason = LeaseLost(
-                self._cfg.owner, detail=f"commit refused: {outcome.value}", source=self.ref.path
-            )
+        # V3: the record says why (an operator's cancel or pause, with its detail and who
+        # issued it); the refusal alone would only say that we must stop.
+        try:
+            stored = await anyio.to_thread.run_sync(self._cfg.committer.store.get, self._rec.id)
+        except Exception:  # unreadable now: the outcome alone decides
+            stored = None
+        reason = refusal_reason(outcome, stored, self._cfg.owner, time.time())
         # E3: no further call by this owner. Children are interrupted now, not after the
         # current message, and nothing of ours is written again.
         for running in self._running.values():
@@ -399,7 +399,7 @@ class ExecutionCore(Actor):
         except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
             outcome, stored = CommitOutcome.RELEASED, None
         if outcome is not CommitOutcome.OK:
-            self._refused(outcome)
+            await self._refused(outcome)
             return
         assert stored is not None
         for operation, task_id in parse_stop_requests(stored.stop_requests):

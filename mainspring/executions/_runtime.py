@@ -359,7 +359,8 @@ class Runtime:
         pause already requested."""
         detail = redact(reason or f"paused by {self._cfg.owner}")
         change = pause_edit(self._cfg.owner, detail)
-        return await self._control(execution_id, Pause(detail=detail, source="runtime"), change)
+        pause = Pause(detail=detail, source=self._cfg.owner)  # V3: who issued it
+        return await self._control(execution_id, pause, change)
 
     async def cancel(self, execution_id: str, *, reason: str = "") -> ExecutionResult:
         """Cancel a run for good (R2): in-flight steps see ``ParentCancel(Cancel)``, tasks
@@ -369,7 +370,8 @@ class Runtime:
         undo a cancel already requested."""
         detail = redact(reason or f"cancelled by {self._cfg.owner}")
         change = cancel_edit(self._cfg.owner, detail)
-        return await self._control(execution_id, Cancel(detail=detail, source="runtime"), change)
+        cancel = Cancel(detail=detail, source=self._cfg.owner)  # V3: who issued it
+        return await self._control(execution_id, cancel, change)
 
     async def _control(
         self, execution_id: str, reason: CancelReason, change: Edit

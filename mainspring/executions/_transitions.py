@@ -165,6 +165,10 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
         )
 
     execution, _ = map_tasks(execution, stamp)
+    # Who cancelled and why, the same whichever process issued it (V3).
+    why = f"cancelled by {by}"
+    if reason and reason != why:
+        why = f"{why}: {redact(reason)}"
     observations = list(execution.observations)
     plan = execution.plan
     if plan is not None:
@@ -181,7 +185,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
                     step,
                     ok=False,
                     code="cancelled" if started else None,
-                    error=f"{status}: the execution was cancelled",
+                    error=f"{status}: the execution was {why}",
                 )
             )
         execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=tuple(steps)))

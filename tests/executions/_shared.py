@@ -21,6 +21,9 @@ async def block(**_: Any) -> str:
     except BaseException:
         reason = ms.cancel_reason()
         print("reason", type(reason).__name__, flush=True)
+        root = reason.root if reason is not None else None
+        if root is not None:  # V3: what the control said, and who issued it
+            print("root", type(root).__name__, root.source, "|", root.detail, flush=True)
         raise
     return "unreachable"  # pragma: no cover
 

@@ -186,8 +186,10 @@ async def test_E4_a_cancel_landing_while_the_run_finishes_is_never_overwritten(
         record = stored(a, handle.execution_id)
     assert record.status == "cancelled"
     assert "end" not in record.completed_steps
-    assert isinstance(result.stopped_by, ms.LeaseLost)
-    assert "terminal" in result.stopped_by.detail
+    # V3: the refusal is told as the cancel that caused it, with its detail and issuer.
+    assert isinstance(result.stopped_by, ms.Cancel)
+    assert result.stopped_by.detail == "changed my mind"
+    assert result.stopped_by.source == b.owner
 
 
 async def test_L1_resume_refuses_while_another_owner_holds_a_live_lease(tmp_path: Path) -> None:

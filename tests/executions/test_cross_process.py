@@ -89,7 +89,9 @@ async def test_pause_from_another_process_stops_the_run_which_B_then_finishes(
         assert await process_a.next_line() == "entered"
         paused = await b.pause("ex-cross", reason="from B")
         assert paused.status == "paused"
+        # V3: A's tool is told B's pause, with its detail and who issued it.
         assert await process_a.next_line() == "reason Pause"
+        assert await process_a.next_line() == f"root Pause {b.owner} | from B"
         assert await process_a.next_line() == "ended paused Pause"
         await process_a.exited()
         # A released its lease itself: it did not just let it lapse (5 s ttl).
@@ -112,8 +114,10 @@ async def test_cancel_from_another_process_stops_the_run_for_good(
         assert await process_a.next_line() == "entered"
         cancelled = await b.cancel("ex-cross", reason="from B")
         assert cancelled.status == "cancelled"
-        assert await process_a.next_line() == "reason LeaseLost"  # E3: a refused renewal
-        assert await process_a.next_line() == "ended cancelled LeaseLost"
+        # V3: A's tool sees ParentCancel(Cancel), B's cancel, never LeaseLost.
+        assert await process_a.next_line() == "reason ParentCancel"
+        assert await process_a.next_line() == f"root Cancel {b.owner} | from B"
+        assert await process_a.next_line() == "ended cancelled Cancel"
         await process_a.exited()
         assert await _lease_owner(b) == ""
         record = await b.get("ex-cross")
@@ -134,6 +138,7 @@ async def test_stopping_one_agent_task_from_another_process(
         assert (stop.ok, stop.state) == (True, "stopping")
         assert "within one heartbeat" in stop.reason
         assert await process_a.next_line() == "reason Cancel"
+        assert (await process_a.next_line()).startswith("root Cancel ")
         assert await process_a.next_line() == "ended completed Stop"  # the run went on
         await process_a.exited()
         record = await b.get("ex-cross")

@@ -421,7 +421,7 @@ async def test_P6_cancel_skips_unstarted_steps_and_agent_steps_say_cancelled(
     assert statuses(record) == {"running": "cancelled", "a": "cancelled", "later": "skipped"}
     observations = {o.step_id: o for o in record.observations}
     assert observations["a"].code == "cancelled"
-    assert observations["later"].error == "skipped: the execution was cancelled"
+    assert observations["later"].error == f"skipped: the execution was cancelled by {rt.owner}"
 
 
 async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> None:

@@ -1,0 +1,54 @@
+"""Why a refused commit or heartbeat stops a run, read from the record that refused it (V3).
+
+A control issued in another process reaches a runner as a refusal: its next commit or
+heartbeat meets a record that is cancelled, paused, finished or leased elsewhere. The
+refusal alone says only *that* the runner must stop (E3); the record says *why*, and the code
+being stopped is told that: the operator's ``Cancel`` or ``Pause`` with its detail and who
+issued it, and ``LeaseLost`` only when another owner really holds (or took) the lease.
+"""
+
+from __future__ import annotations
+
+from ..actors import Cancel, CancelReason, LeaseLost, Pause
+from ..storage import CommitOutcome, Control, Execution, holder
+
+__all__ = ["refusal_reason"]
+
+
+def _last(record: Execution, action: str) -> Control | None:
+    return next((c for c in reversed(record.controls) if c.action == action), None)
+
+
+def refusal_reason(
+    outcome: CommitOutcome, stored: Execution | None, owner: str, now: float
+) -> CancelReason:
+    """The reason a runner owned by ``owner`` stops when ``outcome`` refused its write and
+    ``stored`` is the record as it is now (None if it could not be read)."""
+    if outcome is CommitOutcome.MISSING:
+        return Cancel(detail="the execution is no longer stored", source="store")
+    if stored is not None and stored.status == "cancelled":
+        control = _last(stored, "cancel")
+        if control is not None:
+            return Cancel(detail=control.reason, source=control.by, at=control.at)
+        return Cancel(detail="cancelled on disk", source="store")
+    if stored is not None and stored.status == "paused":
+        control = _last(stored, "pause")
+        if control is not None:
+            return Pause(detail=control.reason, source=control.by, at=control.at)
+        return Pause(detail="paused on disk", source="store")
+    if outcome is CommitOutcome.PAUSED:  # the record could not be read again
+        return Pause(detail="paused on disk by someone else", source="store")
+    if outcome is CommitOutcome.TERMINAL and stored is None:
+        return Cancel(detail="the execution ended on disk", source="store")
+    # Finished by another runner, leased elsewhere, or our lease lapsed or was released:
+    # this owner can no longer prove it may write (E3).
+    other = holder(stored.lease, now) if stored is not None else None
+    if stored is not None and stored.terminal:
+        detail = f"another runner ended the execution {stored.status}"
+        other = other or (stored.lease.owner if stored.lease is not None else "")
+    elif other is not None and other != owner:
+        detail = f"commit refused: {other} holds the lease"
+    else:
+        detail = f"commit refused: {outcome.value} (the lease lapsed or was released)"
+        other = ""
+    return LeaseLost(other or "", detail=detail, source="store")
