@@ -125,9 +125,13 @@ class BudgetExhausted(CancelReason):
 
 @attrs.frozen(kw_only=True)
 class Crash(CancelReason):
-    """The actor's own code raised. ``error`` is the exception rendered as ``Type: message``."""
+    """The actor's own code raised. ``error`` is the exception rendered as ``Type: message``;
+    ``error_type`` its type's qualified name alone, so code can match on it without parsing
+    the text (``module`` says where the type is defined)."""
 
     error: str = attrs.field(kw_only=False)
+    error_type: str = ""
+    module: str = ""
 
     kind = "crash"
 
@@ -138,8 +142,14 @@ class Crash(CancelReason):
     def from_exception(cls, exc: BaseException, *, source: str = "") -> Crash:
         """Build a crash reason that describes ``exc`` without holding on to it."""
         message = str(exc)
-        name = type(exc).__qualname__
-        return cls(f"{name}: {message}" if message else name, source=source)
+        kind = type(exc)
+        name = kind.__qualname__
+        return cls(
+            f"{name}: {message}" if message else name,
+            error_type=name,
+            module=kind.__module__,
+            source=source,
+        )
 
 
 @attrs.frozen(kw_only=True)

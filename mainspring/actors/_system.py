@@ -289,7 +289,7 @@ async def open_system(
     by default the kernel's own minimal policy, which restarts nothing.
     ``mainspring.open_system`` passes ``mainspring.supervision.RootSupervisor``.
     """
-    failure: Exception | None = None
+    failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         system = ActorSystem._create(
             name, tg, shutdown_timeout, stop_timeout, root if root is not None else _KernelRoot
@@ -301,11 +301,14 @@ async def open_system(
             detail = f"the open_system block raised {type(exc).__qualname__}"
             failure = exc  # re-raised below, outside the task group, so it is not wrapped
         except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
+            if isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit):
+                # Cancellation belongs to the task group's scope (or an outer one): it
+                # must pass through the group, which knows what to do with it.
                 detail = "the open_system block was cancelled"
-            else:
-                detail = f"the open_system block raised {type(exc).__qualname__}"
-            raise
+                raise
+            # SystemExit, KeyboardInterrupt...: like an Exception, re-raised unwrapped below.
+            detail = f"the open_system block raised {type(exc).__qualname__}"
+            failure = exc
         finally:
             with anyio.CancelScope(shield=True):
                 await system.shutdown(Shutdown(detail=detail, source=f"system {name}"))

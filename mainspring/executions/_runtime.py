@@ -63,6 +63,10 @@ from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
 __all__ = ["Runtime", "open_runtime"]
 
 MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") within 256
+#: A lease shorter than a second lapses under ordinary load; one longer than ten minutes
+#: leaves a crashed run unrecoverable for too long (the reference design's bounds).
+MIN_LEASE_TTL = 1.0
+MAX_LEASE_TTL = 600.0
 
 
 @attrs.frozen
@@ -182,7 +186,8 @@ class Runtime:
         """
         if not isinstance(goal, str):
             raise TypeError(f"goal must be a string, not {type(goal).__name__}")
-        execution_id = execution_id or f"ex-{secrets.token_hex(8)}"
+        if execution_id is None:  # "" is refused like everywhere else, never replaced
+            execution_id = f"ex-{secrets.token_hex(8)}"
         check_id(execution_id)
         if len(execution_id) > MAX_EXECUTION_ID:
             raise ValueError(f"execution ids are at most {MAX_EXECUTION_ID} characters")
@@ -483,8 +488,8 @@ async def open_runtime(
     input)``. ``planner(goal, context)`` returns a :class:`Plan`. ``max_parallel_steps`` and
     ``limits`` (per tool/skill/agent name) bound concurrency (P3); ``max_calls`` is each run's
     default budget and ``reservation(remaining)`` what an agent step holds of it (P4).
-    ``lease_ttl`` is the lease's length, renewed every ``heartbeat_interval`` (a third of it
-    by default). ``workspace`` is the directory checkpoints hash (R6); ``config`` any
+    ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every ``heartbeat_interval``
+    (a third of it by default). ``workspace`` is the directory checkpoints hash (R6); ``config`` any
     JSON value whose change counts as drift.
 
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
@@ -494,8 +499,14 @@ async def open_runtime(
     for name, value in (("max_parallel_steps", max_parallel_steps), ("max_calls", max_calls)):
         if not isinstance(value, int) or value < (1 if name == "max_parallel_steps" else 0):
             raise ValueError(f"{name} must be a non-negative whole number, not {value!r}")
-    if not lease_ttl > 0:
-        raise ValueError(f"lease_ttl must be positive, not {lease_ttl!r}")
+    if (
+        not isinstance(lease_ttl, int | float)
+        or isinstance(lease_ttl, bool)
+        or not MIN_LEASE_TTL <= lease_ttl <= MAX_LEASE_TTL
+    ):
+        raise ValueError(
+            f"lease_ttl must be {MIN_LEASE_TTL:g} to {MAX_LEASE_TTL:g} seconds, not {lease_ttl!r}"
+        )
     interval = heartbeat_interval if heartbeat_interval is not None else lease_ttl / 3
     if not 0 < interval < lease_ttl:
         raise ValueError("heartbeat_interval must be positive and shorter than lease_ttl")

@@ -203,6 +203,7 @@ async def test_handler_exception_gives_actor_failed_with_cause_and_crashes() -> 
         reason = await ref.wait_stopped()
         assert isinstance(reason, ms.Crash)
         assert reason.error == "ValueError: boom"
+        assert (reason.error_type, reason.module) == ("ValueError", "builtins")  # matchable
         assert not ref.is_alive
 
 

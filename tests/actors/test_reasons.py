@@ -66,6 +66,16 @@ def test_crash_from_exception_holds_no_live_exception() -> None:
     crash = ms.Crash.from_exception(ValueError("bad input"), source="/x")
     assert crash.error == "ValueError: bad input"
     assert ms.Crash.from_exception(KeyboardInterrupt()).error == "KeyboardInterrupt"
+    # The type is a field of its own: code matches on it without parsing the text.
+    assert (crash.error_type, crash.module) == ("ValueError", "builtins")
+
+    class Odd(Exception):
+        pass
+
+    odd = ms.Crash.from_exception(Odd("a: b"))
+    assert odd.error_type.endswith("Odd")
+    assert odd.module == __name__
+    assert odd.error == f"{odd.error_type}: a: b"
     assert all(isinstance(value, str | float) for value in attrs.astuple(crash))
 
 

@@ -71,6 +71,25 @@ async def test_an_exception_in_the_body_propagates_unwrapped_after_cleanup() -> 
     assert reason.detail == "the open_system block raised ValueError"
 
 
+@pytest.mark.parametrize("exit_with", [SystemExit(3), KeyboardInterrupt()])
+async def test_a_base_exception_in_the_body_propagates_unwrapped_too(
+    exit_with: BaseException,
+) -> None:
+    log: list[tuple[str, ms.CancelReason]] = []
+
+    async def body() -> None:
+        async with ms.open_system() as system:
+            await system.spawn(Sleeper, log, 0, name="a")
+            raise exit_with
+
+    with pytest.raises(type(exit_with)) as raised:  # not a BaseExceptionGroup around it
+        await body()
+    assert raised.value is exit_with
+    reason = log[0][1]
+    assert isinstance(reason, ms.Shutdown)
+    assert reason.detail == f"the open_system block raised {type(exit_with).__name__}"
+
+
 async def test_cancelling_the_enclosing_scope_still_gives_actors_a_reason() -> None:
     report: dict[str, Any] = {"entered": anyio.Event()}
     with anyio.CancelScope() as outer:

@@ -59,6 +59,8 @@ async def test_unknown_ids_and_bad_arguments_raise_clear_errors(tmp_path: Path) 
             await rt.start("g", linear(1), execution_id="a/b")
         with pytest.raises(ValueError, match="at most 200"):
             await rt.start("g", linear(1), execution_id="x" * 201)
+        with pytest.raises(ms.storage.InvalidId):  # "" is refused, not replaced by ex-<random>
+            await rt.start("g", linear(1), execution_id="")
         with pytest.raises(ValueError, match="max_calls"):
             await rt.start("g", linear(1), max_calls=-1)
         with pytest.raises(TypeError, match="goal must be a string"):
@@ -94,6 +96,11 @@ def test_what_the_runtime_raises_on_purpose_is_a_mainspring_error(
         ({"max_parallel_steps": 0}, "max_parallel_steps"),
         ({"max_calls": -1}, "max_calls"),
         ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": 0.5}, "lease_ttl must be 1 to 600 seconds"),
+        ({"lease_ttl": 601}, "lease_ttl must be 1 to 600 seconds"),
+        ({"lease_ttl": float("nan")}, "lease_ttl must be 1 to 600 seconds"),
+        ({"lease_ttl": True}, "lease_ttl must be 1 to 600 seconds"),
+        ({"lease_ttl": "15"}, "lease_ttl must be 1 to 600 seconds"),
         ({"lease_ttl": 1, "heartbeat_interval": 2}, "heartbeat_interval"),
         ({"tools": {"bad name": lambda: 1}}, "bad name"),
         ({"tools": {"x": 42}}, "not callable"),
@@ -269,3 +276,17 @@ async def test_recover_resumes_only_orphaned_running_executions(tmp_path: Path) 
 async def _list(tmp_path: Path) -> list[str]:
     async with runtime(tmp_path) as rt:
         return [e.status for e in await rt.executions()]
+
+
+@pytest.mark.parametrize("exit_with", [SystemExit(3), KeyboardInterrupt()])
+async def test_a_base_exception_in_the_open_runtime_block_propagates_unwrapped(
+    tmp_path: Path, exit_with: BaseException
+) -> None:
+    async def body() -> None:
+        async with runtime(tmp_path) as rt:
+            await (await rt.start("g", linear(1))).wait()
+            raise exit_with
+
+    with pytest.raises(type(exit_with)) as raised:  # not a BaseExceptionGroup around it
+        await body()
+    assert raised.value is exit_with
