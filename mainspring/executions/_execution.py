@@ -59,6 +59,7 @@ from ._agent import (
 from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from ._results import (
     result_from,
+    shortfall,
 )
 from ._run_messages import (
     Begin,
@@ -452,7 +453,10 @@ class ExecutionActor(TaskEvents):
                 if await self._commit(replans=clamp_count(replans + 1)):
                     await self._replan(failure=redact(evidence))
                 return
-            await self._finish("failed" if failed else "completed")
+            # Completed only if what was asked for happened (S2): nothing cancelled, and not
+            # everything stopped.
+            short = None if failed else shortfall(self._plan.steps, self._sched.status)
+            await self._finish("failed" if failed or short else "completed", error=short)
             return
         if self._rec.pending is not None and self._rec.pending.kind == "clarification":
             await self._wait("waiting_for_clarification", self._rec.pending)

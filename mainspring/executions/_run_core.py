@@ -96,7 +96,7 @@ class ExecutionCore(Actor):
         self._running: dict[str, Running] = {}
         self._by_ref: dict[ActorRef, str] = {}
         self._outputs: dict[str, Any] = {}
-        self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
+        self._stopping_tasks: dict[str, StopTask] = {}  # by task id
         self._keep_done = False
         self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
@@ -402,10 +402,10 @@ class ExecutionCore(Actor):
             self._refused(outcome)
             return
         assert stored is not None
-        for operation, task_id in parse_stop_requests(stored.stop_requests):
+        for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in self._stopping_tasks:
-                await self._stop_task(StopTask(task_id, operation))
+                await self._stop_task(StopTask(task_id, operation, cascade))
             if self._stopped():
                 return
 
@@ -424,9 +424,9 @@ class ExecutionCore(Actor):
         for running in self._running.values():
             self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
         record = self._snapshot()
-        for task_id, operation in self._stopping_tasks.items():
+        for task_id, stop in self._stopping_tasks.items():
             # A stop under way is not undone by what ends the run (S1, R11).
-            record, _ = stop_task(record, task_id, operation, now)
+            record, _ = stop_task(record, task_id, stop.operation_id, now, cascade=stop.cascade)
         if isinstance(reason, Pause):
             # R1: tasks requeued with interruption pause, saved, lease released.
             record = pause_execution(record, by, now, reason.detail)

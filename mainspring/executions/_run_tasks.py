@@ -217,7 +217,7 @@ class TaskEvents(ExecutionCore):
         running = self._running.get(task.step_id)
         if running is not None and running.task_id == task.id:
             if task.id not in self._stopping_tasks:
-                self._stopping_tasks[task.id] = request.operation_id
+                self._stopping_tasks[task.id] = request
                 running.ref.cancel(
                     Cancel(
                         detail=f"agent task stopped ({request.operation_id})", source=self.ref.path
@@ -229,42 +229,40 @@ class TaskEvents(ExecutionCore):
                 ok=False, state=task.state, reason=f"the task already {task.state}", **base
             )
         # Unfinished but not running here (queued or waiting): mark it on the record.
-        record, stopped = stop_task(self._snapshot(), task.id, request.operation_id, time.time())
-        if stopped is None:  # pragma: no cover - checked above
-            return StopResult(ok=False, state=task.state, reason="not stoppable", **base)
-        self._load(record)  # the live plan (same steps, inputs unredacted) stays
-        if not await self._commit():
+        if not await self._record_stop(request, time.time()):
             return StopResult(
                 ok=False, state=task.state, reason="the execution is stopping", **base
             )
+        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    async def _task_stopped(self, running: Running, now: float) -> None:
+        """A live task we cancelled has unwound: record it stopped; the run goes on."""
+        assert running.task_id is not None
+        await self._record_stop(self._stopping_tasks.pop(running.task_id), now)
+
+    async def _record_stop(self, request: StopTask, now: float) -> bool:
+        """S2 on the run's own record: the task cancelled, its step ``stopped`` (or
+        ``cancelled`` with the cascade), its question withdrawn; committed, announced, and
+        the run goes on (a stopped step's dependents may start now)."""
+        task = self._tasks[request.task_id]
+        before = self._sched.status.get(task.step_id)
+        record, _ = stop_task(
+            self._snapshot(), task.id, request.operation_id, now, cascade=request.cascade
+        )
+        self._load(record)  # the live plan (same steps, inputs unredacted) stays
+        if not await self._commit():
+            return False
         self._publish(
             ev.AgentTaskStopped(
                 execution_id=self._rec.id,
-                at=time.time(),
+                at=now,
                 task_id=task.id,
                 operation_id=request.operation_id,
                 state="cancelled",
             )
         )
+        after = self._sched.status.get(task.step_id)
+        if after is not None and after != before:
+            self._publish_step(task.step_id, after)
         await self._advance()
-        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
-
-    async def _task_stopped(self, running: Running, now: float) -> None:
-        """A live task we cancelled has unwound: record it cancelled; the run goes on."""
-        assert running.task_id is not None
-        operation = self._stopping_tasks.pop(running.task_id)
-        record, _ = stop_task(self._snapshot(), running.task_id, operation, now)
-        self._load(record)  # the live plan stays, as above
-        if not await self._commit():
-            return
-        self._publish(
-            ev.AgentTaskStopped(
-                execution_id=self._rec.id,
-                at=now,
-                task_id=running.task_id,
-                operation_id=operation,
-                state="cancelled",
-            )
-        )
-        self._publish_step(running.step.id, self._sched.status[running.step.id])
-        await self._advance()
+        return True
