@@ -268,9 +268,7 @@ async def test_S2_stopping_a_waiting_task_in_a_live_run_withdraws_its_question(
     async def curious(ctx: ms.AgentContext, input: Any) -> str:
         return await ctx.ask("which one?")
 
-    plan = plan_of(
-        agent("q1", "curious"), agent("q2", "worker"), tool("after", "inc", "q1", x=1)
-    )
+    plan = plan_of(agent("q1", "curious"), agent("q2", "worker"), tool("after", "inc", "q1", x=1))
     agents = {"curious": curious, "worker": _parker(gate)}
     async with runtime(tmp_path, agents=agents) as rt:
         async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
