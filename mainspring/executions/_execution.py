@@ -79,6 +79,9 @@ __all__ = ["ExecutionActor"]
 class ExecutionActor(TaskEvents):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
 
+    #: Agent steps the last pick gave all the budget that remained (P4, see _start).
+    _takes_all: frozenset[str] = frozenset()
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def on_start(self) -> None:
@@ -320,6 +323,7 @@ class ExecutionActor(TaskEvents):
                 max_calls=clamp_count(self._budget),
                 needed=1,
             )
+        self._takes_all = picked.takes_all
         return list(picked.starts), needs_approval, needs_budget
 
     async def _start(self, step: PlanStep, cost: int) -> bool | None:
@@ -403,6 +407,10 @@ class ExecutionActor(TaskEvents):
             cfg.skills,
             cfg.max_tool_calls,
             meter,
+            # P4: an agent given all the budget that remained waits for budget when it
+            # needs more (the run's budget is short); any other fails (its reservation is
+            # the most it may spend).
+            step.id in self._takes_all,
         )
         if ref is None:
             return None

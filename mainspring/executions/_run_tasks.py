@@ -56,7 +56,8 @@ class TaskEvents(ExecutionCore):
         calls = clamp_count(self._rec.calls_used + max(delta, 0))
         self._set_task(task)
         step = running.step
-        ended = task.state in ("completed", "failed", "waiting_for_clarification")
+        # queued: the run's budget ran out under the agent (P4), which waits to run again.
+        ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")
         changes: dict[str, Any] = {"calls_used": calls}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
@@ -84,6 +85,11 @@ class TaskEvents(ExecutionCore):
                 finding_ids=tuple(f.id for f in task.findings),
                 calls_used=task.calls_used,
             )
+        elif task.state == "queued":
+            # P4: the step waits for budget with the task's durable steps kept; the task may
+            # be claimed again as soon as budget allows (in this run or on a resume).
+            self._sched.set(step.id, "pending")
+            self._claimed.discard(task.id)
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
             self._sched.set(step.id, "pending")
@@ -106,15 +112,18 @@ class TaskEvents(ExecutionCore):
         if not committed:
             return False
         now = time.time()
-        if task.state == "waiting_for_clarification":
-            # P5: the question is durable, so the asking agent is done in this run. It waits
-            # in ctx.ask for this: a cancellation with a reason it can read, not an exception
-            # of ours through its code. Its end is ignored (it left _running above).
+        if task.state in ("waiting_for_clarification", "queued"):
+            # P5 (P4): the question (the task, short of budget) is durable, so the agent is
+            # done in this run. It waits in ctx.ask (ctx.call_skill) for this: a cancellation
+            # with a reason it can read, not an exception of ours through its code. Its end
+            # is ignored (it left _running above).
+            what = "an answer" if task.state != "queued" else "budget"
             running.ref.cancel(
-                Stop(detail="the agent task waits for an answer", source=self.ref.path)
+                Stop(detail=f"the agent task waits for {what}", source=self.ref.path)
             )
+        if task.state == "waiting_for_clarification":
             self._publish(ev.AgentTaskWaiting(execution_id=self._rec.id, at=now, task_id=task.id))
-        elif ended:
+        elif task.state in ("completed", "failed"):
             self._publish(
                 ev.AgentTaskCompleted(
                     execution_id=self._rec.id,
@@ -125,7 +134,7 @@ class TaskEvents(ExecutionCore):
                 )
             )
             self._publish_step(step.id, self._sched.status[step.id])
-        else:
+        else:  # progress, or queued to wait for budget
             self._publish(
                 ev.AgentTaskProgress(
                     execution_id=self._rec.id,

@@ -153,6 +153,9 @@ class Picked:
     approval: PlanStep | None = None
     needs_approval: bool = False
     short_of_budget: bool = False
+    #: Agent steps among ``starts`` whose reservation is all the budget that remained: if
+    #: the agent needs more, the run's budget is what is short, so it waits for budget (P4).
+    takes_all: frozenset[str] = frozenset()
 
 
 def pick(
@@ -184,6 +187,7 @@ def pick(
         per_key[target] = per_key.get(target, 0) + 1
         running += 1
     starts: list[tuple[PlanStep, int]] = []
+    takes_all: set[str] = set()
     approval: PlanStep | None = None
     needs_approval = short = False
     for step in schedule.ready_in_plan_order():
@@ -204,10 +208,12 @@ def pick(
         if price is None:
             short = True
             continue
+        if step.kind == "agent" and price == remaining:
+            takes_all.add(step.id)
         remaining -= price
         per_key[step.target] = per_key.get(step.target, 0) + 1
         starts.append((step, price))
     return Picked(
         starts=tuple(starts), approval=approval, needs_approval=needs_approval,
-        short_of_budget=short,
+        short_of_budget=short, takes_all=frozenset(takes_all),
     )  # fmt: skip

@@ -5,6 +5,7 @@ run's budget did not cut short still fails with ``agent-call-budget``."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ async def test_P4_E9_an_agent_short_of_the_runs_budget_waits_and_resumes_with_it
     assert ledger.names("skill") == [f"model:p{i}" for i in range(5)]
     assert done.calls_used == 5
     assert record.calls_used == 5
+    assert len(runs) == 2  # not started again while no budget was left
     (task,) = tasks_of(record)
     assert (task.state, task.calls_used) == ("completed", 5)
     assert statuses(record) == {"w": "succeeded", "after": "succeeded"}
@@ -96,3 +98,49 @@ async def test_P4_an_agent_that_spends_the_reservation_it_was_given_still_fails(
     assert task.failure is not None
     assert task.failure.code == "agent-call-budget"
     assert result.calls_used == 2
+
+
+async def test_P4_an_agent_short_of_budget_runs_again_at_once_when_other_steps_free_some(
+    tmp_path: Path,
+) -> None:
+    """b's reservation took all the budget left after a's; a spends less than it held, so
+    when b runs short the run has budget again: b is requeued and started again in the same
+    run, its durable steps replayed, without waiting."""
+    ledger = Ledger()
+    a_done = anyio.Event()
+
+    async def thrifty(ctx: ms.AgentContext, input: Any) -> str:
+        return str(await ctx.call_skill("model", "a"))
+
+    async def patient(ctx: ms.AgentContext, input: Any) -> str:
+        first = await ctx.step("b0", ctx.call_skill, "model", "b0")
+        second = await ctx.step("b1", ctx.call_skill, "model", "b1")
+        with anyio.fail_after(30):
+            await a_done.wait()  # a has finished and given back what it did not spend
+        third = await ctx.step("b2", ctx.call_skill, "model", "b2")
+        return f"{first}, {second}, {third}"
+
+    plan = plan_of(agent("a", "thrifty"), agent("b", "patient"))
+    options: dict[str, Any] = {
+        "agents": {"thrifty": thrifty, "patient": patient},
+        "max_calls": 4,
+        "reservation": lambda remaining: min(remaining, 2),
+    }
+    async with runtime(tmp_path, ledger, **options) as rt:
+        async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
+            handle = await rt.start("g", plan)
+            with anyio.fail_after(30):
+                async for event in events:
+                    if isinstance(event, ms.executions.AgentTaskCompleted):
+                        break  # a's end is durable (b cannot end before it)
+            a_done.set()
+            with anyio.fail_after(30):
+                result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed", result
+    assert ledger.names("skill") == ["model:a", "model:b0", "model:b1", "model:b2"]
+    assert result.calls_used == 4
+    b_task = next(t for t in tasks_of(record) if t.step_id == "b")
+    assert (b_task.state, b_task.calls_used) == ("completed", 3)
+    assert b_task.interruption is not None
+    assert b_task.interruption.kind == "budget"  # it waited once, briefly

@@ -154,6 +154,17 @@ def test_P3_capacity_and_per_key_limits() -> None:
     ]  # fmt: skip
 
 
+def test_P4_an_agent_given_all_that_remained_is_marked_to_wait_for_budget() -> None:
+    plan = _plan(("a1", "agent:a", ()), ("a2", "agent:a", ()), ("a3", "agent:a", ()))
+    picked = pick(
+        _fresh(plan), plan=plan, running_targets=(), max_parallel=9, limits={}, remaining=5,
+        reservation=lambda r: min(r, 3), approvals=(), question_open=False,
+    )  # fmt: skip
+    assert [(s.id, price) for s, price in picked.starts] == [("a1", 3), ("a2", 2)]
+    assert picked.takes_all == {"a2"}  # a1's own reservation limits it, not the budget
+    assert picked.short_of_budget  # a3 does not fit
+
+
 def test_P4_costs_and_budget() -> None:
     tool, skill, agent = (ms.PlanStep(id="x", **{k: "n"}) for k in ("tool", "skill", "agent"))
     assert cost(tool, 0, lambda r: 5) == 0
