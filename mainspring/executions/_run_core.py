@@ -28,6 +28,7 @@ from ..storage import (
     PersistenceFailed,
     Plan,
     PlanStep,
+    StepStatus,
     StorageError,
     capture_checkpoint,
     parse_agent_task,
@@ -52,7 +53,7 @@ from ._run_messages import (
     Unstorable,
     for_children,
 )
-from ._scheduler import Schedule
+from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
 from ._transitions import (
     cancel_execution,
@@ -217,24 +218,23 @@ class ExecutionCore(Actor):
         """Take ``plan`` as the plan to run. What reaches disk is redacted (E5); the live
         plan keeps its inputs so tools get what the planner meant."""
         previous = self._live_plan or self._plan
-        kept: dict[str, Observation] = {}
+        kept: dict[str, StepStatus] = {}
         if self._keep_done and previous is not None:
+            # A step a user stopped stays stopped while the plan holds that exact step (S2).
             done = {
-                (step.id, step.kind, step.target, step_input_hash(step))
+                (step.id, step.kind, step.target, step_input_hash(step)): status
                 for step in previous.steps
-                if self._sched.status.get(step.id) == "succeeded"
+                if (status := self._sched.status.get(step.id, "pending")) in SATISFIED
             }
             kept = {
-                step.id: self._obs[step.id]
+                step.id: done[key]
                 for step in plan.steps
-                if (step.id, step.kind, step.target, step_input_hash(step)) in done
+                if (key := (step.id, step.kind, step.target, step_input_hash(step))) in done
                 and step.id in self._obs
             }
         self._live_plan = plan
         self._plan = redact_plan(plan)
-        self._sched = Schedule(
-            plan, {step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps}
-        )
+        self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
         self._claimed.clear()
         self._claim_finished()
 

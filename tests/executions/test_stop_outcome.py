@@ -294,3 +294,44 @@ async def test_S2_stopping_a_waiting_task_in_a_live_run_withdraws_its_question(
     assert result.status == "completed"
     assert result.stopped_steps == ("q1",)
     assert result.pending is None
+
+
+async def test_S2_a_replan_after_a_failure_keeps_a_stopped_step_the_new_plan_holds_unchanged(
+    tmp_path: Path,
+) -> None:
+    """The user stopped a; another step failed and the planner replans. The new plan holds
+    that exact step again: it stays stopped, its agent is not run again."""
+    gate = Gate()
+    runs: list[int] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append(1)
+        if len(runs) > 1:
+            return "ran again"
+        await ctx.step("park", gate)
+        return "unreachable"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        return plan_of(agent("a", "worker"), tool("fixed", "inc", x=5))
+
+    plan = plan_of(agent("a", "worker"), tool("broken", "fail"))
+    options: dict[str, Any] = {"agents": {"worker": worker}, "planner": planner, "max_replans": 1}
+    async with runtime(tmp_path, **options) as rt:
+        async with contextlib.aclosing(rt.events()) as events:  # type: ignore[type-var]
+            handle = await rt.start("g", plan)
+            with anyio.fail_after(30):
+                async for event in events:
+                    if isinstance(event, ms.executions.StepFinished) and event.state == "failed":
+                        break
+        await gate.entered.wait()
+        (task,) = await rt.agent_tasks(handle.execution_id)
+        await rt.stop_agent_task(task.id)
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert record.plan is not None
+    assert record.plan.version == 2
+    assert statuses(record) == {"a": "stopped", "fixed": "succeeded"}
+    assert len(runs) == 1
+    assert result.status == "completed"
+    assert result.stopped_steps == ("a",)
