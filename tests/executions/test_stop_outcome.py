@@ -13,8 +13,11 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mainspring as ms
+from tests import strategies
 
 from ._kit import (
     FAST,
@@ -221,6 +224,22 @@ def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> No
         ("op-2", "ex-1:t2", True),
         ("op-3", "ex-1:t3", False),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    operation=st.from_regex(r"op-[0-9a-f]{1,12}", fullmatch=True),
+    task_id=strategies.ids,
+    cascade=st.booleans(),
+)
+def test_a_stop_request_round_trips_and_is_a_valid_id(
+    operation: str, task_id: str, cascade: bool
+) -> None:
+    from mainspring.executions._transitions import parse_stop_requests, stop_request
+
+    request = stop_request(operation, task_id, cascade=cascade)
+    ms.storage.check_id(request)
+    assert parse_stop_requests((request,)) == [(operation, task_id, cascade)]
 
 
 async def test_S2_the_step_is_left_to_run_again_if_the_plan_no_longer_holds_that_exact_step(
