@@ -172,8 +172,10 @@ async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[
 
 
 @app.post("/tasks/{task_id}/stop")
-async def stop_task(task_id: str, request: Request) -> dict[str, Any]:
-    result = await _rt(request).stop_agent_task(task_id)
+async def stop_task(task_id: str, request: Request, cascade: bool = False) -> dict[str, Any]:
+    """Stop one agent task: its step counts as done without a result; ``?cascade=true``
+    cancels the step and its dependents instead."""
+    result = await _rt(request).stop_agent_task(task_id, cascade=cascade)
     if result.state == "unknown":
         raise HTTPException(404, "no such agent task")
     return attrs.asdict(result)

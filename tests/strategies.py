@@ -70,7 +70,9 @@ def plan_steps(draw: st.DrawFn) -> rec.PlanStep:
         description=draw(short_text),
         input=draw(json_objects),
         depends_on=tuple(draw(st.lists(ids, max_size=3))),
-        status=draw(st.sampled_from(["pending", "running", "succeeded", "failed", "skipped"])),
+        status=draw(
+            st.sampled_from(["pending", "running", "succeeded", "failed", "skipped", "stopped"])
+        ),
         **{kind: draw(ids)},
     )
 

@@ -149,6 +149,26 @@ def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
     assert "cancel by" in out
 
 
+def test_stop_task_stops_or_cascades_and_the_listings_say_which_steps_were_stopped(
+    store: Path,
+) -> None:
+    code, out = run_cli("stop-task", "ex-2:t1", "--store", str(store))
+    assert (code, "ex-2:t1: cancelled" in out) == (EXIT_OK, True)
+    code, out = run_cli("stop-task", "ex-1:t1", "--cascade", "--store", str(store))
+    assert (code, "ex-1:t1: cancelled" in out) == (EXIT_OK, True)
+    code, out = run_cli("ls", "--store", str(store), "--json")
+    stopped = {d["id"]: d["stopped_steps"] for d in json.loads(out)}
+    assert stopped == {"ex-1": [], "ex-2": ["a"]}  # S2: the cascade cancelled ex-1's step
+    code, out = run_cli("ls", "--store", str(store))
+    (row,) = [line for line in out.splitlines() if line.startswith("ex-2")]
+    assert "2/2 (1 stopped)" in row
+    code, out = run_cli("show", "ex-2", "--store", str(store))
+    assert "stopped: a (done without a result)" in out
+    code, out = run_cli("show", "ex-1", "--store", str(store), "--json")
+    steps = {s["id"]: s["status"] for s in json.loads(out)["plan"]["steps"]}
+    assert steps == {"s1": "succeeded", "a": "cancelled"}
+
+
 def test_resume_runs_user_code_named_by_app(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

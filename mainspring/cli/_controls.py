@@ -72,7 +72,7 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     config = _load_app(args.app) if getattr(args, "app", None) else {}
     async with open_runtime(store=store, **config) as rt:
         if args.command == "stop-task":
-            result = await rt.stop_agent_task(args.id)
+            result = await rt.stop_agent_task(args.id, cascade=args.cascade)
             if out.as_json:
                 out.data(attrs.asdict(result))
             else:

@@ -40,6 +40,7 @@ class Out:
             "succeeded": "32",
             "failed": "31",
             "cancelled": "33",
+            "stopped": "33",
             "paused": "33",
             "running": "36",
         }.get(status, "35" if status.startswith("waiting") else "")

@@ -102,6 +102,12 @@ def make_parser() -> argparse.ArgumentParser:
     resume.add_argument("--app", required=True, help="module:attr giving open_runtime's options")
     stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
     stop.add_argument("id", metavar="TASK_ID")
+    stop.add_argument(
+        "--cascade",
+        action="store_true",
+        help="cancel its step and the steps depending on it (default: the step counts as "
+        "done without a result and its dependents run)",
+    )
     events = commands.add_parser("events", parents=[common], help="state changes in the store")
     events.add_argument("--follow", action="store_true", help="keep watching")
     events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..storage import (
+    STEP_FINISHED,
     AgentTaskRecord,
     Execution,
     Store,
@@ -31,8 +32,13 @@ def _steps(execution: Execution) -> tuple[int, int]:
     plan = execution.plan
     if plan is None:
         return 0, 0
-    done = sum(1 for s in plan.steps if s.status in ("succeeded", "failed", "skipped", "cancelled"))
+    done = sum(1 for s in plan.steps if s.status in STEP_FINISHED)
     return done, len(plan.steps)
+
+
+def _stopped(execution: Execution) -> list[str]:
+    """Steps whose agent task a user stopped: done without a result (S2)."""
+    return [s.id for s in execution.plan.steps if s.status == "stopped"] if execution.plan else []
 
 
 def _owner(execution: Execution, now: float) -> str:
@@ -52,6 +58,7 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
                     "goal": e.goal,
                     "steps_done": _steps(e)[0],
                     "steps_total": _steps(e)[1],
+                    "stopped_steps": _stopped(e),
                     "calls_used": e.calls_used,
                     "lease_owner": holder(e.lease, now),
                     "updated_at": e.updated_at,
@@ -65,7 +72,8 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
                 e.id,
                 e.status,
                 clamp(e.goal, GOAL_WIDTH),
-                "{}/{}".format(*_steps(e)),
+                "{}/{}".format(*_steps(e))
+                + (f" ({len(_stopped(e))} stopped)" if _stopped(e) else ""),
                 str(e.calls_used),
                 _owner(e, now),
                 when(e.updated_at),
@@ -109,6 +117,8 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         f"steps:   {done}/{total} done, {execution.calls_used} calls used"
         + (f" of {execution.max_calls}" if execution.max_calls is not None else "")
     )
+    if _stopped(execution):
+        out.line(f"stopped: {', '.join(_stopped(execution))} (done without a result)")
     lease = execution.lease
     if lease is not None and holder(lease, now):
         out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")

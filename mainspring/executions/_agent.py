@@ -34,6 +34,7 @@ from ..storage import (
     AgentTaskRecord,
     Failure,
     Finding,
+    Interruption,
     Observation,
     Plan,
     PlanStep,
@@ -295,8 +296,14 @@ class AgentContext:
         return self._actor.add_finding(claim, fields)
 
     async def call_skill(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call a skill (a model call): costs 1 call of this task's reservation (P4)."""
-        self._actor.charge_call()
+        """Call a skill (a model call): costs 1 call of this task's reservation (P4).
+
+        Once the reservation is spent the task fails with ``agent-call-budget`` — unless the
+        reservation was all the run's budget had left: then the task is saved (its durable
+        steps kept), the run waits for budget, and this call does not return in this run
+        (the agent is stopped like an asking one, see :meth:`ask`); ``resume(id,
+        max_calls=...)`` runs the agent again, its recorded steps replayed."""
+        await self._actor.charge_call()
         return await _call(self._actor.skills[name], *args, **kwargs)
 
     async def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -331,8 +338,10 @@ class AgentTaskActor(Actor):
         skills: Mapping[str, Callable[..., Any]],
         max_tool_calls: int,
         meter: Meter | None = None,
+        waits_for_budget: bool = False,
     ) -> None:
         self._execution = execution
+        self._waits_for_budget = waits_for_budget
         self._meter = meter if meter is not None else Meter(record.calls_used)
         self.record = record
         self._step = step
@@ -380,6 +389,17 @@ class AgentTaskActor(Actor):
         await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _wait_for_budget(self) -> NoReturn:
+        """P4: the run's budget, not this task's reservation, is short. Save the task back
+        to queued (interruption ``budget``), then wait to be stopped, as in
+        :meth:`wait_for_answer`; the execution waits for budget."""
+        now = time.time()
+        why = f"the run's budget ran out after {self.record.calls_used} calls of this task"
+        self._touch(state="queued", interruption=Interruption(kind="budget", at=now, detail=why))
+        await self._save()
+        await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def add_finding(self, claim: str, fields: Mapping[str, Any]) -> Finding:
         record = self.record
         if len(record.findings) >= MAX_FINDINGS:
@@ -394,8 +414,10 @@ class AgentTaskActor(Actor):
         self._touch(findings=(*record.findings, finding))
         return finding
 
-    def charge_call(self) -> None:
+    async def charge_call(self) -> None:
         record = self.record
+        if record.calls_used >= record.calls_reserved and self._waits_for_budget:
+            await self._wait_for_budget()
         if record.calls_used >= record.calls_reserved:
             raise _OverBudget(
                 "agent-call-budget", f"the task's {record.calls_reserved} reserved calls are used"

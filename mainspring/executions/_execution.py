@@ -59,6 +59,7 @@ from ._agent import (
 from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from ._results import (
     result_from,
+    shortfall,
 )
 from ._run_messages import (
     Begin,
@@ -77,6 +78,9 @@ __all__ = ["ExecutionActor"]
 
 class ExecutionActor(TaskEvents):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
+
+    #: Agent steps the last pick gave all the budget that remained (P4, see _start).
+    _takes_all: frozenset[str] = frozenset()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -319,6 +323,7 @@ class ExecutionActor(TaskEvents):
                 max_calls=clamp_count(self._budget),
                 needed=1,
             )
+        self._takes_all = picked.takes_all
         return list(picked.starts), needs_approval, needs_budget
 
     async def _start(self, step: PlanStep, cost: int) -> bool | None:
@@ -402,6 +407,10 @@ class ExecutionActor(TaskEvents):
             cfg.skills,
             cfg.max_tool_calls,
             meter,
+            # P4: an agent given all the budget that remained waits for budget when it
+            # needs more (the run's budget is short); any other fails (its reservation is
+            # the most it may spend).
+            step.id in self._takes_all,
         )
         if ref is None:
             return None
@@ -452,7 +461,10 @@ class ExecutionActor(TaskEvents):
                 if await self._commit(replans=clamp_count(replans + 1)):
                     await self._replan(failure=redact(evidence))
                 return
-            await self._finish("failed" if failed else "completed")
+            # Completed only if what was asked for happened (S2): nothing cancelled, and not
+            # everything stopped.
+            short = None if failed else shortfall(self._plan.steps, self._sched.status)
+            await self._finish("failed" if failed or short else "completed", error=short)
             return
         if self._rec.pending is not None and self._rec.pending.kind == "clarification":
             await self._wait("waiting_for_clarification", self._rec.pending)

@@ -18,18 +18,20 @@ import attrs
 
 from ..storage import (
     MAX_CONTROLS,
+    STEP_FINISHED,
     AgentTaskRecord,
     Committer,
     Edit,
     Execution,
+    PlanStep,
     holder,
     parse_agent_tasks,
     redact,
 )
 from ._handle import UnknownExecution
-from ._results import StopResult
-from ._run_events import AgentTaskStopped, RunEvent
-from ._run_messages import Begin
+from ._results import StopResult, summarize
+from ._run_events import AgentTaskStopped, RunEvent, StepFinished
+from ._run_messages import Begin, StopTask
 from ._scheduler import approval_key
 from ._transitions import (
     add_control,
@@ -79,8 +81,9 @@ def prepare_resume(
         tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
     )
     record, _ = requeue_interrupted(stored, "crash", now)  # R3
-    for operation, task_id in parse_stop_requests(record.stop_requests):
-        record, _ = stop_task(record, task_id, operation, now)  # asked for while it ran (S1)
+    for operation, task_id, cascade in parse_stop_requests(record.stop_requests):
+        # Asked for while it ran (S1).
+        record, _ = stop_task(record, task_id, operation, now, cascade=cascade)
     replan_goal = False
     pending = record.pending
     if answer is not None and pending is not None and pending.kind == "clarification":
@@ -129,12 +132,19 @@ class StoredTaskStop:
     publish: Callable[[RunEvent], None]
 
     async def __call__(
-        self, execution_id: str, task_id: str, operation: str, unknown: StopResult
+        self,
+        execution_id: str,
+        task_id: str,
+        operation: str,
+        unknown: StopResult,
+        *,
+        cascade: bool = False,
     ) -> StopResult:
         """Stop ``task_id`` on the record: a finished task is reported and left alone; an
         unfinished one is marked cancelled under a properly acquired lease (or, for a run
-        that finished, as long as it stays finished); if another process holds the lease, a
-        stop request is written that its runner acts on within one heartbeat."""
+        that finished, as long as it stays finished), its step ``stopped`` (``cancelled``
+        with ``cascade``); if another process holds the lease, a stop request carrying the
+        cascade choice is written that its runner acts on within one heartbeat."""
         stored = await self._read(execution_id)
         if stored is None:
             return unknown
@@ -146,16 +156,17 @@ class StoredTaskStop:
             return StopResult(
                 ok=False, state=task.state, reason=f"the task already {task.state}", **base
             )
+        stop = StopTask(task_id, operation, cascade)
         if stored.terminal:
             # A finished run has no runner and no lease to take: a task it left unfinished
             # is marked cancelled directly, as long as the run stays finished.
-            return await self._mark_stopped(execution_id, task_id, operation, base, None)
+            return await self._mark_stopped(execution_id, stop, base, None)
         committer, operator = self.committer, self.operator
         acquired = await committer.acquire(execution_id, operator, self.lease_ttl)
         if not acquired.acquired:
-            return await self._request_stop(execution_id, task_id, operation, base)
+            return await self._request_stop(execution_id, stop, base)
         try:
-            return await self._mark_stopped(execution_id, task_id, operation, base, operator)
+            return await self._mark_stopped(execution_id, stop, base, operator)
         finally:
             await committer.release(execution_id, operator)
 
@@ -163,14 +174,11 @@ class StoredTaskStop:
         return await anyio.to_thread.run_sync(self.committer.store.get, execution_id)
 
     async def _mark_stopped(
-        self,
-        execution_id: str,
-        task_id: str,
-        operation: str,
-        base: dict[str, Any],
-        operator: str | None,
+        self, execution_id: str, stop: StopTask, base: dict[str, Any], operator: str | None
     ) -> StopResult:
         stopped: list[AgentTaskRecord] = []
+        marked: list[PlanStep] = []  # the task's step as the edit left it
+        task_id, operation = stop.task_id, stop.operation_id
 
         def change(stored: Execution, now: float) -> Execution | None:
             # S1: decided on the record as it is now, under our lease (or, for a finished
@@ -179,23 +187,40 @@ class StoredTaskStop:
                 return None
             if operator is not None and holder(stored.lease, now) != operator:
                 return None
-            record, task = stop_task(stored, task_id, operation, now)
+            record, task = stop_task(stored, task_id, operation, now, cascade=stop.cascade)
             if task is None:
                 return None
             stopped.append(task)
+            steps = record.plan.steps if record.plan is not None else ()
+            marked.extend(step for step in steps if step.id == task.step_id)
             return record
 
-        await self.committer.edit(execution_id, change)
+        edited = await self.committer.edit(execution_id, change)
         if not stopped:
             return await self._stop_refused(execution_id, task_id, base)
+        now = time.time()
         event: RunEvent = AgentTaskStopped(
             execution_id=execution_id,
-            at=time.time(),
+            at=now,
             task_id=task_id,
             operation_id=operation,
             state="cancelled",
         )
         self.publish(event)
+        if marked and marked[-1].status in STEP_FINISHED and edited is not None:
+            # S2: the step was marked done (stopped, or cancelled with the cascade).
+            _, done, total = summarize(edited)
+            self.publish(
+                StepFinished(
+                    execution_id=execution_id,
+                    at=now,
+                    step_id=marked[-1].id,
+                    state=marked[-1].status,
+                    done=done,
+                    total=total,
+                    calls_used=edited.calls_used,
+                )
+            )
         return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
 
     async def _stop_refused(
@@ -214,9 +239,10 @@ class StoredTaskStop:
         return StopResult(ok=False, state=state, reason=why, **base)
 
     async def _request_stop(
-        self, execution_id: str, task_id: str, operation: str, base: dict[str, Any]
+        self, execution_id: str, stop: StopTask, base: dict[str, Any]
     ) -> StopResult:
-        request = stop_request(operation, task_id)
+        task_id = stop.task_id
+        request = stop_request(stop.operation_id, task_id, cascade=stop.cascade)
         runner: list[str] = []
 
         def change(stored: Execution, now: float) -> Execution | None:

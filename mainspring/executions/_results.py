@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -20,6 +20,7 @@ from ..storage import (
     Observation,
     Pending,
     Plan,
+    PlanStep,
     parse_agent_tasks,
     redact,
     sha256_hex,
@@ -35,7 +36,9 @@ class ExecutionResult:
     returned, unredacted for steps that ran in this process (E5: only disk is slimmed);
     ``findings`` are the agents' findings. ``pending`` is the open question, if any.
     ``stopped_by`` is the reason the run stopped in this process (None if it did not run
-    here); ``error`` says what went wrong when the runtime itself failed.
+    here); ``error`` says what went wrong when the runtime itself failed, or why a run whose
+    steps all finished did not complete. ``stopped_steps`` are the plan steps whose agent
+    task a user stopped: done without a result (S2).
     """
 
     execution_id: str
@@ -50,6 +53,7 @@ class ExecutionResult:
     steps_total: int = 0
     stopped_by: CancelReason | None = None
     error: str | None = None
+    stopped_steps: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -78,11 +82,25 @@ def summarize(execution: Execution) -> tuple[str, int, int]:
         for step in plan.steps:
             counts[step.status] = counts.get(step.status, 0) + 1
     done = sum(counts.get(state, 0) for state in STEP_FINISHED)
-    parts = [
-        f"{counts[s]} {s}" for s in ("succeeded", "failed", "skipped", "cancelled") if s in counts
-    ]
+    order = ("succeeded", "failed", "skipped", "cancelled", "stopped")
+    parts = [f"{counts[s]} {s}" for s in order if s in counts]
     detail = ", ".join(parts) if parts else "no steps finished"
     return f"{execution.status}: {detail} of {total} steps", done, total
+
+
+def shortfall(steps: Iterable[PlanStep], status: Mapping[str, str]) -> str | None:
+    """Why a run whose steps all finished without failing did not produce what it was asked
+    for, or None if it did. It did not if a step was cancelled (a stop's cascade), or if no
+    step succeeded while some were stopped (S2: a stopped step produced nothing)."""
+    cancelled = [step.id for step in steps if status.get(step.id) == "cancelled"]
+    stopped = [step.id for step in steps if status.get(step.id) == "stopped"]
+    if cancelled:
+        also = f"; stopped: {', '.join(stopped)}" if stopped else ""
+        return f"not completed: steps were cancelled: {', '.join(cancelled)}{also}"
+    if stopped and "succeeded" not in status.values():
+        names = ", ".join(stopped)
+        return f"nothing was produced: every step was stopped or skipped; stopped: {names}"
+    return None
 
 
 def result_from(
@@ -116,6 +134,9 @@ def result_from(
         steps_total=total,
         stopped_by=stopped_by,
         error=error,
+        stopped_steps=tuple(step.id for step in execution.plan.steps if step.status == "stopped")
+        if execution.plan is not None
+        else (),
     )
 
 

@@ -28,6 +28,7 @@ from ..storage import (
     PersistenceFailed,
     Plan,
     PlanStep,
+    StepStatus,
     StorageError,
     capture_checkpoint,
     parse_agent_task,
@@ -53,7 +54,7 @@ from ._run_messages import (
     Unstorable,
     for_children,
 )
-from ._scheduler import Schedule
+from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
 from ._transitions import (
     cancel_execution,
@@ -97,7 +98,7 @@ class ExecutionCore(Actor):
         self._running: dict[str, Running] = {}
         self._by_ref: dict[ActorRef, str] = {}
         self._outputs: dict[str, Any] = {}
-        self._stopping_tasks: dict[str, str] = {}  # task id -> operation id
+        self._stopping_tasks: dict[str, StopTask] = {}  # by task id
         self._keep_done = False
         self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
@@ -218,24 +219,23 @@ class ExecutionCore(Actor):
         """Take ``plan`` as the plan to run. What reaches disk is redacted (E5); the live
         plan keeps its inputs so tools get what the planner meant."""
         previous = self._live_plan or self._plan
-        kept: dict[str, Observation] = {}
+        kept: dict[str, StepStatus] = {}
         if self._keep_done and previous is not None:
+            # A step a user stopped stays stopped while the plan holds that exact step (S2).
             done = {
-                (step.id, step.kind, step.target, step_input_hash(step))
+                (step.id, step.kind, step.target, step_input_hash(step)): status
                 for step in previous.steps
-                if self._sched.status.get(step.id) == "succeeded"
+                if (status := self._sched.status.get(step.id, "pending")) in SATISFIED
             }
             kept = {
-                step.id: self._obs[step.id]
+                step.id: done[key]
                 for step in plan.steps
-                if (step.id, step.kind, step.target, step_input_hash(step)) in done
+                if (key := (step.id, step.kind, step.target, step_input_hash(step))) in done
                 and step.id in self._obs
             }
         self._live_plan = plan
         self._plan = redact_plan(plan)
-        self._sched = Schedule(
-            plan, {step.id: "succeeded" if step.id in kept else "pending" for step in plan.steps}
-        )
+        self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
         self._claimed.clear()
         self._claim_finished()
 
@@ -402,10 +402,10 @@ class ExecutionCore(Actor):
             await self._refused(outcome)
             return
         assert stored is not None
-        for operation, task_id in parse_stop_requests(stored.stop_requests):
+        for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in self._stopping_tasks:
-                await self._stop_task(StopTask(task_id, operation))
+                await self._stop_task(StopTask(task_id, operation, cascade))
             if self._stopped():
                 return
 
@@ -424,9 +424,9 @@ class ExecutionCore(Actor):
         for running in self._running.values():
             self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
         record = self._snapshot()
-        for task_id, operation in self._stopping_tasks.items():
+        for task_id, stop in self._stopping_tasks.items():
             # A stop under way is not undone by what ends the run (S1, R11).
-            record, _ = stop_task(record, task_id, operation, now)
+            record, _ = stop_task(record, task_id, stop.operation_id, now, cascade=stop.cascade)
         if isinstance(reason, Pause):
             # R1: tasks requeued with interruption pause, saved, lease released.
             record = pause_execution(record, by, now, reason.detail)

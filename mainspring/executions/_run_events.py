@@ -69,7 +69,8 @@ class StepStarted(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class StepFinished(ExecutionEvent):
-    """A step ended: ``state`` is succeeded, failed, skipped or cancelled."""
+    """A step ended: ``state`` is succeeded, failed, skipped, cancelled or stopped (its
+    agent task was stopped by a user: done without a result, S2)."""
 
     step_id: str
     state: str

@@ -76,6 +76,7 @@ class Begin:
 class StopTask:
     task_id: str
     operation_id: str
+    cascade: bool = False  # cancel the step and its dependents instead of stopping it (S2)
 
 
 @attrs.frozen

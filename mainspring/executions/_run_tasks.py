@@ -56,7 +56,8 @@ class TaskEvents(ExecutionCore):
         calls = clamp_count(self._rec.calls_used + max(delta, 0))
         self._set_task(task)
         step = running.step
-        ended = task.state in ("completed", "failed", "waiting_for_clarification")
+        # queued: the run's budget ran out under the agent (P4), which waits to run again.
+        ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")
         changes: dict[str, Any] = {"calls_used": calls}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
@@ -84,6 +85,11 @@ class TaskEvents(ExecutionCore):
                 finding_ids=tuple(f.id for f in task.findings),
                 calls_used=task.calls_used,
             )
+        elif task.state == "queued":
+            # P4: the step waits for budget with the task's durable steps kept; the task may
+            # be claimed again as soon as budget allows (in this run or on a resume).
+            self._sched.set(step.id, "pending")
+            self._claimed.discard(task.id)
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
             self._sched.set(step.id, "pending")
@@ -106,15 +112,18 @@ class TaskEvents(ExecutionCore):
         if not committed:
             return False
         now = time.time()
-        if task.state == "waiting_for_clarification":
-            # P5: the question is durable, so the asking agent is done in this run. It waits
-            # in ctx.ask for this: a cancellation with a reason it can read, not an exception
-            # of ours through its code. Its end is ignored (it left _running above).
+        if task.state in ("waiting_for_clarification", "queued"):
+            # P5 (P4): the question (the task, short of budget) is durable, so the agent is
+            # done in this run. It waits in ctx.ask (ctx.call_skill) for this: a cancellation
+            # with a reason it can read, not an exception of ours through its code. Its end
+            # is ignored (it left _running above).
+            what = "an answer" if task.state != "queued" else "budget"
             running.ref.cancel(
-                Stop(detail="the agent task waits for an answer", source=self.ref.path)
+                Stop(detail=f"the agent task waits for {what}", source=self.ref.path)
             )
+        if task.state == "waiting_for_clarification":
             self._publish(ev.AgentTaskWaiting(execution_id=self._rec.id, at=now, task_id=task.id))
-        elif ended:
+        elif task.state in ("completed", "failed"):
             self._publish(
                 ev.AgentTaskCompleted(
                     execution_id=self._rec.id,
@@ -125,7 +134,7 @@ class TaskEvents(ExecutionCore):
                 )
             )
             self._publish_step(step.id, self._sched.status[step.id])
-        else:
+        else:  # progress, or queued to wait for budget
             self._publish(
                 ev.AgentTaskProgress(
                     execution_id=self._rec.id,
@@ -217,7 +226,7 @@ class TaskEvents(ExecutionCore):
         running = self._running.get(task.step_id)
         if running is not None and running.task_id == task.id:
             if task.id not in self._stopping_tasks:
-                self._stopping_tasks[task.id] = request.operation_id
+                self._stopping_tasks[task.id] = request
                 running.ref.cancel(
                     Cancel(
                         detail=f"agent task stopped ({request.operation_id})", source=self.ref.path
@@ -229,42 +238,40 @@ class TaskEvents(ExecutionCore):
                 ok=False, state=task.state, reason=f"the task already {task.state}", **base
             )
         # Unfinished but not running here (queued or waiting): mark it on the record.
-        record, stopped = stop_task(self._snapshot(), task.id, request.operation_id, time.time())
-        if stopped is None:  # pragma: no cover - checked above
-            return StopResult(ok=False, state=task.state, reason="not stoppable", **base)
-        self._load(record)  # the live plan (same steps, inputs unredacted) stays
-        if not await self._commit():
+        if not await self._record_stop(request, time.time()):
             return StopResult(
                 ok=False, state=task.state, reason="the execution is stopping", **base
             )
+        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    async def _task_stopped(self, running: Running, now: float) -> None:
+        """A live task we cancelled has unwound: record it stopped; the run goes on."""
+        assert running.task_id is not None
+        await self._record_stop(self._stopping_tasks.pop(running.task_id), now)
+
+    async def _record_stop(self, request: StopTask, now: float) -> bool:
+        """S2 on the run's own record: the task cancelled, its step ``stopped`` (or
+        ``cancelled`` with the cascade), its question withdrawn; committed, announced, and
+        the run goes on (a stopped step's dependents may start now)."""
+        task = self._tasks[request.task_id]
+        before = self._sched.status.get(task.step_id)
+        record, _ = stop_task(
+            self._snapshot(), task.id, request.operation_id, now, cascade=request.cascade
+        )
+        self._load(record)  # the live plan (same steps, inputs unredacted) stays
+        if not await self._commit():
+            return False
         self._publish(
             ev.AgentTaskStopped(
                 execution_id=self._rec.id,
-                at=time.time(),
+                at=now,
                 task_id=task.id,
                 operation_id=request.operation_id,
                 state="cancelled",
             )
         )
+        after = self._sched.status.get(task.step_id)
+        if after is not None and after != before:
+            self._publish_step(task.step_id, after)
         await self._advance()
-        return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
-
-    async def _task_stopped(self, running: Running, now: float) -> None:
-        """A live task we cancelled has unwound: record it cancelled; the run goes on."""
-        assert running.task_id is not None
-        operation = self._stopping_tasks.pop(running.task_id)
-        record, _ = stop_task(self._snapshot(), running.task_id, operation, now)
-        self._load(record)  # the live plan stays, as above
-        if not await self._commit():
-            return
-        self._publish(
-            ev.AgentTaskStopped(
-                execution_id=self._rec.id,
-                at=now,
-                task_id=running.task_id,
-                operation_id=operation,
-                state="cancelled",
-            )
-        )
-        self._publish_step(running.step.id, self._sched.status[running.step.id])
-        await self._advance()
+        return True

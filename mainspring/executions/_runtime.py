@@ -394,16 +394,21 @@ class Runtime:
             await self._committer.edit(execution_id, change)
             return result_from(await self._require(execution_id))
 
-    async def stop_agent_task(self, task_id: str) -> StopResult:
+    async def stop_agent_task(self, task_id: str, *, cascade: bool = False) -> StopResult:
         """Stop one agent task, never silently (S1, S2); the run goes on.
 
+        The task ends ``cancelled``; its step counts as done without a result (``stopped``),
+        so the steps depending on it run. With ``cascade=True`` the step is ``cancelled``
+        instead, and so are its dependents (P2). Either way a run ends ``completed`` only if
+        some step succeeded and none was cancelled or failed.
+
         A task live in this process is cancelled with ``Cancel`` (state ``stopping`` until it
-        has unwound, then recorded cancelled). A stored unfinished task is marked cancelled
-        under a properly acquired lease, re-reading the record first; if another process
-        runs it, a stop request is written that it acts on within one heartbeat. A finished
-        task is reported and left alone; an unknown id is reported as unknown. Raises nothing
-        for a bad id (that is "unknown" too). A stop already requested stands if the caller
-        is cancelled.
+        has unwound, then recorded). A stored unfinished task is marked cancelled under a
+        properly acquired lease, re-reading the record first; if another process runs it, a
+        stop request (with the cascade choice) is written that it acts on within one
+        heartbeat. A finished task is reported and left alone; an unknown id is reported as
+        unknown. Raises nothing for a bad id (that is "unknown" too). A stop already
+        requested stands if the caller is cancelled.
         """
         operation = f"op-{secrets.token_hex(6)}"
         execution_id = task_id.rsplit(":t", 1)[0] if isinstance(task_id, str) else ""
@@ -423,12 +428,15 @@ class Runtime:
             live = await self._settled(execution_id)
             if live is not None:
                 try:
-                    result: StopResult = await live.ref.ask(StopTask(task_id, operation))
+                    request = StopTask(task_id, operation, cascade)
+                    result: StopResult = await live.ref.ask(request)
                 except ActorDeadError:
                     await live.handle.wait()  # it is ending: the record decides below
                 else:
                     return result
-            return await self._stop_stored_task(execution_id, task_id, operation, unknown)
+            return await self._stop_stored_task(
+                execution_id, task_id, operation, unknown, cascade=cascade
+            )
 
     # -- reading ---------------------------------------------------------------------------
 

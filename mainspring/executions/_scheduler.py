@@ -17,7 +17,11 @@ import attrs
 from ..storage import STEP_FINISHED, Plan, PlanStep, StepStatus
 from ._status import step_move
 
-__all__ = ["Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
+__all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
+
+#: What lets a dependent run (P2): its dependency succeeded, or was stopped by a user and
+#: counts as done without a result (S2).
+SATISFIED: frozenset[StepStatus] = frozenset({"succeeded", "stopped"})
 
 
 @attrs.frozen
@@ -35,8 +39,9 @@ class Cascaded:
 
 
 class Schedule:
-    """Step statuses of one plan and the ready set they imply (P2). Every change goes
-    through :meth:`set`, which refuses a move the step lifecycle does not allow."""
+    """Step statuses of one plan and the ready set they imply (P2, S2: a stopped step lets
+    its dependents run). Every change goes through :meth:`set`, which refuses a move the
+    step lifecycle does not allow."""
 
     def __init__(self, plan: Plan | None, status: Mapping[str, StepStatus]) -> None:
         self.status: dict[str, StepStatus] = dict(status)
@@ -58,7 +63,7 @@ class Schedule:
             if self.status[step.id] in ("failed", "skipped", "cancelled"):
                 self._to_cascade.append(step.id)
         for step in plan.steps:
-            left = sum(1 for d in step.depends_on if self.status[d] != "succeeded")
+            left = sum(1 for d in step.depends_on if self.status[d] not in SATISFIED)
             self._deps_left[step.id] = left
             if left == 0 and self.status[step.id] == "pending":
                 self.ready.add(step.id)
@@ -79,7 +84,7 @@ class Schedule:
                 self.ready.add(step_id)
             return
         self.ready.discard(step_id)
-        if new == "succeeded":
+        if new in SATISFIED:
             for dependent in self._dependents.get(step_id, ()):
                 self._deps_left[dependent] -= 1
                 if self._deps_left[dependent] == 0 and self.status[dependent] == "pending":
@@ -148,6 +153,9 @@ class Picked:
     approval: PlanStep | None = None
     needs_approval: bool = False
     short_of_budget: bool = False
+    #: Agent steps among ``starts`` whose reservation is all the budget that remained: if
+    #: the agent needs more, the run's budget is what is short, so it waits for budget (P4).
+    takes_all: frozenset[str] = frozenset()
 
 
 def pick(
@@ -179,6 +187,7 @@ def pick(
         per_key[target] = per_key.get(target, 0) + 1
         running += 1
     starts: list[tuple[PlanStep, int]] = []
+    takes_all: set[str] = set()
     approval: PlanStep | None = None
     needs_approval = short = False
     for step in schedule.ready_in_plan_order():
@@ -199,10 +208,12 @@ def pick(
         if price is None:
             short = True
             continue
+        if step.kind == "agent" and price == remaining:
+            takes_all.add(step.id)
         remaining -= price
         per_key[step.target] = per_key.get(step.target, 0) + 1
         starts.append((step, price))
     return Picked(
         starts=tuple(starts), approval=approval, needs_approval=needs_approval,
-        short_of_budget=short,
+        short_of_budget=short, takes_all=frozenset(takes_all),
     )  # fmt: skip

@@ -55,14 +55,15 @@ EXECUTION_MOVES: Mapping[ExecutionStatus, frozenset[ExecutionStatus]] = {
 
 STEP_MOVES: Mapping[StepStatus, frozenset[StepStatus]] = {
     # succeeded at once: a finished agent task is reused (R8); skipped / cancelled: cascades
-    # and aborts (P2, P6).
-    "pending": frozenset({"running", "succeeded", "skipped", "cancelled"}),
+    # and aborts (P2, P6); stopped: its queued or waiting agent task was stopped (S2).
+    "pending": frozenset({"running", "succeeded", "skipped", "cancelled", "stopped"}),
     # pending again: interrupted by a pause, a crash or a stop before it could finish.
-    "running": frozenset({"succeeded", "failed", "cancelled", "pending"}),
+    "running": frozenset({"succeeded", "failed", "cancelled", "stopped", "pending"}),
     "succeeded": frozenset({"failed"}),  # its result could not be stored (X2)
     "failed": frozenset(),
     "skipped": frozenset(),
     "cancelled": frozenset(),
+    "stopped": frozenset(),
 }
 
 TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {

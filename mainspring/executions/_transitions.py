@@ -80,18 +80,24 @@ def map_tasks(
     return attrs.evolve(execution, agent_tasks=tuple(raws)), changed
 
 
-def stop_request(operation_id: str, task_id: str) -> str:
-    """How a stop request is written: the operation id first (it has no colon)."""
-    return f"{operation_id}:{task_id}"
+_CASCADE = ".cascade"
 
 
-def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``(operation id, task id)`` for each stop request written by :func:`stop_request`."""
+def stop_request(operation_id: str, task_id: str, *, cascade: bool = False) -> str:
+    """How a stop request is written: the operation id first (it has no colon), marked
+    ``.cascade`` when the stop cancels the task's dependents too. A request written before
+    the mark existed reads as a plain stop."""
+    return f"{operation_id}{_CASCADE if cascade else ''}:{task_id}"
+
+
+def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str, bool]]:
+    """``(operation id, task id, cascade)`` for each request written by :func:`stop_request`."""
     parsed = []
     for entry in requests:
         operation, _, task_id = entry.partition(":")
         if task_id:
-            parsed.append((operation, task_id))
+            cascade = operation.endswith(_CASCADE)
+            parsed.append((operation.removesuffix(_CASCADE), task_id, cascade))
     return parsed
 
 
@@ -239,12 +245,14 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
 
 
 def stop_task(
-    execution: Execution, task_id: str, by: str, now: float
+    execution: Execution, task_id: str, by: str, now: float, *, cascade: bool = False
 ) -> tuple[Execution, AgentTaskRecord | None]:
-    """S1/S2 on the record, for a task not live in any process: the unfinished task is
-    cancelled with interruption ``parent-cancel``; its step is marked done (cancelled) only if
-    the plan still holds that exact step (same id and input hash); its question is withdrawn
-    and the pending slot passes on; the execution's status is untouched."""
+    """S1/S2 on the record, for a task no longer running: the unfinished task is cancelled
+    with interruption ``parent-cancel``; its step is marked done only if the plan still holds
+    that exact step (same id and input hash) — ``stopped`` (done without a result: its
+    dependents run) or, with ``cascade``, ``cancelled`` (its dependents are cancelled when the
+    run next schedules); its question is withdrawn and the pending slot passes on; the
+    execution's status is untouched."""
     stopped: list[AgentTaskRecord] = []
 
     def cancel(record: AgentTaskRecord) -> AgentTaskRecord | None:
@@ -277,9 +285,11 @@ def stop_task(
                 and step.status not in STEP_FINISHED
             )
             if same:
-                step = attrs.evolve(step, status=step_move(step.id, step.status, "cancelled"))
+                status: Literal["cancelled", "stopped"] = "cancelled" if cascade else "stopped"
+                step = attrs.evolve(step, status=step_move(step.id, step.status, status))
             steps.append(step)
             if same:
+                why = "its dependents are cancelled" if cascade else "done without a result"
                 observations = (
                     *observations,
                     Observation(
@@ -287,8 +297,8 @@ def stop_task(
                         agent=step.agent,
                         agent_task_id=record.id,
                         ok=False,
-                        code="cancelled",
-                        error="cancelled: the agent task was stopped",
+                        code=status,
+                        error=f"{status}: the agent task was stopped; {why}",
                     ),
                 )
         execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=tuple(steps)))

@@ -63,7 +63,9 @@ ExecutionStatus = Literal[
     "failed",
     "cancelled",
 ]
-StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled"]
+#: ``stopped``: its agent task was stopped by a user; the step counts as done without a
+#: result, so its dependents run (S2).
+StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled", "stopped"]
 TaskState = Literal[
     "created",
     "queued",
@@ -77,11 +79,14 @@ TaskState = Literal[
 ]
 #: The finished states, written once: terminal executions and tasks are sticky (E2, R11).
 EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset({"completed", "failed", "cancelled"})
-STEP_FINISHED: frozenset[StepStatus] = frozenset({"succeeded", "failed", "skipped", "cancelled"})
+STEP_FINISHED: frozenset[StepStatus] = frozenset(
+    {"succeeded", "failed", "skipped", "cancelled", "stopped"}
+)
 TASK_TERMINAL: frozenset[TaskState] = frozenset({"completed", "failed", "cancelled"})
 
 ObservationCode = Literal[
     "cancelled",
+    "stopped",
     "agent-failed",
     "agent-timeout",
     "agent-call-budget",
@@ -224,9 +229,10 @@ class Checkpoint:
 
 @attrs.frozen(kw_only=True)
 class Interruption:
-    """Why a task went back to ``queued``: an explanation, not a state (R3)."""
+    """Why a task went back to ``queued``: an explanation, not a state (R3). ``budget``: the
+    run's budget ran out while the task needed more calls (P4)."""
 
-    kind: Literal["crash", "pause", "parent-cancel"]
+    kind: Literal["crash", "pause", "parent-cancel", "budget"]
     at: float
     detail: str = ""
 

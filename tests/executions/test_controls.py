@@ -274,9 +274,11 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
     assert isinstance(reason, ms.Cancel)  # just this child, with Cancel
     (stopped,) = tasks_of(record)
     assert stopped.state == "cancelled"
-    assert statuses(record)["a"] == "cancelled"
+    assert statuses(record)["a"] == "stopped"  # S2: done without a result
     assert result.status == "completed"
+    assert result.stopped_steps == ("a",)
     assert ledger.count("inc:3") == 1
+    assert ledger.count("inc:4") == 1  # its dependent ran
     notices = [e for e in events if isinstance(e, ms.executions.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 
@@ -301,7 +303,7 @@ async def test_S1_S2_a_stored_waiting_task_is_cancelled_under_a_lease_and_the_sl
         assert after.pending is not None
         assert after.pending.agent_task_id == second.id  # the slot passes on (R9)
         assert after.pending.question == "question from q2"
-        assert statuses(after)["q1"] == "cancelled"  # same id and input hash: done
+        assert statuses(after)["q1"] == "stopped"  # same id and input hash: done
         cancelled = next(t for t in tasks_of(after) if t.id == first.id)
         assert cancelled.interruption is not None
         assert cancelled.interruption.kind == "parent-cancel"

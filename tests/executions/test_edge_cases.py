@@ -254,7 +254,7 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
         record = stored(rt, handle.execution_id)
     (after,) = tasks_of(record)
     assert after.state == "cancelled"
-    assert statuses(record)["a"] == "cancelled"
+    assert statuses(record)["a"] == "stopped"
 
 
 SECRET = "sk-ant-api03-" + "A" * 40

@@ -297,7 +297,8 @@ async def test_R11_a_late_write_from_a_stopped_task_never_reopens_it(tmp_path: P
         await rt.stop_agent_task(task.id)
         result = await handle.wait()
         record = stored(rt, handle.execution_id)
-    assert result.status == "completed"
+    assert result.status == "failed"  # its only step was stopped: nothing was produced
+    assert result.stopped_steps == ("a",)
     (task,) = tasks_of(record)
     assert task.state == "cancelled"
     assert "late" not in task.inner_completed

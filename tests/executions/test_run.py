@@ -289,7 +289,7 @@ async def test_P2_a_cancelled_dependency_cancels_its_dependents_never_silently(
         handle = await rt.start("g", plan)
         await gate.entered.wait()
         (task,) = await rt.agent_tasks(handle.execution_id)
-        stop = await rt.stop_agent_task(task.id)
+        stop = await rt.stop_agent_task(task.id, cascade=True)  # the user asks for the cascade
         assert stop.ok
         result = await handle.wait()
         record = stored(rt, handle.execution_id)
@@ -297,7 +297,9 @@ async def test_P2_a_cancelled_dependency_cancels_its_dependents_never_silently(
     observations = {o.step_id: o for o in record.observations}
     assert observations["after"].code == "cancelled"
     assert observations["after"].error == "cancelled: dependency a cancelled"
-    assert result.status == "completed"  # the run went on and ended
+    # The run went on and ended, but not completed: what it was asked for did not happen.
+    assert result.status == "failed"
+    assert result.error == "not completed: steps were cancelled: a, after"
 
 
 async def test_P3_concurrency_is_bounded_globally_and_per_key(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
+from mainspring.executions._results import shortfall
 from mainspring.executions._scheduler import Schedule, approval_key, cost, pick
 from mainspring.executions._status import IllegalTransition
 
@@ -88,6 +89,35 @@ def test_P2_failure_skips_dependents_and_cancellation_cancels_them() -> None:
     assert schedule.status["c"] == "pending"
 
 
+def test_S2_a_stopped_step_lets_its_dependents_run_and_never_cascades() -> None:
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "stopped")  # its agent task was stopped: done without a result
+    assert schedule.ready == {"b", "c"}
+    assert schedule.cascade() == []
+    schedule.set("b", "stopped")  # stopped while queued: straight from pending
+    schedule.set("c", "running")
+    schedule.set("c", "succeeded")
+    assert schedule.ready == {"d"}
+    loaded = Schedule(DIAMOND, {"a": "stopped", "b": "stopped", "c": "pending", "d": "pending"})
+    assert loaded.ready == {"c"}
+    assert loaded.cascade() == []
+
+
+def test_S2_a_run_completes_only_if_something_was_produced_and_nothing_cancelled() -> None:
+    steps = DIAMOND.steps
+    done = dict.fromkeys("abcd", "succeeded")
+    assert shortfall(steps, done) is None
+    assert shortfall(steps, {**done, "b": "stopped"}) is None  # the rest was produced
+    assert shortfall((), {}) is None  # an empty plan asked for nothing
+    nothing = shortfall(steps, {"a": "stopped", "b": "stopped", "c": "stopped", "d": "stopped"})
+    assert nothing == (
+        "nothing was produced: every step was stopped or skipped; stopped: a, b, c, d"
+    )
+    cascaded = shortfall(steps, {**done, "b": "cancelled", "c": "stopped", "d": "cancelled"})
+    assert cascaded == "not completed: steps were cancelled: b, d; stopped: c"
+
+
 def test_a_result_that_cannot_be_stored_fails_a_succeeded_step_and_its_dependents_wait() -> None:
     schedule = _fresh(DIAMOND)
     schedule.set("a", "running")
@@ -122,6 +152,17 @@ def test_P3_capacity_and_per_key_limits() -> None:
     assert _pick(schedule, plan, limits={"slow": 1}, running_targets=["slow"]) == [
         "s0", "s2", "s4", "s6",
     ]  # fmt: skip
+
+
+def test_P4_an_agent_given_all_that_remained_is_marked_to_wait_for_budget() -> None:
+    plan = _plan(("a1", "agent:a", ()), ("a2", "agent:a", ()), ("a3", "agent:a", ()))
+    picked = pick(
+        _fresh(plan), plan=plan, running_targets=(), max_parallel=9, limits={}, remaining=5,
+        reservation=lambda r: min(r, 3), approvals=(), question_open=False,
+    )  # fmt: skip
+    assert [(s.id, price) for s, price in picked.starts] == [("a1", 3), ("a2", 2)]
+    assert picked.takes_all == {"a2"}  # a1's own reservation limits it, not the budget
+    assert picked.short_of_budget  # a3 does not fit
 
 
 def test_P4_costs_and_budget() -> None:

@@ -65,7 +65,7 @@ def test_finished_states_are_sinks_and_every_other_state_can_finish(
 def test_the_terminal_sets_are_the_records_own() -> None:
     assert {"completed", "failed", "cancelled"} == EXECUTION_TERMINAL
     assert {"completed", "failed", "cancelled"} == TASK_TERMINAL
-    assert {"succeeded", "failed", "skipped", "cancelled"} == STEP_FINISHED
+    assert {"succeeded", "failed", "skipped", "cancelled", "stopped"} == STEP_FINISHED
 
 
 def test_legal_moves_pass_and_staying_put_is_always_legal() -> None:
@@ -83,6 +83,8 @@ def test_legal_moves_pass_and_staying_put_is_always_legal() -> None:
         (execution_move, "paused", "completed"),  # a paused run finishes only after resuming
         (step_move, "skipped", "succeeded"),
         (step_move, "pending", "failed"),  # a step fails only once it ran
+        (step_move, "stopped", "pending"),  # S2: a stopped step is done
+        (step_move, "stopped", "succeeded"),
         (task_move, "completed", "queued"),  # R11
         (task_move, "cancelled", "running"),
     ],
