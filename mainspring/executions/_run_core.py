@@ -402,10 +402,17 @@ class ExecutionCore(Actor):
             await self._refused(outcome)
             return
         assert stored is not None
+        askers = {  # V3: the stopped task is told who asked, as if they had asked here
+            op: control.by
+            for control in stored.controls
+            if control.action == "stop-task"
+            for op, _, _ in parse_stop_requests((control.reason,))
+        }
         for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in self._stopping_tasks:
-                await self._stop_task(StopTask(task_id, operation, cascade))
+                by = askers.get(operation, "")
+                await self._stop_task(StopTask(task_id, operation, cascade, by))
             if self._stopped():
                 return
 

@@ -77,6 +77,7 @@ class StopTask:
     task_id: str
     operation_id: str
     cascade: bool = False  # cancel the step and its dependents instead of stopping it (S2)
+    by: str = ""  # the owner that asked, when the request came through the record (V3)
 
 
 @attrs.frozen

@@ -227,10 +227,9 @@ class TaskEvents(ExecutionCore):
         if running is not None and running.task_id == task.id:
             if task.id not in self._stopping_tasks:
                 self._stopping_tasks[task.id] = request
+                by = request.by or self._cfg.owner  # who asked (V3)
                 running.ref.cancel(
-                    Cancel(
-                        detail=f"agent task stopped ({request.operation_id})", source=self.ref.path
-                    )
+                    Cancel(detail=f"agent task stopped ({request.operation_id})", source=by)
                 )
             return StopResult(ok=True, state="stopping", reason="cancelling the live task", **base)
         if task.terminal:

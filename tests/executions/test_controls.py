@@ -272,6 +272,7 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
         record = stored(rt, handle.execution_id)
     (reason,) = gate.reasons
     assert isinstance(reason, ms.Cancel)  # just this child, with Cancel
+    assert reason.source == rt.owner  # who asked (V3)
     (stopped,) = tasks_of(record)
     assert stopped.state == "cancelled"
     assert statuses(record)["a"] == "stopped"  # S2: done without a result

@@ -138,7 +138,9 @@ async def test_stopping_one_agent_task_from_another_process(
         assert (stop.ok, stop.state) == (True, "stopping")
         assert "within one heartbeat" in stop.reason
         assert await process_a.next_line() == "reason Cancel"
-        assert (await process_a.next_line()).startswith("root Cancel ")
+        assert await process_a.next_line() == (
+            f"root Cancel {b.owner} | agent task stopped ({stop.operation_id})"
+        )
         assert await process_a.next_line() == "ended completed Stop"  # the run went on
         await process_a.exited()
         record = await b.get("ex-cross")
