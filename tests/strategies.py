@@ -107,6 +107,7 @@ checkpoints = st.builds(
     skill_versions=hash_maps,
     completed_steps=st.lists(ids, max_size=3).map(tuple),
     tool_hashes=hash_maps,
+    absent=st.sets(st.sampled_from(["git", "git_head", "config"])).map(lambda s: tuple(sorted(s))),
 )
 findings = st.builds(
     rec.Finding,

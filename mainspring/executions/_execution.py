@@ -142,7 +142,9 @@ class ExecutionActor(TaskEvents):
         tools = self._plan_tool_hashes(self._plan)
         root = cfg.workspace
         if root is None:
-            checkpoint = attrs.evolve(checkpoint, file_hashes=None, git_head=None)
+            # No workspace to look at now: its files and git are not compared.
+            absent = tuple(d for d in checkpoint.absent if d == "config")
+            checkpoint = attrs.evolve(checkpoint, file_hashes=None, git_head=None, absent=absent)
             root = Path("/nonexistent-mainspring-workspace")
         found = await anyio.to_thread.run_sync(
             lambda: reconcile(

@@ -186,13 +186,15 @@ class ExecutionCore(Actor):
         cfg = self._cfg
         tools = self._plan_tool_hashes(plan)
         if cfg.workspace is None:
+            digest = config_hash(cfg.config)
             return Checkpoint(
                 at=time.time(),
                 plan_version=plan.version if plan is not None else 0,
-                config_hash=config_hash(cfg.config),
+                config_hash=digest,
                 skill_versions=dict(cfg.skill_versions),
                 completed_steps=completed,
                 tool_hashes=tools,
+                absent=("config",) if digest is None else (),  # its appearing is drift (R6)
             )
         return await anyio.to_thread.run_sync(
             lambda: capture_checkpoint(

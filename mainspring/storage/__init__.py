@@ -16,6 +16,8 @@ from ._backend import holder as holder
 from ._backend import new_owner_id as new_owner_id
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
+from ._checkpoints import check_relative_path as check_relative_path
+from ._checkpoints import hash_files as hash_files
 from ._checkpoints import reconcile as reconcile
 from ._codec import encode as encode
 from ._codec import sha256_hex as sha256_hex
@@ -40,6 +42,7 @@ from ._records import MAX_COUNTER as MAX_COUNTER
 from ._records import MAX_FINDINGS as MAX_FINDINGS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
+from ._records import AbsentDimension as AbsentDimension
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
@@ -71,6 +74,7 @@ __all__ = [
     "MAX_FINDINGS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
+    "AbsentDimension",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
@@ -102,8 +106,10 @@ __all__ = [
     "TooLarge",
     "capture_checkpoint",
     "check_id",
+    "check_relative_path",
     "default_home",
     "encode",
+    "hash_files",
     "holder",
     "new_owner_id",
     "open_committer",

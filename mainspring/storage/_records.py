@@ -24,6 +24,7 @@ __all__ = [
     "MAX_COUNTER",
     "STEP_FINISHED",
     "TASK_TERMINAL",
+    "AbsentDimension",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
@@ -134,6 +135,12 @@ def _counter_field(default: int = 0) -> Any:
     return attrs.field(default=default, validator=_counter)
 
 
+def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    allowed = ("git", "git_head", "config")
+    if any(item not in allowed for item in value) or len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name} lists each of {', '.join(allowed)} at most once")
+
+
 # -- plans and observations ----------------------------------------------------------------
 
 
@@ -205,9 +212,19 @@ class Observation:
     calls_used: int = _counter_field()
 
 
+#: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).
+AbsentDimension = Literal["git", "git_head", "config"]
+
+
 @attrs.frozen(kw_only=True)
 class Checkpoint:
-    """The workspace as it was; a dimension left ``None`` is not compared on resume (R6)."""
+    """The workspace as it was (R6).
+
+    ``absent`` records what was missing at capture: ``git`` (no repository), ``git_head``
+    (a repository whose HEAD named no commit yet), ``config`` (no configuration); one of them
+    appearing later is drift. A dimension left ``None`` and not listed in ``absent`` was not
+    recorded (a checkpoint written before the dimension existed) and is not compared.
+    """
 
     at: float
     plan_version: int = attrs.field(validator=_counter)
@@ -217,6 +234,7 @@ class Checkpoint:
     skill_versions: dict[str, str] | None = None
     completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     tool_hashes: dict[str, str] | None = None
+    absent: tuple[AbsentDimension, ...] = attrs.field(default=(), validator=_absent)
 
 
 # -- agent tasks ---------------------------------------------------------------------------
