@@ -359,23 +359,8 @@ class ExecutionActor(TaskEvents):
             )
             self._publish_step(step.id, "succeeded")
             return False if await self._commit() else None
-        if task is None:
-            task = self._new_task(step, now)
-        elif (
-            cfg.workspace is not None
-            and task.inner_checkpoint is not None
-            and await self._inner_drifted(task, step)
-        ):
-            # R8: the task's own checkpoint drifted, so its inner work starts over.
-            # Answers it was given stay: they are the human's, not derived from the workspace.
-            answers = tuple(o for o in task.inner_observations if o.step_id.startswith("ask."))
-            task = attrs.evolve(
-                task,
-                inner_completed=tuple(o.step_id for o in answers),
-                inner_observations=answers,
-                inner_steps_done=0,
-                attempt=clamp_count(task.attempt + 1),
-            )
+        # R8: a new task, or a claimed one whose agent or own checkpoint changed restarts.
+        task = self._new_task(step, now) if task is None else await self._revalidated(task, step)
         task = attrs.evolve(
             task,
             state="running",

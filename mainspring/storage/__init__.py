@@ -16,7 +16,6 @@ from ._backend import holder as holder
 from ._backend import new_owner_id as new_owner_id
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
-from ._checkpoints import check_relative_path as check_relative_path
 from ._checkpoints import hash_files as hash_files
 from ._checkpoints import reconcile as reconcile
 from ._codec import encode as encode
@@ -32,6 +31,7 @@ from ._home import default_home as default_home
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
+from ._ids import check_relative_path as check_relative_path
 from ._persistence import Committer as Committer
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
@@ -39,7 +39,9 @@ from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
 from ._records import MAX_COUNTER as MAX_COUNTER
+from ._records import MAX_DIAGNOSTICS as MAX_DIAGNOSTICS
 from ._records import MAX_FINDINGS as MAX_FINDINGS
+from ._records import MAX_TOUCHED_PATHS as MAX_TOUCHED_PATHS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
 from ._records import AbsentDimension as AbsentDimension
@@ -71,7 +73,9 @@ __all__ = [
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
     "MAX_COUNTER",
+    "MAX_DIAGNOSTICS",
     "MAX_FINDINGS",
+    "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AbsentDimension",

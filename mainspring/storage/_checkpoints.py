@@ -24,13 +24,13 @@ import attrs
 
 from ._codec import sha256_hex
 from ._errors import TooLarge
+from ._ids import MAX_PATH
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import AbsentDimension, Checkpoint, Plan
 
 __all__ = [
     "Reconciliation",
     "capture_checkpoint",
-    "check_relative_path",
     "hash_files",
     "reconcile",
 ]
@@ -55,22 +55,6 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)
-
-
-#: The longest path a checkpoint looks at (longer strings in a step input are not paths).
-MAX_PATH = 4096
-
-
-def check_relative_path(path: str) -> str:
-    """``path`` if it names something inside a workspace: relative, without ``..``, NUL or
-    backslash, at most 4096 characters. Raises ValueError otherwise (X1: before it touches
-    the file system). Symlinks leading out are refused when the path is hashed."""
-    if type(path) is not str or not path or len(path) > MAX_PATH:
-        raise ValueError(f"a workspace path must be a string of 1..{MAX_PATH} characters")
-    parts = path.split("/")
-    if "\0" in path or "\\" in path or path.startswith("/") or ".." in parts:
-        raise ValueError(f"{path[:200]!r} is not a path inside the workspace")
-    return path
 
 
 def _named_files(root: Path, plan: Plan | None, paths: Iterable[str] = ()) -> set[str]:

@@ -17,11 +17,13 @@ from cattrs.gen import make_dict_structure_fn
 
 from ._codec import converter, structure
 from ._errors import InvalidId, RecordError
-from ._ids import check_id
+from ._ids import check_id, check_relative_path
 
 __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_COUNTER",
+    "MAX_DIAGNOSTICS",
+    "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AbsentDimension",
@@ -51,6 +53,7 @@ MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
 MAX_CHECKPOINTS = 5
+MAX_TOUCHED_PATHS = 200
 
 ExecutionStatus = Literal[
     "planned",
@@ -113,6 +116,11 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         _id(instance, attribute, item)
 
 
+def _optional_digest(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (len(value) != 64 or value.strip("0123456789abcdef")):
+        raise ValueError(f"{attribute.name} must be a sha256 in hex")
+
+
 def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or not 0 <= value <= MAX_COUNTER:
         raise ValueError(f"{attribute.name} must be a whole number in 0..{MAX_COUNTER:,}")
@@ -133,6 +141,15 @@ def _at_most(limit: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
 
 def _counter_field(default: int = 0) -> Any:
     return attrs.field(default=default, validator=_counter)
+
+
+def _paths(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if len(value) > MAX_TOUCHED_PATHS:
+        raise ValueError(
+            f"{attribute.name} holds {len(value)} paths, more than {MAX_TOUCHED_PATHS}"
+        )
+    for path in value:
+        check_relative_path(path)
 
 
 def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -301,7 +318,11 @@ class AgentTaskRecord:
     inner_observations: tuple[Observation, ...] = ()
     inner_observations_omitted: int = _counter_field()
     inner_checkpoint: Checkpoint | None = None
+    touched_paths: tuple[str, ...] = attrs.field(default=(), validator=_paths)
     pending_question: str | None = None
+    pending_question_at: float | None = None
+    answered_at: float | None = None
+    answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
     inner_steps_total: int = _counter_field()
     inner_steps_done: int = _counter_field()
     calls_reserved: int = _counter_field()

@@ -4,14 +4,20 @@ part of its own checkpoint (R8)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import mainspring as ms
+from mainspring.executions._results import agent_hash
 
-from ._kit import Gate, plan_of, runtime, tool
+from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
+from ._shared import blocker
 
 pytestmark = pytest.mark.anyio
 
@@ -95,3 +101,170 @@ async def test_R6_a_configuration_that_appears_before_resume_is_drift(
         result = await (await rt.resume(handle.execution_id)).wait()
     assert result.status == "completed"
     assert [c.drift for c in contexts] == [(), ("a configuration appeared",)]
+
+
+# -- agent definitions (R8) ------------------------------------------------------------------
+
+
+def _defined(body: str, **attributes: Any) -> Any:
+    """An agent named ``agent`` with the given body: same qualified name, different code."""
+    namespace: dict[str, Any] = {}
+    exec(f"async def agent(ctx, input):\n    {body}\n", namespace)
+    fn = namespace["agent"]
+    for name, value in attributes.items():
+        setattr(fn, name, value)
+    return fn
+
+
+def test_R8_an_agent_hash_follows_its_code_not_its_place_or_process() -> None:
+    one, same, other = _defined("return 1"), _defined("return 1"), _defined("return 2")
+    assert agent_hash(one) == agent_hash(same)
+    assert agent_hash(one) != agent_hash(other)
+    nested_a = _defined("return [x for x in {'a', 'b'}]")
+    nested_b = _defined("return [x * 2 for x in {'a', 'b'}]")  # only the nested code differs
+    assert agent_hash(nested_a) != agent_hash(nested_b)
+    # A declared version decides instead of the code.
+    assert agent_hash(_defined("return 1", version="2")) == agent_hash(
+        _defined("return 3", version="2")
+    )
+    assert agent_hash(_defined("return 1", version="2")) != agent_hash(
+        _defined("return 1", version="3")
+    )
+    # Another process, with another string-hash seed, computes the same hash.
+    code = (
+        "from tests.executions._shared import blocker;"
+        "from mainspring.executions._results import agent_hash;"
+        "print(agent_hash(blocker))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == agent_hash(blocker)
+
+
+@pytest.mark.parametrize("changed", [True, False])
+async def test_R8_a_changed_agent_has_its_completed_task_run_again(
+    tmp_path: Path, changed: bool
+) -> None:
+    runs: list[str] = []
+    gate = Gate()
+
+    async def analyst(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v1")
+        return "v1"
+
+    async def analyst_v2(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v2")
+        return "v2"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if context.previous_plan is None:
+            return plan_of(agent("a", "analyst", topic="x"), tool("w", "gate", "a"))
+        return plan_of(agent("again", "analyst", topic="x"))  # matched by agent and input
+
+    options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"analyst": analyst},
+                               "planner": planner, "config": {"round": 1}}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    options["config"] = {"round": 2}  # drift: a replan, whose agent step claims the task
+    options["agents"] = {"analyst": analyst_v2 if changed else analyst}
+    async with runtime(tmp_path, **options) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        tasks = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if changed:
+        assert runs == ["v1", "v2"]
+        assert result.outputs["again"] == "v2"
+        first, second = tasks
+        assert first.state == "completed"  # left as it was: terminal is sticky (R11)
+        assert second.step_id == "again"
+        assert second.definition_hash == agent_hash(analyst_v2) != first.definition_hash
+        assert second.diagnostics == (
+            f"agent analyst changed since task {first.id} completed: not reused (R8)",
+        )
+    else:
+        assert runs == ["v1"]  # reused: nothing re-ran
+        (task,) = tasks
+        assert task.definition_hash == agent_hash(analyst)
+        assert task.envelope_hash != ""
+        assert result.outputs["again"] == "v1"
+
+
+@pytest.mark.parametrize("changed", [True, False])
+async def test_R8_a_changed_agent_restarts_the_inner_work_of_its_unfinished_task(
+    tmp_path: Path, changed: bool
+) -> None:
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "v1"
+
+    async def worker_v2(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "v2"
+
+    plan = plan_of(agent("a", "worker"))
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker_v2 if changed else worker}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if changed:
+        assert inner == ["first", "first"]  # the stored inner step was not replayed
+        assert task.attempt == 2
+        assert task.diagnostics == (
+            "attempt 2: the inner work restarts: agent worker's definition changed (R8)",
+        )
+        assert task.definition_hash == agent_hash(worker_v2)
+    else:
+        assert inner == ["first"]
+        assert task.attempt == 1
+        assert task.diagnostics == ()
+
+
+async def test_R8_a_task_stored_without_a_definition_hash_is_taken_as_unchanged(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "done"
+
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+
+    def forget(execution: ms.storage.Execution, now: float) -> ms.storage.Execution:
+        # As a record written before definitions were hashed: no such keys at all.
+        raws = []
+        for raw in execution.agent_tasks:
+            raw = dict(raw)
+            del raw["definition_hash"], raw["envelope_hash"]
+            raws.append(raw)
+        return attrs.evolve(execution, agent_tasks=tuple(raws))
+
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
+    store.edit(handle.execution_id, forget)
+    store.close()
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert inner == ["first"]  # unknown is not a change: replayed
+    assert task.definition_hash == agent_hash(worker)  # known from now on
