@@ -389,6 +389,7 @@ class ExecutionActor(TaskEvents):
             cfg.skills,
             cfg.max_tool_calls,
             meter,
+            cfg.workspace,
         )
         if ref is None:
             return None

@@ -7,6 +7,8 @@ The rule itself is the package's one rule, in ``mainspring._ids``; here it raise
 
 from __future__ import annotations
 
+import posixpath
+
 from .._ids import ID_PATTERN, is_valid_id
 from ._errors import InvalidId
 
@@ -28,12 +30,16 @@ MAX_PATH = 4096
 
 
 def check_relative_path(path: str) -> str:
-    """``path`` if it names something inside a workspace: relative, without ``..``, NUL or
-    backslash, at most 4096 characters. Raises ValueError otherwise (X1: before it touches
-    the file system). Symlinks leading out are refused when the path is hashed."""
+    """``path`` normalised (``a/./b`` is ``a/b``) if it names something inside a workspace:
+    relative, without ``..``, NUL or backslash, at most 4096 characters. Raises ValueError
+    otherwise (X1: before it touches the file system). Symlinks leading out are refused when
+    the path is hashed."""
     if type(path) is not str or not path or len(path) > MAX_PATH:
         raise ValueError(f"a workspace path must be a string of 1..{MAX_PATH} characters")
     parts = path.split("/")
     if "\0" in path or "\\" in path or path.startswith("/") or ".." in parts:
         raise ValueError(f"{path[:200]!r} is not a path inside the workspace")
-    return path
+    normal = posixpath.normpath(path)
+    if normal == ".":
+        raise ValueError("a workspace path must name a file, not the workspace itself")
+    return normal

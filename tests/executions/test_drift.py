@@ -268,3 +268,105 @@ async def test_R8_a_task_stored_without_a_definition_hash_is_taken_as_unchanged(
     assert result.status == "completed"
     assert inner == ["first"]  # unknown is not a change: replayed
     assert task.definition_hash == agent_hash(worker)  # known from now on
+
+
+# -- files the inner steps declared (R8) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["edit", "remove", "none"])
+async def test_R8_a_file_an_inner_step_declared_is_part_of_its_tasks_checkpoint(
+    tmp_path: Path, change: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one")
+    gate = Gate()
+    inner: list[str] = []
+
+    def write_report() -> str:
+        inner.append("write")
+        (workspace / "out").mkdir(exist_ok=True)
+        (workspace / "out" / "report.txt").write_text("report")  # the step's own write
+        return "written"
+
+    async def writer(ctx: ms.AgentContext, input: Any) -> str:
+        # Neither file is named in the step's input: only the declarations cover them.
+        await ctx.step("read", lambda: inner.append("read") or "one", paths=["notes.txt"])
+        await ctx.step("write", write_report, paths=["./out/report.txt"])
+        await ctx.step("park", gate)
+        return "done"
+
+    options: dict[str, Any] = {"agents": {"writer": writer}, "workspace": workspace}
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "writer")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+        assert task.touched_paths == ("notes.txt", "out/report.txt")
+        assert task.inner_checkpoint is not None
+        assert sorted(task.inner_checkpoint.file_hashes or {}) == ["notes.txt", "out/report.txt"]
+        if change == "edit":
+            (workspace / "out" / "report.txt").write_text("edited by hand")
+        elif change == "remove":
+            (workspace / "notes.txt").unlink()
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if change == "none":
+        assert inner == ["read", "write"]  # replayed from the record
+        assert task.attempt == 1
+    else:
+        assert inner == ["read", "write", "read", "write"]  # the inner work restarted
+        assert task.attempt == 2
+        why = "out/report.txt changed" if change == "edit" else "notes.txt was removed"
+        (diagnostic,) = task.diagnostics
+        assert f"its checkpoint drifted (file {why})" in diagnostic
+
+
+async def test_R8_a_declared_file_that_appears_before_resume_restarts_the_inner_work(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    inner: list[str] = []
+
+    async def looker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("look", lambda: inner.append("look") or "absent", paths=["later.txt"])
+        await ctx.step("park", gate)
+        return "done"
+
+    async with runtime(tmp_path, agents={"looker": looker}, workspace=workspace) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "looker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (workspace / "later.txt").write_text("here now")
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert inner == ["look", "look"]
+
+
+@pytest.mark.parametrize("bad", [["../outside.txt"], ["/etc/passwd"], "notes.txt"])
+async def test_X1_an_inner_step_declares_only_paths_inside_the_workspace(
+    tmp_path: Path, bad: Any
+) -> None:
+    errors: list[str] = []
+    ran: list[str] = []
+
+    async def sloppy(ctx: ms.AgentContext, input: Any) -> str:
+        try:
+            await ctx.step("s", lambda: ran.append("s") or 1, paths=bad)
+        except (ValueError, TypeError) as exc:
+            errors.append(type(exc).__name__)
+        await ctx.step("s", lambda: ran.append("again") or 2)  # the name was not used up
+        return "ok"
+
+    async with runtime(tmp_path, agents={"sloppy": sloppy}, workspace=tmp_path) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "sloppy")))).wait()
+        (task,) = tasks_of(stored(rt, result.execution_id))
+    assert result.status == "completed"
+    assert errors == ["TypeError" if isinstance(bad, str) else "ValueError"]
+    assert ran == ["again"]  # refused before the step ran
+    assert task.touched_paths == ()
