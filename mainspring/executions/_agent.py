@@ -47,6 +47,7 @@ from ..storage import (
     hash_files,
     redact,
 )
+from ._findings import new_finding
 from ._transitions import ASK_PREFIX
 
 __all__ = [
@@ -305,7 +306,17 @@ class AgentContext:
 
     def report_finding(self, claim: str, **fields: Any) -> Finding:
         """Record a finding on this task (E5: stored once, redacted). It is saved with the
-        task's next commit. Raises ``ValueError`` past 200 findings or for invalid fields."""
+        task's next commit.
+
+        ``fields`` are those of :class:`~mainspring.storage.Finding` an agent may set:
+        ``type``, ``subject``, ``verdict``, ``confidence``, ``coverage``, ``source_steps``,
+        ``status`` (``active``, ``superseded``, ``contradicted``), ``superseded_by`` and
+        ``evidence``: a list of ``{"kind", "ref", "detail", "step_id"}`` mappings (``kind``
+        required). A plain string is not evidence: it is refused (``TypeError``); write
+        ``{"kind": "note", "detail": text}``. The id, the agent and task ids, the provenance
+        (execution and plan version) and the time are the runtime's. Everything the agent
+        wrote is redacted. Raises ``ValueError`` past 200 findings or for invalid fields.
+        """
         return self._actor.add_finding(claim, fields)
 
     async def call_skill(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -419,7 +430,11 @@ class AgentTaskActor(Actor):
         answered), so the agent's code unwinds through anyio's own cancellation, never through
         an exception of ours. ``SaveRefused`` if the save was refused: the execution is stopping.
         """
-        self._touch(state="waiting_for_clarification", pending_question=redact(question))
+        self._touch(
+            state="waiting_for_clarification",
+            pending_question=redact(question),
+            pending_question_at=time.time(),
+        )
         await self._save()
         await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
         raise AssertionError("unreachable")  # pragma: no cover
@@ -428,13 +443,7 @@ class AgentTaskActor(Actor):
         record = self.record
         if len(record.findings) >= MAX_FINDINGS:
             raise ValueError(f"an agent task keeps at most {MAX_FINDINGS} findings")
-        values = {key: redact(value) for key, value in fields.items()}
-        finding = Finding(
-            id=f"{record.id}.f{len(record.findings) + 1}",
-            claim=redact(str(claim)),
-            created_at=time.time(),
-            **values,
-        )
+        finding = new_finding(record, claim, fields)
         self._touch(findings=(*record.findings, finding))
         return finding
 

@@ -197,7 +197,9 @@ class ExecutionActor(TaskEvents):
     async def _planned(self, planned: Planned) -> bool:
         if planned.question is not None:
             # An outer question: its answer is appended to the goal on resume (R10).
-            pending = Pending(kind="clarification", question=redact(planned.question))
+            pending = Pending(
+                kind="clarification", question=redact(planned.question), asked_at=time.time()
+            )
             await self._wait("waiting_for_clarification", pending)
             return True
         if planned.plan is None:
@@ -313,7 +315,9 @@ class ExecutionActor(TaskEvents):
                 if picked.approval is None
                 else f"step {picked.approval.id}"
             )
-            needs_approval = Pending(kind="approval", question=f"approve {what}")
+            needs_approval = Pending(
+                kind="approval", question=f"approve {what}", asked_at=time.time()
+            )
         needs_budget: BudgetInfo | None = None
         if picked.short_of_budget:
             needs_budget = BudgetInfo(
@@ -447,7 +451,8 @@ class ExecutionActor(TaskEvents):
         elif approval is not None:
             await self._wait("waiting_for_approval", approval)
         elif budget is not None:
-            await self._wait("waiting_for_budget", Pending(kind="budget", budget=budget))
+            pending = Pending(kind="budget", budget=budget, asked_at=time.time())
+            await self._wait("waiting_for_budget", pending)
         else:  # pragma: no cover - every pending step is blocked by one of the above
             await self._finish("failed", error="no step can start and none is running")
 

@@ -40,6 +40,7 @@ from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
 from ._records import MAX_COUNTER as MAX_COUNTER
 from ._records import MAX_DIAGNOSTICS as MAX_DIAGNOSTICS
+from ._records import MAX_EVIDENCE as MAX_EVIDENCE
 from ._records import MAX_FINDINGS as MAX_FINDINGS
 from ._records import MAX_TOUCHED_PATHS as MAX_TOUCHED_PATHS
 from ._records import STEP_FINISHED as STEP_FINISHED
@@ -49,10 +50,12 @@ from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
 from ._records import Control as Control
+from ._records import Evidence as Evidence
 from ._records import Execution as Execution
 from ._records import ExecutionStatus as ExecutionStatus
 from ._records import Failure as Failure
 from ._records import Finding as Finding
+from ._records import FindingStatus as FindingStatus
 from ._records import Interruption as Interruption
 from ._records import Lease as Lease
 from ._records import Observation as Observation
@@ -60,6 +63,7 @@ from ._records import ObservationCode as ObservationCode
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
+from ._records import Provenance as Provenance
 from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
 from ._records import parse_agent_task as parse_agent_task
@@ -74,6 +78,7 @@ __all__ = [
     "MAX_CONTROLS",
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
+    "MAX_EVIDENCE",
     "MAX_FINDINGS",
     "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
@@ -86,11 +91,13 @@ __all__ = [
     "Committer",
     "Control",
     "Edit",
+    "Evidence",
     "Execution",
     "ExecutionStatus",
     "Failure",
     "FileStore",
     "Finding",
+    "FindingStatus",
     "Interruption",
     "InvalidId",
     "Lease",
@@ -101,6 +108,7 @@ __all__ = [
     "Pending",
     "PersistenceFailed",
     "Problem",
+    "Provenance",
     "Reconciliation",
     "RecordError",
     "SqliteStore",

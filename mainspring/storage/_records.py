@@ -23,6 +23,7 @@ __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
+    "MAX_EVIDENCE",
     "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
@@ -31,10 +32,12 @@ __all__ = [
     "BudgetInfo",
     "Checkpoint",
     "Control",
+    "Evidence",
     "Execution",
     "ExecutionStatus",
     "Failure",
     "Finding",
+    "FindingStatus",
     "Interruption",
     "Lease",
     "Observation",
@@ -42,6 +45,7 @@ __all__ = [
     "Pending",
     "Plan",
     "PlanStep",
+    "Provenance",
     "StepStatus",
     "TaskState",
     "parse_agent_task",
@@ -54,6 +58,7 @@ MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
 MAX_CHECKPOINTS = 5
 MAX_TOUCHED_PATHS = 200
+MAX_EVIDENCE = 100
 
 ExecutionStatus = Literal[
     "planned",
@@ -150,6 +155,11 @@ def _paths(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         )
     for path in value:
         check_relative_path(path)
+
+
+def _kind(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str or not 1 <= len(value) <= 64:
+        raise ValueError(f"{attribute.name} must be a word of 1..64 characters, not {value!r}")
 
 
 def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -267,8 +277,36 @@ class Interruption:
 
 
 @attrs.frozen(kw_only=True)
+class Evidence:
+    """One item of a finding's evidence: its ``kind`` (``file``, ``url``, ``note``...),
+    ``ref`` (where: a path, a URL, an id), ``detail`` (what it shows) and the inner step
+    that produced it, if any."""
+
+    kind: str = attrs.field(validator=_kind)
+    ref: str = ""
+    detail: str = ""
+    step_id: str | None = attrs.field(default=None, validator=_optional_id)
+
+
+@attrs.frozen(kw_only=True)
+class Provenance:
+    """Where a finding was made: the execution and the plan version it ran under."""
+
+    execution_id: str = attrs.field(validator=_id)
+    plan_version: int = attrs.field(validator=_counter)
+
+
+FindingStatus = Literal["active", "superseded", "contradicted"]
+
+
+@attrs.frozen(kw_only=True)
 class Finding:
-    """A claim an agent reports, with its evidence; stored once, on its agent task (E5)."""
+    """A claim an agent reports, with its evidence; stored once, on its agent task (E5).
+
+    ``agent_id``, ``task_id`` and ``provenance`` are set by the runtime (None on findings
+    stored before they existed). Findings stored with evidence as plain strings and
+    provenance as a string still parse: see :func:`_structure_finding`.
+    """
 
     id: str = attrs.field(validator=_id)
     claim: str
@@ -277,12 +315,16 @@ class Finding:
     verdict: str = ""
     confidence: float = attrs.field(default=0.0, validator=_unit)
     coverage: float = attrs.field(default=0.0, validator=_unit)
-    evidence: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = attrs.field(default=(), validator=_at_most(MAX_EVIDENCE))
     source_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
-    provenance: str = ""
-    status: Literal["active", "superseded", "contradicted"] = "active"
+    provenance: Provenance | None = None
+    status: FindingStatus = attrs.field(
+        default="active", validator=attrs.validators.in_(("active", "superseded", "contradicted"))
+    )
     superseded_by: str | None = attrs.field(default=None, validator=_optional_id)
     created_at: float = 0.0
+    agent_id: str | None = attrs.field(default=None, validator=_optional_id)
+    task_id: str | None = attrs.field(default=None, validator=_optional_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -372,6 +414,7 @@ class Pending:
     question: str = ""
     budget: BudgetInfo | None = None
     agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
+    asked_at: float | None = None  # None on records stored before it was kept
 
 
 @attrs.frozen(kw_only=True)
@@ -382,6 +425,9 @@ class Control:
     by: str
     at: float
     reason: str = ""
+    #: For an answer: the sha256 of the answer's text as given (before redaction), so an
+    #: audit can tell which answer was given without the record keeping it.
+    answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
 
 
 @attrs.frozen(kw_only=True)
@@ -462,5 +508,30 @@ def _require_version(cls: type[Any]) -> None:
     converter.register_structure_hook(cls, structure_versioned)
 
 
+def _structure_finding(value: Any, _: Any) -> Finding:
+    """One way from the first format: evidence given as plain strings becomes
+    ``{kind: note, detail: text}`` and a string provenance an evidence item of kind
+    ``provenance`` (empty: none). Anything else is parsed strictly (E8: fail closed)."""
+    if type(value) is dict:
+        evidence = value.get("evidence")
+        if type(evidence) is list and any(type(item) is str for item in evidence):
+            value = {
+                **value,
+                "evidence": [
+                    {"kind": "note", "detail": item} if type(item) is str else item
+                    for item in evidence
+                ],
+            }
+        provenance = value.get("provenance")
+        if type(provenance) is str:
+            value = {key: item for key, item in value.items() if key != "provenance"}
+            if provenance:
+                old = {"kind": "provenance", "detail": provenance}
+                value["evidence"] = [*value.get("evidence", []), old]
+    return _finding_fields(value, Finding)
+
+
+_finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
+converter.register_structure_hook(Finding, _structure_finding)
 _require_version(Execution)
 _require_version(AgentTaskRecord)
