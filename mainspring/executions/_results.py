@@ -3,6 +3,7 @@ redaction applied to what a plan declares."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import types
@@ -170,6 +171,8 @@ def agent_hash(fn: Callable[..., Any]) -> str:
     agent under its module name elsewhere).
     """
     target: Any = inspect.unwrap(fn)
+    while isinstance(target, functools.partial):  # the function it calls, not the wrapper
+        target = inspect.unwrap(target.func)
     name = getattr(target, "__qualname__", type(target).__qualname__)
     version = getattr(fn, "version", getattr(target, "version", None))
     if version is not None:
