@@ -320,8 +320,9 @@ class ExecutionCore(Actor):
         checkpoint = attrs.evolve(task.inner_checkpoint, tool_hashes=None, skill_versions=None)
         root = self._cfg.workspace
         paths = task.touched_paths
+        config = self._cfg.config  # compared with the config the checkpoint was taken with
         found = await anyio.to_thread.run_sync(
-            lambda: reconcile(checkpoint, root, plan, paths=paths)
+            lambda: reconcile(checkpoint, root, plan, config=config, paths=paths)
         )
         return found.reasons
 

@@ -370,3 +370,30 @@ async def test_X1_an_inner_step_declares_only_paths_inside_the_workspace(
     assert errors == ["TypeError" if isinstance(bad, str) else "ValueError"]
     assert ran == ["again"]  # refused before the step ran
     assert task.touched_paths == ()
+
+
+async def test_R8_a_task_of_a_runtime_with_a_config_is_replayed_when_nothing_changed(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "done"
+
+    options: dict[str, Any] = {"agents": {"worker": worker}, "workspace": workspace,
+                               "config": {"model": "m1"}}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert inner == ["first"]  # the task's checkpoint compares the config it was taken with
+    assert task.attempt == 1
