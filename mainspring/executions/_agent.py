@@ -396,6 +396,10 @@ class AgentTaskActor(Actor):
         return declared
 
     async def record_inner(self, name: str, result: Any, paths: tuple[str, ...] = ()) -> None:
+        root = self._workspace
+        hashes: dict[str, str] = {}
+        if paths and root is not None:  # before reading the record: steps may run in parallel
+            hashes = await anyio.to_thread.run_sync(hash_files, root, paths)
         observation = Observation(step_id=name, ok=True, output=redact(result))
         self._index[name] = observation
         record = self.record
@@ -406,9 +410,7 @@ class AgentTaskActor(Actor):
             touched = tuple(dict.fromkeys((*record.touched_paths, *paths)))
             changes["touched_paths"] = touched
             checkpoint = record.inner_checkpoint
-            root = self._workspace
             if root is not None and checkpoint is not None:
-                hashes = await anyio.to_thread.run_sync(hash_files, root, paths)
                 files = {
                     key: value
                     for key, value in (checkpoint.file_hashes or {}).items()
