@@ -246,3 +246,18 @@ async def test_show_says_when_the_pending_question_was_asked_and_lists_findings(
         {"kind": "url", "ref": "https://x.example", "detail": "", "step_id": None}
     ]
     assert finding["provenance"] == {"execution_id": waiting.execution_id, "plan_version": 1}
+
+
+async def test_an_outer_answer_is_audited_with_its_digest(tmp_path: Path) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if "Clarification" not in goal:
+            raise ms.ClarificationNeeded("which city?")
+        return plan_of(tool("t", "inc"))
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        first = await (await rt.start("book a hotel")).wait()
+        done = await (await rt.resume(first.execution_id, answer="Lisbon")).wait()
+        record = stored(rt, first.execution_id)
+    assert done.status == "completed"
+    (line,) = [c for c in record.controls if c.action == "answer"]
+    assert line.answer_sha256 == hashlib.sha256(b"Lisbon").hexdigest()
