@@ -109,6 +109,7 @@ checkpoints = st.builds(
     skill_versions=hash_maps,
     completed_steps=st.lists(ids, max_size=3).map(tuple),
     tool_hashes=hash_maps,
+    absent=st.sets(st.sampled_from(["git", "git_head", "config"])).map(lambda s: tuple(sorted(s))),
 )
 findings = st.builds(
     rec.Finding,
@@ -116,11 +117,23 @@ findings = st.builds(
     claim=short_text,
     confidence=units,
     coverage=units,
-    evidence=st.lists(short_text, max_size=2).map(tuple),
+    evidence=st.lists(
+        st.builds(
+            rec.Evidence,
+            kind=st.text(min_size=1, max_size=10),
+            ref=short_text,
+            detail=short_text,
+            step_id=st.none() | ids,
+        ),
+        max_size=2,
+    ).map(tuple),
     source_steps=st.lists(ids, max_size=2).map(tuple),
+    provenance=st.none() | st.builds(rec.Provenance, execution_id=ids, plan_version=counters),
     status=st.sampled_from(["active", "superseded", "contradicted"]),
     superseded_by=st.none() | ids,
     created_at=times,
+    agent_id=st.none() | ids,
+    task_id=st.none() | ids,
 )
 agent_tasks = st.builds(
     rec.AgentTaskRecord,
@@ -142,7 +155,15 @@ agent_tasks = st.builds(
     inner_completed=st.lists(ids, max_size=3).map(tuple),
     inner_observations=st.lists(observations, max_size=2).map(tuple),
     inner_checkpoint=st.none() | checkpoints,
+    touched_paths=st.lists(
+        st.from_regex(r"[a-z0-9]{1,8}(/[a-z0-9]{1,8}){0,2}", fullmatch=True),
+        max_size=3,
+        unique=True,
+    ).map(tuple),
     pending_question=st.none() | short_text,
+    pending_question_at=st.none() | times,
+    answered_at=st.none() | times,
+    answer_sha256=st.none() | st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
     calls_reserved=counters,
     calls_used=counters,
     findings=st.lists(findings, max_size=3).map(tuple),
@@ -160,14 +181,22 @@ executions = st.builds(
     observations=st.lists(observations, max_size=2).map(tuple),
     checkpoints=st.lists(checkpoints, max_size=5).map(tuple),
     pending=st.none()
-    | st.builds(rec.Pending, kind=st.sampled_from(["approval", "clarification", "budget"])),
+    | st.builds(
+        rec.Pending,
+        kind=st.sampled_from(["approval", "clarification", "budget"]),
+        asked_at=st.none() | times,
+    ),
     lease=st.none() | st.builds(rec.Lease, owner=short_text, expires_at=times, epoch=counters),
     calls_used=counters,
     agent_tasks=st.lists(agent_tasks.map(unstructure), max_size=2).map(tuple),
     agent_tasks_dropped=counters,
     controls=st.lists(
         st.builds(
-            rec.Control, action=st.sampled_from(["pause", "resume"]), by=short_text, at=times
+            rec.Control,
+            action=st.sampled_from(["pause", "resume", "answer"]),
+            by=short_text,
+            at=times,
+            answer_sha256=st.none() | st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
         ),
         max_size=2,
     ).map(tuple),

@@ -127,7 +127,8 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     if execution.pending is not None:
         pending = execution.pending
         asked = f" (agent task {pending.agent_task_id})" if pending.agent_task_id else ""
-        out.line(f"pending: {pending.kind}{asked}: {clamp(pending.question, 200)}")
+        since = f" since {when(pending.asked_at)}" if pending.asked_at is not None else ""
+        out.line(f"pending: {pending.kind}{asked}{since}: {clamp(pending.question, 200)}")
     plan = execution.plan
     if plan is not None:
         out.line("")
@@ -148,6 +149,22 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
             _task_rows(tasks),
             1,
         )
+    findings = [finding for task in tasks for finding in task.findings]
+    if findings:
+        out.line("")
+        out.line("findings")
+        for f in findings:
+            evidence = f", {len(f.evidence)} evidence" if f.evidence else ""
+            by = f" by {f.agent_id}" if f.agent_id else ""
+            out.line(f"  {f.id}  {f.status}{by}{evidence}: {clamp(f.claim, 160)}")
+    answered = [task for task in tasks if task.answered_at is not None]
+    if answered:
+        out.line("")
+        out.line("answers")
+        for task in answered:
+            assert task.answered_at is not None
+            digest = (task.answer_sha256 or "")[:16]
+            out.line(f"  {task.id}  answered {when(task.answered_at)}  sha256 {digest}")
     if execution.checkpoints:
         out.line("")
         out.line("checkpoints")
@@ -158,7 +175,8 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line("controls")
         for control in execution.controls:
             reason = f": {control.reason}" if control.reason else ""
-            out.line(f"  {when(control.at)}  {control.action} by {control.by}{reason}")
+            digest = f" (sha256 {control.answer_sha256[:16]})" if control.answer_sha256 else ""
+            out.line(f"  {when(control.at)}  {control.action} by {control.by}{digest}{reason}")
     return EXIT_OK
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
+import anyio.to_thread
 import attrs
 
 from ..actors import (
@@ -31,6 +33,7 @@ from ..actors import (
 )
 from ..storage import (
     MAX_FINDINGS,
+    MAX_TOUCHED_PATHS,
     AgentTaskRecord,
     Failure,
     Finding,
@@ -40,9 +43,12 @@ from ..storage import (
     PlanStep,
     StorageError,
     check_id,
+    check_relative_path,
     encode,
+    hash_files,
     redact,
 )
+from ._findings import new_finding
 from ._transitions import ASK_PREFIX
 
 __all__ = [
@@ -246,10 +252,18 @@ class AgentContext:
         None while it is not: read it in ``except``/``finally`` blocks."""
         return cancel_reason()
 
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def step(
+        self, name: str, fn: Callable[..., Any], *args: Any, paths: Iterable[str] = ()
+    ) -> Any:
         """Run ``fn(*args)`` once, durably: the result is committed before this returns, and
         on a resume of this task it is returned from the record instead of run again (unless
         the task's own checkpoint drifted, R8). ``name`` is an id unique within the task.
+
+        ``paths`` are the workspace files the step reads or writes (relative to the
+        workspace, never leading out of it; at most 200 per task). They are hashed as the
+        step leaves them and join the task's own checkpoint: if one of them changes (or
+        appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``
+        for a path that is not inside the workspace.
 
         The result must be JSON-storable; what is stored (and replayed) is redacted (E5),
         while the first run gets the value itself. Raises ``ValueError`` for a repeated or
@@ -262,6 +276,7 @@ class AgentContext:
             raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
         if name in self._seen:
             raise ValueError(f"inner step {name} ran twice in one task")
+        declared = self._actor.declared(paths)
         self._seen.add(name)
         recorded = self._actor.recorded(name)
         if recorded is not None:
@@ -272,7 +287,7 @@ class AgentContext:
         problem = check_output(result, f"inner step {name}")
         if problem is not None:
             raise ValueError(problem)
-        await self._actor.record_inner(name, result)
+        await self._actor.record_inner(name, result, declared)
         return result
 
     async def ask(self, question: str) -> str:
@@ -292,7 +307,17 @@ class AgentContext:
 
     def report_finding(self, claim: str, **fields: Any) -> Finding:
         """Record a finding on this task (E5: stored once, redacted). It is saved with the
-        task's next commit. Raises ``ValueError`` past 200 findings or for invalid fields."""
+        task's next commit.
+
+        ``fields`` are those of :class:`~mainspring.storage.Finding` an agent may set:
+        ``type``, ``subject``, ``verdict``, ``confidence``, ``coverage``, ``source_steps``,
+        ``status`` (``active``, ``superseded``, ``contradicted``), ``superseded_by`` and
+        ``evidence``: a list of ``{"kind", "ref", "detail", "step_id"}`` mappings (``kind``
+        required). A plain string is not evidence: it is refused (``TypeError``); write
+        ``{"kind": "note", "detail": text}``. The id, the agent and task ids, the provenance
+        (execution and plan version) and the time are the runtime's. Everything the agent
+        wrote is redacted. Raises ``ValueError`` past 200 findings or for invalid fields.
+        """
         return self._actor.add_finding(claim, fields)
 
     async def call_skill(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -339,9 +364,11 @@ class AgentTaskActor(Actor):
         max_tool_calls: int,
         meter: Meter | None = None,
         waits_for_budget: bool = False,
+        workspace: Path | None = None,
     ) -> None:
         self._execution = execution
         self._waits_for_budget = waits_for_budget
+        self._workspace = workspace
         self._meter = meter if meter is not None else Meter(record.calls_used)
         self.record = record
         self._step = step
@@ -367,14 +394,44 @@ class AgentTaskActor(Actor):
         if not accepted:
             raise SaveRefused("the execution refused the save: it is stopping")
 
-    async def record_inner(self, name: str, result: Any) -> None:
+    def declared(self, paths: Iterable[str]) -> tuple[str, ...]:
+        """``paths`` checked (X1) and within the task's bound; raises ValueError."""
+        if isinstance(paths, str):
+            raise TypeError("paths takes a list of paths, not one string")
+        declared = tuple(dict.fromkeys(check_relative_path(path) for path in paths))
+        known = set(self.record.touched_paths)
+        if len(known | set(declared)) > MAX_TOUCHED_PATHS:
+            raise ValueError(f"an agent task declares at most {MAX_TOUCHED_PATHS} paths")
+        return declared
+
+    async def record_inner(self, name: str, result: Any, paths: tuple[str, ...] = ()) -> None:
+        root = self._workspace
+        hashes: dict[str, str] = {}
+        if paths and root is not None:  # before reading the record: steps may run in parallel
+            hashes = await anyio.to_thread.run_sync(hash_files, root, paths)
         observation = Observation(step_id=name, ok=True, output=redact(result))
         self._index[name] = observation
         record = self.record
+        changes: dict[str, Any] = {}
+        if paths:
+            # R8: the files as this step left them join the task's own checkpoint; one
+            # missing now is left out, so its appearing later is drift too.
+            touched = tuple(dict.fromkeys((*record.touched_paths, *paths)))
+            changes["touched_paths"] = touched
+            checkpoint = record.inner_checkpoint
+            if root is not None and checkpoint is not None:
+                files = {
+                    key: value
+                    for key, value in (checkpoint.file_hashes or {}).items()
+                    if key not in paths
+                }
+                files.update(hashes)
+                changes["inner_checkpoint"] = attrs.evolve(checkpoint, file_hashes=files)
         self._touch(
             inner_completed=(*record.inner_completed, name),
             inner_observations=(*record.inner_observations, observation),
             inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
+            **changes,
         )
         await self._save()
 
@@ -384,7 +441,11 @@ class AgentTaskActor(Actor):
         answered), so the agent's code unwinds through anyio's own cancellation, never through
         an exception of ours. ``SaveRefused`` if the save was refused: the execution is stopping.
         """
-        self._touch(state="waiting_for_clarification", pending_question=redact(question))
+        self._touch(
+            state="waiting_for_clarification",
+            pending_question=redact(question),
+            pending_question_at=time.time(),
+        )
         await self._save()
         await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
         raise AssertionError("unreachable")  # pragma: no cover
@@ -404,13 +465,7 @@ class AgentTaskActor(Actor):
         record = self.record
         if len(record.findings) >= MAX_FINDINGS:
             raise ValueError(f"an agent task keeps at most {MAX_FINDINGS} findings")
-        values = {key: redact(value) for key, value in fields.items()}
-        finding = Finding(
-            id=f"{record.id}.f{len(record.findings) + 1}",
-            claim=redact(str(claim)),
-            created_at=time.time(),
-            **values,
-        )
+        finding = new_finding(record, claim, fields)
         self._touch(findings=(*record.findings, finding))
         return finding
 

@@ -146,7 +146,9 @@ class ExecutionActor(TaskEvents):
         tools = self._plan_tool_hashes(self._plan)
         root = cfg.workspace
         if root is None:
-            checkpoint = attrs.evolve(checkpoint, file_hashes=None, git_head=None)
+            # No workspace to look at now: its files and git are not compared.
+            absent = tuple(d for d in checkpoint.absent if d == "config")
+            checkpoint = attrs.evolve(checkpoint, file_hashes=None, git_head=None, absent=absent)
             root = Path("/nonexistent-mainspring-workspace")
         found = await anyio.to_thread.run_sync(
             lambda: reconcile(
@@ -199,7 +201,9 @@ class ExecutionActor(TaskEvents):
     async def _planned(self, planned: Planned) -> bool:
         if planned.question is not None:
             # An outer question: its answer is appended to the goal on resume (R10).
-            pending = Pending(kind="clarification", question=redact(planned.question))
+            pending = Pending(
+                kind="clarification", question=redact(planned.question), asked_at=time.time()
+            )
             await self._wait("waiting_for_clarification", pending)
             return True
         if planned.plan is None:
@@ -315,7 +319,9 @@ class ExecutionActor(TaskEvents):
                 if picked.approval is None
                 else f"step {picked.approval.id}"
             )
-            needs_approval = Pending(kind="approval", question=f"approve {what}")
+            needs_approval = Pending(
+                kind="approval", question=f"approve {what}", asked_at=time.time()
+            )
         needs_budget: BudgetInfo | None = None
         if picked.short_of_budget:
             needs_budget = BudgetInfo(
@@ -362,23 +368,8 @@ class ExecutionActor(TaskEvents):
             )
             self._publish_step(step.id, "succeeded")
             return False if await self._commit() else None
-        if task is None:
-            task = self._new_task(step, now)
-        elif (
-            cfg.workspace is not None
-            and task.inner_checkpoint is not None
-            and await self._inner_drifted(task, step)
-        ):
-            # R8: the task's own checkpoint drifted, so its inner work starts over.
-            # Answers it was given stay: they are the human's, not derived from the workspace.
-            answers = tuple(o for o in task.inner_observations if o.step_id.startswith("ask."))
-            task = attrs.evolve(
-                task,
-                inner_completed=tuple(o.step_id for o in answers),
-                inner_observations=answers,
-                inner_steps_done=0,
-                attempt=clamp_count(task.attempt + 1),
-            )
+        # R8: a new task, or a claimed one whose agent or own checkpoint changed restarts.
+        task = self._new_task(step, now) if task is None else await self._revalidated(task, step)
         task = attrs.evolve(
             task,
             state="running",
@@ -411,6 +402,7 @@ class ExecutionActor(TaskEvents):
             # needs more (the run's budget is short); any other fails (its reservation is
             # the most it may spend).
             step.id in self._takes_all,
+            cfg.workspace,
         )
         if ref is None:
             return None
@@ -471,7 +463,8 @@ class ExecutionActor(TaskEvents):
         elif approval is not None:
             await self._wait("waiting_for_approval", approval)
         elif budget is not None:
-            await self._wait("waiting_for_budget", Pending(kind="budget", budget=budget))
+            pending = Pending(kind="budget", budget=budget, asked_at=time.time())
+            await self._wait("waiting_for_budget", pending)
         else:  # pragma: no cover - every pending step is blocked by one of the above
             await self._finish("failed", error="no step can start and none is running")
 

@@ -107,7 +107,8 @@ def findings_brief(findings: Iterable[Finding]) -> str:
     active = [finding for finding in findings if finding.status == "active"]
     active.sort(key=lambda finding: finding.created_at, reverse=True)
     lines = [
-        f"- [{finding.id}] {finding.claim} (confidence {finding.confidence:.2f})"
+        f"- [{finding.id}] {finding.claim} (confidence {finding.confidence:.2f}"
+        + (f", agent {finding.agent_id})" if finding.agent_id else ")")
         for finding in active[:MAX_BRIEF_FINDINGS]
     ]
     if len(active) > MAX_BRIEF_FINDINGS:

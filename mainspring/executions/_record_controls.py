@@ -35,6 +35,7 @@ from ._run_messages import Begin, StopTask
 from ._scheduler import approval_key
 from ._transitions import (
     add_control,
+    answer_digest,
     answer_task,
     cancel_execution,
     parse_stop_requests,
@@ -93,7 +94,7 @@ def prepare_resume(
             goal = f"{record.goal}\n\nClarification: {redact(answer)}"
             record = attrs.evolve(record, goal=goal, pending=None)
             replan_goal = True
-        record = add_control(record, "answer", owner, now)
+        record = add_control(record, "answer", owner, now, answer_sha256=answer_digest(answer))
     if approve and record.plan is not None:
         plan = record.plan
         keys = [approval_key(plan.version, None)] if plan.requires_approval else []

@@ -3,8 +3,10 @@ redaction applied to what a plan declares."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -150,6 +152,68 @@ def tool_hash(fn: Callable[..., Any]) -> str:
     # script's name when `mainspring resume --app` imports them; they are the same tools.
     name = getattr(fn, "__qualname__", type(fn).__qualname__)
     return hashlib.sha256(f"{name}{signature}".encode()).hexdigest()
+
+
+def _constant(value: Any) -> str:
+    # The text of a code object's constant, the same in every process: no addresses, and a
+    # frozenset's order (which follows string hashing, randomised per process) made canonical.
+    if isinstance(value, types.CodeType):
+        return f"code:{_code_digest(value)}"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_constant(item) for item in value) + ")"
+    if isinstance(value, frozenset):
+        return "{" + ",".join(sorted(_constant(item) for item in value)) + "}"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """What a code object does: its bytecode, constants (nested functions included), names
+    and arguments; not its file or line numbers, so moving a function does not change it."""
+    parts = [
+        code.co_qualname,
+        code.co_code.hex(),
+        ",".join(_constant(value) for value in code.co_consts),
+        ",".join(code.co_names),
+        ",".join(code.co_varnames),
+        ",".join(code.co_freevars),
+        ",".join(code.co_cellvars),
+        f"{code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount}/{code.co_flags}",
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def agent_hash(fn: Callable[..., Any]) -> str:
+    """An agent's definition hash (R8): its qualified name and its code, or its qualified
+    name and ``fn.version`` when the agent declares one (as skills do).
+
+    The code hash is stable across processes and follows the code: a changed body changes it,
+    and so may another Python version's bytecode; declare a version to decide yourself.
+    Like :func:`tool_hash` it leaves out the module (``__main__`` in a script is the same
+    agent under its module name elsewhere).
+    """
+    target: Any = inspect.unwrap(fn)
+    while isinstance(target, functools.partial):  # the function it calls, not the wrapper
+        target = inspect.unwrap(target.func)
+    name = getattr(target, "__qualname__", type(target).__qualname__)
+    version = getattr(fn, "version", getattr(target, "version", None))
+    if version is not None:
+        return hashlib.sha256(f"{name}\nversion:{version}".encode()).hexdigest()
+    target = getattr(target, "__func__", target)  # a bound method: its function
+    code = getattr(target, "__code__", None)
+    if code is None:  # a callable object: its class's __call__
+        call = type(target).__dict__.get("__call__")
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
+    digest = _code_digest(code) if isinstance(code, types.CodeType) else "no code"
+    return hashlib.sha256(f"{name}\ncode:{digest}".encode()).hexdigest()
+
+
+def envelope_hash(
+    tool_hashes: Mapping[str, str], skill_versions: Mapping[str, str], max_tool_calls: int
+) -> str:
+    """What wraps an agent's definition in a task: the tools and skills it may call (their
+    declarations) and its tool-call limit. Recorded on the task, not compared (R8)."""
+    envelope = {"tools": dict(tool_hashes), "skills": dict(skill_versions)}
+    return sha256_hex({**envelope, "max_tool_calls": max_tool_calls})
 
 
 def redact_plan(plan: Plan) -> Plan:

@@ -20,6 +20,7 @@ from ..actors import (
 )
 from ..storage import (
     MAX_CHECKPOINTS,
+    MAX_DIAGNOSTICS,
     AgentTaskRecord,
     Checkpoint,
     CommitOutcome,
@@ -34,6 +35,7 @@ from ..storage import (
     parse_agent_task,
     parse_agent_tasks,
     reconcile,
+    redact,
     unstructure,
 )
 from . import _run_events as ev
@@ -57,6 +59,7 @@ from ._run_messages import (
 from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
 from ._transitions import (
+    ASK_PREFIX,
     cancel_execution,
     clamp_count,
     parse_stop_requests,
@@ -188,13 +191,15 @@ class ExecutionCore(Actor):
         cfg = self._cfg
         tools = self._plan_tool_hashes(plan)
         if cfg.workspace is None:
+            digest = config_hash(cfg.config)
             return Checkpoint(
                 at=time.time(),
                 plan_version=plan.version if plan is not None else 0,
-                config_hash=config_hash(cfg.config),
+                config_hash=digest,
                 skill_versions=dict(cfg.skill_versions),
                 completed_steps=completed,
                 tool_hashes=tools,
+                absent=("config",) if digest is None else (),  # its appearing is drift (R6)
             )
         return await anyio.to_thread.run_sync(
             lambda: capture_checkpoint(
@@ -250,6 +255,9 @@ class ExecutionCore(Actor):
             and task.input_hash == digest
             and task.id not in self._claimed
             and task.state not in ("failed", "cancelled", "waiting_for_clarification")
+            # R8: a changed agent's finished task is not its result; an unfinished one is
+            # claimed and restarts its inner work (see _revalidated).
+            and not (task.state == "completed" and self._redefined(task))
         ]
         if not candidates:
             return None
@@ -260,8 +268,23 @@ class ExecutionCore(Actor):
             task = attrs.evolve(task, step_id=step.id)
         return task
 
+    def _redefined(self, task: AgentTaskRecord) -> bool:
+        """R8: the agent's definition changed since ``task`` was created. A task stored
+        before definitions were recorded (empty hash) is unknown and taken as unchanged."""
+        current = self._cfg.agent_hashes.get(task.agent_id, "")
+        return bool(task.definition_hash) and task.definition_hash != current
+
     def _new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
         number = len(self._tasks) + len(self._unparsed) + 1
+        digest = step_input_hash(step)
+        replaced = [
+            t.id
+            for t in self._tasks.values()
+            if t.state == "completed"
+            and t.agent_id == step.target
+            and t.input_hash == digest
+            and self._redefined(t)
+        ]
         task = AgentTaskRecord(
             id=f"{self._rec.id}:t{number}",
             agent_id=step.target,
@@ -271,7 +294,13 @@ class ExecutionCore(Actor):
             updated_at=now,
             execution_id=self._rec.id,
             plan_version=self._plan.version if self._plan else 1,
-            input_hash=step_input_hash(step),
+            definition_hash=self._cfg.agent_hashes.get(step.target, ""),
+            envelope_hash=self._cfg.agent_envelope,
+            input_hash=digest,
+            diagnostics=tuple(
+                f"agent {step.target} changed since task {old} completed: not reused (R8)"
+                for old in replaced[-MAX_DIAGNOSTICS:]
+            ),
         )
         self._claimed.add(task.id)
         self._charged[task.id] = 0
@@ -283,14 +312,52 @@ class ExecutionCore(Actor):
         plan = Plan(id="task", goal="", steps=(step,))
         return await self._capture(plan, ())
 
-    async def _inner_drifted(self, task: AgentTaskRecord, step: PlanStep) -> bool:
-        assert task.inner_checkpoint is not None
-        assert self._cfg.workspace is not None
+    async def _inner_drift(self, task: AgentTaskRecord, step: PlanStep) -> tuple[str, ...]:
+        """What changed in the task's own checkpoint: the files its step names and those its
+        inner steps declared, the configuration, git (R8)."""
+        if task.inner_checkpoint is None or self._cfg.workspace is None:
+            return ()
         plan = Plan(id="task", goal="", steps=(step,))
         checkpoint = attrs.evolve(task.inner_checkpoint, tool_hashes=None, skill_versions=None)
         root = self._cfg.workspace
-        found = await anyio.to_thread.run_sync(lambda: reconcile(checkpoint, root, plan))
-        return found.drifted
+        paths = task.touched_paths
+        config = self._cfg.config  # compared with the config the checkpoint was taken with
+        found = await anyio.to_thread.run_sync(
+            lambda: reconcile(checkpoint, root, plan, config=config, paths=paths)
+        )
+        return found.reasons
+
+    async def _revalidated(self, task: AgentTaskRecord, step: PlanStep) -> AgentTaskRecord:
+        """An unfinished task claimed for ``step`` (R8): its inner work restarts (a new
+        attempt, with a diagnostic saying why) if its agent's definition changed or its own
+        checkpoint drifted. Answers it was given stay: they are the human's, not derived
+        from the code or the workspace."""
+        current = self._cfg.agent_hashes.get(step.target, "")
+        why = ""
+        if self._redefined(task):
+            why = f"agent {step.target}'s definition changed"
+        else:
+            drift = await self._inner_drift(task, step)
+            if drift:
+                why = f"its checkpoint drifted ({'; '.join(drift)})"
+        envelope = self._cfg.agent_envelope
+        if not why:  # an unknown (old) hash is known from now on
+            return attrs.evolve(task, definition_hash=current, envelope_hash=envelope)
+        answers = tuple(o for o in task.inner_observations if o.step_id.startswith(ASK_PREFIX))
+        attempt = clamp_count(task.attempt + 1)
+        note = redact(f"attempt {attempt}: the inner work restarts: {why} (R8)")
+        return attrs.evolve(
+            task,
+            inner_completed=tuple(o.step_id for o in answers),
+            inner_observations=answers,
+            inner_steps_done=0,
+            inner_checkpoint=None,  # taken again before the new attempt runs
+            touched_paths=(),
+            attempt=attempt,
+            diagnostics=(*task.diagnostics, note)[-MAX_DIAGNOSTICS:],
+            definition_hash=current,
+            envelope_hash=envelope,
+        )
 
     def _charge_unsaved(self, running: Running) -> None:
         """Charge the calls an agent made that no save has recorded yet (P4, E9)."""

@@ -51,6 +51,8 @@ class RunConfig:
     publish: Callable[[RunEvent], None]
     skill_versions: Mapping[str, str]
     tool_hashes: Mapping[str, str]
+    agent_hashes: Mapping[str, str] = attrs.field(factory=dict)  # definitions (R8)
+    agent_envelope: str = ""  # what wraps every agent's definition here (R8)
 
 
 class RunWatcher(Protocol):

@@ -98,6 +98,7 @@ class TaskEvents(ExecutionCore):
                     kind="clarification",
                     question=task.pending_question or "",
                     agent_task_id=task.id,
+                    asked_at=task.pending_question_at,
                 )
         if ended:
             del self._running[step.id]

@@ -56,7 +56,15 @@ from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._plan import check_plan
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
-from ._results import ExecutionResult, StopResult, redact_plan, result_from, tool_hash
+from ._results import (
+    ExecutionResult,
+    StopResult,
+    agent_hash,
+    envelope_hash,
+    redact_plan,
+    result_from,
+    tool_hash,
+)
 from ._run_events import RunEvent, RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
 
@@ -493,12 +501,15 @@ async def open_runtime(
     ``store`` is a backend, a path (see :func:`open_store`) or None for the default under
     ``$MAINSPRING_HOME`` / the XDG state dir. ``tools`` and ``skills`` map names to callables
     (a skill is a model call: 1 call of the budget); ``agents`` to ``async def agent(ctx,
-    input)``. ``planner(goal, context)`` returns a :class:`Plan`. ``max_parallel_steps`` and
-    ``limits`` (per tool/skill/agent name) bound concurrency (P3); ``max_calls`` is each run's
-    default budget and ``reservation(remaining)`` what an agent step holds of it (P4).
-    ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every ``heartbeat_interval``
-    (a third of it by default). ``workspace`` is the directory checkpoints hash (R6); ``config`` any
-    JSON value whose change counts as drift.
+    input)``; an agent's definition (its qualified name and code, or its ``version``
+    attribute when it has one) is part of its tasks' identity: a changed agent's stored
+    tasks are not reused (R8). ``planner(goal, context)`` returns a :class:`Plan`.
+    ``max_parallel_steps`` and ``limits`` (per tool/skill/agent name) bound concurrency (P3);
+    ``max_calls`` is each run's default budget and ``reservation(remaining)`` what an agent
+    step holds of it (P4).
+    ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
+    ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
+    checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
@@ -526,6 +537,8 @@ async def open_runtime(
             check_id(key)
             if not callable(registry[key]):
                 raise TypeError(f"{kind} {key} is not callable")
+    skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
+    tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     backend, close = open_store(store)
     try:
         async with open_system("mainspring-runtime", root=RootSupervisor) as system:
@@ -550,10 +563,10 @@ async def open_runtime(
                 max_tool_calls=max_tool_calls,
                 config=config,
                 publish=bus.publish,
-                skill_versions={
-                    name: str(getattr(fn, "version", "1")) for name, fn in skills.items()
-                },
-                tool_hashes={name: tool_hash(fn) for name, fn in tools.items()},
+                skill_versions=skill_versions,
+                tool_hashes=tool_hashes,
+                agent_hashes={name: agent_hash(fn) for name, fn in agents.items()},
+                agent_envelope=envelope_hash(tool_hashes, skill_versions, max_tool_calls),
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

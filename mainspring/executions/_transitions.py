@@ -9,6 +9,7 @@ are carried through untouched (E7): nothing here drops a record it cannot read.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from ._status import execution_move, step_move, task_move
 __all__ = [
     "ASK_PREFIX",
     "add_control",
+    "answer_digest",
     "answer_task",
     "cancel_execution",
     "clamp_count",
@@ -102,10 +104,16 @@ def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str, bool]
 
 
 def add_control(
-    execution: Execution, action: ControlAction, by: str, now: float, reason: str = ""
+    execution: Execution,
+    action: ControlAction,
+    by: str,
+    now: float,
+    reason: str = "",
+    *,
+    answer_sha256: str | None = None,
 ) -> Execution:
     """Append an audit line (bounded: the oldest go first)."""
-    line = Control(action=action, by=by, at=now, reason=redact(reason))
+    line = Control(action=action, by=by, at=now, reason=redact(reason), answer_sha256=answer_sha256)
     return attrs.evolve(execution, controls=(*execution.controls, line)[-MAX_CONTROLS:])
 
 
@@ -217,14 +225,23 @@ def next_waiting(execution: Execution, *, excluding: str | None = None) -> Pendi
         return None
     first = min(waiting, key=lambda record: (record.created_at, record.id))
     return Pending(
-        kind="clarification", question=first.pending_question or "", agent_task_id=first.id
+        kind="clarification",
+        question=first.pending_question or "",
+        agent_task_id=first.id,
+        asked_at=first.pending_question_at,
     )
 
 
+def answer_digest(answer: str) -> str:
+    """The sha256 (hex) of an answer's text as given, before redaction: what the audit keeps
+    to tell answers apart without keeping them."""
+    return hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> Execution:
-    """Give ``answer`` to the task that asked (R8): it is recorded as that task's ask step, the
-    task goes back to queued, and the pending slot passes on (R9). Never touches the goal
-    (R10)."""
+    """Give ``answer`` to the task that asked (R8): it is recorded as that task's ask step
+    (redacted), with when it was answered and the digest of the answer as given; the task
+    goes back to queued, and the pending slot passes on (R9). Never touches the goal (R10)."""
 
     def give(record: AgentTaskRecord) -> AgentTaskRecord | None:
         if record.id != task_id or record.state != "waiting_for_clarification":
@@ -235,6 +252,9 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
             record,
             state="queued",
             pending_question=None,
+            pending_question_at=None,
+            answered_at=now,
+            answer_sha256=answer_digest(answer),
             inner_completed=(*record.inner_completed, key),
             inner_observations=(*record.inner_observations, observation),
             updated_at=now,

@@ -16,6 +16,7 @@ from ._backend import holder as holder
 from ._backend import new_owner_id as new_owner_id
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
+from ._checkpoints import hash_files as hash_files
 from ._checkpoints import reconcile as reconcile
 from ._codec import encode as encode
 from ._codec import sha256_hex as sha256_hex
@@ -30,6 +31,7 @@ from ._home import default_home as default_home
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
+from ._ids import check_relative_path as check_relative_path
 from ._persistence import Committer as Committer
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
@@ -37,17 +39,23 @@ from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
 from ._records import MAX_COUNTER as MAX_COUNTER
+from ._records import MAX_DIAGNOSTICS as MAX_DIAGNOSTICS
+from ._records import MAX_EVIDENCE as MAX_EVIDENCE
 from ._records import MAX_FINDINGS as MAX_FINDINGS
+from ._records import MAX_TOUCHED_PATHS as MAX_TOUCHED_PATHS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
+from ._records import AbsentDimension as AbsentDimension
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
 from ._records import Control as Control
+from ._records import Evidence as Evidence
 from ._records import Execution as Execution
 from ._records import ExecutionStatus as ExecutionStatus
 from ._records import Failure as Failure
 from ._records import Finding as Finding
+from ._records import FindingStatus as FindingStatus
 from ._records import Interruption as Interruption
 from ._records import Lease as Lease
 from ._records import Observation as Observation
@@ -55,6 +63,7 @@ from ._records import ObservationCode as ObservationCode
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
+from ._records import Provenance as Provenance
 from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
 from ._records import parse_agent_task as parse_agent_task
@@ -68,9 +77,13 @@ __all__ = [
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
     "MAX_COUNTER",
+    "MAX_DIAGNOSTICS",
+    "MAX_EVIDENCE",
     "MAX_FINDINGS",
+    "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
+    "AbsentDimension",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
@@ -78,11 +91,13 @@ __all__ = [
     "Committer",
     "Control",
     "Edit",
+    "Evidence",
     "Execution",
     "ExecutionStatus",
     "Failure",
     "FileStore",
     "Finding",
+    "FindingStatus",
     "Interruption",
     "InvalidId",
     "Lease",
@@ -93,6 +108,7 @@ __all__ = [
     "Pending",
     "PersistenceFailed",
     "Problem",
+    "Provenance",
     "Reconciliation",
     "RecordError",
     "SqliteStore",
@@ -102,8 +118,10 @@ __all__ = [
     "TooLarge",
     "capture_checkpoint",
     "check_id",
+    "check_relative_path",
     "default_home",
     "encode",
+    "hash_files",
     "holder",
     "new_owner_id",
     "open_committer",

@@ -3,7 +3,9 @@
 A checkpoint records, for the files a plan's step inputs name (inside the workspace root
 only), their sha256; a hash of the configuration; the skills' versions; the git HEAD (read
 from ``.git`` without running git); and hashes of the external tools' declarations. On resume,
-:func:`reconcile` compares it with the workspace now. A dimension the checkpoint lacks (None)
+:func:`reconcile` compares it with the workspace now. What was absent at capture (no
+repository, no HEAD yet, no configuration) is recorded as absent, so its appearing is drift;
+only a dimension the checkpoint's format did not record yet (None, not listed as absent)
 compares as unchanged.
 """
 
@@ -14,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,16 @@ import attrs
 
 from ._codec import sha256_hex
 from ._errors import TooLarge
+from ._ids import MAX_PATH
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
-from ._records import Checkpoint, Plan
+from ._records import AbsentDimension, Checkpoint, Plan
 
-__all__ = ["Reconciliation", "capture_checkpoint", "reconcile"]
+__all__ = [
+    "Reconciliation",
+    "capture_checkpoint",
+    "hash_files",
+    "reconcile",
+]
 
 _MAX_GIT_FILE = 64 * 1024  # HEAD, a ref or packed-refs: small files, read bounded (X2)
 
@@ -49,22 +57,32 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _named_files(root: Path, plan: Plan | None) -> set[str]:
-    """Paths (relative to root) that step inputs name and that are regular files inside root."""
-    if plan is None:
+def _named_files(root: Path, plan: Plan | None, paths: Iterable[str] = ()) -> set[str]:
+    """Paths (relative to root) that step inputs name, or ``paths`` lists, and that are
+    regular files inside root."""
+    texts = [text for step in plan.steps for text in _strings(step.input)] if plan else []
+    texts.extend(paths)
+    if not texts:
         return set()
     base = root.resolve()
     found: set[str] = set()
-    for step in plan.steps:
-        for text in _strings(step.input):
-            if not text or "\0" in text or len(text) > 4096:
-                continue
-            candidate = (base / text).resolve()
-            if not candidate.is_relative_to(base):  # never outside the workspace
-                continue
-            if candidate.is_file():
-                found.add(candidate.relative_to(base).as_posix())
+    for text in texts:
+        if not text or "\0" in text or len(text) > MAX_PATH:
+            continue
+        candidate = (base / text).resolve()
+        if not candidate.is_relative_to(base):  # never outside the workspace
+            continue
+        if candidate.is_file():
+            found.add(candidate.relative_to(base).as_posix())
     return found
+
+
+def hash_files(root: str | os.PathLike[str], paths: Iterable[str]) -> dict[str, str]:
+    """sha256 of each of ``paths`` (relative to ``root``) that is a regular file inside it,
+    keyed by its normalised relative path; a path that is missing (or leads out) is left
+    out, so its appearing later is drift (R8)."""
+    base = Path(root)
+    return {name: _file_sha256(base / name) for name in sorted(_named_files(base, None, paths))}
 
 
 #: Files larger than this are not hashed: capture fails closed with TooLarge (X2).
@@ -149,19 +167,29 @@ def capture_checkpoint(
     *,
     config: Any = None,
     at: float | None = None,
+    paths: Iterable[str] = (),
 ) -> Checkpoint:
-    """The workspace as it is now, for the given plan (see the module docstring)."""
+    """The workspace as it is now, for the given plan and the extra ``paths`` (relative to
+    the root; see the module docstring)."""
     base = Path(root)
-    files = {name: _file_sha256(base / name) for name in sorted(_named_files(base, plan))}
+    files = {name: _file_sha256(base / name) for name in sorted(_named_files(base, plan, paths))}
+    head = git_head(base)
+    absent: list[AbsentDimension] = []
+    if head is None:
+        git = base / ".git"
+        absent.append("git_head" if git.is_dir() and not git.is_symlink() else "git")
+    if config is None:
+        absent.append("config")
     return Checkpoint(
         at=time.time() if at is None else at,
         plan_version=plan.version if plan is not None else 0,
-        git_head=git_head(base),
+        git_head=head,
         file_hashes=files,
         config_hash=sha256_hex(config) if config is not None else None,
         skill_versions=dict(skills) if skills is not None else None,
         completed_steps=tuple(completed_steps),
         tool_hashes=dict(tool_hashes) if tool_hashes is not None else None,
+        absent=tuple(absent),
     )
 
 
@@ -185,18 +213,30 @@ def reconcile(
     tool_hashes: Mapping[str, str] | None = None,
     *,
     config: Any = None,
+    paths: Iterable[str] = (),
 ) -> Reconciliation:
-    """Compare ``checkpoint`` with the workspace now; drift if anything it recorded changed."""
-    now = capture_checkpoint(root, plan, skills, (), tool_hashes, config=config, at=0.0)
+    """Compare ``checkpoint`` with the workspace now; drift if anything it recorded changed,
+    including something it recorded as absent that is there now. ``paths`` are files
+    checked besides those the plan names (the ones a task's inner steps declared)."""
+    now = capture_checkpoint(
+        root, plan, skills, (), tool_hashes, config=config, at=0.0, paths=paths
+    )
+    absent = checkpoint.absent
     reasons: list[str] = []
     if checkpoint.file_hashes is not None:
         reasons += _compare("file", checkpoint.file_hashes, now.file_hashes or {})
     if checkpoint.config_hash is not None and checkpoint.config_hash != now.config_hash:
         reasons.append("the configuration changed")
+    elif "config" in absent and now.config_hash is not None:
+        reasons.append("a configuration appeared")
     if checkpoint.skill_versions is not None:
         reasons += _compare("skill", checkpoint.skill_versions, now.skill_versions or {})
     if checkpoint.git_head is not None and checkpoint.git_head != now.git_head:
         reasons.append("git HEAD moved")
+    elif "git" in absent and "git" not in now.absent:
+        reasons.append("a git repository appeared")
+    elif "git_head" in absent and now.git_head is not None:
+        reasons.append("git HEAD appeared")
     if checkpoint.tool_hashes is not None:
         current = now.tool_hashes or {}
         for name, digest in sorted(checkpoint.tool_hashes.items()):

@@ -17,21 +17,27 @@ from cattrs.gen import make_dict_structure_fn
 
 from ._codec import converter, structure
 from ._errors import InvalidId, RecordError
-from ._ids import check_id
+from ._ids import check_id, check_relative_path
 
 __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_COUNTER",
+    "MAX_DIAGNOSTICS",
+    "MAX_EVIDENCE",
+    "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
+    "AbsentDimension",
     "AgentTaskRecord",
     "BudgetInfo",
     "Checkpoint",
     "Control",
+    "Evidence",
     "Execution",
     "ExecutionStatus",
     "Failure",
     "Finding",
+    "FindingStatus",
     "Interruption",
     "Lease",
     "Observation",
@@ -39,6 +45,7 @@ __all__ = [
     "Pending",
     "Plan",
     "PlanStep",
+    "Provenance",
     "StepStatus",
     "TaskState",
     "parse_agent_task",
@@ -50,6 +57,8 @@ MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
 MAX_CHECKPOINTS = 5
+MAX_TOUCHED_PATHS = 200
+MAX_EVIDENCE = 100
 
 ExecutionStatus = Literal[
     "planned",
@@ -117,6 +126,11 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         _id(instance, attribute, item)
 
 
+def _optional_digest(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (len(value) != 64 or value.strip("0123456789abcdef")):
+        raise ValueError(f"{attribute.name} must be a sha256 in hex")
+
+
 def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or not 0 <= value <= MAX_COUNTER:
         raise ValueError(f"{attribute.name} must be a whole number in 0..{MAX_COUNTER:,}")
@@ -137,6 +151,26 @@ def _at_most(limit: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
 
 def _counter_field(default: int = 0) -> Any:
     return attrs.field(default=default, validator=_counter)
+
+
+def _paths(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if len(value) > MAX_TOUCHED_PATHS:
+        raise ValueError(
+            f"{attribute.name} holds {len(value)} paths, more than {MAX_TOUCHED_PATHS}"
+        )
+    for path in value:
+        check_relative_path(path)
+
+
+def _kind(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str or not 1 <= len(value) <= 64:
+        raise ValueError(f"{attribute.name} must be a word of 1..64 characters, not {value!r}")
+
+
+def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    allowed = ("git", "git_head", "config")
+    if any(item not in allowed for item in value) or len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name} lists each of {', '.join(allowed)} at most once")
 
 
 # -- plans and observations ----------------------------------------------------------------
@@ -210,9 +244,19 @@ class Observation:
     calls_used: int = _counter_field()
 
 
+#: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).
+AbsentDimension = Literal["git", "git_head", "config"]
+
+
 @attrs.frozen(kw_only=True)
 class Checkpoint:
-    """The workspace as it was; a dimension left ``None`` is not compared on resume (R6)."""
+    """The workspace as it was (R6).
+
+    ``absent`` records what was missing at capture: ``git`` (no repository), ``git_head``
+    (a repository whose HEAD named no commit yet), ``config`` (no configuration); one of them
+    appearing later is drift. A dimension left ``None`` and not listed in ``absent`` was not
+    recorded (a checkpoint written before the dimension existed) and is not compared.
+    """
 
     at: float
     plan_version: int = attrs.field(validator=_counter)
@@ -222,6 +266,7 @@ class Checkpoint:
     skill_versions: dict[str, str] | None = None
     completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     tool_hashes: dict[str, str] | None = None
+    absent: tuple[AbsentDimension, ...] = attrs.field(default=(), validator=_absent)
 
 
 # -- agent tasks ---------------------------------------------------------------------------
@@ -238,8 +283,36 @@ class Interruption:
 
 
 @attrs.frozen(kw_only=True)
+class Evidence:
+    """One item of a finding's evidence: its ``kind`` (``file``, ``url``, ``note``...),
+    ``ref`` (where: a path, a URL, an id), ``detail`` (what it shows) and the inner step
+    that produced it, if any."""
+
+    kind: str = attrs.field(validator=_kind)
+    ref: str = ""
+    detail: str = ""
+    step_id: str | None = attrs.field(default=None, validator=_optional_id)
+
+
+@attrs.frozen(kw_only=True)
+class Provenance:
+    """Where a finding was made: the execution and the plan version it ran under."""
+
+    execution_id: str = attrs.field(validator=_id)
+    plan_version: int = attrs.field(validator=_counter)
+
+
+FindingStatus = Literal["active", "superseded", "contradicted"]
+
+
+@attrs.frozen(kw_only=True)
 class Finding:
-    """A claim an agent reports, with its evidence; stored once, on its agent task (E5)."""
+    """A claim an agent reports, with its evidence; stored once, on its agent task (E5).
+
+    ``agent_id``, ``task_id`` and ``provenance`` are set by the runtime (None on findings
+    stored before they existed). Findings stored with evidence as plain strings and
+    provenance as a string still parse: see :func:`_structure_finding`.
+    """
 
     id: str = attrs.field(validator=_id)
     claim: str
@@ -248,12 +321,16 @@ class Finding:
     verdict: str = ""
     confidence: float = attrs.field(default=0.0, validator=_unit)
     coverage: float = attrs.field(default=0.0, validator=_unit)
-    evidence: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = attrs.field(default=(), validator=_at_most(MAX_EVIDENCE))
     source_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
-    provenance: str = ""
-    status: Literal["active", "superseded", "contradicted"] = "active"
+    provenance: Provenance | None = None
+    status: FindingStatus = attrs.field(
+        default="active", validator=attrs.validators.in_(("active", "superseded", "contradicted"))
+    )
     superseded_by: str | None = attrs.field(default=None, validator=_optional_id)
     created_at: float = 0.0
+    agent_id: str | None = attrs.field(default=None, validator=_optional_id)
+    task_id: str | None = attrs.field(default=None, validator=_optional_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -289,7 +366,11 @@ class AgentTaskRecord:
     inner_observations: tuple[Observation, ...] = ()
     inner_observations_omitted: int = _counter_field()
     inner_checkpoint: Checkpoint | None = None
+    touched_paths: tuple[str, ...] = attrs.field(default=(), validator=_paths)
     pending_question: str | None = None
+    pending_question_at: float | None = None
+    answered_at: float | None = None
+    answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
     inner_steps_total: int = _counter_field()
     inner_steps_done: int = _counter_field()
     calls_reserved: int = _counter_field()
@@ -339,6 +420,7 @@ class Pending:
     question: str = ""
     budget: BudgetInfo | None = None
     agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
+    asked_at: float | None = None  # None on records stored before it was kept
 
 
 @attrs.frozen(kw_only=True)
@@ -349,6 +431,9 @@ class Control:
     by: str
     at: float
     reason: str = ""
+    #: For an answer: the sha256 of the answer's text as given (before redaction), so an
+    #: audit can tell which answer was given without the record keeping it.
+    answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
 
 
 @attrs.frozen(kw_only=True)
@@ -429,5 +514,30 @@ def _require_version(cls: type[Any]) -> None:
     converter.register_structure_hook(cls, structure_versioned)
 
 
+def _structure_finding(value: Any, _: Any) -> Finding:
+    """One way from the first format: evidence given as plain strings becomes
+    ``{kind: note, detail: text}`` and a string provenance an evidence item of kind
+    ``provenance`` (empty: none). Anything else is parsed strictly (E8: fail closed)."""
+    if type(value) is dict:
+        evidence = value.get("evidence")
+        if type(evidence) is list and any(type(item) is str for item in evidence):
+            value = {
+                **value,
+                "evidence": [
+                    {"kind": "note", "detail": item} if type(item) is str else item
+                    for item in evidence
+                ],
+            }
+        provenance = value.get("provenance")
+        if type(provenance) is str:
+            value = {key: item for key, item in value.items() if key != "provenance"}
+            if provenance:
+                old = {"kind": "provenance", "detail": provenance}
+                value["evidence"] = [*value.get("evidence", []), old]
+    return _finding_fields(value, Finding)
+
+
+_finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
+converter.register_structure_hook(Finding, _structure_finding)
 _require_version(Execution)
 _require_version(AgentTaskRecord)

@@ -22,7 +22,11 @@ async def test_a_plan_that_requires_approval_waits_until_approved(tmp_path: Path
     async with runtime(tmp_path, ledger, require_plan_approval=True) as rt:
         first = await (await rt.start("g", linear(2))).wait()
         assert first.status == "waiting_for_approval"
-        assert first.pending == ms.storage.Pending(kind="approval", question="approve plan v1")
+        assert first.pending is not None
+        assert first.pending.asked_at is not None  # a pending question has its time
+        assert first.pending == ms.storage.Pending(
+            kind="approval", question="approve plan v1", asked_at=first.pending.asked_at
+        )
         assert ledger.entries == []
         same = await (await rt.resume(first.execution_id)).wait()
         assert same.status == "waiting_for_approval"  # not approved: still waiting

@@ -268,7 +268,11 @@ async def test_R10_an_outer_clarification_answer_is_appended_to_the_goal(tmp_pat
     async with runtime(tmp_path, planner=planner) as rt:
         first = await (await rt.start("book a hotel")).wait()
         assert first.status == "waiting_for_clarification"
-        assert first.pending == ms.storage.Pending(kind="clarification", question="which city?")
+        assert first.pending is not None
+        assert first.pending.asked_at is not None
+        assert first.pending == ms.storage.Pending(
+            kind="clarification", question="which city?", asked_at=first.pending.asked_at
+        )
         done = await (await rt.resume(first.execution_id, answer="Lisbon")).wait()
         record = stored(rt, first.execution_id)
     assert done.status == "completed"

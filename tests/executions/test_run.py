@@ -349,8 +349,12 @@ async def test_P5_a_question_leaves_the_step_pending_and_starts_nothing_new(
         assert ledger.entries == []  # the dependent neither ran nor skipped; nothing new
         (task,) = tasks_of(record)
         assert task.state == "waiting_for_clarification"
+        assert task.pending_question_at is not None  # the task's question has its time
         assert record.pending == ms.storage.Pending(
-            kind="clarification", question="may I?", agent_task_id=task.id
+            kind="clarification",
+            question="may I?",
+            agent_task_id=task.id,
+            asked_at=task.pending_question_at,
         )
         done = await (await rt.resume(result.execution_id, answer="yes")).wait()
     assert done.status == "completed"

@@ -86,9 +86,92 @@ def test_R6_config_skills_and_tools(workspace: Path) -> None:
 
 def test_R6_a_dimension_the_checkpoint_lacks_compares_as_unchanged(workspace: Path) -> None:
     p = plan({"path": "notes.md"})
-    cp = attrs.evolve(ms.storage.capture_checkpoint(workspace, p), file_hashes=None)
+    # As a checkpoint written before absences were recorded: None means "not recorded".
+    cp = attrs.evolve(ms.storage.capture_checkpoint(workspace, p), file_hashes=None, absent=())
     (workspace / "notes.md").write_text("changed")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("a" * 40)
     assert not ms.storage.reconcile(cp, workspace, p, {"new": "1"}, {"tool": "h"}, config=1).drifted
+
+
+def test_R6_an_old_format_checkpoint_still_parses_and_compares_unchanged(
+    workspace: Path,
+) -> None:
+    raw = {"at": 1.0, "plan_version": 1, "git_head": None, "file_hashes": {},
+           "config_hash": None, "skill_versions": None, "completed_steps": [],
+           "tool_hashes": None}  # fmt: skip
+    cp = ms.storage.structure(raw, ms.storage.Checkpoint)
+    assert cp.absent == ()
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("b" * 40)
+    assert not ms.storage.reconcile(cp, workspace, plan(), config={"now": "set"}).drifted
+
+
+def _git(root: Path, head: str | None) -> None:
+    (root / ".git" / "refs" / "heads").mkdir(parents=True, exist_ok=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    if head is not None:
+        (root / ".git" / "refs" / "heads" / "main").write_text(head + "\n")
+
+
+def test_R6_a_git_repository_that_appears_is_drift(workspace: Path) -> None:
+    cp = ms.storage.capture_checkpoint(workspace, plan())
+    assert cp.git_head is None
+    assert cp.absent == ("git", "config")
+    _git(workspace, None)  # `git init`: a repository, no commit yet
+    assert ms.storage.reconcile(cp, workspace, plan()).reasons == ("a git repository appeared",)
+    again = ms.storage.capture_checkpoint(workspace, plan())
+    assert again.absent == ("git_head", "config")
+    assert not ms.storage.reconcile(again, workspace, plan()).drifted
+
+
+def test_R6_a_git_head_that_appears_is_drift(workspace: Path) -> None:
+    _git(workspace, None)
+    cp = ms.storage.capture_checkpoint(workspace, plan())
+    _git(workspace, "d" * 40)  # the first commit
+    assert ms.storage.reconcile(cp, workspace, plan()).reasons == ("git HEAD appeared",)
+
+
+def test_R6_a_configuration_that_appears_is_drift(workspace: Path) -> None:
+    cp = ms.storage.capture_checkpoint(workspace, plan())
+    result = ms.storage.reconcile(cp, workspace, plan(), config={"model": "x"})
+    assert result.reasons == ("a configuration appeared",)
+    assert not ms.storage.reconcile(cp, workspace, plan()).drifted
+
+
+def test_R6_a_referenced_file_that_appears_is_drift(workspace: Path) -> None:
+    p = plan({"path": "later.md"})
+    cp = ms.storage.capture_checkpoint(workspace, p)
+    assert cp.file_hashes == {}
+    (workspace / "later.md").write_text("now here")
+    assert ms.storage.reconcile(cp, workspace, p).reasons == ("file later.md was added",)
+
+
+def test_R8_extra_paths_are_hashed_and_compared_like_named_files(workspace: Path) -> None:
+    cp = ms.storage.capture_checkpoint(workspace, plan(), paths=["data/x.csv", "out.txt"])
+    assert cp.file_hashes is not None
+    assert sorted(cp.file_hashes) == ["data/x.csv"]
+    assert ms.storage.hash_files(workspace, ["data/x.csv"]) == {
+        "data/x.csv": cp.file_hashes["data/x.csv"]
+    }
+    (workspace / "out.txt").write_text("written later")
+    result = ms.storage.reconcile(cp, workspace, plan(), paths=["data/x.csv", "out.txt"])
+    assert result.reasons == ("file out.txt was added",)
+
+
+@pytest.mark.parametrize("bad", ["", "/etc/passwd", "../x", "a/../../x", "a\0b", "a\\b"])
+def test_X1_a_declared_path_must_stay_inside_the_workspace(bad: str) -> None:
+    with pytest.raises(ValueError, match="path"):
+        ms.storage.check_relative_path(bad)
+    assert ms.storage.check_relative_path("data/x.csv") == "data/x.csv"
+
+
+def test_R6_absent_dimensions_are_validated() -> None:
+    with pytest.raises(ValueError, match="absent"):
+        ms.storage.Checkpoint(at=0.0, plan_version=1, absent=("git", "git"))  # type: ignore[arg-type]
+    with pytest.raises(ms.storage.RecordError):
+        ms.storage.structure({"at": 0.0, "plan_version": 1, "absent": ["files"]},
+                             ms.storage.Checkpoint)  # fmt: skip
 
 
 def test_R6_git_head_from_a_ref_or_packed_refs(workspace: Path) -> None:

@@ -212,3 +212,37 @@ def test_encode_refuses_a_non_finite_number_anywhere_and_nothing_else(
     encode(value)  # finite: fine
     with pytest.raises(ValueError, match="cannot be stored as JSON"):
         encode(_plant(value, bad, path))
+
+
+def _task(**fields: object) -> rec.AgentTaskRecord:
+    base: dict[str, object] = {
+        "id": "ex:t1",
+        "agent_id": "a",
+        "step_id": "s",
+        "execution_id": "ex",
+        "created_at": 0.0,
+        "updated_at": 0.0,
+    }
+    return rec.AgentTaskRecord(**{**base, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "paths", [("../x",), ("/abs",), ("a\\b",), tuple(f"f{i}" for i in range(201))]
+)
+def test_E8_X1_a_tasks_declared_paths_stay_inside_the_workspace_and_bounded(
+    paths: tuple[str, ...],
+) -> None:
+    with pytest.raises(ValueError, match="path"):
+        _task(touched_paths=paths)
+    assert _task(touched_paths=("a/b.txt",)).touched_paths == ("a/b.txt",)
+
+
+def test_E8_an_answer_digest_is_a_sha256_and_a_finding_status_one_of_three() -> None:
+    with pytest.raises(ValueError, match="sha256"):
+        _task(answer_sha256="not a digest")
+    with pytest.raises(ValueError, match="sha256"):
+        rec.Control(action="answer", by="me", at=0.0, answer_sha256="A" * 64)
+    with pytest.raises(ValueError, match="status"):
+        rec.Finding(id="f", claim="c", status="retracted")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        rec.Evidence(kind="")

@@ -1,0 +1,399 @@
+"""Drift without blind spots: what appears after a checkpoint is drift (R6); an agent's
+definition is part of its task's identity, and the files a task's inner steps declared are
+part of its own checkpoint (R8)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import mainspring as ms
+from mainspring.executions._results import agent_hash
+
+from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
+from ._shared import blocker
+
+pytestmark = pytest.mark.anyio
+
+
+def _replanner(contexts: list[ms.PlannerContext]) -> Any:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        contexts.append(context)
+        if context.previous_plan is None:
+            return plan_of(tool("w", "gate"))
+        return plan_of(tool("n", "inc"))
+
+    return planner
+
+
+@pytest.mark.parametrize(
+    ("appear", "reason"),
+    [
+        (lambda ws: (ws / ".git").mkdir(), "a git repository appeared"),
+        (
+            lambda ws: (ws / ".git").mkdir() or (ws / ".git" / "HEAD").write_text("e" * 40),
+            "a git repository appeared",
+        ),
+    ],
+)
+async def test_R6_a_git_repository_that_appears_before_resume_is_drift(
+    tmp_path: Path, appear: Any, reason: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    contexts: list[ms.PlannerContext] = []
+    options: dict[str, Any] = {"tools": {"gate": gate}, "planner": _replanner(contexts),
+                               "workspace": workspace}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()  # without drift the run would go on through the gate
+        appear(workspace)
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert [c.drift for c in contexts] == [(), (reason,)]
+
+
+async def test_R6_a_git_head_that_appears_before_resume_is_drift(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".git" / "refs" / "heads").mkdir(parents=True)
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # `git init`
+    gate = Gate()
+    contexts: list[ms.PlannerContext] = []
+    options: dict[str, Any] = {"tools": {"gate": gate}, "planner": _replanner(contexts),
+                               "workspace": workspace}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()  # without drift the run would go on through the gate
+        (workspace / ".git" / "refs" / "heads" / "main").write_text("f" * 40 + "\n")
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert [c.drift for c in contexts] == [(), ("git HEAD appeared",)]
+
+
+@pytest.mark.parametrize("with_workspace", [True, False])
+async def test_R6_a_configuration_that_appears_before_resume_is_drift(
+    tmp_path: Path, with_workspace: bool
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    contexts: list[ms.PlannerContext] = []
+    options: dict[str, Any] = {"tools": {"gate": gate}, "planner": _replanner(contexts)}
+    if with_workspace:
+        options["workspace"] = workspace
+    async with runtime(tmp_path, **options) as rt:  # no config
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()  # without drift the run would go on through the gate
+    async with runtime(tmp_path, **options, config={"model": "new"}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert [c.drift for c in contexts] == [(), ("a configuration appeared",)]
+
+
+# -- agent definitions (R8) ------------------------------------------------------------------
+
+
+def _defined(body: str, **attributes: Any) -> Any:
+    """An agent named ``agent`` with the given body: same qualified name, different code."""
+    namespace: dict[str, Any] = {}
+    exec(f"async def agent(ctx, input):\n    {body}\n", namespace)
+    fn = namespace["agent"]
+    for name, value in attributes.items():
+        setattr(fn, name, value)
+    return fn
+
+
+def test_R8_an_agent_hash_follows_its_code_not_its_place_or_process() -> None:
+    one, same, other = _defined("return 1"), _defined("return 1"), _defined("return 2")
+    assert agent_hash(one) == agent_hash(same)
+    assert agent_hash(one) != agent_hash(other)
+    nested_a = _defined("return [x for x in {'a', 'b'}]")
+    nested_b = _defined("return [x * 2 for x in {'a', 'b'}]")  # only the nested code differs
+    assert agent_hash(nested_a) != agent_hash(nested_b)
+    # A declared version decides instead of the code.
+    assert agent_hash(_defined("return 1", version="2")) == agent_hash(
+        _defined("return 3", version="2")
+    )
+    assert agent_hash(_defined("return 1", version="2")) != agent_hash(
+        _defined("return 1", version="3")
+    )
+    # Another process, with another string-hash seed, computes the same hash.
+    code = (
+        "from tests.executions._shared import blocker;"
+        "from mainspring.executions._results import agent_hash;"
+        "print(agent_hash(blocker))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == agent_hash(blocker)
+
+
+@pytest.mark.parametrize("changed", [True, False])
+async def test_R8_a_changed_agent_has_its_completed_task_run_again(
+    tmp_path: Path, changed: bool
+) -> None:
+    runs: list[str] = []
+    gate = Gate()
+
+    async def analyst(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v1")
+        return "v1"
+
+    async def analyst_v2(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v2")
+        return "v2"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if context.previous_plan is None:
+            return plan_of(agent("a", "analyst", topic="x"), tool("w", "gate", "a"))
+        return plan_of(agent("again", "analyst", topic="x"))  # matched by agent and input
+
+    options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"analyst": analyst},
+                               "planner": planner, "config": {"round": 1}}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g")
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    options["config"] = {"round": 2}  # drift: a replan, whose agent step claims the task
+    options["agents"] = {"analyst": analyst_v2 if changed else analyst}
+    async with runtime(tmp_path, **options) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        tasks = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if changed:
+        assert runs == ["v1", "v2"]
+        assert result.outputs["again"] == "v2"
+        first, second = tasks
+        assert first.state == "completed"  # left as it was: terminal is sticky (R11)
+        assert second.step_id == "again"
+        assert second.definition_hash == agent_hash(analyst_v2) != first.definition_hash
+        assert second.diagnostics == (
+            f"agent analyst changed since task {first.id} completed: not reused (R8)",
+        )
+    else:
+        assert runs == ["v1"]  # reused: nothing re-ran
+        (task,) = tasks
+        assert task.definition_hash == agent_hash(analyst)
+        assert task.envelope_hash != ""
+        assert result.outputs["again"] == "v1"
+
+
+@pytest.mark.parametrize("changed", [True, False])
+async def test_R8_a_changed_agent_restarts_the_inner_work_of_its_unfinished_task(
+    tmp_path: Path, changed: bool
+) -> None:
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "v1"
+
+    async def worker_v2(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "v2"
+
+    plan = plan_of(agent("a", "worker"))
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker_v2 if changed else worker}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if changed:
+        assert inner == ["first", "first"]  # the stored inner step was not replayed
+        assert task.attempt == 2
+        assert task.diagnostics == (
+            "attempt 2: the inner work restarts: agent worker's definition changed (R8)",
+        )
+        assert task.definition_hash == agent_hash(worker_v2)
+    else:
+        assert inner == ["first"]
+        assert task.attempt == 1
+        assert task.diagnostics == ()
+
+
+async def test_R8_a_task_stored_without_a_definition_hash_is_taken_as_unchanged(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "done"
+
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+
+    def forget(execution: ms.storage.Execution, now: float) -> ms.storage.Execution:
+        # As a record written before definitions were hashed: no such keys at all.
+        raws = []
+        for raw in execution.agent_tasks:
+            raw = dict(raw)
+            del raw["definition_hash"], raw["envelope_hash"]
+            raws.append(raw)
+        return attrs.evolve(execution, agent_tasks=tuple(raws))
+
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
+    store.edit(handle.execution_id, forget)
+    store.close()
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert inner == ["first"]  # unknown is not a change: replayed
+    assert task.definition_hash == agent_hash(worker)  # known from now on
+
+
+# -- files the inner steps declared (R8) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["edit", "remove", "none"])
+async def test_R8_a_file_an_inner_step_declared_is_part_of_its_tasks_checkpoint(
+    tmp_path: Path, change: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one")
+    gate = Gate()
+    inner: list[str] = []
+
+    def write_report() -> str:
+        inner.append("write")
+        (workspace / "out").mkdir(exist_ok=True)
+        (workspace / "out" / "report.txt").write_text("report")  # the step's own write
+        return "written"
+
+    async def writer(ctx: ms.AgentContext, input: Any) -> str:
+        # Neither file is named in the step's input: only the declarations cover them.
+        await ctx.step("read", lambda: inner.append("read") or "one", paths=["notes.txt"])
+        await ctx.step("write", write_report, paths=["./out/report.txt"])
+        await ctx.step("park", gate)
+        return "done"
+
+    options: dict[str, Any] = {"agents": {"writer": writer}, "workspace": workspace}
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "writer")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+        assert task.touched_paths == ("notes.txt", "out/report.txt")
+        assert task.inner_checkpoint is not None
+        assert sorted(task.inner_checkpoint.file_hashes or {}) == ["notes.txt", "out/report.txt"]
+        if change == "edit":
+            (workspace / "out" / "report.txt").write_text("edited by hand")
+        elif change == "remove":
+            (workspace / "notes.txt").unlink()
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    if change == "none":
+        assert inner == ["read", "write"]  # replayed from the record
+        assert task.attempt == 1
+    else:
+        assert inner == ["read", "write", "read", "write"]  # the inner work restarted
+        assert task.attempt == 2
+        why = "out/report.txt changed" if change == "edit" else "notes.txt was removed"
+        (diagnostic,) = task.diagnostics
+        assert f"its checkpoint drifted (file {why})" in diagnostic
+
+
+async def test_R8_a_declared_file_that_appears_before_resume_restarts_the_inner_work(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    inner: list[str] = []
+
+    async def looker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("look", lambda: inner.append("look") or "absent", paths=["later.txt"])
+        await ctx.step("park", gate)
+        return "done"
+
+    async with runtime(tmp_path, agents={"looker": looker}, workspace=workspace) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "looker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (workspace / "later.txt").write_text("here now")
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    assert inner == ["look", "look"]
+
+
+@pytest.mark.parametrize("bad", [["../outside.txt"], ["/etc/passwd"], "notes.txt"])
+async def test_X1_an_inner_step_declares_only_paths_inside_the_workspace(
+    tmp_path: Path, bad: Any
+) -> None:
+    errors: list[str] = []
+    ran: list[str] = []
+
+    async def sloppy(ctx: ms.AgentContext, input: Any) -> str:
+        try:
+            await ctx.step("s", lambda: ran.append("s") or 1, paths=bad)
+        except (ValueError, TypeError) as exc:
+            errors.append(type(exc).__name__)
+        await ctx.step("s", lambda: ran.append("again") or 2)  # the name was not used up
+        return "ok"
+
+    async with runtime(tmp_path, agents={"sloppy": sloppy}, workspace=tmp_path) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "sloppy")))).wait()
+        (task,) = tasks_of(stored(rt, result.execution_id))
+    assert result.status == "completed"
+    assert errors == ["TypeError" if isinstance(bad, str) else "ValueError"]
+    assert ran == ["again"]  # refused before the step ran
+    assert task.touched_paths == ()
+
+
+async def test_R8_a_task_of_a_runtime_with_a_config_is_replayed_when_nothing_changed(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gate = Gate()
+    inner: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: inner.append("first") or 1)
+        await ctx.step("park", gate)
+        return "done"
+
+    options: dict[str, Any] = {"agents": {"worker": worker}, "workspace": workspace,
+                               "config": {"model": "m1"}}  # fmt: skip
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        gate.opened.set()
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert inner == ["first"]  # the task's checkpoint compares the config it was taken with
+    assert task.attempt == 1
