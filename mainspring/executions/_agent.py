@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import anyio
 import attrs
@@ -30,6 +30,7 @@ from ..actors import (
     cancel_reason,
 )
 from ..storage import (
+    MAX_DIAGNOSTICS,
     MAX_FINDINGS,
     AgentTaskRecord,
     Failure,
@@ -40,7 +41,9 @@ from ..storage import (
     StorageError,
     check_id,
     encode,
+    encode_value,
     redact,
+    redact_flagged,
 )
 from ._transitions import ASK_PREFIX
 
@@ -120,12 +123,13 @@ MAX_OUTPUT_BYTES = 1 << 20
 
 
 def check_output(value: Any, what: str) -> str | None:
-    """Why ``value`` cannot be stored, or None if it can: it must encode as JSON, and stay
-    within 1 MiB so that one output can never make its execution's record unwritable (X2)."""
+    """Why ``value`` cannot be stored, or None if it can: it must come back exactly from the
+    typed encoding (E10: refused, never coerced), and stay within 1 MiB as stored so that one
+    output can never make its execution's record unwritable (X2)."""
     try:
-        size = len(encode(value))
+        size = len(encode(encode_value(value)))
     except (ValueError, TypeError, StorageError) as exc:
-        return f"{what} is not storable as JSON: {exc}"
+        return f"{what} is not storable: {exc}"
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return None
@@ -245,17 +249,29 @@ class AgentContext:
         None while it is not: read it in ``except``/``finally`` blocks."""
         return cancel_reason()
 
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        on_redacted: Literal["rerun", "replay"] = "rerun",
+    ) -> Any:
         """Run ``fn(*args)`` once, durably: the result is committed before this returns, and
         on a resume of this task it is returned from the record instead of run again (unless
         the task's own checkpoint drifted, R8). ``name`` is an id unique within the task.
 
-        The result must be JSON-storable; what is stored (and replayed) is redacted (E5),
-        while the first run gets the value itself. Raises ``ValueError`` for a repeated or
-        invalid name. If ``fn`` raises, nothing is recorded and the error propagates. A
-        cancellation while ``fn`` runs leaves the step unrecorded: it runs again on resume
-        (at-least-once for steps in flight).
+        The result must be storable exactly (JSON values, or the typed encoding's tuples,
+        sets, bytes, datetimes...: see the README); anything else raises ``ValueError``
+        naming the path, before anything is recorded. What is stored is redacted (E5), while
+        the first run gets the value itself. A result that redaction changed is not replayed
+        as if it were the original (E10): on resume ``fn`` runs again and a diagnostic on
+        the task says so; ``on_redacted="replay"`` returns the masked value instead,
+        knowingly. Raises ``ValueError`` for a repeated or invalid name. If ``fn`` raises,
+        nothing is recorded and the error propagates. A cancellation while ``fn`` runs leaves
+        the step unrecorded: it runs again on resume (at-least-once for steps in flight).
         """
+        if on_redacted not in ("rerun", "replay"):
+            raise ValueError(f"on_redacted must be 'rerun' or 'replay', not {on_redacted!r}")
         check_id(name)
         if name.startswith(ASK_PREFIX):
             raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
@@ -264,14 +280,16 @@ class AgentContext:
         self._seen.add(name)
         recorded = self._actor.recorded(name)
         if recorded is not None:
-            return recorded.output
-        if len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
+            if not recorded.redacted or on_redacted == "replay":
+                return recorded.output
+            # E10: the stored result is masked, not what fn returned: run it again.
+        elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
         result = await _call(fn, *args)
         problem = check_output(result, f"inner step {name}")
         if problem is not None:
             raise ValueError(problem)
-        await self._actor.record_inner(name, result)
+        await self._actor.record_inner(name, result, rerun=recorded is not None)
         return result
 
     async def ask(self, question: str) -> str:
@@ -358,15 +376,27 @@ class AgentTaskActor(Actor):
         if not accepted:
             raise SaveRefused("the execution refused the save: it is stopping")
 
-    async def record_inner(self, name: str, result: Any) -> None:
-        observation = Observation(step_id=name, ok=True, output=redact(result))
+    async def record_inner(self, name: str, result: Any, *, rerun: bool = False) -> None:
+        output, redacted = redact_flagged(result)
+        observation = Observation(step_id=name, ok=True, output=output, redacted=redacted)
         self._index[name] = observation
         record = self.record
-        self._touch(
-            inner_completed=(*record.inner_completed, name),
-            inner_observations=(*record.inner_observations, observation),
-            inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
-        )
+        if rerun:
+            # E10: the re-run's result replaces the masked one, and the task says why.
+            why = f"inner step {name} ran again on resume: its stored result had been redacted"
+            kept = [line for line in record.diagnostics if line != why]
+            self._touch(
+                inner_observations=tuple(
+                    observation if obs.step_id == name else obs for obs in record.inner_observations
+                ),
+                diagnostics=(*kept, why)[-MAX_DIAGNOSTICS:],
+            )
+        else:
+            self._touch(
+                inner_completed=(*record.inner_completed, name),
+                inner_observations=(*record.inner_observations, observation),
+                inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
+            )
         await self._save()
 
     async def wait_for_answer(self, question: str) -> NoReturn:

@@ -37,6 +37,7 @@ from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
 from ._records import MAX_COUNTER as MAX_COUNTER
+from ._records import MAX_DIAGNOSTICS as MAX_DIAGNOSTICS
 from ._records import MAX_FINDINGS as MAX_FINDINGS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
@@ -60,14 +61,18 @@ from ._records import TaskState as TaskState
 from ._records import parse_agent_task as parse_agent_task
 from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
+from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
+from ._values import decode_value as decode_value
+from ._values import encode_value as encode_value
 
 __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
     "MAX_COUNTER",
+    "MAX_DIAGNOSTICS",
     "MAX_FINDINGS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
@@ -102,8 +107,10 @@ __all__ = [
     "TooLarge",
     "capture_checkpoint",
     "check_id",
+    "decode_value",
     "default_home",
     "encode",
+    "encode_value",
     "holder",
     "new_owner_id",
     "open_committer",
@@ -112,6 +119,7 @@ __all__ = [
     "parse_agent_tasks",
     "reconcile",
     "redact",
+    "redact_flagged",
     "register_secret",
     "sha256_hex",
     "store_kind",
