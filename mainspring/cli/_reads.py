@@ -138,6 +138,18 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
             _task_rows(tasks),
             1,
         )
+    # E10: what was stored masked, and what ran again because of it, is said, not hidden.
+    notes = [
+        f"step {obs.step_id}: its stored output is redacted, not what it returned"
+        for obs in execution.observations
+        if obs.ok and obs.redacted
+    ]
+    notes += [f"task {t.id}: {line}" for t in tasks for line in t.diagnostics]
+    if notes:
+        out.line("")
+        out.line("notes")
+        for note in notes:
+            out.line(f"  {clamp(note, 200)}")
     if execution.checkpoints:
         out.line("")
         out.line("checkpoints")
