@@ -156,10 +156,20 @@ def _tagged(tag: str, v: Any, **extra: Any) -> dict[str, Any]:
 
 
 def _items(values: Any, depth: int, label: Callable[[int, Any], str]) -> list[Any]:
-    out = []
+    out: list[Any] = []
+    append = out.append
     for index, item in enumerate(values):
+        kind = type(item)
+        if (
+            kind is str
+            or item is None
+            or kind is bool
+            or (kind is int and _INT_MIN <= item <= _INT_MAX)
+        ):
+            append(item)  # a plain leaf: no call
+            continue
         try:
-            out.append(_encode(item, depth))
+            append(_encode(item, depth))
         except _Refused as exc:
             exc.segments.append(label(index, item))
             raise
@@ -188,6 +198,15 @@ def _encode(value: Any, depth: int) -> Any:
         if TAG not in value and all(type(key) is str for key in value):
             out = {}
             for key, item in value.items():
+                kind = type(item)
+                if (
+                    kind is str
+                    or item is None
+                    or kind is bool
+                    or (kind is int and _INT_MIN <= item <= _INT_MAX)
+                ):
+                    out[key] = item
+                    continue
                 try:
                     out[key] = _encode(item, depth + 1)
                 except _Refused as exc:
@@ -276,12 +295,32 @@ def decode_value(raw: Any) -> Any:
     object in it is not one this encoding writes."""
     if not _has_tags(raw):
         return raw
-    return _decode(raw, "", 0)
+    try:
+        return _decode(raw, 0)
+    except _Bad as exc:
+        raise Malformed("".join(reversed(exc.segments)), exc.problem) from None
+
+
+class _Bad(ValueError):
+    # As _Refused: the path is built on the way up, only when something is wrong.
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.segments: list[str] = []
+
+
+_MARK = b'"' + TAG.encode() + b'"'
 
 
 def _has_tags(value: Any) -> bool:
     if type(value) is not dict and type(value) is not list:
         return False
+    try:
+        # One C pass: JSON without the string "$ms" anywhere holds no tag. (The string can
+        # only appear whole: inside other strings its quotes would be escaped.)
+        return _MARK in orjson.dumps(value)
+    except TypeError:  # not JSON: built in memory, not read from disk
+        pass
     stack = [value]
     pop = stack.pop
     push = stack.append
@@ -299,30 +338,53 @@ def _has_tags(value: Any) -> bool:
     return False
 
 
-def _decode(value: Any, where: str, depth: int) -> Any:
+def _decode(value: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
-        raise Malformed(where, f"nested more than {MAX_DEPTH} levels deep")
+        raise _Bad(f"nested more than {MAX_DEPTH} levels deep")
     if type(value) is list:
-        return [_decode(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+        return _decode_items(value, depth + 1, "")
     if type(value) is not dict:
         return value
     if TAG not in value:
-        return {key: _decode(item, f"{where}.{key}", depth + 1) for key, item in value.items()}
+        out = {}
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                try:
+                    item = _decode(item, depth + 1)
+                except _Bad as exc:
+                    exc.segments.append(f".{key}")
+                    raise
+            out[key] = item
+        return out
     tag = value[TAG]
     decoder = _DECODERS.get(tag) if type(tag) is str else None
     if decoder is None:
-        raise Malformed(where, f"unknown tag {tag!r}")
+        raise _Bad(f"unknown tag {tag!r}")
     allowed = _EXTRA_KEYS.get(tag, frozenset())
     extra = set(value) - {TAG, "v"} - allowed
     if extra or "v" not in value:
         problem = f"unexpected keys {sorted(extra)}" if extra else "missing v"
-        raise Malformed(where, f"tag {tag!r}: {problem}")
+        raise _Bad(f"tag {tag!r}: {problem}")
     try:
-        return decoder(value, where, depth)
-    except Malformed:
+        return decoder(value, depth)
+    except _Bad:
         raise
     except (ValueError, TypeError, OverflowError, KeyError, binascii.Error) as exc:
-        raise Malformed(where, f"tag {tag!r}: {exc}") from None
+        raise _Bad(f"tag {tag!r}: {exc}") from None
+
+
+def _decode_items(items: list[Any], depth: int, prefix: str) -> list[Any]:
+    out: list[Any] = []
+    append = out.append
+    for index, item in enumerate(items):
+        if type(item) is dict or type(item) is list:
+            try:
+                item = _decode(item, depth)
+            except _Bad as exc:
+                exc.segments.append(f"{prefix}[{index}]")
+                raise
+        append(item)
+    return out
 
 
 def _need(value: Any, kind: type, what: str) -> Any:
@@ -331,14 +393,13 @@ def _need(value: Any, kind: type, what: str) -> Any:
     return value
 
 
-def _list(raw: dict[str, Any], where: str, depth: int) -> list[Any]:
-    items = _need(raw["v"], list, "v")
-    return [_decode(item, f"{where}.v[{i}]", depth + 2) for i, item in enumerate(items)]
+def _list(raw: dict[str, Any], depth: int) -> list[Any]:
+    return _decode_items(_need(raw["v"], list, "v"), depth + 2, ".v")
 
 
 def _collection(make: type[set[Any]] | type[frozenset[Any]]) -> Any:
-    def decode(raw: dict[str, Any], where: str, depth: int) -> Any:
-        items = _list(raw, where, depth)
+    def decode(raw: dict[str, Any], depth: int) -> Any:
+        items = _list(raw, depth)
         out = make(items)
         if len(out) != len(items):
             raise ValueError("v holds equal items twice")
@@ -347,15 +408,15 @@ def _collection(make: type[set[Any]] | type[frozenset[Any]]) -> Any:
     return decode
 
 
-def _dict(raw: dict[str, Any], where: str, depth: int) -> dict[Any, Any]:
+def _dict(raw: dict[str, Any], depth: int) -> dict[Any, Any]:
     out = {}
     for i, pair in enumerate(_need(raw["v"], list, "v")):
         if type(pair) is not list or len(pair) != 2:
             raise ValueError(f"v[{i}] must be a [key, value] pair")
-        key = _decode(pair[0], f"{where}.v[{i}][0]", depth + 3)
+        key, item = _decode_items(pair, depth + 3, f".v[{i}]")
         if key in out:
             raise ValueError(f"v[{i}] repeats a key")
-        out[key] = _decode(pair[1], f"{where}.v[{i}][1]", depth + 3)
+        out[key] = item
     return out
 
 
@@ -363,21 +424,21 @@ _HEX = re.compile(r"-?0x[0-9a-f]+")
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
-def _int(raw: dict[str, Any], where: str, depth: int) -> int:
+def _int(raw: dict[str, Any], depth: int) -> int:
     text = _need(raw["v"], str, "v")
     if not _HEX.fullmatch(text):
         raise ValueError("v must be a hex integer (0x...)")
     return int(text, 16)
 
 
-def _float(raw: dict[str, Any], where: str, depth: int) -> float:
+def _float(raw: dict[str, Any], depth: int) -> float:
     text = _need(raw["v"], str, "v")
     if text not in _FLOATS:
         raise ValueError("v must be one of 'nan', 'inf', '-inf'")
     return _FLOATS[text]
 
 
-def _bytes(raw: dict[str, Any], where: str, depth: int) -> bytes:
+def _bytes(raw: dict[str, Any], depth: int) -> bytes:
     return base64.b64decode(_need(raw["v"], str, "v").encode("ascii"), validate=True)
 
 
@@ -410,25 +471,25 @@ def _fold(raw: dict[str, Any]) -> int:
     return 1
 
 
-def _datetime(raw: dict[str, Any], where: str, depth: int) -> dt.datetime:
+def _datetime(raw: dict[str, Any], depth: int) -> dt.datetime:
     value = dt.datetime.fromisoformat(_need(raw["v"], str, "v"))
     if value.tzinfo is not None:
         raise ValueError("v must be a wall time without an offset")
     return value.replace(tzinfo=_tz(raw), fold=_fold(raw))
 
 
-def _time(raw: dict[str, Any], where: str, depth: int) -> dt.time:
+def _time(raw: dict[str, Any], depth: int) -> dt.time:
     value = dt.time.fromisoformat(_need(raw["v"], str, "v"))
     if value.tzinfo is not None:
         raise ValueError("v must be a wall time without an offset")
     return value.replace(tzinfo=_tz(raw), fold=_fold(raw))
 
 
-def _date(raw: dict[str, Any], where: str, depth: int) -> dt.date:
+def _date(raw: dict[str, Any], depth: int) -> dt.date:
     return dt.date.fromisoformat(_need(raw["v"], str, "v"))
 
 
-def _timedelta(raw: dict[str, Any], where: str, depth: int) -> dt.timedelta:
+def _timedelta(raw: dict[str, Any], depth: int) -> dt.timedelta:
     parts = _need(raw["v"], list, "v")
     if len(parts) != 3 or any(type(part) is not int for part in parts):
         raise ValueError("v must be [days, seconds, microseconds]")
@@ -438,19 +499,19 @@ def _timedelta(raw: dict[str, Any], where: str, depth: int) -> dt.timedelta:
     return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
 
 
-def _decimal(raw: dict[str, Any], where: str, depth: int) -> decimal.Decimal:
+def _decimal(raw: dict[str, Any], depth: int) -> decimal.Decimal:
     try:
         return decimal.Decimal(_need(raw["v"], str, "v"))
     except decimal.InvalidOperation:
         raise ValueError("v is not a decimal number") from None
 
 
-def _uuid(raw: dict[str, Any], where: str, depth: int) -> uuid.UUID:
+def _uuid(raw: dict[str, Any], depth: int) -> uuid.UUID:
     return uuid.UUID(_need(raw["v"], str, "v"))
 
 
-_DECODERS: dict[str, Callable[[dict[str, Any], str, int], Any]] = {
-    "tuple": lambda raw, where, depth: tuple(_list(raw, where, depth)),
+_DECODERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
+    "tuple": lambda raw, depth: tuple(_list(raw, depth)),
     "set": _collection(set),
     "frozenset": _collection(frozenset),
     "dict": _dict,

@@ -165,6 +165,9 @@ def test_the_tagged_form_is_documented_json() -> None:
         ],
     }  # fmt: skip
     assert encode_value({"a": (1,)}) == {"a": {"$ms": "tuple", "v": [1]}}
+    plain = {"a": "$ms", "b": ["$ms", 'say "$ms"'], "c": {"v": "$ms"}}  # no tag, only text
+    assert encode_value(plain) is plain
+    assert decode_value(orjson.loads(orjson.dumps(plain))) == plain
     back = decode_value(orjson.loads(orjson.dumps(encode_value(value))))
     assert same(back, value)
     assert back["paris"].fold == 1
