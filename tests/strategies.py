@@ -98,6 +98,7 @@ observations = st.builds(
     data=json_objects,
     finding_ids=st.lists(ids, max_size=3).map(tuple),
     calls_used=counters,
+    redacted=st.booleans(),
 )
 checkpoints = st.builds(
     rec.Checkpoint,
@@ -206,3 +207,57 @@ executions = st.builds(
 record_values = st.one_of(
     plan_steps(), plans(), observations, checkpoints, findings, agent_tasks, executions
 )
+
+
+# -- values a step may return (E10: the typed encoding) -------------------------------------
+
+import datetime as _dt  # noqa: E402
+
+from mainspring.storage import redact_flagged  # noqa: E402
+
+_offsets = st.timedeltas(
+    min_value=_dt.timedelta(hours=-23, minutes=-59), max_value=_dt.timedelta(hours=23, minutes=59)
+)
+#: Fixed offsets (some named), IANA zones, and none.
+time_zones = st.one_of(
+    st.none(),
+    st.builds(_dt.timezone, _offsets),
+    st.builds(_dt.timezone, _offsets, st.text(min_size=1, max_size=5)),
+    st.just(_dt.UTC),
+    st.timezones(),
+)
+_hashable_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**90), max_value=2**90),
+    st.floats(),  # NaN and the infinities included
+    st.text(max_size=8),
+    st.binary(max_size=12),
+    st.datetimes(timezones=time_zones),
+    st.dates(),
+    st.times(timezones=st.none() | st.builds(_dt.timezone, _offsets)),
+    st.timedeltas(),
+    st.decimals(allow_nan=True, allow_infinity=True).filter(lambda d: not d.is_snan()),
+    st.uuids(),
+)
+#: Values that can be set members and dict keys: leaves, and tuples and frozensets of them.
+hashable_values = st.recursive(
+    _hashable_leaves,
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=4,
+)
+_keys = st.text(max_size=6) | st.sampled_from(["$ms", "v"])
+#: Every kind of value a step may return, nested, none of which redaction would change.
+exact_values = st.recursive(
+    hashable_values,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_keys, inner, max_size=4),
+        st.dictionaries(hashable_values, inner, max_size=3),
+        st.sets(hashable_values, max_size=3),
+        st.frozensets(hashable_values, max_size=3),
+    ),
+    max_leaves=12,
+).filter(lambda value: not redact_flagged(value)[1])

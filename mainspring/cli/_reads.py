@@ -165,6 +165,18 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
             assert task.answered_at is not None
             digest = (task.answer_sha256 or "")[:16]
             out.line(f"  {task.id}  answered {when(task.answered_at)}  sha256 {digest}")
+    # E10: what was stored masked, and what ran again because of it, is said, not hidden.
+    notes = [
+        f"step {obs.step_id}: its stored output is redacted, not what it returned"
+        for obs in execution.observations
+        if obs.ok and obs.redacted
+    ]
+    notes += [f"task {t.id}: {line}" for t in tasks for line in t.diagnostics]
+    if notes:
+        out.line("")
+        out.line("notes")
+        for note in notes:
+            out.line(f"  {clamp(note, 200)}")
     if execution.checkpoints:
         out.line("")
         out.line("checkpoints")

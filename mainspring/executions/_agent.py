@@ -16,7 +16,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import anyio
 import anyio.to_thread
@@ -32,6 +32,7 @@ from ..actors import (
     cancel_reason,
 )
 from ..storage import (
+    MAX_DIAGNOSTICS,
     MAX_FINDINGS,
     MAX_TOUCHED_PATHS,
     AgentTaskRecord,
@@ -45,8 +46,10 @@ from ..storage import (
     check_id,
     check_relative_path,
     encode,
+    encode_value,
     hash_files,
     redact,
+    redact_flagged,
 )
 from ._findings import new_finding
 from ._transitions import ASK_PREFIX
@@ -127,12 +130,13 @@ MAX_OUTPUT_BYTES = 1 << 20
 
 
 def check_output(value: Any, what: str) -> str | None:
-    """Why ``value`` cannot be stored, or None if it can: it must encode as JSON, and stay
-    within 1 MiB so that one output can never make its execution's record unwritable (X2)."""
+    """Why ``value`` cannot be stored, or None if it can: it must come back exactly from the
+    typed encoding (E10: refused, never coerced), and stay within 1 MiB as stored so that one
+    output can never make its execution's record unwritable (X2)."""
     try:
-        size = len(encode(value))
+        size = len(encode(encode_value(value)))
     except (ValueError, TypeError, StorageError) as exc:
-        return f"{what} is not storable as JSON: {exc}"
+        return f"{what} is not storable: {exc}"
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return None
@@ -253,7 +257,12 @@ class AgentContext:
         return cancel_reason()
 
     async def step(
-        self, name: str, fn: Callable[..., Any], *args: Any, paths: Iterable[str] = ()
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        paths: Iterable[str] = (),
+        on_redacted: Literal["rerun", "replay"] = "rerun",
     ) -> Any:
         """Run ``fn(*args)`` once, durably: the result is committed before this returns, and
         on a resume of this task it is returned from the record instead of run again (unless
@@ -265,12 +274,18 @@ class AgentContext:
         appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``
         for a path that is not inside the workspace.
 
-        The result must be JSON-storable; what is stored (and replayed) is redacted (E5),
-        while the first run gets the value itself. Raises ``ValueError`` for a repeated or
-        invalid name. If ``fn`` raises, nothing is recorded and the error propagates. A
-        cancellation while ``fn`` runs leaves the step unrecorded: it runs again on resume
-        (at-least-once for steps in flight).
+        The result must be storable exactly (JSON values, or the typed encoding's tuples,
+        sets, bytes, datetimes...: see the README); anything else raises ``ValueError``
+        naming the path, before anything is recorded. What is stored is redacted (E5), while
+        the first run gets the value itself. A result that redaction changed is not replayed
+        as if it were the original (E10): on resume ``fn`` runs again and a diagnostic on
+        the task says so; ``on_redacted="replay"`` returns the masked value instead,
+        knowingly. Raises ``ValueError`` for a repeated or invalid name. If ``fn`` raises,
+        nothing is recorded and the error propagates. A cancellation while ``fn`` runs leaves
+        the step unrecorded: it runs again on resume (at-least-once for steps in flight).
         """
+        if on_redacted not in ("rerun", "replay"):
+            raise ValueError(f"on_redacted must be 'rerun' or 'replay', not {on_redacted!r}")
         check_id(name)
         if name.startswith(ASK_PREFIX):
             raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
@@ -280,14 +295,16 @@ class AgentContext:
         self._seen.add(name)
         recorded = self._actor.recorded(name)
         if recorded is not None:
-            return recorded.output
-        if len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
+            if not recorded.redacted or on_redacted == "replay":
+                return recorded.output
+            # E10: the stored result is masked, not what fn returned: run it again.
+        elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
         result = await _call(fn, *args)
         problem = check_output(result, f"inner step {name}")
         if problem is not None:
             raise ValueError(problem)
-        await self._actor.record_inner(name, result, declared)
+        await self._actor.record_inner(name, result, declared, rerun=recorded is not None)
         return result
 
     async def ask(self, question: str) -> str:
@@ -404,12 +421,15 @@ class AgentTaskActor(Actor):
             raise ValueError(f"an agent task declares at most {MAX_TOUCHED_PATHS} paths")
         return declared
 
-    async def record_inner(self, name: str, result: Any, paths: tuple[str, ...] = ()) -> None:
+    async def record_inner(
+        self, name: str, result: Any, paths: tuple[str, ...] = (), *, rerun: bool = False
+    ) -> None:
         root = self._workspace
         hashes: dict[str, str] = {}
         if paths and root is not None:  # before reading the record: steps may run in parallel
             hashes = await anyio.to_thread.run_sync(hash_files, root, paths)
-        observation = Observation(step_id=name, ok=True, output=redact(result))
+        output, redacted = redact_flagged(result)
+        observation = Observation(step_id=name, ok=True, output=output, redacted=redacted)
         self._index[name] = observation
         record = self.record
         changes: dict[str, Any] = {}
@@ -427,12 +447,24 @@ class AgentTaskActor(Actor):
                 }
                 files.update(hashes)
                 changes["inner_checkpoint"] = attrs.evolve(checkpoint, file_hashes=files)
-        self._touch(
-            inner_completed=(*record.inner_completed, name),
-            inner_observations=(*record.inner_observations, observation),
-            inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
-            **changes,
-        )
+        if rerun:
+            # E10: the re-run's result replaces the masked one, and the task says why.
+            why = f"inner step {name} ran again on resume: its stored result had been redacted"
+            kept = [line for line in record.diagnostics if line != why]
+            self._touch(
+                inner_observations=tuple(
+                    observation if obs.step_id == name else obs for obs in record.inner_observations
+                ),
+                diagnostics=(*kept, why)[-MAX_DIAGNOSTICS:],
+                **changes,
+            )
+        else:
+            self._touch(
+                inner_completed=(*record.inner_completed, name),
+                inner_observations=(*record.inner_observations, observation),
+                inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
+                **changes,
+            )
         await self._save()
 
     async def wait_for_answer(self, question: str) -> NoReturn:

@@ -44,6 +44,7 @@ from ..storage import (
     StepStatus,
     reconcile,
     redact,
+    redact_flagged,
 )
 from . import _run_events as ev
 from ._agent import (
@@ -522,12 +523,16 @@ class ExecutionActor(TaskEvents):
         step = running.step
         state: StepStatus = "succeeded" if done.ok else "failed"
         self._sched.set(step.id, state)
+        # E10: a result that redaction changed is marked, so a reader never takes it for
+        # the original; the step stays completed (E1, R7).
+        output, redacted = redact_flagged(done.output) if done.ok else (None, False)
         self._obs[step.id] = observe(
             step,
             ok=done.ok,
-            output=redact(done.output) if done.ok else None,
+            output=output,
             error=redact(done.error) if done.error else None,
             calls_used=1 if step.kind == "skill" else 0,
+            redacted=redacted,
         )
         if done.ok:
             self._outputs[step.id] = done.output

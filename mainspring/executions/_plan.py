@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..actors import MainspringError
-from ..storage import Finding, Observation, Plan, PlanStep, redact, sha256_hex
+from ..storage import Finding, Observation, Plan, PlanStep, encode_value, redact, sha256_hex
 
 __all__ = [
     "InvalidPlan",
@@ -34,7 +34,8 @@ def check_plan(
     skills: Mapping[str, Any] | None = None,
     agents: Mapping[str, Any] | None = None,
 ) -> None:
-    """Raise :class:`InvalidPlan` unless ``plan`` is a DAG whose steps name known targets (P1).
+    """Raise :class:`InvalidPlan` unless ``plan`` is a DAG whose steps name known targets (P1)
+    and whose inputs can be stored exactly (E10).
 
     Unique step ids and "exactly one of tool / skill / agent" are already enforced by the
     records themselves; this adds what needs the whole plan and the runtime's registries.
@@ -42,6 +43,10 @@ def check_plan(
     ids = {step.id for step in plan.steps}
     problems: list[str] = []
     for step in plan.steps:
+        try:
+            encode_value(step.input)  # E10: stored exactly, or refused before anything runs
+        except ValueError as exc:
+            problems.append(f"step {step.id}'s input is not storable: {exc}")
         for dependency in step.depends_on:
             if dependency not in ids:
                 problems.append(f"step {step.id} depends on unknown step {dependency}")
@@ -88,10 +93,11 @@ def _find_cycle(steps: Iterable[PlanStep]) -> list[str]:
 def step_input_hash(step: PlanStep) -> str:
     """The identity an agent task is matched by, with its agent id (R8).
 
-    Computed over the redacted input, the form that reaches disk, so the hash of a plan read
-    back on resume equals the hash of the plan as it first ran.
+    Computed over the redacted input as stored (the typed encoding, E10), so the hash of a
+    plan read back on resume equals the hash of the plan as it first ran; a plain JSON input
+    hashes as it always did.
     """
-    return sha256_hex(redact(step.input))
+    return sha256_hex(encode_value(redact(step.input)))
 
 
 def fence(text: str, *, label: str = "untrusted", limit: int = MAX_FENCED_CHARS) -> str:

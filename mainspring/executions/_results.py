@@ -36,7 +36,10 @@ class ExecutionResult:
     ``status`` is the execution's status as last committed (``completed``, ``paused``,
     ``waiting_for_clarification``...). ``outputs`` and ``observations`` hold what steps
     returned, unredacted for steps that ran in this process (E5: only disk is slimmed);
-    ``findings`` are the agents' findings. ``pending`` is the open question, if any.
+    ``redacted`` names the steps whose output here was read back from disk with secrets
+    masked, so it is not what the step returned (E10; their observations say
+    ``redacted=True``). ``findings`` are the agents' findings. ``pending`` is the open
+    question, if any.
     ``stopped_by`` is the reason the run stopped in this process (None if it did not run
     here); ``error`` says what went wrong when the runtime itself failed, or why a run whose
     steps all finished did not complete. ``stopped_steps`` are the plan steps whose agent
@@ -47,6 +50,7 @@ class ExecutionResult:
     status: str
     summary: str
     outputs: Mapping[str, Any] = attrs.field(factory=dict)
+    redacted: tuple[str, ...] = ()
     observations: tuple[Observation, ...] = ()
     findings: tuple[Finding, ...] = ()
     pending: Pending | None = None
@@ -120,14 +124,18 @@ def result_from(
     live = dict(outputs or {})
     merged = {**stored, **live}
     observations = tuple(
-        attrs.evolve(obs, output=live[obs.step_id]) if obs.ok and obs.step_id in live else obs
+        attrs.evolve(obs, output=live[obs.step_id], redacted=False)
+        if obs.ok and obs.step_id in live
+        else obs
         for obs in execution.observations
     )
+    redacted = tuple(obs.step_id for obs in observations if obs.ok and obs.redacted)
     return ExecutionResult(
         execution_id=execution.id,
         status=execution.status,
         summary=summary,
         outputs=merged,
+        redacted=redacted,
         observations=observations,
         findings=tuple(findings),
         pending=execution.pending,

@@ -28,6 +28,7 @@ from ..storage import (
     parse_agent_task,
     parse_agent_tasks,
     redact,
+    redact_flagged,
     unstructure,
 )
 from ._plan import observe, step_input_hash
@@ -247,7 +248,8 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
         if record.id != task_id or record.state != "waiting_for_clarification":
             return None
         key = f"{ASK_PREFIX}{sum(n.startswith(ASK_PREFIX) for n in record.inner_completed)}"
-        observation = Observation(step_id=key, ok=True, output=redact(answer))
+        masked, redacted = redact_flagged(answer)
+        observation = Observation(step_id=key, ok=True, output=masked, redacted=redacted)
         return attrs.evolve(
             record,
             state="queued",

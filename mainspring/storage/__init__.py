@@ -69,8 +69,11 @@ from ._records import TaskState as TaskState
 from ._records import parse_agent_task as parse_agent_task
 from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
+from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
+from ._values import decode_value as decode_value
+from ._values import encode_value as encode_value
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -119,8 +122,10 @@ __all__ = [
     "capture_checkpoint",
     "check_id",
     "check_relative_path",
+    "decode_value",
     "default_home",
     "encode",
+    "encode_value",
     "hash_files",
     "holder",
     "new_owner_id",
@@ -130,6 +135,7 @@ __all__ = [
     "parse_agent_tasks",
     "reconcile",
     "redact",
+    "redact_flagged",
     "register_secret",
     "sha256_hex",
     "store_kind",

@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 
 import cattrs
 import cattrs.errors
+import cattrs.v
 import orjson
 from cattrs.preconf.orjson import make_converter
 
 from ._errors import RecordError, TooLarge
+from ._values import Malformed
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -129,6 +131,12 @@ def _path(message: str) -> str:
     return f"{where}: {text}"
 
 
+def _describe(exc: BaseException, tp: type | None) -> str:
+    if isinstance(exc, Malformed):  # a stored value's bad tag: say where inside the value
+        return f"malformed stored value at {exc}"
+    return cattrs.v.format_exception(exc, tp)
+
+
 def structure(raw: Any, cls: type[T], *, kind: str | None = None) -> T:
     """Build ``cls`` from plain data, strictly; raise :class:`RecordError` naming each path."""
     name = kind or cls.__name__
@@ -136,7 +144,7 @@ def structure(raw: Any, cls: type[T], *, kind: str | None = None) -> T:
         return converter.structure(raw, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
-            problems = [_path(m) for m in cattrs.transform_error(exc)]
+            problems = [_path(m) for m in cattrs.transform_error(exc, format_exception=_describe)]
         else:
             problems = [f"(top level): {exc}"]
         raise RecordError(name, problems) from None

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
-from cattrs.gen import make_dict_structure_fn
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._codec import converter, structure
 from ._errors import InvalidId, RecordError
 from ._ids import check_id, check_relative_path
+from ._values import Malformed, decode_value, encode_value
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -185,7 +186,7 @@ class PlanStep:
     tool: str | None = None
     skill: str | None = None
     agent: str | None = None
-    input: dict[str, Any] = attrs.field(factory=dict)
+    input: dict[str, Any] = attrs.field(factory=dict)  # stored in the typed encoding (E10)
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     status: StepStatus = "pending"
     requires_approval: bool = False
@@ -228,7 +229,12 @@ class Plan:
 
 @attrs.frozen(kw_only=True)
 class Observation:
-    """What one step (or one inner step of an agent) produced. Findings are kept by id (E5)."""
+    """What one step (or one inner step of an agent) produced. Findings are kept by id (E5).
+
+    ``output`` is stored in the typed encoding (``storage/_values.py``), so it reads back as
+    the value it was (E10). ``redacted`` says the stored output is not what the step returned:
+    redaction masked something in it (E5), so it must not be replayed as if it were.
+    """
 
     step_id: str = attrs.field(validator=_id)
     tool: str | None = None
@@ -242,6 +248,7 @@ class Observation:
     data: dict[str, Any] = attrs.field(factory=dict)
     finding_ids: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     calls_used: int = _counter_field()
+    redacted: bool = False
 
 
 #: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).
@@ -541,3 +548,27 @@ _finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extr
 converter.register_structure_hook(Finding, _structure_finding)
 _require_version(Execution)
 _require_version(AgentTaskRecord)
+
+
+def _decode_input(raw: Any, _: Any) -> Any:
+    value = decode_value(raw)
+    if type(value) is not dict:
+        raise Malformed("", f"a step's input must be an object, not {type(value).__name__}")
+    return value
+
+
+def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
+    # E10: the one field of ``cls`` that holds user values goes through the typed encoding,
+    # both ways; in memory it holds the values themselves.
+    unstructure: dict[str, Any] = {field: override(unstruct_hook=encode_value)}
+    structure: dict[str, Any] = {field: override(struct_hook=decode)}
+    converter.register_unstructure_hook(
+        cls, make_dict_unstructure_fn(cls, converter, **unstructure)
+    )
+    converter.register_structure_hook(
+        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **structure)
+    )
+
+
+_typed_value(Observation, "output", lambda raw, _: decode_value(raw))
+_typed_value(PlanStep, "input", _decode_input)

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["PATTERNS", "redact", "register_secret"]
+__all__ = ["PATTERNS", "redact", "redact_flagged", "register_secret"]
 
 #: (kind, pattern). Order matters: more specific shapes first (``sk-ant-`` before ``sk-``).
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -68,53 +68,97 @@ def _mask(kind: str) -> str:
     return f"[redacted {kind}]"
 
 
-def _redact_text(text: str, extra: frozenset[str]) -> str:
+_SECRET_MASK = _mask("secret")
+
+
+class _Changed:
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen = False
+
+
+def _redact_text(text: str, extra: frozenset[str], changed: _Changed) -> str:
     secrets = _registered | extra if extra else _registered
     for secret in sorted(secrets, key=len, reverse=True):  # longest first: no partial leaks
         if secret in text:
-            text = text.replace(secret, _mask("secret"))
+            text = text.replace(secret, _SECRET_MASK)
+            changed.seen = True
     for kind, pattern in PATTERNS:
-        text = pattern.sub(_mask(kind), text)
-    return _BEARER.sub(lambda m: m.group(1) + _mask("bearer-token"), text)
+        text, count = pattern.subn(_mask(kind), text)
+        if count:
+            changed.seen = True
+    text, count = _BEARER.subn(lambda m: m.group(1) + _mask("bearer-token"), text)
+    if count:
+        changed.seen = True
+    return text
 
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
-    """A copy of ``value`` with secrets masked, walking dicts, lists, tuples and attrs records.
+    """A copy of ``value`` with secrets masked, walking dicts (keys too), lists, tuples, sets,
+    frozensets and attrs records, and the text inside bytes.
 
     Strings are scanned for registered secrets, ``secrets`` given here, and known token shapes
     (AWS, GitHub, OpenAI, Anthropic, Slack, Google keys, JWTs, ``Authorization: Bearer`` values,
     PEM private keys). Values under keys named like ``password`` or ``api_key`` are masked
-    whole. Other values are returned as they are.
+    whole (pagination keys such as ``next_token`` or ``page_token`` are not secrets). Other
+    values are returned as they are.
     """
+    return redact_flagged(value, secrets=secrets)[0]
+
+
+def redact_flagged(value: Any, *, secrets: Iterable[str] = ()) -> tuple[Any, bool]:
+    """:func:`redact`, and whether it masked anything: the copy is not the value (E10)."""
     extra = frozenset(s for s in secrets if isinstance(s, str) and len(s) >= _MIN_SECRET)
-    return _walk(value, extra, 0)
+    changed = _Changed()
+    return _walk(value, extra, 0, changed), changed.seen
 
 
-def _walk(value: Any, extra: frozenset[str], depth: int) -> Any:
+def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> Any:
     if depth > 200:  # deeper than any record we write; refuse rather than recurse forever
         raise ValueError("value nested more than 200 levels deep")
     if isinstance(value, str):
-        return _redact_text(value, extra)
+        return _redact_text(value, extra, changed)
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            new_key = _redact_text(key, extra) if isinstance(key, str) else key
-            if new_key != key:  # masked keys must not collapse into one and lose entries
-                base, n = new_key, 2
+            seen, changed.seen = changed.seen, False
+            if isinstance(key, str):
+                new_key = _redact_text(key, extra, changed)
+            else:
+                new_key = _walk(key, extra, depth + 1, changed)
+            masked, changed.seen = changed.seen, changed.seen or seen
+            if masked:  # masked keys must not collapse into one and lose entries
+                base, n = new_key if isinstance(new_key, str) else _mask("key"), 2
                 while new_key in out or new_key in value:
                     new_key, n = f"{base} ({n})", n + 1
             if isinstance(key, str) and _SECRET_KEYS.match(key) and item not in (None, ""):
-                out[new_key] = _mask("secret")
+                if not (type(item) is str and item == _SECRET_MASK):
+                    changed.seen = True
+                out[new_key] = _SECRET_MASK
             else:
-                out[new_key] = _walk(item, extra, depth + 1)
+                out[new_key] = _walk(item, extra, depth + 1, changed)
         return out
     if isinstance(value, list):
-        return [_walk(item, extra, depth + 1) for item in value]
+        return [_walk(item, extra, depth + 1, changed) for item in value]
     if isinstance(value, tuple):
-        return tuple(_walk(item, extra, depth + 1) for item in value)
+        return tuple(_walk(item, extra, depth + 1, changed) for item in value)
+    if isinstance(value, set | frozenset):
+        make = frozenset if isinstance(value, frozenset) else set
+        return make(_walk(item, extra, depth + 1, changed) for item in value)
+    if isinstance(value, bytes):
+        # Bytes are scanned as text (undecodable bytes kept as they are): a secret must not
+        # reach disk base64-encoded either.
+        text = value.decode("utf-8", "surrogateescape")
+        seen, changed.seen = changed.seen, False
+        scanned = _redact_text(text, extra, changed)
+        if not changed.seen:
+            changed.seen = seen
+            return value
+        return scanned.encode("utf-8", "surrogateescape")
     if attrs.has(type(value)):
         changes = {
-            field.name: _walk(getattr(value, field.name), extra, depth + 1)
+            field.name: _walk(getattr(value, field.name), extra, depth + 1, changed)
             for field in attrs.fields(type(value))
             if field.init
         }

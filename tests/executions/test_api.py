@@ -193,22 +193,22 @@ async def test_outputs_that_cannot_be_stored_fail_their_step_not_the_run(tmp_pat
     async def weird(**_: Any) -> object:
         return object()
 
-    async def nan(**_: Any) -> float:
-        return float("nan")
+    async def cplx(**_: Any) -> complex:
+        return complex(1, 2)  # E10: NaN is stored exactly now; a complex number still is not
 
     async def shy(ctx: ms.AgentContext, input: Any) -> object:
         return {"when": object()}
 
-    plan = plan_of(tool("w", "weird"), tool("n", "nan"), agent("a", "shy"), tool("ok", "inc"))
-    async with runtime(tmp_path, tools={"weird": weird, "nan": nan}, agents={"shy": shy}) as rt:
+    plan = plan_of(tool("w", "weird"), tool("n", "cplx"), agent("a", "shy"), tool("ok", "inc"))
+    async with runtime(tmp_path, tools={"weird": weird, "cplx": cplx}, agents={"shy": shy}) as rt:
         result = await (await rt.start("g", plan)).wait()
         record = stored(rt, result.execution_id)
     assert result.status == "failed"
     assert statuses(record) == {"w": "failed", "n": "failed", "a": "failed", "ok": "succeeded"}
     errors = {o.step_id: o.error or "" for o in record.observations}
-    assert "not storable as JSON" in errors["w"]
-    assert "not storable as JSON" in errors["n"]
-    assert "not storable as JSON" in errors["a"]
+    assert "is not storable: (top level): a value of type object" in errors["w"]
+    assert "is not storable: (top level): a value of type complex" in errors["n"]
+    assert "is not storable: when: a value of type object" in errors["a"]
 
 
 async def test_agent_context_guards_its_inner_steps_findings_and_tool_calls(

@@ -176,9 +176,13 @@ def test_non_finite_numbers_are_refused_both_ways() -> None:
     with pytest.raises(ValueError, match="created_at"):
         encode(record)
     raw = unstructure(rec.Execution(id="e", goal="g", created_at=1, updated_at=1))
-    raw["observations"] = [{"step_id": "s", "ok": True, "output": {"x": [float("inf")]}}]
-    with pytest.raises(ValueError, match=r"observations\[0\]\.output\.x\[0\]"):
+    raw["observations"] = [{"step_id": "s", "ok": True, "data": {"x": [float("inf")]}}]
+    with pytest.raises(ValueError, match=r"observations\[0\]\.data\.x\[0\]"):
         encode(structure(raw, rec.Execution))
+    # E10: a step's output is stored in the typed encoding, which keeps them exactly.
+    raw["observations"] = [{"step_id": "s", "ok": True, "output": {"x": [float("inf")]}}]
+    back = decode(encode(structure(raw, rec.Execution)), rec.Execution)
+    assert back.observations[0].output == {"x": [float("inf")]}
     with pytest.raises(RecordError, match="updated_at"):
         structure(dict(raw, observations=[], updated_at=float("nan")), rec.Execution)
 

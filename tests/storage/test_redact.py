@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given, settings
 
-from mainspring.storage._redact import redact, register_secret
+from mainspring.storage._redact import redact, redact_flagged, register_secret
+
+from .._exact import same
+from ..strategies import exact_values
 
 # Made-up values of the right shape; none is a real credential.
 POSITIVE = {
@@ -155,3 +159,88 @@ def test_E5_masked_keys_never_collapse_and_more_key_names_are_masked() -> None:
     out = redact({"alpha-secret-one": 1, "beta-secret-two": 2, "token": "t", "cookie": "c"})
     assert sorted(out.values(), key=str) == [1, 2, "[redacted secret]", "[redacted secret]"]
     assert len(out) == 4
+
+
+# -- every container the typed encoding stores, and whether anything was masked (E10) -------
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_E5_sets_frozensets_tuples_and_non_string_keys_are_walked() -> None:
+    register_secret("gamma-secret-three")
+    value = {
+        "set": {f"key {AWS}", "plain"},
+        "frozen": frozenset({"gamma-secret-three"}),
+        "tuple": ("gamma-secret-three", 1),
+        ("gamma-secret-three", 2): "tuple key",
+        frozenset({AWS}): "frozenset key",
+        3: {"nested": AWS},
+    }
+    out, changed = redact_flagged(value)
+    assert changed
+    assert out["set"] == {"key [redacted aws-access-key]", "plain"}
+    assert out["frozen"] == frozenset({"[redacted secret]"})
+    assert type(out["frozen"]) is frozenset
+    assert out["tuple"] == ("[redacted secret]", 1)
+    assert out[("[redacted secret]", 2)] == "tuple key"
+    assert out[frozenset({"[redacted aws-access-key]"})] == "frozenset key"
+    assert out[3] == {"nested": "[redacted aws-access-key]"}
+    assert "gamma-secret-three" not in repr(out)
+    assert AWS not in repr(out)
+
+
+def test_E5_secrets_inside_bytes_are_masked_and_other_bytes_kept() -> None:
+    register_secret("delta-secret-four")
+    out, changed = redact_flagged(
+        {"raw": b"\x00\xffpre delta-secret-four post", "id": AWS.encode()}
+    )
+    assert changed
+    assert out["raw"] == b"\x00\xffpre [redacted secret] post"  # undecodable bytes kept
+    assert out["id"] == b"[redacted aws-access-key]"
+    binary = bytes(range(256))
+    assert redact_flagged(binary) == (binary, False)
+
+
+def test_E5_masked_non_string_keys_never_collapse() -> None:
+    out = redact({(AWS, 1): "a", (AWS.replace("E", "F"), 1): "b"})
+    assert sorted(out.values()) == ["a", "b"]
+    assert AWS not in repr(out)
+
+
+@given(value=exact_values)
+@settings(max_examples=200, deadline=None)
+def test_E10_nothing_to_mask_is_reported_unchanged_nan_included(value: object) -> None:
+    # The strategy holds only values redaction leaves alone (NaN keys and members too).
+    out, changed = redact_flagged(value)
+    assert not changed
+    assert same(out, value)
+
+
+def test_E10_the_flag_says_whether_anything_was_masked() -> None:
+    nan = float("nan")
+    assert redact_flagged({nan: nan, "x": [nan, (nan,)], "s": {nan}})[1] is False
+    assert redact_flagged({"token": "[redacted secret]"})[1] is False  # already masked
+    assert redact_flagged({"token": None})[1] is False
+    assert redact_flagged({"token": "abc"}) == ({"token": "[redacted secret]"}, True)
+    assert redact_flagged([f"see {AWS}"]) == (["see [redacted aws-access-key]"], True)
+    assert redact_flagged({AWS: 1}) == ({"[redacted aws-access-key]": 1}, True)
+    assert redact_flagged("Authorization: Bearer abc")[1] is True
+    assert redact_flagged("fine", secrets=["not-in-it"]) == ("fine", False)
+    assert redact_flagged("x my-given-secret", secrets=["my-given-secret"])[1] is True
+
+
+PAGINATION = ["next_token", "page_token", "continuation_token", "nextPageToken", "pageToken",
+              "next_page_token", "NextToken", "cursor", "tokens_used"]  # fmt: skip
+SECRET_KEYS = ["token", "access_token", "refresh_token", "id_token", "api_key", "apiKey",
+               "API-KEY", "password", "client_secret", "Authorization", "cookie"]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", PAGINATION)
+def test_pagination_keys_are_not_secrets(key: str) -> None:
+    page = {key: "eyJvZmZzZXQiOjEwMH0", "items": [1, 2]}
+    assert redact_flagged(page) == (page, False)
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_E5_secret_keys_are_still_masked(key: str) -> None:
+    assert redact_flagged({key: "opaque-value"}) == ({key: "[redacted secret]"}, True)
