@@ -343,6 +343,8 @@ class ExecutionActor(TaskEvents):
         self._publish(
             ev.StepStarted(execution_id=self._rec.id, at=now, step_id=step.id, kind=step.kind)
         )
+        if self._live_plan is None and step.id in self._rec.masked_inputs:
+            return await self._masked_input(step)
         if step.kind != "agent":
             fn = cfg.tools[step.target] if step.kind == "tool" else cfg.skills[step.target]
             ref = await self._spawn_step(step, StepActor, self.ref, step, fn)
@@ -512,6 +514,26 @@ class ExecutionActor(TaskEvents):
                 ev.ExecutionFailed(execution_id=self._rec.id, at=now, status=status, failed=failed)
             )
         self._end(Stop(detail=f"the execution {status}", source=self.ref.path), error=error)
+
+    async def _masked_input(self, step: PlanStep) -> bool | None:
+        """E10: after a resume, a step whose input had to be masked on disk is not run with
+        the masked input as if it were the one planned: it fails, saying why (a planner
+        with ``max_replans`` may plan it again with the real value)."""
+        self._sched.set(step.id, "failed")
+        self._obs[step.id] = observe(
+            step,
+            ok=False,
+            error=(
+                f"step {step.id} was not run: its input held a secret, which is masked on "
+                "disk, so after a resume it cannot be run with the input it was planned "
+                "with; pass secrets by reference (an environment variable's name, a "
+                "secret store key) instead of in the plan"
+            ),
+        )
+        if not await self._commit():
+            return None
+        self._publish_step(step.id, "failed")
+        return False
 
     # -- events from children --------------------------------------------------------------
 

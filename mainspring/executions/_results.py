@@ -25,6 +25,7 @@ from ..storage import (
     PlanStep,
     parse_agent_tasks,
     redact,
+    redact_flagged,
     sha256_hex,
 )
 
@@ -235,6 +236,14 @@ def redact_plan(plan: Plan) -> Plan:
             for step in plan.steps
         ),
     )
+
+
+def masked_inputs(plan: Plan | None) -> tuple[str, ...]:
+    """The ids of the steps whose input redaction changes: what disk holds of them is not
+    what they were planned with (E10)."""
+    if plan is None:
+        return ()
+    return tuple(step.id for step in plan.steps if redact_flagged(step.input)[1])
 
 
 def config_hash(config: Any) -> str | None:

@@ -45,6 +45,7 @@ from ._results import (
     ExecutionResult,
     StopResult,
     config_hash,
+    masked_inputs,
     redact_plan,
     result_from,
 )
@@ -240,6 +241,7 @@ class ExecutionCore(Actor):
             }
         self._live_plan = plan
         self._plan = redact_plan(plan)
+        self._rec = attrs.evolve(self._rec, masked_inputs=masked_inputs(plan))
         self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
         self._claimed.clear()
         self._claim_finished()

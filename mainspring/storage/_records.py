@@ -470,6 +470,9 @@ class Execution:
     stop_requests: tuple[str, ...] = attrs.field(
         default=(), validator=[_ids, _at_most(MAX_CONTROLS)]
     )
+    # E10: steps whose stored input had to be masked; after a resume they cannot run with
+    # the input they were planned with.
+    masked_inputs: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     created_at: float
     updated_at: float
 

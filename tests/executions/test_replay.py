@@ -265,3 +265,62 @@ async def test_E10_an_answer_that_had_to_be_masked_is_marked(tmp_path: Path) -> 
     (answer,) = task.inner_observations
     assert answer.output == "it is [redacted secret]"
     assert answer.redacted
+
+
+async def test_E10_a_step_whose_input_was_masked_on_disk_is_not_run_masked_after_a_resume(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    received: list[dict[str, Any]] = []
+
+    async def call_api(**input: Any) -> str:
+        received.append(input)
+        return "called"
+
+    tools = {"gate": gate, "call_api": call_api}
+    secret_input = {"url": "https://api.example", "api_key": "live-value-1234"}
+    plan = plan_of(
+        tool("first", "gate"),
+        tool("api", "call_api", "first", **secret_input),
+        tool("plain", "inc", "first", x=1),
+    )
+    async with runtime(tmp_path, tools=tools) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        assert stored(rt, handle.execution_id).masked_inputs == ("api",)
+    gate.opened.set()
+    async with runtime(tmp_path, tools=tools) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert received == []  # never handed "[redacted secret]" as if it were the key
+    observations = {o.step_id: o for o in record.observations}
+    assert observations["api"].error is not None
+    assert "masked on disk" in observations["api"].error
+    assert "pass secrets by reference" in observations["api"].error
+    assert record.plan is not None
+    assert {s.id: s.status for s in record.plan.steps} == {
+        "first": "succeeded",
+        "api": "failed",
+        "plain": "succeeded",
+    }
+    assert result.status == "failed"
+
+
+async def test_E10_a_live_run_hands_a_step_its_real_input_whatever_disk_holds(
+    tmp_path: Path,
+) -> None:
+    received: list[dict[str, Any]] = []
+
+    async def call_api(**input: Any) -> str:
+        received.append(input)
+        return "called"
+
+    plan = plan_of(tool("api", "call_api", api_key="live-value-1234"))
+    async with runtime(tmp_path, tools={"call_api": call_api}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+        record = stored(rt, result.execution_id)
+    assert received == [{"api_key": "live-value-1234"}]
+    assert result.status == "completed"
+    assert record.plan is not None
+    assert record.plan.steps[0].input == {"api_key": "[redacted secret]"}  # E5 on disk
