@@ -558,3 +558,57 @@ async def test_E10_a_ctx_step_result_the_encoding_accepts_never_crashes_its_task
         result = await (await rt.start("g", plan_of(agent("a", "digger")))).wait()
     assert result.status == "completed", (result.status, result.error)
     assert result.outputs["a"] == "went on"
+
+
+@pytest.mark.loop_guard(10)
+async def test_X2_refusing_an_output_names_its_path_without_copying_the_value_into_the_record(
+    tmp_path: Path,
+) -> None:
+    # The refusal's path labels are reprs of whole set members and dict keys: a 3 MB member
+    # next to an unstorable one puts a 3 MB error on the record, per step. "One output can
+    # never make its execution's record unwritable" (check_output) fails by the back door.
+    big = "x" * 3_000_000
+
+    async def member() -> Any:
+        return {frozenset({big, object()})}
+
+    async def key() -> Any:
+        return {(big, 1): object()}
+
+    async with runtime(tmp_path, tools={"member": member, "key": key}) as rt:
+        result = await (await rt.start("g", plan_of(tool("a", "member"), tool("b", "key")))).wait()
+        record = stored(rt, result.execution_id)
+    for obs in record.observations:
+        assert not obs.ok
+        assert len(obs.error or "") < 10_000, (obs.step_id, len(obs.error or ""))
+
+
+async def test_E5_a_secret_in_a_time_zone_name_never_reaches_disk(tmp_path: Path) -> None:
+    ms.storage.register_secret("tz-secret-4711")
+
+    async def when() -> Any:
+        return dt.datetime(2024, 1, 1, tzinfo=dt.timezone(dt.timedelta(0), "tz-secret-4711"))
+
+    async with runtime(tmp_path, tools={"when": when}) as rt:
+        result = await (await rt.start("g", plan_of(tool("a", "when")))).wait()
+    assert result.status == "completed"
+    assert b"tz-secret-4711" not in (tmp_path / "store.sqlite3").read_bytes()
+    wal = tmp_path / "store.sqlite3-wal"
+    assert not wal.exists() or b"tz-secret-4711" not in wal.read_bytes()
+
+
+def test_E10_encode_value_refuses_text_it_cannot_store_with_a_ValueError_naming_the_path() -> None:
+    # encode_value: "Raises ValueError naming the path ... for anything that could not come
+    # back exactly". A lone surrogate is returned as plain JSON (it cannot be written), and
+    # inside a set it escapes as orjson's TypeError from the sort.
+    with pytest.raises(ValueError, match=r"^rows\[0\]"):
+        ENC({"rows": ["\ud800"]})
+    with pytest.raises(ValueError, match=r"^\{"):
+        ENC({"\ud800", "a"})
+
+
+def test_E10_a_refused_value_under_a_huge_int_key_names_its_path() -> None:
+    # The path label is repr(key): past 4300 digits repr raises, and the refusal becomes
+    # "Exceeds the limit (4300 digits) for integer string conversion", naming nothing.
+    with pytest.raises(ValueError, match="cannot be stored exactly"):
+        ENC({10**5000: object()})
