@@ -612,3 +612,30 @@ def test_E10_a_refused_value_under_a_huge_int_key_names_its_path() -> None:
     # "Exceeds the limit (4300 digits) for integer string conversion", naming nothing.
     with pytest.raises(ValueError, match="cannot be stored exactly"):
         ENC({10**5000: object()})
+
+
+async def test_E10_a_ctx_step_returning_two_nans_in_a_set_is_replayed_not_run_again(
+    tmp_path: Path,
+) -> None:
+    # The task record holding {nan, nan} does not decode: parse_agent_tasks drops it, the
+    # resume starts a new task and the committed inner step runs again (exactly-once broken);
+    # the new task's record is unreadable too.
+    gate = Gate()
+    runs: list[str] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> int:
+        got = await ctx.step("nans", lambda: runs.append("nans") or {float("nan"), float("nan")})
+        await ctx.step("park", gate)
+        return len(got)
+
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+    gate.opened.set()
+    async with runtime(tmp_path, agents={"worker": worker}) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        tasks, unreadable = ms.storage.parse_agent_tasks(stored(rt, handle.execution_id))
+    assert result.status == "completed"
+    assert runs == ["nans"]  # committed once: never run again
+    assert (len(tasks), unreadable) == (1, 0)
