@@ -78,6 +78,7 @@ class StepDone:
     ok: bool
     output: Any = None
     error: str | None = None
+    stored: Stored | None = None  # the output as it is stored, when ok
 
 
 @attrs.frozen
@@ -87,6 +88,7 @@ class TaskSave:
 
     record: AgentTaskRecord
     output: Any = None
+    stored: Stored | None = None  # the output as it is stored, when completed
 
 
 @attrs.frozen
@@ -129,17 +131,28 @@ class _OverBudget(MainspringError):
 MAX_OUTPUT_BYTES = 1 << 20
 
 
-def check_output(value: Any, what: str) -> str | None:
-    """Why ``value`` cannot be stored, or None if it can: it must come back exactly from the
-    typed encoding (E10: refused, never coerced), and stay within 1 MiB as stored so that one
-    output can never make its execution's record unwritable (X2)."""
+@attrs.frozen
+class Stored:
+    """An output as it will be stored: redacted (E5), and whether redaction changed it."""
+
+    value: Any
+    redacted: bool
+
+
+def prepare_output(value: Any, what: str) -> Stored | str:
+    """``value`` as it will be stored, or why it cannot be: redacted (E5), it must come back
+    exactly from the typed encoding (E10: refused, never coerced), and stay within 1 MiB as
+    stored — masks included — so that one output can never make its execution's record
+    unwritable (X2). Done once, in the step's own actor, and handed on."""
     try:
-        size = len(encode(encode_value(value)))
+        encode_value(value)  # E10: what it is, not what redaction makes of it (a subclass)
+        masked, redacted = redact_flagged(value)
+        size = len(encode(encode_value(masked)))
     except (ValueError, TypeError, StorageError) as exc:
         return f"{what} is not storable: {exc}"
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
-    return None
+    return Stored(masked, redacted)
 
 
 async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -167,8 +180,11 @@ class StepActor(Actor):
         except Exception as exc:
             done = StepDone(step.id, ok=False, error=f"{type(exc).__name__}: {exc}")
         else:
-            problem = check_output(output, f"the output of {step.kind} {step.target}")
-            done = StepDone(step.id, ok=problem is None, output=output, error=problem)
+            stored = prepare_output(output, f"the output of {step.kind} {step.target}")
+            if isinstance(stored, str):
+                done = StepDone(step.id, ok=False, error=stored)
+            else:
+                done = StepDone(step.id, ok=True, output=output, stored=stored)
         # If the execution is stopping, it knows this step did not finish.
         with contextlib.suppress(ActorDeadError, ActorFailed):
             await self._execution.ask(done)
@@ -301,10 +317,11 @@ class AgentContext:
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
         result = await _call(fn, *args)
-        problem = check_output(result, f"inner step {name}")
-        if problem is not None:
-            raise ValueError(problem)
-        await self._actor.record_inner(name, result, declared, rerun=recorded is not None)
+        stored = prepare_output(result, f"inner step {name}")
+        if isinstance(stored, str):  # documented: the agent's code gets a ValueError
+            raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
+        rerun = recorded is not None
+        await self._actor.record_inner(name, stored, declared, rerun=rerun)
         return result
 
     async def ask(self, question: str) -> str:
@@ -403,9 +420,9 @@ class AgentTaskActor(Actor):
     def _touch(self, **changes: Any) -> None:
         self.record = attrs.evolve(self.record, updated_at=time.time(), **changes)
 
-    async def _save(self, output: Any = None) -> None:
+    async def _save(self, output: Any = None, stored: Stored | None = None) -> None:
         try:
-            accepted = await self._execution.ask(TaskSave(self.record, output))
+            accepted = await self._execution.ask(TaskSave(self.record, output, stored))
         except (ActorDeadError, ActorFailed) as exc:
             raise SaveRefused("the execution is stopping") from exc
         if not accepted:
@@ -422,14 +439,15 @@ class AgentTaskActor(Actor):
         return declared
 
     async def record_inner(
-        self, name: str, result: Any, paths: tuple[str, ...] = (), *, rerun: bool = False
+        self, name: str, stored: Stored, paths: tuple[str, ...] = (), *, rerun: bool = False
     ) -> None:
         root = self._workspace
         hashes: dict[str, str] = {}
         if paths and root is not None:  # before reading the record: steps may run in parallel
             hashes = await anyio.to_thread.run_sync(hash_files, root, paths)
-        output, redacted = redact_flagged(result)
-        observation = Observation(step_id=name, ok=True, output=output, redacted=redacted)
+        observation = Observation(
+            step_id=name, ok=True, output=stored.value, redacted=stored.redacted
+        )
         self._index[name] = observation
         record = self.record
         changes: dict[str, Any] = {}
@@ -529,6 +547,7 @@ class AgentTaskActor(Actor):
 
     async def receive(self, message: Any) -> Any:
         output: Any = None
+        stored: Stored | None = None
         try:
             try:
                 output = await self._agent(AgentContext(self), self._step.input)
@@ -539,13 +558,14 @@ class AgentTaskActor(Actor):
             except Exception as exc:
                 self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
             else:
-                problem = check_output(output, f"the result of agent {self.record.agent_id}")
-                if problem is not None:
-                    self._fail("agent-failed", problem)
+                prepared = prepare_output(output, f"the result of agent {self.record.agent_id}")
+                if isinstance(prepared, str):
+                    self._fail("agent-failed", prepared)
                     output = None
                 else:
+                    stored = prepared
                     self._touch(state="completed", ended_at=time.time())
-            await self._save(output)
+            await self._save(output, stored)
         except SaveRefused:
             pass
         await self.ref.stop()

@@ -44,7 +44,6 @@ from ..storage import (
     StepStatus,
     reconcile,
     redact,
-    redact_flagged,
 )
 from . import _run_events as ev
 from ._agent import (
@@ -368,6 +367,7 @@ class ExecutionActor(TaskEvents):
                 output=previous.output if previous is not None else None,
                 finding_ids=tuple(f.id for f in task.findings),
                 calls_used=task.calls_used,
+                redacted=previous.redacted if previous is not None else False,  # E10
             )
             self._publish_step(step.id, "succeeded")
             return False if await self._commit() else None
@@ -547,14 +547,14 @@ class ExecutionActor(TaskEvents):
         self._sched.set(step.id, state)
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
-        output, redacted = redact_flagged(done.output) if done.ok else (None, False)
+        stored = done.stored
         self._obs[step.id] = observe(
             step,
             ok=done.ok,
-            output=output,
+            output=stored.value if stored is not None else None,
             error=redact(done.error) if done.error else None,
             calls_used=1 if step.kind == "skill" else 0,
-            redacted=redacted,
+            redacted=stored.redacted if stored is not None else False,
         )
         if done.ok:
             self._outputs[step.id] = done.output

@@ -249,6 +249,10 @@ class ExecutionCore(Actor):
     def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
         """R8: a stored task matches a step by (agent id, input hash), never by step id; each
         record is claimed at most once per resume. Completed ones first, then unfinished."""
+        if step.id in self._rec.masked_inputs:
+            # The input hash is of the masked input: a task of another secret would match.
+            # What ran with which secret cannot be told, so nothing stored is reused (E10).
+            return None
         digest = step_input_hash(step)
         candidates = [
             task

@@ -17,7 +17,6 @@ from ..storage import (
     Pending,
     PlanStep,
     redact,
-    redact_flagged,
 )
 from . import _run_events as ev
 from ._agent import (
@@ -64,15 +63,16 @@ class TaskEvents(ExecutionCore):
             # R12: the step joins the completed set in the same commit as the task.
             self._sched.set(step.id, "succeeded")
             self._outputs[step.id] = save.output
-            output, redacted = redact_flagged(save.output)
+            stored = save.stored
             self._obs[step.id] = observe(
                 step,
                 agent_task_id=task.id,
                 ok=True,
-                output=output,
+                output=stored.value if stored is not None else None,
                 finding_ids=tuple(f.id for f in task.findings),
                 calls_used=task.calls_used,
-                redacted=redacted,  # E10: marked, never taken for the original
+                # E10: marked, never taken for the original
+                redacted=stored.redacted if stored is not None else False,
             )
         elif task.state == "failed":
             self._sched.set(step.id, "failed")

@@ -6,6 +6,7 @@ well-known credentials. Masks say what kind of secret was there, never any of it
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 from collections.abc import Iterable
@@ -50,6 +51,8 @@ _SECRET_KEYS = re.compile(
     r"access_key|aws_secret_access_key|token|access_token|refresh_token|id_token|auth_token|"
     r"session_token|authorization|proxy-authorization|cookie|set-cookie|private_key)$"
 )
+_MAX_DEPTH = 200
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 _MIN_SECRET = 6  # shorter registered values would mask ordinary words
 
 _lock = threading.Lock()
@@ -115,10 +118,12 @@ def redact_flagged(value: Any, *, secrets: Iterable[str] = ()) -> tuple[Any, boo
 
 
 def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> Any:
-    if depth > 200:  # deeper than any record we write; refuse rather than recurse forever
-        raise ValueError("value nested more than 200 levels deep")
     if isinstance(value, str):
         return _redact_text(value, extra, changed)
+    if depth > _MAX_DEPTH and isinstance(value, _CONTAINERS):
+        # Deeper than any value the typed encoding stores (a leaf may sit one level below
+        # its deepest container); refuse rather than recurse forever.
+        raise ValueError(f"value nested more than {_MAX_DEPTH} levels deep")
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for key, item in value.items():
@@ -156,6 +161,17 @@ def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> A
             changed.seen = seen
             return value
         return scanned.encode("utf-8", "surrogateescape")
+    if isinstance(value, dt.datetime | dt.time) and type(value.tzinfo) is dt.timezone:
+        # A fixed offset's name is free text and is stored (E5): scanned like any string.
+        zone = value.tzinfo
+        seen, changed.seen = changed.seen, False
+        zone_name = _redact_text(zone.tzname(None), extra, changed)
+        if not changed.seen:
+            changed.seen = seen
+            return value
+        return value.replace(tzinfo=dt.timezone(zone.utcoffset(None), zone_name))
+    if depth > _MAX_DEPTH and attrs.has(type(value)):
+        raise ValueError(f"value nested more than {_MAX_DEPTH} levels deep")
     if attrs.has(type(value)):
         changes = {
             field.name: _walk(getattr(value, field.name), extra, depth + 1, changed)

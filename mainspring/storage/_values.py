@@ -107,10 +107,14 @@ def _is_plain(value: Any) -> bool:
                 if TAG in current:
                     return False
                 for key, item in current.items():
-                    if type(key) is not str:
+                    if type(key) is not str or not _valid_text(key):
                         return False
                     kind = type(item)
-                    if kind is str or item is None or kind is bool:
+                    if kind is str:
+                        if not _valid_text(item):
+                            return False
+                        continue
+                    if item is None or kind is bool:
                         continue
                     if kind is int:
                         if not _INT_MIN <= item <= _INT_MAX:
@@ -127,7 +131,11 @@ def _is_plain(value: Any) -> bool:
             else:
                 for item in current:
                     kind = type(item)
-                    if kind is str or item is None or kind is bool:
+                    if kind is str:
+                        if not _valid_text(item):
+                            return False
+                        continue
+                    if item is None or kind is bool:
                         continue
                     if kind is int:
                         if not _INT_MIN <= item <= _INT_MAX:
@@ -142,13 +150,45 @@ def _is_plain(value: Any) -> bool:
                     else:
                         return False
         return True
-    if kind is str or value is None or kind is bool:
+    if kind is str:
+        return _valid_text(value)
+    if value is None or kind is bool:
         return True
     if kind is int:
         return bool(_INT_MIN <= value <= _INT_MAX)
     if kind is float:
         return bool(value - value == 0.0)
     return False
+
+
+def _valid_text(text: str) -> bool:
+    # Every str is Unicode, but a lone surrogate ("\ud800") has no UTF-8 form: JSON on disk
+    # cannot hold it. ASCII, the common case, is checked in C without encoding.
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(text: str) -> str:
+    if not _valid_text(text):
+        raise _Refused("text with a lone surrogate (no UTF-8 form) cannot be stored")
+    return text
+
+
+def _label(value: Any) -> str:
+    # A path segment names a key or a member without copying it into an error (X2) and
+    # without converting a huge int to text (which Python refuses past 4,300 digits).
+    if type(value) is int and value.bit_length() > 200:
+        return f"<int of {value.bit_length()} bits>"
+    try:
+        text = repr(value)
+    except Exception:  # pragma: no cover - a repr that fails
+        text = f"<{type(value).__qualname__}>"
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _tagged(tag: str, v: Any, **extra: Any) -> dict[str, Any]:
@@ -161,7 +201,7 @@ def _items(values: Any, depth: int, label: Callable[[int, Any], str]) -> list[An
     for index, item in enumerate(values):
         kind = type(item)
         if (
-            kind is str
+            (kind is str and item.isascii())
             or item is None
             or kind is bool
             or (kind is int and _INT_MIN <= item <= _INT_MAX)
@@ -184,8 +224,10 @@ def _encode(value: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise _Refused(f"nested more than {MAX_DEPTH} levels deep (as stored)")
     kind = type(value)
-    if value is None or kind is bool or kind is str:
+    if value is None or kind is bool:
         return value
+    if kind is str:
+        return _text(value)
     if kind is int:
         return value if _INT_MIN <= value <= _INT_MAX else _tagged("int", hex(value))
     if kind is float:
@@ -198,9 +240,13 @@ def _encode(value: Any, depth: int) -> Any:
         if TAG not in value and all(type(key) is str for key in value):
             out = {}
             for key, item in value.items():
+                if not _valid_text(key):
+                    exc = _Refused("a key with a lone surrogate (no UTF-8 form) cannot be stored")
+                    exc.segments.append(f"[key {_label(key)}]")
+                    raise exc
                 kind = type(item)
                 if (
-                    kind is str
+                    (kind is str and item.isascii())
                     or item is None
                     or kind is bool
                     or (kind is int and _INT_MIN <= item <= _INT_MAX)
@@ -210,7 +256,7 @@ def _encode(value: Any, depth: int) -> Any:
                 try:
                     out[key] = _encode(item, depth + 1)
                 except _Refused as exc:
-                    exc.segments.append(f".{key}")
+                    exc.segments.append(f".{key}" if len(key) <= 60 else f".{key[:57]}...")
                     raise
             return out
         pairs = []
@@ -218,19 +264,19 @@ def _encode(value: Any, depth: int) -> Any:
             try:
                 stored_key = _encode(key, depth + 3)
             except _Refused as exc:
-                exc.segments.append(f"[key {key!r}]")
+                exc.segments.append(f"[key {_label(key)}]")
                 raise
             try:
                 pairs.append([stored_key, _encode(item, depth + 3)])
             except _Refused as exc:
-                exc.segments.append(f"[{key!r}]")
+                exc.segments.append(f"[{_label(key)}]")
                 raise
         pairs.sort(key=lambda pair: _sort_key(pair[0]))
         return _tagged("dict", pairs)
     if kind is tuple:
         return _tagged("tuple", _items(value, depth + 2, lambda i, _: f"[{i}]"))
     if kind is set or kind is frozenset:
-        items = _items(value, depth + 2, lambda _, item: f"{{{item!r}}}")
+        items = _items(value, depth + 2, lambda _, item: f"{{{_label(item)}}}")
         items.sort(key=_sort_key)
         return _tagged(kind.__name__, items)
     if kind is bytes:
@@ -260,7 +306,7 @@ def _zone(tz: dt.tzinfo | None) -> dict[str, Any]:
         extra: dict[str, Any] = {"offset": offset // dt.timedelta(microseconds=1)}
         name = tz.tzname(None)
         if name != dt.timezone(offset).tzname(None):
-            extra["name"] = name
+            extra["name"] = _text(name)
         return extra
     if type(tz) is zoneinfo.ZoneInfo and tz.key is not None:
         return {"zone": tz.key}
@@ -421,7 +467,7 @@ def _dict(raw: dict[str, Any], depth: int) -> dict[Any, Any]:
 
 
 _HEX = re.compile(r"-?0x[0-9a-f]+")
-_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+_FLOATS = frozenset({"nan", "inf", "-inf"})
 
 
 def _int(raw: dict[str, Any], depth: int) -> int:
@@ -435,7 +481,9 @@ def _float(raw: dict[str, Any], depth: int) -> float:
     text = _need(raw["v"], str, "v")
     if text not in _FLOATS:
         raise ValueError("v must be one of 'nan', 'inf', '-inf'")
-    return _FLOATS[text]
+    # A new object each time: two NaNs of one set (or two NaN keys) are distinct objects,
+    # and must come back so, or the set would seem to hold one item twice.
+    return float(text)
 
 
 def _bytes(raw: dict[str, Any], depth: int) -> bytes:
