@@ -31,7 +31,7 @@ async def test_a_base_exception_leaves_open_runtime_unwrapped_and_the_run_resuma
 ) -> None:
     gate = Gate()
     ids: list[str] = []
-    with pytest.raises(error) as caught:
+    with pytest.raises(error) as caught:  # noqa: PT012
         async with runtime(tmp_path, tools={"gate": gate}) as rt:
             handle = await rt.start("g", plan_of(tool("g1", "gate")))
             ids.append(handle.execution_id)
@@ -60,7 +60,7 @@ async def test_a_base_exception_leaves_open_system_unwrapped_with_nothing_runnin
         async def on_stop(self, reason: ms.CancelReason) -> None:
             stopped.append(reason)
 
-    with pytest.raises(error) as caught:
+    with pytest.raises(error) as caught:  # noqa: PT012
         async with ms.open_system(shutdown_timeout=0.2) as system:
             ref = await system.spawn(Sleeper, name="s")
             await ref.tell("go")

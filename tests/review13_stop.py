@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ import pytest
 import mainspring as ms
 from tests._cli_kit import run_cli
 from tests.executions._kit import (
-    FAST,
     Gate,
     Ledger,
     agent,
@@ -22,7 +20,6 @@ from tests.executions._kit import (
     runtime,
     statuses,
     stored,
-    tasks_of,
     tool,
 )
 
