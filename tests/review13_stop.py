@@ -13,6 +13,7 @@ import pytest
 import mainspring as ms
 from tests._cli_kit import run_cli
 from tests.executions._kit import (
+    FAST,
     Gate,
     Ledger,
     agent,
@@ -20,6 +21,7 @@ from tests.executions._kit import (
     runtime,
     statuses,
     stored,
+    tasks_of,
     tool,
 )
 
@@ -228,4 +230,54 @@ async def test_a_stopped_task_is_not_run_again_after_a_drift_replan(tmp_path: Pa
         with anyio.fail_after(30):
             result = await resumed.wait()
     assert len(runs) == 1, "the stopped agent ran again"
+    assert result.stopped_steps == ("w",)
+
+
+async def test_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path: Path) -> None:
+    """S1/R11: stop_agent_task answered "stopping". While the task unwinds (its cleanup
+    takes a moment), another process pauses the run. The stop must stand: on resume the
+    stopped agent is not run again and its step is stopped."""
+    cleaning = anyio.Event()
+    go_on = anyio.Event()
+    runs: list[int] = []
+
+    async def slow_to_stop(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append(1)
+        if len(runs) > 1:
+            return "ran again"
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                cleaning.set()
+                await go_on.wait()
+        return "unreachable"  # pragma: no cover
+
+    plan = plan_of(agent("w", "slow"), tool("after", "inc", "w", x=4))
+    agents = {"slow": slow_to_stop}
+    async with (
+        runtime(tmp_path, agents=agents, **FAST) as a,
+        runtime(tmp_path, agents=agents, **FAST) as b,
+    ):
+        handle = await a.start("g", plan)
+        with anyio.fail_after(30):
+            while not await a.agent_tasks(handle.execution_id):
+                await anyio.lowlevel.checkpoint()
+        (task,) = await a.agent_tasks(handle.execution_id)
+        stop = await a.stop_agent_task(task.id)
+        assert (stop.ok, stop.state) == (True, "stopping")
+        with anyio.fail_after(30):
+            await cleaning.wait()
+        await b.pause(handle.execution_id, reason="hold")
+        go_on.set()
+        with anyio.fail_after(30):
+            await handle.wait()
+        between = stored(b, handle.execution_id)
+        with anyio.fail_after(30):
+            result = await (await b.resume(handle.execution_id)).wait()
+        record = stored(b, handle.execution_id)
+    assert len(runs) == 1, "the stopped agent ran again"
+    (stopped,) = [t for t in tasks_of(between) if t.id == task.id]
+    assert stopped.state == "cancelled", stopped.state
+    assert statuses(record) == {"w": "stopped", "after": "succeeded"}
     assert result.stopped_steps == ("w",)
