@@ -390,3 +390,24 @@ async def test_a_cancel_with_a_huge_reason_still_cancels(tmp_path: Path) -> None
             await rt.cancel(handle.execution_id, reason="x" * (17 * 1024 * 1024))
         record = stored(rt, handle.execution_id)
     assert record.status == "cancelled"
+
+
+async def test_a_lease_stolen_then_the_record_cancelled_is_told_as_the_cancel(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    async with (
+        runtime(tmp_path, tools={"gate": gate}, lease_ttl=600.0, heartbeat_interval=299.0) as a,
+        runtime(tmp_path, **FAST) as b,
+    ):
+        handle = await a.start("g", plan_of(tool("g1", "gate"), tool("g2", "inc", "g1")))
+        await gate.entered.wait()
+        assert a.store.release(handle.execution_id, a.owner)
+        assert a.store.acquire(handle.execution_id, "thief:3:q", ttl=60).acquired
+        await b.cancel(handle.execution_id, reason="stop it all")
+        gate.opened.set()  # A's next commit meets the cancelled record
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert isinstance(result.stopped_by, ms.Cancel)
+    assert (result.stopped_by.detail, result.stopped_by.source) == ("stop it all", b.owner)
+    assert result.status == "cancelled"

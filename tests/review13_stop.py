@@ -231,6 +231,8 @@ async def test_a_stopped_task_is_not_run_again_after_a_drift_replan(tmp_path: Pa
             result = await resumed.wait()
     assert len(runs) == 1, "the stopped agent ran again"
     assert result.stopped_steps == ("w",)
+    assert result.status == "completed", (result.status, result.error, result.summary)
+    assert stop.state == "cancelled"
 
 
 async def test_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path: Path) -> None:
@@ -281,3 +283,52 @@ async def test_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path
     assert stopped.state == "cancelled", stopped.state
     assert statuses(record) == {"w": "stopped", "after": "succeeded"}
     assert result.stopped_steps == ("w",)
+
+
+async def test_a_stop_while_the_planner_replans_does_not_finish_the_old_plan(
+    tmp_path: Path,
+) -> None:
+    """R6: the workspace drifted, so the run is replanned. A stop that lands while the
+    planner works must not settle the drifted old plan behind the planner's back: the run
+    goes on with the new plan (version 2, its new step runs)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "in.txt").write_text("one")
+    gate = Gate()
+    ledger = Ledger()
+    planning = anyio.Event()
+    release = anyio.Event()
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        planning.set()
+        await release.wait()
+        return plan_of(
+            agent("w", "worker", path="in.txt"),
+            tool("t", "inc", x=1),
+            tool("new", "inc", x=99),
+        )
+
+    plan = plan_of(agent("w", "worker", path="in.txt"), tool("t", "inc", x=1))
+    options: dict[str, Any] = {
+        "agents": {"worker": _parker(gate)},
+        "planner": planner,
+        "workspace": workspace,
+    }
+    async with runtime(tmp_path, ledger, **options) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        (workspace / "in.txt").write_text("two")  # drift
+        resumed = await rt.resume(handle.execution_id)
+        with anyio.fail_after(30):
+            await planning.wait()
+        (task,) = await rt.agent_tasks(handle.execution_id)
+        await rt.stop_agent_task(task.id)
+        release.set()
+        with anyio.fail_after(30):
+            result = await resumed.wait()
+        record = stored(rt, handle.execution_id)
+    assert record.plan is not None
+    assert record.plan.version == 2, statuses(record)
+    assert ledger.count("inc:99") == 1
+    assert result.status == "completed"
