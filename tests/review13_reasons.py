@@ -411,3 +411,48 @@ async def test_a_lease_stolen_then_the_record_cancelled_is_told_as_the_cancel(
     assert isinstance(result.stopped_by, ms.Cancel)
     assert (result.stopped_by.detail, result.stopped_by.source) == ("stop it all", b.owner)
     assert result.status == "cancelled"
+
+
+@pytest.mark.parametrize("control", ["cancel", "pause"])
+async def test_the_runners_event_stream_says_the_run_ended_when_stopped_from_elsewhere(
+    tmp_path: Path, control: str
+) -> None:
+    """A server streams A's rt.events() to its clients (examples/fastapi_app.py). A run
+    stopped from another process ends in A too: its stream must say so (ExecutionCancelled /
+    ExecutionPaused), as it does when the control is issued in A."""
+    from tests.executions._kit import recorded_events
+
+    gate = Gate()
+    async with (
+        runtime(tmp_path, tools={"gate": gate}, **FAST) as a,
+        runtime(tmp_path, **FAST) as b,
+    ):
+        async with recorded_events(a) as events:
+            handle = await a.start("g", plan_of(tool("g1", "gate")))
+            await gate.entered.wait()
+            await getattr(b, control)(handle.execution_id, reason="elsewhere")
+            with anyio.fail_after(30):
+                await handle.wait()
+    wanted = (
+        ms.executions.ExecutionCancelled if control == "cancel" else ms.executions.ExecutionPaused
+    )
+    ends = [e for e in events if isinstance(e, wanted)]
+    assert [e.execution_id for e in ends] == [handle.execution_id], [
+        type(e).__name__ for e in events
+    ]
+
+
+async def test_cancelling_a_waiting_run_is_announced_on_the_event_stream(tmp_path: Path) -> None:
+    """A stopped task of a stored run is announced (AgentTaskStopped, StepFinished); a
+    cancel of a stored (waiting) run must be too."""
+    from tests.executions._kit import recorded_events
+
+    async def curious(ctx: ms.AgentContext, input: Any) -> str:
+        return await ctx.ask("?")
+
+    async with runtime(tmp_path, agents={"curious": curious}) as rt:
+        first = await (await rt.start("g", plan_of(agent("q", "curious")))).wait()
+        assert first.status == "waiting_for_clarification"
+        async with recorded_events(rt) as events:
+            await rt.cancel(first.execution_id, reason="no longer needed")
+    assert any(isinstance(e, ms.executions.ExecutionCancelled) for e in events), events
