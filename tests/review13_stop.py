@@ -332,3 +332,28 @@ async def test_a_stop_while_the_planner_replans_does_not_finish_the_old_plan(
     assert record.plan.version == 2, statuses(record)
     assert ledger.count("inc:99") == 1
     assert result.status == "completed"
+
+
+async def test_a_stop_request_the_runner_never_saw_is_applied_on_resume(tmp_path: Path) -> None:
+    """B asks A's runner to stop a task; A shuts down before its next heartbeat. The
+    request was answered "stopping": it must stand when B resumes the run."""
+    gate = Gate()
+    ledger = Ledger()
+    worker = _parker(gate)
+    slow = {"lease_ttl": 600.0, "heartbeat_interval": 299.0}
+    plan = plan_of(agent("w", "worker"), tool("after", "inc", "w", x=5))
+    async with runtime(tmp_path, ledger, agents={"worker": worker}, **FAST) as b:
+        async with runtime(tmp_path, ledger, agents={"worker": worker}, **slow) as a:
+            handle = await a.start("g", plan)
+            await gate.entered.wait()
+            (task,) = await b.agent_tasks(handle.execution_id)
+            stop = await b.stop_agent_task(task.id)
+            assert stop.state == "stopping"
+        # A is gone (shut down, lease released) without having met the request.
+        with anyio.fail_after(30):
+            result = await (await b.resume(handle.execution_id)).wait()
+        record = stored(b, handle.execution_id)
+    assert gate.calls == 1
+    assert statuses(record) == {"w": "stopped", "after": "succeeded"}
+    assert result.status == "completed"
+    assert result.stopped_steps == ("w",)
