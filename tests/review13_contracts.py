@@ -204,3 +204,60 @@ async def test_Crash_of_a_step_is_matchable_from_the_failed_steps_reason(tmp_pat
     """A Crash built directly (as users do in tests) has its error_type from the text."""
     crash = ms.Crash.from_exception(KeyError("k"))
     assert (crash.error_type, crash.module) == ("KeyError", "builtins")
+
+
+_RAISES_IN_AN_ACTOR = """
+import sys, anyio, mainspring as ms
+kind = SystemExit if sys.argv[1] == "SystemExit" else KeyboardInterrupt
+class Boom(ms.Actor):
+    async def receive(self, message):
+        raise kind(3) if kind is SystemExit else kind()
+async def main():
+    async with ms.open_system(shutdown_timeout=0.5, stop_timeout=0.5) as system:
+        ref = await system.spawn(Boom)
+        await ref.tell("go")
+        await anyio.sleep_forever()
+anyio.run(main, backend=sys.argv[2])
+"""
+
+_RAISES_IN_A_TOOL = """
+import sys, anyio, mainspring as ms
+kind = SystemExit if sys.argv[1] == "SystemExit" else KeyboardInterrupt
+async def bad(**_):
+    raise kind(3) if kind is SystemExit else kind()
+async def main():
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="b", tool="bad"),))
+    async with ms.open_runtime(store=sys.argv[3], tools={"bad": bad}) as rt:
+        await (await rt.start("g", plan)).wait()
+anyio.run(main, backend=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("where", ["actor", "tool"])
+@pytest.mark.parametrize("error", ["SystemExit", "KeyboardInterrupt"])
+async def test_a_base_exception_raised_inside_an_actor_ends_the_program_instead_of_hanging(
+    tmp_path: Path, anyio_backend: Any, error: str, where: str
+) -> None:
+    """Ctrl-C on asyncio raises KeyboardInterrupt in whatever code runs, often an actor's
+    (a tool's) code; sys.exit() in a tool is the same. The system must shut down and let it
+    out — never wait forever for the actor whose task it killed."""
+    import subprocess
+    import sys
+
+    backend = anyio_backend[0] if isinstance(anyio_backend, tuple) else anyio_backend
+    script = _RAISES_IN_AN_ACTOR if where == "actor" else _RAISES_IN_A_TOOL
+    argv = [sys.executable, "-c", script, error, backend, str(tmp_path / "s.sqlite3")]
+    root = str(Path(__file__).resolve().parents[1])
+    proc = await anyio.open_process(
+        argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        with anyio.move_on_after(10):
+            await proc.wait()
+    finally:
+        hung = proc.returncode is None
+        if hung:
+            proc.kill()
+            await proc.wait()
+    assert not hung, "the program hung after the exception"
+    assert proc.returncode != 0
