@@ -261,3 +261,45 @@ async def test_a_base_exception_raised_inside_an_actor_ends_the_program_instead_
             await proc.wait()
     assert not hung, "the program hung after the exception"
     assert proc.returncode != 0
+
+
+async def test_a_findings_provenance_names_the_plan_version_it_ran_under(tmp_path: Path) -> None:
+    async def finder(ctx: ms.AgentContext, input: Any) -> str:
+        ctx.report_finding("seen", evidence=[{"kind": "note", "detail": "v"}])
+        return "ok"
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        return plan_of(agent("f", "finder", n=2))
+
+    plan = plan_of(agent("f", "finder", n=1), tool("broken", "fail"))
+    options: dict[str, Any] = {"agents": {"finder": finder}, "planner": planner, "max_replans": 1}
+    async with runtime(tmp_path, **options) as rt:
+        result = await (await rt.start("g", plan)).wait()
+        record = stored(rt, result.execution_id)
+    assert result.status == "completed", result
+    versions = sorted(
+        (f.provenance.plan_version, t.plan_version)
+        for t in tasks_of(record)
+        for f in t.findings
+        if f.provenance is not None
+    )
+    assert versions == [(1, 1), (2, 2)]
+
+
+async def test_the_next_waiting_question_keeps_its_own_time(tmp_path: Path) -> None:
+    async def curious(ctx: ms.AgentContext, input: Any) -> str:
+        return await ctx.ask(f"question {input['n']}?")
+
+    plan = plan_of(agent("q1", "curious", n=1), agent("q2", "curious", n=2))
+    async with runtime(tmp_path, agents={"curious": curious}) as rt:
+        first = await (await rt.start("g", plan)).wait()
+        assert first.pending is not None
+        tasks = {t.step_id: t for t in tasks_of(stored(rt, first.execution_id))}
+        holder = next(t for t in tasks.values() if t.id == first.pending.agent_task_id)
+        other = next(t for t in tasks.values() if t.id != holder.id)
+        assert first.pending.asked_at == holder.pending_question_at
+        second = await (await rt.resume(first.execution_id, answer="a")).wait()
+    if second.status == "waiting_for_clarification":
+        assert second.pending is not None
+        assert second.pending.agent_task_id == other.id
+        assert second.pending.asked_at == other.pending_question_at
