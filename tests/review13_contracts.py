@@ -15,6 +15,7 @@ import pytest
 import mainspring as ms
 from tests.executions._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
+_ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.anyio
 
 
@@ -144,7 +145,8 @@ async def test_question_and_answer_times_and_the_answer_digest(tmp_path: Path) -
         first = await (await rt.start("g", plan_of(agent("q", "curious")))).wait()
         assert first.pending is not None
         asked = first.pending.asked_at
-        assert asked is not None and asked > 0
+        assert asked is not None
+        assert asked > 0
         (waiting,) = tasks_of(stored(rt, first.execution_id))
         assert waiting.pending_question_at == asked
         with anyio.fail_after(30):
@@ -154,7 +156,8 @@ async def test_question_and_answer_times_and_the_answer_digest(tmp_path: Path) -
     (task,) = tasks_of(record)
     digest = hashlib.sha256(answer.encode()).hexdigest()
     assert task.answer_sha256 == digest
-    assert task.answered_at is not None and task.answered_at >= asked
+    assert task.answered_at is not None
+    assert task.answered_at >= asked
     (line,) = [c for c in record.controls if c.action == "answer"]
     assert line.answer_sha256 == digest
     assert "Z" * 36 not in str(record)
@@ -169,7 +172,8 @@ async def test_an_outer_question_has_its_time_too(tmp_path: Path) -> None:
     async with runtime(tmp_path, planner=planner) as rt:
         first = await (await rt.start("g")).wait()
         assert first.pending is not None
-        assert first.pending.asked_at is not None and first.pending.asked_at > 0
+        assert first.pending.asked_at is not None
+        assert first.pending.asked_at > 0
         done = await (await rt.resume(first.execution_id, answer="Paris")).wait()
         record = stored(rt, first.execution_id)
     assert done.status == "completed"
@@ -247,7 +251,7 @@ async def test_a_base_exception_raised_inside_an_actor_ends_the_program_instead_
     backend = anyio_backend[0] if isinstance(anyio_backend, tuple) else anyio_backend
     script = _RAISES_IN_AN_ACTOR if where == "actor" else _RAISES_IN_A_TOOL
     argv = [sys.executable, "-c", script, error, backend, str(tmp_path / "s.sqlite3")]
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(_ROOT)
     proc = await anyio.open_process(
         argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -426,13 +426,13 @@ async def test_the_runners_event_stream_says_the_run_ended_when_stopped_from_els
     async with (
         runtime(tmp_path, tools={"gate": gate}, **FAST) as a,
         runtime(tmp_path, **FAST) as b,
+        recorded_events(a) as events,
     ):
-        async with recorded_events(a) as events:
-            handle = await a.start("g", plan_of(tool("g1", "gate")))
-            await gate.entered.wait()
-            await getattr(b, control)(handle.execution_id, reason="elsewhere")
-            with anyio.fail_after(30):
-                await handle.wait()
+        handle = await a.start("g", plan_of(tool("g1", "gate")))
+        await gate.entered.wait()
+        await getattr(b, control)(handle.execution_id, reason="elsewhere")
+        with anyio.fail_after(30):
+            await handle.wait()
     wanted = (
         ms.executions.ExecutionCancelled if control == "cancel" else ms.executions.ExecutionPaused
     )

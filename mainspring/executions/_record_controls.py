@@ -41,6 +41,7 @@ from ._transitions import (
     parse_stop_requests,
     pause_execution,
     requeue_interrupted,
+    stop_askers,
     stop_request,
     stop_task,
 )
@@ -82,9 +83,11 @@ def prepare_resume(
         tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
     )
     record, _ = requeue_interrupted(stored, "crash", now)  # R3
+    askers = stop_askers(record)
     for operation, task_id, cascade in parse_stop_requests(record.stop_requests):
         # Asked for while it ran (S1).
-        record, _ = stop_task(record, task_id, operation, now, cascade=cascade)
+        by = askers.get(operation, owner)
+        record, _ = stop_task(record, task_id, operation, now, by=by, cascade=cascade)
     replan_goal = False
     pending = record.pending
     if answer is not None and pending is not None and pending.kind == "clarification":
@@ -188,7 +191,9 @@ class StoredTaskStop:
                 return None
             if operator is not None and holder(stored.lease, now) != operator:
                 return None
-            record, task = stop_task(stored, task_id, operation, now, cascade=stop.cascade)
+            record, task = stop_task(
+                stored, task_id, operation, now, by=self.owner, cascade=stop.cascade
+            )
             if task is None:
                 return None
             stopped.append(task)

@@ -65,6 +65,7 @@ from ._transitions import (
     clamp_count,
     parse_stop_requests,
     pause_execution,
+    stop_askers,
     stop_task,
 )
 
@@ -475,12 +476,7 @@ class ExecutionCore(Actor):
             await self._refused(outcome)
             return
         assert stored is not None
-        askers = {  # V3: the stopped task is told who asked, as if they had asked here
-            op: control.by
-            for control in stored.controls
-            if control.action == "stop-task"
-            for op, _, _ in parse_stop_requests((control.reason,))
-        }
+        askers = stop_askers(stored)  # V3: the task is told who asked, as if asked here
         for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in self._stopping_tasks:
@@ -506,7 +502,9 @@ class ExecutionCore(Actor):
         record = self._snapshot()
         for task_id, stop in self._stopping_tasks.items():
             # A stop under way is not undone by what ends the run (S1, R11).
-            record, _ = stop_task(record, task_id, stop.operation_id, now, cascade=stop.cascade)
+            record, _ = stop_task(
+                record, task_id, stop.operation_id, now, by=stop.by or by, cascade=stop.cascade
+            )
         if isinstance(reason, Pause):
             # R1: tasks requeued with interruption pause, saved, lease released.
             record = pause_execution(record, by, now, reason.detail)

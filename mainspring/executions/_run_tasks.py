@@ -259,7 +259,12 @@ class TaskEvents(ExecutionCore):
         task = self._tasks[request.task_id]
         before = self._sched.status.get(task.step_id)
         record, _ = stop_task(
-            self._snapshot(), task.id, request.operation_id, now, cascade=request.cascade
+            self._snapshot(),
+            task.id,
+            request.operation_id,
+            now,
+            by=request.by or self._cfg.owner,
+            cascade=request.cascade,
         )
         self._load(record)  # the live plan (same steps, inputs unredacted) stays
         if not await self._commit():

@@ -68,6 +68,7 @@ from ._results import (
 )
 from ._run_events import RunEvent, RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
+from ._transitions import bounded_reason
 
 __all__ = ["Runtime", "open_runtime"]
 
@@ -372,7 +373,7 @@ class Runtime:
         terminal or paused execution changes nothing. Returns where the run stands; raises
         :class:`UnknownExecution` for an id not stored. Cancelling the caller does not undo a
         pause already requested."""
-        detail = redact(reason or f"paused by {self._cfg.owner}")
+        detail = bounded_reason(reason or f"paused by {self._cfg.owner}")
         change = pause_edit(self._cfg.owner, detail)
         pause = Pause(detail=detail, source=self._cfg.owner)  # V3: who issued it
         return await self._control(execution_id, pause, change)
@@ -383,7 +384,7 @@ class Runtime:
         stops within one heartbeat. Cancelling a terminal execution changes nothing.
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller does not
         undo a cancel already requested."""
-        detail = redact(reason or f"cancelled by {self._cfg.owner}")
+        detail = bounded_reason(reason or f"cancelled by {self._cfg.owner}")
         change = cancel_edit(self._cfg.owner, detail)
         cancel = Cancel(detail=detail, source=self._cfg.owner)  # V3: who issued it
         return await self._control(execution_id, cancel, change)

@@ -39,6 +39,7 @@ __all__ = [
     "add_control",
     "answer_digest",
     "answer_task",
+    "bounded_reason",
     "cancel_execution",
     "clamp_count",
     "map_tasks",
@@ -46,6 +47,7 @@ __all__ = [
     "parse_stop_requests",
     "pause_execution",
     "requeue_interrupted",
+    "stop_askers",
     "stop_request",
     "stop_task",
 ]
@@ -93,6 +95,17 @@ def stop_request(operation_id: str, task_id: str, *, cascade: bool = False) -> s
     return f"{operation_id}{_CASCADE if cascade else ''}:{task_id}"
 
 
+def stop_askers(execution: Execution) -> dict[str, str]:
+    """The owner that asked for each stop request on the record, by operation id (V3): the
+    audit line written with the request names it."""
+    return {
+        operation: control.by
+        for control in execution.controls
+        if control.action == "stop-task"
+        for operation, _, _ in parse_stop_requests((control.reason,))
+    }
+
+
 def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str, bool]]:
     """``(operation id, task id, cascade)`` for each request written by :func:`stop_request`."""
     parsed = []
@@ -102,6 +115,19 @@ def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str, bool]
             cascade = operation.endswith(_CASCADE)
             parsed.append((operation.removesuffix(_CASCADE), task_id, cascade))
     return parsed
+
+
+#: How much of a free-text reason (a pause's, a cancel's) is kept: it is an explanation, and
+#: one control must never make its execution's record unwritable (X2).
+MAX_REASON = 1_000
+_REASON_WINDOW = 8 * MAX_REASON  # redacted before the final cut, so no cut secret leaks
+
+
+def bounded_reason(reason: str) -> str:
+    """``reason`` redacted (E5) and cut to :data:`MAX_REASON` characters. Redaction sees a
+    window well past the cut first, so a secret that straddles the cut is masked whole."""
+    text: str = redact(str(reason)[:_REASON_WINDOW])
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 15] + " [...truncated]"
 
 
 def add_control(
@@ -114,7 +140,9 @@ def add_control(
     answer_sha256: str | None = None,
 ) -> Execution:
     """Append an audit line (bounded: the oldest go first)."""
-    line = Control(action=action, by=by, at=now, reason=redact(reason), answer_sha256=answer_sha256)
+    line = Control(
+        action=action, by=by, at=now, reason=bounded_reason(reason), answer_sha256=answer_sha256
+    )
     return attrs.evolve(execution, controls=(*execution.controls, line)[-MAX_CONTROLS:])
 
 
@@ -137,7 +165,7 @@ def requeue_interrupted(
         return attrs.evolve(
             record,
             state="queued",
-            interruption=Interruption(kind=kind, at=now, detail=redact(detail)),
+            interruption=Interruption(kind=kind, at=now, detail=bounded_reason(detail)),
             updated_at=now,
         )
 
@@ -173,7 +201,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
         return attrs.evolve(
             record,
             state="cancelled",
-            interruption=Interruption(kind="parent-cancel", at=now, detail=redact(reason)),
+            interruption=Interruption(kind="parent-cancel", at=now, detail=bounded_reason(reason)),
             pending_question=None,
             ended_at=now,
             updated_at=now,
@@ -183,7 +211,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     # Who cancelled and why, the same whichever process issued it (V3).
     why = f"cancelled by {by}"
     if reason and reason != why:
-        why = f"{why}: {redact(reason)}"
+        why = f"{why}: {bounded_reason(reason)}"
     observations = list(execution.observations)
     plan = execution.plan
     if plan is not None:
@@ -267,14 +295,21 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
 
 
 def stop_task(
-    execution: Execution, task_id: str, by: str, now: float, *, cascade: bool = False
+    execution: Execution,
+    task_id: str,
+    operation: str,
+    now: float,
+    *,
+    by: str,
+    cascade: bool = False,
 ) -> tuple[Execution, AgentTaskRecord | None]:
     """S1/S2 on the record, for a task no longer running: the unfinished task is cancelled
     with interruption ``parent-cancel``; its step is marked done only if the plan still holds
     that exact step (same id and input hash) — ``stopped`` (done without a result: its
     dependents run) or, with ``cascade``, ``cancelled`` (its dependents are cancelled when the
     run next schedules); its question is withdrawn and the pending slot passes on; the
-    execution's status is untouched."""
+    execution's status is untouched. The audit line names ``by``, the owner that asked, and
+    the request (operation and task ids)."""
     stopped: list[AgentTaskRecord] = []
 
     def cancel(record: AgentTaskRecord) -> AgentTaskRecord | None:
@@ -327,7 +362,8 @@ def stop_task(
     pending = execution.pending
     if pending is not None and pending.agent_task_id == task_id:
         pending = next_waiting(execution)
-    execution = add_control(execution, "stop-task", by, now, task_id)
+    request = stop_request(operation, task_id, cascade=cascade)
+    execution = add_control(execution, "stop-task", by or operation, now, request)
     return attrs.evolve(
         execution, pending=pending, observations=observations, updated_at=now
     ), record
