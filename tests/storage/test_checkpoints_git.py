@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,7 +46,7 @@ def test_R6_a_worktree_head_is_read_through_its_gitdir_and_commondir(
     ws, main = worktree
     cp = _capture(ws)
     assert cp.git_head == "b" * 40  # the worktree's branch, not the main checkout's
-    assert "git" not in cp.absent and "git_head" not in cp.absent
+    assert cp.absent == ("config",)
     assert _reasons(cp, ws) == ()
     (main / "refs" / "heads" / "feature").write_text("c" * 40 + "\n")  # a commit there
     assert _reasons(cp, ws) == ("git HEAD moved",)
@@ -116,3 +119,28 @@ def test_X1_a_worktree_head_records_only_object_names(worktree: tuple[Path, Path
     (ws / ".git").unlink()
     (ws / ".git").symlink_to(tmp)  # a symlinked .git is not this workspace's repository
     assert _capture(ws).absent == ("git", "config")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_R6_a_real_git_worktree_commit_is_drift(tmp_path: Path) -> None:
+    def git(*args: str, cwd: Path) -> str:
+        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull,
+               "GIT_CONFIG_NOSYSTEM": "1", "PATH": os.environ.get("PATH", "")}  # fmt: skip
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    main = tmp_path / "main"
+    main.mkdir()
+    git("init", "-q", "-b", "main", cwd=main)
+    git("commit", "-q", "--allow-empty", "-m", "one", cwd=main)
+    ws = tmp_path / "ws"
+    git("worktree", "add", "-q", "-b", "feature", str(ws), cwd=main)
+    cp = _capture(ws)
+    assert cp.git_head == git("rev-parse", "HEAD", cwd=ws)
+    git("commit", "-q", "--allow-empty", "-m", "two", cwd=ws)
+    assert _reasons(cp, ws) == ("git HEAD moved",)
+    git("pack-refs", "--all", cwd=main)
+    assert _capture(ws).git_head == git("rev-parse", "HEAD", cwd=ws)
