@@ -193,12 +193,12 @@ def _code_digest(code: types.CodeType) -> str:
 
 _PLAIN = (type(None), bool, int, float, str, bytes)
 _MAX_DEPTH = 32  # functions and containers nested deeper than this are not looked into
-_MAX_ITEMS = 10_000  # a closed-over container larger than this is hashed by type and size
+_MAX_ITEMS = 10_000  # a bound tuple or frozenset larger than this is hashed by type and size
 
 
 @attrs.define
 class _Walk:
-    """One definition hash's walk: what is on the current path (a recursion guard) and the
+    """One definition hash's walk: the functions on the current path (a recursion guard) and the
     digests already taken (a function reached twice is hashed once). Ids never reach the
     text, so the hash stays the same in every process."""
 
@@ -208,9 +208,10 @@ class _Walk:
 
 def _value_text(value: Any, walk: _Walk, depth: int) -> str:
     """The text of a value a definition binds or closes over (R8), the same in every process:
-    plain constants and containers of them by value (a set's or a dict's order made
-    canonical), a function by its definition, anything else by its type's qualified name
-    only (its state is not seen: declare a ``version``)."""
+    plain constants, and tuples and frozensets of them (in a canonical order), by value; a
+    function by its definition; anything else, mutable containers included, by its type's
+    qualified name only: what it holds is state, which may change while the agent does not
+    (declare a ``version`` when behaviour depends on it)."""
     kind = type(value)
     if kind in _PLAIN:
         text = format(value, "x") if kind is int else repr(value)  # no int-to-str limit
@@ -220,24 +221,20 @@ def _value_text(value: Any, walk: _Walk, depth: int) -> str:
         return f"{name}:..."
     if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
         return f"fn:{_definition(value, walk, depth + 1)}"
-    if kind not in (tuple, list, frozenset, set, dict):
+    if kind not in (tuple, frozenset):
         return f"object:{name}"
     if len(value) > _MAX_ITEMS:
         return f"{name}:len {len(value)}"
-    walk.path.add(id(value))
-    try:
-        if kind is dict:
-            items = sorted(
-                f"{_value_text(key, walk, depth + 1)}={_value_text(item, walk, depth + 1)}"
-                for key, item in value.items()
-            )
-        else:
-            items = [_value_text(item, walk, depth + 1) for item in value]
-            if kind in (frozenset, set):
-                items.sort()
-    finally:
-        walk.path.discard(id(value))
+    items = [_value_text(item, walk, depth + 1) for item in value]
+    if kind is frozenset:
+        items.sort()
     return f"{name}[" + ",".join(items) + "]"
+
+
+def _keywords_text(keywords: Mapping[str, Any], walk: _Walk, depth: int) -> str:
+    # Keyword defaults or a partial's keywords: part of the definition, unlike a dict's state.
+    items = sorted(f"{name}={_value_text(value, walk, depth)}" for name, value in keywords.items())
+    return "{" + ",".join(items) + "}"
 
 
 def _function_digest(fn: types.FunctionType, walk: _Walk, depth: int) -> str:
@@ -247,7 +244,7 @@ def _function_digest(fn: types.FunctionType, walk: _Walk, depth: int) -> str:
     if fn.__defaults__:
         parts.append(f"defaults:{_value_text(fn.__defaults__, walk, depth)}")
     if fn.__kwdefaults__:
-        parts.append(f"kwdefaults:{_value_text(fn.__kwdefaults__, walk, depth)}")
+        parts.append(f"kwdefaults:{_keywords_text(fn.__kwdefaults__, walk, depth)}")
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
         try:
             contents = cell.cell_contents
@@ -300,7 +297,8 @@ def _definition_of(fn: Any, walk: _Walk, depth: int) -> str:
     target: Any = inspect.unwrap(fn)
     bound: list[str] = []
     while isinstance(target, functools.partial):  # the function it calls, and what it binds
-        bound.append(_value_text((target.args, target.keywords), walk, depth))
+        bound.append(_value_text(target.args, walk, depth))
+        bound.append(_keywords_text(target.keywords, walk, depth))
         target = inspect.unwrap(target.func)
     if isinstance(target, types.MethodType):  # a bound method: its function, and its class
         owner = target.__self__
@@ -326,13 +324,13 @@ def agent_hash(fn: Callable[..., Any]) -> str:
     qualified name and ``fn.version`` when the agent declares one (as skills do).
 
     The definition is its code and what it binds: default arguments, a partial's arguments,
-    the values its closure holds (plain constants and containers of them by value, functions
-    by their definition, other objects by their type only), and for a callable object every
-    function its classes define. It is stable across processes and follows the code: a
-    changed body changes it, and so may another Python version's bytecode; declare a version
-    to decide yourself (and whenever behaviour depends on state the hash cannot see). Like
-    :func:`tool_hash` it leaves out the module (``__main__`` in a script is the same agent
-    under its module name elsewhere).
+    the values its closure holds (plain constants, and tuples and frozensets of them, by
+    value; functions by their definition; other objects, lists and dicts too, by type only),
+    and for a callable object every function its classes define. It is stable across
+    processes and follows the code: a changed body changes it, and so may another Python
+    version's bytecode; declare a version to decide yourself (and whenever behaviour depends
+    on state the hash cannot see). Like :func:`tool_hash` it leaves out the module
+    (``__main__`` in a script is the same agent under its module name elsewhere).
     """
     target: Any = inspect.unwrap(fn)
     while isinstance(target, functools.partial):

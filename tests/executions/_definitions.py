@@ -32,8 +32,8 @@ class Agent(_Base):
 #: Values whose order follows string hashing (randomised per process), closed over, bound by
 #: a partial, as a default, and as a class attribute.
 AGENTS: dict[str, Any] = {
-    "closure": _over((frozenset({"a", "b", "c", "d"}), {"k1": {"m", "n"}, "k2": [1.5, None]})),
-    "partial": functools.partial(_base, labels={"e", "f", "g"}),
+    "closure": _over((frozenset({"a", "b", ("c", frozenset({"d", "e"}))}), 1.5, None, b"x")),
+    "partial": functools.partial(_base, labels=frozenset({"e", "f", "g"})),
     "default": _base,
     "object": Agent(),
     "huge_int": _over(10**5000),
