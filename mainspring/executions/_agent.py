@@ -271,8 +271,9 @@ class AgentContext:
         ``paths`` are the workspace files the step reads or writes (relative to the
         workspace, never leading out of it; at most 200 per task). They are hashed as the
         step leaves them and join the task's own checkpoint: if one of them changes (or
-        appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``
-        for a path that is not inside the workspace.
+        appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``,
+        before ``fn`` runs, for a path that is not inside the workspace (or leads out of it
+        through a symlink).
 
         The result must be storable exactly (JSON values, or the typed encoding's tuples,
         sets, bytes, datetimes...: see the README); anything else raises ``ValueError``
