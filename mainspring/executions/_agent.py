@@ -287,8 +287,9 @@ class AgentContext:
         ``paths`` are the workspace files the step reads or writes (relative to the
         workspace, never leading out of it; at most 200 per task). They are hashed as the
         step leaves them and join the task's own checkpoint: if one of them changes (or
-        appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``
-        for a path that is not inside the workspace.
+        appears, or goes) before a resume, the task's inner work restarts (R8). ``ValueError``,
+        before ``fn`` runs, for a path that is not inside the workspace (or leads out of it
+        through a symlink).
 
         The result must be storable exactly (JSON values, or the typed encoding's tuples,
         sets, bytes, datetimes...: see the README); anything else raises ``ValueError``
@@ -307,7 +308,7 @@ class AgentContext:
             raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
         if name in self._seen:
             raise ValueError(f"inner step {name} ran twice in one task")
-        declared = self._actor.declared(paths)
+        declared = await self._actor.declared(paths)
         self._seen.add(name)
         recorded = self._actor.recorded(name)
         if recorded is not None:
@@ -384,6 +385,20 @@ class Meter:
         self.calls_used = calls_used
 
 
+def _leading_out(root: Path, paths: Iterable[str]) -> str | None:
+    """The first of ``paths`` that resolves (through symlinks) outside ``root``, or None. A
+    path that does not exist yet stays inside; a symlink loop counts as leading out."""
+    base = root.resolve()
+    for path in paths:
+        try:
+            inside = (base / path).resolve().is_relative_to(base)
+        except (OSError, RuntimeError):  # a symlink loop
+            inside = False
+        if not inside:
+            return path
+    return None
+
+
 class AgentTaskActor(Actor):
     """Runs one agent step as one agent task (its record is the durable state)."""
 
@@ -428,14 +443,20 @@ class AgentTaskActor(Actor):
         if not accepted:
             raise SaveRefused("the execution refused the save: it is stopping")
 
-    def declared(self, paths: Iterable[str]) -> tuple[str, ...]:
-        """``paths`` checked (X1) and within the task's bound; raises ValueError."""
+    async def declared(self, paths: Iterable[str]) -> tuple[str, ...]:
+        """``paths`` checked (X1: in the workspace, through symlinks too) and within the
+        task's bound; raises ValueError before the step runs."""
         if isinstance(paths, str):
             raise TypeError("paths takes a list of paths, not one string")
         declared = tuple(dict.fromkeys(check_relative_path(path) for path in paths))
         known = set(self.record.touched_paths)
         if len(known | set(declared)) > MAX_TOUCHED_PATHS:
             raise ValueError(f"an agent task declares at most {MAX_TOUCHED_PATHS} paths")
+        root = self._workspace
+        if declared and root is not None:
+            out = await anyio.to_thread.run_sync(_leading_out, root, declared)
+            if out is not None:
+                raise ValueError(f"{out[:200]!r} leads out of the workspace through a symlink")
         return declared
 
     async def record_inner(

@@ -191,28 +191,155 @@ def _code_digest(code: types.CodeType) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def agent_hash(fn: Callable[..., Any]) -> str:
-    """An agent's definition hash (R8): its qualified name and its code, or its qualified
-    name and ``fn.version`` when the agent declares one (as skills do).
+_PLAIN = (type(None), bool, int, float, str, bytes)
+_MAX_DEPTH = 32  # functions and containers nested deeper than this are not looked into
+_MAX_ITEMS = 10_000  # a bound tuple or frozenset larger than this is hashed by type and size
 
-    The code hash is stable across processes and follows the code: a changed body changes it,
-    and so may another Python version's bytecode; declare a version to decide yourself.
-    Like :func:`tool_hash` it leaves out the module (``__main__`` in a script is the same
-    agent under its module name elsewhere).
+
+@attrs.define
+class _Walk:
+    """One definition hash's walk: the functions on the current path (a recursion guard) and the
+    digests already taken (a function reached twice is hashed once). Ids never reach the
+    text, so the hash stays the same in every process."""
+
+    path: set[int] = attrs.field(factory=set)
+    done: dict[int, str] = attrs.field(factory=dict)
+
+
+def _value_text(value: Any, walk: _Walk, depth: int) -> str:
+    """The text of a value a definition binds or closes over (R8), the same in every process:
+    plain constants, and tuples and frozensets of them (in a canonical order), by value; a
+    function by its definition; anything else, mutable containers included, by its type's
+    qualified name only: what it holds is state, which may change while the agent does not
+    (declare a ``version`` when behaviour depends on it)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        text = format(value, "x") if kind is int else repr(value)  # no int-to-str limit
+        return f"{kind.__name__}:{text}"
+    name = kind.__qualname__
+    if depth >= _MAX_DEPTH or id(value) in walk.path:
+        return f"{name}:..."
+    if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
+        return f"fn:{_definition(value, walk, depth + 1)}"
+    if kind not in (tuple, frozenset):
+        return f"object:{name}"
+    if len(value) > _MAX_ITEMS:
+        return f"{name}:len {len(value)}"
+    items = [_value_text(item, walk, depth + 1) for item in value]
+    if kind is frozenset:
+        items.sort()
+    return f"{name}[" + ",".join(items) + "]"
+
+
+def _keywords_text(keywords: Mapping[str, Any], walk: _Walk, depth: int) -> str:
+    # Keyword defaults or a partial's keywords: part of the definition, unlike a dict's state.
+    items = sorted(f"{name}={_value_text(value, walk, depth)}" for name, value in keywords.items())
+    return "{" + ",".join(items) + "}"
+
+
+def _function_digest(fn: types.FunctionType, walk: _Walk, depth: int) -> str:
+    """A function's code, and what it binds: its defaults and its closure's cells. A function
+    that binds nothing keeps its code's digest (the hash stored before defaults counted)."""
+    parts = [_code_digest(fn.__code__)]
+    if fn.__defaults__:
+        parts.append(f"defaults:{_value_text(fn.__defaults__, walk, depth)}")
+    if fn.__kwdefaults__:
+        parts.append(f"kwdefaults:{_keywords_text(fn.__kwdefaults__, walk, depth)}")
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # not assigned yet
+            parts.append(f"cell {name}: empty")
+        else:
+            parts.append(f"cell {name}:{_value_text(contents, walk, depth)}")
+    if len(parts) == 1:
+        return parts[0]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _class_digest(cls: type, walk: _Walk, depth: int) -> str:
+    """What a callable object's class does: the functions (and plain class attributes) every
+    class of its MRO but ``object`` defines, by name; not the instance's state."""
+    parts = []
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        members = []
+        for name, member in sorted(vars(klass).items()):
+            raw = member.__func__ if isinstance(member, staticmethod | classmethod) else member
+            if isinstance(raw, property):
+                accessors = (raw.fget, raw.fset, raw.fdel)
+                texts = [_value_text(fn, walk, depth) for fn in accessors if fn is not None]
+                members.append(f"{name}=property({','.join(texts)})")
+            elif isinstance(raw, types.FunctionType) or not name.startswith("__"):
+                members.append(f"{name}={_value_text(raw, walk, depth)}")
+        parts.append(f"{klass.__qualname__}{{{';'.join(members)}}}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _definition(fn: Any, walk: _Walk, depth: int) -> str:
+    """The digest of what a callable does (R8): a partial's bound arguments and the function
+    it calls; a bound method's function and its object's class; a function's code and what
+    it binds; a callable object's class."""
+    key = id(fn)
+    if key in walk.done:
+        return walk.done[key]
+    walk.path.add(key)
+    try:
+        digest = _definition_of(fn, walk, depth)
+    finally:
+        walk.path.discard(key)
+    walk.done[key] = digest
+    return digest
+
+
+def _definition_of(fn: Any, walk: _Walk, depth: int) -> str:
+    target: Any = inspect.unwrap(fn)
+    bound: list[str] = []
+    while isinstance(target, functools.partial):  # the function it calls, and what it binds
+        bound.append(_value_text(target.args, walk, depth))
+        bound.append(_keywords_text(target.keywords, walk, depth))
+        target = inspect.unwrap(target.func)
+    if isinstance(target, types.MethodType):  # a bound method: its function, and its class
+        owner = target.__self__
+        bound.append(_class_digest(owner if isinstance(owner, type) else type(owner), walk, depth))
+        target = target.__func__
+    if isinstance(target, types.FunctionType):
+        digest = _function_digest(target, walk, depth)
+    elif isinstance(target, type):
+        digest = _class_digest(target, walk, depth)
+    elif isinstance(getattr(target, "__code__", None), types.CodeType):
+        digest = _code_digest(target.__code__)
+    elif isinstance(target, types.BuiltinFunctionType) or not callable(target):
+        digest = "no code"
+    else:  # a callable object
+        digest = _class_digest(type(target), walk, depth)
+    if not bound:
+        return digest
+    return hashlib.sha256("\n".join([digest, *bound]).encode()).hexdigest()
+
+
+def agent_hash(fn: Callable[..., Any]) -> str:
+    """An agent's definition hash (R8): its qualified name and its definition, or its
+    qualified name and ``fn.version`` when the agent declares one (as skills do).
+
+    The definition is its code and what it binds: default arguments, a partial's arguments,
+    the values its closure holds (plain constants, and tuples and frozensets of them, by
+    value; functions by their definition; other objects, lists and dicts too, by type only),
+    and for a callable object every function its classes define. It is stable across
+    processes and follows the code: a changed body changes it, and so may another Python
+    version's bytecode; declare a version to decide yourself (and whenever behaviour depends
+    on state the hash cannot see). Like :func:`tool_hash` it leaves out the module
+    (``__main__`` in a script is the same agent under its module name elsewhere).
     """
     target: Any = inspect.unwrap(fn)
-    while isinstance(target, functools.partial):  # the function it calls, not the wrapper
+    while isinstance(target, functools.partial):
         target = inspect.unwrap(target.func)
     name = getattr(target, "__qualname__", type(target).__qualname__)
     version = getattr(fn, "version", getattr(target, "version", None))
     if version is not None:
         return hashlib.sha256(f"{name}\nversion:{version}".encode()).hexdigest()
-    target = getattr(target, "__func__", target)  # a bound method: its function
-    code = getattr(target, "__code__", None)
-    if code is None:  # a callable object: its class's __call__
-        call = type(target).__dict__.get("__call__")
-        code = getattr(getattr(call, "__func__", call), "__code__", None)
-    digest = _code_digest(code) if isinstance(code, types.CodeType) else "no code"
+    digest = _definition(fn, _Walk(), 0)
     return hashlib.sha256(f"{name}\ncode:{digest}".encode()).hexdigest()
 
 

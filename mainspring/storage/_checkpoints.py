@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -47,14 +47,19 @@ class Reconciliation:
 
 
 def _strings(value: Any) -> Iterator[str]:
+    # The strings a step input holds, anywhere: in lists, tuples, sets (sorted: the same
+    # order in every process) and dicts, keys included (a key may be the path a step reads).
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
-        for item in value.values():
+        for key, item in value.items():
+            yield from _strings(key)
             yield from _strings(item)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)
+    elif isinstance(value, set | frozenset):
+        yield from sorted(text for item in value for text in _strings(item))
 
 
 def _named_files(root: Path, plan: Plan | None, paths: Iterable[str] = ()) -> set[str]:
@@ -132,30 +137,83 @@ _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # sha1 or sha256 object 
 _REF = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
 
 
-def git_head(root: Path) -> str | None:
-    """The commit HEAD points at, read from ``root/.git`` without running git.
-
-    None without a repository, or if anything there is not what git writes (a symlinked
-    ``.git``, a ref outside ``refs/``, a HEAD that is not an object name): what is recorded is
-    always an object name, never other file content.
-    """
-    git = root / ".git"
-    if git.is_symlink() or not git.is_dir():
+def _named_dir(base: Path, text: str | None) -> Path | None:
+    # A directory a git pointer file names ("gitdir: ..." or a commondir), relative to base.
+    where = (text or "").strip()
+    if not where or "\0" in where or len(where) > MAX_PATH:
         return None
-    head = (_read_small(git / "HEAD") or "").strip()
+    named = base / where
+    return named if named.is_dir() else None
+
+
+def _git_dirs(root: Path) -> tuple[Path, Path] | Literal["git", "unknown"]:
+    """Where ``root``'s repository keeps HEAD and where it keeps refs (the same directory
+    but in a linked worktree); ``git`` when there is no repository (or ``.git`` is a
+    symlink); ``unknown`` when a ``.git`` file names a git directory that cannot be found."""
+    git = root / ".git"
+    if git.is_symlink():
+        return "git"
+    if git.is_dir():
+        return git, git
+    if not git.exists():
+        return "git"
+    # A worktree's or a submodule's .git is a file: "gitdir: <path>", relative to root.
+    first = (_read_small(git) or "").split("\n", 1)[0]
+    if not first.startswith("gitdir:"):
+        return "unknown"
+    gitdir = _named_dir(root, first[len("gitdir:") :])
+    if gitdir is None:
+        return "unknown"
+    common = gitdir
+    if (gitdir / "commondir").exists():  # a linked worktree: refs live in the main one
+        named = _named_dir(gitdir, _read_small(gitdir / "commondir"))
+        if named is None:
+            return "unknown"
+        common = named
+    return gitdir, common
+
+
+def _resolve_head(gitdir: Path, common: Path) -> str | None:
+    head = (_read_small(gitdir / "HEAD") or "").strip()
     if not head.startswith("ref: "):
         return head if _COMMIT.fullmatch(head) else None
     ref = head[5:].strip()
     if _REF.fullmatch(ref) is None or ".." in ref.split("/"):
         return None
-    value = (_read_small(git / ref) or "").strip()
-    if _COMMIT.fullmatch(value):
-        return value
-    for line in (_read_small(git / "packed-refs") or "").splitlines():
+    for where in dict.fromkeys((gitdir, common)):  # per-worktree refs first, then shared
+        value = (_read_small(where / ref) or "").strip()
+        if _COMMIT.fullmatch(value):
+            return value
+    for line in (_read_small(common / "packed-refs") or "").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1] == ref and _COMMIT.fullmatch(parts[0]):
             return parts[0]
     return None
+
+
+def _git_state(root: Path) -> tuple[str | None, AbsentDimension | None]:
+    """The commit HEAD points at, or why there is none: ``git`` (no repository),
+    ``git_head`` (no commit yet, or not what git writes), None with no commit when the
+    repository a ``.git`` file names cannot be resolved (unknown: not compared, R6)."""
+    dirs = _git_dirs(root)
+    if dirs == "git":
+        return None, "git"
+    if dirs == "unknown":
+        return None, None
+    head = _resolve_head(*dirs)
+    return head, (None if head is not None else "git_head")
+
+
+def git_head(root: Path) -> str | None:
+    """The commit HEAD points at, read from ``root/.git`` without running git.
+
+    ``.git`` is a directory, or in a linked worktree or a submodule a file naming one
+    (``gitdir: <path>``; a worktree's refs are in the directory its ``commondir`` names).
+    None without a repository, or if anything there is not what git writes (a symlinked
+    ``.git``, a ref outside ``refs/``, a HEAD that is not an object name): what is recorded is
+    always an object name, never other file content.
+    """
+    return _git_state(root)[0]
 
 
 def capture_checkpoint(
@@ -173,11 +231,8 @@ def capture_checkpoint(
     the root; see the module docstring)."""
     base = Path(root)
     files = {name: _file_sha256(base / name) for name in sorted(_named_files(base, plan, paths))}
-    head = git_head(base)
-    absent: list[AbsentDimension] = []
-    if head is None:
-        git = base / ".git"
-        absent.append("git_head" if git.is_dir() and not git.is_symlink() else "git")
+    head, missing = _git_state(base)
+    absent: list[AbsentDimension] = [missing] if missing is not None else []
     if config is None:
         absent.append("config")
     return Checkpoint(

@@ -32,8 +32,8 @@ MAX_PATH = 4096
 def check_relative_path(path: str) -> str:
     """``path`` normalised (``a/./b`` is ``a/b``) if it names something inside a workspace:
     relative, without ``..``, NUL or backslash, at most 4096 characters. Raises ValueError
-    otherwise (X1: before it touches the file system). Symlinks leading out are refused when
-    the path is hashed."""
+    otherwise (X1: before it touches the file system). Symlinks leading out are refused by
+    ``ctx.step`` (against the workspace) and never followed when the path is hashed."""
     if type(path) is not str or not path or len(path) > MAX_PATH:
         raise ValueError(f"a workspace path must be a string of 1..{MAX_PATH} characters")
     parts = path.split("/")

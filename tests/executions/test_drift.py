@@ -372,6 +372,34 @@ async def test_X1_an_inner_step_declares_only_paths_inside_the_workspace(
     assert task.touched_paths == ()
 
 
+async def test_X1_symlinks_out_of_the_workspace_are_refused_when_declared(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "dirlink").symlink_to(tmp_path / "elsewhere")  # a directory leading out
+    (workspace / "dangling").symlink_to(tmp_path / "not-there-yet")  # out, once created
+    (workspace / "loop").symlink_to(workspace / "loop")
+    (workspace / "inner").symlink_to(workspace / "sub")
+    refused: list[str] = []
+    ran: list[str] = []
+
+    async def linker(ctx: ms.AgentContext, input: Any) -> str:
+        for i, path in enumerate(["dirlink/x.txt", "dangling", "loop", "ok.txt", "inner/y"]):
+            try:
+                await ctx.step(f"s{i}", lambda path=path: ran.append(path) or 1, paths=[path])
+            except ValueError as exc:
+                refused.append(str(exc))
+        return "ok"
+
+    async with runtime(tmp_path, agents={"linker": linker}, workspace=workspace) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "linker")))).wait()
+        (task,) = tasks_of(stored(rt, result.execution_id))
+    assert result.status == "completed"
+    assert ran == ["ok.txt", "inner/y"]  # the refused steps never ran
+    assert [text.split(" ")[0] for text in refused] == ["'dirlink/x.txt'", "'dangling'", "'loop'"]
+    assert task.touched_paths == ("ok.txt", "inner/y")
+
+
 async def test_R8_a_task_of_a_runtime_with_a_config_is_replayed_when_nothing_changed(
     tmp_path: Path,
 ) -> None:

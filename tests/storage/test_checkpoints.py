@@ -217,3 +217,19 @@ def test_X1_files_reached_through_symlinks_out_of_the_root_are_not_hashed(
     (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
     cp = ms.storage.capture_checkpoint(workspace, plan({"path": "link.txt"}))
     assert cp.file_hashes == {}
+
+
+def test_R6_files_named_in_sets_and_dict_keys_are_checkpointed(workspace: Path) -> None:
+    # Sets are storable inputs (E10), and a dict may be keyed by the paths it describes.
+    p = plan(
+        {"files": {"notes.md", ("data/x.csv",)}, "frozen": frozenset({"missing.txt"})},
+        {"by_path": {"data/x.csv": "read", ("notes.md", 1): None}},
+    )
+    assert sorted(ms.storage.capture_checkpoint(workspace, p).file_hashes or {}) == [
+        "data/x.csv",
+        "notes.md",
+    ]
+    only_keys = plan({"by_path": {"notes.md": 1}})
+    cp = ms.storage.capture_checkpoint(workspace, only_keys)
+    (workspace / "notes.md").write_text("edited")
+    assert ms.storage.reconcile(cp, workspace, only_keys).reasons == ("file notes.md changed",)
