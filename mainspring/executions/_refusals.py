@@ -1,4 +1,5 @@
-"""Why a refused commit or heartbeat stops a run, read from the record that refused it (V3).
+"""Why a refused commit or heartbeat stops a run, read from the record that refused it (V3),
+and what a runner stopped that way still owes the record and its watchers.
 
 A control issued in another process reaches a runner as a refusal: its next commit or
 heartbeat meets a record that is cancelled, paused, finished or leased elsewhere. The
@@ -9,10 +10,23 @@ issued it, and ``LeaseLost`` only when another owner really holds (or took) the 
 
 from __future__ import annotations
 
-from ..actors import Cancel, CancelReason, LeaseLost, Pause
-from ..storage import CommitOutcome, Control, Execution, holder
+from collections.abc import Mapping
 
-__all__ = ["refusal_reason"]
+import attrs
+
+from ..actors import Cancel, CancelReason, LeaseLost, Pause
+from ..storage import (
+    AgentTaskRecord,
+    CommitOutcome,
+    Control,
+    Execution,
+    holder,
+    parse_agent_tasks,
+)
+from . import _run_events as ev
+from ._transitions import clamp_count, map_tasks
+
+__all__ = ["add_calls", "end_event", "refusal_reason"]
 
 
 def _last(record: Execution, action: str) -> Control | None:
@@ -52,3 +66,41 @@ def refusal_reason(
         detail = f"commit refused: {outcome.value} (the lease lapsed or was released)"
         other = ""
     return LeaseLost(other or "", detail=detail, source="store")
+
+
+def add_calls(stored: Execution, extra: int, used: Mapping[str, int]) -> Execution:
+    """``stored`` with ``extra`` calls added, and each task's count raised to what its runner
+    counted (``used``): calls made before a control from elsewhere stopped the run are
+    charged, never lost (E9); counts only grow."""
+
+    def raise_count(task: AgentTaskRecord) -> AgentTaskRecord | None:
+        count = used.get(task.id, 0)
+        if count <= task.calls_used:
+            return None
+        return attrs.evolve(task, calls_used=clamp_count(count))
+
+    record, _ = map_tasks(stored, raise_count)
+    return attrs.evolve(record, calls_used=clamp_count(stored.calls_used + extra))
+
+
+def end_event(stored: Execution, now: float) -> ev.RunEvent | None:
+    """The event that announces how ``stored`` ended when a control written elsewhere ended
+    it: its watchers here learn it as if it had been issued here."""
+    tasks, _ = parse_agent_tasks(stored)
+    if stored.status == "cancelled":
+        stamped = sum(
+            1
+            for t in tasks
+            if t.state == "cancelled"
+            and t.interruption is not None
+            and t.interruption.kind == "parent-cancel"
+        )
+        return ev.ExecutionCancelled(execution_id=stored.id, at=now, cancelled_tasks=stamped)
+    if stored.status == "paused":
+        requeued = sum(
+            1
+            for t in tasks
+            if t.state == "queued" and t.interruption is not None and t.interruption.kind == "pause"
+        )
+        return ev.ExecutionPaused(execution_id=stored.id, at=now, requeued=requeued)
+    return None

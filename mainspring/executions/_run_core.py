@@ -40,7 +40,7 @@ from ..storage import (
 )
 from . import _run_events as ev
 from ._plan import step_input_hash
-from ._refusals import refusal_reason
+from ._refusals import add_calls, end_event, refusal_reason
 from ._results import (
     ExecutionResult,
     StopResult,
@@ -108,11 +108,13 @@ class ExecutionCore(Actor):
         self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
         self._refusal: CommitOutcome | None = None
+        self._refused_record: Execution | None = None  # the record that refused us
         self._result: ExecutionResult | None = None  # what the run ended with, once it has
         self._load(record)
 
     def _load(self, record: Execution) -> None:
         self._rec = record
+        self._durable_calls = record.calls_used  # as the store has it
         self._plan = record.plan
         self._sched = Schedule(
             self._live_plan or record.plan,
@@ -395,6 +397,7 @@ class ExecutionCore(Actor):
             raise Unstorable(str(exc)) from exc
         if outcome is CommitOutcome.OK:
             self._rec = record
+            self._durable_calls = record.calls_used  # as the store has it
             return True
         await self._refused(outcome)
         return False
@@ -404,10 +407,8 @@ class ExecutionCore(Actor):
         self._ended = True
         # V3: the record says why (an operator's cancel or pause, with its detail and who
         # issued it); the refusal alone would only say that we must stop.
-        try:
-            stored = await anyio.to_thread.run_sync(self._cfg.committer.store.get, self._rec.id)
-        except Exception:  # unreadable now: the outcome alone decides
-            stored = None
+        stored = await self._read_stored()
+        self._refused_record = stored
         reason = refusal_reason(outcome, stored, self._cfg.owner, time.time())
         # E3: no further call by this owner. Children are interrupted now, not after the
         # current message, and nothing of ours is written again.
@@ -450,19 +451,52 @@ class ExecutionCore(Actor):
             return False
         if outcome is CommitOutcome.OK:
             self._rec = record
+            self._durable_calls = record.calls_used  # as the store has it
             return True
+        # Refused while winding down: another process's control landed first (E4). The
+        # record, not our copy, says how the run ended and why (V3).
         self._refusal = outcome
+        stored = await self._read_stored()
+        reason = refusal_reason(outcome, stored, self._cfg.owner, time.time())
+        await self._after_refusal(reason, stored)
         return False
 
-    async def _result_from_disk(self, reason: CancelReason) -> None:
-        """After a refusal the disk, not our copy, says where the run stands."""
-        store = self._cfg.committer.store
+    async def _read_stored(self) -> Execution | None:
         try:
-            stored = await anyio.to_thread.run_sync(store.get, self._rec.id)
-        except Exception:  # unreadable now: our last copy is the best we can report
-            stored = None
+            return await anyio.to_thread.run_sync(self._cfg.committer.store.get, self._rec.id)
+        except Exception:  # unreadable now
+            return None
+
+    async def _after_refusal(self, reason: CancelReason, stored: Execution | None) -> None:
+        """The run ended by a control written elsewhere: the calls it made that no commit
+        recorded are added to the record (E9: accounting never goes backwards), the result
+        is the record's, and the end is announced as if the control had been issued here."""
+        if stored is not None and (stored.status == "cancelled" or stored.status == "paused"):
+            stored = await self._keep_unsaved_calls() or stored
         record = stored if stored is not None else self._rec
         self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
+        if stored is not None:
+            event = end_event(stored, time.time())
+            if event is not None:
+                self._publish(event)
+
+    async def _keep_unsaved_calls(self) -> Execution | None:
+        for running in self._running.values():
+            self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
+        extra = self._rec.calls_used - self._durable_calls
+        if extra <= 0:
+            return None
+        used = {task.id: task.calls_used for task in self._tasks.values()}
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.status not in ("cancelled", "paused"):
+                return None  # someone runs it again: theirs to account
+            return add_calls(stored, extra, used)
+
+        try:
+            return await self._cfg.committer.edit(self._rec.id, change)
+        except Exception:  # the disk failed: nothing more can be kept
+            return None
 
     async def _heartbeat(self) -> None:
         if self._ended:
@@ -489,13 +523,16 @@ class ExecutionCore(Actor):
         if self._ended:
             if self._refusal is not None:
                 await self._release()
-                await self._result_from_disk(reason)
+                await self._after_refusal(reason, self._refused_record)
             return
         self._ended = True
         now = time.time()
         by = self._cfg.owner
         if isinstance(reason, LeaseLost):
-            await self._result_from_disk(reason)  # E3: not ours to write any more
+            # E3: not ours to write any more; the disk says where the run stands.
+            stored = await self._read_stored()
+            record = stored if stored is not None else self._rec
+            self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
             return
         for running in self._running.values():
             self._charge_unsaved(running)  # calls made before the interruption (P4, E9)

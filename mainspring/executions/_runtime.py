@@ -56,6 +56,7 @@ from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._plan import check_plan
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
+from ._refusals import end_event
 from ._results import (
     ExecutionResult,
     StopResult,
@@ -394,15 +395,22 @@ class Runtime:
     ) -> ExecutionResult:
         async with self._exclusive(execution_id):
             live = await self._settled(execution_id)
+            result: ExecutionResult | None = None
             if live is not None:
                 await live.ref.stop(reason)
                 result = await live.handle.wait()
-                if result.stopped_by is reason:
-                    return result
-                # The run was already ending for another reason (finished, waiting, lease
-                # lost): the control applies to the record as it is now, never dropped.
+            # The control applies to the record as it is now, never dropped: a run that
+            # wound down as asked left nothing to change; one that was ending for another
+            # reason, or whose last write a control from elsewhere refused (E4), still
+            # gets it (a paused record can be cancelled).
             await self._require(execution_id)
-            await self._committer.edit(execution_id, change)
+            changed = await self._committer.edit(execution_id, change)
+            if changed is None and result is not None and result.stopped_by is reason:
+                return result  # with the live outputs, unredacted
+            if changed is not None:
+                event = end_event(changed, time.time())
+                if event is not None:
+                    self._bus.publish(event)
             return result_from(await self._require(execution_id))
 
     async def stop_agent_task(self, task_id: str, *, cascade: bool = False) -> StopResult:
