@@ -300,3 +300,61 @@ async def test_resume_from_the_command_with_a_secret_answer(tmp_path: Path) -> N
     shown = await _shell("--store", store, "show", "ex-q")
     _no_secret(shown.stdout)
     assert "inner step fetch ran again on resume" in shown.stdout
+
+
+async def test_pausing_then_resuming_a_run_waiting_for_budget_counts_each_call_once(
+    tmp_path: Path,
+) -> None:
+    """E9/B3: a run waits for budget with 2 calls used; `mainspring pause` (another process)
+    pauses the stored run, then it is resumed with more budget: calls_used never goes back
+    and ends equal to the calls made (durable ones not counted twice)."""
+    from tests.executions._kit import Ledger
+
+    ledger = Ledger()
+    store = str(tmp_path / "store.sqlite3")
+
+    async def spender(ctx: ms.AgentContext, input: Any) -> str:
+        for i in range(4):
+            await ctx.step(f"s{i}", ctx.call_skill, "model", f"p{i}")
+        return "spent"
+
+    agents = {"spender": spender}
+    async with runtime(tmp_path, ledger, agents=agents, max_calls=2) as rt:
+        first = await (await rt.start("g", plan_of(agent("w", "spender")))).wait()
+        assert (first.status, first.calls_used) == ("waiting_for_budget", 2)
+        done = await _shell("--store", store, "pause", first.execution_id, "--reason", "later")
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        paused = stored(rt, first.execution_id)
+        assert (paused.status, paused.calls_used) == ("paused", 2)
+        (task,) = tasks_of(paused)
+        assert task.calls_used == 2
+        with anyio.fail_after(30):
+            result = await (await rt.resume(first.execution_id, max_calls=10)).wait()
+        record = stored(rt, first.execution_id)
+    assert result.status == "completed", result
+    assert ledger.names("skill") == [f"model:p{i}" for i in range(4)]
+    (task,) = tasks_of(record)
+    assert (result.calls_used, record.calls_used, task.calls_used) == (4, 4, 4)
+
+
+async def test_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its_calls(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "store.sqlite3")
+
+    async def spender(ctx: ms.AgentContext, input: Any) -> str:
+        for i in range(4):
+            await ctx.step(f"s{i}", ctx.call_skill, "model", f"p{i}")
+        return "spent"
+
+    async with runtime(tmp_path, agents={"spender": spender}, max_calls=2) as rt:
+        first = await (await rt.start("g", plan_of(agent("w", "spender")))).wait()
+        assert first.status == "waiting_for_budget"
+        done = await _shell("--store", store, "--json", "cancel", first.execution_id)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert json.loads(done.stdout)["status"] == "cancelled"
+        record = stored(rt, first.execution_id)
+    assert (record.status, record.calls_used) == ("cancelled", 2)
+    (task,) = tasks_of(record)
+    assert (task.state, task.calls_used) == ("cancelled", 2)
+    assert record.pending is None

@@ -393,3 +393,48 @@ async def test_a_stopped_step_with_a_secret_input_stays_stopped_after_a_replan_e
     assert len(runs) == 1, "the stopped agent ran again after the replan"
     assert statuses(record)["w"] == "stopped"
     assert result.stopped_steps == ("w",)
+
+
+
+async def test_a_plan_with_a_secret_input_approved_in_the_process_that_planned_it_runs(
+    tmp_path: Path,
+) -> None:
+    """README: a plan step whose input held a secret "runs with its real input in the process
+    that planned it"; only a resume elsewhere, before it ran, fails it. With
+    require_plan_approval the run must wait for approval; approved in the very runtime that
+    started it, the step runs with its real input instead of failing."""
+    got: list[str] = []
+
+    async def secretive(pw: str) -> str:
+        got.append(pw)
+        return "used"
+
+    async with runtime(
+        tmp_path, tools={"secretive": secretive}, require_plan_approval=True
+    ) as rt:
+        first = await (await rt.start("g", plan_of(tool("b", "secretive", pw=SECRET)))).wait()
+        assert first.status == "waiting_for_approval", first
+        with anyio.fail_after(30):
+            done = await (await rt.resume(first.execution_id, approve=True)).wait()
+    assert done.status == "completed", (done.status, done.error, done.observations)
+    assert got == [SECRET]
+
+
+async def test_an_agent_with_a_secret_input_answered_in_the_process_that_planned_it_completes(
+    tmp_path: Path,
+) -> None:
+    """Same promise for a question: the agent ran live with its real input and asked; the
+    answer is given in the same runtime. The agent runs on with its real input."""
+    inputs: list[Any] = []
+
+    async def asker(ctx: ms.AgentContext, input: Any) -> str:
+        inputs.append(input)
+        return await ctx.ask("go on?")
+
+    async with runtime(tmp_path, agents={"asker": asker}) as rt:
+        first = await (await rt.start("g", plan_of(agent("a", "asker", pw=SECRET)))).wait()
+        assert first.status == "waiting_for_clarification"
+        with anyio.fail_after(30):
+            done = await (await rt.resume(first.execution_id, answer="yes")).wait()
+    assert done.status == "completed", (done.status, done.observations)
+    assert inputs == [{"pw": SECRET}, {"pw": SECRET}]

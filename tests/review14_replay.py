@@ -4,6 +4,9 @@ run handed it (E10): typed values in outputs, ctx.step results and step inputs."
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 import decimal
 import uuid
 from pathlib import Path
@@ -17,6 +20,8 @@ from tests._exact import same
 from tests.executions._kit import FAST, Gate, plan_of, runtime, stored
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VALUES: dict[Any, Any] = {
     "when": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))),
@@ -86,3 +91,53 @@ async def test_E10_two_resumes_in_a_row_hand_back_the_live_values(tmp_path: Path
         assert same(result.outputs[step_id], VALUES), (step_id, result.outputs[step_id])
     assert record.plan is not None
     assert same(record.plan.steps[2].input, {"values": VALUES})
+
+
+def _worker(mode: str, store: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.review14_worker", mode, str(store), "ex-twice"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def _until_ready(proc: subprocess.Popen[str]) -> list[str]:
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.strip())
+        if line.strip() == "ready":
+            break
+    return lines
+
+
+def test_E10_killed_twice_and_resumed_in_fresh_processes_hands_back_the_live_values(
+    tmp_path: Path,
+) -> None:
+    """Real processes: start, SIGKILL once the agent's inner work is durable, resume in a
+    fresh process, SIGKILL again, resume in a third. Every process hands the agent, its
+    input and the tool the values the live run had; no durable inner step runs again."""
+    store = tmp_path / "store.sqlite3"
+    seen: list[str] = []
+    for mode in ("start", "resume"):
+        proc = _worker(mode, store)
+        try:
+            lines = _until_ready(proc)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+            assert proc.stdout is not None
+            proc.stdout.close()
+        assert lines and lines[-1] == "ready", (mode, lines)
+        seen += [f"{mode}: {line}" for line in lines]
+    proc = _worker("finish", store)
+    out, _ = proc.communicate(timeout=60)
+    seen += [f"finish: {line}" for line in out.splitlines()]
+    assert proc.returncode == 0, seen
+    assert "finish: status completed" in seen, seen
+    assert not [line for line in seen if "ran again" in line or line.endswith("False")], seen
+    assert sum(1 for line in seen if line.endswith("same inner True")) == 3, seen
+    assert "finish: same echo True" in seen, seen
