@@ -141,3 +141,81 @@ def test_E10_killed_twice_and_resumed_in_fresh_processes_hands_back_the_live_val
     assert not [line for line in seen if "ran again" in line or line.endswith("False")], seen
     assert sum(1 for line in seen if line.endswith("same inner True")) == 3, seen
     assert "finish: same echo True" in seen, seen
+
+
+async def test_E10_an_old_record_s_masked_inner_result_is_not_replayed_as_the_original(
+    tmp_path: Path,
+) -> None:
+    """The issue's own reproduction, on a record the previous version wrote: a ctx.step's
+    result `{"token": ...}` was stored as `{"token": "[redacted secret]"}`, with no `redacted`
+    flag (the field did not exist). Resumed after upgrading, the agent must not be handed the
+    masked value as if it were the original: the step runs again (E10)."""
+    import json
+    import sqlite3
+
+    token = "tok-" + "y" * 28
+    got: list[Any] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        got.append(await ctx.step("fetch", lambda: {"token": token}))
+        await ctx.ask("go on?")
+        return "done"
+
+    async with runtime(tmp_path, agents={"w": worker}) as rt:
+        first = await (await rt.start("g", plan_of(ms.PlanStep(id="a", agent="w")))).wait()
+    assert first.status == "waiting_for_clarification"
+    db = sqlite3.connect(tmp_path / "store.sqlite3")
+    try:
+        (raw,) = db.execute(
+            "SELECT body FROM executions WHERE id = ?", (first.execution_id,)
+        ).fetchone()
+        body = json.loads(bytes(raw))
+        for task in body["agent_tasks"]:
+            for obs in task["inner_observations"]:
+                assert obs.pop("redacted") is (obs["step_id"] == "fetch")
+        db.execute(
+            "UPDATE executions SET body = ? WHERE id = ?",
+            (json.dumps(body).encode(), first.execution_id),
+        )
+        db.commit()
+    finally:
+        db.close()
+    async with runtime(tmp_path, agents={"w": worker}) as rt:
+        with anyio.fail_after(30):
+            done = await (await rt.resume(first.execution_id, answer="yes")).wait()
+    assert done.status == "completed", done
+    assert got == [{"token": token}, {"token": token}], got
+
+
+async def test_E10_a_masked_output_read_back_after_a_resume_is_named_in_result_redacted(
+    tmp_path: Path,
+) -> None:
+    """README: "a result read back from disk has the masked value in outputs, names the step
+    in ExecutionResult.redacted, and its observation says redacted=True" — for a run resumed
+    after that step completed, in another runtime, with more steps run after it."""
+    token = "tok-" + "z" * 28
+    gate = Gate()
+
+    async def leaky(**_: Any) -> dict[str, str]:
+        return {"token": token, "page": "1"}
+
+    tools = {"leaky": leaky, "gate": gate}
+    plan = plan_of(
+        ms.PlanStep(id="t", tool="leaky"),
+        ms.PlanStep(id="g", tool="gate", depends_on=("t",)),
+    )
+    async with runtime(tmp_path, tools=tools, **FAST) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        with anyio.fail_after(30):
+            await handle.wait()
+    gate.opened.set()
+    async with runtime(tmp_path, tools=tools, **FAST) as rt:
+        with anyio.fail_after(30):
+            done = await (await rt.resume(handle.execution_id)).wait()
+    assert done.status == "completed", done
+    assert done.outputs["t"] == {"token": "[redacted secret]", "page": "1"}
+    assert done.redacted == ("t",)
+    (obs,) = [o for o in done.observations if o.step_id == "t"]
+    assert obs.redacted is True
