@@ -438,3 +438,27 @@ async def test_an_agent_with_a_secret_input_answered_in_the_process_that_planned
             done = await (await rt.resume(first.execution_id, answer="yes")).wait()
     assert done.status == "completed", (done.status, done.observations)
     assert inputs == [{"pw": SECRET}, {"pw": SECRET}]
+
+
+async def test_E9_raising_the_budget_by_one_makes_progress_with_a_redacted_inner_step(
+    tmp_path: Path,
+) -> None:
+    """E9: "raising the budget and resuming makes progress". The agent's first ctx.step calls
+    a skill whose result is redacted on disk, so it re-runs on every resume (E10) — spending
+    the one call the user just added, and waiting again: the run never gets further."""
+    ledger = Ledger()
+    runs: list[int] = []
+    seen: list[Any] = []
+    skills = _secretive_skills(ledger)
+    async with runtime(
+        tmp_path, ledger, skills=skills, agents={"w": _vault_then_work(runs, seen, 3)}, max_calls=2
+    ) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "w")))).wait()
+        budget = 2
+        progress = [len(ledger.names("skill"))]
+        while result.status == "waiting_for_budget" and budget < 12:
+            budget += 1
+            with anyio.fail_after(30):
+                result = await (await rt.resume(result.execution_id, max_calls=budget)).wait()
+            progress.append(len([n for n in ledger.names("skill") if n.startswith("model")]))
+    assert result.status == "completed", (budget, progress, ledger.names("skill"))
