@@ -358,3 +358,21 @@ async def test_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its_ca
     (task,) = tasks_of(record)
     assert (task.state, task.calls_used) == ("cancelled", 2)
     assert record.pending is None
+
+
+async def test_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path) -> None:
+    """E10 in the operator's view ("what was stored masked is said, not hidden"): a step whose
+    input had to be masked will fail if resumed elsewhere; `mainspring show` says which."""
+    store = str(tmp_path / "store.sqlite3")
+    async with runtime(tmp_path, require_plan_approval=True) as rt:
+        first = await (
+            await rt.start("g", plan_of(tool("a", "inc"), tool("b", "echo", "a", pw=SECRET)))
+        ).wait()
+        assert first.status == "waiting_for_approval"
+        assert stored(rt, first.execution_id).masked_inputs == ("b",)
+    done = await _shell("--store", store, "show", first.execution_id)
+    assert done.returncode == 0
+    _no_secret(done.stdout)
+    notes = done.stdout.split("\nnotes\n", 1)
+    assert len(notes) == 2, done.stdout
+    assert "step b" in notes[1] and "input" in notes[1] and "masked" in notes[1], notes[1]

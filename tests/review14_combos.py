@@ -462,3 +462,29 @@ async def test_E9_raising_the_budget_by_one_makes_progress_with_a_redacted_inner
                 result = await (await rt.resume(result.execution_id, max_calls=budget)).wait()
             progress.append(len([n for n in ledger.names("skill") if n.startswith("model")]))
     assert result.status == "completed", (budget, progress, ledger.names("skill"))
+
+
+async def test_a_skill_step_with_a_secret_input_runs_after_a_budget_wait_in_the_same_runtime(
+    tmp_path: Path,
+) -> None:
+    """The same promise across a budget wait (B3: "exhausting a budget waits with work
+    kept"): the step that waits for budget was planned here with its real input; raising the
+    budget in the same runtime runs it with that input instead of failing it."""
+    ledger = Ledger()
+    got: list[str] = []
+
+    async def model(prompt: str = "", pw: str = "", **_: Any) -> str:
+        got.append(pw)
+        return "ok"
+
+    plan = plan_of(
+        ms.PlanStep(id="one", skill="model", input={"prompt": "a"}),
+        ms.PlanStep(id="two", skill="model", input={"pw": SECRET}, depends_on=("one",)),
+    )
+    async with runtime(tmp_path, ledger, skills={"model": model}, max_calls=1) as rt:
+        first = await (await rt.start("g", plan)).wait()
+        assert first.status == "waiting_for_budget", first
+        with anyio.fail_after(30):
+            done = await (await rt.resume(first.execution_id, max_calls=2)).wait()
+    assert done.status == "completed", (done.status, done.observations)
+    assert got == ["", SECRET]
