@@ -376,3 +376,30 @@ async def test_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path
     notes = done.stdout.split("\nnotes\n", 1)
     assert len(notes) == 2, done.stdout
     assert "step b" in notes[1] and "input" in notes[1] and "masked" in notes[1], notes[1]
+
+
+async def test_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    """README: "A control with nothing to do (pausing a finished run) exits 1". Resuming a
+    cancelled (or completed) run has nothing to do either: it must say so and exit 1, like
+    `cancel` of a cancelled run does, not 0 as if it had resumed something."""
+    store = str(tmp_path / "store.sqlite3")
+    (tmp_path / "app14b.py").write_text("config = {}\n")
+    async with runtime(tmp_path, require_plan_approval=True) as rt:
+        first = await (await rt.start("g", plan_of(tool("a", "inc")))).wait()
+        await rt.cancel(first.execution_id)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+
+    def command(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mainspring.cli", "--store", store, *argv],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+        )
+
+    again = await anyio.to_thread.run_sync(lambda: command("cancel", first.execution_id))
+    assert again.returncode == 1, again  # the documented refusal, for comparison
+    done = await anyio.to_thread.run_sync(
+        lambda: command("resume", first.execution_id, "--app", "app14b:config")
+    )
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)

@@ -488,3 +488,36 @@ async def test_a_skill_step_with_a_secret_input_runs_after_a_budget_wait_in_the_
             done = await (await rt.resume(first.execution_id, max_calls=2)).wait()
     assert done.status == "completed", (done.status, done.observations)
     assert got == ["", SECRET]
+
+
+async def test_a_stopped_agent_s_reservation_is_given_back_to_the_steps_after_it(
+    tmp_path: Path,
+) -> None:
+    """P4/B3: the agent holds a reservation of the run's whole budget and makes no call; the
+    user stops it. What it reserved and did not use goes back: the skill steps after it run
+    within max_calls, the run completes and calls_used counts only calls made."""
+    from tests.executions._kit import Gate
+
+    ledger = Ledger()
+    gate = Gate()
+
+    async def idle(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("park", gate)
+        return "idle"
+
+    plan = plan_of(
+        agent("w", "idle"),
+        ms.PlanStep(id="s1", skill="model", input={"prompt": "a"}, depends_on=("w",)),
+        ms.PlanStep(id="s2", skill="model", input={"prompt": "b"}, depends_on=("s1",)),
+    )
+    async with runtime(tmp_path, ledger, agents={"idle": idle}, max_calls=2) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        (task,) = await rt.agent_tasks(handle.execution_id)
+        assert (await rt.stop_agent_task(task.id)).ok
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed", (result.status, result.pending)
+    assert ledger.names("skill") == ["model:a", "model:b"]
+    assert (result.calls_used, record.calls_used) == (2, 2)
