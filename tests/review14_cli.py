@@ -403,3 +403,35 @@ async def test_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_e
         lambda: command("resume", first.execution_id, "--app", "app14b:config")
     )
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+
+
+SECRET_NAMED = {
+    "accessToken": "hunter2-access",
+    "clientSecret": "hunter2-client",
+    "authToken": "hunter2-auth",
+    "GITHUB_TOKEN": "hunter2-github",
+    "OPENAI_API_KEY": "hunter2-openai",
+    "DB_PASSWORD": "hunter2-dbpass",
+    "db_password": "hunter2-dbpass2",
+    "secretKey": "hunter2-secretkey",
+    "bearer_token": "hunter2-bearer",
+}
+
+
+async def test_values_under_common_secret_names_are_not_printed_by_show(tmp_path: Path) -> None:
+    """E5 and "everything printed is redacted": values under secret-named keys are masked
+    whole — also in the spellings config and HTTP code use every day (camelCase, env-var
+    names, a prefix), not only the exact snake_case names. Pagination keys stay."""
+    store = str(tmp_path / "store.sqlite3")
+
+    async def config(**_: Any) -> dict[str, str]:
+        return {**SECRET_NAMED, "nextPageToken": "page-2"}
+
+    async with runtime(tmp_path, tools={"config": config}) as rt:
+        result = await (await rt.start("g", plan_of(tool("c", "config")))).wait()
+    assert result.status == "completed"
+    done = await _shell("--store", store, "--json", "show", result.execution_id)
+    assert done.returncode == 0
+    leaked = [key for key, value in SECRET_NAMED.items() if value in done.stdout]
+    assert leaked == [], f"printed and stored in clear: {leaked}"
+    assert "page-2" in done.stdout

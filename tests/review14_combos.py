@@ -521,3 +521,36 @@ async def test_a_stopped_agent_s_reservation_is_given_back_to_the_steps_after_it
     assert result.status == "completed", (result.status, result.pending)
     assert ledger.names("skill") == ["model:a", "model:b"]
     assert (result.calls_used, record.calls_used) == (2, 2)
+
+
+@pytest.mark.parametrize("control", ["cancel", "pause"])
+async def test_durable_calls_are_counted_once_when_the_run_is_stopped_from_elsewhere(
+    tmp_path: Path, control: str
+) -> None:
+    """E9/B3: three calls inside ctx.step (durable, on the task), one outside, then the agent
+    waits; another runtime cancels or pauses the run. calls_used is 4 — the calls made
+    before the stop are added once, not on top of the ones already committed."""
+    from tests.executions._kit import FAST, Gate
+
+    ledger = Ledger()
+    gate = Gate()
+
+    async def spender(ctx: ms.AgentContext, input: Any) -> str:
+        for i in range(3):
+            await ctx.step(f"s{i}", ctx.call_skill, "model", f"p{i}")
+        await ctx.call_skill("model", "loose")
+        await gate()
+        return "spent"
+
+    agents = {"spender": spender}
+    async with runtime(tmp_path, ledger, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("w", "spender")))
+        await gate.entered.wait()
+        async with runtime(tmp_path, agents=agents, **FAST) as other:
+            await getattr(other, control)(handle.execution_id)
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert len(ledger.names("skill")) == 4
+    (task,) = tasks_of(record)
+    assert (result.calls_used, record.calls_used, task.calls_used) == (4, 4, 4)
