@@ -17,7 +17,6 @@ import anyio.to_thread
 import pytest
 
 import mainspring as ms
-from tests._cli_kit import run_cli
 from tests.executions._kit import FAST, Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
@@ -79,14 +78,21 @@ async def _rich_record(tmp_path: Path) -> str:
     gate = Gate()
 
     async def typed(**_: Any) -> Any:
-        return {"when": __import__("datetime").date(2024, 1, 2), "raw": b"\x00", (1, 2): "pair",
-                "token": VAULT_TOKEN, "set": {SECRET}}
+        return {
+            "when": __import__("datetime").date(2024, 1, 2),
+            "raw": b"\x00",
+            (1, 2): "pair",
+            "token": VAULT_TOKEN,
+            "set": {SECRET},
+        }
 
     async def finder(ctx: ms.AgentContext, input: Any) -> str:
         await ctx.step("fetch", lambda: {"token": VAULT_TOKEN})
         ctx.report_finding(
             f"found {SECRET}",
-            evidence=[{"kind": "file", "ref": f"{SECRET}.md", "detail": SECRET, "step_id": "fetch"}],
+            evidence=[
+                {"kind": "file", "ref": f"{SECRET}.md", "detail": SECRET, "step_id": "fetch"}
+            ],
         )
         await ctx.ask(f"go on with {SECRET}?")
         await ctx.step("park", gate)
@@ -110,7 +116,9 @@ async def _rich_record(tmp_path: Path) -> str:
     assert result.status == "completed", result
     assert result.stopped_steps == ("f",)
     (task,) = tasks_of(record)
-    assert task.diagnostics and task.answer_sha256 and task.findings
+    assert task.diagnostics
+    assert task.answer_sha256
+    assert task.findings
     return str(tmp_path / "store.sqlite3")
 
 
@@ -147,7 +155,8 @@ async def test_show_tells_the_operator_what_12_added(tmp_path: Path) -> None:
     assert "stopped: f" in out
     assert "step t: its stored output is redacted" in out
     assert "inner step fetch ran again on resume" in out
-    assert "answered" in out and "sha256" in out
+    assert "answered" in out
+    assert "sha256" in out
     assert "1 evidence" in out
     shown = json.loads((await _shell("--store", store, "--json", "show", "ex-rich")).stdout)
     (obs,) = [o for o in shown["observations"] if o["step_id"] == "t"]
@@ -181,8 +190,14 @@ def _to_old_format(store: str, execution_id: str) -> None:
                 for key in ("agent_id", "task_id", "status", "superseded_by"):
                     f.pop(key)
             for key in (
-                "answered_at", "answer_sha256", "pending_question_at", "diagnostics",
-                "definition_hash", "envelope_hash", "attempt", "touched_paths",
+                "answered_at",
+                "answer_sha256",
+                "pending_question_at",
+                "diagnostics",
+                "definition_hash",
+                "envelope_hash",
+                "attempt",
+                "touched_paths",
             ):
                 t.pop(key)
         db.execute(
@@ -242,7 +257,7 @@ async def test_calls_made_before_a_stop_task_from_the_command_are_kept(tmp_path:
     assert row["stopped_steps"] == ["w"]
 
 
-APP = '''
+APP = """
 import mainspring as ms
 
 got = []
@@ -253,11 +268,11 @@ async def vault(**_):
 async def asker(ctx, input):
     value = await ctx.step("fetch", ctx.call_skill, "vault")
     answer = await ctx.ask("go on?")
-    print("agent got", value == {"token": "tok-" + "v" * 28, "n": 1}, answer == "yes " + "ghp_" + "Q" * 36 or answer, flush=True)
+    print("agent got", value == {"token": "tok-" + "v" * 28, "n": 1}, flush=True)
     return "done"
 
 config = {"agents": {"asker": asker}, "skills": {"vault": vault}}
-'''
+"""
 
 
 async def test_resume_from_the_command_with_a_secret_answer(tmp_path: Path) -> None:
@@ -275,16 +290,33 @@ async def test_resume_from_the_command_with_a_secret_answer(tmp_path: Path) -> N
         sys.path.remove(str(tmp_path))
     store = str(tmp_path / "store.sqlite3")
     async with ms.open_runtime(store=store, **app.config) as rt:
-        first = await (await rt.start("g", plan_of(agent("q", "asker")), execution_id="ex-q")).wait()
+        first = await (
+            await rt.start("g", plan_of(agent("q", "asker")), execution_id="ex-q")
+        ).wait()
     assert first.status == "waiting_for_clarification"
     answer = f"yes {SECRET}"
 
     def resume() -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
         return subprocess.run(
-            [sys.executable, "-m", "mainspring.cli", "--store", store, "resume", "ex-q",
-             "--app", "app14:config", "--answer", answer],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "mainspring.cli",
+                "--store",
+                store,
+                "resume",
+                "ex-q",
+                "--app",
+                "app14:config",
+                "--answer",
+                answer,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
         )
 
     done = await anyio.to_thread.run_sync(resume)
@@ -375,7 +407,8 @@ async def test_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path
     _no_secret(done.stdout)
     notes = done.stdout.split("\nnotes\n", 1)
     assert len(notes) == 2, done.stdout
-    assert "step b" in notes[1] and "input" in notes[1] and "masked" in notes[1], notes[1]
+    for word in ("step b", "input", "masked"):
+        assert word in notes[1], notes[1]
 
 
 async def test_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_exits_1(
@@ -394,7 +427,11 @@ async def test_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_e
     def command(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "mainspring.cli", "--store", store, *argv],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
         )
 
     again = await anyio.to_thread.run_sync(lambda: command("cancel", first.execution_id))

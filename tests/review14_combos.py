@@ -129,7 +129,6 @@ async def test_stop_from_another_runtime_while_waiting_for_budget_then_resume(
     assert (done.calls_used, record.calls_used) == (2, 2)
 
 
-
 def _versioned_asker(version: str, got: list[Any], answers: list[str]) -> Any:
     async def asker(ctx: ms.AgentContext, input: Any) -> str:
         got.append(await ctx.step("fetch", ctx.call_skill, "vault"))
@@ -214,7 +213,8 @@ async def test_a_cancel_from_elsewhere_while_a_redacted_step_reruns_is_that_canc
         record = stored(rt, first.execution_id)
     (seen,) = gate.reasons
     assert isinstance(seen, ms.ParentCancel), seen
-    assert isinstance(seen.root, ms.Cancel) and seen.root.detail == "operator says stop"
+    assert isinstance(seen.root, ms.Cancel)
+    assert seen.root.detail == "operator says stop"
     assert result.status == "cancelled"
     assert ledger.count("vault") == 2
     assert (result.calls_used, record.calls_used) == (2, 2)
@@ -337,7 +337,8 @@ async def test_why_a_run_with_every_step_stopped_failed_is_told_by_another_runti
         with anyio.fail_after(30):
             live = await handle.wait()
     assert live.status == "failed"
-    assert live.error is not None and "a" in live.error
+    assert live.error is not None
+    assert "a" in live.error
     async with runtime(tmp_path, agents=agents) as rt:
         again = await (await rt.resume(handle.execution_id)).wait()
     assert again.status == "failed"
@@ -395,7 +396,6 @@ async def test_a_stopped_step_with_a_secret_input_stays_stopped_after_a_replan_e
     assert result.stopped_steps == ("w",)
 
 
-
 async def test_a_plan_with_a_secret_input_approved_in_the_process_that_planned_it_runs(
     tmp_path: Path,
 ) -> None:
@@ -409,9 +409,7 @@ async def test_a_plan_with_a_secret_input_approved_in_the_process_that_planned_i
         got.append(pw)
         return "used"
 
-    async with runtime(
-        tmp_path, tools={"secretive": secretive}, require_plan_approval=True
-    ) as rt:
+    async with runtime(tmp_path, tools={"secretive": secretive}, require_plan_approval=True) as rt:
         first = await (await rt.start("g", plan_of(tool("b", "secretive", pw=SECRET)))).wait()
         assert first.status == "waiting_for_approval", first
         with anyio.fail_after(30):

@@ -4,10 +4,10 @@ run handed it (E10): typed values in outputs, ctx.step results and step inputs."
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import os
 import subprocess
 import sys
-import decimal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -131,7 +131,7 @@ def test_E10_killed_twice_and_resumed_in_fresh_processes_hands_back_the_live_val
             proc.wait(timeout=30)
             assert proc.stdout is not None
             proc.stdout.close()
-        assert lines and lines[-1] == "ready", (mode, lines)
+        assert lines[-1:] == ["ready"], (mode, lines)
         seen += [f"{mode}: {line}" for line in lines]
     proc = _worker("finish", store)
     out, _ = proc.communicate(timeout=60)
