@@ -92,6 +92,10 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
             call = rt.pause if args.command == "pause" else rt.cancel
             outcome = await call(args.id, reason=args.reason or "")
         else:
+            before = await rt.get(args.id)
+            if before is None:
+                raise UnknownExecution(args.id)
+            refused = before.terminal  # R4: a finished run is left as it is; nothing to do
             handle = await rt.resume(args.id, answer=args.answer, approve=args.approve)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_progress, rt, out, args.id)
@@ -105,8 +109,12 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
             out.line(f"pending {outcome.pending.kind}: {outcome.pending.question}")
         if outcome.error:
             out.line(f"why: {outcome.error}")
-        if refused:
-            out.line(f"nothing to {args.command}: the execution is {outcome.status}")
+    if refused:  # said on stderr with --json, so stdout stays one JSON document
+        message = f"nothing to {args.command}: the execution is {outcome.status}"
+        if out.as_json:
+            out.warn(message)
+        else:
+            out.line(message)
     return EXIT_FAILED if refused or outcome.status == "failed" else EXIT_OK
 
 

@@ -171,6 +171,13 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         for obs in execution.observations
         if obs.ok and obs.redacted
     ]
+    finished = {s.id for s in plan.steps if s.status in STEP_FINISHED} if plan else set()
+    notes += [
+        f"step {step_id}: its input is masked on disk (it held a secret); if the run is "
+        "resumed elsewhere before it runs, it fails instead of running with the mask"
+        for step_id in execution.masked_inputs
+        if step_id not in finished
+    ]
     notes += [f"task {t.id}: {line}" for t in tasks for line in t.diagnostics]
     if notes:
         out.line("")

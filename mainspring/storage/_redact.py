@@ -46,11 +46,28 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _BEARER = re.compile(
     r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?\s*bearer\s+)(?!\[redacted )[^\s\"',;]+"
 )
-_SECRET_KEYS = re.compile(
-    r"(?i)^(?:password|passwd|pwd|secret|client_secret|secret_key|api[_-]?key|x-api-key|"
-    r"access_key|aws_secret_access_key|token|access_token|refresh_token|id_token|auth_token|"
-    r"session_token|authorization|proxy-authorization|cookie|set-cookie|private_key)$"
+# Key names are compared as words: "accessToken", "ACCESS-TOKEN" and "access_token" all read
+# access_token. A key is a secret's when its last word (or two) says so; a token that names
+# a place in a listing (next_token, page_token, nextPageToken) is pagination, not a secret.
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SECRET_WORDS = frozenset(
+    {"password", "passwd", "pwd", "secret", "token", "apikey", "cookie", "authorization"}
 )
+_SECRET_PAIRS = frozenset(
+    {("api", "key"), ("secret", "key"), ("private", "key"), ("access", "key")}
+)
+_PAGINATION = frozenset({"next", "page", "continuation", "pagination", "cursor", "sync"})
+
+
+def _secret_key(key: str) -> bool:
+    words = _CAMEL.sub("_", key).lower().replace("-", "_").split("_")
+    words = [word for word in words if word]
+    if not words:
+        return False
+    last = words[-1]
+    if last in _SECRET_WORDS:
+        return not (last == "token" and len(words) > 1 and words[-2] in _PAGINATION)
+    return len(words) > 1 and (words[-2], last) in _SECRET_PAIRS
 _MAX_DEPTH = 200
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 _MIN_SECRET = 6  # shorter registered values would mask ordinary words
@@ -137,7 +154,9 @@ def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> A
                 base, n = new_key if isinstance(new_key, str) else _mask("key"), 2
                 while new_key in out or new_key in value:
                     new_key, n = f"{base} ({n})", n + 1
-            if isinstance(key, str) and _SECRET_KEYS.match(key) and item not in (None, ""):
+            # A key that was itself a secret is not a name that says its value is one.
+            named = isinstance(key, str) and not masked and _secret_key(key)
+            if named and item not in (None, ""):
                 if not (type(item) is str and item == _SECRET_MASK):
                     changed.seen = True
                 out[new_key] = _SECRET_MASK

@@ -230,9 +230,14 @@ def test_E10_the_flag_says_whether_anything_was_masked() -> None:
 
 
 PAGINATION = ["next_token", "page_token", "continuation_token", "nextPageToken", "pageToken",
-              "next_page_token", "NextToken", "cursor", "tokens_used"]  # fmt: skip
+              "next_page_token", "NextToken", "cursor", "tokens_used", "max_tokens",
+              "input_tokens", "password_hint", "secret_santa", "token_count"]  # fmt: skip
 SECRET_KEYS = ["token", "access_token", "refresh_token", "id_token", "api_key", "apiKey",
-               "API-KEY", "password", "client_secret", "Authorization", "cookie"]  # fmt: skip
+               "API-KEY", "password", "client_secret", "Authorization", "cookie",
+               # the spellings config and HTTP code use every day (camelCase, env names)
+               "accessToken", "clientSecret", "GITHUB_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD",
+               "secretKey", "x-api-key", "bearer_token", "Set-Cookie", "csrf_token",
+               "aws_secret_access_key"]  # fmt: skip
 
 
 @pytest.mark.parametrize("key", PAGINATION)
