@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
+import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._codec import converter, structure
@@ -575,3 +576,23 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
 
 _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
+_observation_fields = converter.get_structure_hook(Observation)
+_MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
+
+
+def _structure_observation(value: Any, _: Any) -> Observation:
+    # An observation stored before ``redacted`` existed says nothing either way: if its
+    # output holds a mask, it is taken as redacted, so it is never replayed as the original
+    # (E10); one without a mask is what the step returned.
+    if type(value) is dict and "redacted" not in value and value.get("output") is not None:
+        try:
+            masked = _MASK_MARK in orjson.dumps(value["output"])
+        except TypeError:
+            masked = False
+        if masked:
+            value = {**value, "redacted": True}
+    result: Observation = _observation_fields(value, Observation)
+    return result
+
+
+converter.register_structure_hook(Observation, _structure_observation)
