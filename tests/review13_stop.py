@@ -90,7 +90,8 @@ async def test_cascade_in_a_diamond_cancels_the_join_and_fails_the_run(tmp_path:
     assert ledger.count("inc:2") == 0
     assert result.status == "failed"
     assert record.status == "failed"
-    assert result.error is not None and "d" in result.error
+    assert result.error is not None
+    assert "d" in result.error
 
 
 async def test_stop_twice_and_after_the_end_say_what_happened(tmp_path: Path) -> None:
