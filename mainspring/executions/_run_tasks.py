@@ -36,6 +36,7 @@ from ._run_messages import (
 from ._transitions import clamp_count, stop_request, stop_task
 
 _CODES = frozenset(typing.get_args(ObservationCode))
+_PROGRAM_ENDING = frozenset({("builtins", "SystemExit"), ("builtins", "KeyboardInterrupt")})
 
 
 class TaskEvents(ExecutionCore):
@@ -189,6 +190,12 @@ class TaskEvents(ExecutionCore):
     async def _child_ended(self, notice: Terminated) -> None:
         step_id = self._by_ref.pop(notice.ref, None)
         if step_id is None or self._ended:
+            return
+        reason = notice.reason
+        if isinstance(reason, Crash) and (reason.module, reason.error_type) in _PROGRAM_ENDING:
+            # SystemExit / KeyboardInterrupt in the child's code: the program is ending and
+            # the system shuts down (this run with it). Nothing failed: the run is left as a
+            # shutdown leaves it, for a resume (R3); its unsaved calls are charged then.
             return
         if step_id == "":  # the planner ended; it reported unless it crashed
             planning, self._planning = self._planning, False
