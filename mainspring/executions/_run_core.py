@@ -493,6 +493,8 @@ class ExecutionCore(Actor):
             await self._refused(outcome)
             return
         assert stored is not None
+        # Requests written elsewhere are durable already: no commit is needed to keep them.
+        self._rec = attrs.evolve(self._rec, stop_requests=stored.stop_requests)
         askers = {  # V3: the stopped task is told who asked, as if they had asked here
             op: control.by
             for control in stored.controls
