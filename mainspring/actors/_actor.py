@@ -192,7 +192,7 @@ class Actor(abc.ABC):
 class _Stillborn(Actor):
     """Stands in for an instance whose factory raised on restart: it crashes on start."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: BaseException) -> None:
         self.error = error
 
     async def on_start(self) -> None:

@@ -56,6 +56,11 @@ def _log() -> logging.Logger:
     return logging.getLogger("mainspring.actors")
 
 
+def _is_cancellation(exc: BaseException) -> bool:
+    """The backend's cancellation, or a generator closing: never caught, never a crash."""
+    return isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit)
+
+
 # An actor whose handlers never await would otherwise hog the event loop while its mailbox
 # is non-empty; it yields after this many messages in a row.
 _BATCH = 64
@@ -221,6 +226,11 @@ class Cell(Messaging, Stopping):
                 except Exception as exc:
                     how = "crashed"
                     self._crashed(exc)
+                except BaseException as exc:
+                    if _is_cancellation(exc):
+                        raise
+                    how = "crashed"
+                    self._fatal(exc)
                 finally:
                     self._begin_stopping(how)
         finally:
@@ -243,7 +253,9 @@ class Cell(Messaging, Stopping):
         self.actor = None  # lets Actor.__new__ attach the next instance (self.ref in __init__)
         try:
             self.actor = self._construct()
-        except Exception as exc:  # a factory that fails on restart: this incarnation crashes
+        except BaseException as exc:  # a factory that fails on restart: this one crashes
+            if _is_cancellation(exc):  # pragma: no cover - constructing does not await
+                raise
             self.actor = _Stillborn(exc)
             self.actor._mainspring_cell = self
 
@@ -300,9 +312,19 @@ class Cell(Messaging, Stopping):
                 in_a_row = 0
                 await mailbox.wait()
 
-    def _crashed(self, exc: Exception) -> None:
+    def _crashed(self, exc: BaseException) -> None:
         reason = self._record(Crash.from_exception(exc, source=self.path))
         _log().error("actor %s crashed: %s", self.path, reason, exc_info=exc)
+
+    def _fatal(self, exc: BaseException) -> None:
+        """SystemExit, KeyboardInterrupt (any BaseException but cancellation) in the actor's
+        code: it ends for good with a Crash (no supervisor restarts it), and the system is
+        told, which shuts down and lets ``exc`` out of ``open_system``. Not re-raised here:
+        out of this task it would reach the task group (wrapped in a group) or, on asyncio,
+        escape the event loop past the shutdown, leaving shielded actors behind."""
+        self._final = True
+        self._crashed(exc)
+        self.system._fail(exc)
 
     def _begin_stopping(self, how: str) -> None:
         """Synchronous first half of stopping, run before the children's task group exits."""
@@ -378,6 +400,11 @@ class Cell(Messaging, Stopping):
                     await actor.on_stop(reason)
                 except Exception:
                     _log().exception("actor %s: on_stop raised", self.path)
+                except BaseException as exc:
+                    if _is_cancellation(exc):
+                        raise
+                    _log().error("actor %s: on_stop raised", self.path, exc_info=exc)
+                    self.system._fail(exc)
             self._stop_scope = None
         # Watches belong to the instance that made them.
         if self.watching:

@@ -85,6 +85,10 @@ class ActorSystem(metaclass=NoPublicConstructor):
         self._children: dict[str, Cell] = {}
         self._ids = itertools.count(1)
         self._closed = False
+        # A BaseException (SystemExit, KeyboardInterrupt) an actor raised, the first one: it
+        # ends the open_system block and comes out of it (see _fail).
+        self._fatal: BaseException | None = None
+        self._block: anyio.CancelScope | None = None  # the caller's open_system block
         # The running backend's concrete Event class: anyio.Event() looks the backend up on
         # every call, and the kernel makes one or two events per ask.
         self.new_event: Callable[[], anyio.Event] = type(anyio.Event())
@@ -219,6 +223,15 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # kept by the cells (see _cell's module docstring).
         self._tg.start_soon(run, name=name)
 
+    def _fail(self, exc: BaseException) -> None:
+        """An actor's code raised ``exc``, a BaseException that is not cancellation: the
+        program is to end. The ``open_system`` block is cancelled, the system shuts down as
+        when the block ends, and ``exc`` comes out of ``open_system`` unwrapped."""
+        if self._fatal is None:
+            self._fatal = exc
+        if self._block is not None:
+            self._block.cancel(f"an actor raised {type(exc).__qualname__}")
+
     def lookup(self, path: str) -> ActorRef | None:
         """The live actor at ``path`` (``/a/b``), or None."""
         names = [part for part in path.split("/") if part]
@@ -281,7 +294,11 @@ async def open_system(
     Every actor lives inside the block, so the system nests in a server's lifespan and leaves
     no task behind. Leaving the block stops every actor with :class:`Shutdown` (whose detail
     says whether the block ended, raised or was cancelled); an exception raised in the block
-    propagates, unwrapped, after that cleanup. ``shutdown_timeout`` bounds the graceful phase
+    propagates, unwrapped, after that cleanup. A BaseException other than cancellation
+    (``SystemExit``, ``KeyboardInterrupt``) raised in an actor's code (a handler, a hook, a
+    tool) crashes that actor for good (no restart), ends the block as a cancellation would,
+    and after the cleanup propagates unwrapped in place of whatever the block raised.
+    ``shutdown_timeout`` bounds the graceful phase
     of that shutdown; ``stop_timeout`` bounds each actor's ``on_stop``.
 
     ``root`` builds the overseer of the top-level actors (the root supervisor, whose restart
@@ -295,22 +312,33 @@ async def open_system(
             name, tg, shutdown_timeout, stop_timeout, root if root is not None else _KernelRoot
         )
         detail = "the open_system block ended"
-        try:
-            yield system
-        except Exception as exc:
-            detail = f"the open_system block raised {type(exc).__qualname__}"
-            failure = exc  # re-raised below, outside the task group, so it is not wrapped
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit):
-                # Cancellation belongs to the task group's scope (or an outer one): it
-                # must pass through the group, which knows what to do with it.
-                detail = "the open_system block was cancelled"
-                raise
-            # SystemExit, KeyboardInterrupt...: like an Exception, re-raised unwrapped below.
-            detail = f"the open_system block raised {type(exc).__qualname__}"
-            failure = exc
-        finally:
-            with anyio.CancelScope(shield=True):
-                await system.shutdown(Shutdown(detail=detail, source=f"system {name}"))
+        with anyio.CancelScope() as block:  # cancelled when an actor raises SystemExit...
+            system._block = block
+            try:
+                yield system
+            except Exception as exc:
+                detail = f"the open_system block raised {type(exc).__qualname__}"
+                failure = exc  # re-raised below, outside the task group, so it is not wrapped
+            except BaseException as exc:
+                if isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit):
+                    # Cancellation belongs to the task group's scope (or an outer one, or
+                    # the block's own): it must pass through them, which know what to do.
+                    detail = "the open_system block was cancelled"
+                    raise
+                # SystemExit, KeyboardInterrupt...: like an Exception, re-raised unwrapped.
+                detail = f"the open_system block raised {type(exc).__qualname__}"
+                failure = exc
+            finally:
+                system._block = None
+                if system._fatal is not None:
+                    detail = f"an actor raised {type(system._fatal).__qualname__}"
+                with anyio.CancelScope(shield=True):
+                    await system.shutdown(Shutdown(detail=detail, source=f"system {name}"))
+    if system._fatal is not None:
+        # It ends the program: it wins over what the block raised (kept as its context).
+        fatal, system._fatal = system._fatal, None
+        if failure is not None and failure is not fatal and fatal.__context__ is None:
+            fatal.__context__ = failure
+        raise fatal
     if failure is not None:
         raise failure

@@ -183,6 +183,7 @@ class ExecutionActor(TaskEvents):
         ref = await self.spawn(PlannerActor, self.ref, cfg.planner, context)
         self.watch(ref)
         self._by_ref[ref] = ""
+        self._planning = True
         ref.tell_nowait("plan")
 
     async def _pause_for(self, why: str) -> None:
@@ -199,6 +200,7 @@ class ExecutionActor(TaskEvents):
         self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
 
     async def _planned(self, planned: Planned) -> bool:
+        self._planning = False
         if planned.question is not None:
             # An outer question: its answer is appended to the goal on resume (R10).
             pending = Pending(
@@ -262,9 +264,11 @@ class ExecutionActor(TaskEvents):
         return bool(changes)
 
     async def _advance(self) -> None:
-        """Start every step that may start now; when nothing runs, settle the run."""
+        """Start every step that may start now; when nothing runs, settle the run. Not while
+        the planner works: the plan in hand is being replaced (R6), and what was committed
+        meanwhile (a stopped task) is carried into the new plan by ``_adopt``."""
         while True:
-            if self._ended or self._plan is None:
+            if self._ended or self._plan is None or self._planning:
                 return
             changed = self._cascade()
             starts, needs_approval, needs_budget = self._pick()

@@ -105,6 +105,7 @@ class ExecutionCore(Actor):
         self._outputs: dict[str, Any] = {}
         self._stopping_tasks: dict[str, StopTask] = {}  # by task id
         self._keep_done = False
+        self._planning = False  # a planner child works: the plan in hand is not run (R6)
         self._in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
         self._ended = False  # the final state is committed (or refused): nothing more to write
         self._refusal: CommitOutcome | None = None
@@ -229,13 +230,15 @@ class ExecutionCore(Actor):
         plan keeps its inputs so tools get what the planner meant."""
         previous = self._live_plan or self._plan
         kept: dict[str, StepStatus] = {}
-        if self._keep_done and previous is not None:
-            # A step a user stopped stays stopped while the plan holds that exact step (S2).
-            done = {
-                (step.id, step.kind, step.target, step_input_hash(step)): status
-                for step in previous.steps
-                if (status := self._sched.status.get(step.id, "pending")) in SATISFIED
-            }
+        if previous is not None:
+            # A step a user stopped stays stopped (or cancelled, with the cascade) while the
+            # plan holds that exact step (S2), after drift too: the stop is the user's, not
+            # derived from the workspace. After a failure, steps done stay done.
+            done: dict[tuple[str, str, str, str], StepStatus] = {}
+            for step in previous.steps:
+                status = self._sched.status.get(step.id, "pending")
+                if (self._keep_done and status in SATISFIED) or self._user_stopped(step.id):
+                    done[(step.id, step.kind, step.target, step_input_hash(step))] = status
             kept = {
                 step.id: done[key]
                 for step in plan.steps
@@ -248,6 +251,21 @@ class ExecutionCore(Actor):
         self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
         self._claimed.clear()
         self._claim_finished()
+
+    def _user_stopped(self, step_id: str) -> bool:
+        """The step ended because a user stopped its agent task (S1, S2)."""
+        observation = self._obs.get(step_id)
+        if observation is None or observation.agent_task_id is None:
+            return False
+        if observation.code not in ("stopped", "cancelled"):
+            return False
+        task = self._tasks.get(observation.agent_task_id)
+        return (
+            task is not None
+            and task.state == "cancelled"
+            and task.interruption is not None
+            and task.interruption.detail == "stopped"
+        )
 
     def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
         """R8: a stored task matches a step by (agent id, input hash), never by step id; each
@@ -510,6 +528,8 @@ class ExecutionCore(Actor):
             await self._refused(outcome)
             return
         assert stored is not None
+        # Requests written elsewhere are durable already: no commit is needed to keep them.
+        self._rec = attrs.evolve(self._rec, stop_requests=stored.stop_requests)
         askers = stop_askers(stored)  # V3: the task is told who asked, as if asked here
         for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)

@@ -10,6 +10,7 @@ import attrs
 
 from ..actors import Cancel, Crash, Stop, Terminated
 from ..storage import (
+    MAX_CONTROLS,
     AgentTaskRecord,
     Failure,
     Observation,
@@ -32,9 +33,10 @@ from ._run_messages import (
     StopTask,
     Unstorable,
 )
-from ._transitions import clamp_count, stop_task
+from ._transitions import clamp_count, stop_request, stop_task
 
 _CODES = frozenset(typing.get_args(ObservationCode))
+_PROGRAM_ENDING = frozenset({("builtins", "SystemExit"), ("builtins", "KeyboardInterrupt")})
 
 
 class TaskEvents(ExecutionCore):
@@ -189,8 +191,15 @@ class TaskEvents(ExecutionCore):
         step_id = self._by_ref.pop(notice.ref, None)
         if step_id is None or self._ended:
             return
+        reason = notice.reason
+        if isinstance(reason, Crash) and (reason.module, reason.error_type) in _PROGRAM_ENDING:
+            # SystemExit / KeyboardInterrupt in the child's code: the program is ending and
+            # the system shuts down (this run with it). Nothing failed: the run is left as a
+            # shutdown leaves it, for a resume (R3); its unsaved calls are charged then.
+            return
         if step_id == "":  # the planner ended; it reported unless it crashed
-            if self._plan is None and isinstance(notice.reason, Crash):
+            planning, self._planning = self._planning, False
+            if (self._plan is None or planning) and isinstance(notice.reason, Crash):
                 await self._finish("failed", error=f"the planner crashed: {notice.reason}")
             return
         running = self._running.get(step_id)
@@ -230,6 +239,10 @@ class TaskEvents(ExecutionCore):
         running = self._running.get(task.step_id)
         if running is not None and running.task_id == task.id:
             if task.id not in self._stopping_tasks:
+                if not await self._stop_durably(request):
+                    return StopResult(
+                        ok=False, state=task.state, reason="the execution is stopping", **base
+                    )
                 self._stopping_tasks[task.id] = request
                 by = request.by or self._cfg.owner  # who asked (V3)
                 running.ref.cancel(
@@ -246,6 +259,21 @@ class TaskEvents(ExecutionCore):
                 ok=False, state=task.state, reason="the execution is stopping", **base
             )
         return StopResult(ok=True, state="cancelled", reason="marked cancelled", **base)
+
+    async def _stop_durably(self, request: StopTask) -> bool:
+        """S1, R11: a live stop is written as a stop request before the task is cancelled, so
+        it stands whatever ends the run before the task has unwound (a pause or a refusal):
+        a pause applies it and so does the next resume. Once the task is recorded cancelled
+        the request is moot (requests for finished tasks are ignored). False if the run is
+        stopping (the commit was refused): then nothing was stopped."""
+        entry = stop_request(request.operation_id, request.task_id, cascade=request.cascade)
+        if entry in self._rec.stop_requests:
+            return True  # it came through the record (a heartbeat): durable already
+        requests = (*self._rec.stop_requests, entry)[-MAX_CONTROLS:]
+        try:
+            return await self._commit(stop_requests=requests)
+        except Unstorable:  # the record cannot take it: the stop is live only
+            return not self._stopped()
 
     async def _task_stopped(self, running: Running, now: float) -> None:
         """A live task we cancelled has unwound: record it stopped; the run goes on."""

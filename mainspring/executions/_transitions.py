@@ -183,7 +183,13 @@ def requeue_interrupted(
 
 
 def pause_execution(execution: Execution, by: str, now: float, reason: str = "") -> Execution:
-    """R1 on the record: tasks requeued with interruption ``pause``, status ``paused``."""
+    """R1 on the record: tasks requeued with interruption ``pause``, status ``paused``. A
+    stop asked for and not yet recorded (a stop request) is applied first: a stop under way
+    is not undone by the pause (S1, R11)."""
+    askers = stop_askers(execution)
+    for operation, task_id, cascade in parse_stop_requests(execution.stop_requests):
+        asker = askers.get(operation, by)
+        execution, _ = stop_task(execution, task_id, operation, now, by=asker, cascade=cascade)
     execution, _ = requeue_interrupted(execution, "pause", now, reason)
     execution = add_control(execution, "pause", by, now, reason)
     status = execution_move(execution.id, execution.status, "paused")

@@ -68,6 +68,8 @@ def _secret_key(key: str) -> bool:
     if last in _SECRET_WORDS:
         return not (last == "token" and len(words) > 1 and words[-2] in _PAGINATION)
     return len(words) > 1 and (words[-2], last) in _SECRET_PAIRS
+
+
 _MAX_DEPTH = 200
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 _MIN_SECRET = 6  # shorter registered values would mask ordinary words

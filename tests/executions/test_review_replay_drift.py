@@ -16,8 +16,8 @@ import pytest
 import mainspring as ms
 from mainspring.executions._results import agent_hash
 
-from ._exact import same
-from .executions._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
+from .._exact import same
+from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ import pytest
 import mainspring as ms
 from tests.executions._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.anyio
 
 

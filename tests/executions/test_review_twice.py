@@ -21,7 +21,7 @@ from tests.executions._kit import FAST, Gate, plan_of, runtime, stored
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 VALUES: dict[Any, Any] = {
     "when": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))),
@@ -96,7 +96,7 @@ async def test_E10_two_resumes_in_a_row_hand_back_the_live_values(tmp_path: Path
 def _worker(mode: str, store: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.review14_worker", mode, str(store), "ex-twice"],
+        [sys.executable, "-m", "tests.executions._twice_worker", mode, str(store), "ex-twice"],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

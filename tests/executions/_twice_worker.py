@@ -1,6 +1,6 @@
 """Subprocess for review 14's twice-resumed run (E10): no tests here.
 
-    python -m tests.review14_worker start|resume|finish <store> <execution id>
+    python -m tests.executions._twice_worker start|resume|finish <store> <execution id>
 
 ``start`` and ``resume`` run until the agent's inner work is durable, print ``ready`` and wait
 to be killed; ``finish`` resumes to the end. In every process the agent and the tool ``echo``
