@@ -103,9 +103,12 @@ async def _rich_record(tmp_path: Path) -> str:
         agent("f", "finder", "t"),
         tool("after", "inc", "f", x=1),
     )
-    async with runtime(tmp_path, tools={"typed": typed}, agents={"finder": finder}, **FAST) as rt:
+    options: dict[str, Any] = {"tools": {"typed": typed}, "agents": {"finder": finder}, **FAST}
+    async with runtime(tmp_path, **options) as rt:
         first = await (await rt.start("g", plan, execution_id="ex-rich")).wait()
         assert first.status == "waiting_for_clarification", first
+    # Answered in another runtime, which has only the masked fetch: it runs again there.
+    async with runtime(tmp_path, **options) as rt:
         handle = await rt.resume("ex-rich", answer=f"yes {SECRET}")
         await gate.entered.wait()
         (task,) = await rt.agent_tasks("ex-rich")

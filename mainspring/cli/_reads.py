@@ -119,6 +119,9 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     )
     if _stopped(execution):
         out.line(f"stopped: {', '.join(_stopped(execution))} (done without a result)")
+    why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+    if execution.status == "failed" and why is not None and why.error:
+        out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease
     if lease is not None and holder(lease, now):
         out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")

@@ -131,6 +131,18 @@ class _OverBudget(MainspringError):
 MAX_OUTPUT_BYTES = 1 << 20
 
 
+MAX_KEPT_RESULTS = 1_000
+
+
+def keep_result(kept: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+    """Keep the real result of an inner step whose stored result is masked, so a resume in
+    this process replays it exactly (E10) instead of running it again; the oldest go first."""
+    kept.pop(key, None)
+    kept[key] = value
+    while len(kept) > MAX_KEPT_RESULTS:
+        del kept[next(iter(kept))]
+
+
 @attrs.frozen
 class Stored:
     """An output as it will be stored: redacted (E5), and whether redaction changed it."""
@@ -314,6 +326,9 @@ class AgentContext:
         if recorded is not None:
             if not recorded.redacted or on_redacted == "replay":
                 return recorded.output
+            key = (self.task_id, name)
+            if key in self._actor.kept:
+                return self._actor.kept[key]  # the value itself, handed over in this process
             # E10: the stored result is masked, not what fn returned: run it again.
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
@@ -323,6 +338,8 @@ class AgentContext:
             raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
         rerun = recorded is not None
         await self._actor.record_inner(name, stored, declared, rerun=rerun)
+        if stored.redacted:
+            keep_result(self._actor.kept, (self.task_id, name), result)
         return result
 
     async def ask(self, question: str) -> str:
@@ -414,10 +431,13 @@ class AgentTaskActor(Actor):
         meter: Meter | None = None,
         waits_for_budget: bool = False,
         workspace: Path | None = None,
+        kept: dict[tuple[str, str], Any] | None = None,
     ) -> None:
         self._execution = execution
         self._waits_for_budget = waits_for_budget
         self._workspace = workspace
+        # E10: real results of inner steps stored masked, kept by this runtime (memory only)
+        self.kept = kept if kept is not None else {}
         self._meter = meter if meter is not None else Meter(record.calls_used)
         self.record = record
         self._step = step

@@ -119,6 +119,10 @@ def result_from(
 ) -> ExecutionResult:
     """An :class:`ExecutionResult` built from a stored execution (and live outputs)."""
     summary, done, total = summarize(execution)
+    if error is None and execution.status == "failed":
+        # Why the run failed is on the record (the "plan" observation), for every reader.
+        why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+        error = why.error if why is not None else None
     tasks, _ = parse_agent_tasks(execution)
     findings = [finding for task in tasks for finding in task.findings]
     stored = {obs.step_id: obs.output for obs in execution.observations if obs.ok}

@@ -56,6 +56,9 @@ from ._run_messages import (
     StopTask,
     Unstorable,
     for_children,
+    keep_live_plan,
+    keep_secret_input,
+    real_input_hash,
 )
 from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
@@ -248,6 +251,8 @@ class ExecutionCore(Actor):
         self._live_plan = plan
         self._plan = redact_plan(plan)
         self._rec = attrs.evolve(self._rec, masked_inputs=masked_inputs(plan))
+        if self._rec.masked_inputs:
+            keep_live_plan(self._cfg.live_plans, self._rec.id, plan)
         self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
         self._claimed.clear()
         self._claim_finished()
@@ -270,10 +275,14 @@ class ExecutionCore(Actor):
     def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
         """R8: a stored task matches a step by (agent id, input hash), never by step id; each
         record is claimed at most once per resume. Completed ones first, then unfinished."""
+        known: str | None = None
         if step.id in self._rec.masked_inputs:
             # The input hash is of the masked input: a task of another secret would match.
-            # What ran with which secret cannot be told, so nothing stored is reused (E10).
-            return None
+            # Only a task this runtime ran with this very input (known in memory, never on
+            # disk) is reused; what ran with which secret elsewhere cannot be told (E10).
+            if self._live_plan is None:
+                return None
+            known = real_input_hash(step)
         digest = step_input_hash(step)
         candidates = [
             task
@@ -285,6 +294,7 @@ class ExecutionCore(Actor):
             # R8: a changed agent's finished task is not its result; an unfinished one is
             # claimed and restarts its inner work (see _revalidated).
             and not (task.state == "completed" and self._redefined(task))
+            and (known is None or self._cfg.secret_inputs.get(task.id) == known)
         ]
         if not candidates:
             return None
@@ -331,6 +341,9 @@ class ExecutionCore(Actor):
         )
         self._claimed.add(task.id)
         self._charged[task.id] = 0
+        if step.id in self._rec.masked_inputs and self._live_plan is not None:
+            # E10: which secret this task ran with is known here only, never on disk.
+            keep_secret_input(self._cfg.secret_inputs, task.id, real_input_hash(step))
         return task
 
     async def _task_checkpoint(self, step: PlanStep) -> Checkpoint | None:

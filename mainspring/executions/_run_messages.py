@@ -18,7 +18,10 @@ from ..actors import (
 )
 from ..storage import (
     Committer,
+    Plan,
     PlanStep,
+    encode_value,
+    sha256_hex,
 )
 from ._agent import (
     Meter,
@@ -53,6 +56,13 @@ class RunConfig:
     tool_hashes: Mapping[str, str]
     agent_hashes: Mapping[str, str] = attrs.field(factory=dict)  # definitions (R8)
     agent_envelope: str = ""  # what wraps every agent's definition here (R8)
+    # E10: the plans, with their real inputs, of this runtime's runs whose stored inputs are
+    # masked; a resume here runs them as planned (kept until the run ends, bounded).
+    live_plans: dict[str, Plan] = attrs.field(factory=dict)
+    # ...and, for their agent tasks, a digest of the real input each ran with (R8, E10).
+    secret_inputs: dict[str, str] = attrs.field(factory=dict)
+    # ...and the real results of their inner steps stored masked: (task id, step) -> value.
+    kept_results: dict[tuple[str, str], Any] = attrs.field(factory=dict)
 
 
 class RunWatcher(Protocol):
@@ -106,3 +116,27 @@ def for_children(reason: CancelReason, source: str) -> CancelReason:
     if isinstance(reason, Pause | LeaseLost):
         return reason
     return ParentCancel(reason, source=source)
+
+
+MAX_LIVE_PLANS = 1_000
+
+
+def keep_live_plan(plans: dict[str, Plan], execution_id: str, plan: Plan) -> None:
+    """Remember ``plan`` (with its real inputs) for ``execution_id``: the oldest go first."""
+    plans.pop(execution_id, None)
+    plans[execution_id] = plan
+    while len(plans) > MAX_LIVE_PLANS:
+        del plans[next(iter(plans))]
+
+
+def keep_secret_input(digests: dict[str, str], task_id: str, digest: str) -> None:
+    """Remember which real input ``task_id`` ran with (memory only): the oldest go first."""
+    digests.pop(task_id, None)
+    digests[task_id] = digest
+    while len(digests) > MAX_LIVE_PLANS * 10:
+        del digests[next(iter(digests))]
+
+
+def real_input_hash(step: PlanStep) -> str:
+    """A digest of ``step``'s real input, secrets included: kept in memory, never stored."""
+    return sha256_hex(encode_value(step.input))

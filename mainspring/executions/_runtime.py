@@ -35,6 +35,7 @@ from ..actors import (
     open_system,
 )
 from ..storage import (
+    EXECUTION_TERMINAL,
     MAX_COUNTER,
     AgentTaskRecord,
     Committer,
@@ -68,7 +69,7 @@ from ._results import (
     tool_hash,
 )
 from ._run_events import RunEvent, RunEventBus
-from ._run_messages import Begin, RunConfig, RunWatcher, StopTask
+from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, keep_live_plan
 from ._transitions import bounded_reason
 
 __all__ = ["Runtime", "open_runtime"]
@@ -229,6 +230,8 @@ class Runtime:
         )
         if not await self._committer.create(record):
             raise ExecutionExists(execution_id)
+        if plan is not None and record.masked_inputs:
+            keep_live_plan(cfg.live_plans, record.id, plan)
         return await self._spawn(record, plan, Begin(resumed=False))
 
     async def _spawn(
@@ -247,6 +250,8 @@ class Runtime:
                 live = runtime._live.get(record.id)
                 if live is not None and live.handle is handle:
                     del runtime._live[record.id]
+                if result.status in EXECUTION_TERMINAL:
+                    runtime._forget(record.id)
                 handle._resolve(result)
 
         spawn = _Spawn(self._cfg, record, live_plan, begin, Watch())
@@ -255,6 +260,16 @@ class Runtime:
             raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
         self._live[record.id] = _Live(ref, handle)
         return handle
+
+    def _forget(self, execution_id: str) -> None:
+        """A finished run's real plan, inputs and results kept in memory go (E10)."""
+        cfg = self._cfg
+        cfg.live_plans.pop(execution_id, None)
+        prefix = f"{execution_id}:t"
+        for task_id in [t for t in cfg.secret_inputs if t.startswith(prefix)]:
+            del cfg.secret_inputs[task_id]
+        for key in [k for k in cfg.kept_results if k[0].startswith(prefix)]:
+            del cfg.kept_results[key]
 
     async def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Reading never writes (E7). Raises ``InvalidId`` for
@@ -345,7 +360,14 @@ class Runtime:
                 handle._resolve(result_from(stored))
                 return handle
             raise ExecutionBusy(execution_id, stored.lease, "the lease was lost while resuming")
-        return await self._spawn(record, None, begins[-1])
+        # E10: a plan planned here runs with its real inputs, whatever disk holds of them.
+        planned = cfg.live_plans.get(execution_id)
+        if planned is not None and (
+            record.plan is None
+            or (planned.id, planned.version) != (record.plan.id, record.plan.version)
+        ):
+            planned = None
+        return await self._spawn(record, planned, begins[-1])
 
     async def recover(self) -> list[ExecutionHandle]:
         """Resume every stored execution that was running and that nobody holds a live lease

@@ -324,3 +324,38 @@ async def test_E10_a_live_run_hands_a_step_its_real_input_whatever_disk_holds(
     assert result.status == "completed"
     assert record.plan is not None
     assert record.plan.steps[0].input == {"api_key": "[redacted secret]"}  # E5 on disk
+
+
+async def test_E10_a_masked_inner_result_is_replayed_exactly_by_the_runtime_that_saw_it(
+    tmp_path: Path,
+) -> None:
+    """The runtime that handed the agent the real value replays that value on a resume here
+    (it is the original, kept in memory only); another runtime has only the mask on disk and
+    runs the step again."""
+    calls: list[int] = []
+
+    def fetch() -> dict[str, Any]:
+        calls.append(1)
+        return {"token": f"tok-{len(calls)}-{'x' * 20}"}
+
+    got: list[Any] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        got.append(await ctx.step("fetch", fetch))
+        return await ctx.ask("go on?")
+
+    agents = {"w": worker}
+    async with runtime(tmp_path, agents=agents) as rt:
+        first = await (await rt.start("g", plan_of(agent("a", "w")))).wait()
+        assert first.status == "waiting_for_clarification"
+        done = await (await rt.resume(first.execution_id, answer="yes")).wait()
+        assert done.status == "completed"
+    assert len(calls) == 1  # replayed, not run again
+    assert got[0] == got[1] == {"token": f"tok-1-{'x' * 20}"}
+    async with runtime(tmp_path, agents=agents) as rt:
+        first = await (await rt.start("g", plan_of(agent("a", "w")))).wait()
+    async with runtime(tmp_path, agents=agents) as other:
+        done = await (await other.resume(first.execution_id, answer="yes")).wait()
+        assert done.status == "completed"
+    assert len(calls) == 3  # the other runtime had only the mask: it ran the step again
+    assert got[3] == {"token": f"tok-3-{'x' * 20}"}

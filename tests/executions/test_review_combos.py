@@ -38,6 +38,9 @@ async def test_a_run_failed_for_a_masked_input_leaves_no_agent_task_queued(tmp_p
     async with runtime(tmp_path, agents={"asker": asker}) as rt:
         first = await (await rt.start("g", plan_of(agent("a", "asker", pw=SECRET)))).wait()
         assert first.status == "waiting_for_clarification"
+    # Answered in another runtime, which has only the masked input (in the runtime that
+    # planned it, the agent runs on with its real input: see the test further down).
+    async with runtime(tmp_path, agents={"asker": asker}) as rt:
         with anyio.fail_after(30):
             done = await (await rt.resume(first.execution_id, answer="yes")).wait()
         record = stored(rt, first.execution_id)
@@ -74,18 +77,18 @@ async def test_a_redacted_inner_step_reruns_after_a_budget_wait_and_every_call_i
     tmp_path: Path,
 ) -> None:
     """The agent's first ctx.step is redacted on disk, then the run waits for budget. On the
-    resume with more budget the redacted step runs again (the agent gets the real value, E10),
-    the durable ones are replayed, and calls_used counts every call made, re-runs included,
-    once (E9, B3)."""
+    resume with more budget in another runtime (which has only the masked value) the redacted
+    step runs again (the agent gets the real value, E10), the durable ones are replayed, and
+    calls_used counts every call made, re-runs included, once (E9, B3)."""
     ledger = Ledger()
     runs: list[int] = []
     seen: list[Any] = []
     skills = _secretive_skills(ledger)
-    async with runtime(
-        tmp_path, ledger, skills=skills, agents={"w": _vault_then_work(runs, seen)}, max_calls=2
-    ) as rt:
+    agents = {"w": _vault_then_work(runs, seen)}
+    async with runtime(tmp_path, ledger, skills=skills, agents=agents, max_calls=2) as rt:
         first = await (await rt.start("g", plan_of(agent("a", "w")))).wait()
         assert (first.status, first.calls_used) == ("waiting_for_budget", 2)
+    async with runtime(tmp_path, ledger, skills=skills, agents=agents, max_calls=2) as rt:
         with anyio.fail_after(30):
             done = await (await rt.resume(first.execution_id, max_calls=50)).wait()
         record = stored(rt, first.execution_id)
@@ -203,9 +206,12 @@ async def test_a_cancel_from_elsewhere_while_a_redacted_step_reruns_is_that_canc
         first = await (await rt.start("g", plan_of(agent("a", "w")))).wait()
         assert first.status == "waiting_for_clarification"
         assert stored(rt, first.execution_id).calls_used == 1
+    # Resumed in another runtime: only the masked value is known there, so the step re-runs.
+    async with runtime(tmp_path, ledger, skills=skills, agents=agents, **FAST) as rt:
         resumed["now"] = True
         handle = await rt.resume(first.execution_id, answer="yes")
-        await gate.entered.wait()
+        with anyio.fail_after(30):
+            await gate.entered.wait()
         async with runtime(tmp_path, skills=skills, agents=agents, **FAST) as other:
             await other.cancel(first.execution_id, reason="operator says stop")
         with anyio.fail_after(30):
