@@ -19,6 +19,7 @@ from ..storage import (
     AgentTaskRecord,
     CommitOutcome,
     Control,
+    Edit,
     Execution,
     holder,
     parse_agent_tasks,
@@ -68,10 +69,11 @@ def refusal_reason(
     return LeaseLost(other or "", detail=detail, source="store")
 
 
-def add_calls(stored: Execution, extra: int, used: Mapping[str, int]) -> Execution:
-    """``stored`` with ``extra`` calls added, and each task's count raised to what its runner
-    counted (``used``): calls made before a control from elsewhere stopped the run are
-    charged, never lost (E9); counts only grow."""
+def add_calls(extra: int, used: Mapping[str, int]) -> Edit:
+    """The edit that adds ``extra`` calls to a paused or cancelled record, and raises each
+    task's count to what its runner counted (``used``): calls made before a control from
+    elsewhere stopped the run are charged, never lost (E9); counts only grow. A record
+    someone runs again is theirs to account."""
 
     def raise_count(task: AgentTaskRecord) -> AgentTaskRecord | None:
         count = used.get(task.id, 0)
@@ -79,8 +81,13 @@ def add_calls(stored: Execution, extra: int, used: Mapping[str, int]) -> Executi
             return None
         return attrs.evolve(task, calls_used=clamp_count(count))
 
-    record, _ = map_tasks(stored, raise_count)
-    return attrs.evolve(record, calls_used=clamp_count(stored.calls_used + extra))
+    def change(stored: Execution, now: float) -> Execution | None:
+        if stored.status not in ("cancelled", "paused"):
+            return None
+        record, _ = map_tasks(stored, raise_count)
+        return attrs.evolve(record, calls_used=clamp_count(stored.calls_used + extra))
+
+    return change
 
 
 def end_event(stored: Execution, now: float) -> ev.RunEvent | None:

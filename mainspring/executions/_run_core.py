@@ -518,14 +518,8 @@ class ExecutionCore(Actor):
         if extra <= 0:
             return None
         used = {task.id: task.calls_used for task in self._tasks.values()}
-
-        def change(stored: Execution, now: float) -> Execution | None:
-            if stored.status not in ("cancelled", "paused"):
-                return None  # someone runs it again: theirs to account
-            return add_calls(stored, extra, used)
-
         try:
-            return await self._cfg.committer.edit(self._rec.id, change)
+            return await self._cfg.committer.edit(self._rec.id, add_calls(extra, used))
         except Exception:  # the disk failed: nothing more can be kept
             return None
 

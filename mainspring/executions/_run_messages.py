@@ -140,3 +140,13 @@ def keep_secret_input(digests: dict[str, str], task_id: str, digest: str) -> Non
 def real_input_hash(step: PlanStep) -> str:
     """A digest of ``step``'s real input, secrets included: kept in memory, never stored."""
     return sha256_hex(encode_value(step.input))
+
+
+def forget(cfg: RunConfig, execution_id: str) -> None:
+    """A finished run's real plan, inputs and results kept in memory go (E10)."""
+    cfg.live_plans.pop(execution_id, None)
+    prefix = f"{execution_id}:t"
+    for task_id in [t for t in cfg.secret_inputs if t.startswith(prefix)]:
+        del cfg.secret_inputs[task_id]
+    for key in [k for k in cfg.kept_results if k[0].startswith(prefix)]:
+        del cfg.kept_results[key]

@@ -69,7 +69,7 @@ from ._results import (
     tool_hash,
 )
 from ._run_events import RunEvent, RunEventBus
-from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, keep_live_plan
+from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from ._transitions import bounded_reason
 
 __all__ = ["Runtime", "open_runtime"]
@@ -251,7 +251,7 @@ class Runtime:
                 if live is not None and live.handle is handle:
                     del runtime._live[record.id]
                 if result.status in EXECUTION_TERMINAL:
-                    runtime._forget(record.id)
+                    forget(runtime._cfg, record.id)
                 handle._resolve(result)
 
         spawn = _Spawn(self._cfg, record, live_plan, begin, Watch())
@@ -260,16 +260,6 @@ class Runtime:
             raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
         self._live[record.id] = _Live(ref, handle)
         return handle
-
-    def _forget(self, execution_id: str) -> None:
-        """A finished run's real plan, inputs and results kept in memory go (E10)."""
-        cfg = self._cfg
-        cfg.live_plans.pop(execution_id, None)
-        prefix = f"{execution_id}:t"
-        for task_id in [t for t in cfg.secret_inputs if t.startswith(prefix)]:
-            del cfg.secret_inputs[task_id]
-        for key in [k for k in cfg.kept_results if k[0].startswith(prefix)]:
-            del cfg.kept_results[key]
 
     async def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Reading never writes (E7). Raises ``InvalidId`` for
