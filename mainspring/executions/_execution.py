@@ -38,7 +38,6 @@ from ..actors import (
 )
 from ..storage import (
     BudgetInfo,
-    Failure,
     Observation,
     Pending,
     PlanStep,
@@ -57,7 +56,7 @@ from ._agent import (
     StepDone,
     TaskSave,
 )
-from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe, step_input_hash
+from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from ._results import (
     result_from,
     shortfall,
@@ -72,7 +71,6 @@ from ._run_messages import (
 )
 from ._run_tasks import TaskEvents
 from ._scheduler import pick
-from ._status import task_move
 from ._transitions import clamp_count, pause_execution
 
 __all__ = ["ExecutionActor"]
@@ -521,40 +519,6 @@ class ExecutionActor(TaskEvents):
                 ev.ExecutionFailed(execution_id=self._rec.id, at=now, status=status, failed=failed)
             )
         self._end(Stop(detail=f"the execution {status}", source=self.ref.path), error=error)
-
-    async def _masked_input(self, step: PlanStep) -> bool | None:
-        """E10: after a resume, a step whose input had to be masked on disk is not run with
-        the masked input as if it were the one planned: it fails, saying why (a planner
-        with ``max_replans`` may plan it again with the real value)."""
-        why = (
-            f"step {step.id} was not run: its input held a secret, which is masked on "
-            "disk, so after a resume it cannot be run with the input it was planned "
-            "with; pass secrets by reference (an environment variable's name, a "
-            "secret store key) instead of in the plan"
-        )
-        self._sched.set(step.id, "failed")
-        self._obs[step.id] = observe(step, ok=False, error=why)
-        if step.kind == "agent":
-            # Its stored tasks end with it: a failed run holds no live task (R11 sticky).
-            digest = step_input_hash(step)
-            now = time.time()
-            for task in list(self._tasks.values()):
-                if task.terminal or task.agent_id != step.agent or task.input_hash != digest:
-                    continue
-                self._set_task(
-                    attrs.evolve(
-                        task,
-                        state=task_move(task.id, task.state, "failed"),
-                        pending_question=None,
-                        ended_at=now,
-                        updated_at=now,
-                        failure=Failure(code="input-masked", message=why),
-                    )
-                )
-        if not await self._commit():
-            return None
-        self._publish_step(step.id, "failed")
-        return False
 
     # -- events from children --------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from . import _run_events as ev
 from ._agent import (
     TaskSave,
 )
-from ._plan import observe
+from ._plan import observe, step_input_hash
 from ._results import (
     StopResult,
 )
@@ -33,6 +33,7 @@ from ._run_messages import (
     StopTask,
     Unstorable,
 )
+from ._status import task_move
 from ._transitions import clamp_count, stop_request, stop_task
 
 _CODES = frozenset(typing.get_args(ObservationCode))
@@ -311,3 +312,37 @@ class TaskEvents(ExecutionCore):
             self._publish_step(task.step_id, after)
         await self._advance()
         return True
+
+    async def _masked_input(self, step: PlanStep) -> bool | None:
+        """E10: after a resume, a step whose input had to be masked on disk is not run with
+        the masked input as if it were the one planned: it fails, saying why (a planner
+        with ``max_replans`` may plan it again with the real value)."""
+        why = (
+            f"step {step.id} was not run: its input held a secret, which is masked on "
+            "disk, so after a resume it cannot be run with the input it was planned "
+            "with; pass secrets by reference (an environment variable's name, a "
+            "secret store key) instead of in the plan"
+        )
+        self._sched.set(step.id, "failed")
+        self._obs[step.id] = observe(step, ok=False, error=why)
+        if step.kind == "agent":
+            # Its stored tasks end with it: a failed run holds no live task (R11 sticky).
+            digest = step_input_hash(step)
+            now = time.time()
+            for task in list(self._tasks.values()):
+                if task.terminal or task.agent_id != step.agent or task.input_hash != digest:
+                    continue
+                self._set_task(
+                    attrs.evolve(
+                        task,
+                        state=task_move(task.id, task.state, "failed"),
+                        pending_question=None,
+                        ended_at=now,
+                        updated_at=now,
+                        failure=Failure(code="input-masked", message=why),
+                    )
+                )
+        if not await self._commit():
+            return None
+        self._publish_step(step.id, "failed")
+        return False

@@ -103,52 +103,34 @@ def _is_plain(value: Any) -> bool:
         push = stack.append
         while stack:
             current, depth = pop()
+            items: Any = current
             if type(current) is dict:
                 if TAG in current:
                     return False
-                for key, item in current.items():
+                for key in current:
                     if type(key) is not str or not _valid_text(key):
                         return False
-                    kind = type(item)
-                    if kind is str:
-                        if not _valid_text(item):
-                            return False
-                        continue
-                    if item is None or kind is bool:
-                        continue
-                    if kind is int:
-                        if not _INT_MIN <= item <= _INT_MAX:
-                            return False
-                    elif kind is float:
-                        if item - item != 0.0:  # NaN or an infinity
-                            return False
-                    elif kind is dict or kind is list:
-                        if depth >= MAX_DEPTH:
-                            return False
-                        push((item, depth + 1))
-                    else:
+                items = current.values()
+            for item in items:
+                kind = type(item)
+                if kind is str:
+                    if not _valid_text(item):
                         return False
-            else:
-                for item in current:
-                    kind = type(item)
-                    if kind is str:
-                        if not _valid_text(item):
-                            return False
-                        continue
-                    if item is None or kind is bool:
-                        continue
-                    if kind is int:
-                        if not _INT_MIN <= item <= _INT_MAX:
-                            return False
-                    elif kind is float:
-                        if item - item != 0.0:
-                            return False
-                    elif kind is dict or kind is list:
-                        if depth >= MAX_DEPTH:
-                            return False
-                        push((item, depth + 1))
-                    else:
+                    continue
+                if item is None or kind is bool:
+                    continue
+                if kind is int:
+                    if not _INT_MIN <= item <= _INT_MAX:
                         return False
+                elif kind is float:
+                    if item - item != 0.0:  # NaN or an infinity
+                        return False
+                elif kind is dict or kind is list:
+                    if depth >= MAX_DEPTH:
+                        return False
+                    push((item, depth + 1))
+                else:
+                    return False
         return True
     if kind is str:
         return _valid_text(value)
