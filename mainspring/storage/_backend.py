@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from ._errors import StorageError
+from ._journal import Base
 from ._records import MAX_CONTROLS, Execution, Lease
 
 __all__ = [
@@ -162,8 +163,18 @@ def _check_ttl(ttl: float) -> None:
         raise ValueError(f"ttl must be a positive finite number of seconds, not {ttl!r}")
 
 
-def decide_commit(stored: Execution | None, owner: str, now: float) -> CommitOutcome:
-    """Invariant E2, in order: missing, terminal (sticky), paused, then the lease on disk."""
+def _epoch(execution: Execution) -> int | None:
+    return execution.lease.epoch if execution.lease is not None else None
+
+
+def decide_commit(
+    stored: Execution | None, owner: str, now: float, *, epoch: int | None = None
+) -> CommitOutcome:
+    """Invariant E2, in order: missing, terminal (sticky), paused, then the lease on disk.
+
+    L4: with ``epoch`` (the tenure the write was made under), a lease that is this owner's
+    but of another tenure refuses the write as foreign: the owner id alone is not enough.
+    """
     if stored is None:
         return CommitOutcome.MISSING
     if stored.terminal:
@@ -174,6 +185,9 @@ def decide_commit(stored: Execution | None, owner: str, now: float) -> CommitOut
     if current is None:
         return CommitOutcome.RELEASED
     if current != owner:
+        return CommitOutcome.FOREIGN_LEASE
+    assert stored.lease is not None
+    if epoch is not None and stored.lease.epoch != epoch:
         return CommitOutcome.FOREIGN_LEASE
     return CommitOutcome.OK
 
@@ -258,31 +272,33 @@ Clock = Callable[[], float]
 
 
 class OwnWrites:
-    """The last version a store wrote of recently written executions, to skip re-reading
-    them under its lock. Bounded (least recently used go first), and terminal executions
-    are not kept: they are done changing, so a long-lived store does not grow with history.
+    """The last version (a journal base) a store wrote of recently written executions, to
+    diff against and to skip re-reading them under its lock. Bounded (least recently used
+    go first), and terminal executions are not kept: they are done changing, so a
+    long-lived store does not grow with history.
     """
 
     def __init__(self, limit: int = 4_096) -> None:
-        self._items: collections.OrderedDict[str, Execution] = collections.OrderedDict()
+        self._items: collections.OrderedDict[str, Base] = collections.OrderedDict()
         self._limit = limit
 
-    def get(self, execution_id: str) -> Execution | None:
+    def get(self, execution_id: str) -> Base | None:
         item = self._items.get(execution_id)
         if item is not None:
             self._items.move_to_end(execution_id)
         return item
 
-    def remember(self, execution: Execution) -> None:
+    def remember(self, base: Base) -> None:
+        execution = base.execution
         if execution.terminal:
             self._items.pop(execution.id, None)
             return
-        self._items[execution.id] = execution
+        self._items[execution.id] = base
         self._items.move_to_end(execution.id)
         if len(self._items) > self._limit:
             self._items.popitem(last=False)
 
-    def pop(self, execution_id: str, default: None = None) -> Execution | None:
+    def pop(self, execution_id: str, default: None = None) -> Base | None:
         return self._items.pop(execution_id, default)
 
     def clear(self) -> None:
@@ -306,12 +322,15 @@ def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
 
 
 class CompareAndSetStore:
-    """The decide-then-write methods both backends share.
+    """The decide-then-write methods every backend shares.
 
     A backend provides ``_atomic()`` (a context in which reads and writes form one atomic
-    compare-and-set across processes), ``_read_for_update(id)`` and ``_write(execution)``, and
-    says with ``_batch_keeps_earlier`` whether the commits before a disk failure in a batch
-    stay durable (files) or the whole batch fails together (one transaction).
+    compare-and-set across processes), ``_load(id)`` (the stored execution as a journal
+    :class:`~._journal.Base`, or None) and ``_store(base, execution)`` (write what changed
+    from ``base`` — None for a new execution — to ``execution``; the backend's cache moves on
+    only once that is durable), and says with ``_batch_keeps_earlier`` whether the commits
+    before a disk failure in a batch stay durable or the whole batch fails together (one
+    transaction).
     """
 
     _clock: Clock
@@ -320,54 +339,62 @@ class CompareAndSetStore:
     def _atomic(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
-    def _read_for_update(self, execution_id: str) -> Execution | None:
+    def _load(self, execution_id: str) -> Base | None:
         raise NotImplementedError
 
-    def _write(self, execution: Execution) -> None:
+    def _store(self, base: Base | None, execution: Execution) -> None:
         raise NotImplementedError
+
+    def _read_for_update(self, execution_id: str) -> Execution | None:
+        base = self._load(execution_id)
+        return base.execution if base is not None else None
 
     def create(self, execution: Execution) -> bool:
         """Store a new execution; False if one with its id exists (nothing written)."""
         with self._atomic():
-            if self._read_for_update(execution.id) is not None:
+            if self._load(execution.id) is not None:
                 return False
-            self._write(execution)
+            self._store(None, execution)
             return True
 
     def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
         """L1: refused while another owner's lease is live; takes over a lapsed one."""
         with self._atomic():
-            stored = self._read_for_update(execution_id)
+            base = self._load(execution_id)
+            stored = base.execution if base is not None else None
             result, updated = decide_acquire(stored, owner, ttl, self._clock())
             if updated is not None:
-                self._write(updated)
+                self._store(base, updated)
             return result
 
     def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
         """L2: the holder of a live lease extends it; False otherwise."""
         with self._atomic():
-            stored = self._read_for_update(execution_id)
+            base = self._load(execution_id)
+            stored = base.execution if base is not None else None
             updated = decide_heartbeat(stored, owner, ttl, self._clock())
             if updated is None:
                 return False
-            self._write(updated)
+            self._store(base, updated)
             return True
 
     def release(self, execution_id: str, owner: str) -> bool:
         """L3: the owner gives the lease up; False if it was not the owner."""
         with self._atomic():
-            updated = decide_release(self._read_for_update(execution_id), owner)
+            base = self._load(execution_id)
+            updated = decide_release(base.execution if base is not None else None, owner)
             if updated is None:
                 return False
-            self._write(updated)
+            self._store(base, updated)
             return True
 
     def _commit_one(self, execution: Execution, owner: str, now: float) -> CommitOutcome:
-        stored = self._read_for_update(execution.id)
-        outcome = decide_commit(stored, owner, now)
+        base = self._load(execution.id)
+        stored = base.execution if base is not None else None
+        outcome = decide_commit(stored, owner, now, epoch=_epoch(execution))
         if outcome is CommitOutcome.OK:
             assert stored is not None
-            self._write(with_disk_lease(execution, stored))
+            self._store(base, with_disk_lease(execution, stored))
         return outcome
 
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
@@ -398,10 +425,11 @@ class CompareAndSetStore:
         """A heartbeat that answers like a commit: OK and the stored execution (lease
         extended), or why this owner may not go on (nothing written then)."""
         with self._atomic():
-            stored = self._read_for_update(execution_id)
+            base = self._load(execution_id)
+            stored = base.execution if base is not None else None
             outcome, updated = decide_renew(stored, owner, ttl, self._clock())
             if updated is not None:
-                self._write(updated)
+                self._store(base, updated)
             return outcome, updated
 
     def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
@@ -414,10 +442,11 @@ class CompareAndSetStore:
             now = self._clock()
             for execution_id, owner, ttl in renewals:
                 try:
-                    stored = self._read_for_update(execution_id)
+                    base = self._load(execution_id)
+                    stored = base.execution if base is not None else None
                     outcome, updated = decide_renew(stored, owner, ttl, now)
                     if updated is not None:
-                        self._write(updated)
+                        self._store(base, updated)
                     results.append((outcome, updated))
                 except OSError:
                     raise
@@ -434,22 +463,24 @@ class CompareAndSetStore:
         execution, or ``change`` returned None).
         """
         with self._atomic():
-            stored = self._read_for_update(execution_id)
-            if stored is None:
+            base = self._load(execution_id)
+            if base is None:
                 return None
+            stored = base.execution
             updated = change(stored, self._clock())
             if updated is None:
                 return None
             updated = attrs.evolve(updated, lease=stored.lease)
-            self._write(updated)
+            self._store(base, updated)
             return updated
 
     def commit(self, execution: Execution, owner: str) -> bool:
         """An out-of-run edit: written unless terminal or another owner holds a live lease."""
         with self._atomic():
-            stored = self._read_for_update(execution.id)
+            base = self._load(execution.id)
+            stored = base.execution if base is not None else None
             if not decide_edit(stored, owner, self._clock()):
                 return False
             assert stored is not None
-            self._write(with_disk_lease(execution, stored))
+            self._store(base, with_disk_lease(execution, stored))
             return True

@@ -26,6 +26,7 @@ __all__ = [
     "canonical_json",
     "converter",
     "decode",
+    "dumps_checked",
     "encode",
     "sha256_hex",
     "structure",
@@ -153,6 +154,14 @@ def structure(raw: Any, cls: type[T], *, kind: str | None = None) -> T:
 def unstructure(record: Any) -> Any:
     """Plain data (dicts, lists, strings, numbers) for ``record``."""
     return converter.unstructure(record)
+
+
+def dumps_checked(raw: Any) -> bytes:
+    """Canonical JSON of plain data, refusing NaN and infinity with the path of the first
+    (orjson would write ``null``: the value could never be read back)."""
+    if _has_non_finite(raw):
+        _check_finite(raw, "")
+    return canonical_json(raw)
 
 
 def encode(record: Any) -> bytes:

@@ -1,38 +1,112 @@
-"""FileStore: one JSON file per execution, written atomically, shared safely by processes.
+"""FileStore: storage v2 as one journal file per execution, shared safely by processes.
 
-A write is: a temp file in the same directory (mode 0600), write, fsync, rename over the old
-file, fsync the directory. A reader sees the old version or the new one, never a mix, and an
-acknowledged write survives a crash or a power cut. Every decide-then-write runs under an
-exclusive ``flock`` on ``.lock`` in the store directory, so compare-and-set is atomic across
-processes. Corrupt or oversize files are reported by :meth:`FileStore.list` and never deleted.
+``<id>.journal`` is a sequence of checksummed frames (``storage._frames``). A commit appends
+one frame holding what changed (``storage._journal``) and the history entries it adds, then
+fsyncs: a crash leaves at most a torn last frame, which readers ignore and the next writer
+cuts off. When the frames since the last snapshot outgrow the snapshot (and 1 MiB), the file
+is compacted: the folded execution and its history are written as a new file (temp file,
+fsync, rename, directory fsync), so a commit costs what it changed, amortised, however long
+the run. Every decide-then-write runs under an exclusive ``flock`` on ``.lock``; history
+readers take it shared, so they see whole flushes only (V2). ``.format`` says the layout; a
+directory of ``*.json`` files without it is a 0.1 store, refused until migrated.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
 
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, decode, encode
+from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._errors import RecordError, StorageError, TooLarge
+from ._frames import append_frames, encode_frame, read_journal, replace_file
+from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
-from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
+from ._journal import Base, Change, Folded, diff, events_for, fold, snapshot_changes
+from ._platform import O_CLOEXEC, require_flock
 from ._records import Execution
+from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
 
 __all__ = ["FileStore"]
 
-_SUFFIX = ".json"
-_TEMP_PREFIX = ".tmp-"
+_SUFFIX = ".journal"
+_FORMAT = ".format"
+_COMPACT_AT = 1024 * 1024  # journal bytes since the last snapshot before compaction is due
+_CHUNK = 512 * 1024  # a snapshot is written as frames of about this size
+
+
+@attrs.define
+class _Tail:
+    """Where a journal ends and how much of it is past its snapshot (for compaction)."""
+
+    length: int
+    snapshot: int  # bytes of the snapshot frames at the start
+    since: int  # bytes appended after them
+
+
+@attrs.define
+class _Read:
+    base: Base
+    tail: _Tail
+    events: list[Any]
+
+
+def _loads(payload: bytes, kind: str) -> Any:
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(kind, [f"journal: a frame is not JSON ({exc})"]) from None
+    if type(value) is not dict:
+        raise RecordError(kind, ["journal: a frame is not an object"])
+    return value
+
+
+def _replay(
+    payloads: tuple[bytes, ...], kind: str, *, with_events: bool
+) -> tuple[Folded, int, list[Any]]:
+    """Fold frames: a snapshot starts over; commits apply in order. Returns the fold, the
+    count of snapshot frames at the start, and the history entries (if asked)."""
+    folded = Folded()
+    snapshot_frames = 0
+    events: list[Any] = []
+    for index, payload in enumerate(payloads):
+        frame = _loads(payload, kind)
+        seq = frame.get("seq")
+        if "snapshot" in frame:
+            if index != 0 or type(seq) is not int:
+                raise RecordError(kind, ["journal: a snapshot must open the journal"])
+            folded = Folded(seq=seq)
+            snapshot_frames = 1
+        elif "more" in frame:
+            if snapshot_frames != index:
+                raise RecordError(kind, ["journal: a snapshot frame out of place"])
+            snapshot_frames += 1
+        elif type(seq) is not int or seq != folded.seq + 1:
+            raise RecordError(kind, [f"journal: frame {index} is out of sequence"])
+        else:
+            folded.seq = seq
+        changes = frame.get("changes", [])
+        if type(changes) is not list:
+            raise RecordError(kind, ["journal: changes must be a list"])
+        folded.apply(changes, kind=kind)
+        if with_events:
+            listed = frame.get("events", [])
+            if type(listed) is not list:
+                raise RecordError(kind, ["journal: events must be a list"])
+            events.extend(listed)
+    return folded, snapshot_frames, events
 
 
 class FileStore(CompareAndSetStore):
-    """Executions as files under ``path`` (created 0700; files 0600, whatever the umask)."""
+    """Executions as journal files under ``path`` (created 0700; files 0600, whatever the umask)."""
 
     _batch_keeps_earlier = True  # each file is synced on its own
 
@@ -41,148 +115,276 @@ class FileStore(CompareAndSetStore):
         path: str | os.PathLike[str],
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         clock: Clock = time.time,
         read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self.max_record_bytes = max_record_bytes
         self._clock = clock
         self.read_only = read_only
         self._fcntl = require_flock("FileStore")
         if read_only:  # a reader changes nothing, and takes only what is a store already
             if not self.path.is_dir() or not (
-                (self.path / ".lock").exists() or any(self.path.glob(f"*{_SUFFIX}"))
+                (self.path / _FORMAT).exists() or any(self.path.glob("*.json"))
             ):
                 raise StorageError(f"{self.path} is not a mainspring store")
         else:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(self.path, 0o700)  # also when it existed, or the umask widened its mode
+        self._check_format()
         self._lock_path = self.path / ".lock"
         # flock excludes other processes; threads of this one share the descriptor, so they
         # also take this lock.
         self._thread_lock = threading.Lock()
         # What this store wrote, trusted only while nobody else has written since: every
         # write (by any FileStore, in any process) bumps a generation counter kept in the lock
-        # file under the lock. A file's own inode or mtime would not do: inodes are reused and
-        # mtimes are coarse.
+        # file under the lock.
         self._cache = OwnWrites()
+        self._tails: dict[str, _Tail] = {}
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
 
+    def _check_format(self) -> None:
+        marker = self.path / _FORMAT
+        try:
+            raw = marker.read_bytes()[:4096]
+        except FileNotFoundError:
+            if any(entry.name.endswith(".json") for entry in os.scandir(self.path)):
+                raise StoreNeedsMigration(
+                    f"{self.path} is a mainspring 0.1 store; convert it with "
+                    f"`mainspring migrate --store {self.path}` (the old store is kept)"
+                ) from None
+            if not self.read_only:
+                replace_file(marker, canonical_json({"layout": SCHEMA_VERSION}))
+            return
+        try:
+            layout = orjson.loads(raw).get("layout")
+        except (orjson.JSONDecodeError, AttributeError):
+            layout = None
+        if layout != SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path} has storage layout {layout!r}; this mainspring reads layout "
+                f"{SCHEMA_VERSION}: upgrade mainspring to open it"
+            )
+
     # -- reading ---------------------------------------------------------------------------
 
     def _file(self, execution_id: str) -> Path:
         return self.path / f"{check_id(execution_id)}{_SUFFIX}"  # X1: checked before any path
 
-    def _read(self, execution_id: str) -> Execution | None:
-        path = self._file(execution_id)
-        if self._lock_fd is not None:  # under the lock, after the generation check in _locked
-            cached = self._cache.get(execution_id)
-            if cached is not None:
-                return cached
-        try:
-            # O_NONBLOCK: a FIFO planted under the name must not hang the reader.
-            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        except FileNotFoundError:
-            self._cache.pop(execution_id, None)
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise RecordError(f"execution {execution_id}", ["(file): not a regular file"])
-            if info.st_size > self.max_bytes:  # X2: bounded before reading
-                raise TooLarge(f"execution {execution_id}", info.st_size, self.max_bytes)
-            data = handle.read(self.max_bytes + 1)
-        if len(data) > self.max_bytes:
-            raise TooLarge(f"execution {execution_id}", len(data), self.max_bytes)
-        return decode(data, Execution, kind=f"execution {execution_id}", max_bytes=self.max_bytes)
+    def _read(self, execution_id: str, *, with_events: bool = False) -> _Read | None:
+        kind = f"execution {execution_id}"
+        scan = read_journal(
+            self._file(execution_id),
+            kind=kind,
+            max_bytes=self.max_record_bytes,
+            max_frame=self.max_bytes,
+        )
+        if scan is None or not scan.payloads:
+            return None  # nothing whole was ever written: not stored
+        folded, snapshot_frames, events = _replay(scan.payloads, kind, with_events=with_events)
+        execution = fold(folded, kind=kind)
+        sizes = [len(payload) + 16 for payload in scan.payloads]
+        snapshot = sum(sizes[:snapshot_frames])
+        tail = _Tail(length=scan.valid_length, snapshot=snapshot, since=sum(sizes) - snapshot)
+        base = Base.of(execution, folded.seq, window=folded.checkpoints)
+        return _Read(base=base, tail=tail, events=events)
 
     def get(self, execution_id: str) -> Execution | None:
-        """The stored execution, or None. Raises RecordError / TooLarge for a bad file."""
-        return self._read(execution_id)
+        """The stored execution, or None. Raises RecordError / TooLarge for a bad journal."""
+        read = self._read(execution_id)
+        return read.base.execution if read is not None else None
 
-    def list(self) -> Listing:
-        """Every execution that reads, and a problem for each file that does not (E7)."""
-        executions: list[Execution] = []
-        problems: list[Problem] = []
+    def _ids(self) -> list[str]:
         with os.scandir(self.path) as entries:
-            names = sorted(
-                entry.name
+            return sorted(
+                entry.name[: -len(_SUFFIX)]
                 for entry in entries
                 if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".")
             )
-        for name in names:
-            execution_id = name[: -len(_SUFFIX)]
+
+    def list(self) -> Listing:
+        """Every execution that reads, and a problem for each journal that does not (E7)."""
+        executions: list[Execution] = []
+        problems: list[Problem] = []
+        for execution_id in self._ids():
             try:
-                execution = self._read(execution_id)
+                read = self._read(execution_id)
             except (StorageError, OSError) as exc:
                 problems.append(Problem(id=execution_id, error=str(exc)))
                 continue
-            if execution is not None:
-                executions.append(execution)
+            if read is not None:
+                executions.append(read.base.execution)
         return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        """Committed history entries after global sequence ``after``, oldest first (V2).
+
+        Read under a shared lock, so a flush is seen whole or not at all.
+        """
+        after = check_after(after)
+        limit = max(1, min(int(limit), 10_000))
+        ids = [check_id(execution_id)] if execution_id is not None else self._ids()
+        found: list[HistoryEvent] = []
+        with self._locked(shared=True):
+            for one in ids:
+                try:
+                    read = self._read(one, with_events=True)
+                except (StorageError, OSError):
+                    continue  # listed as a problem by list(); its history cannot be read
+                if read is None:
+                    continue
+                for entry in read.events:
+                    if (
+                        type(entry) is not list
+                        or len(entry) != 3
+                        or type(entry[0]) is not int
+                        or type(entry[1]) is not int
+                    ):
+                        raise RecordError(f"execution {one}", ["journal: a bad history entry"])
+                    if entry[0] > after:
+                        found.append(parse_event(entry[0], entry[1], entry[2]))
+        found.sort(key=lambda event: event.seq)
+        return tuple(found[:limit])
 
     # -- writing ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, shared: bool = False) -> Iterator[None]:
         with self._thread_lock:
             fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                self._fcntl.flock(fd, self._fcntl.LOCK_EX)
+                self._fcntl.flock(fd, self._fcntl.LOCK_SH if shared else self._fcntl.LOCK_EX)
+                if shared:
+                    yield
+                    return
                 self._lock_fd = fd
-                if self._read_generation() != self._generation:
+                if self._read_counter(0) != self._generation:
                     self._cache.clear()  # someone else wrote since our last write
-                yield
+                    self._tails.clear()
+                try:
+                    yield
+                except BaseException:
+                    self._cache.clear()  # nothing of a failed write is remembered
+                    self._tails.clear()
+                    raise
             finally:
                 self._lock_fd = None
                 os.close(fd)  # closing releases the lock
 
-    def _read_generation(self) -> int:
+    def _read_counter(self, index: int) -> int:
         assert self._lock_fd is not None
-        raw = os.pread(self._lock_fd, 8, 0)
+        raw = os.pread(self._lock_fd, 8, index * 8)
         return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+    def _write_counter(self, index: int, value: int) -> None:
+        assert self._lock_fd is not None
+        os.pwrite(self._lock_fd, value.to_bytes(8, "little"), index * 8)
 
     def _bump_generation(self) -> None:
         # No fsync: the counter only has to be coherent between live processes (one page
         # cache); after a crash no process holds a cache to invalidate.
-        assert self._lock_fd is not None
-        value = (self._read_generation() + 1) % (1 << 63)
-        os.pwrite(self._lock_fd, value.to_bytes(8, "little"), 0)
+        value = (self._read_counter(0) + 1) % (1 << 63)
+        self._write_counter(0, value)
         self._generation = value
 
-    def _write(self, execution: Execution) -> None:
-        data = encode(execution)
+    def _next_seqs(self, count: int) -> int:
+        """The first of ``count`` global history sequence numbers (V2). Kept in the lock file
+        and never below the clock in microseconds, so numbers only grow, across crashes too
+        (the lock file is not synced: after a power cut it may lag, the clock does not)."""
+        first = max(self._read_counter(1) + 1, int(time.time() * 1_000_000))
+        self._write_counter(1, first + count - 1)
+        return first
+
+    def _dumps(self, value: Any, what: str) -> bytes:
+        data = dumps_checked(value)
         if len(data) > self.max_bytes:  # never acknowledge what could not be read back (X2)
-            raise TooLarge(f"execution {execution.id}", len(data), self.max_bytes)
-        final = self._file(execution.id)
-        fd, temp = tempfile.mkstemp(dir=self.path, prefix=_TEMP_PREFIX, suffix=_SUFFIX)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, final)
-        except BaseException:
-            self._cache.pop(execution.id, None)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        self._cache.pop(execution.id, None)
+            raise TooLarge(what, len(data), self.max_bytes)
+        return data
+
+    def _store(self, base: Base | None, execution: Execution) -> None:
+        execution_id = check_id(execution.id)
+        what = f"execution {execution_id}"
+        path = self._file(execution_id)
+        changes = snapshot_changes(execution) if base is None else diff(base, execution)
+        seq = base.seq + 1 if base is not None else 1
+        events = events_for(base.execution if base is not None else None, execution, changes)
+        tail = self._tails.get(execution_id) if base is not None else None
+        if base is not None and tail is None:
+            read = self._read(execution_id)  # the cache held the base but not where it ends
+            if read is None:
+                raise StorageError(f"{what}: its journal vanished while locked")
+            tail = read.tail
+        first = self._next_seqs(len(events)) if events else 0
+        listed = [[first + i, seq, event] for i, event in enumerate(events)]
+        frame = encode_frame(self._dumps({"seq": seq, "changes": changes, "events": listed}, what))
+        if base is None:
+            length = append_frames(path, frame, valid_length=0)
+            tail = _Tail(length=length, snapshot=0, since=length)
+        else:
+            assert tail is not None
+            length = append_frames(path, frame, valid_length=tail.length)
+            tail = _Tail(length=length, snapshot=tail.snapshot, since=tail.since + len(frame))
+        self._tails.pop(execution_id, None)
         self._bump_generation()  # before anything else can fail: the file did change
-        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)  # the rename itself is durable only once the directory is
-        finally:
-            os.close(dir_fd)
-        self._cache.remember(execution)  # remembered only once durable
+        if base is None:
+            base = Base.of(execution, seq, window=base_window(changes))
+        else:
+            base.advance(execution, changes)
+        self._cache.remember(base)
+        self._tails[execution_id] = tail
+        if tail.since > max(_COMPACT_AT, tail.snapshot):
+            try:
+                self._compact(execution_id)
+            except OSError:
+                # The commit is durable already and the journal intact (the snapshot replaces
+                # it atomically or not at all): acknowledge it, and try again once the
+                # journal has doubled, not on every commit.
+                tail.snapshot = tail.since
+
+    def _compact(self, execution_id: str) -> None:
+        """Rewrite the journal as a snapshot of what it folds to, history included."""
+        read = self._read(execution_id, with_events=True)
+        if read is None:
+            return
+        base = read.base
+        what = f"execution {execution_id}"
+        changes = snapshot_changes(base.execution)
+        frames: list[bytes] = []
+        head: dict[str, Any] = {"seq": base.seq, "snapshot": True}
+        for chunk in _chunks(changes, read.events):
+            frames.append(encode_frame(self._dumps({**head, **chunk}, what)))
+            head = {"more": True}
+        data = b"".join(frames)
+        replace_file(self._file(execution_id), data)
+        self._bump_generation()
+        self._tails[execution_id] = _Tail(length=len(data), snapshot=len(data), since=0)
+        self._cache.remember(read.base)
+
+    def delete(self, execution_id: str) -> bool:
+        """Delete a finished execution's journal, history included; False if it is not
+        stored or not finished (checked under the lock)."""
+        with self._atomic():
+            base = self._load(execution_id)
+            if base is None or not base.execution.terminal:
+                return False
+            os.unlink(self._file(execution_id))
+            self._bump_generation()
+            self._cache.pop(execution_id)
+            self._tails.pop(execution_id, None)
+            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            return True
 
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
@@ -191,5 +393,47 @@ class FileStore(CompareAndSetStore):
             raise StorageError(f"{self.path} was opened read-only")
         return self._locked()
 
-    def _read_for_update(self, execution_id: str) -> Execution | None:
-        return self._read(execution_id)
+    def _load(self, execution_id: str) -> Base | None:
+        cached = self._cache.get(check_id(execution_id))
+        if cached is not None and execution_id in self._tails:
+            return cached
+        read = self._read(execution_id)
+        if read is None:
+            self._cache.pop(execution_id)
+            return None
+        self._tails[execution_id] = read.tail
+        return read.base
+
+
+def base_window(changes: list[Change]) -> list[Any]:
+    """The checkpoint window a snapshot's changes store."""
+    for change in changes:
+        if change[0] == "ckpts":
+            return list(change[1])
+    return []
+
+
+def _chunks(changes: list[Change], events: list[Any]) -> Iterator[dict[str, Any]]:
+    """A snapshot's changes and history in frames of about ``_CHUNK`` bytes: a part too big
+    for one frame continues as puts (positions in order), so no frame outgrows the bound."""
+    ops: list[Any] = []
+    for change in changes:
+        if change[0] == "reset" and len(change[2]) > 1:
+            ops.append(["reset", change[1], []])
+            ops.extend(
+                ["put", change[1], key, pos, value] for pos, (key, value) in enumerate(change[2])
+            )
+        else:
+            ops.append(change)
+    size = 0
+    batch: list[Any] = []
+    for op in ops:
+        batch.append(op)
+        size += len(canonical_json(op)) if op[0] != "head" else 1024
+        if size >= _CHUNK:
+            yield {"changes": batch}
+            batch, size = [], 0
+    if batch or not events:
+        yield {"changes": batch}
+    for start in range(0, len(events), 2_000):
+        yield {"events": events[start : start + 2_000]}

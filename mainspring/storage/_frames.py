@@ -93,6 +93,17 @@ def _next_frame(data: bytes, start: int, max_frame: int) -> int | None:
     return None
 
 
+def _refuse_oversize(data: bytes, offset: int, max_frame: int, kind: str) -> None:
+    """An intact header naming a frame over the bound: a record too large to read (X2),
+    refused as such rather than taken for a torn tail (which would hide it)."""
+    if len(data) - offset < HEADER_SIZE:
+        return
+    magic, length, _, header_crc = _HEADER.unpack_from(data, offset)
+    if magic == MAGIC and length > max_frame:
+        if zlib.crc32(memoryview(data)[offset : offset + 12]) == header_crc:
+            raise TooLarge(f"{kind} (a journal frame)", length, max_frame)
+
+
 def scan_frames(data: bytes, *, kind: str, max_frame: int) -> Scan:
     """The valid frames at the start of ``data``; a torn tail is dropped, never half-read.
 
@@ -105,6 +116,8 @@ def scan_frames(data: bytes, *, kind: str, max_frame: int) -> Scan:
     end = len(data)
     while offset < end:
         length = _header_length(data, offset, max_frame)
+        if length is None:
+            _refuse_oversize(data, offset, max_frame, kind)
         if length is not None and _payload_ok(data, offset, length):
             start = offset + HEADER_SIZE
             payloads.append(data[start : start + length])
@@ -220,9 +233,16 @@ def append_frames(path: Path, frames: bytes, *, valid_length: int) -> int:
             _chmod_600(fd, path)
         if info.st_size > valid_length:
             os.ftruncate(fd, valid_length)  # the torn tail goes before anything is appended
-        os.lseek(fd, valid_length, os.SEEK_SET)
-        _write_all(fd, frames)
-        os.fsync(fd)
+        try:
+            os.lseek(fd, valid_length, os.SEEK_SET)
+            _write_all(fd, frames)
+            os.fsync(fd)
+        except OSError:
+            # Not acknowledged, so not left for readers to find either (best effort: the
+            # next append cuts it off in any case).
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, valid_length)
+            raise
     finally:
         os.close(fd)
     if created:

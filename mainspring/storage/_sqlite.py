@@ -1,9 +1,17 @@
-"""SqliteStore: one row per execution in a WAL database, ``synchronous=FULL``.
+"""SqliteStore: storage v2 in normalised tables of one WAL database, ``synchronous=FULL``.
+
+An execution is a header row (``executions``: its head as JSON, status, update time, the
+per-execution sequence number and its checkpoint window) plus one row per plan step, per
+observation, per completed step, per agent task and per inner step and inner completion of
+an agent task, each with its position; a commit writes only the rows that changed
+(``storage._journal``) and the history entries it adds (``events``: a global sequence and
+the per-execution one, V2), so its cost does not grow with the run.
 
 Every decide-then-write runs in ``BEGIN IMMEDIATE``, which takes SQLite's write lock up front,
-so compare-and-set is atomic across connections and processes. The database and its ``-wal``
-and ``-shm`` files are 0600. A connection is used by one thread at a time (a lock guards it),
-since callers on an event loop reach it through worker threads.
+so compare-and-set is atomic across connections and processes; a flush of many commits is
+one transaction. The database and its ``-wal`` and ``-shm`` files are 0600. A connection is
+used by one thread at a time (a lock guards it), since callers on an event loop reach it
+through worker threads.
 """
 
 from __future__ import annotations
@@ -13,19 +21,88 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, decode, encode
-from ._errors import StorageError, TooLarge
+from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ._errors import RecordError, StorageError, TooLarge
+from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
+from ._journal import Base, Folded, diff, events_for, fold, snapshot_changes
 from ._platform import O_CLOEXEC
 from ._records import Execution
 
-__all__ = ["SqliteStore"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, body BLOB NOT NULL)"
+#: The layout this library writes; a newer one is refused, an older one must be migrated.
+SCHEMA_VERSION = 2
+#: An execution read back whole (all its rows) is refused past this (X2); one row past
+#: ``max_bytes``.
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
+
+#: Part -> table. Fixed names: nothing user-given ever becomes SQL.
+_TABLES = {
+    "steps": "plan_steps",
+    "obs": "observations",
+    "done": "completed_steps",
+    "tasks": "agent_tasks",
+    "inner_obs": "inner_observations",
+    "inner_done": "inner_completed",
+}
+
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+    "status TEXT NOT NULL, updated_at REAL NOT NULL, head BLOB NOT NULL, "
+    "checkpoints BLOB NOT NULL)",
+    *(
+        f"CREATE TABLE IF NOT EXISTS {table} (execution_id TEXT NOT NULL, key TEXT NOT NULL, "
+        f"pos INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (execution_id, key)) "
+        f"WITHOUT ROWID"
+        for table in _TABLES.values()
+    ),
+    *(
+        f"CREATE INDEX IF NOT EXISTS {table}_order ON {table} (execution_id, pos)"
+        for table in _TABLES.values()
+    ),
+    "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "execution_id TEXT NOT NULL, eseq INTEGER NOT NULL, body BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS events_by_execution ON events (execution_id, seq)",
+]
+
+
+class StoreNeedsMigration(StorageError):
+    """A store written by an older layout: it is read only after ``mainspring migrate``."""
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None:
+    """Refuse a v1 store (it needs ``mainspring migrate``) and a newer layout; create ours
+    in an empty database."""
+    tables = _tables(db)
+    if "meta" not in tables:
+        if "executions" in tables:
+            raise StoreNeedsMigration(
+                f"{path} is a mainspring 0.1 store; convert it with "
+                f"`mainspring migrate --store {path}` (the old store is kept)"
+            )
+        if not creating:
+            raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
+        return
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = row[0] if row is not None else None
+    if version != str(SCHEMA_VERSION):
+        raise StorageError(
+            f"{path} has storage layout {version!r}; this mainspring reads layout "
+            f"{SCHEMA_VERSION}: upgrade mainspring to open it"
+        )
 
 
 def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -41,14 +118,9 @@ def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
             isolation_level=None,
             check_same_thread=False,
         )
-        found = db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'executions'"
-        ).fetchone()
+        _check_layout(db, path, creating=False)
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
-    if found is None:
-        db.close()
-        raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
     return db
 
 
@@ -60,12 +132,14 @@ class SqliteStore(CompareAndSetStore):
         path: str | os.PathLike[str],
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         clock: Clock = time.time,
         busy_timeout: float = 30.0,
         read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self.max_record_bytes = max_record_bytes
         self._clock = clock
         self.read_only = read_only
         self._lock = threading.Lock()
@@ -86,9 +160,28 @@ class SqliteStore(CompareAndSetStore):
         self._db = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                _check_layout(self._db, self.path, creating=True)
+                for statement in _SCHEMA:
+                    self._db.execute(statement)
+                self._db.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
+        except BaseException:
+            self._db.close()
+            raise
         self._tighten_sidecars()
 
     def __repr__(self) -> str:
@@ -113,48 +206,100 @@ class SqliteStore(CompareAndSetStore):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _decode_row(self, execution_id: str, size: int, body: bytes | None) -> Execution:
-        if size > self.max_bytes or body is None:  # X2: the body is not fetched when too big
-            raise TooLarge(f"execution {execution_id}", size, self.max_bytes)
-        return decode(
-            bytes(body), Execution, kind=f"execution {execution_id}", max_bytes=self.max_bytes
+    def _record_size(self, execution_id: str) -> int:
+        parts = " + ".join(
+            f"(SELECT coalesce(sum(length(body)), 0) FROM {table} WHERE execution_id = ?1)"
+            for table in _TABLES.values()
         )
-
-    def _read(self, execution_id: str, *, cached_ok: bool = False) -> Execution | None:
-        if cached_ok:  # inside a transaction that checked data_version at BEGIN
-            cached = self._cache.get(execution_id)
-            if cached is not None:
-                return cached
         row = self._db.execute(
-            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END "
-            "FROM executions WHERE id = ?",
-            (self.max_bytes, check_id(execution_id)),
+            f"SELECT length(head) + length(checkpoints) + {parts} FROM executions WHERE id = ?1",
+            (execution_id,),
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def _loads(self, body: Any, kind: str) -> Any:
+        if len(body) > self.max_bytes:  # X2: one row, bounded before parsing
+            raise TooLarge(kind, len(body), self.max_bytes)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise RecordError(kind, [f"(row): not JSON ({exc})"]) from None
+
+    def _read_base(self, execution_id: str) -> Base | None:
+        execution_id = check_id(execution_id)
+        kind = f"execution {execution_id}"
+        row = self._db.execute(
+            "SELECT seq, head, checkpoints FROM executions WHERE id = ?", (execution_id,)
         ).fetchone()
         if row is None:
             return None
-        return self._decode_row(execution_id, row[0], row[1])
+        size = self._record_size(execution_id)
+        if size > self.max_record_bytes:  # X2: nothing fetched beyond the header
+            raise TooLarge(kind, size, self.max_record_bytes)
+        seq, head, window = row
+        folded = Folded(head=self._loads(head, kind), seq=seq)
+        folded.checkpoints = self._loads(window, kind)
+        if type(folded.head) is not dict or type(folded.checkpoints) is not list:
+            raise RecordError(kind, ["(header): not an object and a list"])
+        next_pos: dict[str, int] = {}
+        for part, table in _TABLES.items():
+            items: dict[str, Any] = {}
+            top = -1
+            for key, pos, body in self._db.execute(
+                f"SELECT key, pos, body FROM {table} WHERE execution_id = ? ORDER BY pos",
+                (execution_id,),
+            ):
+                items[key] = self._loads(body, kind)
+                top = pos
+            folded.parts[part] = items
+            next_pos[part] = top + 1
+        execution = fold(folded, kind=kind)
+        return Base.of(execution, seq, next_pos, window=folded.checkpoints)
 
     def get(self, execution_id: str) -> Execution | None:
-        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad row (X2)."""
+        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad one (X2)."""
         with self._lock:
-            return self._read(execution_id)
+            base = self._read_base(execution_id)
+        return base.execution if base is not None else None
 
     def list(self) -> Listing:
-        """Every execution that reads, and a problem for each row that does not (E7)."""
+        """Every execution that reads, and a problem for each that does not (E7)."""
         executions: list[Execution] = []
         problems: list[Problem] = []
         with self._lock:
-            rows = self._db.execute(
-                "SELECT id, length(body), CASE WHEN length(body) <= ? THEN body END "
-                "FROM executions ORDER BY id",
-                (self.max_bytes,),
-            ).fetchall()
-        for execution_id, size, body in rows:
+            ids = [row[0] for row in self._db.execute("SELECT id FROM executions ORDER BY id")]
+        for execution_id in ids:
             try:
-                executions.append(self._decode_row(execution_id, size, body))
+                with self._lock:
+                    base = self._read_base(execution_id)
             except StorageError as exc:
                 problems.append(Problem(id=execution_id, error=str(exc)))
+                continue
+            if base is not None:
+                executions.append(base.execution)
         return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        """Committed history entries after global sequence ``after``, oldest first (V2)."""
+        after = check_after(after)
+        limit = max(1, min(int(limit), 10_000))
+        with self._lock:
+            if execution_id is None:
+                rows = self._db.execute(
+                    "SELECT seq, eseq, body FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT seq, eseq, body FROM events WHERE execution_id = ? AND seq > ? "
+                    "ORDER BY seq LIMIT ?",
+                    (check_id(execution_id), after, limit),
+                ).fetchall()
+        return tuple(
+            parse_event(seq, eseq, self._loads(body, "history entry")) for seq, eseq, body in rows
+        )
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -185,16 +330,105 @@ class SqliteStore(CompareAndSetStore):
             self._data_version = version
         self._tighten_sidecars()
 
-    def _write(self, execution: Execution) -> None:
-        data = encode(execution)
+    def _dumps(self, value: Any, what: str) -> bytes:
+        data = dumps_checked(value)
         if len(data) > self.max_bytes:  # never acknowledge what could not be read back (X2)
-            raise TooLarge(f"execution {execution.id}", len(data), self.max_bytes)
-        self._db.execute(
-            "INSERT INTO executions (id, body) VALUES (?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET body = excluded.body",
-            (check_id(execution.id), data),
-        )
-        self._cache.remember(execution)
+            raise TooLarge(what, len(data), self.max_bytes)
+        return data
+
+    def _store(self, base: Base | None, execution: Execution) -> None:
+        execution_id = check_id(execution.id)
+        what = f"execution {execution_id}"
+        changes = snapshot_changes(execution) if base is None else diff(base, execution)
+        window = base.window_after(changes) if base is not None else None
+        rows: list[tuple[str, Sequence[Any]]] = []
+        head: bytes | None = None
+        for change in changes:
+            op = change[0]
+            if op == "head":
+                head = self._dumps(change[1], what)
+            elif op == "put":
+                _, part, key, pos, value = change
+                rows.append(
+                    (
+                        f"INSERT INTO {_TABLES[part]} (execution_id, key, pos, body) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT(execution_id, key) "
+                        "DO UPDATE SET body = excluded.body",
+                        (execution_id, key, pos, self._dumps(value, what)),
+                    )
+                )
+            elif op in ("reset", "group"):
+                part = change[1]
+                table = _TABLES[part]
+                if op == "reset":
+                    rows.append((f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,)))
+                    start, entries = 0, change[2]
+                else:
+                    prefix = f"{change[2]}/"
+                    upper = f"{change[2]}0"  # "0" follows "/": every key of the task sorts between
+                    rows.append(
+                        (
+                            f"DELETE FROM {table} WHERE execution_id = ? AND key >= ? AND key < ?",
+                            (execution_id, prefix, upper),
+                        )
+                    )
+                    start, entries = change[3], change[4]
+                for offset, (key, value) in enumerate(entries):
+                    rows.append(
+                        (
+                            f"INSERT INTO {table} (execution_id, key, pos, body) "
+                            "VALUES (?, ?, ?, ?)",
+                            (execution_id, key, start + offset, self._dumps(value, what)),
+                        )
+                    )
+            elif op == "ckpts" and base is None:
+                window = change[1]
+        assert head is not None
+        assert window is not None
+        checkpoints = self._dumps(window, what)
+        seq = base.seq + 1 if base is not None else 1
+        events = events_for(base.execution if base is not None else None, execution, changes)
+        # Everything is encoded and checked before the first statement: a record that cannot
+        # be stored (X2) leaves the transaction as it was for the other commits in it.
+        event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
+        if base is None:
+            self._db.execute(
+                "INSERT INTO executions (id, seq, status, updated_at, head, checkpoints) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (execution_id, seq, execution.status, execution.updated_at, head, checkpoints),
+            )
+        else:
+            self._db.execute(
+                "UPDATE executions SET seq = ?, status = ?, updated_at = ?, head = ?, "
+                "checkpoints = ? WHERE id = ?",
+                (seq, execution.status, execution.updated_at, head, checkpoints, execution_id),
+            )
+        for statement, arguments in rows:
+            self._db.execute(statement, arguments)
+        if event_rows:
+            self._db.executemany(
+                "INSERT INTO events (execution_id, eseq, body) VALUES (?, ?, ?)", event_rows
+            )
+        # The cache moves on now, so a second commit of this execution in the same flush
+        # diffs against this one; a transaction that fails clears the cache (_transaction).
+        if base is None:
+            base = Base.of(execution, seq, window=window)
+        else:
+            base.advance(execution, changes)
+        self._cache.remember(base)
+
+    def delete(self, execution_id: str) -> bool:
+        """Delete a finished execution with every row and history entry of it; False if it
+        is not stored or not finished (checked under the write lock)."""
+        with self._atomic():
+            base = self._load(execution_id)
+            if base is None or not base.execution.terminal:
+                return False
+            for table in ("executions", *_TABLES.values(), "events"):
+                column = "id" if table == "executions" else "execution_id"
+                self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (execution_id,))
+            self._cache.pop(execution_id)
+            return True
 
     # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
 
@@ -203,5 +437,8 @@ class SqliteStore(CompareAndSetStore):
             raise StorageError(f"{self.path} was opened read-only")
         return self._transaction()
 
-    def _read_for_update(self, execution_id: str) -> Execution | None:
-        return self._read(execution_id, cached_ok=True)
+    def _load(self, execution_id: str) -> Base | None:
+        cached = self._cache.get(check_id(execution_id))
+        if cached is not None:  # valid: _transaction checked data_version at BEGIN
+            return cached
+        return self._read_base(execution_id)

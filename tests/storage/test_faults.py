@@ -1,8 +1,9 @@
 """Fault injection into FileStore's every system call: EIO and ENOSPC, once and persistently.
 
 Whatever fails, nothing is acknowledged that is not durable, the stored record is always a
-complete version (the previous one, or — only after the rename itself succeeded — the one being
-written), and no temp file is left behind.
+complete version (the previous one: a failed append is cut off again), and no temp file is
+left behind. A compaction that fails leaves the journal intact and the commit, which was
+durable before it began, acknowledged.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import _file
+from mainspring.storage import _file, _frames
 
-CALLS = ["open", "write", "fsync", "replace", "mkstemp", "open-dir", "fsync-dir"]
-AFTER_RENAME = {"open-dir", "fsync-dir"}  # the new version is in place, its durability unknown
+#: Every call of an append (a commit): the journal opened, positioned, written, synced.
+APPEND = ["open", "lseek", "write", "fsync"]
+#: Every call of a compaction: temp file, its write and sync, the rename, the directory sync.
+COMPACT = ["mkstemp", "write", "fsync", "replace", "fsync-dir"]
 
 
 def execution(**changes: Any) -> ms.storage.Execution:
@@ -42,67 +45,148 @@ def _inject(monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int) -
                 fail()
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(_file.os if name != "mkstemp" else _file.tempfile, name, patched)
+        target = _frames.tempfile if name == "mkstemp" else _frames.os
+        monkeypatch.setattr(target, name, patched)
 
-    real_open = os.open
-    if call == "open":  # reading the stored record
-        wrap("open", real_open, lambda path, *a, **k: str(path).endswith("ex-1.json"))
-    elif call == "open-dir":  # opening the directory to fsync it, after the rename
-        wrap("open", real_open, lambda path, flags, *a, **k: bool(flags & os.O_DIRECTORY))
-    elif call == "write":
-        wrap("write", os.write, lambda *a, **k: True)
-    elif call == "fsync":
-        first = [True]
-
-        def file_fsync(*a: Any, **k: Any) -> bool:  # the temp file's fsync comes first
-            hit = first[0]
-            first[0] = False
-            return hit
-
-        wrap("fsync", os.fsync, file_fsync)
+    if call == "open":  # opening the journal to append
+        wrap("open", os.open, lambda path, flags, *a, **k: bool(flags & os.O_WRONLY))
     elif call == "fsync-dir":
-        seen = [0]
+        real_open = os.open
+        directories: set[int] = set()
 
-        def dir_fsync(*a: Any, **k: Any) -> bool:  # the directory's fsync comes second
-            seen[0] += 1
-            return seen[0] % 2 == 0
+        def opening(path: Any, flags: int, *a: Any, **k: Any) -> int:
+            fd = real_open(path, flags, *a, **k)
+            if flags & os.O_DIRECTORY:
+                directories.add(fd)
+            return fd
 
-        wrap("fsync", os.fsync, dir_fsync)
-    elif call == "replace":
-        wrap("replace", os.replace, lambda *a, **k: True)
+        monkeypatch.setattr(_frames.os, "open", opening)
+        wrap("fsync", os.fsync, lambda fd, *a, **k: fd in directories)
     elif call == "mkstemp":
-        wrap("mkstemp", _file.tempfile.mkstemp, lambda *a, **k: True)
+        wrap("mkstemp", _frames.tempfile.mkstemp, lambda *a, **k: True)
+    else:
+        wrap(call, getattr(os, call), lambda *a, **k: True)
     return failures
 
 
-@pytest.mark.parametrize("call", CALLS)
-@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
-@pytest.mark.parametrize("times", [1, -1], ids=["once", "persistent"])
-def test_a_failing_syscall_never_acknowledges_and_never_leaves_a_mix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int
-) -> None:
+def _journal_store(tmp_path: Path) -> tuple[ms.storage.FileStore, ms.storage.Execution]:
     store = ms.storage.FileStore(tmp_path / "store")
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=3600)
     before = store.get("ex-1")
     assert before is not None
-    attempted = execution(status="running", calls_used=5)
-    store._generation = -1  # forget what this store wrote: the read must go to the disk
+    return store, before
+
+
+@pytest.mark.parametrize("call", APPEND)
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+@pytest.mark.parametrize("times", [1, -1], ids=["once", "persistent"])
+def test_a_failing_append_never_acknowledges_and_never_leaves_a_mix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int, times: int
+) -> None:
+    store, before = _journal_store(tmp_path)
+    attempted = attrs_evolve(before, status="running", calls_used=5)
     failures = _inject(monkeypatch, call, code, times)
     with pytest.raises(OSError, match=os.strerror(code)) as info:
         store.commit_progress(attempted, "a:1:x")
     assert info.value.errno == code
     assert failures[0] >= 1
     monkeypatch.undo()
-    after = store.get("ex-1")
-    assert after is not None
-    if call in AFTER_RENAME:
-        assert after.calls_used in (0, 5)
-    else:
-        assert after == before  # the previous version, intact
-    assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".tmp-")]
+    assert ms.storage.FileStore(store.path).get("ex-1") == before  # intact, seen by others too
+    assert store.get("ex-1") == before
+    assert not [p for p in store.path.iterdir() if p.name.startswith(".tmp-")]
     # And the store still works once the fault is gone.
     assert store.commit_progress(attempted, "a:1:x").ok
+    after = ms.storage.FileStore(store.path).get("ex-1")
+    assert after is not None
+    assert after.calls_used == 5
+
+
+@pytest.mark.parametrize("call", COMPACT)
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_a_failing_compaction_keeps_the_journal_and_the_durable_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int
+) -> None:
+    store, before = _journal_store(tmp_path)
+    monkeypatch.setattr(_file, "_COMPACT_AT", 0)  # every commit compacts
+    journal = store.path / "ex-1.journal"
+    size = journal.stat().st_size
+    attempted = attrs_evolve(before, status="running", calls_used=5)
+    failures = [0]
+    temp: set[int] = set()
+    real_mkstemp = _frames.tempfile.mkstemp
+
+    def fail() -> None:
+        failures[0] += 1
+        raise OSError(code, os.strerror(code))
+
+    def mkstemp(*args: Any, **kwargs: Any) -> Any:
+        if call == "mkstemp":
+            fail()
+        fd, name = real_mkstemp(*args, **kwargs)
+        temp.add(fd)
+        return fd, name
+
+    def on(name: str, when: Callable[..., bool]) -> None:
+        original = getattr(os, name)
+
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            if when(*args, **kwargs):
+                fail()
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(_frames.os, name, patched)
+
+    monkeypatch.setattr(_frames.tempfile, "mkstemp", mkstemp)
+    if call in ("write", "fsync"):  # the temp file's, not the journal's append
+        on(call, lambda fd, *a, **k: fd in temp)
+    elif call == "replace":
+        on("replace", lambda *a, **k: True)
+    elif call == "fsync-dir":
+        real_open = os.open
+        directories: set[int] = set()
+
+        def opening(path: Any, flags: int, *a: Any, **k: Any) -> int:
+            fd = real_open(path, flags, *a, **k)
+            if flags & os.O_DIRECTORY:
+                directories.add(fd)
+            return fd
+
+        monkeypatch.setattr(_frames.os, "open", opening)
+        on("fsync", lambda fd, *a, **k: fd in directories)
+    assert store.commit_progress(attempted, "a:1:x").ok  # durable before compaction began
+    assert failures[0] >= 1
+    monkeypatch.undo()
+    if call != "fsync-dir":  # the rename is in place once only the directory sync failed
+        assert journal.stat().st_size > size  # not compacted: the appended journal, intact
+    after = ms.storage.FileStore(store.path).get("ex-1")
+    assert after is not None
+    assert after.calls_used == 5
+    assert not [p for p in store.path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_compaction_keeps_every_version_readable_and_shrinks_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_file, "_COMPACT_AT", 4096)
+    store, before = _journal_store(tmp_path)
+    journal = store.path / "ex-1.journal"
+    sizes = []
+    for n in range(300):
+        assert store.commit_progress(attrs_evolve(before, calls_used=n), "a:1:x").ok
+        sizes.append(journal.stat().st_size)
+        got = ms.storage.FileStore(store.path).get("ex-1")
+        assert got is not None and got.calls_used == n
+    assert max(sizes) < 3 * 4096 + 2048  # compacted, again and again
+    assert any(later < earlier for earlier, later in zip(sizes, sizes[1:], strict=False))
+    history = ms.storage.FileStore(store.path).history("ex-1")
+    assert [event.kind for event in history][:1] == ["created"]  # history survives compaction
+
+
+def attrs_evolve(record: ms.storage.Execution, **changes: Any) -> ms.storage.Execution:
+    import attrs
+
+    return attrs.evolve(record, **changes)
 
 
 class _FailingConnection:
@@ -114,17 +198,24 @@ class _FailingConnection:
         self.times = times
         self.failures = 0
 
-    def execute(self, sql: str, *args: Any) -> Any:
+    def _check(self, sql: str) -> None:
         if sql.startswith(self.statement) and (self.times < 0 or self.failures < self.times):
             self.failures += 1
             raise sqlite3.OperationalError("disk I/O error")
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
         return self.real.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self.real.executemany(sql, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
 
-@pytest.mark.parametrize("statement", ["BEGIN", "SELECT", "INSERT", "COMMIT"])
+@pytest.mark.parametrize("statement", ["BEGIN", "SELECT", "UPDATE", "INSERT", "COMMIT"])
 @pytest.mark.parametrize("times", [1, -1], ids=["once", "persistent"])
 def test_sqlite_a_failing_statement_never_acknowledges(
     tmp_path: Path, statement: str, times: int

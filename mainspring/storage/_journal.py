@@ -1,0 +1,645 @@
+"""Storage v2's model: an execution as a header plus keyed parts, what changed between two
+versions of it (as changes), and the fold that builds an execution back from what is stored.
+
+Every backend stores the same shape, so this module is the one place that knows it:
+
+- the **head**: every field of :class:`Execution` that stays small (status, lease, budget,
+  pending question, controls, the plan without its steps...), rewritten by each commit;
+- the **parts**, ordered keyed collections that only grow in the common case: ``steps`` (the
+  plan's steps, by id), ``obs`` (observations, by step id), ``done`` (completed step ids),
+  ``tasks`` (agent task records, by task id, without their inner steps), ``inner_obs`` and
+  ``inner_done`` (each agent task's inner observations and completed inner steps, keyed
+  ``task-id/step-id``: ``/`` never occurs in an id, X1);
+- the **checkpoints**: a window of at most five (E6); a checkpoint whose completed steps are
+  the execution's own is stored as a reference to them (``{"$done": n}``: the first ``n``
+  items of ``done``), so a checkpoint per step costs the same at step 10 and step 10,000.
+
+:func:`diff` compares the version a backend last stored with the one being committed and
+returns only what differs; it costs what changed, not the size of the run: the unchanged
+prefix of each part is recognised by C-level tuple comparison, which succeeds on identity
+(the runtime hands back the same objects for what it did not touch). Anything that is not
+"some items replaced in place, some appended" (a replan, a removal, a reorder) rewrites that
+part whole: correct always, fast in the common case.
+
+A part item's position is fixed when its key is first stored and kept when it is replaced,
+which is exactly how a dict keeps insertion order: backends store ``pos`` (SQLite) or replay
+changes into dicts (files), and both read back the tuple that was committed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from ._codec import converter, structure
+from ._errors import RecordError
+from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
+
+__all__ = [
+    "PARTS",
+    "Base",
+    "Folded",
+    "diff",
+    "events_for",
+    "fold",
+    "snapshot_changes",
+]
+
+#: The keyed parts of an execution, in the order a fold assembles them.
+PARTS = ("steps", "obs", "done", "tasks", "inner_obs", "inner_done")
+_GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
+_HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints")
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
+_DONE_REF = "$done"
+
+Change = list[Any]
+"""One stored change, plain JSON data (``[op, ...]``):
+
+- ``["head", head]``: the head, whole;
+- ``["put", part, key, pos, value]``: store ``value`` under ``key`` (a new key takes ``pos``,
+  an existing one keeps its position);
+- ``["reset", part, [[key, value], ...]]``: the part is exactly these items, in order;
+- ``["group", part, task_id, start, [[key, value], ...]]``: the items of one task in a
+  grouped part are exactly these, at positions ``start``, ``start + 1``... (after every
+  other item);
+- ``["ckpt", value]``: a checkpoint joins the window (the oldest leaves past five);
+- ``["ckpts", [value, ...]]``: the window is exactly these.
+"""
+
+
+def _unstructure(value: Any) -> Any:
+    return converter.unstructure(value)
+
+
+# -- the base a diff is taken against -------------------------------------------------------
+
+
+@attrs.define
+class Base:
+    """What a backend stored last for one execution: the execution, each part's keys and the
+    next free position, the checkpoint window as stored, and the per-execution sequence
+    number (one per commit).
+
+    Owned by the backend's cache; a backend moves it on (:meth:`advance`) as it writes, and
+    forgets every base when a write fails, so nothing half-written is remembered.
+    """
+
+    execution: Execution
+    keys: dict[str, set[str]]
+    next_pos: dict[str, int]
+    seq: int
+    window: list[Any]
+
+    @classmethod
+    def of(
+        cls,
+        execution: Execution,
+        seq: int,
+        next_pos: dict[str, int] | None = None,
+        *,
+        window: list[Any],
+    ) -> Base:
+        """The base of a stored ``execution`` (its keys computed once: O(size))."""
+        items = _items(execution)
+        keys = {part: set(entries) for part, entries in items.items()}
+        positions = {part: len(entries) for part, entries in items.items()}
+        if next_pos is not None:  # a backend that knows its stored positions says so
+            positions = {part: max(positions[part], next_pos.get(part, 0)) for part in PARTS}
+        return cls(execution=execution, keys=keys, next_pos=positions, seq=seq, window=window)
+
+    def window_after(self, changes: Sequence[Change]) -> list[Any]:
+        """The checkpoint window once ``changes`` are stored."""
+        window = self.window
+        for change in changes:
+            if change[0] == "ckpt":
+                window = [*window, change[1]][-MAX_CHECKPOINTS:]
+            elif change[0] == "ckpts":
+                window = list(change[1])
+        return window
+
+    def advance(self, execution: Execution, changes: Sequence[Change]) -> None:
+        """Take ``changes`` (made by :func:`diff` from this base to ``execution``) as stored."""
+        self.window = self.window_after(changes)
+        for change in changes:
+            op = change[0]
+            if op == "put":
+                _, part, key, pos, _value = change
+                if key not in self.keys[part]:
+                    self.keys[part].add(key)
+                    self.next_pos[part] = max(self.next_pos[part], pos + 1)
+            elif op == "reset":
+                _, part, entries = change
+                self.keys[part] = {key for key, _ in entries}
+                self.next_pos[part] = len(entries)
+            elif op == "group":
+                _, part, task_id, start, entries = change
+                prefix = f"{task_id}/"
+                kept = {key for key in self.keys[part] if not key.startswith(prefix)}
+                self.keys[part] = kept | {key for key, _ in entries}
+                self.next_pos[part] = max(self.next_pos[part], start + len(entries))
+        self.execution = execution
+        self.seq += 1
+
+
+# -- taking an execution apart --------------------------------------------------------------
+
+
+def _head(execution: Execution) -> dict[str, Any]:
+    plan = execution.plan
+    slim = attrs.evolve(
+        execution,
+        plan=attrs.evolve(plan, steps=()) if plan is not None else None,
+        observations=(),
+        completed_steps=(),
+        agent_tasks=(),
+        checkpoints=(),
+    )
+    head: dict[str, Any] = _unstructure(slim)
+    for name in _HEAD_SKIP:
+        del head[name]
+    if head["plan"] is not None:
+        del head["plan"]["steps"]
+    return head
+
+
+def _splittable(raw: dict[str, Any]) -> bool:
+    """A task record whose inner steps can be stored as their own items: its id and every
+    inner step id are ids, none repeated. Anything else (a record that does not parse, E7)
+    is stored whole, as it is."""
+    task_id = raw.get("id")
+    if type(task_id) is not str or not _ID.match(task_id):
+        return False
+    inner = raw.get("inner_observations", [])
+    done = raw.get("inner_completed", [])
+    if type(inner) is not list or type(done) is not list:
+        return False
+    names = [item.get("step_id") if type(item) is dict else None for item in inner]
+    if not all(type(name) is str and _ID.match(name) for name in names):
+        return False
+    if not all(type(name) is str and _ID.match(name) for name in done):
+        return False
+    return len(set(names)) == len(names) and len(set(done)) == len(done)
+
+
+def _task_head(raw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "split": {
+            key: value
+            for key, value in raw.items()
+            if key not in ("inner_observations", "inner_completed")
+        }
+    }
+
+
+def _items(execution: Execution) -> dict[str, dict[str, Any]]:
+    """Every part of ``execution`` as ``key -> item`` (structured items, raw task dicts)."""
+    plan = execution.plan
+    tasks: dict[str, Any] = {}
+    inner_obs: dict[str, Any] = {}
+    inner_done: dict[str, Any] = {}
+    raws = execution.agent_tasks
+    ids = [raw.get("id") for raw in raws]
+    whole = len(set(map(repr, ids))) != len(ids) or not all(_splittable(raw) for raw in raws)
+    for index, raw in enumerate(raws):
+        if whole:
+            tasks[f"#{index}"] = raw
+            continue
+        task_id = raw["id"]
+        tasks[task_id] = raw
+        for item in raw.get("inner_observations", []):
+            inner_obs[f"{task_id}/{item['step_id']}"] = item
+        for name in raw.get("inner_completed", []):
+            inner_done[f"{task_id}/{name}"] = name
+    return {
+        "steps": {step.id: step for step in plan.steps} if plan is not None else {},
+        "obs": {obs.step_id: obs for obs in execution.observations},
+        "done": {step_id: step_id for step_id in execution.completed_steps},
+        "tasks": tasks,
+        "inner_obs": inner_obs,
+        "inner_done": inner_done,
+    }
+
+
+def _encode_task(raw: dict[str, Any], split: bool) -> Any:
+    return _task_head(raw) if split else {"whole": raw}
+
+
+def _encode_checkpoint(checkpoint: Checkpoint, done: tuple[str, ...]) -> Any:
+    raw: dict[str, Any] = _unstructure(checkpoint)
+    if checkpoint.completed_steps and checkpoint.completed_steps == done:
+        raw["completed_steps"] = {_DONE_REF: len(done)}
+    return raw
+
+
+def snapshot_changes(execution: Execution) -> list[Change]:
+    """The changes that store ``execution`` from nothing: its head and every part whole."""
+    items = _items(execution)
+    split = not any(key.startswith("#") for key in items["tasks"])
+    changes: list[Change] = [["head", _head(execution)]]
+    for part in PARTS:
+        if part == "tasks":
+            entries = [[key, _encode_task(raw, split)] for key, raw in items[part].items()]
+        elif part in ("steps", "obs"):
+            entries = [[key, _unstructure(item)] for key, item in items[part].items()]
+        else:
+            entries = [[key, item] for key, item in items[part].items()]
+        changes.append(["reset", part, entries])
+    done = execution.completed_steps
+    changes.append(["ckpts", [_encode_checkpoint(c, done) for c in execution.checkpoints]])
+    return changes
+
+
+# -- what changed ---------------------------------------------------------------------------
+
+
+def _changed(old: Sequence[Any], new: Sequence[Any], lo: int, hi: int, out: list[int]) -> None:
+    """Indexes in ``lo..hi`` where ``new`` differs from ``old``: halves that compare equal
+    (in C, identity first) are skipped, so this costs what changed, not the length."""
+    if hi - lo <= 16:
+        out.extend(i for i in range(lo, hi) if old[i] is not new[i] and old[i] != new[i])
+        return
+    mid = (lo + hi) // 2
+    if old[lo:mid] != new[lo:mid]:
+        _changed(old, new, lo, mid, out)
+    if old[mid:hi] != new[mid:hi]:
+        _changed(old, new, mid, hi, out)
+
+
+def _grown(
+    old: Sequence[Any], new: Sequence[Any], key: Callable[[Any], str]
+) -> tuple[list[int], int] | None:
+    """``(replaced indexes, first appended index)`` if ``new`` is ``old`` with some items
+    replaced under the same key and some appended; None otherwise (the part is rewritten)."""
+    n_old = len(old)
+    if len(new) < n_old:
+        return None
+    replaced: list[int] = []
+    common = new[:n_old] if len(new) > n_old else new
+    if common != old:
+        _changed(old, common, 0, n_old, replaced)
+        if any(key(old[i]) != key(common[i]) for i in replaced):
+            return None
+    return replaced, n_old
+
+
+class _Diff:
+    """One diff under way: the changes so far and the positions they have taken, so a
+    failed write leaves the base untouched (it advances only once the write is durable)."""
+
+    def __init__(self, base: Base) -> None:
+        self.base = base
+        self.out: list[Change] = []
+        self.next_pos = dict(base.next_pos)
+
+    def put(self, part: str, key: str, value: Any, *, new: bool) -> None:
+        pos = 0
+        if new:
+            pos = self.next_pos[part]
+            self.next_pos[part] = pos + 1
+        self.out.append(["put", part, key, pos, value])
+
+    def part(
+        self,
+        part: str,
+        old: Sequence[Any],
+        new: Sequence[Any],
+        key: Callable[[Any], str],
+        encode: Callable[[Any], Any],
+    ) -> bool:
+        """The changes of one part; False if the part had to be rewritten whole."""
+        grown = _grown(old, new, key)
+        if grown is not None:
+            replaced, start = grown
+            fresh = [key(item) for item in new[start:]]
+            known = self.base.keys[part]
+            if len(set(fresh)) == len(fresh) and not any(k in known for k in fresh):
+                for index in replaced:
+                    self.put(part, key(new[index]), encode(new[index]), new=False)
+                for offset, item_key in enumerate(fresh):
+                    self.put(part, item_key, encode(new[start + offset]), new=True)
+                return True
+        self.out.append(["reset", part, [[key(item), encode(item)] for item in new]])
+        self.next_pos[part] = len(new)
+        return False
+
+    def tasks(self, old: Execution, new: Execution) -> None:
+        old_raws, new_raws = old.agent_tasks, new.agent_tasks
+        if old_raws == new_raws:
+            return
+        if self._tasks_grown(old_raws, new_raws):
+            return
+        # Every task part rewritten whole: a record that does not parse is kept as it is (E7).
+        items = _items(new)
+        split = not any(key.startswith("#") for key in items["tasks"])
+        self.out.append(
+            ["reset", "tasks", [[k, _encode_task(raw, split)] for k, raw in items["tasks"].items()]]
+        )
+        for part in _GROUPED:
+            self.out.append(["reset", part, [[k, v] for k, v in items[part].items()]])
+        self.next_pos.update({part: len(items[part]) for part in ("tasks", *_GROUPED)})
+
+    def _tasks_grown(self, old_raws: Sequence[Any], new_raws: Sequence[Any]) -> bool:
+        known = self.base.keys["tasks"]
+        if any(key.startswith("#") for key in known):
+            return False  # stored whole: rewritten whole
+        grown = _grown(old_raws, new_raws, lambda raw: repr(raw.get("id")))
+        if grown is None:
+            return False
+        replaced, start = grown
+        fresh = new_raws[start:]
+        fresh_ids = [raw.get("id") for raw in fresh]
+        if len(set(map(repr, fresh_ids))) != len(fresh_ids):
+            return False
+        if any(not _splittable(raw) or raw["id"] in known for raw in fresh):
+            return False
+        mark = len(self.out), dict(self.next_pos)
+        for index in replaced:
+            if not self._task(old_raws[index], new_raws[index]):
+                del self.out[mark[0] :]  # undo: the caller rewrites every task
+                self.next_pos = mark[1]
+                return False
+        for raw in fresh:
+            self._task(None, raw)
+        return True
+
+    def _task(self, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+        """One task's changes: its inner steps appended (or its group rewritten), then its
+        head. Only what was appended is checked, so a save costs what it added (X1 holds
+        for every stored key: the rest was checked when it was stored)."""
+        task_id = new.get("id")
+        if type(task_id) is not str or (old is not None and old.get("id") != task_id):
+            return False
+        for part, field in (("inner_obs", "inner_observations"), ("inner_done", "inner_completed")):
+            before = old.get(field, []) if old is not None else []
+            after = new.get(field, [])
+            if before is after:
+                continue
+            if type(before) is not list or type(after) is not list:
+                return False
+            names = _inner_names(after[len(before) :], part)
+            grown = _grown(before, after, lambda item: "") if names is not None else None
+            if names is not None and grown is not None and not grown[0]:
+                keys = [f"{task_id}/{name}" for name in names]
+                known = self.base.keys[part]
+                if len(set(keys)) == len(keys) and not any(k in known for k in keys):
+                    for key, item in zip(keys, after[len(before) :], strict=True):
+                        self.put(part, key, item, new=True)
+                    continue
+            everything = _inner_names(after, part)
+            if everything is None or len(set(everything)) != len(everything):
+                return False
+            start = self.next_pos[part]
+            entries = [[f"{task_id}/{n}", item] for n, item in zip(everything, after, strict=True)]
+            self.out.append(["group", part, task_id, start, entries])
+            self.next_pos[part] = start + len(entries)
+        self.put("tasks", task_id, _task_head(new), new=old is None)
+        return True
+
+    def checkpoints(self, old: Execution, new: Execution, done_reset: bool) -> None:
+        before, after = old.checkpoints, new.checkpoints
+        done = new.completed_steps
+        if before == after and not done_reset:
+            return
+        if (
+            not done_reset
+            and after
+            and after[:-1] == before[len(before) - (len(after) - 1) :]
+            and (len(after) == len(before) + 1 or len(before) == MAX_CHECKPOINTS == len(after))
+        ):
+            self.out.append(["ckpt", _encode_checkpoint(after[-1], done)])
+            return
+        # A rewritten ``done`` invalidates references into it: the window is written out.
+        kept = done if not done_reset else ()
+        self.out.append(["ckpts", [_encode_checkpoint(c, kept) for c in after]])
+
+
+def _inner_names(items: Sequence[Any], part: str) -> list[str] | None:
+    """The step names of inner items, or None if one is not an id (then: stored whole)."""
+    names: list[str] = []
+    for item in items:
+        name = item.get("step_id") if part == "inner_obs" and type(item) is dict else item
+        if part == "inner_obs" and type(item) is not dict:
+            return None
+        if type(name) is not str or not _ID.match(name):
+            return None
+        names.append(name)
+    return names
+
+
+def diff(base: Base, new: Execution) -> list[Change]:
+    """What storing ``new`` over ``base`` must write; costs what changed (see module doc)."""
+    old = base.execution
+    work = _Diff(base)
+    work.out.append(["head", _head(new)])
+    if new is old:
+        return work.out
+    old_steps = old.plan.steps if old.plan is not None else ()
+    new_steps = new.plan.steps if new.plan is not None else ()
+    if old_steps is not new_steps:
+        work.part("steps", old_steps, new_steps, _step_key, _unstructure)
+    if old.observations is not new.observations:
+        work.part("obs", old.observations, new.observations, _obs_key, _unstructure)
+    done_kept = True
+    if old.completed_steps is not new.completed_steps:
+        done_kept = work.part("done", old.completed_steps, new.completed_steps, str, str)
+    work.tasks(old, new)
+    work.checkpoints(old, new, not done_kept)
+    return work.out
+
+
+def _step_key(step: Any) -> str:
+    return str(step.id)
+
+
+def _obs_key(obs: Any) -> str:
+    return str(obs.step_id)
+
+
+# -- reading back ---------------------------------------------------------------------------
+
+
+@attrs.define
+class Folded:
+    """A stored execution as plain data while it is being read back (changes replayed in
+    order, or rows read in position order)."""
+
+    head: dict[str, Any] | None = None
+    parts: dict[str, dict[str, Any]] = attrs.field(factory=lambda: {p: {} for p in PARTS})
+    checkpoints: list[Any] = attrs.field(factory=list)
+    seq: int = 0
+
+    def apply(self, changes: Iterable[Any], *, kind: str) -> None:
+        """Replay one commit's changes; anything malformed is a :class:`RecordError`."""
+        try:
+            for change in changes:
+                self._apply(change)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise RecordError(kind, [f"journal: malformed change ({exc})"]) from None
+
+    def _apply(self, change: Any) -> None:
+        op = change[0]
+        if op == "head":
+            (_, head) = change
+            if type(head) is not dict:
+                raise TypeError("a head must be an object")
+            self.head = head
+        elif op == "put":
+            _, part, key, _pos, value = change
+            self.parts[_part(part)][_key(key)] = value
+        elif op == "reset":
+            _, part, entries = change
+            self.parts[_part(part)] = {_key(key): value for key, value in entries}
+        elif op == "group":
+            _, part, task_id, _start, entries = change
+            prefix = f"{_key(task_id)}/"
+            items = self.parts[_part(part)]
+            for key in [k for k in items if k.startswith(prefix)]:
+                del items[key]
+            items.update((_key(key), value) for key, value in entries)
+        elif op == "ckpt":
+            (_, value) = change
+            self.checkpoints = [*self.checkpoints, value][-MAX_CHECKPOINTS:]
+        elif op == "ckpts":
+            (_, values) = change
+            if type(values) is not list:
+                raise TypeError("a checkpoint window must be a list")
+            self.checkpoints = list(values)
+        else:
+            raise ValueError(f"unknown change {op!r}")
+
+
+def _part(name: Any) -> str:
+    if name not in PARTS:
+        raise ValueError(f"unknown part {name!r}")
+    return str(name)
+
+
+def _key(value: Any) -> str:
+    if type(value) is not str:
+        raise TypeError("a key must be a string")
+    return value
+
+
+def fold(folded: Folded, *, kind: str) -> Execution:
+    """The execution ``folded`` holds, parsed strictly (E8 for the record as a whole)."""
+    if folded.head is None:
+        raise RecordError(kind, ["journal: no head"])
+    raw = dict(folded.head)
+    parts = folded.parts
+    plan = raw.get("plan")
+    if type(plan) is dict:
+        raw["plan"] = {**plan, "steps": list(parts["steps"].values())}
+    raw["observations"] = list(parts["obs"].values())
+    done = list(parts["done"].values())
+    raw["completed_steps"] = done
+    raw["agent_tasks"] = _assemble_tasks(parts, kind)
+    raw["checkpoints"] = [_resolve_checkpoint(c, done, kind) for c in folded.checkpoints]
+    return structure(raw, Execution, kind=kind)
+
+
+def _assemble_tasks(parts: dict[str, dict[str, Any]], kind: str) -> list[Any]:
+    grouped: dict[str, dict[str, list[Any]]] = {}
+    for part, field in (("inner_obs", "inner_observations"), ("inner_done", "inner_completed")):
+        for key, value in parts[part].items():
+            task_id = key.partition("/")[0]
+            grouped.setdefault(task_id, {}).setdefault(field, []).append(value)
+    tasks: list[Any] = []
+    for key, stored in parts["tasks"].items():
+        if type(stored) is not dict or len(stored) != 1:
+            raise RecordError(kind, [f"journal: malformed agent task {key[:80]!r}"])
+        if "whole" in stored:
+            tasks.append(stored["whole"])
+            continue
+        head = stored.get("split")
+        if type(head) is not dict:
+            raise RecordError(kind, [f"journal: malformed agent task {key[:80]!r}"])
+        inner = grouped.get(key, {})
+        tasks.append(
+            {
+                **head,
+                "inner_observations": inner.get("inner_observations", []),
+                "inner_completed": inner.get("inner_completed", []),
+            }
+        )
+    return tasks
+
+
+def _resolve_checkpoint(raw: Any, done: list[Any], kind: str) -> Any:
+    if type(raw) is not dict:
+        return raw  # the strict parse names it
+    ref = raw.get("completed_steps")
+    if type(ref) is dict:
+        count = ref.get(_DONE_REF)
+        if set(ref) != {_DONE_REF} or type(count) is not int or not 0 <= count <= len(done):
+            raise RecordError(kind, ["journal: a checkpoint's reference to done steps is bad"])
+        return {**raw, "completed_steps": done[:count]}
+    return raw
+
+
+# -- the durable history (V2) ---------------------------------------------------------------
+
+
+def events_for(old: Execution | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
+    """The history entries a commit adds: ids, states and counts only (V1), derived from what
+    changed, so the history is exactly as durable as the commit that made it (V2)."""
+    at = new.updated_at
+    total = len(new.plan.steps) if new.plan is not None else 0
+    done = len(new.completed_steps)
+    base = {"execution_id": new.id, "at": at}
+    events: list[dict[str, Any]] = []
+    if old is None:
+        events.append({**base, "kind": "created", "status": new.status})
+    elif old.status != new.status:
+        events.append({**base, "kind": "status", "status": new.status, "was": old.status})
+    if new.plan_version != (old.plan_version if old is not None else 0):
+        events.append({**base, "kind": "plan", "plan_version": new.plan_version, "total": total})
+    for change in changes:
+        op = change[0]
+        if op == "put" and change[1] == "steps":
+            step = change[4]
+            events.append(
+                {
+                    **base,
+                    "kind": "step",
+                    "step_id": change[2],
+                    "status": step.get("status"),
+                    "done": done,
+                    "total": total,
+                    "calls_used": new.calls_used,
+                }
+            )
+        elif op == "put" and change[1] == "tasks":
+            head = change[4].get("split", {})
+            events.append(
+                {
+                    **base,
+                    "kind": "task",
+                    "task_id": change[2],
+                    "agent_id": head.get("agent_id"),
+                    "step_id": head.get("step_id"),
+                    "state": head.get("state"),
+                    "inner_done": head.get("inner_steps_done"),
+                    "calls_used": head.get("calls_used"),
+                }
+            )
+    old_pending = old.pending if old is not None else None
+    if new.pending != old_pending:
+        pending = new.pending
+        events.append(
+            {
+                **base,
+                "kind": "pending",
+                "pending": pending.kind if pending is not None else None,
+                "task_id": pending.agent_task_id if pending is not None else None,
+            }
+        )
+    old_controls = old.controls if old is not None else ()
+    if new.controls != old_controls:
+        seen = set(old_controls)
+        for control in new.controls:
+            if control not in seen:
+                events.append({**base, "kind": "control", "action": control.action})
+    return events
