@@ -27,6 +27,7 @@ from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
+from ._history import HistoryEvent as HistoryEvent
 from ._home import default_home as default_home
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
@@ -72,6 +73,7 @@ from ._redact import redact as redact
 from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
+from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
 
@@ -101,6 +103,7 @@ __all__ = [
     "FileStore",
     "Finding",
     "FindingStatus",
+    "HistoryEvent",
     "Interruption",
     "InvalidId",
     "Lease",
@@ -117,6 +120,7 @@ __all__ = [
     "SqliteStore",
     "StepStatus",
     "Store",
+    "StoreNeedsMigration",
     "TaskState",
     "TooLarge",
     "capture_checkpoint",

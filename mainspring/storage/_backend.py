@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from ._errors import StorageError
+from ._history import HistoryEvent
 from ._journal import Base
 from ._records import MAX_CONTROLS, Execution, Lease
 
@@ -139,6 +140,18 @@ class Store(Protocol):
         (``StorageError``, ``ValueError``) touches nothing else; an ``OSError`` means the disk
         failed at that commit, and it and every later one in the batch were not written.
         """
+        ...
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        """Committed history entries (V2) with a global sequence above ``after``, oldest
+        first, at most ``limit`` (1..10,000); of one execution, or of all."""
+        ...
+
+    def delete(self, execution_id: str) -> bool:
+        """Delete a finished (terminal) execution with everything stored about it, history
+        included; False if it is not stored or not finished (decided atomically)."""
         ...
 
 

@@ -99,9 +99,9 @@ def _refuse_oversize(data: bytes, offset: int, max_frame: int, kind: str) -> Non
     if len(data) - offset < HEADER_SIZE:
         return
     magic, length, _, header_crc = _HEADER.unpack_from(data, offset)
-    if magic == MAGIC and length > max_frame:
-        if zlib.crc32(memoryview(data)[offset : offset + 12]) == header_crc:
-            raise TooLarge(f"{kind} (a journal frame)", length, max_frame)
+    intact = magic == MAGIC and zlib.crc32(memoryview(data)[offset : offset + 12]) == header_crc
+    if intact and length > max_frame:
+        raise TooLarge(f"{kind} (a journal frame)", length, max_frame)
 
 
 def scan_frames(data: bytes, *, kind: str, max_frame: int) -> Scan:

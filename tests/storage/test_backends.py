@@ -260,7 +260,8 @@ def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Pa
     assert stored == versions[-2]
     assert fresh.commit_progress(attrs.evolve(stored, goal="after the crash"), "a:1:x").ok
     again = FileStore(store.path).get("victim")
-    assert again is not None and again.goal == "after the crash"
+    assert again is not None
+    assert again.goal == "after the crash"
 
 
 def test_a_thousand_random_bit_flips_never_yield_a_record_that_was_not_committed(
@@ -411,7 +412,8 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     assert len(cache) == 3
     assert cache.get("e0") is None
     cached = cache.get("e4")
-    assert cached is not None and cached.execution is records[4]
+    assert cached is not None
+    assert cached.execution is records[4]
     cache.remember(Base.of(attrs.evolve(records[4], status="completed"), 2, window=[]))
     assert cache.get("e4") is None
 

@@ -9,6 +9,7 @@ durable before it began, acknowledged.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import sqlite3
 from collections.abc import Callable
@@ -176,9 +177,10 @@ def test_compaction_keeps_every_version_readable_and_shrinks_the_journal(
         assert store.commit_progress(attrs_evolve(before, calls_used=n), "a:1:x").ok
         sizes.append(journal.stat().st_size)
         got = ms.storage.FileStore(store.path).get("ex-1")
-        assert got is not None and got.calls_used == n
+        assert got is not None
+        assert got.calls_used == n
     assert max(sizes) < 3 * 4096 + 2048  # compacted, again and again
-    assert any(later < earlier for earlier, later in zip(sizes, sizes[1:], strict=False))
+    assert any(later < earlier for earlier, later in itertools.pairwise(sizes))
     history = ms.storage.FileStore(store.path).history("ex-1")
     assert [event.kind for event in history][:1] == ["created"]  # history survives compaction
 
