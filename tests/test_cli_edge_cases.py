@@ -21,6 +21,7 @@ import mainspring as ms
 from mainspring.cli import EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, main
 
 from ._cli_kit import inc, run_cli
+from ._raw import read_raw, write_garbage, write_raw
 
 SECRET = "ghp_" + "Z" * 36
 
@@ -117,8 +118,8 @@ def test_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
 ) -> None:
     files = tmp_path / "files"
     _make_store(files)
-    record = files / "ex-1.json"
-    elsewhere = tmp_path / "elsewhere.json"
+    record = files / "ex-1.journal"
+    elsewhere = tmp_path / "elsewhere.journal"
     record.rename(elsewhere)
     record.symlink_to(elsewhere)  # O_NOFOLLOW -> OSError(ELOOP); EACCES takes the same path
     code, _ = run_cli("show", "ex-1", "--store", str(files))  # it used to: OSError escapes
@@ -130,9 +131,9 @@ def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
 ) -> None:
     files = tmp_path / "files"
     _make_store(files)
-    raw = json.loads((files / "ex-done.json").read_text())
+    raw = read_raw(files, "ex-done")
     raw["updated_at"] = 1e300  # accepted by the strict record parser
-    (files / "ex-done.json").write_text(json.dumps(raw))
+    write_raw(files, "ex-done", raw)
     assert ms.storage.FileStore(files).get("ex-done") is not None
     code, out = run_cli("ls", "--store", str(files))  # it used to: OverflowError in _when
     assert code in (EXIT_OK, EXIT_FAILED)
@@ -220,10 +221,10 @@ def test_tasks_and_ls_json_say_what_they_could_not_read(
 ) -> None:
     files = tmp_path / "files"
     _make_store(files)
-    raw = json.loads((files / "ex-1.json").read_text())
+    raw = read_raw(files, "ex-1")
     raw["agent_tasks"].append({**raw["agent_tasks"][0], "id": "ex-1:t9", "bogus": 1})
-    (files / "ex-1.json").write_text(json.dumps(raw))
-    (files / "broken.json").write_text("{not json")
+    write_raw(files, "ex-1", raw)
+    write_garbage(files, "broken", b"{not json")
     _, out = run_cli("show", "ex-1", "--store", str(files))
     assert "1 unreadable" in out  # show reports it ...
     _, out = run_cli("tasks", "ex-1", "--store", str(files))

@@ -25,6 +25,7 @@ from mainspring.cli import (
 )
 
 from ._cli_kit import inc, run_cli
+from ._raw import read_raw, write_garbage, write_raw
 
 SECRET = "ghp_" + "a" * 36
 
@@ -217,14 +218,11 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     lapsed = attrs.evolve(stored.lease, owner="gone:1:x", expires_at=time.time() - 5)
     store.edit("ex-2", lambda e, now: attrs.evolve(e, status="running"))
     store.edit("ex-2", lambda e, now: e)
-    (files / "ex-2.json").write_bytes(
-        (files / "ex-2.json").read_bytes().replace(b'"lease":{"epoch"', b'"lease":{"epoch"')
-    )
-    raw = json.loads((files / "ex-2.json").read_bytes())
+    raw = read_raw(files, "ex-2")
     raw["lease"] = attrs.asdict(lapsed)
-    (files / "ex-2.json").write_text(json.dumps(raw))
-    (files / "broken.json").write_text("{not json")
-    (files / ".tmp-abandoned.json").write_text("half")
+    write_raw(files, "ex-2", raw)
+    write_garbage(files, "broken", b"{not json")
+    (files / ".tmp-abandoned").write_text("half")
     before = {p.name: p.read_bytes() for p in files.iterdir()}
     code, out = run_cli("doctor", "--store", str(files), "--json")
     assert code == EXIT_FAILED

@@ -15,6 +15,7 @@ import mainspring as ms
 from mainspring.cli import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, main
 
 from ._cli_kit import inc, run_cli
+from ._raw import write_garbage
 
 SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
 
@@ -166,7 +167,7 @@ def test_events_json_says_what_it_could_not_read(
     files = tmp_path / "files"
     files.mkdir()
     ms.storage.FileStore(files)  # an empty FileStore
-    (files / "broken.json").write_text("{not json")
+    write_garbage(files, "broken", b"{not json")
     assert run_cli("ls", "--json", "--store", str(files))[0] == EXIT_OK
     assert "broken" in capsys.readouterr().err  # ls says so
     assert run_cli("events", "--json", "--store", str(files))[0] == EXIT_OK

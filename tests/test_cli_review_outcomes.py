@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import anyio.to_thread
 import pytest
 
 import mainspring as ms
+from tests._raw import read_raw, write_raw
 from tests.executions._kit import FAST, Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
@@ -172,10 +172,8 @@ def _to_old_format(store: str, execution_id: str) -> None:
     """Rewrite a record as the format before #12 stored it: findings with string evidence
     and a string provenance, checkpoints without `absent`, observations without
     `redacted`, no masked inputs, tasks without hashes, times or diagnostics."""
-    db = sqlite3.connect(store)
-    try:
-        (raw,) = db.execute("SELECT body FROM executions WHERE id = ?", (execution_id,)).fetchone()
-        body = json.loads(bytes(raw))
+    body = read_raw(store, execution_id)
+    if True:
         for c in body["checkpoints"]:
             c.pop("absent")
         for o in body["observations"]:
@@ -203,13 +201,7 @@ def _to_old_format(store: str, execution_id: str) -> None:
                 "touched_paths",
             ):
                 t.pop(key)
-        db.execute(
-            "UPDATE executions SET body = ? WHERE id = ?",
-            (json.dumps(body).encode(), execution_id),
-        )
-        db.commit()
-    finally:
-        db.close()
+    write_raw(store, execution_id, body)
 
 
 async def test_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Path) -> None:

@@ -220,6 +220,13 @@ class FileStore(CompareAndSetStore):
                 continue
             if read is not None:
                 executions.append(read.base.execution)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if self._file(execution_id).stat().st_size:  # E7: said, never skipped
+                    error = (
+                        "its journal holds no whole entry (a creation cut short, or not a journal)"
+                    )
+                    problems.append(Problem(id=execution_id, error=error))
         return Listing(executions=tuple(executions), problems=tuple(problems))
 
     def history(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
-import sqlite3
 import zoneinfo
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import mainspring as ms
 from mainspring.executions._results import agent_hash
 
 from .._exact import same
+from .._raw import stored_bytes
 from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
@@ -204,12 +204,7 @@ async def test_E5_secrets_in_sets_bytes_and_tuple_keys_never_reach_the_store_fil
     async with runtime(where, tools={"leaky": leaky}) as rt:
         live = await (await rt.start("g", plan_of(tool("a", "leaky")))).wait()
     assert live.outputs["a"]["token"] == "tok-abcdef"  # live: the value itself
-    if kind == "sqlite":
-        connection = sqlite3.connect(tmp_path / "store.sqlite3")
-        raw = b"".join(bytes(row[0]) for row in connection.execute("select body from executions"))
-        connection.close()
-    else:
-        raw = b"".join(p.read_bytes() for p in (tmp_path / "files").rglob("*") if p.is_file())
+    raw = stored_bytes(tmp_path / "store.sqlite3" if kind == "sqlite" else tmp_path / "files")
     assert raw
     import base64
 

@@ -17,6 +17,7 @@ import pytest
 
 import mainspring as ms
 from tests._exact import same
+from tests._raw import read_raw, write_raw
 from tests.executions._kit import FAST, Gate, plan_of, runtime, stored
 
 pytestmark = pytest.mark.anyio
@@ -150,8 +151,6 @@ async def test_E10_an_old_record_s_masked_inner_result_is_not_replayed_as_the_or
     result `{"token": ...}` was stored as `{"token": "[redacted secret]"}`, with no `redacted`
     flag (the field did not exist). Resumed after upgrading, the agent must not be handed the
     masked value as if it were the original: the step runs again (E10)."""
-    import json
-    import sqlite3
 
     token = "tok-" + "y" * 28
     got: list[Any] = []
@@ -164,22 +163,11 @@ async def test_E10_an_old_record_s_masked_inner_result_is_not_replayed_as_the_or
     async with runtime(tmp_path, agents={"w": worker}) as rt:
         first = await (await rt.start("g", plan_of(ms.PlanStep(id="a", agent="w")))).wait()
     assert first.status == "waiting_for_clarification"
-    db = sqlite3.connect(tmp_path / "store.sqlite3")
-    try:
-        (raw,) = db.execute(
-            "SELECT body FROM executions WHERE id = ?", (first.execution_id,)
-        ).fetchone()
-        body = json.loads(bytes(raw))
-        for task in body["agent_tasks"]:
-            for obs in task["inner_observations"]:
-                assert obs.pop("redacted") is (obs["step_id"] == "fetch")
-        db.execute(
-            "UPDATE executions SET body = ? WHERE id = ?",
-            (json.dumps(body).encode(), first.execution_id),
-        )
-        db.commit()
-    finally:
-        db.close()
+    body = read_raw(tmp_path / "store.sqlite3", first.execution_id)
+    for task in body["agent_tasks"]:
+        for obs in task["inner_observations"]:
+            assert obs.pop("redacted") is (obs["step_id"] == "fetch")
+    write_raw(tmp_path / "store.sqlite3", first.execution_id, body)
     async with runtime(tmp_path, agents={"w": worker}) as rt:
         with anyio.fail_after(30):
             done = await (await rt.resume(first.execution_id, answer="yes")).wait()

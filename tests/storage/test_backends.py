@@ -464,3 +464,119 @@ def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Fac
     assert written.goal == "new"
     assert store.edit("e", lambda ex, now: None) is None
     assert store.edit("missing", lambda ex, now: ex) is None
+
+
+# -- storage v2: fencing, history, deletion, cost per commit -----------------------------
+
+
+def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    first = store.acquire("ex-1", "a:1:x", ttl=10)
+    assert first.acquired
+    assert first.lease is not None
+    clock.now += 60  # the tenure lapses; the same owner takes the lease again
+    second = store.acquire("ex-1", "a:1:x", ttl=10)
+    assert second.lease is not None
+    assert second.lease.epoch == first.lease.epoch + 1
+    stale = execution(lease=first.lease, calls_used=9)
+    assert store.commit_progress(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
+    current = execution(lease=second.lease, calls_used=3)
+    assert store.commit_progress(current, "a:1:x").ok
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.calls_used == 3
+
+
+def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    steps = tuple(ms.PlanStep(id=f"s{n}", tool="t") for n in range(3))
+    plan = ms.Plan(id="p", goal="g", steps=steps)
+    store.create(execution("a", plan=plan, plan_version=1))
+    store.create(execution("b"))
+    lease = store.acquire("a", "a:1:x", ttl=60).lease
+    record = execution("a", plan=plan, plan_version=1, lease=lease, status="running")
+    assert store.commit_progress(record, "a:1:x").ok
+    for n in range(3):
+        done = attrs.evolve(steps[n], status="succeeded")
+        steps = steps[:n] + (done,) + steps[n + 1 :]
+        record = attrs.evolve(
+            record,
+            plan=attrs.evolve(plan, steps=steps),
+            completed_steps=tuple(s.id for s in steps[: n + 1]),
+        )
+        assert store.commit_progress(record, "a:1:x").ok
+    everything = store.history()
+    seqs = [event.seq for event in everything]
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
+    mine = store.history("a")
+    assert [e.kind for e in mine] == ["created", "plan", "status", "step", "step", "step"]
+    assert [(e.step_id, e.status, e.done, e.total) for e in mine if e.kind == "step"] == [
+        ("s0", "succeeded", 1, 3),
+        ("s1", "succeeded", 2, 3),
+        ("s2", "succeeded", 3, 3),
+    ]
+    assert [e.execution_seq for e in mine] == sorted(e.execution_seq for e in mine)
+    assert {e.execution_id for e in store.history("b")} == {"b"}
+    middle = mine[3].seq
+    assert store.history("a", after=middle) == mine[4:]
+    assert store.history(after=everything[-1].seq) == ()
+    assert store.history(limit=2) == everything[:2]
+    with pytest.raises(ValueError, match="after"):
+        store.history(after=-1)
+
+
+def test_delete_removes_only_a_finished_execution_with_its_history(make_store: Factory) -> None:
+    store = make_store()
+    store.create(execution("done", status="completed"))
+    store.create(execution("live", status="running"))
+    assert not store.delete("live")  # never a run that is not finished
+    assert not store.delete("absent")
+    assert store.delete("done")
+    assert store.get("done") is None
+    assert store.history("done") == ()
+    assert [e.id for e in store.list().executions] == ["live"]
+    assert not store.delete("done")
+
+
+def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -> None:
+    # The bytes one step's commit appends are the same at step 10 and step 1,000.
+    store = FileStore(tmp_path / "store")
+    steps = tuple(ms.PlanStep(id=f"s{n}", tool="t") for n in range(1_000))
+    plan = ms.Plan(id="p", goal="g", steps=steps)
+    record = execution("long", plan=plan, plan_version=1)
+    store.create(record)
+    lease = store.acquire("long", "a:1:x", ttl=600).lease
+    record = attrs.evolve(record, lease=lease, status="running")
+    journal = store.path / "long.journal"
+    grown: dict[int, int] = {}
+    current = list(steps)
+    done: list[str] = []
+    observations: list[ms.storage.Observation] = []
+    for n in range(1_000):
+        current[n] = attrs.evolve(current[n], status="succeeded")
+        done.append(f"s{n}")
+        observations.append(ms.storage.Observation(step_id=f"s{n}", tool="t", ok=True, output=n))
+        record = attrs.evolve(
+            record,
+            plan=attrs.evolve(plan, steps=tuple(current)),
+            completed_steps=tuple(done),
+            observations=tuple(observations),
+        )
+        before = journal.stat().st_size
+        assert store.commit_progress(record, "a:1:x").ok
+        after = journal.stat().st_size
+        if after > before:  # not a compaction
+            grown[n] = after - before
+    early = sum(grown[n] for n in range(10, 20) if n in grown) / 10
+    late = [grown[n] for n in range(980, 1_000) if n in grown]
+    assert late
+    assert max(late) < early * 1.5 + 64
+    stored = FileStore(store.path).get("long")
+    assert stored == attrs.evolve(record, lease=stored.lease if stored else None)
