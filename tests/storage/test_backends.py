@@ -504,7 +504,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
     assert store.commit_progress(record, "a:1:x").ok
     for n in range(3):
         done = attrs.evolve(steps[n], status="succeeded")
-        steps = steps[:n] + (done,) + steps[n + 1 :]
+        steps = (*steps[:n], done, *steps[n + 1 :])
         record = attrs.evolve(
             record,
             plan=attrs.evolve(plan, steps=steps),
