@@ -23,6 +23,7 @@ from ..executions import (
 )
 from ..storage import Store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
+from ._maintenance import run_prune
 from ._output import Out, when
 
 
@@ -71,6 +72,8 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
     config = _load_app(args.app) if getattr(args, "app", None) else {}
     async with open_runtime(store=store, **config) as rt:
+        if args.command == "prune":
+            return await run_prune(rt, out, args)
         if args.command == "stop-task":
             result = await rt.stop_agent_task(args.id, cascade=args.cascade)
             if out.as_json:

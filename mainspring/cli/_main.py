@@ -66,6 +66,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 
 
 def _dispatch(args: argparse.Namespace, out: Out) -> int:
+    if args.command == "migrate":  # the one command that opens a 0.1 store
+        from ._maintenance import run_migrate
+
+        return run_migrate(Path(args.store_path), out)
     write = args.command not in READS
     if args.command == "stop-task":
         check_task_id(args.id)

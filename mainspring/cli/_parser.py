@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -30,6 +31,20 @@ class _RaisingParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.format_usage())
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+
+
+def duration(text: str) -> float:
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` in seconds; anything else is a usage error."""
+    match = re.fullmatch(r"([0-9]{1,9})([smhdw])", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give a whole number and a unit, like 30s, 15m, "
+            "12h, 7d or 2w"
+        )
+    return float(int(match.group(1)) * _UNITS[match.group(2)])
 
 
 def wants_json(argv: Sequence[str]) -> bool:
@@ -113,4 +128,30 @@ def make_parser() -> argparse.ArgumentParser:
     events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     events.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
     commands.add_parser("doctor", parents=[common], help="check every record, read-only")
+    commands.add_parser(
+        "migrate",
+        parents=[common],
+        help="convert a store written by mainspring 0.1 to the current layout "
+        "(the old store is kept as PATH.v1-backup)",
+    )
+    prune = commands.add_parser(
+        "prune", parents=[common], help="delete finished executions, with their history"
+    )
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        type=duration,
+        metavar="DURATION",
+        help="not updated for this long: 30s, 15m, 12h, 7d, 2w",
+    )
+    prune.add_argument(
+        "--status",
+        dest="statuses",
+        action="append",
+        choices=["completed", "failed", "cancelled"],
+        help="only these statuses (repeatable; default: all three)",
+    )
+    prune.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
+    )
     return parser

@@ -14,6 +14,8 @@ from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
 from ._plan import InvalidPlan as InvalidPlan
+from ._prune import PruneReport as PruneReport
+from ._prune import PruneSkip as PruneSkip
 from ._results import ExecutionResult as ExecutionResult
 from ._results import StopResult as StopResult
 from ._run_events import AgentTaskCompleted as AgentTaskCompleted
@@ -52,6 +54,8 @@ __all__ = [
     "ExecutionStarted",
     "ExecutionWaiting",
     "IllegalTransition",
+    "PruneReport",
+    "PruneSkip",
     "RunEvent",
     "SaveRefused",
     "StepFinished",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from ..supervision import RootSupervisor
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._plan import check_plan
+from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
 from ._refusals import end_event
 from ._results import (
@@ -488,6 +489,13 @@ class Runtime:
         behind gets an ``EventsDropped`` instead of stalling the runtime. Iteration ends
         when the runtime closes."""
         return self._bus.subscribe(buffer)
+
+    async def prune(
+        self, *, older_than: float, statuses: Collection[str] = PRUNABLE, dry_run: bool = False
+    ) -> PruneReport:
+        """Delete finished executions (with their history) not updated for ``older_than``
+        seconds; ValueError for a status that is not terminal. See ``executions._prune``."""
+        return await prune(self._committer, self._live, older_than, statuses, dry_run)
 
     def live(self) -> list[str]:
         """Ids of the executions running in this process now."""

@@ -84,6 +84,10 @@ from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
+from ._migrate import MigrationError as MigrationError
+from ._migrate import MigrationReport as MigrationReport
+from ._migrate import StoreInUse as StoreInUse
+from ._migrate import migrate_store as migrate_store
 from ._persistence import Committer as Committer
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
@@ -125,6 +129,7 @@ from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
+from ._v1 import read_v1 as read_v1
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
 
@@ -160,6 +165,8 @@ __all__ = [
     "Lease",
     "LeaseResult",
     "Listing",
+    "MigrationError",
+    "MigrationReport",
     "Observation",
     "ObservationCode",
     "Pending",
@@ -171,6 +178,7 @@ __all__ = [
     "SqliteStore",
     "StepStatus",
     "Store",
+    "StoreInUse",
     "StoreNeedsMigration",
     "TaskState",
     "TooLarge",
@@ -183,11 +191,13 @@ __all__ = [
     "encode_value",
     "hash_files",
     "holder",
+    "migrate_store",
     "new_owner_id",
     "open_committer",
     "open_store",
     "parse_agent_task",
     "parse_agent_tasks",
+    "read_v1",
     "reconcile",
     "redact",
     "redact_flagged",

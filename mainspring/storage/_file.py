@@ -154,7 +154,9 @@ class FileStore(CompareAndSetStore):
         try:
             raw = marker.read_bytes()[:4096]
         except FileNotFoundError:
-            if any(entry.name.endswith(".json") for entry in os.scandir(self.path)):
+            with os.scandir(self.path) as entries:  # closed even when any() stops early
+                is_v1 = any(entry.name.endswith(".json") for entry in entries)
+            if is_v1:
                 raise StoreNeedsMigration(
                     f"{self.path} is a mainspring 0.1 store; convert it with "
                     f"`mainspring migrate --store {self.path}` (the old store is kept)"

@@ -317,6 +317,11 @@ class Committer:
         """The store's ``edit``: an out-of-band change, whoever holds the lease."""
         return await self._call(self.store.edit, execution_id, change)  # type: ignore[no-any-return]
 
+    async def delete(self, execution_id: str) -> bool:
+        """The store's ``delete``: a finished execution goes, with its history; False if it
+        is not stored or not finished (the store decides, atomically)."""
+        return await self._call(self.store.delete, execution_id)  # type: ignore[no-any-return]
+
     async def create(self, execution: Execution) -> bool:
         """The store's ``create``."""
         return await self._call(self.store.create, execution)  # type: ignore[no-any-return]
