@@ -85,6 +85,7 @@ from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
 from ._persistence import Committer as Committer
+from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
@@ -146,6 +147,7 @@ __all__ = [
     "CommitOutcome",
     "Committer",
     "Control",
+    "Durable",
     "Edit",
     "Evidence",
     "Execution",
