@@ -32,7 +32,7 @@ PAGE = 1_000
 class HistoryFollowers:
     """A runtime's history followers, counted so that closing the runtime waits for the
     reads they have under way (and the last read of those waiting for news) before the
-    store closes."""
+    store closes, and never for a follower's consumer."""
 
     def __init__(self, store: Store, durable: Durable) -> None:
         self._store = store
@@ -77,6 +77,12 @@ class HistoryFollowers:
             final = self._closing
             mark = durable.count  # read before the store: a flush during the read is seen
             page = await self._read(execution_id, last)
+            if self._closing and not final and len(page) < PAGE:
+                # The runtime began closing during that read: one more, before yielding
+                # (close() waits for reads, never for a consumer), covers what the last
+                # flush made durable meanwhile.
+                page += await self._read(execution_id, page[-1].seq if page else last)
+                final = True
             for event in page:
                 yield event
                 last = event.seq  # Invariant V2: the next read starts after what was yielded
@@ -153,9 +159,13 @@ class RuntimeEvents:
         (seen as soon as its write is durable) or by another one on the same store (seen
         within ``poll`` seconds). None is yielded twice or skipped; a follower that stops
         can start again with ``after=`` the last ``seq`` it saw and misses nothing. When the
-        runtime closes, a follower waiting for news reads once more (up to 1,000 entries)
-        and ends. Raises ``ValueError`` for a bad id, a negative or non-integer ``after``,
-        a ``poll`` that is not a positive finite number or a ``buffer`` below 1.
+        runtime closes, a follower that waits for news (or is reading) reads once more what
+        is durable (up to 1,000 entries) and ends; one whose consumer is busy elsewhere ends
+        at its next step; the rest is there for a follower started with ``after=`` its last
+        ``seq``. ``buffer`` applies to live events only.
+
+        Raises ``ValueError`` for a bad id, an ``after`` that is not a whole number >= 0, a
+        ``poll`` that is not a positive finite number or a ``buffer`` below 1 (at the call).
         """
         if execution_id is not None:
             check_id(execution_id)

@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,54 @@ async def test_the_durable_hook_counts_flushes_and_wakes_waiters() -> None:
         assert woke == [1]
         durable.close()
         await durable.wait_past(100)  # closed: never waits
+
+
+class _HeldHistory(ms.storage.SqliteStore):
+    """Its first ``history`` read is held after it has read (so what it returns is stale)
+    until ``release`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        found = super().history(execution_id, after=after, limit=limit)
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(timeout=30)
+        return found
+
+
+async def test_a_read_under_way_when_the_runtime_closes_is_followed_by_a_last_one(
+    tmp_path: Path,
+) -> None:
+    """The follower's read saw nothing; the run then committed and the runtime began to
+    close before that read returned: the follower reads once more before it ends."""
+    store = _HeldHistory(tmp_path / "store.sqlite3")
+    got: list[HistoryEvent] = []
+
+    async def follow(stream: AsyncIterator[HistoryEvent]) -> None:
+        async for event in stream:
+            got.append(event)
+
+    async def release_once_closing(rt: ms.Runtime) -> None:
+        while not rt._followers._closing:
+            await anyio.lowlevel.checkpoint()
+        store.release.set()
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg, runtime(store) as rt:
+                tg.start_soon(follow, rt.events(after=0, poll=60))
+                await anyio.to_thread.run_sync(store.entered.wait)
+                await (await rt.start("g", linear(2), execution_id="ex-h")).wait()
+                tg.start_soon(release_once_closing, rt)
+        full = await _history(store)
+    finally:
+        store.release.set()
+        store.close()
+    assert full
+    assert got == full
