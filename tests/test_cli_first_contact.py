@@ -189,4 +189,5 @@ def test_events_follow_on_an_empty_home_waits_for_the_first_run(home: Path) -> N
     follower.join(timeout=60)
     assert not follower.is_alive()
     assert codes == [EXIT_OK]
-    assert "ex-first  execution" in out.getvalue()
+    assert "ex-first  created" in out.getvalue()
+    assert "ex-first  status   running -> completed" in out.getvalue()

@@ -231,16 +231,50 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in files.iterdir()} == before  # read-only
 
 
-def test_events_prints_state_changes(store: Path) -> None:
+def _entry(event: ms.storage.HistoryEvent) -> dict[str, Any]:
+    return {k: v for k, v in attrs.asdict(event).items() if v is not None}
+
+
+def test_events_prints_the_durable_history(store: Path) -> None:
+    """Every history entry (V2), in sequence order: one JSON object each with --json (the
+    entry's fields, None ones left out), a line each otherwise; --after and an id narrow it."""
+    backend = ms.storage.SqliteStore(store, read_only=True)
+    try:
+        history = backend.history()
+    finally:
+        backend.close()
     code, out = run_cli("events", "--store", str(store), "--json")
     assert code == EXIT_OK
-    changes = [json.loads(line) for line in out.splitlines()]
-    assert {"execution_id": "ex-1", "kind": "step", "id": "s1", "state": "succeeded"} in changes
-    assert all(set(c) <= {"execution_id", "kind", "id", "state"} for c in changes)
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert entries == [_entry(e) for e in history]
+    step = {"execution_id": "ex-1", "kind": "step", "step_id": "s1", "status": "succeeded"}
+    assert any(step.items() <= e.items() for e in entries)
+    fields = {f.name for f in attrs.fields(ms.storage.HistoryEvent)}
+    assert all(set(e) <= fields for e in entries)  # V1: ids, states, counts; no text
+    assert SECRET not in out  # the goal is not in the history at all
+    middle = history[len(history) // 2].seq
+    code, out = run_cli("events", "--store", str(store), "--json", "--after", str(middle))
+    assert [json.loads(line) for line in out.splitlines()] == [
+        _entry(e) for e in history if e.seq > middle
+    ]
+    code, out = run_cli("events", "ex-2", "--store", str(store), "--json")
+    assert [json.loads(line) for line in out.splitlines()] == [
+        _entry(e) for e in history if e.execution_id == "ex-2"
+    ]
     code, out = run_cli("events", "--store", str(store), "--follow", "--max-polls", "2",
-                     "--interval", "0.01")  # fmt: skip
+                        "--interval", "0.01")  # fmt: skip
     assert code == EXIT_OK
-    assert "ex-2  execution" in out
+    lines = out.splitlines()
+    assert len(lines) == len(history)  # each once, though it read twice
+    assert lines[0].split() == [str(history[0].seq), "ex-1", "created", "planned"]
+    assert any(
+        line.split()[1:5] == ["ex-1", "step", "succeeded", "step"] and "s1" in line
+        for line in lines
+    ), lines
+    assert run_cli("events", "ex-nope", "--store", str(store))[0] == EXIT_UNKNOWN
+    assert run_cli("events", "--after", "-1", "--store", str(store))[0] == EXIT_USAGE
+    assert run_cli("events", "--after", "x", "--store", str(store))[0] == EXIT_USAGE
+    assert run_cli("events", "bad/id", "--store", str(store))[0] == EXIT_USAGE
 
 
 def test_no_color_unless_a_terminal_and_no_NO_COLOR(

@@ -52,6 +52,16 @@ def wants_json(argv: Sequence[str]) -> bool:
     return any(arg.startswith("--j") and "--json".startswith(arg) for arg in argv)
 
 
+def _sequence_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a sequence number (a whole number >= 0): {text}")
+    return value
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``mainspring`` parser; every error raises :class:`UsageError`."""
     common = _RaisingParser(add_help=False)
@@ -123,8 +133,18 @@ def make_parser() -> argparse.ArgumentParser:
         help="cancel its step and the steps depending on it (default: the step counts as "
         "done without a result and its dependents run)",
     )
-    events = commands.add_parser("events", parents=[common], help="state changes in the store")
+    events = commands.add_parser(
+        "events", parents=[common], help="the durable history: every committed change, in order"
+    )
+    events.add_argument("id", nargs="?", metavar="EXECUTION_ID", help="of this execution only")
     events.add_argument("--follow", action="store_true", help="keep watching")
+    events.add_argument(
+        "--after",
+        type=_sequence_number,
+        default=0,
+        metavar="SEQ",
+        help="only entries after this sequence number (the first column; default 0: all)",
+    )
     events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     events.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
     commands.add_parser("doctor", parents=[common], help="check every record, read-only")

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from ..storage import (
     STEP_FINISHED,
     AgentTaskRecord,
     Execution,
+    HistoryEvent,
     Store,
     holder,
     parse_agent_tasks,
@@ -235,51 +238,61 @@ def _report_unreadable(out: Out, dropped: int, problems: Sequence[Any]) -> None:
         out.warn(f"unreadable execution {problem.id}: {problem.error}")
 
 
-def _snapshot(
-    store: Store, out: Out, reported: set[str]
-) -> dict[str, tuple[str, dict[str, str], dict[str, str]]]:
-    view: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
-    listing = store.list()
-    _report_unreadable(out, 0, [p for p in listing.problems if p.id not in reported])
-    reported.update(p.id for p in listing.problems)  # each said once, not every poll (E7)
-    for e in listing.executions:
-        steps: dict[str, str] = {s.id: s.status for s in e.plan.steps} if e.plan else {}
-        tasks: dict[str, str] = {t.id: t.state for t in parse_agent_tasks(e)[0]}
-        view[e.id] = (e.status, steps, tasks)
-    return view
+#: History entries read per ``store.history`` call.
+_PAGE = 1_000
 
 
-def _changes(before: dict[str, Any], after: dict[str, Any]) -> Iterator[dict[str, str]]:
-    for execution_id, (status, steps, tasks) in after.items():
-        old = before.get(execution_id)
-        old_status, old_steps, old_tasks = old if old is not None else ("", {}, {})
-        if status != old_status:
-            yield {"execution_id": execution_id, "kind": "execution", "state": status}
-        for step_id, state in steps.items():
-            if old_steps.get(step_id) != state:
-                yield {"execution_id": execution_id, "kind": "step", "id": step_id, "state": state}
-        for task_id, state in tasks.items():
-            if old_tasks.get(task_id) != state:
-                yield {"execution_id": execution_id, "kind": "task", "id": task_id, "state": state}
+def _event_line(event: HistoryEvent) -> str:
+    """One history entry as a line: seq, execution, kind, then what the kind has (V1: ids,
+    states and counts)."""
+    parts = [str(event.seq), event.execution_id, f"{event.kind:<7}"]
+    if event.status is not None:
+        parts.append(f"{event.was} -> {event.status}" if event.was else event.status)
+    if event.plan_version is not None:
+        parts.append(f"plan v{event.plan_version}")
+    for label, value in (("step", event.step_id), ("task", event.task_id)):
+        if value is not None:
+            parts.append(f"{label} {value}")
+    if event.agent_id is not None:
+        parts.append(f"agent {event.agent_id}")
+    for value in (event.state, event.action):
+        if value is not None:
+            parts.append(value)
+    if event.kind == "pending":
+        parts.append(f"pending {event.pending or '-'}")
+    if event.done is not None:
+        parts.append(f"{event.done}/{event.total} steps done")
+    elif event.total is not None:
+        parts.append(f"{event.total} steps")
+    if event.inner_done is not None:
+        parts.append(f"{event.inner_done} inner steps")
+    if event.calls_used is not None:
+        parts.append(f"{event.calls_used} calls")
+    return "  ".join(parts)
 
 
 def _events(store: Store, out: Out, args: argparse.Namespace) -> int:
-    """State changes seen in the store (V1: ids and states): the current state first, then,
-    with --follow, every change as it is committed (polled)."""
-    before: dict[str, Any] = {}
-    reported: set[str] = set()
+    """The durable history (V2): every entry after ``--after`` (of one execution, or of
+    all), in sequence order; with --follow, polled from the last entry printed, so no
+    transition is missed or printed twice."""
+    if args.id is not None:
+        if not args.follow:
+            get_execution(store, args.id)  # unknown: exit 3 (while following, it may come)
+    else:
+        _report_unreadable(out, 0, store.list().problems)  # E7: said, not left out
+    last: int = args.after
     polls = 0
     while True:
-        after = _snapshot(store, out, reported)
-        for change in _changes(before, after):
-            if out.as_json:
-                out.data(change)
-            else:
-                what = change.get("id", "")
-                out.line(
-                    f"{change['execution_id']}  {change['kind']:<9} {what:<20} {change['state']}"
-                )
-        before = after
+        while True:
+            page = store.history(args.id, after=last, limit=_PAGE)
+            for event in page:
+                if out.as_json:
+                    out.data({k: v for k, v in attrs.asdict(event).items() if v is not None})
+                else:
+                    out.line(_event_line(event))
+                last = event.seq  # Invariant V2: the next read starts after what was printed
+            if len(page) < _PAGE:
+                break
         polls += 1
         if not args.follow or (args.max_polls and polls >= args.max_polls):
             return EXIT_OK
@@ -366,10 +379,10 @@ def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
     command = args.command
     if command == "events" and args.follow:
         return _follow_when_created(path, out, args)
-    if command in ("ls", "events") or (command == "tasks" and not args.id):
+    if command == "ls" or (command in ("tasks", "events") and not args.id):
         what = "agent tasks" if command == "tasks" else "executions"
         if out.as_json:
-            if command != "events":  # events prints one object per change: none
+            if command != "events":  # events prints one object per entry: none
                 out.data([])
         else:
             out.line(f"no {what} yet ({why})")

@@ -28,7 +28,6 @@ from ..actors import (
     ActorRef,
     Cancel,
     CancelReason,
-    EventsDropped,
     NameTaken,
     Pause,
     Shutdown,
@@ -55,6 +54,7 @@ from ..storage import (
 from ..supervision import RootSupervisor
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
+from ._history_follow import HistoryFollowers, RuntimeEvents
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
@@ -69,7 +69,7 @@ from ._results import (
     result_from,
     tool_hash,
 )
-from ._run_events import RunEvent, RunEventBus
+from ._run_events import RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from ._transitions import bounded_reason
 
@@ -118,7 +118,7 @@ class _Live:
     settling: bool = False  # its final or waiting state is being written
 
 
-class Runtime:
+class Runtime(RuntimeEvents):
     """Start, steer and watch durable executions; see :func:`open_runtime`."""
 
     def __init__(
@@ -133,6 +133,7 @@ class Runtime:
         self._store = committer.store
         self._executions = executions
         self._bus = bus
+        self._followers = HistoryFollowers(committer.store, committer.durable)
         self._live: dict[str, _Live] = {}
         # One control at a time per execution in this runtime: two resumes of one id must
         # not both spawn it, a stop must not interleave with a resume.
@@ -483,13 +484,6 @@ class Runtime:
             return parse_agent_tasks(await self._require(execution_id))[0]
         return [task for ex in await self.executions() for task in parse_agent_tasks(ex)[0]]
 
-    def events(self, *, buffer: int = 1000) -> AsyncIterator[RunEvent | EventsDropped]:
-        """Iterate over runtime events (V1: ids, states, counts): one of the
-        :data:`RunEvent` classes each. A subscriber that falls more than ``buffer`` events
-        behind gets an ``EventsDropped`` instead of stalling the runtime. Iteration ends
-        when the runtime closes."""
-        return self._bus.subscribe(buffer)
-
     async def prune(
         self, *, older_than: float, statuses: Collection[str] = PRUNABLE, dry_run: bool = False
     ) -> PruneReport:
@@ -609,5 +603,6 @@ async def open_runtime(
                     await executions.stop(Shutdown(detail="the runtime is closing"))
                     await committer.drain()
                     bus.close()
+                    await runtime._followers.close()  # before the store closes
     finally:
         close()

@@ -89,6 +89,7 @@ from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
 from ._persistence import Committer as Committer
+from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
@@ -151,6 +152,7 @@ __all__ = [
     "CommitOutcome",
     "Committer",
     "Control",
+    "Durable",
     "Edit",
     "Evidence",
     "Execution",

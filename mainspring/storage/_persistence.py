@@ -7,6 +7,10 @@ every waiter gets the outcome of the write that covered it), and commits for dif
 executions share the next flush (one SQLite transaction). A failed write answers the commits it
 covered with the error and the actor refuses all further work: it never acknowledges after a
 failed write and never retries an fsync.
+
+Each durable write that may have added history (a flush of commits, a create, an edit, a
+lease call) bumps :class:`Durable`, so that a follower of the history (``Runtime.events(after=)``)
+reads again at once instead of polling (V2).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
@@ -23,11 +28,51 @@ from ._backend import CommitOutcome, Edit, LeaseResult, Store
 from ._errors import StorageError
 from ._records import Execution
 
-__all__ = ["Committer", "PersistenceActor", "PersistenceFailed", "open_committer"]
+__all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
 
 
 class PersistenceFailed(StorageError):
     """A durable write failed; this commit was not acknowledged and the writer has stopped."""
+
+
+class Durable:
+    """How many writes of this process's writer are durable, and a way to wait for the next.
+
+    ``notify`` is the writer's (a counter bump, and setting an event only when someone waits:
+    nothing a commit pays for). ``wait_past(count)`` returns once ``count`` was passed or the
+    writer is closed; a caller reads ``count`` *before* it reads the store, so a write made
+    durable during that read is never waited past (V2).
+    """
+
+    __slots__ = ("_event", "closed", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closed = False
+        self._event: anyio.Event | None = None
+
+    def notify(self) -> None:
+        self.count += 1
+        self._wake()
+
+    def close(self) -> None:
+        """No more writes will come: every waiter returns, now and from now on."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait_past(self, count: int) -> None:
+        """Return once more than ``count`` writes are durable, or once closed. A checkpoint;
+        cancelling it changes nothing."""
+        while self.count <= count and not self.closed:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        await anyio.lowlevel.checkpoint()
 
 
 class _Ticket:
@@ -107,8 +152,9 @@ class PersistenceStats:
 class PersistenceActor(Actor):
     """Serializes every commit to ``store``; see the module docstring."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, durable: Durable | None = None) -> None:
         self.store = store
+        self.durable = durable if durable is not None else Durable()
         # (execution id, owner) -> (latest execution, its owner, every ticket it covers).
         # Keyed by owner too: a runner that lost its lease must hear its own refusal, not the
         # new owner's success.
@@ -139,7 +185,9 @@ class PersistenceActor(Actor):
                 return _Raised(PersistenceFailed(broken))
             try:
                 with anyio.CancelScope(shield=True):  # a write under way finishes first
-                    return _Returned(await anyio.to_thread.run_sync(message.fn, *message.args))
+                    value = await anyio.to_thread.run_sync(message.fn, *message.args)
+                self.durable.notify()  # a create or an edit writes history too (V2)
+                return _Returned(value)
             except OSError as exc:  # the disk failed: stop writing for good, like a flush
                 self._broken = exc
                 return _Raised(exc)
@@ -248,6 +296,7 @@ class PersistenceActor(Actor):
             self._batch.clear()
             return
         self._flushes += 1
+        self.durable.notify()  # before the acks: a follower woken now reads this flush (V2)
         for (_, _, tickets), result in zip(entries, outcomes, strict=True):
             if isinstance(result, CommitOutcome):
                 self._writes += result is CommitOutcome.OK
@@ -270,9 +319,11 @@ class PersistenceActor(Actor):
 class Committer:
     """The caller's side: ``await committer.commit(execution, owner)`` returns once durable."""
 
-    def __init__(self, ref: ActorRef, store: Store) -> None:
+    def __init__(self, ref: ActorRef, store: Store, durable: Durable | None = None) -> None:
         self.ref = ref
         self.store = store
+        #: Bumped by the writer after each durable write (see :class:`Durable`).
+        self.durable = durable if durable is not None else Durable()
 
     async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
         """The outcome of the durable write that covered this commit (E2 rules).
@@ -342,5 +393,6 @@ async def open_committer(
     system: ActorSystem, store: Store, *, name: str = "persistence"
 ) -> Committer:
     """Start the persistence actor for ``store`` under ``system``."""
-    ref = await system.spawn(PersistenceActor, store, name=name, mailbox_size=100_000)
-    return Committer(ref, store)
+    durable = Durable()
+    ref = await system.spawn(PersistenceActor, store, durable, name=name, mailbox_size=100_000)
+    return Committer(ref, store, durable)

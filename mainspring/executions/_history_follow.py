@@ -1,0 +1,188 @@
+"""``Runtime.events``: the live run events of this process, or the durable history (V2)
+replayed from a sequence number and then followed.
+
+A follower reads ``store.history`` a page at a time from the last sequence number it yielded;
+entries are committed in sequence order (V2), so it never yields one twice and never skips
+one. Between reads it waits until this process's writer made a write durable
+(:class:`~mainspring.storage.Durable`) or ``poll`` seconds passed, whichever comes first: the
+timeout is what catches commits of other processes on the same store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import AsyncIterator
+from typing import Any, overload
+
+import anyio
+import anyio.to_thread
+
+from ..actors import EventsDropped
+from ..storage import Durable, HistoryEvent, Store, check_id
+from ._run_events import RunEvent, RunEventBus
+
+__all__ = ["HistoryFollowers", "RuntimeEvents"]
+
+#: Entries read per ``store.history`` call.
+PAGE = 1_000
+
+
+class HistoryFollowers:
+    """A runtime's history followers, counted so that closing the runtime waits for the
+    reads they have under way (and the last read of those waiting for news) before the
+    store closes, and never for a follower's consumer."""
+
+    def __init__(self, store: Store, durable: Durable) -> None:
+        self._store = store
+        self._durable = durable
+        self._reads = 0  # store reads under way
+        self._parked = 0  # followers waiting for news: each reads once more on close
+        self._closing = False
+        self._closed = False  # the store may be gone: nobody reads any more
+        self._idle: anyio.Event | None = None
+
+    async def close(self) -> None:
+        """End every follower: those waiting read what is durable now and stop; those
+        not waiting stop at their next step. Returns once no read is under way."""
+        self._closing = True
+        self._durable.close()
+        while self._reads or self._parked:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+        self._closed = True
+
+    def _settle(self) -> None:
+        if self._idle is not None and not (self._reads or self._parked):
+            self._idle.set()
+
+    async def _read(self, execution_id: str | None, after: int) -> tuple[HistoryEvent, ...]:
+        self._reads += 1  # before the first checkpoint: close() sees this read from now on
+        try:
+            read = functools.partial(self._store.history, execution_id, after=after, limit=PAGE)
+            return await anyio.to_thread.run_sync(read)
+        finally:
+            self._reads -= 1
+            self._settle()
+
+    async def follow(
+        self, execution_id: str | None, after: int, poll: float
+    ) -> AsyncIterator[HistoryEvent]:
+        """Every committed entry after ``after`` (of one execution, or of all), then every
+        one committed later, until the runtime closes."""
+        last = after
+        durable = self._durable
+        while not self._closed:
+            final = self._closing
+            mark = durable.count  # read before the store: a flush during the read is seen
+            page = await self._read(execution_id, last)
+            if self._closing and not final and len(page) < PAGE:
+                # The runtime began closing during that read: one more, before yielding
+                # (close() waits for reads, never for a consumer), covers what the last
+                # flush made durable meanwhile.
+                page += await self._read(execution_id, page[-1].seq if page else last)
+                final = True
+            for event in page:
+                yield event
+                last = event.seq  # Invariant V2: the next read starts after what was yielded
+            if final or self._closing:
+                return
+            if len(page) == PAGE or durable.count > mark:
+                continue
+            self._parked += 1
+            try:
+                with anyio.move_on_after(poll):
+                    await durable.wait_past(mark)
+            finally:
+                # No checkpoint from here to the next read's start: close() counts us
+                # as parked, then as reading, and so waits for our last read.
+                self._parked -= 1
+                self._settle()
+
+
+async def _of_one(
+    stream: AsyncIterator[RunEvent | EventsDropped], execution_id: str
+) -> AsyncIterator[RunEvent | EventsDropped]:
+    """The live events of one execution (and every ``EventsDropped``: it names none)."""
+    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async for event in stream:
+            if isinstance(event, EventsDropped) or event.execution_id == execution_id:
+                yield event
+
+
+class RuntimeEvents:
+    """The ``events`` method of :class:`~mainspring.Runtime` (kept apart from running)."""
+
+    _bus: RunEventBus
+    _followers: HistoryFollowers
+
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: None = None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncIterator[RunEvent | EventsDropped]: ...
+
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncIterator[HistoryEvent]: ...
+
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int | None = None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncIterator[Any]:
+        """Iterate over what happens to executions (V1: ids, states, counts), of one
+        execution or of all. Iteration ends when the runtime closes.
+
+        Without ``after``: the runtime's live events, one of the :data:`RunEvent` classes
+        each, from the first ``__anext__`` on, of the runs in this process only. A
+        subscriber that falls more than ``buffer`` events behind gets an ``EventsDropped``
+        instead of stalling the runtime.
+
+        With ``after=seq`` (0 for everything): the durable history (V2), as
+        :class:`~mainspring.storage.HistoryEvent` objects, every committed entry with a
+        sequence number above ``seq`` and then each one as it is committed, by this process
+        (seen as soon as its write is durable) or by another one on the same store (seen
+        within ``poll`` seconds). None is yielded twice or skipped; a follower that stops
+        can start again with ``after=`` the last ``seq`` it saw and misses nothing. When the
+        runtime closes, a follower that waits for news (or is reading) reads once more what
+        is durable (up to 1,000 entries) and ends; one whose consumer is busy elsewhere ends
+        at its next step; the rest is there for a follower started with ``after=`` its last
+        ``seq``. ``buffer`` applies to live events only.
+
+        Raises ``ValueError`` for a bad id, an ``after`` that is not a whole number >= 0, a
+        ``poll`` that is not a positive finite number or a ``buffer`` below 1 (at the call).
+        """
+        if execution_id is not None:
+            check_id(execution_id)
+        if type(buffer) is not int or buffer < 1:
+            raise ValueError(f"buffer must be at least 1, not {buffer!r}")
+        if (
+            not isinstance(poll, int | float)
+            or isinstance(poll, bool)
+            or not math.isfinite(poll)
+            or poll <= 0
+        ):
+            raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        if after is not None:
+            if type(after) is not int or after < 0:
+                raise ValueError(
+                    f"after must be a sequence number (a whole number >= 0), not {after!r}"
+                )
+            return self._followers.follow(execution_id, after, float(poll))
+        stream = self._bus.subscribe(buffer)
+        return stream if execution_id is None else _of_one(stream, execution_id)

@@ -1,0 +1,311 @@
+"""``Runtime.events(after=seq)``: the durable history (V2) replayed from a sequence number,
+then followed as commits become durable here (the writer's ``Durable`` hook) or are made
+by another process (polled); never an entry twice, never one skipped. Without ``after`` the
+live events stay as they were, optionally of one execution."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.storage import HistoryEvent
+
+from ._kit import linear, plan_of, runtime, tool
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=["sqlite", "files"])
+def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    # A suffix keeps the kit from putting a SQLite file inside the FileStore directory.
+    return tmp_path / ("store.sqlite3" if request.param == "sqlite" else "store.files")
+
+
+async def _history(store: ms.storage.Store, after: int = 0) -> list[HistoryEvent]:
+    found: list[HistoryEvent] = []
+    while page := await anyio.to_thread.run_sync(functools.partial(store.history, after=after)):
+        found += page
+        after = page[-1].seq
+    return found
+
+
+def _ended(event: HistoryEvent, execution_id: str) -> bool:
+    return (
+        event.execution_id == execution_id
+        and event.kind == "status"
+        and event.status == "completed"
+    )
+
+
+async def _until(stream: AsyncIterator[HistoryEvent], stop: Any, into: list[HistoryEvent]) -> None:
+    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async for event in stream:
+            into.append(event)
+            if stop(event):
+                return
+
+
+def _gate() -> tuple[anyio.Event, dict[str, Any]]:
+    released = anyio.Event()
+
+    async def gate(**_: Any) -> int:
+        await released.wait()
+        return 0
+
+    return released, {"gate": gate}
+
+
+async def test_a_follower_started_mid_run_gets_exactly_the_entries_after_its_seq(
+    store_path: Path,
+) -> None:
+    async with runtime(store_path) as rt:
+        await (await rt.start("g", linear(6), execution_id="ex-a")).wait()
+        full = await _history(rt.store)
+        assert _ended(full[-1], "ex-a")
+        for mid in (0, full[0].seq, full[len(full) // 2].seq, full[-2].seq):
+            got: list[HistoryEvent] = []
+            with anyio.fail_after(20):
+                async with contextlib.aclosing(rt.events(after=mid)) as stream:
+                    await _until(stream, lambda e: e == full[-1], got)
+            assert got == [e for e in full if e.seq > mid]
+        # Of one execution: the same entries, filtered by the store.
+        await (await rt.start("g", linear(2), execution_id="ex-b")).wait()
+        got = []
+        with anyio.fail_after(20):
+            async with contextlib.aclosing(rt.events("ex-a", after=0)) as stream:
+                await _until(stream, lambda e: e == full[-1], got)
+        assert got == full
+
+
+async def test_a_restarted_follower_misses_nothing_while_the_run_commits(
+    store_path: Path,
+) -> None:
+    """The first follower stops mid-run; the second starts from the last seq it saw while
+    the run goes on. ``poll`` is long: what wakes them is this writer's durable flushes."""
+    released, tools = _gate()
+    plan = plan_of(
+        tool("s0", x=0),
+        tool("s1", "inc", "s0", x=1),
+        tool("g", "gate", "s1"),
+        *(tool(f"t{i}", "inc", "g" if i == 0 else f"t{i - 1}", x=i) for i in range(8)),
+    )
+    first: list[HistoryEvent] = []
+    second: list[HistoryEvent] = []
+    async with runtime(store_path, tools=tools) as rt:
+        with anyio.fail_after(30):
+            async with contextlib.aclosing(rt.events(after=0, poll=60)) as stream:
+                handle = await rt.start("g", plan, execution_id="ex-r")
+                await _until(stream, lambda e: e.step_id == "s1" and e.kind == "step", first)
+            last = first[-1].seq
+            async with anyio.create_task_group() as tg:
+                stream = rt.events(after=last, poll=60)
+                tg.start_soon(_until, stream, lambda e: _ended(e, "ex-r"), second)
+                released.set()  # the run commits t0..t7 while the second one follows
+                assert (await handle.wait()).status == "completed"
+        full = await _history(rt.store)
+    seqs = [e.seq for e in first + second]
+    assert seqs == sorted(set(seqs))  # never twice
+    assert first + second == full  # never skipped
+    assert [e.step_id for e in second if e.kind == "step" and e.status == "succeeded"] == [
+        "g",
+        *(f"t{i}" for i in range(8)),
+    ]
+
+
+async def test_iteration_ends_when_the_runtime_closes_after_every_durable_entry(
+    store_path: Path,
+) -> None:
+    got: list[HistoryEvent] = []
+
+    async def follow(stream: AsyncIterator[HistoryEvent]) -> None:
+        async for event in stream:
+            got.append(event)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, runtime(store_path) as rt:
+            tg.start_soon(follow, rt.events(after=0, poll=60))
+            await (await rt.start("g", linear(3), execution_id="ex-c")).wait()
+            # The runtime is closed: the follower ended (the task group would hang if not).
+    store, close = ms.storage.open_store(store_path)
+    try:
+        assert got == await _history(store)
+    finally:
+        close()
+    async with runtime(store_path) as rt:
+        closed_rt = rt
+    got = []
+    with anyio.fail_after(10):
+        async for event in closed_rt.events(after=0):  # a runtime already closed: nothing
+            got.append(event)
+    assert got == []
+
+
+_OTHER = """
+import sys, anyio, mainspring as ms
+
+async def inc(x=0):
+    return x + 1
+
+async def main(store):
+    plan = ms.Plan(id="p", goal="g", steps=tuple(
+        ms.PlanStep(id=f"s{i}", tool="inc", input={"x": i},
+                    depends_on=(f"s{i - 1}",) if i else ()) for i in range(4)))
+    async with ms.open_runtime(store=store, tools={"inc": inc}) as rt:
+        await (await rt.start("elsewhere", plan, execution_id="ex-other")).wait()
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+def _run_elsewhere(store: Path) -> subprocess.Popen[bytes]:
+    """Another process: its own runtime on the same store runs ``ex-other``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", _OTHER, str(store)], env=env)
+
+
+@pytest.fixture
+def other_process() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+async def test_a_follower_sees_a_run_committed_by_another_process(
+    store_path: Path, other_process: list[subprocess.Popen[bytes]]
+) -> None:
+    got: list[HistoryEvent] = []
+    async with runtime(store_path) as rt:
+        await (await rt.start("g", linear(1), execution_id="ex-here")).wait()
+        here = await _history(rt.store)
+        with anyio.fail_after(60):
+            async with contextlib.aclosing(rt.events(after=here[-1].seq, poll=0.05)) as stream:
+                other_process.append(_run_elsewhere(store_path))
+                await _until(stream, lambda e: _ended(e, "ex-other"), got)
+        full = await _history(rt.store)
+    assert got == full[len(here) :]
+    assert {e.execution_id for e in got} == {"ex-other"}
+    assert [e.step_id for e in got if e.kind == "step" and e.status == "succeeded"] == [
+        f"s{i}" for i in range(4)
+    ]
+
+
+async def test_live_events_of_one_execution_and_the_arguments_checked(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        seen: list[object] = []
+
+        async def collect() -> None:
+            async with contextlib.aclosing(rt.events("ex-1")) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    seen.append(event)
+                    if isinstance(event, ms.executions.ExecutionCompleted):
+                        return
+
+        async with anyio.create_task_group() as tg:
+            before = rt._bus.subscribers
+            tg.start_soon(collect)
+            while rt._bus.subscribers == before:  # subscribed: nothing published is missed
+                await anyio.lowlevel.checkpoint()
+            await (await rt.start("g", linear(2), execution_id="ex-2")).wait()
+            await (await rt.start("g", linear(2), execution_id="ex-1")).wait()
+        assert seen
+        assert {getattr(e, "execution_id", None) for e in seen} == {"ex-1"}
+        for bad in ({"after": -1}, {"after": 1.0}, {"after": True}, {"after": "3"}):
+            with pytest.raises(ValueError, match="after"):
+                rt.events(**bad)
+        for poll in (0, -1.0, math.inf, math.nan, True, "1"):
+            with pytest.raises(ValueError, match="poll"):
+                rt.events(after=0, poll=poll)  # type: ignore[call-overload]
+        with pytest.raises(ValueError, match="buffer"):
+            rt.events(buffer=0)
+        with pytest.raises(ms.storage.InvalidId):  # a ValueError
+            rt.events("not/an/id", after=0)
+        with pytest.raises(ms.storage.InvalidId):
+            rt.events("")
+
+
+async def test_the_durable_hook_counts_flushes_and_wakes_waiters() -> None:
+    durable = ms.storage.Durable()
+    with anyio.fail_after(10):
+        await durable.wait_past(-1)  # already past: returns at once
+        async with anyio.create_task_group() as tg:
+            woke: list[int] = []
+
+            async def waiter() -> None:
+                await durable.wait_past(0)
+                woke.append(durable.count)
+
+            tg.start_soon(waiter)
+            while durable._event is None:  # the waiter is parked
+                await anyio.lowlevel.checkpoint()
+            durable.notify()
+        assert woke == [1]
+        durable.close()
+        await durable.wait_past(100)  # closed: never waits
+
+
+class _HeldHistory(ms.storage.SqliteStore):
+    """Its first ``history`` read is held after it has read (so what it returns is stale)
+    until ``release`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        found = super().history(execution_id, after=after, limit=limit)
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(timeout=30)
+        return found
+
+
+async def test_a_read_under_way_when_the_runtime_closes_is_followed_by_a_last_one(
+    tmp_path: Path,
+) -> None:
+    """The follower's read saw nothing; the run then committed and the runtime began to
+    close before that read returned: the follower reads once more before it ends."""
+    store = _HeldHistory(tmp_path / "store.sqlite3")
+    got: list[HistoryEvent] = []
+
+    async def follow(stream: AsyncIterator[HistoryEvent]) -> None:
+        async for event in stream:
+            got.append(event)
+
+    async def release_once_closing(rt: ms.Runtime) -> None:
+        while not rt._followers._closing:
+            await anyio.lowlevel.checkpoint()
+        store.release.set()
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg, runtime(store) as rt:
+                tg.start_soon(follow, rt.events(after=0, poll=60))
+                await anyio.to_thread.run_sync(store.entered.wait)
+                await (await rt.start("g", linear(2), execution_id="ex-h")).wait()
+                tg.start_soon(release_once_closing, rt)
+        full = await _history(store)
+    finally:
+        store.release.set()
+        store.close()
+    assert full
+    assert got == full
