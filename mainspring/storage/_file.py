@@ -27,11 +27,18 @@ import orjson
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._errors import RecordError, StorageError, TooLarge
-from ._frames import append_frames, encode_frame, read_journal, replace_file
+from ._frames import (
+    append_frames,
+    check_regular_and_bounded,
+    encode_frame,
+    read_journal,
+    replace_file,
+    scan_frames,
+)
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, Change, Folded, diff, events_for, fold, snapshot_changes
-from ._platform import O_CLOEXEC, require_flock
+from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ._records import Execution
 from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
 
@@ -50,6 +57,19 @@ class _Tail:
     length: int
     snapshot: int  # bytes of the snapshot frames at the start
     since: int  # bytes appended after them
+
+
+_Events = list[HistoryEvent]
+
+
+@attrs.define
+class _Seen:
+    """How far a journal's history was read: which file (a compaction makes a new one),
+    up to which byte, and the highest sequence in it."""
+
+    identity: tuple[int, int]
+    length: int
+    last: int
 
 
 @attrs.define
@@ -143,6 +163,7 @@ class FileStore(CompareAndSetStore):
         # file under the lock.
         self._cache = OwnWrites()
         self._tails: dict[str, _Tail] = {}
+        self._seen: dict[str, _Seen] = {}  # history readers' progress, per journal
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
 
@@ -236,7 +257,9 @@ class FileStore(CompareAndSetStore):
     ) -> tuple[HistoryEvent, ...]:
         """Committed history entries after global sequence ``after``, oldest first (V2).
 
-        Read under a shared lock, so a flush is seen whole or not at all.
+        Read under a shared lock, so a flush is seen whole or not at all. A follower asks
+        again and again with the last ``seq`` it saw: only what was appended to a journal
+        since the last call is read then (a compacted journal is read again whole).
         """
         after = check_after(after)
         limit = max(1, min(int(limit), 10_000))
@@ -245,23 +268,66 @@ class FileStore(CompareAndSetStore):
         with self._locked(shared=True):
             for one in ids:
                 try:
-                    read = self._read(one, with_events=True)
+                    found.extend(self._history_of(one, after))
                 except (StorageError, OSError):
+                    self._seen.pop(one, None)
                     continue  # listed as a problem by list(); its history cannot be read
-                if read is None:
-                    continue
-                for entry in read.events:
-                    if (
-                        type(entry) is not list
-                        or len(entry) != 3
-                        or type(entry[0]) is not int
-                        or type(entry[1]) is not int
-                    ):
-                        raise RecordError(f"execution {one}", ["journal: a bad history entry"])
-                    if entry[0] > after:
-                        found.append(parse_event(entry[0], entry[1], entry[2]))
         found.sort(key=lambda event: event.seq)
         return tuple(found[:limit])
+
+    def _history_of(self, execution_id: str, after: int) -> _Events:
+        kind = f"execution {execution_id}"
+        try:
+            fd = os.open(
+                self._file(execution_id), os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
+            )
+        except FileNotFoundError:
+            self._seen.pop(execution_id, None)
+            return []
+        try:
+            # Before fdopen, which refuses a directory with an OSError; X2: bounded first.
+            check_regular_and_bounded(fd, kind=kind, max_bytes=self.max_record_bytes)
+            info = os.fstat(fd)
+            handle = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        with handle:
+            identity = (info.st_dev, info.st_ino)
+            seen = self._seen.get(execution_id)
+            start, last = 0, 0
+            if (
+                seen is not None
+                and seen.identity == identity
+                and info.st_size >= seen.length
+                and seen.last <= after  # then only what was appended since can be newer
+            ):
+                if info.st_size == seen.length:
+                    return []
+                start, last = seen.length, seen.last
+            handle.seek(start)
+            data = handle.read(self.max_record_bytes - start + 1)
+        if len(data) > self.max_record_bytes - start:
+            raise TooLarge(kind, start + len(data), self.max_record_bytes)
+        scan = scan_frames(data, kind=kind, max_frame=self.max_bytes)
+        entries: _Events = []
+        for payload in scan.payloads:
+            listed = _loads(payload, kind).get("events", [])
+            if type(listed) is not list:
+                raise RecordError(kind, ["journal: events must be a list"])
+            for entry in listed:
+                if (
+                    type(entry) is not list
+                    or len(entry) != 3
+                    or type(entry[0]) is not int
+                    or type(entry[1]) is not int
+                ):
+                    raise RecordError(kind, ["journal: a bad history entry"])
+                last = max(last, entry[0])
+                if entry[0] > after:
+                    entries.append(parse_event(entry[0], entry[1], entry[2]))
+        self._seen[execution_id] = _Seen(identity, start + scan.valid_length, last)
+        return entries
 
     # -- writing ---------------------------------------------------------------------------
 

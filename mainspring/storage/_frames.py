@@ -30,7 +30,15 @@ import attrs
 from ._errors import RecordError, StorageError, TooLarge
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 
-__all__ = ["Scan", "append_frames", "encode_frame", "read_journal", "replace_file", "scan_frames"]
+__all__ = [
+    "Scan",
+    "append_frames",
+    "check_regular_and_bounded",
+    "encode_frame",
+    "read_journal",
+    "replace_file",
+    "scan_frames",
+]
 
 MAGIC = b"MSJ1"
 _HEADER = struct.Struct("<4sIII")  # magic, payload length, payload crc, header crc
@@ -134,7 +142,7 @@ def scan_frames(data: bytes, *, kind: str, max_frame: int) -> Scan:
     return Scan(payloads=tuple(payloads), valid_length=offset, torn=False)
 
 
-def _check_regular_and_bounded(fd: int, *, kind: str, max_bytes: int) -> None:
+def check_regular_and_bounded(fd: int, *, kind: str, max_bytes: int) -> None:
     info = os.fstat(fd)  # before fdopen, which raises IsADirectoryError for a directory
     if not stat.S_ISREG(info.st_mode):
         raise RecordError(kind, ["(file): not a regular file"])
@@ -161,7 +169,7 @@ def read_journal(path: Path, *, kind: str, max_bytes: int, max_frame: int) -> Sc
             raise RecordError(kind, ["(file): a symlink, not a regular file"]) from None
         raise
     try:
-        _check_regular_and_bounded(fd, kind=kind, max_bytes=max_bytes)
+        check_regular_and_bounded(fd, kind=kind, max_bytes=max_bytes)
         handle = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
