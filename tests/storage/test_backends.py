@@ -580,3 +580,28 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
     assert max(late) < early * 1.5 + 64
     stored = FileStore(store.path).get("long")
     assert stored == attrs.evolve(record, lease=stored.lease if stored else None)
+
+
+def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_compactions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainspring.storage import _file
+
+    monkeypatch.setattr(_file, "_COMPACT_AT", 2048)  # compactions replace the journal often
+    writer = FileStore(tmp_path / "store")
+    follower = FileStore(tmp_path / "store")
+    writer.create(execution("ex-1"))
+    lease = writer.acquire("ex-1", "a:1:x", ttl=600).lease
+    seen: list[ms.storage.HistoryEvent] = []
+    last = 0
+    for n in range(200):
+        status = "running" if n % 2 == 0 else "waiting_for_budget"
+        record = execution("ex-1", lease=lease, status=status, calls_used=n)
+        assert writer.commit_progress(record, "a:1:x").ok
+        if n % 7 == 0:
+            fresh = follower.history(after=last)
+            seen.extend(fresh)
+            last = fresh[-1].seq if fresh else last
+    seen.extend(follower.history(after=last))
+    assert seen == list(FileStore(tmp_path / "store").history(limit=10_000))
+    assert len(seen) == 1 + 200  # created, then one status change per commit
