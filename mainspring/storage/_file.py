@@ -74,9 +74,15 @@ class _Seen:
 
 @attrs.define
 class _Read:
-    base: Base
+    execution: Execution
+    seq: int
+    window: list[Any]
     tail: _Tail
     events: list[Any]
+
+    def base(self) -> Base:
+        """The journal base to diff against (its keys cost O(size): only for writers)."""
+        return Base.of(self.execution, self.seq, window=self.window)
 
 
 def _loads(payload: bytes, kind: str) -> Any:
@@ -215,13 +221,18 @@ class FileStore(CompareAndSetStore):
         sizes = [len(payload) + 16 for payload in scan.payloads]
         snapshot = sum(sizes[:snapshot_frames])
         tail = _Tail(length=scan.valid_length, snapshot=snapshot, since=sum(sizes) - snapshot)
-        base = Base.of(execution, folded.seq, window=folded.checkpoints)
-        return _Read(base=base, tail=tail, events=events)
+        return _Read(
+            execution=execution,
+            seq=folded.seq,
+            window=folded.checkpoints,
+            tail=tail,
+            events=events,
+        )
 
     def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Raises RecordError / TooLarge for a bad journal."""
         read = self._read(execution_id)
-        return read.base.execution if read is not None else None
+        return read.execution if read is not None else None
 
     def _ids(self) -> list[str]:
         with os.scandir(self.path) as entries:
@@ -242,7 +253,7 @@ class FileStore(CompareAndSetStore):
                 problems.append(Problem(id=execution_id, error=str(exc)))
                 continue
             if read is not None:
-                executions.append(read.base.execution)
+                executions.append(read.execution)
                 continue
             with contextlib.suppress(FileNotFoundError):
                 if self._file(execution_id).stat().st_size:  # E7: said, never skipped
@@ -429,7 +440,7 @@ class FileStore(CompareAndSetStore):
         read = self._read(execution_id, with_events=True)
         if read is None:
             return
-        base = read.base
+        base = read.base()
         what = f"execution {execution_id}"
         changes = snapshot_changes(base.execution)
         frames: list[bytes] = []
@@ -441,7 +452,7 @@ class FileStore(CompareAndSetStore):
         replace_file(self._file(execution_id), data)
         self._bump_generation()
         self._tails[execution_id] = _Tail(length=len(data), snapshot=len(data), since=0)
-        self._cache.remember(read.base)
+        self._cache.remember(base)
 
     def delete(self, execution_id: str) -> bool:
         """Delete a finished execution's journal, history included; False if it is not
@@ -477,7 +488,7 @@ class FileStore(CompareAndSetStore):
             self._cache.pop(execution_id)
             return None
         self._tails[execution_id] = read.tail
-        return read.base
+        return read.base()
 
 
 def base_window(changes: list[Change]) -> list[Any]:

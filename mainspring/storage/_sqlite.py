@@ -226,6 +226,13 @@ class SqliteStore(CompareAndSetStore):
             raise RecordError(kind, [f"(row): not JSON ({exc})"]) from None
 
     def _read_base(self, execution_id: str) -> Base | None:
+        read = self._read(execution_id)
+        if read is None:
+            return None
+        execution, seq, next_pos, window = read
+        return Base.of(execution, seq, next_pos, window=window)
+
+    def _read(self, execution_id: str) -> tuple[Execution, int, dict[str, int], list[Any]] | None:
         execution_id = check_id(execution_id)
         kind = f"execution {execution_id}"
         row = self._db.execute(
@@ -253,14 +260,13 @@ class SqliteStore(CompareAndSetStore):
                 top = pos
             folded.parts[part] = items
             next_pos[part] = top + 1
-        execution = fold(folded, kind=kind)
-        return Base.of(execution, seq, next_pos, window=folded.checkpoints)
+        return fold(folded, kind=kind), seq, next_pos, folded.checkpoints
 
     def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad one (X2)."""
         with self._lock:
-            base = self._read_base(execution_id)
-        return base.execution if base is not None else None
+            read = self._read(execution_id)
+        return read[0] if read is not None else None
 
     def list(self) -> Listing:
         """Every execution that reads, and a problem for each that does not (E7)."""
@@ -271,12 +277,12 @@ class SqliteStore(CompareAndSetStore):
         for execution_id in ids:
             try:
                 with self._lock:
-                    base = self._read_base(execution_id)
+                    read = self._read(execution_id)
             except StorageError as exc:
                 problems.append(Problem(id=execution_id, error=str(exc)))
                 continue
-            if base is not None:
-                executions.append(base.execution)
+            if read is not None:
+                executions.append(read[0])
         return Listing(executions=tuple(executions), problems=tuple(problems))
 
     def history(
