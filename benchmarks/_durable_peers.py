@@ -3,7 +3,9 @@
 ``bench_executions.py`` imports these to put mainspring's figure beside its peers'. Each
 function builds a fresh database under the directory it is given, times only the runs (not the
 setup), tears its system down and returns completed steps / wall time. Both peers keep their
-default durability settings, so each step is acknowledged only once it is on disk.
+default durability settings, so each step is acknowledged only once it is on disk. Each takes
+``on_start``, called once setup is done and just before the clock starts (the scaling table
+reads the process's I/O counters there), and a ``steps`` count for runs of any length.
 
 Run ``python benchmarks/_durable_peers.py`` for a quick check of both figures.
 """
@@ -50,7 +52,12 @@ def _dbos_workflow() -> Callable[[int], int]:
 
 
 def dbos_steps_per_second(
-    workdir: Path, *, steps: int = 20, workflows: int = 20, concurrency: int = 1
+    workdir: Path,
+    *,
+    steps: int = 20,
+    workflows: int = 20,
+    concurrency: int = 1,
+    on_start: Callable[[], None] | None = None,
 ) -> float:
     """DBOS workflows of ``steps`` sequential steps on its SQLite system database.
 
@@ -76,6 +83,8 @@ def dbos_steps_per_second(
     )
     try:
         DBOS.launch()
+        if on_start is not None:
+            on_start()
         start = time.perf_counter()
         if concurrency <= 1:
             for _ in range(workflows):
@@ -95,13 +104,19 @@ def dbos_steps_per_second(
 
 
 def langgraph_steps_per_second(
-    workdir: Path, *, steps: int = 20, runs: int = 20, durability: str = "sync"
+    workdir: Path,
+    *,
+    steps: int = 20,
+    runs: int = 20,
+    durability: str = "sync",
+    on_start: Callable[[], None] | None = None,
 ) -> float:
     """A LangGraph line of ``steps`` nodes checkpointed by ``SqliteSaver``, run ``runs`` times.
 
     Each run has its own thread_id, so every run starts from an empty checkpoint history.
     ``durability="sync"`` writes each node's checkpoint before the next node starts;
-    ``"async"`` (LangGraph's default) writes it while the next node runs.
+    ``"async"`` (LangGraph's default) writes it while the next node runs. The recursion limit
+    (one superstep per node here) is raised to fit the line.
     """
     import sqlite3
     from typing import TypedDict, cast
@@ -132,9 +147,14 @@ def langgraph_steps_per_second(
     conn = sqlite3.connect(_fresh(workdir / "langgraph.sqlite"), check_same_thread=False)
     try:
         graph = builder.compile(checkpointer=SqliteSaver(conn))
+        if on_start is not None:
+            on_start()
         start = time.perf_counter()
         for i in range(runs):
-            config: Any = {"configurable": {"thread_id": f"run-{i}"}}
+            config: Any = {
+                "configurable": {"thread_id": f"run-{i}"},
+                "recursion_limit": max(25, steps + 10),
+            }
             result = graph.invoke(Counter(count=0), config, durability=mode)
             assert result["count"] == steps
         elapsed = time.perf_counter() - start

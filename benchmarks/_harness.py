@@ -1,11 +1,13 @@
-"""Shared plumbing for the benchmark scripts: run on a backend, measure in a fresh process."""
+"""Shared plumbing for the benchmark scripts: run on a backend, measure in a fresh process,
+and the stores and plans the execution benchmarks share."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -18,15 +20,56 @@ def run_on(backend: str, fn: Callable[[], Any]) -> Any:
     return anyio.run(fn, backend=backend)
 
 
-def in_subprocess(script: str, measure: str, backend: str, n: int) -> Any:
-    """Run ``script --one measure backend n`` and return the JSON it prints last."""
+def in_subprocess(
+    script: str,
+    measure: str,
+    backend: str,
+    n: int,
+    *,
+    extra: Sequence[str] = (),
+    timeout: float = 900,
+) -> Any:
+    """Run ``script --one measure backend n *extra`` and return the JSON it prints last.
+
+    ``subprocess.TimeoutExpired`` past ``timeout`` seconds (the child is killed first);
+    ``RuntimeError`` with the end of its stderr if it fails.
+    """
     done = subprocess.run(
-        [sys.executable, script, "--one", measure, backend, str(n)],
+        [sys.executable, script, "--one", measure, backend, str(n), *extra],
         capture_output=True,
         text=True,
         check=False,
-        timeout=900,
+        timeout=timeout,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{measure} on {backend} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def store_path(kind: str, where: Path) -> Path:
+    """A ``.sqlite3`` path gives SqliteStore, a directory FileStore."""
+    return where / ("store.sqlite3" if kind == "sqlite" else "store")
+
+
+def trivial(step: Any) -> Any:
+    """The benchmarks' tool: returns its input, so a step costs only the runtime's work."""
+    return step
+
+
+def linear_plan(tool: str, steps: int) -> Any:
+    """A plan of ``steps`` calls of ``tool``, each depending on the one before."""
+    import mainspring as ms
+
+    return ms.Plan(
+        id="linear",
+        goal="benchmark",
+        steps=tuple(
+            ms.PlanStep(
+                id=f"s{i}",
+                tool=tool,
+                input={"step": f"s{i}"},
+                depends_on=(f"s{i - 1}",) if i > 1 else (),
+            )
+            for i in range(1, steps + 1)
+        ),
+    )

@@ -19,9 +19,20 @@ invocation measures, on the disk under ``--dir`` (default: the temp dir):
   ``ExecutionBusy`` until the dead owner's lease lapses). Counted: steps that were durable at
   the kill (in ``completed_steps``) and ran again — should be 0 — and steps in flight at the
   kill that ran twice. ``--crash-trials`` kills per store (default 5).
+- scaling (``--scaling`` for this table alone, ``--skip-scaling`` to leave it out): how a
+  step's cost grows with a run's length. One execution per fresh process: linear plans of
+  20, 1,000 and 10,000 trivial tool steps and one agent step making 100, 10,000 and 100,000
+  ``ctx.step`` calls, on both stores, on asyncio (and trio when ``--backends`` has it); DBOS
+  and LangGraph at 20 and 1,000 steps. steps/s, and bytes per step: what the process wrote
+  (``/proc/self/io`` ``write_bytes``, i.e. sent to the block layer, SQLite's WAL and
+  checkpoints included) and the closed store's size. A size the runtime refuses, or that
+  runs past ``--scaling-timeout`` seconds (default 600), gets its reason in the row. See
+  ``_scaling.py``.
 
 Goals (ratios, since absolute figures move from machine to machine): >= 5x DBOS sequential,
->= 20x DBOS with 50 in flight, >= 3x LangGraph sync, 0 durable steps run again.
+>= 20x DBOS with 50 in flight, >= 3x LangGraph sync, 0 durable steps run again; at 10,000
+steps within 0.8x of the 20-step figure with flat bytes per step, >= 5x DBOS at every length,
+and a 100,000-inner-step agent that completes.
 """
 
 from __future__ import annotations
@@ -41,7 +52,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from _harness import in_subprocess, run_on
+from _harness import in_subprocess, linear_plan, run_on, store_path, trivial
+from _scaling import collect, print_table
+from _scaling import measure as measure_scaling
 
 BACKENDS = ["asyncio", "asyncio+uvloop", "trio"]
 STORES = {"file": "FileStore", "sqlite": "SqliteStore"}
@@ -56,34 +69,7 @@ CRASH_STEP_SECONDS = 0.05  # between a crash-test step's "begin" and "end"
 CRASH_EXECUTION = "crash-test"
 
 
-def _store_path(kind: str, where: Path) -> Path:
-    """A ``.sqlite3`` path gives SqliteStore, a directory FileStore."""
-    return where / ("store.sqlite3" if kind == "sqlite" else "store")
-
-
-def _linear_plan(tool: str, steps: int = STEPS) -> Any:
-    import mainspring as ms
-
-    return ms.Plan(
-        id="linear",
-        goal="benchmark",
-        steps=tuple(
-            ms.PlanStep(
-                id=f"s{i}",
-                tool=tool,
-                input={"step": f"s{i}"},
-                depends_on=(f"s{i - 1}",) if i > 1 else (),
-            )
-            for i in range(1, steps + 1)
-        ),
-    )
-
-
 # -- throughput: one measurement per fresh process -------------------------------------------
-
-
-def trivial(step: str) -> str:
-    return step
 
 
 def mainspring_steps_per_second(kind: str, backend: str, executions: int, in_flight: int) -> float:
@@ -92,11 +78,9 @@ def mainspring_steps_per_second(kind: str, backend: str, executions: int, in_fli
     import mainspring as ms
 
     async def main(where: Path) -> float:
-        plan = _linear_plan("trivial")
+        plan = linear_plan("trivial", STEPS)
         limiter = anyio.CapacityLimiter(in_flight)
-        async with ms.open_runtime(
-            store=_store_path(kind, where), tools={"trivial": trivial}
-        ) as rt:
+        async with ms.open_runtime(store=store_path(kind, where), tools={"trivial": trivial}) as rt:
 
             async def one() -> None:
                 async with limiter:
@@ -168,7 +152,7 @@ def worker(mode: str, store: str, ledger: str, execution_id: str) -> None:
         async with ms.open_runtime(store=store, tools=tools, lease_ttl=1.0) as rt:
             if mode == "run":
                 handle = await rt.start(
-                    "crash test", _linear_plan("work"), execution_id=execution_id
+                    "crash test", linear_plan("work", STEPS), execution_id=execution_id
                 )
                 result = await handle.wait()
                 return {"status": result.status}
@@ -210,7 +194,7 @@ def _read_record(kind: str, store: Path, execution_id: str) -> Any:
 def crash_trial(kind: str, where: Path, delay: float) -> dict[str, Any]:
     """Kill a worker ``delay`` s after step CRASH_STEP began, then resume it elsewhere."""
     where.mkdir(parents=True, exist_ok=True)
-    store, ledger = _store_path(kind, where), where / "ledger.txt"
+    store, ledger = store_path(kind, where), where / "ledger.txt"
     args = [str(store), str(ledger), CRASH_EXECUTION]
     errors = (where / "worker.err").open("wb")
     proc = subprocess.Popen(
@@ -287,37 +271,21 @@ def _ratio(mine: float, theirs: float, goal: float) -> tuple[str, str]:
     return f"{ratio:.2f}x", f">= {goal:g}x ({'met' if ratio >= goal else 'not met'})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=None, help="runs per figure (median)")
-    parser.add_argument("--crash-trials", type=int, default=None, help="kills per store")
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated")
-    parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
-    parser.add_argument("--skip-crash", action="store_true", help="throughput table only")
-    parser.add_argument("--one", nargs=3, metavar=("MEASURE", "BACKEND", "N"), help="internal")
-    parser.add_argument(
-        "--worker", nargs=4, metavar=("MODE", "STORE", "LEDGER", "ID"), help="internal"
+def _header(repeats: int, started: float) -> None:
+    print(
+        f"\nmainspring durable executions: median of {repeats} runs, "
+        f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {_versions()}, "
+        f"{os.cpu_count()} cpus, under {tempfile.gettempdir()}, "
+        f"{time.perf_counter() - started:.0f} s in all\n"
     )
-    args = parser.parse_args()
 
-    if args.one:
-        name, backend, n = args.one
-        print(json.dumps(measure(name, backend, int(n))))
-        return
-    if args.worker:
-        worker(*args.worker)
-        return
 
-    if args.dir:
-        Path(args.dir).mkdir(parents=True, exist_ok=True)
-        os.environ["TMPDIR"] = str(Path(args.dir).resolve())  # for the measuring processes too
-        tempfile.tempdir = None
-    repeats = args.repeats or (1 if args.quick else 3)
+def _throughput_and_crash(
+    args: argparse.Namespace, repeats: int, backends: list[str], started: float
+) -> None:
+    """The headline tables: steps/s of 20-step plans beside the peers, and the kill -9 trials."""
     trials = args.crash_trials or (2 if args.quick else 5)
     sequential, concurrent = (5, IN_FLIGHT) if args.quick else (50, 100)
-    backends = [b for b in args.backends.split(",") if b]
-    started = time.perf_counter()
 
     runs: list[tuple[str, str, int]] = [
         (f"{kind}-{mode}", backend, sequential if mode == "seq" else concurrent)
@@ -357,12 +325,7 @@ def main() -> None:
             print(f"crash trials on {STORES[kind]} done", file=sys.stderr, flush=True)
         shutil.rmtree(base, ignore_errors=True)
 
-    print(
-        f"\nmainspring durable executions: median of {repeats} runs, "
-        f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {_versions()}, "
-        f"{os.cpu_count()} cpus, under {tempfile.gettempdir()}, "
-        f"{time.perf_counter() - started:.0f} s in all\n"
-    )
+    _header(repeats, started)
     dbos_seq, dbos_conc, lg_sync = med("dbos-seq"), med("dbos-concurrent"), med("langgraph-seq")
     print(
         f"Durable steps/s, {STEPS}-step linear plans of trivial tools; {sequential} executions "
@@ -438,6 +401,60 @@ def main() -> None:
             "\nThe peers' rows are quoted from /work/shared/ANCHORS.md (kill -9 during step 10 of "
             "20, then resume); this script does not crash the peers."
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=None, help="runs per figure (median)")
+    parser.add_argument("--crash-trials", type=int, default=None, help="kills per store")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated")
+    parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
+    parser.add_argument("--skip-crash", action="store_true", help="no kill -9 trials")
+    parser.add_argument("--scaling", action="store_true", help="the scaling table only")
+    parser.add_argument("--skip-scaling", action="store_true", help="no scaling table")
+    parser.add_argument(
+        "--scaling-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a scaling run may take before its row says so (default 600)",
+    )
+    parser.add_argument("--scratch", default=None, help="internal")
+    parser.add_argument("--one", nargs=3, metavar=("MEASURE", "BACKEND", "N"), help="internal")
+    parser.add_argument(
+        "--worker", nargs=4, metavar=("MODE", "STORE", "LEDGER", "ID"), help="internal"
+    )
+    args = parser.parse_args()
+
+    if args.one:
+        name, backend, n = args.one
+        if name.startswith("scale-"):
+            print(json.dumps(measure_scaling(name, backend, int(n), Path(args.scratch))))
+        else:
+            print(json.dumps(measure(name, backend, int(n))))
+        return
+    if args.worker:
+        worker(*args.worker)
+        return
+
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        os.environ["TMPDIR"] = str(Path(args.dir).resolve())  # for the measuring processes too
+        tempfile.tempdir = None
+    repeats = args.repeats or (1 if args.quick else 3)
+    backends = [b for b in args.backends.split(",") if b]
+    started = time.perf_counter()
+    if not args.scaling:
+        _throughput_and_crash(args, repeats, backends, started)
+    if args.scaling or not args.skip_scaling:
+        scaling_started = time.perf_counter()
+        runs, samples, reasons = collect(
+            __file__, backends, repeats, args.scaling_timeout, args.quick
+        )
+        if args.scaling:
+            _header(repeats, started)
+        print_table(runs, samples, reasons, repeats)
+        print(f"\nThe scaling table took {time.perf_counter() - scaling_started:.0f} s.")
     print(file=sys.stderr)
 
 
