@@ -67,7 +67,7 @@ class _Seen:
     """How far a journal's history was read: which file (a compaction makes a new one),
     up to which byte, and the highest sequence in it."""
 
-    identity: tuple[int, int]
+    identity: tuple[int, int, bytes]
     length: int
     last: int
 
@@ -158,8 +158,9 @@ class FileStore(CompareAndSetStore):
                 raise StorageError(f"{self.path} is not a mainspring store")
         else:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._check_format()  # before anything is changed: a store of another layout stays as is
+        if not read_only:
             os.chmod(self.path, 0o700)  # also when it existed, or the umask widened its mode
-        self._check_format()
         self._lock_path = self.path / ".lock"
         # flock excludes other processes; threads of this one share the descriptor, so they
         # also take this lock.
@@ -304,7 +305,8 @@ class FileStore(CompareAndSetStore):
             os.close(fd)
             raise
         with handle:
-            identity = (info.st_dev, info.st_ino)
+            # The first frame's header too: a compaction's new file may get the old inode.
+            identity = (info.st_dev, info.st_ino, os.pread(fd, 16, 0))
             seen = self._seen.get(execution_id)
             start, last = 0, 0
             if (
@@ -345,7 +347,15 @@ class FileStore(CompareAndSetStore):
     @contextlib.contextmanager
     def _locked(self, *, shared: bool = False) -> Iterator[None]:
         with self._thread_lock:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if shared:
+                # A reader creates nothing: no lock file means no writer ever wrote here.
+                try:
+                    fd = os.open(self._lock_path, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    yield
+                    return
+            else:
+                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 self._fcntl.flock(fd, self._fcntl.LOCK_SH if shared else self._fcntl.LOCK_EX)
                 if shared:
@@ -416,6 +426,12 @@ class FileStore(CompareAndSetStore):
             tail = _Tail(length=length, snapshot=0, since=length)
         else:
             assert tail is not None
+            if tail.length + len(frame) > self.max_record_bytes and tail.since:
+                with contextlib.suppress(OSError, StorageError, ValueError):
+                    self._compact(execution_id)  # what is past the snapshot may fold smaller
+                tail = self._tails.get(execution_id, tail)
+            if tail.length + len(frame) > self.max_record_bytes:  # X2: readable back, or refused
+                raise TooLarge(what, tail.length + len(frame), self.max_record_bytes)
             length = append_frames(path, frame, valid_length=tail.length)
             tail = _Tail(length=length, snapshot=tail.snapshot, since=tail.since + len(frame))
         self._tails.pop(execution_id, None)
@@ -429,7 +445,7 @@ class FileStore(CompareAndSetStore):
         if tail.since > max(_COMPACT_AT, tail.snapshot):
             try:
                 self._compact(execution_id)
-            except OSError:
+            except (OSError, StorageError, ValueError):
                 # The commit is durable already and the journal intact (the snapshot replaces
                 # it atomically or not at all): acknowledge it, and try again once the
                 # journal has doubled, not on every commit.
@@ -445,7 +461,7 @@ class FileStore(CompareAndSetStore):
         changes = snapshot_changes(base.execution)
         frames: list[bytes] = []
         head: dict[str, Any] = {"seq": base.seq, "snapshot": True}
-        for chunk in _chunks(changes, read.events):
+        for chunk in _chunks(changes, read.events, min(_CHUNK, self.max_bytes // 2)):
             frames.append(encode_frame(self._dumps({**head, **chunk}, what)))
             head = {"more": True}
         data = b"".join(frames)
@@ -499,7 +515,7 @@ def base_window(changes: list[Change]) -> list[Any]:
     return []
 
 
-def _chunks(changes: list[Change], events: list[Any]) -> Iterator[dict[str, Any]]:
+def _chunks(changes: list[Change], events: list[Any], limit: int) -> Iterator[dict[str, Any]]:
     """A snapshot's changes and history in frames of about ``_CHUNK`` bytes: a part too big
     for one frame continues as puts (positions in order), so no frame outgrows the bound."""
     ops: list[Any] = []
@@ -514,12 +530,20 @@ def _chunks(changes: list[Change], events: list[Any]) -> Iterator[dict[str, Any]
     size = 0
     batch: list[Any] = []
     for op in ops:
-        batch.append(op)
-        size += len(canonical_json(op)) if op[0] != "head" else 1024
-        if size >= _CHUNK:
+        weight = len(canonical_json(op))
+        if batch and size + weight > limit:
             yield {"changes": batch}
             batch, size = [], 0
-    if batch or not events:
-        yield {"changes": batch}
-    for start in range(0, len(events), 2_000):
-        yield {"events": events[start : start + 2_000]}
+        batch.append(op)
+        size += weight
+    yield {"changes": batch}
+    batch, size = [], 0
+    for entry in events:
+        weight = len(canonical_json(entry))
+        if batch and size + weight > limit:
+            yield {"events": batch}
+            batch, size = [], 0
+        batch.append(entry)
+        size += weight
+    if batch:
+        yield {"events": batch}

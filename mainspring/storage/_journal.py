@@ -92,6 +92,9 @@ class Base:
     next_pos: dict[str, int]
     seq: int
     window: list[Any]
+    #: Bytes stored for the execution, as far as the backend keeps count (an upper bound
+    #: that a backend may recompute exactly before refusing a write, X2).
+    size: int = 0
 
     @classmethod
     def of(
@@ -172,8 +175,8 @@ def _splittable(raw: dict[str, Any]) -> bool:
     task_id = raw.get("id")
     if type(task_id) is not str or not _ID.match(task_id):
         return False
-    inner = raw.get("inner_observations", [])
-    done = raw.get("inner_completed", [])
+    inner = raw.get("inner_observations")
+    done = raw.get("inner_completed")
     if type(inner) is not list or type(done) is not list:
         return False
     names = [item.get("step_id") if type(item) is dict else None for item in inner]
@@ -215,12 +218,21 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
             inner_done[f"{task_id}/{name}"] = name
     return {
         "steps": {step.id: step for step in plan.steps} if plan is not None else {},
-        "obs": {obs.step_id: obs for obs in execution.observations},
-        "done": {step_id: step_id for step_id in execution.completed_steps},
+        "obs": _keyed(execution.observations, _obs_key),
+        "done": _keyed(execution.completed_steps, str),
         "tasks": tasks,
         "inner_obs": inner_obs,
         "inner_done": inner_done,
     }
+
+
+def _keyed(items: Sequence[Any], key: Callable[[Any], str]) -> dict[str, Any]:
+    """``key -> item``; a part whose keys repeat (a record the runtime never writes, but a
+    valid one) is keyed by position instead (``#0``, ``#1``...), so it reads back as it was."""
+    keyed = {key(item): item for item in items}
+    if len(keyed) != len(items):
+        return {f"#{index}": item for index, item in enumerate(items)}
+    return keyed
 
 
 def _encode_task(raw: dict[str, Any], split: bool) -> Any:
@@ -310,7 +322,8 @@ class _Diff:
         encode: Callable[[Any], Any],
     ) -> bool:
         """The changes of one part; False if the part had to be rewritten whole."""
-        grown = _grown(old, new, key)
+        positional = any(k.startswith("#") for k in self.base.keys[part])
+        grown = _grown(old, new, key) if not positional else None
         if grown is not None:
             replaced, start = grown
             fresh = [key(item) for item in new[start:]]
@@ -321,7 +334,8 @@ class _Diff:
                 for offset, item_key in enumerate(fresh):
                     self.put(part, item_key, encode(new[start + offset]), new=True)
                 return True
-        self.out.append(["reset", part, [[key(item), encode(item)] for item in new]])
+        keyed = _keyed(new, key)
+        self.out.append(["reset", part, [[k, encode(item)] for k, item in keyed.items()]])
         self.next_pos[part] = len(new)
         return False
 
@@ -582,6 +596,35 @@ def _resolve_checkpoint(raw: Any, done: list[Any], kind: str) -> Any:
 # -- the durable history (V2) ---------------------------------------------------------------
 
 
+def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) -> list[Any]:
+    """Task transitions when the tasks were rewritten whole (a record that does not parse is
+    among them, E7): found by comparing states, so the history misses none (V2)."""
+    before = {
+        raw.get("id"): raw.get("state") for raw in (old.agent_tasks if old is not None else ())
+    }
+    events: list[Any] = []
+    for raw in new.agent_tasks:
+        task_id, state = raw.get("id"), raw.get("state")
+        if type(task_id) is not str or type(state) is not str or before.get(task_id) == state:
+            continue
+        agent, step, inner, calls = (
+            raw.get(name) for name in ("agent_id", "step_id", "inner_steps_done", "calls_used")
+        )
+        events.append(
+            {
+                **base,
+                "kind": "task",
+                "task_id": task_id,
+                "agent_id": agent if type(agent) is str else None,
+                "step_id": step if type(step) is str else None,
+                "state": state,
+                "inner_done": inner if type(inner) is int else None,
+                "calls_used": calls if type(calls) is int else None,
+            }
+        )
+    return events
+
+
 def events_for(old: Execution | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
     """The history entries a commit adds: ids, states and counts only (V1), derived from what
     changed, so the history is exactly as durable as the commit that made it (V2)."""
@@ -625,6 +668,8 @@ def events_for(old: Execution | None, new: Execution, changes: Sequence[Change])
                     "calls_used": head.get("calls_used"),
                 }
             )
+    if any(change[0] == "reset" and change[1] == "tasks" for change in changes):
+        events.extend(_task_events(old, new, base))
     old_pending = old.pending if old is not None else None
     if new.pending != old_pending:
         pending = new.pending

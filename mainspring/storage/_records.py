@@ -464,6 +464,8 @@ class Execution:
     calls_used: int = _counter_field()
     max_calls: int | None = attrs.field(default=None, validator=attrs.validators.optional(_counter))
     replans: int = _counter_field()  # plans replaced after a failure, counted for max_replans
+    # Raw, so one that does not parse is kept (E7). Stores diff a commit against the last
+    # one by identity first: a committed dict is never changed in place, a new one is made.
     agent_tasks: tuple[dict[str, Any], ...] = ()
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))

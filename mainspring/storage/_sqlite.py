@@ -93,7 +93,7 @@ def _check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None
                 f"{path} is a mainspring 0.1 store; convert it with "
                 f"`mainspring migrate --store {path}` (the old store is kept)"
             )
-        if not creating:
+        if not creating or tables:  # another application's database is not taken over
             raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
         return
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -122,6 +122,13 @@ def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
     return db
+
+
+def _remove_new(path: Path) -> None:
+    # A database file this constructor created and could not make a store: not left behind.
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
 
 
 class SqliteStore(CompareAndSetStore):
@@ -153,14 +160,20 @@ class SqliteStore(CompareAndSetStore):
             self.path.parent.mkdir(mode=0o700, parents=True)
             os.chmod(self.path.parent, 0o700)
         # Create the file 0600 before SQLite does: it gives -wal and -shm the same mode.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | O_CLOEXEC, 0o600))
-        os.chmod(self.path, 0o600)
+        created = False
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o600))
+            created = True
         # The cache holds versions this connection wrote, valid while no other connection
         # has committed: SQLite's data_version changes exactly when another one commits.
         self._db = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
         try:
+            # What is there is checked before anything is changed: a database that is not
+            # a store, or of a newer layout, is refused as it was found.
+            _check_layout(self._db, self.path, creating=True)
+            os.chmod(self.path, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
@@ -178,9 +191,13 @@ class SqliteStore(CompareAndSetStore):
                 raise
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            if created:
+                _remove_new(self.path)
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
         except BaseException:
             self._db.close()
+            if created:
+                _remove_new(self.path)
             raise
         self._tighten_sidecars()
 
@@ -218,6 +235,8 @@ class SqliteStore(CompareAndSetStore):
         return int(row[0]) if row is not None else 0
 
     def _loads(self, body: Any, kind: str) -> Any:
+        if type(body) not in (bytes, str):  # E7: a row that is not data is a problem, not a crash
+            raise RecordError(kind, [f"(row): a {type(body).__name__}, not a stored entry"])
         if len(body) > self.max_bytes:  # X2: one row, bounded before parsing
             raise TooLarge(kind, len(body), self.max_bytes)
         try:
@@ -230,7 +249,9 @@ class SqliteStore(CompareAndSetStore):
         if read is None:
             return None
         execution, seq, next_pos, window = read
-        return Base.of(execution, seq, next_pos, window=window)
+        base = Base.of(execution, seq, next_pos, window=window)
+        base.size = self._record_size(check_id(execution_id))
+        return base
 
     def _read(self, execution_id: str) -> tuple[Execution, int, dict[str, int], list[Any]] | None:
         execution_id = check_id(execution_id)
@@ -397,6 +418,49 @@ class SqliteStore(CompareAndSetStore):
         # Everything is encoded and checked before the first statement: a record that cannot
         # be stored (X2) leaves the transaction as it was for the other commits in it.
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
+        bodies = (args[-1] for _, args in rows if isinstance(args[-1], bytes))
+        written = len(head) + len(checkpoints) + sum(map(len, bodies))
+        size = self._checked_size(base, execution_id, written)
+        # One savepoint per commit: a statement that fails leaves nothing of this commit in
+        # the flush's transaction, and the other commits in it stand.
+        self._db.execute("SAVEPOINT store")
+        try:
+            self._statements(base, execution, seq, head, checkpoints, rows, event_rows)
+        except sqlite3.IntegrityError as exc:
+            self._db.execute("ROLLBACK TO store")
+            self._db.execute("RELEASE store")
+            raise RecordError(what, [f"(rows): {exc}"]) from None
+        self._db.execute("RELEASE store")
+        # The cache moves on now, so a second commit of this execution in the same flush
+        # diffs against this one; a transaction that fails clears the cache (_transaction).
+        if base is None:
+            base = Base.of(execution, seq, window=window)
+        else:
+            base.advance(execution, changes)
+        base.size = size
+        self._cache.remember(base)
+
+    def _checked_size(self, base: Base | None, execution_id: str, written: int) -> int:
+        """An upper bound of the record's size once ``written`` bytes are added; a record
+        that could not be read back whole is refused before anything is written (X2)."""
+        size = (base.size if base is not None else 0) + written
+        if size > self.max_record_bytes and base is not None:
+            size = self._record_size(execution_id) + written  # exactly, before refusing
+        if size > self.max_record_bytes:
+            raise TooLarge(f"execution {execution_id}", size, self.max_record_bytes)
+        return size
+
+    def _statements(
+        self,
+        base: Base | None,
+        execution: Execution,
+        seq: int,
+        head: bytes,
+        checkpoints: bytes,
+        rows: Sequence[tuple[str, Sequence[Any]]],
+        event_rows: Sequence[tuple[str, int, bytes]],
+    ) -> None:
+        execution_id = execution.id
         if base is None:
             self._db.execute(
                 "INSERT INTO executions (id, seq, status, updated_at, head, checkpoints) "
@@ -415,13 +479,6 @@ class SqliteStore(CompareAndSetStore):
             self._db.executemany(
                 "INSERT INTO events (execution_id, eseq, body) VALUES (?, ?, ?)", event_rows
             )
-        # The cache moves on now, so a second commit of this execution in the same flush
-        # diffs against this one; a transaction that fails clears the cache (_transaction).
-        if base is None:
-            base = Base.of(execution, seq, window=window)
-        else:
-            base.advance(execution, changes)
-        self._cache.remember(base)
 
     def delete(self, execution_id: str) -> bool:
         """Delete a finished execution with every row and history entry of it; False if it
