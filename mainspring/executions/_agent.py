@@ -61,7 +61,9 @@ __all__ = [
     "StepActor",
 ]
 
-MAX_INNER_STEPS = 1_000
+#: The most durable inner steps one agent task keeps (each is one save; their counters are
+#: bounded far above this by the record, E8).
+MAX_INNER_STEPS = 100_000
 
 
 # -- messages to the execution ---------------------------------------------------------------
@@ -86,6 +88,9 @@ class TaskSave:
     record: AgentTaskRecord
     output: Any = None
     stored: Stored | None = None  # the output as it is stored, when completed
+    #: The record this one was made from by appending one inner step and nothing else, so
+    #: the execution need not compare the steps to know what is new (see _task_raw).
+    appended_to: AgentTaskRecord | None = None
 
 
 @attrs.frozen
@@ -403,19 +408,28 @@ class AgentTaskActor(Actor):
         self.tools = tools
         self.skills = skills
         self._max_tool_calls = max_tool_calls
+        # Indexes of the record, kept as it grows: looking a step up never scans the steps.
         self._index = {obs.step_id: obs for obs in record.inner_observations}
+        self._position = {obs.step_id: i for i, obs in enumerate(record.inner_observations)}
+        self._done = set(record.inner_completed)
 
     def recorded(self, name: str) -> Observation | None:
-        if name in self.record.inner_completed:
+        if name in self._done:
             return self._index.get(name)
         return None
 
     def _touch(self, **changes: Any) -> None:
         self.record = attrs.evolve(self.record, updated_at=time.time(), **changes)
 
-    async def _save(self, output: Any = None, stored: Stored | None = None) -> None:
+    async def _save(
+        self,
+        output: Any = None,
+        stored: Stored | None = None,
+        appended_to: AgentTaskRecord | None = None,
+    ) -> None:
+        save = TaskSave(self.record, output, stored, appended_to)
         try:
-            accepted = await self._execution.ask(TaskSave(self.record, output, stored))
+            accepted = await self._execution.ask(save)
         except (ActorDeadError, ActorFailed) as exc:
             raise SaveRefused("the execution is stopping") from exc
         if not accepted:
@@ -449,6 +463,7 @@ class AgentTaskActor(Actor):
         )
         self._index[name] = observation
         record = self.record
+        appended_to = None if rerun else record  # only this step appends to its inner steps
         changes: dict[str, Any] = {}
         if paths:
             # R8: the files as this step left them join the task's own checkpoint; one
@@ -468,21 +483,27 @@ class AgentTaskActor(Actor):
             # E10: the re-run's result replaces the masked one, and the task says why.
             why = f"inner step {name} ran again on resume: its stored result had been redacted"
             kept = [line for line in record.diagnostics if line != why]
+            observations = list(record.inner_observations)
+            position = self._position.get(name)
+            if position is not None:  # found by index: the steps are not scanned
+                observations[position] = observation
             self._touch(
-                inner_observations=tuple(
-                    observation if obs.step_id == name else obs for obs in record.inner_observations
-                ),
+                inner_observations=tuple(observations),
                 diagnostics=(*kept, why)[-MAX_DIAGNOSTICS:],
                 **changes,
             )
         else:
+            # Appended: the previous tuples are left as they are (the execution reuses what
+            # it stored of them, see _task_raw).
+            self._position[name] = len(record.inner_observations)
+            self._done.add(name)
             self._touch(
                 inner_completed=(*record.inner_completed, name),
                 inner_observations=(*record.inner_observations, observation),
                 inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
                 **changes,
             )
-        await self._save()
+        await self._save(appended_to=appended_to)
 
     async def wait_for_answer(self, question: str) -> NoReturn:
         """Save the question (P5), then wait to be stopped. The execution cancels this actor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -20,7 +21,6 @@ from ..actors import (
 )
 from ..storage import (
     MAX_CHECKPOINTS,
-    MAX_DIAGNOSTICS,
     AgentTaskRecord,
     Checkpoint,
     CommitOutcome,
@@ -28,15 +28,11 @@ from ..storage import (
     Observation,
     PersistenceFailed,
     Plan,
-    PlanStep,
     StepStatus,
     StorageError,
     capture_checkpoint,
     parse_agent_task,
     parse_agent_tasks,
-    reconcile,
-    redact,
-    unstructure,
 )
 from . import _run_events as ev
 from ._plan import step_input_hash
@@ -57,13 +53,11 @@ from ._run_messages import (
     Unstorable,
     for_children,
     keep_live_plan,
-    keep_secret_input,
-    real_input_hash,
 )
 from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
+from ._task_raw import task_raw
 from ._transitions import (
-    ASK_PREFIX,
     cancel_execution,
     clamp_count,
     parse_stop_requests,
@@ -87,6 +81,7 @@ class ExecutionCore(Actor):
     _obs: dict[str, Observation]
     _tasks: dict[str, AgentTaskRecord]
     _raw: dict[str, dict[str, Any]]  # each parsed task as it is written back
+    _raw_of: dict[str, AgentTaskRecord]  # the task each of our raw records was made from
     _unparsed: list[dict[str, Any]]
     _charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
 
@@ -114,6 +109,8 @@ class ExecutionCore(Actor):
         self._refusal: CommitOutcome | None = None
         self._refused_record: Execution | None = None  # the record that refused us
         self._result: ExecutionResult | None = None  # what the run ended with, once it has
+        # The last checkpoint's completed steps and ours, once found to be the same set (E6).
+        self._same_set: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self._load(record)
 
     def _load(self, record: Execution) -> None:
@@ -123,10 +120,12 @@ class ExecutionCore(Actor):
         self._sched = Schedule(
             self._live_plan or record.plan,
             {step.id: step.status for step in record.plan.steps} if record.plan else {},
+            record.completed_steps,  # in the order they completed
         )
         self._obs = {obs.step_id: obs for obs in record.observations}
         self._tasks = {}
         self._raw = {}
+        self._raw_of = {}  # none yet: a raw record read from disk is not reused as a base
         self._unparsed = []  # kept as they are, never dropped (E7)
         for raw in record.agent_tasks:
             task = parse_agent_task(raw)
@@ -145,18 +144,26 @@ class ExecutionCore(Actor):
             if state == "succeeded" and observation is not None and observation.agent_task_id:
                 self._claimed.add(observation.agent_task_id)
 
-    def _set_task(self, task: AgentTaskRecord) -> None:
+    def _set_task(self, task: AgentTaskRecord, appended_to: AgentTaskRecord | None = None) -> None:
+        """Keep ``task``; ``appended_to`` is the record its agent made it from by appending
+        one inner step (TaskSave)."""
         old = self._tasks.get(task.id)
         if old is not None:
             task_move(task.id, old.state, task.state)  # R11: terminal is sticky
         self._tasks[task.id] = task
-        self._raw[task.id] = unstructure(task)
+        # Only what changed since the last save is unstructured again: an agent's n-th
+        # inner step costs what it added, not the n before it.
+        base = self._raw_of.get(task.id)
+        grown = base is not None and appended_to is base
+        self._raw[task.id] = task_raw(task, base, self._raw.get(task.id), appended=grown)
+        self._raw_of[task.id] = task
 
-    def _snapshot(self, **changes: Any) -> Execution:
+    def _current_plan(self) -> Plan | None:
+        """The plan with the statuses the scheduler holds: only the steps whose status
+        changed since the last snapshot are rebuilt."""
         plan = self._plan
         sched = self._sched
         if plan is not None and sched.dirty:
-            # Only the steps whose status changed since the last snapshot are rebuilt.
             steps = list(plan.steps)
             for step_id in sched.dirty:
                 index = sched.order[step_id]
@@ -164,36 +171,41 @@ class ExecutionCore(Actor):
                     steps[index] = attrs.evolve(steps[index], status=sched.status[step_id])
             sched.dirty.clear()
             plan = self._plan = attrs.evolve(plan, steps=tuple(steps))
-        completed = (
-            tuple(step.id for step in plan.steps if self._sched.status[step.id] == "succeeded")
-            if plan
-            else ()
-        )
+        return plan
+
+    def _snapshot(self, **changes: Any) -> Execution:
+        plan = self._current_plan()
         return attrs.evolve(
             self._rec,
             plan=plan,
             plan_version=plan.version if plan is not None else self._rec.plan_version,
-            completed_steps=completed,
+            # Kept as steps complete, in the order they did: never rebuilt from the plan.
+            completed_steps=self._sched.completed_steps() if plan is not None else (),
             observations=tuple(self._obs.values()),
             agent_tasks=(*self._raw.values(), *self._unparsed),
             updated_at=time.time(),
             **changes,
         )
 
-    async def _checkpointed(self, record: Execution) -> Execution:
-        """Add a checkpoint when the completed set changed (E6: at most 5 kept); the first
-        commit of a plan always has one (E1)."""
-        last = record.checkpoints[-1] if record.checkpoints else None
-        if (
-            last is not None
-            and last.completed_steps == record.completed_steps
-            and last.plan_version == record.plan_version
-        ):
-            return record
-        checkpoint = await self._capture(record.plan, record.completed_steps)
-        return attrs.evolve(
-            record, checkpoints=(*record.checkpoints, checkpoint)[-MAX_CHECKPOINTS:]
-        )
+    async def _checkpoints(self) -> tuple[Checkpoint, ...] | None:
+        """The checkpoints with a new one when the completed set changed (E6: at most 5
+        kept), or None when it did not; the first commit of a plan always has one (E1)."""
+        plan = self._current_plan()
+        completed = self._sched.completed_steps() if plan is not None else ()
+        version = plan.version if plan is not None else self._rec.plan_version
+        kept = self._rec.checkpoints
+        last = kept[-1] if kept else None
+        if last is not None and last.plan_version == version:
+            before = last.completed_steps
+            same = self._same_set
+            if before is completed or (same[0] is before and same[1] is completed):
+                return None
+            # Compared once: after a load the two tuples are equal but not the same object.
+            if len(before) == len(completed) and set(before) == set(completed):
+                self._same_set = (before, completed)
+                return None
+        checkpoint = await self._capture(plan, completed)
+        return (*kept, checkpoint)[-MAX_CHECKPOINTS:]
 
     async def _capture(self, plan: Plan | None, completed: tuple[str, ...]) -> Checkpoint:
         cfg = self._cfg
@@ -223,7 +235,10 @@ class ExecutionCore(Actor):
     def _plan_tool_hashes(self, plan: Plan | None) -> dict[str, str]:
         if plan is None:
             return {}
-        used = {step.tool for step in plan.steps if step.tool is not None}
+        if plan is self._plan:  # the plan being run: its tools are known (not recounted)
+            used: Iterable[str] = self._sched.tools
+        else:
+            used = {step.tool for step in plan.steps if step.tool is not None}
         known = self._cfg.tool_hashes
         # A tool the runtime no longer has is left out, which reconcile reports as vanished.
         return {name: known[name] for name in sorted(used) if name in known}
@@ -253,7 +268,11 @@ class ExecutionCore(Actor):
         self._rec = attrs.evolve(self._rec, masked_inputs=masked_inputs(plan))
         if self._rec.masked_inputs:
             keep_live_plan(self._cfg.live_plans, self._rec.id, plan)
-        self._sched = Schedule(plan, {step.id: kept.get(step.id, "pending") for step in plan.steps})
+        self._sched = Schedule(
+            plan,
+            {step.id: kept.get(step.id, "pending") for step in plan.steps},
+            self._sched.completed,  # steps kept done keep their place in completion order
+        )
         self._claimed.clear()
         self._claim_finished()
 
@@ -270,133 +289,6 @@ class ExecutionCore(Actor):
             and task.state == "cancelled"
             and task.interruption is not None
             and task.interruption.detail == "stopped"
-        )
-
-    def _claim(self, step: PlanStep) -> AgentTaskRecord | None:
-        """R8: a stored task matches a step by (agent id, input hash), never by step id; each
-        record is claimed at most once per resume. Completed ones first, then unfinished."""
-        known: str | None = None
-        if step.id in self._rec.masked_inputs:
-            # The input hash is of the masked input: a task of another secret would match.
-            # Only a task this runtime ran with this very input (known in memory, never on
-            # disk) is reused; what ran with which secret elsewhere cannot be told (E10).
-            if self._live_plan is None:
-                return None
-            known = real_input_hash(step)
-        digest = step_input_hash(step)
-        candidates = [
-            task
-            for task in self._tasks.values()
-            if task.agent_id == step.agent
-            and task.input_hash == digest
-            and task.id not in self._claimed
-            and task.state not in ("failed", "cancelled", "waiting_for_clarification")
-            # R8: a changed agent's finished task is not its result; an unfinished one is
-            # claimed and restarts its inner work (see _revalidated).
-            and not (task.state == "completed" and self._redefined(task))
-            and (known is None or self._cfg.secret_inputs.get(task.id) == known)
-        ]
-        if not candidates:
-            return None
-        candidates.sort(key=lambda t: (t.state != "completed", t.created_at))
-        task = candidates[0]
-        self._claimed.add(task.id)
-        if task.step_id != step.id:
-            task = attrs.evolve(task, step_id=step.id)
-        return task
-
-    def _redefined(self, task: AgentTaskRecord) -> bool:
-        """R8: the agent's definition changed since ``task`` was created. A task stored
-        before definitions were recorded (empty hash) is unknown and taken as unchanged."""
-        current = self._cfg.agent_hashes.get(task.agent_id, "")
-        return bool(task.definition_hash) and task.definition_hash != current
-
-    def _new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
-        number = len(self._tasks) + len(self._unparsed) + 1
-        digest = step_input_hash(step)
-        replaced = [
-            t.id
-            for t in self._tasks.values()
-            if t.state == "completed"
-            and t.agent_id == step.target
-            and t.input_hash == digest
-            and self._redefined(t)
-        ]
-        task = AgentTaskRecord(
-            id=f"{self._rec.id}:t{number}",
-            agent_id=step.target,
-            step_id=step.id,
-            state="created",
-            created_at=now,
-            updated_at=now,
-            execution_id=self._rec.id,
-            plan_version=self._plan.version if self._plan else 1,
-            definition_hash=self._cfg.agent_hashes.get(step.target, ""),
-            envelope_hash=self._cfg.agent_envelope,
-            input_hash=digest,
-            diagnostics=tuple(
-                f"agent {step.target} changed since task {old} completed: not reused (R8)"
-                for old in replaced[-MAX_DIAGNOSTICS:]
-            ),
-        )
-        self._claimed.add(task.id)
-        self._charged[task.id] = 0
-        if step.id in self._rec.masked_inputs and self._live_plan is not None:
-            # E10: which secret this task ran with is known here only, never on disk.
-            keep_secret_input(self._cfg.secret_inputs, task.id, real_input_hash(step))
-        return task
-
-    async def _task_checkpoint(self, step: PlanStep) -> Checkpoint | None:
-        if self._cfg.workspace is None:
-            return None
-        plan = Plan(id="task", goal="", steps=(step,))
-        return await self._capture(plan, ())
-
-    async def _inner_drift(self, task: AgentTaskRecord, step: PlanStep) -> tuple[str, ...]:
-        """What changed in the task's own checkpoint: the files its step names and those its
-        inner steps declared, the configuration, git (R8)."""
-        if task.inner_checkpoint is None or self._cfg.workspace is None:
-            return ()
-        plan = Plan(id="task", goal="", steps=(step,))
-        checkpoint = attrs.evolve(task.inner_checkpoint, tool_hashes=None, skill_versions=None)
-        root = self._cfg.workspace
-        paths = task.touched_paths
-        config = self._cfg.config  # compared with the config the checkpoint was taken with
-        found = await anyio.to_thread.run_sync(
-            lambda: reconcile(checkpoint, root, plan, config=config, paths=paths)
-        )
-        return found.reasons
-
-    async def _revalidated(self, task: AgentTaskRecord, step: PlanStep) -> AgentTaskRecord:
-        """An unfinished task claimed for ``step`` (R8): its inner work restarts (a new
-        attempt, with a diagnostic saying why) if its agent's definition changed or its own
-        checkpoint drifted. Answers it was given stay: they are the human's, not derived
-        from the code or the workspace."""
-        current = self._cfg.agent_hashes.get(step.target, "")
-        why = ""
-        if self._redefined(task):
-            why = f"agent {step.target}'s definition changed"
-        else:
-            drift = await self._inner_drift(task, step)
-            if drift:
-                why = f"its checkpoint drifted ({'; '.join(drift)})"
-        envelope = self._cfg.agent_envelope
-        if not why:  # an unknown (old) hash is known from now on
-            return attrs.evolve(task, definition_hash=current, envelope_hash=envelope)
-        answers = tuple(o for o in task.inner_observations if o.step_id.startswith(ASK_PREFIX))
-        attempt = clamp_count(task.attempt + 1)
-        note = redact(f"attempt {attempt}: the inner work restarts: {why} (R8)")
-        return attrs.evolve(
-            task,
-            inner_completed=tuple(o.step_id for o in answers),
-            inner_observations=answers,
-            inner_steps_done=0,
-            inner_checkpoint=None,  # taken again before the new attempt runs
-            touched_paths=(),
-            attempt=attempt,
-            diagnostics=(*task.diagnostics, note)[-MAX_DIAGNOSTICS:],
-            definition_hash=current,
-            envelope_hash=envelope,
         )
 
     def _charge_unsaved(self, running: Running) -> None:
@@ -419,7 +311,10 @@ class ExecutionCore(Actor):
             return False
         if "status" in changes:  # E2: the lifecycle is checked in the one commit path
             execution_move(self._rec.id, self._rec.status, changes["status"])
-        record = await self._checkpointed(self._snapshot(**changes))
+        checkpoints = await self._checkpoints()
+        if checkpoints is not None:
+            changes["checkpoints"] = checkpoints
+        record = self._snapshot(**changes)  # one record built per commit
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
         except PersistenceFailed:

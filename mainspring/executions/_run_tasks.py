@@ -27,7 +27,7 @@ from ._plan import observe, step_input_hash
 from ._results import (
     StopResult,
 )
-from ._run_core import ExecutionCore
+from ._run_claims import TaskClaims
 from ._run_messages import (
     Running,
     StopTask,
@@ -40,7 +40,7 @@ _CODES = frozenset(typing.get_args(ObservationCode))
 _PROGRAM_ENDING = frozenset({("builtins", "SystemExit"), ("builtins", "KeyboardInterrupt")})
 
 
-class TaskEvents(ExecutionCore):
+class TaskEvents(TaskClaims):
     """What an ExecutionActor does when its children report: an agent task saved progress
     or asked, a child ended, one task is to be stopped (S1, S2), a result could not be
     stored (X2)."""
@@ -57,7 +57,7 @@ class TaskEvents(ExecutionCore):
         delta = task.calls_used - self._charged.get(task.id, 0)
         self._charged[task.id] = task.calls_used
         calls = clamp_count(self._rec.calls_used + max(delta, 0))
-        self._set_task(task)
+        self._set_task(task, save.appended_to)
         step = running.step
         # queued: the run's budget ran out under the agent (P4), which waits to run again.
         ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")

@@ -10,7 +10,8 @@ approvals, open questions and the budget (P3, P4, P5) to the ready set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import bisect
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
 
@@ -41,32 +42,70 @@ class Cascaded:
 class Schedule:
     """Step statuses of one plan and the ready set they imply (P2, S2: a stopped step lets
     its dependents run). Every change goes through :meth:`set`, which refuses a move the
-    step lifecycle does not allow."""
+    step lifecycle does not allow.
 
-    def __init__(self, plan: Plan | None, status: Mapping[str, StepStatus]) -> None:
+    What the run asks of it on every step is kept as it changes, never recounted from the
+    whole plan: the succeeded steps in the order they succeeded (``completed``, seeded from
+    ``completed`` as stored, then plan order for any others), how many steps finished, and
+    the ready steps in plan order.
+    """
+
+    def __init__(
+        self,
+        plan: Plan | None,
+        status: Mapping[str, StepStatus],
+        completed: Iterable[str] = (),
+    ) -> None:
         self.status: dict[str, StepStatus] = dict(status)
         self.order: dict[str, int] = {}
         self.steps: dict[str, PlanStep] = {}
         self.ready: set[str] = set()
+        #: Succeeded steps in the order they succeeded: one that succeeds is appended, one
+        #: that stops being succeeded is removed (E6 compares these sets).
+        self.completed: dict[str, None] = {}
+        self._completed_steps: tuple[str, ...] | None = None  # ``completed`` as a tuple
         #: Steps whose status differs from the plan last written, for cheap snapshots.
         self.dirty: set[str] = set(self.status)
+        #: The tools the plan's steps name (what a checkpoint hashes, R6).
+        self.tools: frozenset[str] = frozenset()
+        self._ready_order: list[int] = []  # plan indices of the ready steps, sorted
+        self._ids: list[str] = []  # step ids by plan index
+        self._finished = sum(1 for state in self.status.values() if state in STEP_FINISHED)
         self._dependents: dict[str, list[str]] = {}
         self._deps_left: dict[str, int] = {}
         self._to_cascade: list[str] = []
         if plan is None:
             return
+        for step_id in completed:
+            if self.status.get(step_id) == "succeeded":
+                self.completed[step_id] = None
         for index, step in enumerate(plan.steps):
             self.order[step.id] = index
             self.steps[step.id] = step
+            self._ids.append(step.id)
             for dependency in step.depends_on:
                 self._dependents.setdefault(dependency, []).append(step.id)
             if self.status[step.id] in ("failed", "skipped", "cancelled"):
                 self._to_cascade.append(step.id)
+            elif self.status[step.id] == "succeeded" and step.id not in self.completed:
+                self.completed[step.id] = None
+        self.tools = frozenset(step.tool for step in plan.steps if step.tool is not None)
         for step in plan.steps:
             left = sum(1 for d in step.depends_on if self.status[d] not in SATISFIED)
             self._deps_left[step.id] = left
             if left == 0 and self.status[step.id] == "pending":
-                self.ready.add(step.id)
+                self._make_ready(step.id)
+
+    def _make_ready(self, step_id: str) -> None:
+        if step_id not in self.ready:
+            self.ready.add(step_id)
+            bisect.insort(self._ready_order, self.order[step_id])
+
+    def _unready(self, step_id: str) -> None:
+        if step_id in self.ready:
+            self.ready.discard(step_id)
+            order = self._ready_order
+            del order[bisect.bisect_left(order, self.order[step_id])]
 
     def set(self, step_id: str, new: StepStatus) -> None:
         """Move one step; dependents become ready, or are queued to cascade."""
@@ -75,20 +114,26 @@ class Schedule:
             return
         self.status[step_id] = step_move(step_id, old, new)
         self.dirty.add(step_id)
+        self._finished += (new in STEP_FINISHED) - (old in STEP_FINISHED)
+        if new == "succeeded":
+            self.completed[step_id] = None
+            self._completed_steps = None
         if old == "succeeded":  # its result could not be stored: dependents wait again
+            self.completed.pop(step_id, None)
+            self._completed_steps = None
             for dependent in self._dependents.get(step_id, ()):
                 self._deps_left[dependent] += 1
-                self.ready.discard(dependent)
+                self._unready(dependent)
         if new == "pending":
             if self._deps_left[step_id] == 0:
-                self.ready.add(step_id)
+                self._make_ready(step_id)
             return
-        self.ready.discard(step_id)
+        self._unready(step_id)
         if new in SATISFIED:
             for dependent in self._dependents.get(step_id, ()):
                 self._deps_left[dependent] -= 1
                 if self._deps_left[dependent] == 0 and self.status[dependent] == "pending":
-                    self.ready.add(dependent)
+                    self._make_ready(dependent)
         elif new in ("failed", "skipped", "cancelled"):
             self._to_cascade.append(step_id)
 
@@ -109,8 +154,19 @@ class Schedule:
                 changes.append(Cascaded(dependent, new, dependency, state))
         return changes
 
-    def ready_in_plan_order(self) -> list[PlanStep]:
-        return [self.steps[step_id] for step_id in sorted(self.ready, key=self.order.__getitem__)]
+    def ready_in_plan_order(self) -> Iterator[PlanStep]:
+        """The ready steps in plan order, lazily: a caller that stops early (capacity) pays
+        for what it looked at, not for the whole ready set."""
+        steps, ids = self.steps, self._ids
+        for index in tuple(self._ready_order):
+            yield steps[ids[index]]
+
+    def completed_steps(self) -> tuple[str, ...]:
+        """``completed`` as a tuple, built again only after it changed: an unchanged set is
+        the very same tuple (E6 compares it with the last checkpoint's)."""
+        if self._completed_steps is None:
+            self._completed_steps = tuple(self.completed)
+        return self._completed_steps
 
     def count(self, *states: StepStatus) -> int:
         return sum(1 for state in self.status.values() if state in states)
@@ -118,11 +174,11 @@ class Schedule:
     @property
     def finished(self) -> int:
         """How many steps reached a finished state."""
-        return self.count(*STEP_FINISHED)
+        return self._finished
 
     @property
     def all_finished(self) -> bool:
-        return all(state in STEP_FINISHED for state in self.status.values())
+        return self._finished == len(self.status)
 
 
 def approval_key(plan_version: int, step: PlanStep | None) -> str:

@@ -1,10 +1,12 @@
 """Shared pieces for runtime tests: plans, tools that record what ran, gates a test opens
-when it is ready, and a store that remembers every version it committed."""
+when it is ready, a store that remembers every version it committed, and one in memory."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import anyio
 
 import mainspring as ms
+from mainspring.storage._backend import CompareAndSetStore
 
 #: Fast heartbeats: controls from "another process" land within a tick. The lease itself is long
 #: enough that a loaded machine delaying a heartbeat never lets it lapse.
@@ -124,6 +127,35 @@ class RecordingSqliteStore(ms.storage.SqliteStore):
             if result is ms.storage.CommitOutcome.OK:
                 self.versions.append(execution)
         return results
+
+
+class MemoryStore(CompareAndSetStore):
+    """A store on a dict: the same decisions as the real backends, nothing encoded or
+    written, so a test of a long run measures the runtime, not the disk."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, ms.storage.Execution] = {}
+        self._lock = threading.Lock()
+        self._clock = time.time
+
+    @contextlib.contextmanager
+    def _atomic(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def _read_for_update(self, execution_id: str) -> ms.storage.Execution | None:
+        return self._items.get(execution_id)
+
+    def _write(self, execution: ms.storage.Execution) -> None:
+        self._items[execution.id] = execution
+
+    def get(self, execution_id: str) -> ms.storage.Execution | None:
+        with self._lock:
+            return self._items.get(execution_id)
+
+    def list(self) -> ms.storage.Listing:
+        with self._lock:
+            return ms.storage.Listing(executions=tuple(self._items.values()))
 
 
 @asynccontextmanager

@@ -128,6 +128,50 @@ def test_a_result_that_cannot_be_stored_fails_a_succeeded_step_and_its_dependent
     assert {c.step_id for c in schedule.cascade()} == {"b", "c", "d"}
 
 
+def test_E6_completed_steps_are_kept_in_the_order_they_completed() -> None:
+    schedule = _fresh(DIAMOND)
+    schedule.set("a", "running")
+    schedule.set("a", "succeeded")
+    schedule.set("c", "running")
+    schedule.set("b", "running")
+    schedule.set("c", "succeeded")  # c before b, although b comes first in the plan
+    first = schedule.completed_steps()
+    assert first == ("a", "c")
+    assert schedule.completed_steps() is first  # unchanged: the very same tuple
+    schedule.set("b", "succeeded")
+    assert schedule.completed_steps() == ("a", "c", "b")
+    schedule.set("c", "failed")  # X2: its result could not be stored: no longer completed
+    assert schedule.completed_steps() == ("a", "b")
+    assert schedule.finished == 3
+    assert not schedule.all_finished
+
+
+def test_a_loaded_schedule_keeps_the_stored_completion_order() -> None:
+    status: dict[str, ms.storage.StepStatus] = {
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "succeeded",
+        "d": "pending",
+    }
+    # As stored; a stale id (no longer succeeded) is left out, a succeeded step the stored
+    # order lacks follows in plan order.
+    loaded = Schedule(DIAMOND, status, completed=("c", "d", "a"))
+    assert loaded.completed_steps() == ("c", "a", "b")
+    assert loaded.finished == 3
+    assert loaded.ready == {"d"}
+
+
+def test_many_ready_steps_come_in_plan_order_and_lazily() -> None:
+    plan = _plan(*((f"s{i}", "tool:t", ()) for i in range(2_000)))
+    schedule = _fresh(plan)
+    for i in range(0, 2_000, 3):
+        schedule.set(f"s{i}", "running")
+    order = schedule.ready_in_plan_order()
+    assert [next(order).id for _ in range(3)] == ["s1", "s2", "s4"]
+    assert len(list(schedule.ready_in_plan_order())) == 2_000 - 667
+    assert schedule.tools == frozenset({"t"})
+
+
 def test_an_illegal_step_move_is_refused() -> None:
     schedule = _fresh(DIAMOND)
     schedule.set("a", "running")
@@ -236,8 +280,14 @@ def test_any_dag_runs_to_the_end_and_never_starts_a_step_early(
     schedule = _fresh(plan)
     deps = {s.id: set(s.depends_on) for s in plan.steps}
     running: list[str] = []
+    succeeded: list[str] = []  # in the order they succeeded
     while True:
         schedule.cascade()
+        # What the schedule keeps as it goes equals a recount of the whole plan.
+        assert schedule.finished == schedule.count(*ms.storage.STEP_FINISHED)
+        assert schedule.completed_steps() == tuple(succeeded)
+        ready = sorted(schedule.ready, key=schedule.order.__getitem__)
+        assert [s.id for s in schedule.ready_in_plan_order()] == ready
         capacity = data.draw(st.integers(min_value=1, max_value=4))
         starts = _pick(schedule, plan, max_parallel=capacity, running_targets=["t"] * len(running))
         assert len(running) + len(starts) <= max(capacity, len(running))  # P3
@@ -250,7 +300,10 @@ def test_any_dag_runs_to_the_end_and_never_starts_a_step_early(
         done = running.pop(data.draw(st.integers(min_value=0, max_value=len(running) - 1)))
         outcome = data.draw(st.sampled_from(["succeeded", "succeeded", "failed", "cancelled"]))
         schedule.set(done, outcome)
+        if outcome == "succeeded":
+            succeeded.append(done)
     assert schedule.all_finished
+    assert schedule.completed_steps() == tuple(succeeded)
     for step in plan.steps:  # P2: a step whose dependency did not succeed never succeeded
         if schedule.status[step.id] == "succeeded":
             assert all(schedule.status[d] == "succeeded" for d in step.depends_on)
