@@ -9,7 +9,6 @@ is dropped from the view (and counted) without hiding the others (E7, E8).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
@@ -17,8 +16,24 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._codec import converter, structure
-from ._errors import InvalidId, RecordError
-from ._ids import check_id, check_relative_path
+from ._errors import RecordError
+from ._validators import (
+    MAX_COUNTER,
+    MAX_TOUCHED_PATHS,
+    _absent,
+    _at_most,
+    _counter,
+    _counter_field,
+    _id,
+    _ids,
+    _kind,
+    _optional_digest,
+    _optional_id,
+    _paths,
+    _unit,
+    checked_steps,
+    same_step_ids,
+)
 from ._values import Malformed, decode_value, encode_value
 
 __all__ = [
@@ -54,12 +69,10 @@ __all__ = [
     "parse_agent_tasks",
 ]
 
-MAX_COUNTER = 1_000_000
 MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
 MAX_CHECKPOINTS = 5
-MAX_TOUCHED_PATHS = 200
 MAX_EVIDENCE = 100
 
 ExecutionStatus = Literal[
@@ -106,73 +119,6 @@ ObservationCode = Literal[
     "agent-not-enabled",
     "agent-waiting",
 ]
-
-
-# -- validators ----------------------------------------------------------------------------
-
-
-def _id(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    try:
-        check_id(value)
-    except InvalidId:
-        raise ValueError(f"{attribute.name} must match [A-Za-z0-9._:-]{{1,256}}") from None
-
-
-def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        _id(instance, attribute, value)
-
-
-def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    for item in value:
-        _id(instance, attribute, item)
-
-
-def _optional_digest(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (len(value) != 64 or value.strip("0123456789abcdef")):
-        raise ValueError(f"{attribute.name} must be a sha256 in hex")
-
-
-def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) is not int or not 0 <= value <= MAX_COUNTER:
-        raise ValueError(f"{attribute.name} must be a whole number in 0..{MAX_COUNTER:,}")
-
-
-def _unit(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-        raise ValueError(f"{attribute.name} must be within 0..1, not {value!r}")
-
-
-def _at_most(limit: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if len(value) > limit:
-            raise ValueError(f"{attribute.name} holds {len(value)} items, more than {limit}")
-
-    return check
-
-
-def _counter_field(default: int = 0) -> Any:
-    return attrs.field(default=default, validator=_counter)
-
-
-def _paths(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if len(value) > MAX_TOUCHED_PATHS:
-        raise ValueError(
-            f"{attribute.name} holds {len(value)} paths, more than {MAX_TOUCHED_PATHS}"
-        )
-    for path in value:
-        check_relative_path(path)
-
-
-def _kind(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) is not str or not 1 <= len(value) <= 64:
-        raise ValueError(f"{attribute.name} must be a word of 1..64 characters, not {value!r}")
-
-
-def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    allowed = ("git", "git_head", "config")
-    if any(item not in allowed for item in value) or len(set(value)) != len(value):
-        raise ValueError(f"{attribute.name} lists each of {', '.join(allowed)} at most once")
 
 
 # -- plans and observations ----------------------------------------------------------------
@@ -223,9 +169,11 @@ class Plan:
     requires_approval: bool = False
 
     def __attrs_post_init__(self) -> None:
-        ids = [step.id for step in self.steps]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"plan {self.id}: step ids must be unique")
+        if not same_step_ids(self.steps):
+            ids = [step.id for step in self.steps]
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"plan {self.id}: step ids must be unique")
+            checked_steps[0] = self.steps
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mainspring as ms
 from mainspring.storage import _records as rec
 from mainspring.storage._codec import (
     canonical_json,
@@ -250,3 +251,28 @@ def test_E8_an_answer_digest_is_a_sha256_and_a_finding_status_one_of_three() -> 
         rec.Finding(id="f", claim="c", status="retracted")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="kind"):
         rec.Evidence(kind="")
+
+
+def test_X1_ids_appended_to_a_checked_tuple_are_still_checked() -> None:
+    # Building a record checks only what was appended since the last one (the cost of a
+    # commit must not grow with the run); what is appended is checked all the same.
+    done = tuple(f"s{n}" for n in range(500))
+    ms.storage.Execution(id="e", goal="g", created_at=0, updated_at=0, completed_steps=done)
+    with pytest.raises(ValueError, match="completed_steps"):
+        ms.storage.Execution(
+            id="e", goal="g", created_at=0, updated_at=0, completed_steps=(*done, "bad id")
+        )
+    with pytest.raises(ValueError, match="completed_steps"):
+        ms.storage.Execution(
+            id="e", goal="g", created_at=0, updated_at=0, completed_steps=("..", *done)
+        )
+
+
+def test_P1_a_plan_rebuilt_with_one_step_changed_still_refuses_repeated_ids() -> None:
+    steps = tuple(ms.PlanStep(id=f"s{n}", tool="t") for n in range(100))
+    plan = ms.Plan(id="p", goal="g", steps=steps)
+    changed = (*steps[:50], attrs.evolve(steps[50], status="succeeded"), *steps[51:])
+    assert attrs.evolve(plan, steps=changed).steps[50].status == "succeeded"
+    twin = (*steps[:50], ms.PlanStep(id="s7", tool="t"), *steps[51:])
+    with pytest.raises(ValueError, match="unique"):
+        attrs.evolve(plan, steps=twin)

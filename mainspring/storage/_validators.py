@@ -1,0 +1,135 @@
+"""Field validators of the persisted records (``_records.py``), kept apart so the records
+read as what they hold. Every check runs whenever a record is built, from code or from disk
+(X1 for ids, bounds for counters and lists); the ones that see whole runs (ids of completed
+and inner steps, a plan's step ids) check only what changed since the last record built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ._errors import InvalidId
+from ._ids import check_id, check_relative_path
+
+MAX_COUNTER = 1_000_000
+MAX_TOUCHED_PATHS = 200
+
+
+def _id(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        check_id(value)
+    except InvalidId:
+        raise ValueError(f"{attribute.name} must match [A-Za-z0-9._:-]{{1,256}}") from None
+
+
+def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _id(instance, attribute, value)
+
+
+#: Per field, the last tuple of ids found valid. Records are rebuilt on every commit with
+#: the same ids plus a few appended (completed steps, inner steps): only what was appended
+#: is checked then, so building a record does not cost the length of the run.
+_checked_ids: dict[str, tuple[str, ...]] = {}
+
+
+def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    last = _checked_ids.get(attribute.name, ())
+    if value is last:
+        return
+    start = 0
+    if type(value) is tuple and 0 < len(last) <= len(value) and value[: len(last)] == last:
+        start = len(last)  # equal strings compare in C; the prefix was checked already
+    for index in range(start, len(value)):
+        _id(instance, attribute, value[index])
+    if type(value) is tuple:
+        _checked_ids[attribute.name] = value
+
+
+def _optional_digest(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (len(value) != 64 or value.strip("0123456789abcdef")):
+        raise ValueError(f"{attribute.name} must be a sha256 in hex")
+
+
+def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_COUNTER:
+        raise ValueError(f"{attribute.name} must be a whole number in 0..{MAX_COUNTER:,}")
+
+
+def _unit(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be within 0..1, not {value!r}")
+
+
+def _at_most(limit: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if len(value) > limit:
+            raise ValueError(f"{attribute.name} holds {len(value)} items, more than {limit}")
+
+    return check
+
+
+def _counter_field(default: int = 0) -> Any:
+    return attrs.field(default=default, validator=_counter)
+
+
+def _paths(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if len(value) > MAX_TOUCHED_PATHS:
+        raise ValueError(
+            f"{attribute.name} holds {len(value)} paths, more than {MAX_TOUCHED_PATHS}"
+        )
+    for path in value:
+        check_relative_path(path)
+
+
+def _kind(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str or not 1 <= len(value) <= 64:
+        raise ValueError(f"{attribute.name} must be a word of 1..64 characters, not {value!r}")
+
+
+def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    allowed = ("git", "git_head", "config")
+    if any(item not in allowed for item in value) or len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name} lists each of {', '.join(allowed)} at most once")
+
+
+#: The last plan steps found to have unique ids. A plan is rebuilt on every step's status
+#: change with the same steps but the changed ones: then only those are compared.
+checked_steps: list[tuple[Any, ...]] = [()]
+
+
+def same_step_ids(steps: tuple[Any, ...]) -> bool:
+    """True if ``steps`` has the ids of the last steps found unique, in the same places."""
+    last = checked_steps[0]
+    if steps is last:
+        return True
+    if type(steps) is not tuple or len(steps) != len(last) or not last:
+        return False
+    changed: list[int] = []
+    _differing(last, steps, 0, len(steps), changed)
+    if all(getattr(steps[i], "id", None) == last[i].id for i in changed):
+        checked_steps[0] = steps
+        return True
+    return False
+
+
+def _differing(
+    old: tuple[Any, ...], new: tuple[Any, ...], lo: int, hi: int, out: list[int]
+) -> None:
+    # Halves that are the same objects compare equal in C without a call: this costs what
+    # changed, not the length of the plan.
+    if hi - lo <= 16:
+        out.extend(i for i in range(lo, hi) if old[i] is not new[i])
+        return
+    mid = (lo + hi) // 2
+    if not _identical(old, new, lo, mid):
+        _differing(old, new, lo, mid, out)
+    if not _identical(old, new, mid, hi):
+        _differing(old, new, mid, hi, out)
+
+
+def _identical(old: tuple[Any, ...], new: tuple[Any, ...], lo: int, hi: int) -> bool:
+    return old[lo:hi] == new[lo:hi]  # in C, identity first: equal steps have equal ids
