@@ -15,6 +15,7 @@ import anyio
 
 import mainspring as ms
 from mainspring.storage._backend import CompareAndSetStore
+from mainspring.storage._journal import Base
 
 #: Fast heartbeats: controls from "another process" land within a tick. The lease itself is long
 #: enough that a loaded machine delaying a heartbeat never lets it lapse.
@@ -143,11 +144,27 @@ class MemoryStore(CompareAndSetStore):
         with self._lock:
             yield
 
-    def _read_for_update(self, execution_id: str) -> ms.storage.Execution | None:
-        return self._items.get(execution_id)
+    def _load(self, execution_id: str) -> Base | None:
+        stored = self._items.get(execution_id)
+        if stored is None:
+            return None
+        return Base(execution=stored, keys={}, next_pos={}, seq=0, window=[])
 
-    def _write(self, execution: ms.storage.Execution) -> None:
+    def _store(self, base: Base | None, execution: ms.storage.Execution) -> None:
         self._items[execution.id] = execution
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[ms.storage.HistoryEvent, ...]:
+        return ()  # nothing is kept: a long run's test measures the runtime
+
+    def delete(self, execution_id: str) -> bool:
+        with self._lock:
+            stored = self._items.get(execution_id)
+            if stored is None or not stored.terminal:
+                return False
+            del self._items[execution_id]
+            return True
 
     def get(self, execution_id: str) -> ms.storage.Execution | None:
         with self._lock:
