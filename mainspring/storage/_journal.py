@@ -95,6 +95,9 @@ class Base:
     #: Bytes stored for the execution, as far as the backend keeps count (an upper bound
     #: that a backend may recompute exactly before refusing a write, X2).
     size: int = 0
+    #: The parts stored by position (``#0``, ``#1``...: their keys repeat, or a task record
+    #: does not parse): every change to one rewrites it whole.
+    positional: set[str] = attrs.field(factory=set)
 
     @classmethod
     def of(
@@ -111,7 +114,15 @@ class Base:
         positions = {part: len(entries) for part, entries in items.items()}
         if next_pos is not None:  # a backend that knows its stored positions says so
             positions = {part: max(positions[part], next_pos.get(part, 0)) for part in PARTS}
-        return cls(execution=execution, keys=keys, next_pos=positions, seq=seq, window=window)
+        positional = {part for part, entries in items.items() if _by_position(entries)}
+        return cls(
+            execution=execution,
+            keys=keys,
+            next_pos=positions,
+            seq=seq,
+            window=window,
+            positional=positional,
+        )
 
     def window_after(self, changes: Sequence[Change]) -> list[Any]:
         """The checkpoint window once ``changes`` are stored."""
@@ -137,6 +148,10 @@ class Base:
                 _, part, entries = change
                 self.keys[part] = {key for key, _ in entries}
                 self.next_pos[part] = len(entries)
+                if entries and entries[0][0].startswith("#"):
+                    self.positional.add(part)
+                else:
+                    self.positional.discard(part)
             elif op == "group":
                 _, part, task_id, start, entries = change
                 prefix = f"{task_id}/"
@@ -224,6 +239,10 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
         "inner_obs": inner_obs,
         "inner_done": inner_done,
     }
+
+
+def _by_position(entries: dict[str, Any]) -> bool:
+    return bool(entries) and next(iter(entries)).startswith("#")
 
 
 def _keyed(items: Sequence[Any], key: Callable[[Any], str]) -> dict[str, Any]:
@@ -322,7 +341,7 @@ class _Diff:
         encode: Callable[[Any], Any],
     ) -> bool:
         """The changes of one part; False if the part had to be rewritten whole."""
-        positional = any(k.startswith("#") for k in self.base.keys[part])
+        positional = part in self.base.positional
         grown = _grown(old, new, key) if not positional else None
         if grown is not None:
             replaced, start = grown
@@ -357,7 +376,7 @@ class _Diff:
 
     def _tasks_grown(self, old_raws: Sequence[Any], new_raws: Sequence[Any]) -> bool:
         known = self.base.keys["tasks"]
-        if any(key.startswith("#") for key in known):
+        if "tasks" in self.base.positional:
             return False  # stored whole: rewritten whole
         grown = _grown(old_raws, new_raws, lambda raw: repr(raw.get("id")))
         if grown is None:

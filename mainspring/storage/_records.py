@@ -169,7 +169,7 @@ class Plan:
     requires_approval: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if not same_step_ids(self.steps):
+        if self.steps and not same_step_ids(self.steps):
             ids = [step.id for step in self.steps]
             if len(set(ids)) != len(ids):
                 raise ValueError(f"plan {self.id}: step ids must be unique")

@@ -41,8 +41,11 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is last:
         return
     start = 0
-    if type(value) is tuple and 0 < len(last) <= len(value) and value[: len(last)] == last:
-        start = len(last)  # equal strings compare in C; the prefix was checked already
+    if type(value) is tuple and last:
+        if len(value) <= len(last) and last[: len(value)] == value:
+            return  # an earlier version of the checked one (a writer thread lags behind)
+        if len(last) <= len(value) and value[: len(last)] == last:
+            start = len(last)  # equal strings compare in C; the prefix was checked already
     for index in range(start, len(value)):
         _id(instance, attribute, value[index])
     if type(value) is tuple:
