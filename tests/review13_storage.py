@@ -16,7 +16,6 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import (
-    Checkpoint,
     CommitOutcome,
     Execution,
     FileStore,
@@ -315,41 +314,6 @@ def test_sqlite_store_of_a_newer_layout_is_refused_without_being_changed(tmp_pat
 
 
 # -- a commit costs what changed --------------------------------------------------------
-
-
-def test_out_of_order_completions_cost_what_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The runtime builds completed_steps in plan order (executions/_run_core.py), so a step
-    # that finishes before an earlier one (independent steps in flight) lands in the middle
-    # of the tuple: the diff is then not "replaced and appended" and rewrites ``done`` whole,
-    # and with it the checkpoint window (5 full copies). Bytes per commit grow with the run.
-    monkeypatch.setattr(file_module, "_COMPACT_AT", 1 << 40)
-    store = FileStore(tmp_path / "store")
-    n = 400
-    steps = [ms.PlanStep(id=f"s{k}", tool="t") for k in range(n)]
-    plan = ms.Plan(id="p", goal="g", steps=tuple(steps))
-    record = execution(status="running", plan=plan, plan_version=1)
-    store.create(record)
-    journal = tmp_path / "store" / "ex-1.journal"
-    grown: list[int] = []
-    for k in reversed(range(n)):  # the last step finishes first
-        steps[k] = attrs.evolve(steps[k], status="succeeded")
-        new_plan = attrs.evolve(record.plan, steps=tuple(steps))
-        done = tuple(s.id for s in new_plan.steps if s.status == "succeeded")
-        window = (
-            *record.checkpoints,
-            Checkpoint(at=float(k), plan_version=1, completed_steps=done),
-        )
-        target = attrs.evolve(record, plan=new_plan, completed_steps=done, checkpoints=window[-5:])
-        before = journal.stat().st_size
-        written = store.edit("ex-1", lambda stored, now, target=target: target)
-        assert written is not None
-        record = written
-        grown.append(journal.stat().st_size - before)
-    early = sum(grown[10:20]) / 10
-    late = max(grown[-20:])
-    assert late < early * 1.5 + 64, (early, late)
 
 
 # -- compaction --------------------------------------------------------------------------

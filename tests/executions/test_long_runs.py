@@ -90,3 +90,32 @@ async def test_an_agent_task_keeps_at_most_the_cap_of_durable_steps(
     assert task.failure is not None
     assert "an agent task keeps at most 3 durable steps" in task.failure.message
     assert task.inner_completed == ("i0", "i1", "i2")
+
+
+async def test_steps_completing_out_of_order_cost_each_commit_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Independent steps in flight finish in any order. Completed steps are kept in the order
+    # they completed, so each completion is an append to the stored record, never a rewrite
+    # of it: the journal's bytes per step do not grow with the run (was: the completed list
+    # and five checkpoints rewritten whole on every out-of-order completion).
+    from mainspring.storage import _file
+
+    monkeypatch.setattr(_file, "_COMPACT_AT", 1 << 40)  # measure the appends themselves
+    order = list(range(400))
+    order.reverse()
+
+    async def shuffled(n: int) -> int:
+        for _ in range(order.index(n) % 5):  # later-listed steps finish sooner
+            await anyio.lowlevel.checkpoint()
+        return n
+
+    sizes = {}
+    for count in (100, 400):
+        path = tmp_path / f"files-{count}"
+        plan = plan_of(*(tool(f"s{n}", "shuffled", n=n) for n in range(count)))
+        async with runtime(ms.storage.FileStore(path), tools={"shuffled": shuffled}) as rt:
+            result = await (await rt.start("g", plan)).wait()
+        assert result.status == "completed"
+        sizes[count] = sum(p.stat().st_size for p in path.glob("*.journal")) / count
+    assert sizes[400] < sizes[100] * 1.3, sizes
