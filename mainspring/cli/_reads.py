@@ -393,6 +393,12 @@ def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
         else:
             out.line(f"nothing to check yet ({why})")
         return EXIT_OK
+    if command == "prune":  # nothing stored, nothing to delete
+        if out.as_json:
+            out.data({"dry_run": bool(args.dry_run), "deleted": [], "skipped": []})
+        else:
+            out.line(f"nothing to prune ({why})")
+        return EXIT_OK
     target = "agent task" if command == "stop-task" else "execution"
     raise CliError(f"no {target} {args.id} ({why})", EXIT_UNKNOWN)
 
