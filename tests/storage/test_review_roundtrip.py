@@ -262,7 +262,7 @@ def _start() -> Execution:
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @pytest.mark.parametrize("compact_at", [None, 600])
 @settings(
-    max_examples=300,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
