@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -426,12 +426,11 @@ class FileStore(CompareAndSetStore):
             tail = _Tail(length=length, snapshot=0, since=length)
         else:
             assert tail is not None
-            if tail.length + len(frame) > self.max_record_bytes and tail.since:
-                with contextlib.suppress(OSError, StorageError, ValueError):
-                    self._compact(execution_id)  # what is past the snapshot may fold smaller
-                tail = self._tails.get(execution_id, tail)
-            if tail.length + len(frame) > self.max_record_bytes:  # X2: readable back, or refused
-                raise TooLarge(what, tail.length + len(frame), self.max_record_bytes)
+            if tail.length + len(frame) > self.max_record_bytes:
+                # X2: appended, the journal could not be read back. Written as a snapshot of
+                # the new version instead (it may fold smaller), or refused, nothing written.
+                self._compact(execution_id, (execution, seq, listed))
+                return
             length = append_frames(path, frame, valid_length=tail.length)
             tail = _Tail(length=length, snapshot=tail.snapshot, since=tail.since + len(frame))
         self._tails.pop(execution_id, None)
@@ -451,20 +450,32 @@ class FileStore(CompareAndSetStore):
                 # journal has doubled, not on every commit.
                 tail.snapshot = tail.since
 
-    def _compact(self, execution_id: str) -> None:
-        """Rewrite the journal as a snapshot of what it folds to, history included."""
+    def _compact(
+        self, execution_id: str, instead: tuple[Execution, int, Sequence[Any]] | None = None
+    ) -> None:
+        """Rewrite the journal as a snapshot of what it folds to, history included; with
+        ``instead``, of that version (a commit written as a snapshot) and its entries."""
         read = self._read(execution_id, with_events=True)
         if read is None:
             return
-        base = read.base()
         what = f"execution {execution_id}"
+        events = read.events
+        if instead is not None:
+            execution, seq, listed = instead
+            base = Base.of(execution, seq, window=[])
+            events = [*events, *listed]
+        else:
+            base = read.base()
         changes = snapshot_changes(base.execution)
+        base.window = base_window(changes)
         frames: list[bytes] = []
         head: dict[str, Any] = {"seq": base.seq, "snapshot": True}
-        for chunk in _chunks(changes, read.events, min(_CHUNK, self.max_bytes // 2)):
+        for chunk in _chunks(changes, events, min(_CHUNK, self.max_bytes // 2)):
             frames.append(encode_frame(self._dumps({**head, **chunk}, what)))
             head = {"more": True}
         data = b"".join(frames)
+        if len(data) > self.max_record_bytes:  # X2: never written if it could not be read
+            raise TooLarge(what, len(data), self.max_record_bytes)
         replace_file(self._file(execution_id), data)
         self._bump_generation()
         self._tails[execution_id] = _Tail(length=len(data), snapshot=len(data), since=0)

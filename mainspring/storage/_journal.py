@@ -37,6 +37,7 @@ import attrs
 from ._codec import converter, structure
 from ._errors import RecordError
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
+from ._validators import same_json
 
 __all__ = [
     "PARTS",
@@ -290,13 +291,24 @@ def _changed(old: Sequence[Any], new: Sequence[Any], lo: int, hi: int, out: list
     """Indexes in ``lo..hi`` where ``new`` differs from ``old``: halves that compare equal
     (in C, identity first) are skipped, so this costs what changed, not the length."""
     if hi - lo <= 16:
-        out.extend(i for i in range(lo, hi) if old[i] is not new[i] and old[i] != new[i])
+        out.extend(i for i in range(lo, hi) if old[i] is not new[i] and not _equal(old[i], new[i]))
         return
     mid = (lo + hi) // 2
     if old[lo:mid] != new[lo:mid]:
         _changed(old, new, lo, mid, out)
     if old[mid:hi] != new[mid:hi]:
         _changed(old, new, mid, hi, out)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    # Records compare as stored (their value fields use the typed encoding); raw task data
+    # is compared with its types, since Python's == takes 1 for True.
+    if type(a) is dict or type(a) is list:
+        return same_json(a, b)
+    return bool(a == b)
+
+
+_STRICT_UP_TO = 1_000
 
 
 def _grown(
@@ -309,10 +321,17 @@ def _grown(
         return None
     replaced: list[int] = []
     common = new[:n_old] if len(new) > n_old else new
-    if common != old:
+    if n_old <= _STRICT_UP_TO and type(old) is list:
+        # Raw data (agent tasks' inner steps): Python's == takes 1 for True, so a short list
+        # is compared item by item, types included. A long one is compared with == by
+        # halves (records compare as stored; the runtime writes a new attempt whole).
+        replaced = [
+            i for i in range(n_old) if old[i] is not common[i] and not _equal(old[i], common[i])
+        ]
+    elif common != old:
         _changed(old, common, 0, n_old, replaced)
-        if any(key(old[i]) != key(common[i]) for i in replaced):
-            return None
+    if any(key(old[i]) != key(common[i]) for i in replaced):
+        return None
     return replaced, n_old
 
 
@@ -360,7 +379,7 @@ class _Diff:
 
     def tasks(self, old: Execution, new: Execution) -> None:
         old_raws, new_raws = old.agent_tasks, new.agent_tasks
-        if old_raws == new_raws:
+        if _same_raws(old_raws, new_raws):
             return
         if self._tasks_grown(old_raws, new_raws):
             return
@@ -376,12 +395,13 @@ class _Diff:
 
     def _tasks_grown(self, old_raws: Sequence[Any], new_raws: Sequence[Any]) -> bool:
         known = self.base.keys["tasks"]
-        if "tasks" in self.base.positional:
+        if "tasks" in self.base.positional or len(new_raws) < len(old_raws):
             return False  # stored whole: rewritten whole
-        grown = _grown(old_raws, new_raws, lambda raw: repr(raw.get("id")))
-        if grown is None:
+        start = len(old_raws)
+        # Task records are few: each one not the same object is compared as stored.
+        replaced = [i for i in range(start) if not _same_raw(old_raws[i], new_raws[i])]
+        if any(old_raws[i].get("id") != new_raws[i].get("id") for i in replaced):
             return False
-        replaced, start = grown
         fresh = new_raws[start:]
         fresh_ids = [raw.get("id") for raw in fresh]
         if len(set(map(repr, fresh_ids))) != len(fresh_ids):
@@ -405,19 +425,26 @@ class _Diff:
         task_id = new.get("id")
         if type(task_id) is not str or (old is not None and old.get("id") != task_id):
             return False
+        if old is not None and old.get("attempt") != new.get("attempt"):
+            old = {"id": task_id}  # a new attempt's inner steps are written whole
         for part, field in (("inner_obs", "inner_observations"), ("inner_done", "inner_completed")):
+            if field not in new:
+                return False  # kept as it is, whole (E7)
             before = old.get(field, []) if old is not None else []
-            after = new.get(field, [])
+            after = new[field]
             if before is after:
                 continue
             if type(before) is not list or type(after) is not list:
                 return False
             names = _inner_names(after[len(before) :], part)
-            grown = _grown(before, after, lambda item: "") if names is not None else None
-            if names is not None and grown is not None and not grown[0]:
+            grown = _grown(before, after, _inner_key(part)) if names is not None else None
+            if names is not None and grown is not None:
                 keys = [f"{task_id}/{name}" for name in names]
                 known = self.base.keys[part]
                 if len(set(keys)) == len(keys) and not any(k in known for k in keys):
+                    for index in grown[0]:  # replaced in place: same key, same position
+                        key = f"{task_id}/{_inner_key(part)(after[index])}"
+                        self.put(part, key, after[index], new=False)
                     for key, item in zip(keys, after[len(before) :], strict=True):
                         self.put(part, key, item, new=True)
                     continue
@@ -447,6 +474,21 @@ class _Diff:
         # A rewritten ``done`` invalidates references into it: the window is written out.
         kept = done if not done_reset else ()
         self.out.append(["ckpts", [_encode_checkpoint(c, kept) for c in after]])
+
+
+def _inner_key(part: str) -> Callable[[Any], str]:
+    """The name of an inner item (what its key is made of), or "" for a malformed one."""
+    if part == "inner_obs":
+        return lambda item: str(item.get("step_id")) if type(item) is dict else ""
+    return lambda item: item if type(item) is str else ""
+
+
+def _same_raw(a: Any, b: Any) -> bool:
+    return a is b or same_json(a, b)
+
+
+def _same_raws(old: Sequence[Any], new: Sequence[Any]) -> bool:
+    return len(old) == len(new) and all(map(_same_raw, old, new))
 
 
 def _inner_names(items: Sequence[Any], part: str) -> list[str] | None:
@@ -619,7 +661,9 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
     """Task transitions when the tasks were rewritten whole (a record that does not parse is
     among them, E7): found by comparing states, so the history misses none (V2)."""
     before = {
-        raw.get("id"): raw.get("state") for raw in (old.agent_tasks if old is not None else ())
+        raw.get("id"): raw.get("state")
+        for raw in (old.agent_tasks if old is not None else ())
+        if type(raw.get("id")) is str  # a record that does not parse may hold anything (E7)
     }
     events: list[Any] = []
     for raw in new.agent_tasks:

@@ -32,7 +32,9 @@ from ._validators import (
     _paths,
     _unit,
     checked_steps,
+    one_of,
     same_step_ids,
+    same_value,
 )
 from ._values import Malformed, decode_value, encode_value
 
@@ -133,9 +135,10 @@ class PlanStep:
     tool: str | None = None
     skill: str | None = None
     agent: str | None = None
-    input: dict[str, Any] = attrs.field(factory=dict)  # stored in the typed encoding (E10)
+    # Stored in the typed encoding (E10); compared as stored, so 1 and True differ.
+    input: dict[str, Any] = attrs.field(factory=dict, eq=attrs.cmp_using(eq=same_value))
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
-    status: StepStatus = "pending"
+    status: StepStatus = attrs.field(default="pending", validator=one_of(StepStatus))
     requires_approval: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -191,9 +194,11 @@ class Observation:
     agent: str | None = None
     agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
     ok: bool
-    output: Any = None
+    output: Any = attrs.field(default=None, eq=attrs.cmp_using(eq=same_value))
     error: str | None = None
-    code: ObservationCode | None = None
+    code: ObservationCode | None = attrs.field(
+        default=None, validator=one_of(ObservationCode, optional=True)
+    )
     data: dict[str, Any] = attrs.field(factory=dict)
     finding_ids: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     calls_used: int = _counter_field()
@@ -233,7 +238,9 @@ class Interruption:
     """Why a task went back to ``queued``: an explanation, not a state (R3). ``budget``: the
     run's budget ran out while the task needed more calls (P4)."""
 
-    kind: Literal["crash", "pause", "parent-cancel", "budget"]
+    kind: Literal["crash", "pause", "parent-cancel", "budget"] = attrs.field(
+        validator=attrs.validators.in_(("crash", "pause", "parent-cancel", "budget"))
+    )
     at: float
     detail: str = ""
 
@@ -305,7 +312,7 @@ class AgentTaskRecord:
     id: str = attrs.field(validator=_id)
     agent_id: str = attrs.field(validator=_id)
     step_id: str = attrs.field(validator=_id)
-    state: TaskState = "created"
+    state: TaskState = attrs.field(default="created", validator=one_of(TaskState))
     created_at: float
     updated_at: float
     started_at: float | None = None
@@ -372,7 +379,9 @@ class BudgetInfo:
 class Pending:
     """The one open question of an execution (R9): first wins."""
 
-    kind: Literal["approval", "clarification", "budget"]
+    kind: Literal["approval", "clarification", "budget"] = attrs.field(
+        validator=attrs.validators.in_(("approval", "clarification", "budget"))
+    )
     question: str = ""
     budget: BudgetInfo | None = None
     agent_task_id: str | None = attrs.field(default=None, validator=_optional_id)
@@ -383,7 +392,11 @@ class Pending:
 class Control:
     """An audit line: who paused / resumed / cancelled / answered, when and why."""
 
-    action: Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"]
+    action: Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"] = attrs.field(
+        validator=attrs.validators.in_(
+            ("pause", "resume", "cancel", "answer", "approve", "stop-task")
+        )
+    )
     by: str
     at: float
     reason: str = ""
@@ -399,7 +412,7 @@ class Execution:
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
     goal: str
-    status: ExecutionStatus = "planned"
+    status: ExecutionStatus = attrs.field(default="planned", validator=one_of(ExecutionStatus))
     plan: Plan | None = None
     plan_version: int = attrs.field(default=0, validator=_counter)
     completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)

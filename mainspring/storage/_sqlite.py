@@ -420,15 +420,19 @@ class SqliteStore(CompareAndSetStore):
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
         bodies = (args[-1] for _, args in rows if isinstance(args[-1], bytes))
         written = len(head) + len(checkpoints) + sum(map(len, bodies))
-        size = self._checked_size(base, execution_id, written)
+        size = (base.size if base is not None else 0) + written  # an upper bound
         # One savepoint per commit: a statement that fails leaves nothing of this commit in
         # the flush's transaction, and the other commits in it stand.
         self._db.execute("SAVEPOINT store")
         try:
             self._statements(base, execution, seq, head, checkpoints, rows, event_rows)
-        except sqlite3.IntegrityError as exc:
+            if size > self.max_record_bytes:  # X2: measured as written, before it is kept
+                size = self._refuse_past_bound(execution_id)
+        except (sqlite3.IntegrityError, TooLarge) as exc:
             self._db.execute("ROLLBACK TO store")
             self._db.execute("RELEASE store")
+            if isinstance(exc, TooLarge):
+                raise
             raise RecordError(what, [f"(rows): {exc}"]) from None
         self._db.execute("RELEASE store")
         # The cache moves on now, so a second commit of this execution in the same flush
@@ -440,12 +444,9 @@ class SqliteStore(CompareAndSetStore):
         base.size = size
         self._cache.remember(base)
 
-    def _checked_size(self, base: Base | None, execution_id: str, written: int) -> int:
-        """An upper bound of the record's size once ``written`` bytes are added; a record
-        that could not be read back whole is refused before anything is written (X2)."""
-        size = (base.size if base is not None else 0) + written
-        if size > self.max_record_bytes and base is not None:
-            size = self._record_size(execution_id) + written  # exactly, before refusing
+    def _refuse_past_bound(self, execution_id: str) -> int:
+        """The record's exact size as written so far; TooLarge if it could not be read back."""
+        size = self._record_size(execution_id)
         if size > self.max_record_bytes:
             raise TooLarge(f"execution {execution_id}", size, self.max_record_bytes)
         return size

@@ -6,6 +6,8 @@ and inner steps, a plan's step ids) check only what changed since the last recor
 
 from __future__ import annotations
 
+import math
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,7 @@ import attrs
 
 from ._errors import InvalidId
 from ._ids import check_id, check_relative_path
+from ._values import encode_value
 
 MAX_COUNTER = 1_000_000
 MAX_TOUCHED_PATHS = 200
@@ -37,6 +40,9 @@ _checked_ids: dict[str, tuple[str, ...]] = {}
 
 
 def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # The shortcuts compare with ``==``: a ``str`` subclass equal to a checked id passes as
+    # that id. Code in this process can do worse than that; what X1 guards, a stored id
+    # reaching a path or a query, is checked again there (``check_id``).
     last = _checked_ids.get(attribute.name, ())
     if value is last:
         return
@@ -136,3 +142,52 @@ def _differing(
 
 def _identical(old: tuple[Any, ...], new: tuple[Any, ...], lo: int, hi: int) -> bool:
     return old[lo:hi] == new[lo:hi]  # in C, identity first: equal steps have equal ids
+
+
+def one_of(
+    literal: Any, *, optional: bool = False
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator for a ``Literal`` field (or an optional one): a record with a status or a
+    code the format does not have is never built, so never stored (E8)."""
+    allowed: set[Any] = set()
+    for arg in typing.get_args(literal):
+        allowed.update(typing.get_args(arg) if typing.get_origin(arg) is typing.Literal else (arg,))
+    allowed.discard(type(None))
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if type(value) is not str or value not in allowed:
+            raise ValueError(f"{attribute.name} must be one of {sorted(allowed)}, not {value!r}")
+
+    return check
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality as stored (E10): the same typed encoding, so ``1`` and ``True``, ``1`` and
+    ``1.0``, ``0.0`` and ``-0.0``, a set and a frozenset differ. Only values that are not the
+    same object get here; what cannot be encoded compares by type and value."""
+    if a is b:
+        return True
+    try:
+        encoded_a, encoded_b = encode_value(a), encode_value(b)
+    except (ValueError, TypeError):
+        return type(a) is type(b) and bool(a == b)
+    return same_json(encoded_a, encoded_b)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    # Plain JSON data alike in type too: Python's == takes 1 for True and 1.0 for 1.
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(map(same_json, a, b))
+    if type(a) is tuple:  # a record's tuples of plain data (ids, paths)
+        return len(a) == len(b) and all(map(same_json, a, b))
+    if type(a) is float:
+        if a != a:  # NaN
+            return bool(b != b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
