@@ -138,10 +138,11 @@ class MemoryStore:
             return True
 
     def renew(
-        self, execution_id: str, owner: str, ttl: float
+        self, execution_id: str, owner: str, ttl: float, epoch: int | None = None
     ) -> tuple[CommitOutcome, Execution | None]:
         with self._lock:
-            outcome, updated = decide_renew(self._items.get(execution_id), owner, ttl, self._now())
+            stored = self._items.get(execution_id)
+            outcome, updated = decide_renew(stored, owner, ttl, self._now(), epoch=epoch)
             if updated is not None:
                 self._put(updated)
             return outcome, updated
@@ -159,7 +160,7 @@ class MemoryStore:
             self._put(updated)
             return updated
 
-    def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
+    def renew_many(self, renewals: Sequence[Any]) -> tuple[RenewResult, ...]:
         return tuple(self.renew(*renewal) for renewal in renewals)
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:

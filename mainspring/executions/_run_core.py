@@ -423,7 +423,10 @@ class ExecutionCore(Actor):
             return
         cfg = self._cfg
         try:
-            outcome, stored = await cfg.committer.renew(self._rec.id, cfg.owner, cfg.lease_ttl)
+            lease = self._rec.lease
+            outcome, stored = await cfg.committer.renew(
+                self._rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
+            )
         except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
             outcome, stored = CommitOutcome.RELEASED, None
         if outcome is not CommitOutcome.OK:

@@ -55,6 +55,8 @@ class CommitOutcome(enum.StrEnum):
 
 
 CommitResult = CommitOutcome | Exception
+#: ``(execution id, owner, ttl)``, or with the lease epoch the heartbeat is made under (L4).
+Renewal = tuple[str, str, float] | tuple[str, str, float, int | None]
 RenewResult = tuple[CommitOutcome, "Execution | None"] | Exception
 
 
@@ -119,18 +121,18 @@ class Store(Protocol):
         ...
 
     def renew(
-        self, execution_id: str, owner: str, ttl: float
+        self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None
     ) -> tuple[CommitOutcome, Execution | None]:
         """A heartbeat that answers like a commit (L2, E2): the lease is extended only if a
-        commit by ``owner`` would be accepted now."""
+        commit by ``owner`` (of lease ``epoch``, when given: L4) would be accepted now."""
         ...
 
     def edit(self, execution_id: str, change: Edit) -> Execution | None:
         """Apply ``change`` atomically, whoever holds the lease; the stored lease is kept."""
         ...
 
-    def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
-        """``renew`` for each ``(execution id, owner, ttl)``, made durable together."""
+    def renew_many(self, renewals: Sequence[Renewal]) -> tuple[RenewResult, ...]:
+        """``renew`` for each ``(execution id, owner, ttl[, epoch])``, made durable together."""
         ...
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
@@ -265,7 +267,7 @@ def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
 
 
 def decide_renew(
-    stored: Execution | None, owner: str, ttl: float, now: float
+    stored: Execution | None, owner: str, ttl: float, now: float, *, epoch: int | None = None
 ) -> tuple[CommitOutcome, Execution | None]:
     """A run's heartbeat (L2) that also says whether it may go on (E2, E3).
 
@@ -273,7 +275,7 @@ def decide_renew(
     outcome says why not (paused or cancelled by someone else, lease lost) and nothing changes.
     """
     _check_ttl(ttl)
-    outcome = decide_commit(stored, owner, now)
+    outcome = decide_commit(stored, owner, now, epoch=epoch)  # L4: fenced like a commit
     if outcome is not CommitOutcome.OK:
         return outcome, None
     assert stored is not None
@@ -433,19 +435,19 @@ class CompareAndSetStore:
         return tuple(results)
 
     def renew(
-        self, execution_id: str, owner: str, ttl: float
+        self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None
     ) -> tuple[CommitOutcome, Execution | None]:
         """A heartbeat that answers like a commit: OK and the stored execution (lease
         extended), or why this owner may not go on (nothing written then)."""
         with self._atomic():
             base = self._load(execution_id)
             stored = base.execution if base is not None else None
-            outcome, updated = decide_renew(stored, owner, ttl, self._clock())
+            outcome, updated = decide_renew(stored, owner, ttl, self._clock(), epoch=epoch)
             if updated is not None:
                 self._store(base, updated)
             return outcome, updated
 
-    def renew_many(self, renewals: Sequence[tuple[str, str, float]]) -> tuple[RenewResult, ...]:
+    def renew_many(self, renewals: Sequence[Renewal]) -> tuple[RenewResult, ...]:
         """``renew`` for each, in one atomic section: many heartbeats, one durable write.
 
         An ``OSError`` fails the whole batch (raised); a bad argument fails only its entry.
@@ -453,11 +455,13 @@ class CompareAndSetStore:
         results: list[RenewResult] = []
         with self._atomic():
             now = self._clock()
-            for execution_id, owner, ttl in renewals:
+            for renewal in renewals:
+                execution_id, owner, ttl = renewal[:3]
+                epoch = renewal[3] if len(renewal) > 3 else None
                 try:
                     base = self._load(execution_id)
                     stored = base.execution if base is not None else None
-                    outcome, updated = decide_renew(stored, owner, ttl, now)
+                    outcome, updated = decide_renew(stored, owner, ttl, now, epoch=epoch)
                     if updated is not None:
                         self._store(base, updated)
                     results.append((outcome, updated))

@@ -105,6 +105,7 @@ class _Renew:
     execution_id: str
     owner: str
     ttl: float
+    epoch: int | None = None  # the lease tenure the heartbeat is made under (L4)
 
 
 @attrs.frozen
@@ -160,7 +161,7 @@ class PersistenceActor(Actor):
         # new owner's success.
         self._batch: dict[tuple[str, str], tuple[Execution, str, list[_Ticket]]] = {}
         # (execution id, owner) -> (ttl, tickets): heartbeats share one write per flush.
-        self._renewals: dict[tuple[str, str], tuple[float, list[_Ticket]]] = {}
+        self._renewals: dict[tuple[str, str, int | None], tuple[float, list[_Ticket]]] = {}
         self._flush_queued = False
         self._broken: BaseException | None = None
         self._commits = 0
@@ -210,7 +211,7 @@ class PersistenceActor(Actor):
         ticket = _Ticket()
         if self._refuse_if_broken(ticket):
             return ticket
-        key = (renewal.execution_id, renewal.owner)
+        key = (renewal.execution_id, renewal.owner, renewal.epoch)
         pending = self._renewals.get(key)
         tickets = pending[1] if pending is not None else []
         tickets.append(ticket)
@@ -253,7 +254,7 @@ class PersistenceActor(Actor):
                 for ticket in tickets:
                     self._refuse_if_broken(ticket)
             return
-        batch = [(key[0], key[1], ttl) for key, (ttl, _) in renewals.items()]
+        batch = [(key[0], key[1], ttl, key[2]) for key, (ttl, _) in renewals.items()]
         try:
             with anyio.CancelScope(shield=True):
                 results = await anyio.to_thread.run_sync(self.store.renew_many, batch)
@@ -347,13 +348,12 @@ class Committer:
         return await self._call(self.store.acquire, execution_id, owner, ttl)  # type: ignore[no-any-return]
 
     async def renew(
-        self, execution_id: str, owner: str, ttl: float
+        self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None
     ) -> tuple[CommitOutcome, Execution | None]:
-        """The store's ``renew``: a heartbeat that answers like a commit (L2, E2).
-
-        Heartbeats that arrive together share one durable write.
+        """The store's ``renew``: a heartbeat that answers like a commit (L2, E2), fenced by
+        ``epoch`` when given (L4). Heartbeats that arrive together share one durable write.
         """
-        ticket: _Ticket = await self.ref.ask(_Renew(execution_id, owner, ttl))
+        ticket: _Ticket = await self.ref.ask(_Renew(execution_id, owner, ttl, epoch))
         await ticket.done.wait()
         if ticket.error is not None:
             raise ticket.error

@@ -484,6 +484,15 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     assert second.lease.epoch == first.lease.epoch + 1
     stale = execution(lease=first.lease, calls_used=9)
     assert store.commit_progress(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
+    # A heartbeat of the older tenure is refused too, and extends nothing.
+    outcome, renewed = store.renew("ex-1", "a:1:x", 10, epoch=first.lease.epoch)
+    assert outcome is CommitOutcome.FOREIGN_LEASE
+    assert renewed is None
+    assert store.renew_many([("ex-1", "a:1:x", 10, first.lease.epoch)])[0] == (
+        CommitOutcome.FOREIGN_LEASE,
+        None,
+    )
+    assert store.renew("ex-1", "a:1:x", 10, epoch=second.lease.epoch)[0].ok
     current = execution(lease=second.lease, calls_used=3)
     assert store.commit_progress(current, "a:1:x").ok
     stored = store.get("ex-1")
