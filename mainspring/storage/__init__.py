@@ -13,11 +13,11 @@ pending question, controls, the plan without its steps) plus keyed, ordered part
 steps, observations, completed steps, agent tasks, each task's inner observations and
 completed inner steps) and a window of at most five checkpoints. ``_journal.diff(base, new)``
 turns a commit into changes (``head``, ``put``, ``reset``, ``group``, ``ckpt``, ``ckpts``) that
-touch only what differs from the version the backend stored last; ``_journal.fold`` rebuilds
+touch only what differs from the version the backend stored last; ``_fold.fold`` rebuilds
 the execution. A backend stores changes its own way (rows, frames) but must read back exactly
 the execution that was committed: same items, same order (a put of a new key appends, of a
 known key replaces in place). Each commit also gets the next per-execution sequence number
-and the history entries ``_journal.events_for`` derives from it.
+and the history entries ``_commit_events.events_for`` derives from it.
 
 *Operations and what each makes atomic* (one compare-and-set against the stored copy,
 exclusive across processes and hosts):

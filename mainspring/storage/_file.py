@@ -26,7 +26,9 @@ import orjson
 
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
+from ._fold import Folded, fold
 from ._frames import (
     append_frames,
     check_regular_and_bounded,
@@ -37,7 +39,7 @@ from ._frames import (
 )
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
-from ._journal import Base, Change, Folded, diff, events_for, fold, snapshot_changes
+from ._journal import Base, Change, diff, snapshot_changes
 from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ._records import Execution
 from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration

@@ -29,32 +29,23 @@ changes into dicts (files), and both read back the tuple that was committed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from ._codec import converter, structure
-from ._errors import RecordError
+from ._codec import converter
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
 from ._validators import same_json
 
-__all__ = [
-    "PARTS",
-    "Base",
-    "Folded",
-    "diff",
-    "events_for",
-    "fold",
-    "snapshot_changes",
-]
+__all__ = ["DONE_REF", "PARTS", "Base", "Change", "diff", "snapshot_changes"]
 
 #: The keyed parts of an execution, in the order a fold assembles them.
 PARTS = ("steps", "obs", "done", "tasks", "inner_obs", "inner_done")
 _GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
 _HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints")
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
-_DONE_REF = "$done"
+DONE_REF = "$done"  # a checkpoint's completed steps: the first n of ``done``
 
 Change = list[Any]
 """One stored change, plain JSON data (``[op, ...]``):
@@ -262,7 +253,7 @@ def _encode_task(raw: dict[str, Any], split: bool) -> Any:
 def _encode_checkpoint(checkpoint: Checkpoint, done: tuple[str, ...]) -> Any:
     raw: dict[str, Any] = _unstructure(checkpoint)
     if checkpoint.completed_steps and checkpoint.completed_steps == done:
-        raw["completed_steps"] = {_DONE_REF: len(done)}
+        raw["completed_steps"] = {DONE_REF: len(done)}
     return raw
 
 
@@ -531,223 +522,3 @@ def _step_key(step: Any) -> str:
 
 def _obs_key(obs: Any) -> str:
     return str(obs.step_id)
-
-
-# -- reading back ---------------------------------------------------------------------------
-
-
-@attrs.define
-class Folded:
-    """A stored execution as plain data while it is being read back (changes replayed in
-    order, or rows read in position order)."""
-
-    head: dict[str, Any] | None = None
-    parts: dict[str, dict[str, Any]] = attrs.field(factory=lambda: {p: {} for p in PARTS})
-    checkpoints: list[Any] = attrs.field(factory=list)
-    seq: int = 0
-
-    def apply(self, changes: Iterable[Any], *, kind: str) -> None:
-        """Replay one commit's changes; anything malformed is a :class:`RecordError`."""
-        try:
-            for change in changes:
-                self._apply(change)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-            raise RecordError(kind, [f"journal: malformed change ({exc})"]) from None
-
-    def _apply(self, change: Any) -> None:
-        op = change[0]
-        if op == "head":
-            (_, head) = change
-            if type(head) is not dict:
-                raise TypeError("a head must be an object")
-            self.head = head
-        elif op == "put":
-            _, part, key, _pos, value = change
-            self.parts[_part(part)][_key(key)] = value
-        elif op == "reset":
-            _, part, entries = change
-            self.parts[_part(part)] = {_key(key): value for key, value in entries}
-        elif op == "group":
-            _, part, task_id, _start, entries = change
-            prefix = f"{_key(task_id)}/"
-            items = self.parts[_part(part)]
-            for key in [k for k in items if k.startswith(prefix)]:
-                del items[key]
-            items.update((_key(key), value) for key, value in entries)
-        elif op == "ckpt":
-            (_, value) = change
-            self.checkpoints = [*self.checkpoints, value][-MAX_CHECKPOINTS:]
-        elif op == "ckpts":
-            (_, values) = change
-            if type(values) is not list:
-                raise TypeError("a checkpoint window must be a list")
-            self.checkpoints = list(values)
-        else:
-            raise ValueError(f"unknown change {op!r}")
-
-
-def _part(name: Any) -> str:
-    if name not in PARTS:
-        raise ValueError(f"unknown part {name!r}")
-    return str(name)
-
-
-def _key(value: Any) -> str:
-    if type(value) is not str:
-        raise TypeError("a key must be a string")
-    return value
-
-
-def fold(folded: Folded, *, kind: str) -> Execution:
-    """The execution ``folded`` holds, parsed strictly (E8 for the record as a whole)."""
-    if folded.head is None:
-        raise RecordError(kind, ["journal: no head"])
-    raw = dict(folded.head)
-    parts = folded.parts
-    plan = raw.get("plan")
-    if type(plan) is dict:
-        raw["plan"] = {**plan, "steps": list(parts["steps"].values())}
-    raw["observations"] = list(parts["obs"].values())
-    done = list(parts["done"].values())
-    raw["completed_steps"] = done
-    raw["agent_tasks"] = _assemble_tasks(parts, kind)
-    raw["checkpoints"] = [_resolve_checkpoint(c, done, kind) for c in folded.checkpoints]
-    return structure(raw, Execution, kind=kind)
-
-
-def _assemble_tasks(parts: dict[str, dict[str, Any]], kind: str) -> list[Any]:
-    grouped: dict[str, dict[str, list[Any]]] = {}
-    for part, field in (("inner_obs", "inner_observations"), ("inner_done", "inner_completed")):
-        for key, value in parts[part].items():
-            task_id = key.partition("/")[0]
-            grouped.setdefault(task_id, {}).setdefault(field, []).append(value)
-    tasks: list[Any] = []
-    for key, stored in parts["tasks"].items():
-        if type(stored) is not dict or len(stored) != 1:
-            raise RecordError(kind, [f"journal: malformed agent task {key[:80]!r}"])
-        if "whole" in stored:
-            tasks.append(stored["whole"])
-            continue
-        head = stored.get("split")
-        if type(head) is not dict:
-            raise RecordError(kind, [f"journal: malformed agent task {key[:80]!r}"])
-        inner = grouped.get(key, {})
-        tasks.append(
-            {
-                **head,
-                "inner_observations": inner.get("inner_observations", []),
-                "inner_completed": inner.get("inner_completed", []),
-            }
-        )
-    return tasks
-
-
-def _resolve_checkpoint(raw: Any, done: list[Any], kind: str) -> Any:
-    if type(raw) is not dict:
-        return raw  # the strict parse names it
-    ref = raw.get("completed_steps")
-    if type(ref) is dict:
-        count = ref.get(_DONE_REF)
-        if set(ref) != {_DONE_REF} or type(count) is not int or not 0 <= count <= len(done):
-            raise RecordError(kind, ["journal: a checkpoint's reference to done steps is bad"])
-        return {**raw, "completed_steps": done[:count]}
-    return raw
-
-
-# -- the durable history (V2) ---------------------------------------------------------------
-
-
-def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) -> list[Any]:
-    """Task transitions when the tasks were rewritten whole (a record that does not parse is
-    among them, E7): found by comparing states, so the history misses none (V2)."""
-    before = {
-        raw.get("id"): raw.get("state")
-        for raw in (old.agent_tasks if old is not None else ())
-        if type(raw.get("id")) is str  # a record that does not parse may hold anything (E7)
-    }
-    events: list[Any] = []
-    for raw in new.agent_tasks:
-        task_id, state = raw.get("id"), raw.get("state")
-        if type(task_id) is not str or type(state) is not str or before.get(task_id) == state:
-            continue
-        agent, step, inner, calls = (
-            raw.get(name) for name in ("agent_id", "step_id", "inner_steps_done", "calls_used")
-        )
-        events.append(
-            {
-                **base,
-                "kind": "task",
-                "task_id": task_id,
-                "agent_id": agent if type(agent) is str else None,
-                "step_id": step if type(step) is str else None,
-                "state": state,
-                "inner_done": inner if type(inner) is int else None,
-                "calls_used": calls if type(calls) is int else None,
-            }
-        )
-    return events
-
-
-def events_for(old: Execution | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
-    """The history entries a commit adds: ids, states and counts only (V1), derived from what
-    changed, so the history is exactly as durable as the commit that made it (V2)."""
-    at = new.updated_at
-    total = len(new.plan.steps) if new.plan is not None else 0
-    done = len(new.completed_steps)
-    base = {"execution_id": new.id, "at": at}
-    events: list[dict[str, Any]] = []
-    if old is None:
-        events.append({**base, "kind": "created", "status": new.status})
-    elif old.status != new.status:
-        events.append({**base, "kind": "status", "status": new.status, "was": old.status})
-    if new.plan_version != (old.plan_version if old is not None else 0):
-        events.append({**base, "kind": "plan", "plan_version": new.plan_version, "total": total})
-    for change in changes:
-        op = change[0]
-        if op == "put" and change[1] == "steps":
-            step = change[4]
-            events.append(
-                {
-                    **base,
-                    "kind": "step",
-                    "step_id": change[2],
-                    "status": step.get("status"),
-                    "done": done,
-                    "total": total,
-                    "calls_used": new.calls_used,
-                }
-            )
-        elif op == "put" and change[1] == "tasks":
-            head = change[4].get("split", {})
-            events.append(
-                {
-                    **base,
-                    "kind": "task",
-                    "task_id": change[2],
-                    "agent_id": head.get("agent_id"),
-                    "step_id": head.get("step_id"),
-                    "state": head.get("state"),
-                    "inner_done": head.get("inner_steps_done"),
-                    "calls_used": head.get("calls_used"),
-                }
-            )
-    if any(change[0] == "reset" and change[1] == "tasks" for change in changes):
-        events.extend(_task_events(old, new, base))
-    old_pending = old.pending if old is not None else None
-    if new.pending != old_pending:
-        pending = new.pending
-        events.append(
-            {
-                **base,
-                "kind": "pending",
-                "pending": pending.kind if pending is not None else None,
-                "task_id": pending.agent_task_id if pending is not None else None,
-            }
-        )
-    old_controls = old.controls if old is not None else ()
-    if new.controls != old_controls:
-        seen = set(old_controls)
-        for control in new.controls:
-            if control not in seen:
-                events.append({**base, "kind": "control", "action": control.action})
-    return events

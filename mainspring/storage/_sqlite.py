@@ -29,10 +29,12 @@ import orjson
 
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
+from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
-from ._journal import Base, Folded, diff, events_for, fold, snapshot_changes
+from ._journal import Base, diff, snapshot_changes
 from ._platform import O_CLOEXEC
 from ._records import Execution
 

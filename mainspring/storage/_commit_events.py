@@ -1,0 +1,108 @@
+"""The history entries a commit adds (V2), derived from what it changed (``_journal``): ids,
+states and counts only (V1), written by the backends in the same atomic write as the commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._journal import Change
+from ._records import Execution
+
+__all__ = ["events_for"]
+
+
+def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) -> list[Any]:
+    """Task transitions when the tasks were rewritten whole (a record that does not parse is
+    among them, E7): found by comparing states, so the history misses none (V2)."""
+    before = {
+        raw.get("id"): raw.get("state")
+        for raw in (old.agent_tasks if old is not None else ())
+        if type(raw.get("id")) is str  # a record that does not parse may hold anything (E7)
+    }
+    events: list[Any] = []
+    for raw in new.agent_tasks:
+        task_id, state = raw.get("id"), raw.get("state")
+        if type(task_id) is not str or type(state) is not str or before.get(task_id) == state:
+            continue
+        agent, step, inner, calls = (
+            raw.get(name) for name in ("agent_id", "step_id", "inner_steps_done", "calls_used")
+        )
+        events.append(
+            {
+                **base,
+                "kind": "task",
+                "task_id": task_id,
+                "agent_id": agent if type(agent) is str else None,
+                "step_id": step if type(step) is str else None,
+                "state": state,
+                "inner_done": inner if type(inner) is int else None,
+                "calls_used": calls if type(calls) is int else None,
+            }
+        )
+    return events
+
+
+def events_for(old: Execution | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
+    """The history entries a commit adds: ids, states and counts only (V1), derived from what
+    changed, so the history is exactly as durable as the commit that made it (V2)."""
+    at = new.updated_at
+    total = len(new.plan.steps) if new.plan is not None else 0
+    done = len(new.completed_steps)
+    base = {"execution_id": new.id, "at": at}
+    events: list[dict[str, Any]] = []
+    if old is None:
+        events.append({**base, "kind": "created", "status": new.status})
+    elif old.status != new.status:
+        events.append({**base, "kind": "status", "status": new.status, "was": old.status})
+    if new.plan_version != (old.plan_version if old is not None else 0):
+        events.append({**base, "kind": "plan", "plan_version": new.plan_version, "total": total})
+    for change in changes:
+        op = change[0]
+        if op == "put" and change[1] == "steps":
+            step = change[4]
+            events.append(
+                {
+                    **base,
+                    "kind": "step",
+                    "step_id": change[2],
+                    "status": step.get("status"),
+                    "done": done,
+                    "total": total,
+                    "calls_used": new.calls_used,
+                }
+            )
+        elif op == "put" and change[1] == "tasks":
+            head = change[4].get("split", {})
+            events.append(
+                {
+                    **base,
+                    "kind": "task",
+                    "task_id": change[2],
+                    "agent_id": head.get("agent_id"),
+                    "step_id": head.get("step_id"),
+                    "state": head.get("state"),
+                    "inner_done": head.get("inner_steps_done"),
+                    "calls_used": head.get("calls_used"),
+                }
+            )
+    if any(change[0] == "reset" and change[1] == "tasks" for change in changes):
+        events.extend(_task_events(old, new, base))
+    old_pending = old.pending if old is not None else None
+    if new.pending != old_pending:
+        pending = new.pending
+        events.append(
+            {
+                **base,
+                "kind": "pending",
+                "pending": pending.kind if pending is not None else None,
+                "task_id": pending.agent_task_id if pending is not None else None,
+            }
+        )
+    old_controls = old.controls if old is not None else ()
+    if new.controls != old_controls:
+        seen = set(old_controls)
+        for control in new.controls:
+            if control not in seen:
+                events.append({**base, "kind": "control", "action": control.action})
+    return events
