@@ -43,7 +43,10 @@ def typed(items: list[Any]) -> Any:
     return [unstructure(ms.storage.Observation(step_id="x", ok=True, output=v)) for v in items]
 
 
+# Heavy on purpose: a full garbage collection pass over 3,000 inner steps' records (and
+# what a 2-core machine runs beside) took 0.3 s of CPU in one step under CI.
 @pytest.mark.slow
+@pytest.mark.loop_guard(1.0)
 async def test_an_agent_of_3000_inner_steps_paused_twice_mid_way_resumes_as_it_was(
     store_path: Path,
 ) -> None:
