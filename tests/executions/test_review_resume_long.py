@@ -15,7 +15,10 @@ import mainspring as ms
 from mainspring.storage import unstructure
 from tests.executions._kit import agent, plan_of
 
-pytestmark = pytest.mark.anyio
+# Heavy on purpose, like tests/executions/test_scale.py: thousands of inner steps' records
+# make a full garbage collection pass take 0.25-0.35 s of CPU (measured by the loop guard in
+# CI), and one lands in some step.
+pytestmark = [pytest.mark.anyio, pytest.mark.loop_guard(1.0)]
 
 
 @pytest.fixture(params=["sqlite", "files"])
@@ -43,10 +46,7 @@ def typed(items: list[Any]) -> Any:
     return [unstructure(ms.storage.Observation(step_id="x", ok=True, output=v)) for v in items]
 
 
-# Heavy on purpose: a full garbage collection pass over 3,000 inner steps' records (and
-# what a 2-core machine runs beside) took 0.3 s of CPU in one step under CI.
 @pytest.mark.slow
-@pytest.mark.loop_guard(1.0)
 async def test_an_agent_of_3000_inner_steps_paused_twice_mid_way_resumes_as_it_was(
     store_path: Path,
 ) -> None:
