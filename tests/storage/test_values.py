@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
 import mainspring as ms
 from mainspring.storage import (
@@ -316,11 +316,22 @@ def test_a_malformed_tag_in_one_agent_task_drops_that_record_only() -> None:
 # -- hashes of step inputs -------------------------------------------------------------------
 
 
+def _holds_tag_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "$ms" in value or any(_holds_tag_key(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_tag_key(item) for item in value)
+    return False
+
+
 @given(value=json_values)
 @settings(max_examples=200, deadline=None)
 def test_the_hash_of_a_plain_input_is_what_it_always_was(value: Any) -> None:
     from mainspring.executions._plan import step_input_hash
 
+    # A dict holding the reserved key "$ms" is escaped by the typed encoding (documented):
+    # it is not plain JSON as stored, so its hash is not the plain one.
+    assume(not _holds_tag_key(value))
     step = PlanStep(id="s", agent="a", input={"value": value})
     assert step_input_hash(step) == sha256_hex(ms.storage.redact({"value": value}))
 
