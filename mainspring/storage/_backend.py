@@ -435,14 +435,15 @@ class CompareAndSetStore:
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
         with self._atomic():
+            self._prepare([execution.id])
             return self._commit_one(execution, owner, self._clock())
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
         results: list[CommitResult] = []
         with self._atomic():
-            now = self._clock()
             self._prepare([execution.id for execution, _ in commits])
+            now = self._clock()  # after the rows are locked: a server's clock is read then
             for index, (execution, owner) in enumerate(commits):
                 try:
                     results.append(self._commit_one(execution, owner, now))
@@ -488,8 +489,8 @@ class CompareAndSetStore:
         """
         results: list[RenewResult] = []
         with self._atomic():
-            now = self._clock()
             self._prepare([renewal[0] for renewal in renewals])
+            now = self._clock()
             for renewal in renewals:
                 execution_id, owner, ttl = renewal[:3]
                 epoch = renewal[3] if len(renewal) > 3 else None

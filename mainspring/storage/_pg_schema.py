@@ -17,6 +17,7 @@ from ._errors import StorageError
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "NOT_WRITTEN",
     "PG_SCHEMA_VERSION",
     "TABLES",
     "Address",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 DEFAULT_SCHEMA = "mainspring"
+#: The SQLSTATE of a header row not written as decided (see ``written`` below).
+NOT_WRITTEN = "MSF01"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,6 +68,13 @@ _UPGRADES: dict[int, list[str]] = {
         # to COMMIT: a follower never sees a sequence before every lower one is visible (V2).
         "CREATE TABLE {s}.counters (name text PRIMARY KEY, value bigint NOT NULL)",
         "INSERT INTO {s}.counters (name, value) VALUES ('history', 0)",
+        # A header write that did not happen as decided (a lease lapsed between the
+        # decision and the write, L4) fails its transaction with this SQLSTATE, inside the
+        # pipelined batch: nothing after it, COMMIT included, is applied.
+        "CREATE FUNCTION {s}.written(n bigint) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN "
+        "IF n <> 1 THEN RAISE EXCEPTION USING ERRCODE = 'MSF01', "
+        "MESSAGE = 'mainspring: a header row was not written as decided'; END IF; "
+        "RETURN n; END $$",
     ],
     2: ["CREATE INDEX events_by_execution ON {s}.events (execution_id, seq)"],
 }
@@ -116,7 +126,8 @@ def redact_url(url: str) -> str:
 
 
 def _encode(query: list[tuple[str, str]]) -> str:
-    return urllib.parse.urlencode(query, safe="*")
+    # %-escapes, never "+" for a space: libpq does not read "+" as one.
+    return urllib.parse.urlencode(query, safe="*", quote_via=urllib.parse.quote)
 
 
 def parse_address(url: str, schema: str | None = None) -> Address:

@@ -46,7 +46,7 @@ from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import Connections, Lost, channel_name, is_driver_error, is_lost, is_retryable
-from ._pg_schema import TABLES, parse_address, schema_version, upgrade
+from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._records import Execution
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
@@ -116,12 +116,31 @@ class PostgresStore(CompareAndSetStore):
         self._lock = threading.Lock()  # one write transaction at a time from this store
         self._cache = OwnWrites()
         self._stamps: dict[str, int] = {}  # execution id -> the stamp of the cached version
-        self._locked: dict[str, int] | None = None  # rows this transaction locked: id -> stamp
+        # The transaction under way: rows it locked (id -> stamp, None if not stored), its
+        # id and the server's clock when it began, the header writes to check at the end.
+        self._locked: dict[str, int | None] = {}
+        self._txid: int | None = None
+        self._pipeline: Any = None
         self._events: list[tuple[str, int, bytes]] = []
         self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
         self._conn: Any = None  # the connection of the transaction under way
         s = f'"{self.schema}"'
         self._s = s
+        self._lock_sql = (
+            f"WITH locked AS (SELECT id, stamp FROM {s}.executions WHERE id = ANY(%s) "
+            "ORDER BY id FOR UPDATE) SELECT extract(epoch FROM clock_timestamp())::float8, "
+            "txid_current(), coalesce((SELECT array_agg(id ORDER BY id) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(stamp ORDER BY id) FROM locked), '{}')"
+        )
+        self._events_sql = (
+            f"WITH counter AS (UPDATE {s}.counters SET value = value + %s "
+            "WHERE name = 'history' RETURNING value), "
+            f"added AS (INSERT INTO {s}.events (seq, execution_id, eseq, body) "
+            "SELECT (SELECT value FROM counter) - count(*) OVER () + e.n, e.id, e.eseq, e.body "
+            "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) WITH ORDINALITY "
+            "AS e(id, eseq, body, n) RETURNING seq) "
+            "SELECT pg_notify(%s, 'h ' || max(seq)) FROM added"
+        )
         self._read_sql = (
             f"WITH total AS (SELECT seq, head, checkpoints, {_size_expr(self.schema)} AS n "
             f"FROM {s}.executions WHERE id = %(id)s) "
@@ -177,7 +196,10 @@ class PostgresStore(CompareAndSetStore):
     def _clock(self) -> float:
         if self._test_clock is not None:
             return self._test_clock()
-        if self._now is not None:
+        if self._conn is not None:  # in a transaction: the time its rows were locked
+            if self._txid is None:
+                self._lock_rows(())
+            assert self._now is not None
             return self._now
         with self._connections.reading() as conn:
             row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
@@ -307,82 +329,105 @@ class PostgresStore(CompareAndSetStore):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        """One write transaction, pipelined: BEGIN goes with the first query (which locks
+        the rows and reads the server's clock and the transaction id), the writes of every
+        commit in it go in one round trip, and the history entries, the notices and COMMIT
+        in one more."""
         with self._lock, self._connections.writing() as conn:
             self._conn = conn
-            self._locked = None
+            self._locked = {}
+            self._txid = None
             self._events = []
             self._touched = set()
-            txid: int | None = None
             pid = conn.info.backend_pid
             committing = False
             try:
-                cursor = conn.execute(
-                    "BEGIN; SELECT extract(epoch FROM clock_timestamp())::float8, txid_current()"
-                )
-                cursor.nextset()
-                now, txid = cursor.fetchone()
-                self._now = float(now)
-                yield
-                self._finish(conn)
-                committing = True
-                conn.execute("COMMIT")
+                with conn.pipeline() as pipeline:
+                    self._pipeline = pipeline
+                    yield
+                    if not self._began():  # nothing was asked: nothing to commit
+                        return
+                    self._finish(conn)
+                    committing = True
+                    conn.execute("COMMIT")
+                    pipeline.sync()
             except BaseException as exc:
                 self._forget()  # nothing of this transaction is remembered
-                if not is_lost(exc, conn):
-                    with contextlib.suppress(Exception):
-                        conn.execute("ROLLBACK")
-                    if is_retryable(exc):
-                        raise _Retry(str(exc).strip()) from None
-                    if is_driver_error(exc):
-                        raise StorageError(f"PostgreSQL refused the write: {exc}") from None
-                    raise
-                if txid is None or not committing:
-                    # COMMIT was never sent: the server rolls the transaction back. Its
-                    # session may live on (a cut network) holding row locks: it is ended
-                    # before the retry, which would otherwise wait for them.
-                    if txid is not None:
-                        self._connections.settle(txid, pid, self.reconnect_timeout)
-                    raise _Retry(str(exc).strip()) from None
-                status = self._connections.settle(txid, pid, self.reconnect_timeout)
-                if status == "aborted":
-                    raise _Retry(str(exc).strip()) from None
-                if status != "committed":
-                    raise CommitUnknown(
-                        f"the connection to {self.address.shown} was lost during COMMIT and "
-                        f"the server could not be asked whether it committed; nothing is "
-                        f"acknowledged: {str(exc).strip()}"
-                    ) from None
-                # It committed: the call's answers stand (nothing cached is trusted).
+                self._settle_failure(exc, conn, pid, committing)
             finally:
                 self._conn = None
+                self._pipeline = None
                 self._now = None
-                self._locked = None
+                self._locked = {}
+
+    def _began(self) -> bool:
+        return self._txid is not None
+
+    def _settle_failure(self, exc: BaseException, conn: Any, pid: int, committing: bool) -> None:
+        """Re-raise what ended a transaction as what it means: retry, refusal or unknown.
+        Returns (the call's answers stand) only if the COMMIT is known to have landed."""
+        txid = self._txid
+        if not is_lost(exc, conn):
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, _Retry):
+                raise exc
+            if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
+                # A lease lapsed on the server's clock between the decision and the write
+                # (L4), or another host created the same id, or the server broke a
+                # deadlock: decided again from scratch, it is answered cleanly.
+                raise _Retry(str(exc).strip()) from None
+            if is_driver_error(exc):
+                raise StorageError(f"PostgreSQL refused the write: {exc}") from None
+            raise exc
+        if txid is None or not committing:
+            # COMMIT was never sent: the server rolls the transaction back. Its session may
+            # live on (a cut network) holding row locks: it is ended before the retry,
+            # which would otherwise wait for them.
+            if txid is not None:
+                self._connections.settle(txid, pid, self.reconnect_timeout)
+            raise _Retry(str(exc).strip()) from None
+        status = self._connections.settle(txid, pid, self.reconnect_timeout)
+        if status == "aborted":
+            raise _Retry(str(exc).strip()) from None
+        if status != "committed":
+            raise CommitUnknown(
+                f"the connection to {self.address.shown} was lost during COMMIT and the "
+                f"server could not be asked whether it committed; nothing is acknowledged: "
+                f"{str(exc).strip()}"
+            ) from None
+        # It committed: the call's answers stand (nothing cached is trusted).
 
     def _forget(self) -> None:
         self._cache.clear()
         self._stamps.clear()
 
+    def _lock_rows(self, ids: Sequence[str]) -> None:
+        """Lock the rows of ``ids`` (in id order) and note their stamps; the first query of
+        a transaction also begins it and reads the server's clock and transaction id."""
+        wanted = sorted({i for i in ids if i not in self._locked})
+        if not wanted and self._txid is not None:
+            return
+        conn = self._conn
+        if self._txid is None:
+            conn.execute("BEGIN")
+        row = conn.execute(self._lock_sql, (wanted,)).fetchone()
+        now, txid, locked_ids, stamps = row
+        if self._txid is None:
+            self._now, self._txid = float(now), txid
+        self._locked.update(dict.fromkeys(wanted))
+        self._locked.update(zip(locked_ids, stamps, strict=True))
+
     def _finish(self, conn: Any) -> None:
         """The history entries of every commit in this transaction, numbered from the
         counter row (locked to COMMIT: V2), and the change notices to other hosts."""
-        s = self._s
-        top = None
-        if self._events:
-            (top,) = conn.execute(
-                f"UPDATE {s}.counters SET value = value + %s WHERE name = 'history' "
-                "RETURNING value",
-                (len(self._events),),
-            ).fetchone()
-            first = top - len(self._events) + 1
-            with (
-                conn.cursor() as cursor,
-                cursor.copy(f"COPY {s}.events (seq, execution_id, eseq, body) FROM STDIN") as copy,
-            ):
-                for offset, (execution_id, eseq, body) in enumerate(self._events):
-                    copy.write_row((first + offset, execution_id, eseq, body))
         notices = [f"c {execution_id}" for execution_id in sorted(self._touched)]
-        if top is not None:
-            notices.append(f"h {top}")
+        if self._events:
+            ids, eseqs, bodies = zip(*self._events, strict=True)
+            conn.execute(
+                self._events_sql,
+                (len(self._events), list(ids), list(eseqs), list(bodies), self.channel),
+            )
         if notices:
             conn.execute(
                 "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n", (self.channel, notices)
@@ -396,28 +441,19 @@ class PostgresStore(CompareAndSetStore):
         return self._transaction()
 
     def _prepare(self, execution_ids: Sequence[str]) -> None:
-        ids = sorted({i for i in execution_ids if isinstance(i, str) and _valid(i)})
-        rows = self._conn.execute(
-            f"SELECT id, stamp FROM {self._s}.executions WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-            (ids,),
-        ).fetchall()
-        self._locked = dict(rows)
+        self._lock_rows([i for i in execution_ids if isinstance(i, str) and _valid(i)])
 
     def _load(self, execution_id: str) -> Base | None:
         execution_id = check_id(execution_id)
-        if self._locked is not None and execution_id in self._locked:
-            stamp: int | None = self._locked[execution_id]
-        else:
-            row = self._conn.execute(
-                f"SELECT stamp FROM {self._s}.executions WHERE id = %s FOR UPDATE",
-                (execution_id,),
-            ).fetchone()
-            stamp = row[0] if row is not None else None
+        if execution_id not in self._locked:
+            self._lock_rows([execution_id])
+        stamp = self._locked[execution_id]
         if stamp is None:
             return None
         cached = self._cache.get(execution_id)
         if cached is not None and self._stamps.get(execution_id) == stamp:
             return cached  # nobody wrote it since we did: the row lock keeps it so
+        self._pipeline.sync()
         return self._read(self._conn, execution_id)
 
     def _dumps(self, value: Any, what: str) -> bytes:
@@ -518,11 +554,13 @@ class PostgresStore(CompareAndSetStore):
         careful = size > self.max_record_bytes
         if careful:  # X2: measured as written, inside a savepoint, before it is kept
             conn.execute("SAVEPOINT bound")
+        check = f"SELECT {s}.written(count(*)) FROM header"
         if base is None:
             conn.execute(
-                f"INSERT INTO {s}.executions (seq, stamp, status, updated_at, lease_owner, "
-                "lease_epoch, lease_expires, head, checkpoints, id) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                f"WITH header AS (INSERT INTO {s}.executions (seq, stamp, status, updated_at, "
+                "lease_owner, lease_epoch, lease_expires, head, checkpoints, id) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING "
+                f"RETURNING 1) {check}",
                 (*header, execution_id),
             )
         else:
@@ -534,21 +572,19 @@ class PostgresStore(CompareAndSetStore):
             args: tuple[Any, ...] = (*header, execution_id, base.seq)
             if fence is not None:
                 # L4, in the statement that writes: this owner's tenure, live on the
-                # server's clock (or the test clock) at this moment.
+                # server's clock (or the test clock) at this moment. A header not written
+                # fails the transaction (``written``), which is then decided again.
                 sql += (
                     " AND lease_owner = %s AND lease_epoch = %s AND lease_expires > "
                     "coalesce(%s, extract(epoch FROM clock_timestamp())::float8)"
                 )
                 now = self._test_clock() if self._test_clock is not None else None
                 args = (*args, fence[0], fence[1], now)
-            if conn.execute(sql, args).rowcount != 1:
-                if careful:
-                    conn.execute("ROLLBACK TO SAVEPOINT bound")
-                    conn.execute("RELEASE SAVEPOINT bound")
-                return False  # the lease lapsed since the decision: nothing written
+            conn.execute(f"WITH header AS ({sql} RETURNING 1) {check}", args)
         for statement, arguments in statements:
             conn.execute(statement, arguments)
         if careful:
+            self._pipeline.sync()
             exact = self._exact_size(execution_id)
             if exact > self.max_record_bytes:
                 conn.execute("ROLLBACK TO SAVEPOINT bound")
@@ -559,6 +595,7 @@ class PostgresStore(CompareAndSetStore):
         self._events.extend(event_rows)
         if fence is None and base is not None:
             self._touched.add(execution_id)
+        self._locked[execution_id] = stamp
         if base is None:
             base = Base.of(execution, seq, window=window)
         else:
