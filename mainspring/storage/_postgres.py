@@ -46,6 +46,7 @@ from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import Connections, Lost, channel_name, is_driver_error, is_lost, is_retryable
+from ._pg_feed import Feed
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._records import Execution
 
@@ -185,10 +186,8 @@ class PostgresStore(CompareAndSetStore):
         """Close every connection; the store is unusable afterwards."""
         self._connections.close()
 
-    def listen(self) -> Any:
-        """A feed of this store's change notices from every host (``_pg_feed.Feed``)."""
-        from ._pg_feed import Feed
-
+    def listen(self) -> Feed:
+        """A feed of this store's change notices from every host (``Notifying``)."""
         return Feed(self._connections, self.channel)
 
     # -- the clock and retries -------------------------------------------------------------
