@@ -73,6 +73,15 @@ class _Retry(Exception):
     the server says it aborted): run the whole call again on a new connection."""
 
 
+class _DecideAgain(_Retry):
+    """The server refused a write as decided (a lease lapsed meanwhile, L4; a deadlock
+    broken): run the call again at once, deciding from what is stored now."""
+
+
+#: A call decided again more often than this is refused: the row cannot be what it says.
+_MAX_DECISIONS = 5
+
+
 def _size_expr(schema: str) -> str:
     parts = " + ".join(
         f'(SELECT coalesce(sum(octet_length(body)), 0) FROM "{schema}".{table} '
@@ -209,9 +218,17 @@ class PostgresStore(CompareAndSetStore):
         ``reconnect_timeout``; each retry re-reads the store (nothing cached is trusted)."""
         deadline = time.monotonic() + self.reconnect_timeout
         pause = 0.05
+        decisions = 0
         while True:
             try:
                 return call(*args, **kwargs)
+            except _DecideAgain as again:
+                decisions += 1
+                if decisions >= _MAX_DECISIONS:
+                    raise StorageError(
+                        f"PostgreSQL at {self.address.shown} refused this write as decided "
+                        f"{decisions} times; nothing of it was written ({again})"
+                    ) from None
             except (_Retry, Lost) as retry:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -375,7 +392,7 @@ class PostgresStore(CompareAndSetStore):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a
                 # deadlock: decided again from scratch, it is answered cleanly.
-                raise _Retry(str(exc).strip()) from None
+                raise _DecideAgain(str(exc).strip().splitlines()[0]) from None
             if is_driver_error(exc):
                 raise StorageError(f"PostgreSQL refused the write: {exc}") from None
             raise exc
