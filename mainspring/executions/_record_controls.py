@@ -20,6 +20,7 @@ from ..storage import (
     MAX_CONTROLS,
     STEP_FINISHED,
     AgentTaskRecord,
+    AnswerRequest,
     Committer,
     Edit,
     Execution,
@@ -27,6 +28,7 @@ from ..storage import (
     holder,
     parse_agent_tasks,
     redact,
+    redact_flagged,
 )
 from ._handle import UnknownExecution
 from ._results import StopResult, summarize
@@ -37,7 +39,9 @@ from ._transitions import (
     add_control,
     answer_digest,
     answer_task,
+    apply_answers,
     cancel_execution,
+    next_ask,
     parse_stop_requests,
     pause_execution,
     requeue_interrupted,
@@ -46,7 +50,13 @@ from ._transitions import (
     stop_task,
 )
 
-__all__ = ["StoredTaskStop", "cancel_edit", "pause_edit", "prepare_resume"]
+__all__ = [
+    "StoredTaskStop",
+    "answer_request_edit",
+    "cancel_edit",
+    "pause_edit",
+    "prepare_resume",
+]
 
 
 def pause_edit(by: str, detail: str) -> Edit:
@@ -71,6 +81,48 @@ def cancel_edit(by: str, detail: str) -> Edit:
     return change
 
 
+def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
+    """R8 for a run live somewhere (here or on another host): the answer is written to the
+    record as an :class:`AnswerRequest` for the task that holds the question, which that run
+    applies at its next heartbeat (at once where the store sends notices). Only while a
+    lease on the run is live and the question is open: otherwise nothing is written (the
+    run is not live; a resume gives the answer itself). ``asked`` gets the task's id."""
+
+    def change(stored: Execution, now: float) -> Execution | None:
+        pending = stored.pending
+        if (
+            stored.terminal
+            or holder(stored.lease, now) is None
+            or pending is None
+            or pending.kind != "clarification"
+            or pending.agent_task_id is None
+        ):
+            return None
+        task = next(
+            (t for t in parse_agent_tasks(stored)[0] if t.id == pending.agent_task_id), None
+        )
+        if task is None or task.state != "waiting_for_clarification":
+            return None
+        masked, redacted = redact_flagged(answer)
+        digest = answer_digest(answer)
+        request = AnswerRequest(
+            task_id=task.id,
+            ask=next_ask(task),
+            answer=masked,
+            redacted=redacted,
+            answer_sha256=digest,
+            by=by,
+            at=now,
+        )
+        asked.append(pending.agent_task_id)
+        record = attrs.evolve(
+            stored, answer_requests=(*stored.answer_requests, request)[-MAX_CONTROLS:]
+        )
+        return add_control(record, "answer", by, now, answer_sha256=digest)
+
+    return change
+
+
 def prepare_resume(
     stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
 ) -> tuple[Execution, Begin]:
@@ -83,6 +135,8 @@ def prepare_resume(
         tuple(s.id for s in stored.plan.steps if s.status == "running") if stored.plan else ()
     )
     record, _ = requeue_interrupted(stored, "crash", now)  # R3
+    # R8: answers written for a run that ended before it could take them.
+    record = apply_answers(record, record.answer_requests, now)
     askers = stop_askers(record)
     for operation, task_id, cascade in parse_stop_requests(record.stop_requests):
         # Asked for while it ran (S1).

@@ -22,10 +22,12 @@ from ..actors import (
 from ..storage import (
     MAX_CHECKPOINTS,
     AgentTaskRecord,
+    AnswerRequest,
     Checkpoint,
     CommitOutcome,
     Execution,
     Observation,
+    Pending,
     PersistenceFailed,
     Plan,
     StepStatus,
@@ -58,6 +60,7 @@ from ._scheduler import SATISFIED, Schedule
 from ._status import execution_move, task_move
 from ._task_raw import task_raw
 from ._transitions import (
+    answered,
     cancel_execution,
     clamp_count,
     parse_stop_requests,
@@ -434,7 +437,13 @@ class ExecutionCore(Actor):
             return
         assert stored is not None
         # Requests written elsewhere are durable already: no commit is needed to keep them.
-        self._rec = attrs.evolve(self._rec, stop_requests=stored.stop_requests)
+        self._rec = attrs.evolve(
+            self._rec,
+            stop_requests=stored.stop_requests,
+            answer_requests=stored.answer_requests,
+        )
+        if stored.answer_requests and not await self._take_answers(stored.answer_requests):
+            return
         askers = stop_askers(stored)  # V3: the task is told who asked, as if asked here
         for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
             task = self._tasks.get(task_id)
@@ -443,6 +452,37 @@ class ExecutionCore(Actor):
                 await self._stop_task(StopTask(task_id, operation, cascade, by))
             if self._stopped():
                 return
+
+    async def _take_answers(self, requests: tuple[AnswerRequest, ...]) -> bool:
+        """R8 for a run live here: answers written to the record (from any host) go to the
+        tasks of ours that wait for them; the pending slot passes on (R9) and the answered
+        steps may start again. False if the run stopped (a refused commit)."""
+        now = time.time()
+        taken = False
+        for task in list(self._tasks.values()):
+            for given in requests:
+                changed = answered(task, given, now)
+                if changed is not None:
+                    self._set_task(changed)
+                    self._claimed.discard(task.id)  # its step may claim it again (R8)
+                    taken = True
+                    break
+        if not taken:
+            return True
+        waiting = [t for t in self._tasks.values() if t.state == "waiting_for_clarification"]
+        pending = None
+        if waiting:
+            first = min(waiting, key=lambda t: (t.created_at, t.id))
+            pending = Pending(
+                kind="clarification",
+                question=first.pending_question or "",
+                agent_task_id=first.id,
+                asked_at=first.pending_question_at,
+            )
+        if not await self._commit(pending=pending):
+            return False
+        await self._advance()
+        return not self._stopped()
 
     async def _wind_down(self, reason: CancelReason) -> None:
         if self._ended:

@@ -53,9 +53,11 @@ from ..storage import (
     redact,
 )
 from ..supervision import RootSupervisor
+from ._answers import answer_elsewhere, request_answer
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._history_follow import HistoryFollowers, RuntimeEvents
+from ._options import check_options, check_registries
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
@@ -78,10 +80,6 @@ from ._transitions import bounded_reason
 __all__ = ["Runtime", "open_runtime"]
 
 MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") within 256
-#: A lease shorter than a second lapses under ordinary load; one longer than ten minutes
-#: leaves a crashed run unrecoverable for too long (the reference design's bounds).
-MIN_LEASE_TTL = 1.0
-MAX_LEASE_TTL = 600.0
 
 
 @attrs.frozen
@@ -307,12 +305,16 @@ class Runtime(RuntimeEvents):
     ) -> ExecutionHandle:
         live = await self._settled(execution_id)
         if live is not None:
+            if answer is not None and not approve and max_calls is None:
+                owner = self._cfg.owner
+                if await request_answer(self._committer, owner, execution_id, answer, live.ref):
+                    return live.handle  # R8: its task takes the answer at once
             if answer is not None or approve or max_calls is not None:
                 raise ExecutionBusy(
                     execution_id,
                     None,
-                    "it is running in this runtime; answer, approve or raise its budget "
-                    "once it waits (handle.wait() returns then)",
+                    "it is running in this runtime; approve or raise its budget once it "
+                    "waits (handle.wait() returns then)",
                 )
             return live.handle
         stored = await self._require(execution_id)
@@ -332,6 +334,16 @@ class Runtime(RuntimeEvents):
         cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         if not acquired.acquired:
+            if answer is not None and not approve and max_calls is None:
+                # R8 across hosts: the run is live elsewhere; its runner takes the answer.
+                how = await answer_elsewhere(
+                    self._committer, cfg.owner, execution_id, answer, 2 * cfg.lease_ttl
+                )
+                if how == "released":  # it ended first: the stored answer goes with a resume
+                    return await self._resume(execution_id, None, False, None)
+                if how is not None:
+                    handle._resolve(result_from(await self._require(execution_id)))
+                    return handle
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
         begins: list[Begin] = []
 
@@ -542,28 +554,8 @@ async def open_runtime(
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight.
     """
-    for name, value in (("max_parallel_steps", max_parallel_steps), ("max_calls", max_calls)):
-        if not isinstance(value, int) or value < (1 if name == "max_parallel_steps" else 0):
-            raise ValueError(f"{name} must be a non-negative whole number, not {value!r}")
-    if (
-        not isinstance(lease_ttl, int | float)
-        or isinstance(lease_ttl, bool)
-        or not MIN_LEASE_TTL <= lease_ttl <= MAX_LEASE_TTL
-    ):
-        raise ValueError(
-            f"lease_ttl must be {MIN_LEASE_TTL:g} to {MAX_LEASE_TTL:g} seconds, not {lease_ttl!r}"
-        )
-    interval = heartbeat_interval if heartbeat_interval is not None else lease_ttl / 3
-    if not 0 < interval < lease_ttl:
-        raise ValueError("heartbeat_interval must be positive and shorter than lease_ttl")
-    tools = dict(tools or {})
-    skills = dict(skills or {})
-    agents = dict(agents or {})
-    for kind, registry in (("tool", tools), ("skill", skills), ("agent", agents)):
-        for key in registry:
-            check_id(key)
-            if not callable(registry[key]):
-                raise TypeError(f"{kind} {key} is not callable")
+    interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
+    tools, skills, agents = check_registries(tools, skills, agents)
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # In a thread: opening a server's store connects (and a file store may create it).

@@ -20,6 +20,7 @@ from ..storage import (
     MAX_COUNTER,
     STEP_FINISHED,
     AgentTaskRecord,
+    AnswerRequest,
     Control,
     Execution,
     Interruption,
@@ -39,10 +40,13 @@ __all__ = [
     "add_control",
     "answer_digest",
     "answer_task",
+    "answered",
+    "apply_answers",
     "bounded_reason",
     "cancel_execution",
     "clamp_count",
     "map_tasks",
+    "next_ask",
     "next_waiting",
     "parse_stop_requests",
     "pause_execution",
@@ -277,26 +281,62 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
     """Give ``answer`` to the task that asked (R8): it is recorded as that task's ask step
     (redacted), with when it was answered and the digest of the answer as given; the task
     goes back to queued, and the pending slot passes on (R9). Never touches the goal (R10)."""
+    masked, redacted = redact_flagged(answer)
+    given = AnswerRequest(
+        task_id=task_id,
+        answer=masked,
+        redacted=redacted,
+        answer_sha256=answer_digest(answer),
+        by="",
+        at=now,
+    )
+    execution = apply_answers(execution, (given,), now)
+    return attrs.evolve(execution, pending=next_waiting(execution), updated_at=now)
+
+
+def next_ask(record: AgentTaskRecord) -> str:
+    """The ask step a waiting task's open question will be recorded as."""
+    return f"{ASK_PREFIX}{sum(n.startswith(ASK_PREFIX) for n in record.inner_completed)}"
+
+
+def answered(record: AgentTaskRecord, given: AnswerRequest, now: float) -> AgentTaskRecord | None:
+    """``record`` with the answer recorded as its next ask step, back to queued; None if it
+    is not the task that waits for it."""
+    if record.id != given.task_id or record.state != "waiting_for_clarification":
+        return None
+    key = next_ask(record)
+    if given.ask is not None and given.ask != key:
+        return None  # it answered an earlier question of this task
+    observation = Observation(step_id=key, ok=True, output=given.answer, redacted=given.redacted)
+    return attrs.evolve(
+        record,
+        state="queued",
+        pending_question=None,
+        pending_question_at=None,
+        answered_at=now,
+        answer_sha256=given.answer_sha256,
+        inner_completed=(*record.inner_completed, key),
+        inner_observations=(*record.inner_observations, observation),
+        updated_at=now,
+    )
+
+
+def apply_answers(
+    execution: Execution, answers: tuple[AnswerRequest, ...], now: float
+) -> Execution:
+    """Each answer given to the task that waits for it (one that no longer waits is left
+    alone: answered already, or stopped); the pending slot found again (R9)."""
 
     def give(record: AgentTaskRecord) -> AgentTaskRecord | None:
-        if record.id != task_id or record.state != "waiting_for_clarification":
-            return None
-        key = f"{ASK_PREFIX}{sum(n.startswith(ASK_PREFIX) for n in record.inner_completed)}"
-        masked, redacted = redact_flagged(answer)
-        observation = Observation(step_id=key, ok=True, output=masked, redacted=redacted)
-        return attrs.evolve(
-            record,
-            state="queued",
-            pending_question=None,
-            pending_question_at=None,
-            answered_at=now,
-            answer_sha256=answer_digest(answer),
-            inner_completed=(*record.inner_completed, key),
-            inner_observations=(*record.inner_observations, observation),
-            updated_at=now,
-        )
+        for given in answers:
+            changed = answered(record, given, now)
+            if changed is not None:
+                return changed
+        return None
 
-    execution, _ = map_tasks(execution, give)
+    execution, changed = map_tasks(execution, give)
+    if not changed:
+        return execution
     return attrs.evolve(execution, pending=next_waiting(execution), updated_at=now)
 
 

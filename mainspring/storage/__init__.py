@@ -112,6 +112,7 @@ from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
 from ._records import AbsentDimension as AbsentDimension
 from ._records import AgentTaskRecord as AgentTaskRecord
+from ._records import AnswerRequest as AnswerRequest
 from ._records import BudgetInfo as BudgetInfo
 from ._records import Checkpoint as Checkpoint
 from ._records import Control as Control
@@ -155,6 +156,7 @@ __all__ = [
     "TASK_TERMINAL",
     "AbsentDimension",
     "AgentTaskRecord",
+    "AnswerRequest",
     "BudgetInfo",
     "ChangeFeed",
     "Checkpoint",

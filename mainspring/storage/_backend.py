@@ -280,7 +280,8 @@ def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
     """What a run writes, merged with what only others write (E2).
 
     The lease on disk wins over the writer's copy, so heartbeats are never undone. Stop
-    requests and audit lines that another process appended while this owner ran are kept: a
+    requests, answer requests and audit lines that another process appended while this owner
+    ran are kept: a
     runner's copy can lag behind them, and losing them would silently drop an operator's
     request.
     """
@@ -288,6 +289,9 @@ def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
     if stored.stop_requests != execution.stop_requests:
         merged = dict.fromkeys(stored.stop_requests + execution.stop_requests)
         changes["stop_requests"] = tuple(merged)[-MAX_CONTROLS:]
+    if stored.answer_requests != execution.answer_requests:
+        answers = dict.fromkeys(stored.answer_requests + execution.answer_requests)
+        changes["answer_requests"] = tuple(answers)[-MAX_CONTROLS:]
     if stored.controls != execution.controls:
         lines = dict.fromkeys(stored.controls + execution.controls)
         changes["controls"] = tuple(sorted(lines, key=lambda c: c.at))[-MAX_CONTROLS:]

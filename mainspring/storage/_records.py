@@ -406,6 +406,24 @@ class Control:
 
 
 @attrs.frozen(kw_only=True)
+class AnswerRequest:
+    """An answer given for an agent task that a run live somewhere holds (R8): written to the
+    record by whoever answered, applied by that run at its next heartbeat (or by the next
+    resume, wherever). Kept as stored: ``answer`` is already redacted, ``answer_sha256`` is
+    the digest of the text as given."""
+
+    task_id: str = attrs.field(validator=_id)
+    #: The question it answers: the task's ask step (``ask.0``, ``ask.1``...), so an answer
+    #: never lands on a later question of the same task (None: the question open now).
+    ask: str | None = attrs.field(default=None, validator=_optional_id)
+    answer: str
+    redacted: bool = False
+    answer_sha256: str = attrs.field(validator=_optional_digest)
+    by: str
+    at: float
+
+
+@attrs.frozen(kw_only=True)
 class Execution:
     """One durable run. ``agent_tasks`` stay raw: see :func:`parse_agent_tasks`."""
 
@@ -433,6 +451,9 @@ class Execution:
     approvals: tuple[str, ...] = attrs.field(default=(), validator=[_ids, _at_most(MAX_CONTROLS)])
     stop_requests: tuple[str, ...] = attrs.field(
         default=(), validator=[_ids, _at_most(MAX_CONTROLS)]
+    )
+    answer_requests: tuple[AnswerRequest, ...] = attrs.field(
+        default=(), validator=_at_most(MAX_CONTROLS)
     )
     # E10: steps whose stored input had to be masked; after a resume they cannot run with
     # the input they were planned with.

@@ -38,8 +38,14 @@ async def blocker(ctx: ms.AgentContext, input: Any) -> str:
     return str(result)
 
 
+async def asker(ctx: ms.AgentContext, input: Any) -> str:
+    answer = await ctx.ask("which city?")
+    print("answered", answer, flush=True)
+    return answer
+
+
 TOOLS = {"block": block, "inc": inc}
-AGENTS = {"blocker": blocker}
+AGENTS = {"blocker": blocker, "asker": asker}
 
 PLAN = ms.Plan(
     id="cross",
@@ -51,6 +57,16 @@ PLAN = ms.Plan(
     ),
 )
 
+#: A question asked while another step keeps the run live: the answer must reach the run.
+ASKING = ms.Plan(
+    id="asking",
+    goal="answer while it runs",
+    steps=(
+        ms.PlanStep(id="ask", agent="asker"),
+        ms.PlanStep(id="busy", tool="block"),
+    ),
+)
+
 OPTIONS: dict[str, Any] = {"lease_ttl": 5.0, "heartbeat_interval": 0.1}
 
 
@@ -59,10 +75,13 @@ OPTIONS: dict[str, Any] = {"lease_ttl": 5.0, "heartbeat_interval": 0.1}
 SLOW_HEARTBEAT: dict[str, Any] = {"lease_ttl": 120.0, "heartbeat_interval": 60.0}
 
 
-async def main(store: str, execution_id: str, options: str = "default") -> None:
+async def main(
+    store: str, execution_id: str, options: str = "default", plan: str = "cross"
+) -> None:
     chosen = SLOW_HEARTBEAT if options == "slow-heartbeat" else OPTIONS
     async with ms.open_runtime(store=store, tools=TOOLS, agents=AGENTS, **chosen) as rt:
-        handle = await rt.start("cross-process", PLAN, execution_id=execution_id)
+        run = ASKING if plan == "asking" else PLAN
+        handle = await rt.start("cross-process", run, execution_id=execution_id)
         result = await handle.wait()
         stopped = type(result.stopped_by).__name__ if result.stopped_by else "None"
         print("ended", result.status, stopped, flush=True)

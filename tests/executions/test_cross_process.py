@@ -150,3 +150,52 @@ async def test_stopping_one_agent_task_from_another_process(
     (stopped,) = tasks_of(record)
     assert stopped.state == "cancelled"
     assert record.controls[-1].action == "stop-task"
+
+
+@pytest.fixture
+def asking_a(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Process A running a plan whose agent asks while another step keeps the run live."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MAINSPRING_TEST_BLOCK": "1"}
+    store = tmp_path / "store.sqlite3"
+    a = subprocess.Popen(
+        [sys.executable, "-c", _RUN_A, str(store), "ex-cross", "default", "asking"],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+        text=True,
+    )
+    yield a
+    if a.poll() is None:
+        a.kill()
+    a.wait(timeout=30)
+    assert a.stdout is not None
+    a.stdout.close()
+
+
+async def test_an_answer_for_a_run_whose_host_died_is_kept_and_given_by_the_resume(
+    tmp_path: Path, asking_a: subprocess.Popen[str]
+) -> None:
+    """A asks while another step keeps its run live, then dies (SIGKILL) holding the lease.
+    B's answer is written for A's runner; when A's lease lapses without A taking it, B
+    resumes the run and the stored answer goes to the task, once (R8)."""
+    a = asking_a
+    assert a.stdout is not None
+    with anyio.fail_after(60):
+        assert (await anyio.to_thread.run_sync(a.stdout.readline)).strip() == "entered"
+    async with _runtime_b(tmp_path) as b:
+        with anyio.fail_after(60):
+            while True:
+                if [t for t in await b.agent_tasks("ex-cross") if t.pending_question]:
+                    break
+                await anyio.sleep(0.05)
+        a.kill()  # A dies with the question open and its lease live (5 s)
+        await anyio.to_thread.run_sync(a.wait)
+        handle = await b.resume("ex-cross", answer="Lisbon")
+        result = await handle.wait()
+        record = await b.get("ex-cross")
+    assert result.status == "completed", result
+    assert result.outputs == {"ask": "Lisbon", "busy": "not blocked"}
+    assert record is not None
+    assert [c.action for c in record.controls].count("answer") == 1
+    (task,) = tasks_of(record)
+    assert task.inner_completed.count("ask.0") == 1

@@ -38,10 +38,10 @@ SOON = 20.0
 
 
 class _HostA:
-    def __init__(self, store: str, execution_id: str) -> None:
+    def __init__(self, store: str, execution_id: str, plan: str = "cross") -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MAINSPRING_TEST_BLOCK": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _RUN_A, store, execution_id, "slow-heartbeat"],
+            [sys.executable, "-c", _RUN_A, store, execution_id, "slow-heartbeat", plan],
             stdout=subprocess.PIPE,
             cwd=ROOT,
             env=env,
@@ -68,6 +68,15 @@ class _HostA:
 @pytest.fixture
 def host_a(postgres_url: str) -> Iterator[_HostA]:  # noqa: F811
     a = _HostA(postgres_url, "ex-hosts")
+    yield a
+    if a.proc.poll() is None:
+        a.proc.kill()
+    a.finish()
+
+
+@pytest.fixture
+def asking_host_a(postgres_url: str) -> Iterator[_HostA]:  # noqa: F811
+    a = _HostA(postgres_url, "ex-hosts", plan="asking")
     yield a
     if a.proc.poll() is None:
         a.proc.kill()
@@ -197,3 +206,36 @@ async def test_two_hosts_recovering_at_once_each_win_different_runs(
         recovered = [handle.execution_id for handles in won.values() for handle in handles]
     assert sorted(recovered) == sorted(ids)  # each once: no run taken by both
     assert all(result.status == "completed" for result in results)
+
+
+async def test_an_answer_on_host_B_reaches_the_run_live_on_host_A(
+    postgres_url: str,  # noqa: F811
+    asking_host_a: _HostA,
+) -> None:
+    """A's agent asked while another step keeps A's run live (and its lease held): B's
+    answer is written for A's runner, which takes it through the notice and goes on."""
+    a = asking_host_a
+    async with _host_b(postgres_url) as b:
+        assert await a.next_line() == "entered"  # the other step keeps A's run live
+        with anyio.fail_after(60):
+            while True:
+                tasks = await b.agent_tasks("ex-hosts")
+                if tasks and tasks[0].state == "waiting_for_clarification":
+                    break
+                await anyio.sleep(0.05)
+        asked = time.monotonic()
+        handle = await b.resume("ex-hosts", answer="Lisbon")
+        assert await a.next_line() == "answered Lisbon"  # A's agent got B's answer
+        assert time.monotonic() - asked < SOON
+        now = await handle.wait()
+        assert now.status == "running"  # it goes on, on host A
+        record = await b.get("ex-hosts")
+        assert record is not None
+        (task,) = tasks_of(record)
+        assert task.state == "completed"
+        assert [c.action for c in record.controls].count("answer") == 1  # audited once
+        assert record.controls[-1].by == b.owner or "answer" in [
+            c.action for c in record.controls if c.by == b.owner
+        ]
+        await b.cancel("ex-hosts", reason="done")
+        await a.exited()

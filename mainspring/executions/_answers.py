@@ -1,0 +1,78 @@
+"""Answers for runs that are live: here or on another host (R8 across hosts).
+
+A run waiting for an answer with nothing else to do has ended and released its lease: a
+resume with the answer runs it wherever it is given. A run still live (other steps running)
+holds its lease, so the answer is written to its record instead (an :class:`AnswerRequest`)
+and its runner takes it at its next heartbeat — at once where the store sends notices, or
+where the run is live in this runtime (its actor is told). If the runner ends before taking
+it, the next resume applies the stored request, so an answer is never lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Literal
+
+import anyio
+import anyio.to_thread
+
+from ..actors import ActorDeadError, ActorRef, MailboxFull
+from ..storage import Committer, Store, holder, parse_agent_tasks
+from ._record_controls import answer_request_edit
+from ._run_messages import Heartbeat
+
+__all__ = ["answer_elsewhere", "request_answer", "wait_taken"]
+
+#: How often a resumer looks whether the runner elsewhere took the answer.
+POLL = 0.1
+
+
+async def request_answer(
+    committer: Committer, by: str, execution_id: str, answer: str, runner: ActorRef | None
+) -> str | None:
+    """Write ``answer`` for the task whose question is open on the live run; tell
+    ``runner`` (the run's actor, when it is live here). Returns the task's id, or None if
+    nothing was written (the question is not open, or no lease on the run is live)."""
+    asked: list[str] = []
+    written = await committer.edit(execution_id, answer_request_edit(by, answer, asked))
+    if written is None or not asked:
+        return None
+    if runner is not None:
+        # It reads the record now, not at its next beat; if it is busy or ending, its own
+        # heartbeat (or the next resume) takes the answer.
+        with contextlib.suppress(MailboxFull, ActorDeadError):
+            runner.tell_nowait(Heartbeat())
+    return asked[-1]
+
+
+async def answer_elsewhere(
+    committer: Committer, by: str, execution_id: str, answer: str, patience: float
+) -> Literal["taken", "released", "waiting"] | None:
+    """R8 for a run live on another host: write the answer, then wait (up to ``patience``
+    s) until its runner took it, or ended without it (``"released"``: the caller resumes
+    it, and the resume applies the stored answer). None if nothing was written."""
+    task_id = await request_answer(committer, by, execution_id, answer, None)
+    if task_id is None:
+        return None
+    return await wait_taken(committer.store, execution_id, task_id, patience)
+
+
+async def wait_taken(
+    store: Store, execution_id: str, task_id: str, patience: float
+) -> Literal["taken", "released", "waiting"]:
+    """Whether the runner took the answer for ``task_id`` (its task no longer waits), or
+    ended without it (no live lease: a resume must apply it), within ``patience`` s."""
+    deadline = time.monotonic() + patience
+    while True:
+        stored = await anyio.to_thread.run_sync(store.get, execution_id)
+        if stored is None or stored.terminal:
+            return "taken"
+        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        if task is None or task.state != "waiting_for_clarification":
+            return "taken"
+        if holder(stored.lease, time.time()) is None:
+            return "released"
+        if time.monotonic() >= deadline:
+            return "waiting"
+        await anyio.sleep(POLL)
