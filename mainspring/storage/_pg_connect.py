@@ -39,15 +39,32 @@ def _psycopg() -> Any:
 
 
 def is_lost(exc: BaseException, conn: Any) -> bool:
-    """True when ``exc`` means the connection is gone (not the server refusing a statement)."""
+    """True when ``exc`` means the connection is gone (not the server refusing a statement):
+    the connection is marked broken or is no longer OK, the server is shutting down or
+    ended the session, a connection error (SQLSTATE class 08), or a client-side error with
+    no SQLSTATE (e.g. a pipeline cut mid-flight)."""
     psycopg, _ = _psycopg()
     if isinstance(exc, Lost):
         return True
     if not isinstance(exc, psycopg.Error):
         return False
-    return bool(conn is None or conn.broken or conn.closed) or isinstance(
-        exc, psycopg.errors.AdminShutdown | psycopg.errors.IdleInTransactionSessionTimeout
-    )
+    if conn is None or conn.broken or conn.closed:
+        return True
+    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        return True
+    errors = psycopg.errors
+    if isinstance(
+        exc,
+        errors.AdminShutdown
+        | errors.CrashShutdown
+        | errors.CannotConnectNow
+        | errors.IdleInTransactionSessionTimeout,
+    ):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is not None and sqlstate.startswith("08"):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and sqlstate is None
 
 
 def is_driver_error(exc: BaseException) -> bool:
