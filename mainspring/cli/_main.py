@@ -8,13 +8,13 @@ import contextlib
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import anyio
 
-from ..storage import InvalidId, StorageError
+from ..storage import InvalidId, StorageError, Store, is_postgres_url
 from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._output import Out, fail
 from ._parser import UsageError, make_parser, wants_json
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return EXIT_USAGE
     given = getattr(args, "store_path", None)
     args.store_given = given is not None
-    args.store_path = str(store_path(given))
+    args.store_path = store_path(given)
     color = stream.isatty() and "NO_COLOR" not in os.environ and not as_json
     out = Out(stream, as_json=as_json, color=color)
     try:
@@ -69,12 +69,21 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     if args.command == "migrate":  # the one command that opens a 0.1 store
         from ._maintenance import run_migrate
 
+        if is_postgres_url(args.store_path):
+            raise CliError(
+                "migrate converts mainspring 0.1 stores (files, SQLite); a PostgreSQL store "
+                "is created and upgraded by the library itself",
+                EXIT_USAGE,
+            )
         return run_migrate(Path(args.store_path), out)
     write = args.command not in READS
     if args.command == "stop-task":
         check_task_id(args.id)
     elif getattr(args, "id", None):
         check_execution_id(args.id)  # a malformed id is a usage error, store or no store
+    if is_postgres_url(args.store_path):
+        store, close = open_store(args.store_path, write=write)
+        return _run(store, close, args, out, write=write)
     path = Path(args.store_path)
     try:
         exists = path.exists()
@@ -89,6 +98,12 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     if not args.store_given and not exists:
         return nothing_here_yet(path, out, args)
     store, close = open_store(path, write=write)
+    return _run(store, close, args, out, write=write)
+
+
+def _run(
+    store: Store, close: Callable[[], None], args: argparse.Namespace, out: Out, *, write: bool
+) -> int:
     try:
         if not write:
             return READS[args.command](store, out, args)

@@ -69,9 +69,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--store",
         dest="store_path",
         default=argparse.SUPPRESS,
-        help="the store: a *.sqlite3 file or a FileStore directory "
-        "(default: $MAINSPRING_HOME/mainspring.sqlite3, else under the "
-        "XDG state dir)",
+        help="the store: a *.sqlite3 file, a FileStore directory or a postgresql:// URL "
+        "(default: $MAINSPRING_STORE, else $MAINSPRING_HOME/mainspring.sqlite3, else under "
+        "the XDG state dir)",
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"

@@ -25,7 +25,7 @@ from ..storage import (
 )
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._output import GOAL_WIDTH, Out, clamp, when
-from ._store import get_execution, open_store
+from ._store import get_execution, open_store, shown
 
 #: How long a new file at the default store's path may take to become a store (seconds).
 _STORE_BIRTH = 10.0
@@ -333,9 +333,8 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "detail": f"held by {e.lease.owner}, lapsed",
                 }
             )
-    path = Path(args.store_path)
-    if store_kind(path) == "files":
-        for stray in sorted(path.glob(".tmp-*")):
+    if store_kind(args.store_path) == "files":
+        for stray in sorted(Path(args.store_path).glob(".tmp-*")):
             findings.append(
                 {
                     "id": stray.name,
@@ -349,7 +348,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                 "ok": not findings,
                 "executions": len(listing.executions),
                 "findings": findings,
-                "store": args.store_path,
+                "store": shown(args.store_path),
             }
         )
     else:

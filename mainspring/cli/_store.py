@@ -10,27 +10,49 @@ from ..storage import (
     Execution,
     FileStore,
     InvalidId,
+    PostgresStore,
     SqliteStore,
     StorageError,
     Store,
     check_id,
-    default_home,
+    default_store,
+    is_postgres_url,
+    redact_url,
     store_kind,
 )
 from ._codes import EXIT_FAILED, EXIT_NO_STORE, EXIT_UNKNOWN, EXIT_USAGE, CliError
 
 
-def store_path(given: str | None) -> Path:
-    """``--store PATH`` if given, else the default store under ``default_home()``."""
+def store_path(given: str | None) -> str:
+    """``--store PATH|URL`` if given, else ``$MAINSPRING_STORE``, else the default store
+    under ``default_home()`` (:func:`mainspring.storage.default_store`)."""
     if given:
-        return Path(given)
-    return default_home() / "mainspring.sqlite3"
+        return given
+    return str(default_store())
 
 
-def open_store(path: Path, *, write: bool) -> tuple[Store, Callable[[], None]]:
-    """The store at ``path``, which must already be one: a command never creates, converts
-    or chmods anything by accident, and a read opens it read-only. Which backend it is, is
-    decided as the runtime decides it (:func:`mainspring.storage.store_kind`)."""
+def shown(store: str) -> str:
+    """How a store is named on screen: a URL's password never is (``***``)."""
+    return redact_url(store) if is_postgres_url(store) else store
+
+
+def _open_postgres(url: str, *, write: bool) -> tuple[Store, Callable[[], None]]:
+    try:
+        store = PostgresStore(url, read_only=not write)
+    except (StorageError, ValueError) as exc:
+        raise CliError(f"cannot use the store at {shown(url)}: {exc}", EXIT_NO_STORE) from None
+    return store, store.close
+
+
+def open_store(path: Path | str, *, write: bool) -> tuple[Store, Callable[[], None]]:
+    """The store at ``path`` (or the ``postgresql://`` URL), which must already be one: a
+    command never creates, converts or chmods anything by accident, and a read opens it
+    read-only. Which backend it is, is decided as the runtime decides it
+    (:func:`mainspring.storage.store_kind`)."""
+    if is_postgres_url(path):
+        assert isinstance(path, str)
+        return _open_postgres(path, write=write)
+    path = Path(path)
     if not path.exists():
         raise CliError(
             f"no store at {path} (give --store PATH, or set MAINSPRING_HOME)", EXIT_NO_STORE

@@ -5,7 +5,7 @@ actor (:func:`open_committer`) is the only writer during a run.
 
 The backend contract (storage v2)
 ---------------------------------
-What every backend (``FileStore``, ``SqliteStore``, and next ``PostgresStore``) must do; one
+What every backend (``FileStore``, ``SqliteStore``, ``PostgresStore``) must do; one
 contract suite (``tests/storage/test_backends.py``, parametrised by backend) checks it.
 
 *Shape.* An execution is stored as its head (every small field: status, lease, budget,
@@ -80,6 +80,7 @@ from ._errors import TooLarge as TooLarge
 from ._file import FileStore as FileStore
 from ._history import HistoryEvent as HistoryEvent
 from ._home import default_home as default_home
+from ._home import default_store as default_store
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
@@ -92,6 +93,11 @@ from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
+from ._pg_schema import is_postgres_url as is_postgres_url
+from ._pg_schema import redact_url as redact_url
+from ._postgres import CommitUnknown as CommitUnknown
+from ._postgres import PostgresStore as PostgresStore
+from ._postgres import StoreUnavailable as StoreUnavailable
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
@@ -150,6 +156,7 @@ __all__ = [
     "BudgetInfo",
     "Checkpoint",
     "CommitOutcome",
+    "CommitUnknown",
     "Committer",
     "Control",
     "Durable",
@@ -173,6 +180,7 @@ __all__ = [
     "ObservationCode",
     "Pending",
     "PersistenceFailed",
+    "PostgresStore",
     "Problem",
     "Provenance",
     "Reconciliation",
@@ -182,6 +190,7 @@ __all__ = [
     "Store",
     "StoreInUse",
     "StoreNeedsMigration",
+    "StoreUnavailable",
     "TaskState",
     "TooLarge",
     "capture_checkpoint",
@@ -189,10 +198,12 @@ __all__ = [
     "check_relative_path",
     "decode_value",
     "default_home",
+    "default_store",
     "encode",
     "encode_value",
     "hash_files",
     "holder",
+    "is_postgres_url",
     "migrate_store",
     "new_owner_id",
     "open_committer",
@@ -203,6 +214,7 @@ __all__ = [
     "reconcile",
     "redact",
     "redact_flagged",
+    "redact_url",
     "register_secret",
     "sha256_hex",
     "store_kind",

@@ -360,6 +360,22 @@ class CompareAndSetStore:
     def _store(self, base: Base | None, execution: Execution) -> None:
         raise NotImplementedError
 
+    def _store_fenced(self, base: Base, execution: Execution, owner: str, epoch: int) -> bool:
+        """``_store`` for a write that a live lease of ``owner`` at ``epoch`` allowed (L4).
+
+        A backend whose lock covers the decision and the write (a file lock, SQLite's write
+        lock) has nothing to add. A server backend also checks the lease in the statement
+        that writes (``UPDATE ... WHERE epoch = ...``, against the server's clock) and returns
+        False, writing nothing, if it lapsed between the decision and the write.
+        """
+        self._store(base, execution)
+        return True
+
+    def _prepare(self, execution_ids: Sequence[str]) -> None:
+        """Called first in a batch (``commit_many``, ``renew_many``) with the ids it touches:
+        a server backend locks their rows here, in one order, so that two hosts' batches
+        never deadlock."""
+
     def _read_for_update(self, execution_id: str) -> Execution | None:
         base = self._load(execution_id)
         return base.execution if base is not None else None
@@ -408,20 +424,26 @@ class CompareAndSetStore:
         stored = base.execution if base is not None else None
         outcome = decide_commit(stored, owner, now, epoch=_epoch(execution))
         if outcome is CommitOutcome.OK:
+            assert base is not None
             assert stored is not None
-            self._store(base, with_disk_lease(execution, stored))
+            assert stored.lease is not None
+            merged = with_disk_lease(execution, stored)
+            if not self._store_fenced(base, merged, owner, stored.lease.epoch):
+                return CommitOutcome.RELEASED  # it lapsed on the server's clock meanwhile
         return outcome
 
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
         with self._atomic():
+            self._prepare([execution.id])
             return self._commit_one(execution, owner, self._clock())
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
         results: list[CommitResult] = []
         with self._atomic():
-            now = self._clock()
+            self._prepare([execution.id for execution, _ in commits])
+            now = self._clock()  # after the rows are locked: a server's clock is read then
             for index, (execution, owner) in enumerate(commits):
                 try:
                     results.append(self._commit_one(execution, owner, now))
@@ -443,9 +465,22 @@ class CompareAndSetStore:
             base = self._load(execution_id)
             stored = base.execution if base is not None else None
             outcome, updated = decide_renew(stored, owner, ttl, self._clock(), epoch=epoch)
-            if updated is not None:
-                self._store(base, updated)
-            return outcome, updated
+            return self._store_renewal(base, owner, outcome, updated)
+
+    def _store_renewal(
+        self,
+        base: Base | None,
+        owner: str,
+        outcome: CommitOutcome,
+        updated: Execution | None,
+    ) -> tuple[CommitOutcome, Execution | None]:
+        if updated is None:
+            return outcome, None
+        assert base is not None
+        assert updated.lease is not None
+        if not self._store_fenced(base, updated, owner, updated.lease.epoch):
+            return CommitOutcome.RELEASED, None
+        return outcome, updated
 
     def renew_many(self, renewals: Sequence[Renewal]) -> tuple[RenewResult, ...]:
         """``renew`` for each, in one atomic section: many heartbeats, one durable write.
@@ -454,6 +489,7 @@ class CompareAndSetStore:
         """
         results: list[RenewResult] = []
         with self._atomic():
+            self._prepare([renewal[0] for renewal in renewals])
             now = self._clock()
             for renewal in renewals:
                 execution_id, owner, ttl = renewal[:3]
@@ -462,9 +498,7 @@ class CompareAndSetStore:
                     base = self._load(execution_id)
                     stored = base.execution if base is not None else None
                     outcome, updated = decide_renew(stored, owner, ttl, now, epoch=epoch)
-                    if updated is not None:
-                        self._store(base, updated)
-                    results.append((outcome, updated))
+                    results.append(self._store_renewal(base, owner, outcome, updated))
                 except OSError:
                     raise
                 except (StorageError, ValueError) as exc:

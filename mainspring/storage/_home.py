@@ -1,6 +1,6 @@
-"""Where stores live and which backend a path names: the default home, the one rule that
-picks FileStore or SqliteStore for a path (shared by ``open_runtime`` and the command), and
-opening the store a runtime writes to."""
+"""Where stores live and which backend a name names: the default home, the one rule that
+picks FileStore, SqliteStore or PostgresStore (shared by ``open_runtime`` and the command),
+and opening the store a runtime writes to."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Literal
 
 from ._backend import Store
 from ._file import FileStore
+from ._pg_schema import is_postgres_url
 from ._sqlite import SqliteStore
 
-__all__ = ["default_home", "open_store", "store_kind"]
+__all__ = ["default_home", "default_store", "open_store", "store_kind"]
 
 #: A path that does not exist yet names a SQLite file when it ends in one of these.
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -31,10 +32,19 @@ def default_home() -> Path:
     return Path(state) / "mainspring"
 
 
-def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite"]:
-    """Which backend the store at ``path`` is: ``"files"`` (a :class:`FileStore` directory)
-    or ``"sqlite"`` (a :class:`SqliteStore` file). The one rule, for the runtime and the
-    command alike.
+def default_store() -> str | Path:
+    """The store used when none is named: ``$MAINSPRING_STORE`` (a path or a
+    ``postgresql://`` URL), else ``mainspring.sqlite3`` under :func:`default_home`."""
+    named = os.environ.get("MAINSPRING_STORE")
+    if named:
+        return named if is_postgres_url(named) else Path(named)
+    return default_home() / "mainspring.sqlite3"
+
+
+def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite", "postgres"]:
+    """Which backend the store at ``path`` is: ``"postgres"`` (a ``postgresql://`` URL: a
+    :class:`PostgresStore`), ``"files"`` (a :class:`FileStore` directory) or ``"sqlite"`` (a
+    :class:`SqliteStore` file). The one rule, for the runtime and the command alike.
 
     What is there decides: an existing directory is a FileStore, any other existing file is
     SQLite. A path that does not exist yet (or cannot be looked at) is named by its suffix:
@@ -46,6 +56,8 @@ def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite"]:
     file without one (it tried a FileStore: ``FileExistsError``). Both now open what is
     there, as the command always did; every other path is named as before.
     """
+    if is_postgres_url(path):
+        return "postgres"
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # missing, unreadable, or a name the system refuses
@@ -54,12 +66,19 @@ def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite"]:
 
 
 def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Callable[[], None]]:
-    """A backend for ``store``: a backend as is; a path as :func:`store_kind` names it
-    (created if it does not exist yet); None the default (SQLite under
-    :func:`default_home`). Returns the store and how to close it."""
+    """A backend for ``store``: a backend as is; a ``postgresql://`` URL or a path as
+    :func:`store_kind` names it (created if it does not exist yet); None the default
+    (:func:`default_store`). Returns the store and how to close it."""
     if store is not None and not isinstance(store, str | os.PathLike):
         return store, lambda: None
-    path = Path(store) if store is not None else default_home() / "mainspring.sqlite3"
+    named = store if store is not None else default_store()
+    if is_postgres_url(named):
+        from ._postgres import PostgresStore  # psycopg is an extra: imported when named
+
+        assert isinstance(named, str)
+        postgres = PostgresStore(named)
+        return postgres, postgres.close
+    path = Path(named)
     if store_kind(path) == "sqlite":
         sqlite = SqliteStore(path)
         return sqlite, sqlite.close

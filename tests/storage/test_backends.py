@@ -19,7 +19,15 @@ from mainspring.storage._backend import CommitOutcome, Store, new_owner_id
 from mainspring.storage._file import FileStore
 from mainspring.storage._frames import encode_frame
 from mainspring.storage._journal import Base
+from mainspring.storage._postgres import PostgresStore
 from mainspring.storage._sqlite import SqliteStore
+from tests._postgres import (
+    drop_schema,
+    fresh_schema,
+    require_server,
+    server_url,
+    with_schema,
+)
 
 
 class Clock:
@@ -33,9 +41,13 @@ class Clock:
 Factory = Callable[..., Store]
 
 
-@pytest.fixture(params=["file", "sqlite"])
+@pytest.fixture(params=["file", "sqlite", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     made: list[Any] = []
+    schema = ""
+    if request.param == "postgres":
+        url = require_server()
+        schema = fresh_schema()
 
     def make(clock: Clock | None = None, **options: Any) -> Store:
         kwargs: dict[str, Any] = dict(options)
@@ -43,6 +55,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             kwargs["clock"] = clock
         if request.param == "file":
             store: Any = FileStore(tmp_path / "store", **kwargs)
+        elif request.param == "postgres":
+            store = PostgresStore(with_schema(url, schema), **kwargs)
         else:
             store = SqliteStore(tmp_path / "store" / "mainspring.db", **kwargs)
         made.append(store)
@@ -51,8 +65,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
     make.kind = request.param  # type: ignore[attr-defined]
     yield make
     for store in made:
-        if isinstance(store, SqliteStore):
+        if isinstance(store, SqliteStore | PostgresStore):
             store.close()
+    if schema:
+        drop_schema(schema)
 
 
 def execution(id: str = "ex-1", **changes: Any) -> ms.storage.Execution:
@@ -183,6 +199,17 @@ def _corrupt(make_store: Factory, store: Store, execution_id: str, data: bytes) 
         assert isinstance(store, FileStore)
         payload = b'{"seq":1,"changes":[["head",' + data + b"]]}"
         (store.path / f"{execution_id}.journal").write_bytes(encode_frame(payload))
+    elif make_store.kind == "postgres":  # type: ignore[attr-defined]
+        import psycopg
+
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(server_url(), autocommit=True) as conn:
+            conn.execute(
+                f'INSERT INTO "{store.schema}".executions (id, seq, stamp, status, updated_at, '
+                "head, checkpoints) VALUES (%s, 1, 1, 'planned', 0, %s, '[]') ON CONFLICT (id) "
+                "DO UPDATE SET head = excluded.head",
+                (execution_id, data),
+            )
     else:
         assert isinstance(store, SqliteStore)
         with sqlite3.connect(store.path) as db:
@@ -271,6 +298,7 @@ def test_a_thousand_random_bit_flips_never_yield_a_record_that_was_not_committed
     store.create(execution("bystander"))
     versions = _acknowledged(store)
     rng = random.Random(1234)
+    closing: list[Callable[[], None]] = []
     if make_store.kind == "file":  # type: ignore[attr-defined]
         assert isinstance(store, FileStore)
         journal = store.path / "victim.journal"
@@ -278,6 +306,23 @@ def test_a_thousand_random_bit_flips_never_yield_a_record_that_was_not_committed
 
         def write(flipped: bytes) -> None:
             journal.write_bytes(flipped)
+
+    elif make_store.kind == "postgres":  # type: ignore[attr-defined]
+        import psycopg
+
+        assert isinstance(store, PostgresStore)
+        table = f'"{store.schema}".executions'
+        conn = psycopg.connect(server_url(), autocommit=True)
+        closing.append(conn.close)
+        data = bytearray(
+            conn.execute(f"SELECT head FROM {table} WHERE id = 'victim'").fetchone()[0]
+        )
+
+        def write(flipped: bytes) -> None:
+            conn.execute(
+                f"UPDATE {table} SET head = %s, stamp = stamp + 1 WHERE id = 'victim'",
+                (flipped,),
+            )
 
     else:
         assert isinstance(store, SqliteStore)
@@ -309,6 +354,8 @@ def test_a_thousand_random_bit_flips_never_yield_a_record_that_was_not_committed
             assert (
                 ms.storage._codec.decode(ms.storage._codec.encode(got), ms.storage.Execution) == got
             )
+    for close in closing:
+        close()
     assert accepted < 1000
     assert [e.id for e in store.list().executions] == ["bystander"] or accepted
 
@@ -316,6 +363,8 @@ def test_a_thousand_random_bit_flips_never_yield_a_record_that_was_not_committed
 def test_files_are_0600_and_directories_0700_even_under_umask_000(
     make_store: Factory, tmp_path: Path
 ) -> None:
+    if make_store.kind == "postgres":  # type: ignore[attr-defined]
+        pytest.skip("a PostgreSQL store keeps no files of its own")
     old = os.umask(0)
     try:
         store = make_store()

@@ -1,0 +1,205 @@
+"""PostgreSQL connections for PostgresStore: a psycopg pool, the session settings that make
+a lost host let go of its locks, and settling a transaction whose connection was lost.
+
+psycopg and psycopg_pool are imported here only (the ``postgres`` extra): importing
+``mainspring.storage`` never needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ._errors import StorageError
+from ._pg_schema import Address
+
+__all__ = ["Connections", "Lost", "channel_name", "is_driver_error", "is_lost", "is_retryable"]
+
+
+class Lost(Exception):
+    """The connection to the server broke (restart, terminated session, network cut)."""
+
+
+def channel_name(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of the store in ``schema``."""
+    return f"mainspring_{schema}"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:  # pragma: no cover - the extra is installed in every test run
+        raise StorageError(
+            "PostgresStore needs psycopg 3: pip install 'mainspring[postgres]'"
+        ) from None
+    return psycopg, psycopg_pool
+
+
+def is_lost(exc: BaseException, conn: Any) -> bool:
+    """True when ``exc`` means the connection is gone (not the server refusing a statement)."""
+    psycopg, _ = _psycopg()
+    if isinstance(exc, Lost):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    return bool(conn is None or conn.broken or conn.closed) or isinstance(
+        exc, psycopg.errors.AdminShutdown | psycopg.errors.IdleInTransactionSessionTimeout
+    )
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """True for any psycopg error (the server refused a statement, or worse)."""
+    psycopg, _ = _psycopg()
+    return isinstance(exc, psycopg.Error)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for errors after which the server rolled the transaction back and running it
+    again is expected to succeed (a deadlock broken by the server, a serialization
+    failure)."""
+    psycopg, _ = _psycopg()
+    return isinstance(exc, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+
+
+def _defaults(conninfo: str, connect_timeout: float, session_timeout: float) -> dict[str, Any]:
+    """Settings a connection gets unless the URL gives its own: a session cut off from its
+    host ends on the server within ``session_timeout`` (its row locks go with it), and a host
+    notices a dead network within ~10 s instead of the kernel's minutes."""
+    psycopg, _ = _psycopg()
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    wanted: dict[str, Any] = {
+        "connect_timeout": max(1, round(connect_timeout)),
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+        "application_name": "mainspring",
+    }
+    settings = {key: value for key, value in wanted.items() if key not in given}
+    if "options" not in given:
+        millis = max(1, round(session_timeout * 1000))
+        settings["options"] = f"-c idle_in_transaction_session_timeout={millis}"
+    return settings
+
+
+class Connections:
+    """A pool of autocommit connections (the store opens its transactions itself)."""
+
+    def __init__(
+        self, address: Address, *, pool_size: int, connect_timeout: float, session_timeout: float
+    ) -> None:
+        psycopg, psycopg_pool = _psycopg()
+        if not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be a positive whole number, not {pool_size!r}")
+        self.address = address
+        self.connect_timeout = connect_timeout
+        self._psycopg = psycopg
+        self._kwargs = {"autocommit": True} | _defaults(
+            address.conninfo, connect_timeout, session_timeout
+        )
+        self._pool = psycopg_pool.ConnectionPool(
+            address.conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=self._kwargs,
+            open=False,
+            timeout=connect_timeout,
+            name="mainspring",
+        )
+
+    def connect(self) -> Any:
+        """A new connection of its own (schema setup, the LISTEN feed, settling)."""
+        try:
+            return self._psycopg.connect(self.address.conninfo, **self._kwargs)
+        except self._psycopg.Error as exc:
+            raise Lost(self._message(exc)) from None
+
+    def _message(self, exc: BaseException) -> str:
+        return f"cannot reach PostgreSQL at {self.address.shown}: {str(exc).strip()}"
+
+    @contextlib.contextmanager
+    def direct(self) -> Iterator[Any]:
+        """A connection for setup: failures are StorageErrors naming the (redacted) URL."""
+        try:
+            conn = self.connect()
+        except Lost as exc:
+            raise StorageError(str(exc)) from None
+        try:
+            yield conn
+        except self._psycopg.Error as exc:
+            raise StorageError(f"PostgreSQL at {self.address.shown}: {exc}") from None
+        finally:
+            conn.close()
+
+    def open(self) -> None:
+        try:
+            self._pool.open(wait=True, timeout=self.connect_timeout)
+        except Exception as exc:
+            raise StorageError(self._message(exc)) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._pool.close()
+
+    @contextlib.contextmanager
+    def _borrowed(self) -> Iterator[Any]:
+        try:
+            conn = self._pool.getconn()
+        except Exception as exc:  # PoolTimeout: the server is away
+            raise Lost(self._message(exc)) from None
+        try:
+            yield conn
+        finally:
+            self._pool.putconn(conn)  # a broken one is discarded by the pool
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """A connection for one read statement; a lost connection raises :class:`Lost`."""
+        with self._borrowed() as conn:
+            try:
+                yield conn
+            except self._psycopg.Error as exc:
+                if is_lost(exc, conn):
+                    raise Lost(str(exc).strip()) from None
+                raise StorageError(f"PostgreSQL at {self.address.shown}: {exc}") from None
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Any]:
+        """A connection for one write transaction (the store handles its errors)."""
+        with self._borrowed() as conn:
+            yield conn
+
+    def settle(self, txid: int, pid: int, timeout: float) -> str | None:
+        """What became of transaction ``txid`` whose connection (to backend ``pid``) was
+        lost: ``"committed"`` or ``"aborted"``, or None if the server could not be asked
+        within ``timeout``. A session still running it (the network was cut, the server
+        has not noticed) is ended first, so the answer is final."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = self.connect()
+            except Lost:
+                conn = None
+            if conn is not None:
+                try:
+                    while time.monotonic() < deadline:
+                        (status,) = conn.execute("SELECT txid_status(%s)", (txid,)).fetchone()
+                        if status != "in progress":
+                            return str(status) if status is not None else None
+                        conn.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid = %s AND backend_xid::text::bigint = %s",
+                            (pid, txid % 2**32),
+                        )
+                        time.sleep(0.02)
+                except self._psycopg.Error:
+                    pass
+                finally:
+                    conn.close()
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)

@@ -1,0 +1,91 @@
+"""The change notices a PostgresStore sends every host (LISTEN/NOTIFY), read by a runtime.
+
+Each write transaction notifies, on the store's channel, ``c <id>`` for an execution changed
+out of run (a pause, cancel, stop request or answer written by any host: its runner checks
+at once instead of at its next heartbeat) and ``h <seq>`` for the newest history sequence it
+committed (followers read on). Notices are delivered after COMMIT, in commit order.
+
+A notice can be lost (the listening connection broke): :meth:`Feed.wait` then returns a
+``("lost", "")`` note, after which a reader must assume anything changed. Heartbeats and
+polling stay the backstop; the feed only makes them faster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from ._pg_connect import Connections, Lost
+
+__all__ = ["Feed", "Note"]
+
+#: ``("control", execution id)``, ``("history", seq as text)`` or ``("lost", "")``.
+Note = tuple[str, str]
+
+
+class Feed:
+    """A connection listening on one store's channel; used from one thread at a time."""
+
+    def __init__(self, connections: Connections, channel: str) -> None:
+        self._connections = connections
+        self._channel = channel
+        self._conn: Any = None
+        self._closed = threading.Event()
+        self._connect()
+
+    def _connect(self) -> bool:
+        try:
+            conn = self._connections.connect()
+        except Lost:
+            return False
+        try:
+            # The channel name is ours (``mainspring_<schema>``, the schema checked): quoted.
+            conn.execute(f'LISTEN "{self._channel}"')
+        except Exception:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def wait(self, timeout: float) -> list[Note]:
+        """The notices that arrive within ``timeout`` seconds (returns at the first batch)."""
+        if self._closed.is_set():
+            return []
+        if self._conn is None:
+            if not self._connect():
+                self._closed.wait(min(timeout, 1.0))
+                return []
+            return [("lost", "")]  # listening again: what was sent meanwhile is unknown
+        notes: list[Note] = []
+        try:
+            for notify in self._conn.notifies(timeout=timeout, stop_after=1):
+                notes.append(_parse(notify.payload))
+            if notes:
+                for notify in self._conn.notifies(timeout=0.001):
+                    notes.append(_parse(notify.payload))
+        except Exception:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):  # it is gone either way
+                conn.close()
+            notes.append(("lost", ""))
+            time.sleep(0.05)
+        return [note for note in notes if note[0]]
+
+    def close(self) -> None:
+        """Stop listening; a ``wait`` under way returns within its timeout."""
+        self._closed.set()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # closing a connection that broke
+                conn.close()
+
+
+def _parse(payload: str) -> Note:
+    kind, _, value = payload.partition(" ")
+    if kind == "c" and value:
+        return ("control", value)
+    if kind == "h" and value.isdigit():
+        return ("history", value)
+    return ("", "")

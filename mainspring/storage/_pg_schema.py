@@ -1,0 +1,220 @@
+"""PostgreSQL: the store's address (a URL naming a schema), and its schema, versioned.
+
+The schema is created and upgraded by the library: ``meta`` holds a ``schema_version`` row;
+each upgrade is one transaction, under an advisory lock, so two hosts opening a new server
+at once do not race; a schema newer than this library knows is refused with a clear error
+(an older library never writes into a layout it does not understand).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+import zlib
+from typing import Any
+
+from ._errors import StorageError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "NOT_WRITTEN",
+    "PG_SCHEMA_VERSION",
+    "TABLES",
+    "Address",
+    "is_postgres_url",
+    "parse_address",
+    "schema_version",
+    "upgrade",
+]
+
+DEFAULT_SCHEMA = "mainspring"
+#: The SQLSTATE of a header row not written as decided (see ``written`` below).
+NOT_WRITTEN = "MSF01"
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+_URL_SCHEMES = ("postgresql://", "postgres://")
+
+#: Part -> table, as in SQLite. Fixed names: nothing user-given ever becomes SQL (the schema
+#: name is checked against ``_SCHEMA_NAME`` and quoted).
+TABLES = {
+    "steps": "plan_steps",
+    "obs": "observations",
+    "done": "completed_steps",
+    "tasks": "agent_tasks",
+    "inner_obs": "inner_observations",
+    "inner_done": "inner_completed",
+}
+
+# Version 1: the tables. Version 2: history read per execution without a scan. Each entry
+# is applied in a transaction of its own, in order, from the version stored.
+_UPGRADES: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE {s}.executions (id text PRIMARY KEY, seq bigint NOT NULL, "
+        "stamp bigint NOT NULL, status text NOT NULL, updated_at double precision NOT NULL, "
+        "lease_owner text NOT NULL DEFAULT '', lease_epoch bigint NOT NULL DEFAULT 0, "
+        "lease_expires double precision NOT NULL DEFAULT 0, head bytea NOT NULL, "
+        "checkpoints bytea NOT NULL)",
+        *(
+            f"CREATE TABLE {{s}}.{table} (execution_id text NOT NULL, key text NOT NULL, "
+            f"pos bigint NOT NULL, body bytea NOT NULL, PRIMARY KEY (execution_id, key))"
+            for table in TABLES.values()
+        ),
+        *(
+            f"CREATE INDEX {table}_order ON {{s}}.{table} (execution_id, pos)"
+            for table in TABLES.values()
+        ),
+        "CREATE TABLE {s}.events (seq bigint PRIMARY KEY, execution_id text NOT NULL, "
+        "eseq bigint NOT NULL, body bytea NOT NULL)",
+        # The history's global sequence is allocated from this row, under its row lock held
+        # to COMMIT: a follower never sees a sequence before every lower one is visible (V2).
+        "CREATE TABLE {s}.counters (name text PRIMARY KEY, value bigint NOT NULL)",
+        "INSERT INTO {s}.counters (name, value) VALUES ('history', 0)",
+        # A header write that did not happen as decided (a lease lapsed between the
+        # decision and the write, L4) fails its transaction with this SQLSTATE, inside the
+        # pipelined batch: nothing after it, COMMIT included, is applied.
+        "CREATE FUNCTION {s}.written(n bigint) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN "
+        "IF n <> 1 THEN RAISE EXCEPTION USING ERRCODE = 'MSF01', "
+        "MESSAGE = 'mainspring: a header row was not written as decided'; END IF; "
+        "RETURN n; END $$",
+    ],
+    2: ["CREATE INDEX events_by_execution ON {s}.events (execution_id, seq)"],
+}
+#: The newest schema this library writes.
+PG_SCHEMA_VERSION = max(_UPGRADES)
+
+
+class Address:
+    """A PostgreSQL store's address: the connection string for psycopg (without our own
+    ``schema`` parameter) and the schema the store's tables live in."""
+
+    __slots__ = ("conninfo", "schema", "shown")
+
+    def __init__(self, conninfo: str, schema: str, shown: str) -> None:
+        self.conninfo = conninfo
+        self.schema = schema
+        #: The URL with any password replaced by ``***``: safe for errors, logs, the CLI.
+        self.shown = shown
+
+
+def is_postgres_url(store: object) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL."""
+    return isinstance(store, str) and store.startswith(_URL_SCHEMES)
+
+
+def check_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"schema must match {_SCHEMA_NAME.pattern} (lower case, at most 48), not {schema!r}"
+        )
+    return schema
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password (if any) replaced by ``***``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "postgresql://(unparseable address)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{hostport}"
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    safe = [(k, "***" if k.lower() == "password" else v) for k, v in query]
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=_encode(safe)))
+
+
+def _encode(query: list[tuple[str, str]]) -> str:
+    # %-escapes, never "+" for a space: libpq does not read "+" as one.
+    return urllib.parse.urlencode(query, safe="*", quote_via=urllib.parse.quote)
+
+
+def parse_address(url: str, schema: str | None = None) -> Address:
+    """Split ``url`` into what psycopg takes and the schema (``?schema=NAME`` in the URL,
+    else ``schema``, else ``mainspring``)."""
+    if not is_postgres_url(url):
+        raise ValueError("a PostgreSQL store is named by a postgresql:// URL")
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for key, value in query if key == "schema"]
+    rest = [(key, value) for key, value in query if key != "schema"]
+    if len(named) > 1:
+        raise ValueError("the store URL names its schema more than once")
+    chosen = check_schema(named[0] if named else schema or DEFAULT_SCHEMA)
+    conninfo = urllib.parse.urlunsplit(parts._replace(query=_encode(rest)))
+    return Address(conninfo, chosen, redact_url(url))
+
+
+def _lock_key(schema: str) -> int:
+    return zlib.crc32(f"mainspring:{schema}".encode()) - 2**31
+
+
+def _q(statement: str, schema: str) -> str:
+    return statement.replace("{s}", f'"{schema}"')
+
+
+def schema_version(conn: Any, schema: str) -> int | None:
+    """The version stored in ``schema``, or None if it holds no mainspring store. Raises
+    StorageError if the schema holds tables of something else."""
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,),
+        )
+    }
+    if "meta" not in tables:
+        if tables:
+            raise StorageError(
+                f"schema {schema!r} holds tables that are not a mainspring store; "
+                f"name another schema (?schema=NAME in the store URL)"
+            )
+        return None
+    row = conn.execute(
+        _q("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema)
+    ).fetchone()
+    try:
+        return int(row[0]) if row is not None else 0
+    except ValueError:
+        raise StorageError(f"schema {schema!r} has a schema_version of {row[0]!r}") from None
+
+
+def _refuse_newer(version: int, schema: str) -> None:
+    if version > PG_SCHEMA_VERSION:
+        raise StorageError(
+            f"schema {schema!r} has mainspring schema version {version}; this mainspring "
+            f"knows up to {PG_SCHEMA_VERSION}: upgrade mainspring to open it"
+        )
+
+
+def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
+    """Create or upgrade the store in ``schema`` up to version ``to``, one transaction per
+    version; returns the version now stored. ``conn`` is an autocommit connection."""
+    version = schema_version(conn, schema)
+    if version is not None:
+        _refuse_newer(version, schema)
+    while version is None or version < to:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+            version = schema_version(conn, schema)  # another host may have gone first
+            if version is None:
+                conn.execute(_q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+                conn.execute(
+                    _q("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)", schema)
+                )
+                conn.execute(
+                    _q("INSERT INTO {s}.meta (key, value) VALUES ('schema_version', '0')", schema)
+                )
+                version = 0
+            _refuse_newer(version, schema)
+            if version >= to:
+                break
+            version += 1
+            for statement in _UPGRADES[version]:
+                conn.execute(_q(statement, schema))
+            conn.execute(
+                _q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'", schema),
+                (str(version),),
+            )
+    return version

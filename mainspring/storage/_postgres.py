@@ -1,0 +1,673 @@
+"""PostgresStore: storage v2 on a PostgreSQL server, for many hosts sharing one store.
+
+The same rows as SqliteStore (``_pg_schema``): a header row per execution plus one row per
+plan step, observation, completed step, agent task and inner step; a commit writes only
+what changed (``storage._journal``) and the history entries it adds.
+
+Why it is safe across hosts:
+
+* Every decide-then-write is one transaction that first locks the execution's row
+  (``SELECT ... FOR UPDATE``; a batch locks its rows in id order, so two hosts' batches
+  never deadlock). The own-write cache is trusted only while the row's ``stamp`` (a random
+  number each write sets) is the one this store wrote.
+* L4 fencing is in the statement that writes: a runner's commit or heartbeat updates the
+  header ``WHERE seq = ... AND lease_owner = ... AND lease_epoch = ... AND lease_expires >
+  <the server's clock>``; a lease that lapsed meanwhile writes nothing. Lease times are the
+  server's clock (``clock_timestamp()``), never a host's.
+* The history's global sequence comes from a counter row locked until COMMIT (V2).
+* A connection lost before COMMIT is retried on a new one (the server rolled the
+  transaction back); one lost during COMMIT is reconciled by asking the server what became
+  of the transaction id (``txid_status``), after ending the old session if it is still
+  there. What cannot be decided raises :class:`CommitUnknown`: never acknowledged, never
+  applied twice.
+
+Synchronous psycopg 3 from the persistence actor's worker thread, as with SQLite: it works
+the same under asyncio and trio, and psycopg's async API would tie the store to asyncio.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
+from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ._commit_events import events_for
+from ._errors import RecordError, StorageError, TooLarge
+from ._fold import Folded, fold
+from ._history import HistoryEvent, check_after, parse_event
+from ._ids import check_id
+from ._journal import Base, diff, snapshot_changes
+from ._pg_connect import Connections, Lost, channel_name, is_driver_error, is_lost, is_retryable
+from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from ._records import Execution
+
+__all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
+
+T = TypeVar("T")
+
+#: An execution read back whole is refused past this (X2), as in SQLite.
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
+
+
+class StoreUnavailable(StorageError, OSError):
+    """The server could not be reached in time; nothing of the refused call was written."""
+
+
+class CommitUnknown(StorageError, OSError):
+    """The connection was lost during COMMIT and the server could not be asked whether the
+    transaction committed: nothing is acknowledged. A later resume reads what the store
+    holds (it was written wholly or not at all)."""
+
+
+class _Retry(Exception):
+    """The transaction certainly did not commit (the connection was lost before COMMIT, or
+    the server says it aborted): run the whole call again on a new connection."""
+
+
+def _size_expr(schema: str) -> str:
+    parts = " + ".join(
+        f'(SELECT coalesce(sum(octet_length(body)), 0) FROM "{schema}".{table} '
+        f"WHERE execution_id = %(id)s)"
+        for table in TABLES.values()
+    )
+    return f"octet_length(head) + octet_length(checkpoints) + {parts}"
+
+
+class PostgresStore(CompareAndSetStore):
+    """Executions as rows in schema ``schema`` of the PostgreSQL database at ``url``.
+
+    ``url`` is a ``postgresql://`` URL (``?schema=NAME`` picks the schema, default
+    ``mainspring``). The schema is created or upgraded on first use (``read_only`` stores
+    never do: they refuse a database without a store). ``clock`` replaces the server's
+    clock, for tests only. ``reconnect_timeout`` bounds how long a call waits for a server
+    that went away before it fails with :class:`StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        clock: Clock | None = None,
+        read_only: bool = False,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        reconnect_timeout: float = 30.0,
+        session_timeout: float = 5.0,
+    ) -> None:
+        self.address = parse_address(url, schema)
+        self.schema = self.address.schema
+        self.max_bytes = max_bytes
+        self.max_record_bytes = max_record_bytes
+        self.read_only = read_only
+        self.reconnect_timeout = reconnect_timeout
+        self._test_clock = clock
+        self._now: float | None = None
+        self._lock = threading.Lock()  # one write transaction at a time from this store
+        self._cache = OwnWrites()
+        self._stamps: dict[str, int] = {}  # execution id -> the stamp of the cached version
+        # The transaction under way: rows it locked (id -> stamp, None if not stored), its
+        # id and the server's clock when it began, the header writes to check at the end.
+        self._locked: dict[str, int | None] = {}
+        self._txid: int | None = None
+        self._pipeline: Any = None
+        self._events: list[tuple[str, int, bytes]] = []
+        self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
+        self._conn: Any = None  # the connection of the transaction under way
+        s = f'"{self.schema}"'
+        self._s = s
+        self._lock_sql = (
+            f"WITH locked AS (SELECT id, stamp FROM {s}.executions WHERE id = ANY(%s) "
+            "ORDER BY id FOR UPDATE) SELECT extract(epoch FROM clock_timestamp())::float8, "
+            "txid_current(), coalesce((SELECT array_agg(id ORDER BY id) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(stamp ORDER BY id) FROM locked), '{}')"
+        )
+        self._events_sql = (
+            f"WITH counter AS (UPDATE {s}.counters SET value = value + %s "
+            "WHERE name = 'history' RETURNING value), "
+            f"added AS (INSERT INTO {s}.events (seq, execution_id, eseq, body) "
+            "SELECT (SELECT value FROM counter) - count(*) OVER () + e.n, e.id, e.eseq, e.body "
+            "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) WITH ORDINALITY "
+            "AS e(id, eseq, body, n) RETURNING seq) "
+            "SELECT pg_notify(%s, 'h ' || max(seq)) FROM added"
+        )
+        self._read_sql = (
+            f"WITH total AS (SELECT seq, head, checkpoints, {_size_expr(self.schema)} AS n "
+            f"FROM {s}.executions WHERE id = %(id)s) "
+            "SELECT -1, '', seq, head, checkpoints, n FROM total"
+            + "".join(
+                f" UNION ALL SELECT {index}, key, pos, body, NULL, NULL FROM {s}.{table} "
+                f"WHERE execution_id = %(id)s AND (SELECT n FROM total) <= %(limit)s"
+                for index, table in enumerate(TABLES.values())
+            )
+            + " ORDER BY 1, 3"
+        )
+        self._connections = Connections(
+            self.address,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            session_timeout=session_timeout,
+        )
+        try:
+            with self._connections.direct() as conn:
+                if read_only:
+                    self._check_readable(conn)
+                else:
+                    upgrade(conn, self.schema)
+            self._connections.open()
+        except BaseException:
+            self._connections.close()
+            raise
+        self.channel = channel_name(self.schema)
+
+    def _check_readable(self, conn: Any) -> None:
+        version = schema_version(conn, self.schema)
+        if version is None:
+            raise StorageError(
+                f"no mainspring store in schema {self.schema!r} at {self.address.shown}"
+            )
+        upgrade(conn, self.schema, to=version)  # refuses a newer one; writes nothing
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.address.shown!r}, schema={self.schema!r})"
+
+    def close(self) -> None:
+        """Close every connection; the store is unusable afterwards."""
+        self._connections.close()
+
+    def listen(self) -> Any:
+        """A feed of this store's change notices from every host (``_pg_feed.Feed``)."""
+        from ._pg_feed import Feed
+
+        return Feed(self._connections, self.channel)
+
+    # -- the clock and retries -------------------------------------------------------------
+
+    def _clock(self) -> float:
+        if self._test_clock is not None:
+            return self._test_clock()
+        if self._conn is not None:  # in a transaction: the time its rows were locked
+            if self._txid is None:
+                self._lock_rows(())
+            assert self._now is not None
+            return self._now
+        with self._connections.reading() as conn:
+            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        return float(row[0])
+
+    def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``call`` until it completes, while the server is away for at most
+        ``reconnect_timeout``; each retry re-reads the store (nothing cached is trusted)."""
+        deadline = time.monotonic() + self.reconnect_timeout
+        pause = 0.05
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except (_Retry, Lost) as retry:
+                if time.monotonic() + pause > deadline:
+                    raise StoreUnavailable(
+                        f"PostgreSQL at {self.address.shown} was unreachable for "
+                        f"{self.reconnect_timeout:g} s; nothing of this call was written "
+                        f"({retry})"
+                    ) from None
+                time.sleep(pause)  # a worker thread's wait, never an event loop's
+                pause = min(pause * 2, 1.0)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _loads(self, body: Any, kind: str) -> Any:
+        if type(body) is memoryview:
+            body = bytes(body)
+        if type(body) is not bytes:  # E7: a row that is not data is a problem, not a crash
+            raise RecordError(kind, [f"(row): a {type(body).__name__}, not a stored entry"])
+        if len(body) > self.max_bytes:  # X2: one row, bounded before parsing
+            raise TooLarge(kind, len(body), self.max_bytes)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise RecordError(kind, [f"(row): not JSON ({exc})"]) from None
+
+    def _read(self, conn: Any, execution_id: str) -> Base | None:
+        execution_id = check_id(execution_id)
+        kind = f"execution {execution_id}"
+        rows = conn.execute(
+            self._read_sql, {"id": execution_id, "limit": self.max_record_bytes}
+        ).fetchall()
+        if not rows:
+            return None
+        _, _, seq, head, window, size = rows[0]
+        if size > self.max_record_bytes:  # X2: nothing fetched beyond the header
+            raise TooLarge(kind, int(size), self.max_record_bytes)
+        folded = Folded(head=self._loads(head, kind), seq=seq)
+        folded.checkpoints = self._loads(window, kind)
+        if type(folded.head) is not dict or type(folded.checkpoints) is not list:
+            raise RecordError(kind, ["(header): not an object and a list"])
+        names = list(TABLES)
+        items: dict[str, dict[str, Any]] = {part: {} for part in names}
+        next_pos = dict.fromkeys(names, 0)
+        for index, key, pos, body, _, _ in rows[1:]:
+            part = names[index]
+            items[part][key] = self._loads(body, kind)
+            next_pos[part] = pos + 1
+        folded.parts = items
+        base = Base.of(fold(folded, kind=kind), seq, next_pos, window=folded.checkpoints)
+        base.size = int(size)
+        return base
+
+    def get(self, execution_id: str) -> Execution | None:
+        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad one (X2)."""
+        check_id(execution_id)
+        base = self._retrying(self._get, execution_id)
+        return base.execution if base is not None else None
+
+    def _get(self, execution_id: str) -> Base | None:
+        with self._connections.reading() as conn:
+            return self._read(conn, execution_id)
+
+    def list(self) -> Listing:
+        """Every execution that reads, and a problem for each that does not (E7)."""
+        ids = self._retrying(self._ids)
+        executions: list[Execution] = []
+        problems: list[Problem] = []
+        for execution_id in ids:
+            try:
+                execution = self.get(execution_id)
+            except StorageError as exc:
+                if isinstance(exc, StoreUnavailable):
+                    raise
+                problems.append(Problem(id=execution_id, error=str(exc)))
+                continue
+            if execution is not None:
+                executions.append(execution)
+        return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    def _ids(self) -> builtins.list[str]:
+        with self._connections.reading() as conn:
+            rows = conn.execute(f"SELECT id FROM {self._s}.executions ORDER BY id")
+            return [row[0] for row in rows]
+
+    def history(
+        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
+    ) -> tuple[HistoryEvent, ...]:
+        """Committed history entries after global sequence ``after``, oldest first (V2)."""
+        after = check_after(after)
+        limit = max(1, min(int(limit), 10_000))
+        if execution_id is not None:
+            check_id(execution_id)
+        rows = self._retrying(self._history_rows, execution_id, after, limit)
+        return tuple(
+            parse_event(seq, eseq, self._loads(body, "history entry")) for seq, eseq, body in rows
+        )
+
+    def _history_rows(self, execution_id: str | None, after: int, limit: int) -> builtins.list[Any]:
+        with self._connections.reading() as conn:
+            if execution_id is None:
+                rows: builtins.list[Any] = conn.execute(
+                    f"SELECT seq, eseq, body FROM {self._s}.events WHERE seq > %s "
+                    "ORDER BY seq LIMIT %s",
+                    (after, limit),
+                ).fetchall()
+                return rows
+            rows = conn.execute(
+                f"SELECT seq, eseq, body FROM {self._s}.events WHERE execution_id = %s "
+                "AND seq > %s ORDER BY seq LIMIT %s",
+                (execution_id, after, limit),
+            ).fetchall()
+            return rows
+
+    # -- the transaction -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction, pipelined: BEGIN goes with the first query (which locks
+        the rows and reads the server's clock and the transaction id), the writes of every
+        commit in it go in one round trip, and the history entries, the notices and COMMIT
+        in one more."""
+        with self._lock, self._connections.writing() as conn:
+            self._conn = conn
+            self._locked = {}
+            self._txid = None
+            self._events = []
+            self._touched = set()
+            pid = conn.info.backend_pid
+            committing = False
+            try:
+                with conn.pipeline() as pipeline:
+                    self._pipeline = pipeline
+                    yield
+                    if not self._began():  # nothing was asked: nothing to commit
+                        return
+                    self._finish(conn)
+                    committing = True
+                    conn.execute("COMMIT")
+                    pipeline.sync()
+            except BaseException as exc:
+                self._forget()  # nothing of this transaction is remembered
+                self._settle_failure(exc, conn, pid, committing)
+            finally:
+                self._conn = None
+                self._pipeline = None
+                self._now = None
+                self._locked = {}
+
+    def _began(self) -> bool:
+        return self._txid is not None
+
+    def _settle_failure(self, exc: BaseException, conn: Any, pid: int, committing: bool) -> None:
+        """Re-raise what ended a transaction as what it means: retry, refusal or unknown.
+        Returns (the call's answers stand) only if the COMMIT is known to have landed."""
+        txid = self._txid
+        if not is_lost(exc, conn):
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, _Retry):
+                raise exc
+            if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
+                # A lease lapsed on the server's clock between the decision and the write
+                # (L4), or another host created the same id, or the server broke a
+                # deadlock: decided again from scratch, it is answered cleanly.
+                raise _Retry(str(exc).strip()) from None
+            if is_driver_error(exc):
+                raise StorageError(f"PostgreSQL refused the write: {exc}") from None
+            raise exc
+        if txid is None or not committing:
+            # COMMIT was never sent: the server rolls the transaction back. Its session may
+            # live on (a cut network) holding row locks: it is ended before the retry,
+            # which would otherwise wait for them.
+            if txid is not None:
+                self._connections.settle(txid, pid, self.reconnect_timeout)
+            raise _Retry(str(exc).strip()) from None
+        status = self._connections.settle(txid, pid, self.reconnect_timeout)
+        if status == "aborted":
+            raise _Retry(str(exc).strip()) from None
+        if status != "committed":
+            raise CommitUnknown(
+                f"the connection to {self.address.shown} was lost during COMMIT and the "
+                f"server could not be asked whether it committed; nothing is acknowledged: "
+                f"{str(exc).strip()}"
+            ) from None
+        # It committed: the call's answers stand (nothing cached is trusted).
+
+    def _forget(self) -> None:
+        self._cache.clear()
+        self._stamps.clear()
+
+    def _lock_rows(self, ids: Sequence[str]) -> None:
+        """Lock the rows of ``ids`` (in id order) and note their stamps; the first query of
+        a transaction also begins it and reads the server's clock and transaction id."""
+        wanted = sorted({i for i in ids if i not in self._locked})
+        if not wanted and self._txid is not None:
+            return
+        conn = self._conn
+        if self._txid is None:
+            conn.execute("BEGIN")
+        row = conn.execute(self._lock_sql, (wanted,)).fetchone()
+        now, txid, locked_ids, stamps = row
+        if self._txid is None:
+            self._now, self._txid = float(now), txid
+        self._locked.update(dict.fromkeys(wanted))
+        self._locked.update(zip(locked_ids, stamps, strict=True))
+
+    def _finish(self, conn: Any) -> None:
+        """The history entries of every commit in this transaction, numbered from the
+        counter row (locked to COMMIT: V2), and the change notices to other hosts."""
+        notices = [f"c {execution_id}" for execution_id in sorted(self._touched)]
+        if self._events:
+            ids, eseqs, bodies = zip(*self._events, strict=True)
+            conn.execute(
+                self._events_sql,
+                (len(self._events), list(ids), list(eseqs), list(bodies), self.channel),
+            )
+        if notices:
+            conn.execute(
+                "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n", (self.channel, notices)
+            )
+
+    # -- the compare-and-set hooks (see CompareAndSetStore) ---------------------------------
+
+    def _atomic(self) -> contextlib.AbstractContextManager[None]:
+        if self.read_only:
+            raise StorageError(f"{self.address.shown} was opened read-only")
+        return self._transaction()
+
+    def _prepare(self, execution_ids: Sequence[str]) -> None:
+        self._lock_rows([i for i in execution_ids if isinstance(i, str) and _valid(i)])
+
+    def _load(self, execution_id: str) -> Base | None:
+        execution_id = check_id(execution_id)
+        if execution_id not in self._locked:
+            self._lock_rows([execution_id])
+        stamp = self._locked[execution_id]
+        if stamp is None:
+            return None
+        cached = self._cache.get(execution_id)
+        if cached is not None and self._stamps.get(execution_id) == stamp:
+            return cached  # nobody wrote it since we did: the row lock keeps it so
+        self._pipeline.sync()
+        return self._read(self._conn, execution_id)
+
+    def _dumps(self, value: Any, what: str) -> bytes:
+        data = dumps_checked(value)
+        if len(data) > self.max_bytes:  # never acknowledge what could not be read back (X2)
+            raise TooLarge(what, len(data), self.max_bytes)
+        return data
+
+    def _store(self, base: Base | None, execution: Execution) -> None:
+        self._write(base, execution, None)
+
+    def _store_fenced(self, base: Base, execution: Execution, owner: str, epoch: int) -> bool:
+        return self._write(base, execution, (owner, epoch))
+
+    def edit(self, execution_id: str, change: Any) -> Execution | None:
+        """See :meth:`CompareAndSetStore.edit`; the runner elsewhere is told at once."""
+        edited = self._retrying(super().edit, execution_id, change)
+        return edited
+
+    def _write(
+        self, base: Base | None, execution: Execution, fence: tuple[str, int] | None
+    ) -> bool:
+        execution_id = check_id(execution.id)
+        what = f"execution {execution_id}"
+        changes = snapshot_changes(execution) if base is None else diff(base, execution)
+        window = base.window_after(changes) if base is not None else None
+        head: bytes | None = None
+        statements: list[tuple[str, Any]] = []
+        written = 0
+        s = self._s
+        for change in changes:
+            op = change[0]
+            if op == "head":
+                head = self._dumps(change[1], what)
+            elif op == "put":
+                _, part, key, pos, value = change
+                body = self._dumps(value, what)
+                written += len(body)
+                statements.append(
+                    (
+                        f"INSERT INTO {s}.{TABLES[part]} (execution_id, key, pos, body) "
+                        "VALUES (%s, %s, %s, %s) ON CONFLICT (execution_id, key) "
+                        "DO UPDATE SET body = excluded.body",
+                        (execution_id, key, pos, body),
+                    )
+                )
+            elif op in ("reset", "group"):
+                table = TABLES[change[1]]
+                if op == "reset":
+                    statements.append(
+                        (f"DELETE FROM {s}.{table} WHERE execution_id = %s", (execution_id,))
+                    )
+                    start, entries = 0, change[2]
+                else:
+                    # "0" follows "/": every key of the task sorts between the two (C collation)
+                    statements.append(
+                        (
+                            f"DELETE FROM {s}.{table} WHERE execution_id = %s "
+                            'AND key COLLATE "C" >= %s AND key COLLATE "C" < %s',
+                            (execution_id, f"{change[2]}/", f"{change[2]}0"),
+                        )
+                    )
+                    start, entries = change[3], change[4]
+                for offset, (key, value) in enumerate(entries):
+                    body = self._dumps(value, what)
+                    written += len(body)
+                    statements.append(
+                        (
+                            f"INSERT INTO {s}.{table} (execution_id, key, pos, body) "
+                            "VALUES (%s, %s, %s, %s)",
+                            (execution_id, key, start + offset, body),
+                        )
+                    )
+            elif op == "ckpts" and base is None:
+                window = change[1]
+        assert head is not None
+        assert window is not None
+        checkpoints = self._dumps(window, what)
+        seq = base.seq + 1 if base is not None else 1
+        events = events_for(base.execution if base is not None else None, execution, changes)
+        # Everything is encoded and checked before the first statement (X2).
+        event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
+        size = (base.size if base is not None else 0) + len(head) + len(checkpoints) + written
+        stamp = secrets.randbits(63)
+        lease = execution.lease
+        header = (
+            seq,
+            stamp,
+            execution.status,
+            execution.updated_at,
+            lease.owner if lease is not None else "",
+            lease.epoch if lease is not None else 0,
+            lease.expires_at if lease is not None else 0.0,
+            head,
+            checkpoints,
+        )
+        conn = self._conn
+        careful = size > self.max_record_bytes
+        if careful:  # X2: measured as written, inside a savepoint, before it is kept
+            conn.execute("SAVEPOINT bound")
+        check = f"SELECT {s}.written(count(*)) FROM header"
+        if base is None:
+            conn.execute(
+                f"WITH header AS (INSERT INTO {s}.executions (seq, stamp, status, updated_at, "
+                "lease_owner, lease_epoch, lease_expires, head, checkpoints, id) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING "
+                f"RETURNING 1) {check}",
+                (*header, execution_id),
+            )
+        else:
+            sql = (
+                f"UPDATE {s}.executions SET seq = %s, stamp = %s, status = %s, "
+                "updated_at = %s, lease_owner = %s, lease_epoch = %s, lease_expires = %s, "
+                "head = %s, checkpoints = %s WHERE id = %s AND seq = %s"
+            )
+            args: tuple[Any, ...] = (*header, execution_id, base.seq)
+            if fence is not None:
+                # L4, in the statement that writes: this owner's tenure, live on the
+                # server's clock (or the test clock) at this moment. A header not written
+                # fails the transaction (``written``), which is then decided again.
+                sql += (
+                    " AND lease_owner = %s AND lease_epoch = %s AND lease_expires > "
+                    "coalesce(%s, extract(epoch FROM clock_timestamp())::float8)"
+                )
+                now = self._test_clock() if self._test_clock is not None else None
+                args = (*args, fence[0], fence[1], now)
+            conn.execute(f"WITH header AS ({sql} RETURNING 1) {check}", args)
+        for statement, arguments in statements:
+            conn.execute(statement, arguments)
+        if careful:
+            self._pipeline.sync()
+            exact = self._exact_size(execution_id)
+            if exact > self.max_record_bytes:
+                conn.execute("ROLLBACK TO SAVEPOINT bound")
+                conn.execute("RELEASE SAVEPOINT bound")
+                raise TooLarge(what, exact, self.max_record_bytes)
+            conn.execute("RELEASE SAVEPOINT bound")
+            size = exact
+        self._events.extend(event_rows)
+        if fence is None and base is not None:
+            self._touched.add(execution_id)
+        self._locked[execution_id] = stamp
+        if base is None:
+            base = Base.of(execution, seq, window=window)
+        else:
+            base.advance(execution, changes)
+        base.size = size
+        self._cache.remember(base)
+        if execution.terminal:
+            self._stamps.pop(execution_id, None)
+        else:
+            self._stamps[execution_id] = stamp
+            if len(self._stamps) > 2 * 4_096:
+                self._stamps = {k: v for k, v in self._stamps.items() if self._cache.get(k)}
+        return True
+
+    def _exact_size(self, execution_id: str) -> int:
+        row = self._conn.execute(
+            f"SELECT {_size_expr(self.schema)} FROM {self._s}.executions WHERE id = %(id)s",
+            {"id": execution_id},
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def delete(self, execution_id: str) -> bool:
+        """Delete a finished execution with every row and history entry of it; False if it
+        is not stored or not finished (decided under the row's lock)."""
+        return self._retrying(self._delete, execution_id)
+
+    def _delete(self, execution_id: str) -> bool:
+        with self._atomic():
+            base = self._load(execution_id)
+            if base is None or not base.execution.terminal:
+                return False
+            s = self._s
+            for table in ("executions", *TABLES.values(), "events"):
+                column = "id" if table == "executions" else "execution_id"
+                self._conn.execute(f"DELETE FROM {s}.{table} WHERE {column} = %s", (execution_id,))
+            self._cache.pop(execution_id)
+            self._stamps.pop(execution_id, None)
+            return True
+
+    # -- every write call is retried while the server is away (see _retrying) --------------
+
+    def create(self, execution: Execution) -> bool:
+        return self._retrying(super().create, execution)
+
+    def acquire(self, execution_id: str, owner: str, ttl: float) -> Any:
+        return self._retrying(super().acquire, execution_id, owner, ttl)
+
+    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
+        return self._retrying(super().heartbeat, execution_id, owner, ttl)
+
+    def release(self, execution_id: str, owner: str) -> bool:
+        return self._retrying(super().release, execution_id, owner)
+
+    def commit_progress(self, execution: Execution, owner: str) -> Any:
+        return self._retrying(super().commit_progress, execution, owner)
+
+    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
+        return self._retrying(super().commit_many, commits)
+
+    def renew(self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None) -> Any:
+        return self._retrying(super().renew, execution_id, owner, ttl, epoch=epoch)
+
+    def renew_many(self, renewals: Any) -> Any:
+        return self._retrying(super().renew_many, renewals)
+
+    def commit(self, execution: Execution, owner: str) -> bool:
+        return self._retrying(super().commit, execution, owner)
+
+
+def _valid(execution_id: str) -> bool:
+    try:
+        check_id(execution_id)
+    except ValueError:
+        return False
+    return True
