@@ -14,8 +14,9 @@ One invocation measures:
   ``mainspring_bench_dbos`` dropped and created afresh for each measurement: the 20-step
   workflow of ``_durable_peers.py`` (``dbos_steps_per_second``, with ``system_database_url``
   pointing there), one at a time and 50 in flight, DBOS's defaults otherwise.
-- mainspring on PostgreSQL, in a fresh database ``mainspring_bench_ms``: 20-step linear plans
-  of trivial tools through ``open_runtime(store="postgresql://...")``, exactly as
+- mainspring on PostgreSQL, in a fresh database ``mainspring_bench_ms`` (schema
+  ``mainspring_bench``): 20-step linear plans of trivial tools through
+  ``open_runtime(store="postgresql://.../mainspring_bench_ms?schema=mainspring_bench")``, as
   ``bench_executions.py``'s ``mainspring_steps_per_second`` does on SQLite (50 executions one
   after another; 100 with 50 in flight), on asyncio and trio. If ``mainspring.storage`` has no
   ``PostgresStore`` yet, these rows read "n/a".
@@ -53,6 +54,7 @@ PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 RAW_SCHEMA = "mainspring_bench_raw"
 DBOS_DB = "mainspring_bench_dbos"
 MS_DB = "mainspring_bench_ms"
+MS_SCHEMA = "mainspring_bench"
 STEPS = 20
 IN_FLIGHT = 50
 CONNECTIONS = (1, 8, 50)
@@ -215,7 +217,8 @@ def measure(name: str, backend: str, n: int, seconds: float) -> float | None:
     if system == "dbos":
         return dbos_on_postgres(n, int(count))
     if system == "pg":
-        return mainspring_steps_per_second(fresh_database(MS_DB), backend, n, int(count))
+        store = f"{fresh_database(MS_DB)}?schema={MS_SCHEMA}"
+        return mainspring_steps_per_second(store, backend, n, int(count))
     with tempfile.TemporaryDirectory(prefix="mainspring-bench-") as tmp:
         store = Path(tmp) / "store.sqlite3"
         return mainspring_steps_per_second(store, backend, n, int(count))
