@@ -220,8 +220,8 @@ def measure(name: str, backend: str, n: int, seconds: float) -> float | None:
         store = f"{fresh_database(MS_DB)}?schema={MS_SCHEMA}"
         return mainspring_steps_per_second(store, backend, n, int(count))
     with tempfile.TemporaryDirectory(prefix="mainspring-bench-") as tmp:
-        store = Path(tmp) / "store.sqlite3"
-        return mainspring_steps_per_second(store, backend, n, int(count))
+        path = Path(tmp) / "store.sqlite3"
+        return mainspring_steps_per_second(path, backend, n, int(count))
 
 
 # -- the table ----------------------------------------------------------------------------------
