@@ -19,6 +19,7 @@ import pytest
 import mainspring as ms
 
 from ._cli_kit import inc
+from ._postgres import postgres_url  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -48,10 +49,10 @@ def _entry(event: ms.storage.HistoryEvent) -> dict[str, Any]:
 class _Follower:
     """``python -m mainspring events --follow --json --after SEQ`` in its own process."""
 
-    def __init__(self, store: Path, after: int) -> None:
+    def __init__(self, store: Path | str, after: int, interval: float = 0.02) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mainspring", "events", "--follow", "--json",
-             "--after", str(after), "--interval", "0.02", "--store", str(store)],
+             "--after", str(after), "--interval", str(interval), "--store", str(store)],
             stdout=subprocess.PIPE,
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -80,11 +81,21 @@ def followers() -> Iterator[list[_Follower]]:
         follower.proc.stdout.close()
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "files"])
+@pytest.fixture(params=["sqlite", "files", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where the run writes; resolved before the test's event loop starts."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return tmp_path / ("s.sqlite3" if request.param == "sqlite" else "files")
+
+
 async def test_events_follow_after_prints_every_later_entry_once(
-    tmp_path: Path, kind: str, followers: list[_Follower]
+    store: Path | str, followers: list[_Follower]
 ) -> None:
-    store = tmp_path / ("s.sqlite3" if kind == "sqlite" else "files")
+    # On PostgreSQL the follower polls only every 30 s: within the 60 s it is given, it can
+    # keep up only through the store's notices (LISTEN/NOTIFY).
+    interval = 30.0 if isinstance(store, str) else 0.02
     released = anyio.Event()
 
     async def gate() -> int:
@@ -95,7 +106,7 @@ async def test_events_follow_after_prints_every_later_entry_once(
         await (await rt.start("first", _plan("s", 3), execution_id="ex-1")).wait()
         before = await anyio.to_thread.run_sync(lambda: rt.store.history())
         after = before[len(before) // 2].seq  # mid-run of ex-1: its later entries follow
-        follower = _Follower(store, after)
+        follower = _Follower(store, after, interval)
         followers.append(follower)
         handle = await rt.start("second", _plan("t", 2, gate=True), execution_id="ex-2")
         # The follower is tailing: it printed ex-2's first steps, the gate holds the rest.

@@ -15,8 +15,10 @@ import attrs
 from ..storage import (
     STEP_FINISHED,
     AgentTaskRecord,
+    ChangeFeed,
     Execution,
     HistoryEvent,
+    Notifying,
     Store,
     holder,
     parse_agent_tasks,
@@ -280,6 +282,19 @@ def _events(store: Store, out: Out, args: argparse.Namespace) -> int:
             get_execution(store, args.id)  # unknown: exit 3 (while following, it may come)
     else:
         _report_unreadable(out, 0, store.list().problems)  # E7: said, not left out
+    # A store that notifies (PostgreSQL) wakes the follower as soon as any host commits;
+    # the interval stays the backstop.
+    feed = store.listen() if args.follow and isinstance(store, Notifying) else None
+    try:
+        return _print_history(store, out, args, feed)
+    finally:
+        if feed is not None:
+            feed.close()
+
+
+def _print_history(
+    store: Store, out: Out, args: argparse.Namespace, feed: ChangeFeed | None
+) -> int:
     last: int = args.after
     polls = 0
     while True:
@@ -296,7 +311,10 @@ def _events(store: Store, out: Out, args: argparse.Namespace) -> int:
         polls += 1
         if not args.follow or (args.max_polls and polls >= args.max_polls):
             return EXIT_OK
-        time.sleep(args.interval)
+        if feed is not None:
+            feed.wait(args.interval)
+        else:
+            time.sleep(args.interval)
 
 
 def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ from ..storage import (
     Edit,
     Execution,
     Lease,
+    Notifying,
     Plan,
     Store,
     check_id,
@@ -71,6 +72,7 @@ from ._results import (
 )
 from ._run_events import RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
+from ._store_watch import watch_store
 from ._transitions import bounded_reason
 
 __all__ = ["Runtime", "open_runtime"]
@@ -365,13 +367,13 @@ class Runtime(RuntimeEvents):
         """Resume every stored execution that was running and that nobody holds a live lease
         on (e.g. after this process crashed or shut down). Busy ones are skipped."""
         listing = await anyio.to_thread.run_sync(self._store.list)
-        now = time.time()
         handles = []
         for execution in listing.executions:
             if execution.status not in ("running", "planned") or execution.id in self._live:
                 continue
-            if holder(execution.lease, now) is not None:
-                continue
+            # Whether its lease is live is the store's to decide, on the store's clock (a
+            # shared server's, not this host's): acquiring refuses a live one, and exactly
+            # one of the hosts recovering at once wins each execution.
             try:
                 handles.append(await self.resume(execution.id))
             except ExecutionBusy:
@@ -564,7 +566,8 @@ async def open_runtime(
                 raise TypeError(f"{kind} {key} is not callable")
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
-    backend, close = open_store(store)
+    # In a thread: opening a server's store connects (and a file store may create it).
+    backend, close = await anyio.to_thread.run_sync(open_store, store)
     try:
         async with open_system("mainspring-runtime", root=RootSupervisor) as system:
             committer = await open_committer(system, backend)
@@ -595,6 +598,8 @@ async def open_runtime(
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)
+            if isinstance(backend, Notifying):  # controls from other hosts, at once
+                await watch_store(system, backend, runtime._live, committer.durable)
             try:
                 yield runtime
             finally:
@@ -605,4 +610,5 @@ async def open_runtime(
                     bus.close()
                     await runtime._followers.close()  # before the store closes
     finally:
-        close()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(close)

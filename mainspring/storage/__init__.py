@@ -57,10 +57,12 @@ newer one with a clear error.
 """
 
 from .._public import publish
+from ._backend import ChangeFeed as ChangeFeed
 from ._backend import CommitOutcome as CommitOutcome
 from ._backend import Edit as Edit
 from ._backend import LeaseResult as LeaseResult
 from ._backend import Listing as Listing
+from ._backend import Notifying as Notifying
 from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import holder as holder
@@ -154,6 +156,7 @@ __all__ = [
     "AbsentDimension",
     "AgentTaskRecord",
     "BudgetInfo",
+    "ChangeFeed",
     "Checkpoint",
     "CommitOutcome",
     "CommitUnknown",
@@ -176,6 +179,7 @@ __all__ = [
     "Listing",
     "MigrationError",
     "MigrationReport",
+    "Notifying",
     "Observation",
     "ObservationCode",
     "Pending",

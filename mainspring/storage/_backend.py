@@ -17,7 +17,7 @@ import re
 import secrets
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -27,10 +27,12 @@ from ._journal import Base
 from ._records import MAX_CONTROLS, Execution, Lease
 
 __all__ = [
+    "ChangeFeed",
     "CommitOutcome",
     "CompareAndSetStore",
     "LeaseResult",
     "Listing",
+    "Notifying",
     "Problem",
     "Store",
     "decide_commit",
@@ -154,6 +156,32 @@ class Store(Protocol):
     def delete(self, execution_id: str) -> bool:
         """Delete a finished (terminal) execution with everything stored about it, history
         included; False if it is not stored or not finished (decided atomically)."""
+        ...
+
+
+class ChangeFeed(Protocol):
+    """Change notices from every host writing to a shared store (see ``Notifying``)."""
+
+    def wait(self, timeout: float) -> list[tuple[str, str]]:
+        """The notices arriving within ``timeout`` s: ``("control", execution id)`` (changed
+        out of run: its runner should look now), ``("history", seq)`` (history committed up
+        to ``seq``), ``("lost", "")`` (notices may have been missed: look at everything)."""
+        ...
+
+    def close(self) -> None:
+        """Stop listening."""
+        ...
+
+
+@runtime_checkable
+class Notifying(Protocol):
+    """A store that tells every host of changes as they commit (PostgreSQL's
+    LISTEN/NOTIFY). Runners then meet a control from another host at once rather than at
+    their next heartbeat, and followers read on at once; heartbeats and polling stay the
+    backstop."""
+
+    def listen(self) -> ChangeFeed:
+        """A new feed of this store's change notices (blocking calls: use a thread)."""
         ...
 
 

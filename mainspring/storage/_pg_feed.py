@@ -33,6 +33,7 @@ class Feed:
         self._channel = channel
         self._conn: Any = None
         self._closed = threading.Event()
+        self._using = threading.Lock()  # held by the thread in ``wait``
         self._connect()
 
     def _connect(self) -> bool:
@@ -51,6 +52,19 @@ class Feed:
 
     def wait(self, timeout: float) -> list[Note]:
         """The notices that arrive within ``timeout`` seconds (returns at the first batch)."""
+        with self._using:
+            notes = self._wait(timeout)
+            if self._closed.is_set():
+                self._drop()  # closed while we waited: the connection is ours to close
+            return notes
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # closing a connection that may be broken
+                conn.close()
+
+    def _wait(self, timeout: float) -> list[Note]:
         if self._closed.is_set():
             return []
         if self._conn is None:
@@ -66,20 +80,20 @@ class Feed:
                 for notify in self._conn.notifies(timeout=0.001):
                     notes.append(_parse(notify.payload))
         except Exception:
-            conn, self._conn = self._conn, None
-            with contextlib.suppress(Exception):  # it is gone either way
-                conn.close()
+            self._drop()  # it is gone either way
             notes.append(("lost", ""))
             time.sleep(0.05)
         return [note for note in notes if note[0]]
 
     def close(self) -> None:
-        """Stop listening; a ``wait`` under way returns within its timeout."""
+        """Stop listening. A ``wait`` under way returns within its timeout and closes the
+        connection then (never closed under a thread using it)."""
         self._closed.set()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # closing a connection that broke
-                conn.close()
+        if self._using.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._using.release()
 
 
 def _parse(payload: str) -> Note:

@@ -46,6 +46,7 @@ from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import Connections, Lost, channel_name, is_driver_error, is_lost, is_retryable
+from ._pg_feed import Feed
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._records import Execution
 
@@ -70,6 +71,15 @@ class CommitUnknown(StorageError, OSError):
 class _Retry(Exception):
     """The transaction certainly did not commit (the connection was lost before COMMIT, or
     the server says it aborted): run the whole call again on a new connection."""
+
+
+class _DecideAgain(_Retry):
+    """The server refused a write as decided (a lease lapsed meanwhile, L4; a deadlock
+    broken): run the call again at once, deciding from what is stored now."""
+
+
+#: A call decided again more often than this is refused: the row cannot be what it says.
+_MAX_DECISIONS = 5
 
 
 def _size_expr(schema: str) -> str:
@@ -185,10 +195,8 @@ class PostgresStore(CompareAndSetStore):
         """Close every connection; the store is unusable afterwards."""
         self._connections.close()
 
-    def listen(self) -> Any:
-        """A feed of this store's change notices from every host (``_pg_feed.Feed``)."""
-        from ._pg_feed import Feed
-
+    def listen(self) -> Feed:
+        """A feed of this store's change notices from every host (``Notifying``)."""
         return Feed(self._connections, self.channel)
 
     # -- the clock and retries -------------------------------------------------------------
@@ -210,9 +218,17 @@ class PostgresStore(CompareAndSetStore):
         ``reconnect_timeout``; each retry re-reads the store (nothing cached is trusted)."""
         deadline = time.monotonic() + self.reconnect_timeout
         pause = 0.05
+        decisions = 0
         while True:
             try:
                 return call(*args, **kwargs)
+            except _DecideAgain as again:
+                decisions += 1
+                if decisions >= _MAX_DECISIONS:
+                    raise StorageError(
+                        f"PostgreSQL at {self.address.shown} refused this write as decided "
+                        f"{decisions} times; nothing of it was written ({again})"
+                    ) from None
             except (_Retry, Lost) as retry:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -376,7 +392,7 @@ class PostgresStore(CompareAndSetStore):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a
                 # deadlock: decided again from scratch, it is answered cleanly.
-                raise _Retry(str(exc).strip()) from None
+                raise _DecideAgain(str(exc).strip().splitlines()[0]) from None
             if is_driver_error(exc):
                 raise StorageError(f"PostgreSQL refused the write: {exc}") from None
             raise exc

@@ -54,8 +54,14 @@ PLAN = ms.Plan(
 OPTIONS: dict[str, Any] = {"lease_ttl": 5.0, "heartbeat_interval": 0.1}
 
 
-async def main(store: str, execution_id: str) -> None:
-    async with ms.open_runtime(store=store, tools=TOOLS, agents=AGENTS, **OPTIONS) as rt:
+#: Hosts on a store that notifies (PostgreSQL): a heartbeat so long that a control which
+#: arrives within seconds can only have come through the notice (LISTEN/NOTIFY).
+SLOW_HEARTBEAT: dict[str, Any] = {"lease_ttl": 120.0, "heartbeat_interval": 60.0}
+
+
+async def main(store: str, execution_id: str, options: str = "default") -> None:
+    chosen = SLOW_HEARTBEAT if options == "slow-heartbeat" else OPTIONS
+    async with ms.open_runtime(store=store, tools=TOOLS, agents=AGENTS, **chosen) as rt:
         handle = await rt.start("cross-process", PLAN, execution_id=execution_id)
         result = await handle.wait()
         stopped = type(result.stopped_by).__name__ if result.stopped_by else "None"

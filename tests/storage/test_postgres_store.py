@@ -1,0 +1,154 @@
+"""What PostgresStore adds to the contract: leases on the server's clock, fencing in the
+statement that writes (L4), and the own-write cache trusted only while the row says so."""
+
+from __future__ import annotations
+
+import attrs
+import psycopg
+import pytest
+
+import mainspring as ms
+from tests._postgres import postgres_url, server_url
+
+__all__ = ["postgres_url"]  # a fixture
+
+
+def _execution(execution_id: str = "ex-1") -> ms.storage.Execution:
+    return ms.storage.Execution(id=execution_id, goal="g", created_at=1.0, updated_at=1.0)
+
+
+def _server_now() -> float:
+    with psycopg.connect(server_url()) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _sql(store: ms.storage.PostgresStore, statement: str) -> None:
+    """Change the stored row behind the store's back (as another host's bug, or time, would)."""
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        conn.execute(statement.replace("{table}", f'"{store.schema}".executions'))
+
+
+@pytest.fixture
+def store(postgres_url: str) -> ms.storage.PostgresStore:
+    made = ms.storage.PostgresStore(postgres_url)
+    yield made  # type: ignore[misc]
+    made.close()
+
+
+def test_lease_times_are_the_servers_clock(store: ms.storage.PostgresStore) -> None:
+    store.create(_execution())
+    before = _server_now()
+    result = store.acquire("ex-1", "host-a:1:x", 30.0)
+    after = _server_now()
+    assert result.acquired
+    assert result.lease is not None
+    assert before + 30.0 <= result.lease.expires_at <= after + 30.0
+
+
+def test_L4_a_lease_that_lapsed_on_the_server_is_refused_in_the_writing_statement(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """The store's cached copy says the lease is live (it wrote it), but on the server it
+    has lapsed: the commit's UPDATE checks the lease itself and writes nothing."""
+    store.create(_execution())
+    assert store.acquire("ex-1", "host-a:1:x", 60.0).acquired
+    live = store.get("ex-1")
+    assert live is not None
+    # The lease lapses on the server (its columns and the record alike), the stamp unchanged:
+    # the store's cache still holds it live.
+    _sql(
+        store,
+        "UPDATE {table} SET lease_expires = 0, head = convert_to(jsonb_set(convert_from("
+        "head, 'UTF8')::jsonb, '{lease,expires_at}', '0.0')::text, 'UTF8') WHERE id = 'ex-1'",
+    )
+    outcome = store.commit_progress(attrs.evolve(live, goal="stale write"), "host-a:1:x")
+    assert outcome is ms.storage.CommitOutcome.RELEASED
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "g"  # nothing of the stale write
+
+
+def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_write(
+    postgres_url: str,
+) -> None:
+    """A clock that jumps past the lease between the decision and the write: the decision
+    says yes, the statement says no, and the call answers as the store now stands."""
+    now = [1_000.0]
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        return now[0]
+
+    store = ms.storage.PostgresStore(postgres_url, clock=clock)
+    try:
+        store.create(_execution())
+        assert store.acquire("ex-1", "host-a:1:x", 10.0).acquired
+        live = store.get("ex-1")
+        assert live is not None
+        original = store._write
+
+        def write_later(*args: object) -> bool:
+            now[0] = 1_020.0  # the lease (to 1,010) lapses as the write is made
+            return original(*args)  # type: ignore[arg-type]
+
+        store._write = write_later  # type: ignore[method-assign]
+        outcome = store.commit_progress(attrs.evolve(live, goal="too late"), "host-a:1:x")
+        assert outcome is ms.storage.CommitOutcome.RELEASED
+        store._write = original  # type: ignore[method-assign]
+        stored = store.get("ex-1")
+        assert stored is not None
+        assert stored.goal == "g"
+    finally:
+        store.close()
+
+
+def test_a_row_another_host_wrote_is_read_again_not_taken_from_the_cache(
+    store: ms.storage.PostgresStore, postgres_url: str
+) -> None:
+    store.create(_execution())
+    assert store.acquire("ex-1", "host-a:1:x", 60.0).acquired
+    other = ms.storage.PostgresStore(postgres_url)
+    try:
+        assert other.edit("ex-1", lambda e, now: attrs.evolve(e, goal="edited on host B"))
+    finally:
+        other.close()
+    renewed = store.renew("ex-1", "host-a:1:x", 60.0)
+    assert renewed[0] is ms.storage.CommitOutcome.OK
+    assert renewed[1] is not None
+    assert renewed[1].goal == "edited on host B"
+
+
+def test_history_sequences_are_unique_and_in_commit_order_across_stores(
+    postgres_url: str,
+) -> None:
+    stores = [ms.storage.PostgresStore(postgres_url) for _ in range(3)]
+    try:
+        for n, store in enumerate(stores):
+            for k in range(5):
+                assert store.create(_execution(f"ex-{n}-{k}"))
+        seqs = [event.seq for event in stores[0].history(limit=10_000)]
+        assert seqs == sorted(set(seqs))
+        assert len(seqs) == 15
+        tail = stores[1].history(after=seqs[6])
+        assert [event.seq for event in tail] == seqs[7:]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_row_whose_lease_columns_contradict_its_record_is_refused_not_retried_forever(
+    store: ms.storage.PostgresStore,
+) -> None:
+    store.create(_execution())
+    assert store.acquire("ex-1", "host-a:1:x", 60.0).acquired
+    live = store.get("ex-1")
+    assert live is not None
+    _sql(store, "UPDATE {table} SET lease_expires = 0 WHERE id = 'ex-1'")  # the record says live
+    with pytest.raises(ms.storage.StorageError, match="refused this write as decided"):
+        store.commit_progress(attrs.evolve(live, goal="x"), "host-a:1:x")
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "g"
