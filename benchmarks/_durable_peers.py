@@ -58,8 +58,10 @@ def dbos_steps_per_second(
     workflows: int = 20,
     concurrency: int = 1,
     on_start: Callable[[], None] | None = None,
+    system_database_url: str | None = None,
 ) -> float:
-    """DBOS workflows of ``steps`` sequential steps on its SQLite system database.
+    """DBOS workflows of ``steps`` sequential steps on its SQLite system database (or on the
+    database ``system_database_url`` names, e.g. a PostgreSQL one; see ``bench_postgres.py``).
 
     ``concurrency`` workflows are kept in flight until ``workflows`` have finished. Above one,
     they are started with ``DBOS.start_workflow`` (sync workflows on DBOS's own thread pool), the
@@ -73,11 +75,12 @@ def dbos_steps_per_second(
     from dbos import DBOS
 
     workflow = _dbos_workflow()
-    database = _fresh(workdir / "dbos.sqlite")
+    if system_database_url is None:
+        system_database_url = f"sqlite:///{_fresh(workdir / 'dbos.sqlite')}"
     DBOS(
         config={
             "name": "mainspring-bench",
-            "system_database_url": f"sqlite:///{database}",
+            "system_database_url": system_database_url,
             "log_level": "WARNING",
         }
     )
