@@ -564,7 +564,8 @@ async def open_runtime(
                 raise TypeError(f"{kind} {key} is not callable")
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
-    backend, close = open_store(store)
+    # Off the loop: opening a server store connects (and may create its schema).
+    backend, close = await anyio.to_thread.run_sync(open_store, store)
     try:
         async with open_system("mainspring-runtime", root=RootSupervisor) as system:
             committer = await open_committer(system, backend)
@@ -605,4 +606,5 @@ async def open_runtime(
                     bus.close()
                     await runtime._followers.close()  # before the store closes
     finally:
-        close()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(close)
