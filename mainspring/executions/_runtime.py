@@ -558,7 +558,7 @@ async def open_runtime(
     tools, skills, agents = check_registries(tools, skills, agents)
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
-    # In a thread: opening a server's store connects (and a file store may create it).
+    # Off the loop: opening a server store connects (and may create its schema).
     backend, close = await anyio.to_thread.run_sync(open_store, store)
     try:
         async with open_system("mainspring-runtime", root=RootSupervisor) as system:

@@ -38,11 +38,19 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
+#: SQLSTATEs that end the session: class 08 (connection exception), the server shutting
+#: down or not yet up (57P01-57P03), a session timeout (25P03, 57P05).
+_SESSION_ENDED = ("57P01", "57P02", "57P03", "25P03", "57P05")
+
+
 def is_lost(exc: BaseException, conn: Any) -> bool:
-    """True when ``exc`` means the connection is gone (not the server refusing a statement):
-    the connection is marked broken or is no longer OK, the server is shutting down or
-    ended the session, a connection error (SQLSTATE class 08), or a client-side error with
-    no SQLSTATE (e.g. a pipeline cut mid-flight)."""
+    """True when ``exc`` means the connection is gone (not the server refusing a statement).
+
+    The whole chain counts: a session ended while a pipeline was busy surfaces as "cannot
+    exit pipeline mode while busy" raised over the server's "terminating connection", on a
+    connection not yet marked broken. Taking a live connection for lost is safe (the
+    transaction is then settled by its id); the reverse would report a refusal that was not.
+    """
     psycopg, _ = _psycopg()
     if isinstance(exc, Lost):
         return True
@@ -52,19 +60,20 @@ def is_lost(exc: BaseException, conn: Any) -> bool:
         return True
     if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
         return True
-    errors = psycopg.errors
-    if isinstance(
-        exc,
-        errors.AdminShutdown
-        | errors.CrashShutdown
-        | errors.CannotConnectNow
-        | errors.IdleInTransactionSessionTimeout,
-    ):
-        return True
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate is not None and sqlstate.startswith("08"):
-        return True
-    return isinstance(exc, psycopg.OperationalError) and sqlstate is None
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, Lost):
+            return True
+        if isinstance(link, psycopg.Error):
+            state = link.sqlstate
+            if state is None and isinstance(link, psycopg.OperationalError):
+                return True  # the client's side of the connection failed, not a statement
+            if state is not None and (state.startswith("08") or state in _SESSION_ENDED):
+                return True
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def is_driver_error(exc: BaseException) -> bool:
@@ -161,6 +170,13 @@ class Connections:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._pool.close()
+
+    def check(self) -> None:
+        """Test every idle connection and replace those that broke meanwhile (a restarted
+        server, ended sessions): a retry after a lost connection must not take another
+        dead one from the pool, which it would if the pause before it outlasted them all."""
+        with contextlib.suppress(Exception):  # the server may still be away: the retry says
+            self._pool.check()
 
     @contextlib.contextmanager
     def _borrowed(self) -> Iterator[Any]:

@@ -238,6 +238,7 @@ class PostgresStore(CompareAndSetStore):
                     ) from None
                 time.sleep(pause)  # a worker thread's wait, never an event loop's
                 pause = min(pause * 2, 1.0)
+                self._connections.check()
 
     # -- reading ---------------------------------------------------------------------------
 
