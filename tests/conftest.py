@@ -10,6 +10,7 @@ while a test merely slowed by another process or by coverage's tracing passes.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,15 @@ _TRIO_STEPS = _loop_guard.trio_instrument()
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     backend: tuple[str, dict[str, Any]] = request.param
     return backend
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported and collected so far (the test modules, hypothesis, psycopg...)
+    # lives until the end: moved out of the collector's generations, a full collection
+    # during a test scans what the tests make, not the whole suite's heap. Without it a
+    # collection on a loaded machine can hold one step past the loop guard's limit.
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_configure(config: pytest.Config) -> None:

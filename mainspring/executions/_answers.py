@@ -18,9 +18,10 @@ import anyio
 import anyio.to_thread
 
 from ..actors import ActorDeadError, ActorRef, MailboxFull
-from ..storage import Committer, Store, holder, parse_agent_tasks
+from ..storage import Committer, LeaseResult, Store, holder, parse_agent_tasks
+from ._handle import ExecutionBusy
 from ._record_controls import answer_request_edit
-from ._run_messages import Heartbeat
+from ._run_messages import Heartbeat, RunConfig
 
 __all__ = ["answer_elsewhere", "request_answer", "wait_taken"]
 
@@ -47,15 +48,27 @@ async def request_answer(
 
 
 async def answer_elsewhere(
-    committer: Committer, by: str, execution_id: str, answer: str, patience: float
-) -> Literal["taken", "released", "waiting"] | None:
-    """R8 for a run live on another host: write the answer, then wait (up to ``patience``
-    s) until its runner took it, or ended without it (``"released"``: the caller resumes
-    it, and the resume applies the stored answer). None if nothing was written."""
+    committer: Committer,
+    by: str,
+    execution_id: str,
+    answer: str,
+    cfg: RunConfig,
+    refused: LeaseResult,
+) -> Literal["taken", "released"] | None:
+    """R8 for a run live on another host (``refused``: our acquire's answer): write the
+    answer, then wait about one heartbeat until its runner took it, or ended without it
+    (``"released"``: the caller resumes it, and the resume applies the stored answer).
+    None if nothing was written; ExecutionBusy if the runner has not taken it yet (the
+    answer stays on the record for it, or for the next resume)."""
     task_id = await request_answer(committer, by, execution_id, answer, None)
     if task_id is None:
         return None
-    return await wait_taken(committer.store, execution_id, task_id, patience)
+    patience = cfg.heartbeat_interval + 1.0
+    how = await wait_taken(committer.store, execution_id, task_id, patience)
+    if how == "waiting":
+        kept = "; the answer is kept: it goes to the run when its runner next checks the "
+        raise ExecutionBusy(execution_id, refused.lease, f"{refused.reason}{kept}record")
+    return how
 
 
 async def wait_taken(

@@ -337,11 +337,11 @@ class Runtime(RuntimeEvents):
             if answer is not None and not approve and max_calls is None:
                 # R8 across hosts: the run is live elsewhere; its runner takes the answer.
                 how = await answer_elsewhere(
-                    self._committer, cfg.owner, execution_id, answer, 2 * cfg.lease_ttl
+                    self._committer, cfg.owner, execution_id, answer, cfg, acquired
                 )
                 if how == "released":  # it ended first: the stored answer goes with a resume
                     return await self._resume(execution_id, None, False, None)
-                if how is not None:
+                if how == "taken":
                     handle._resolve(result_from(await self._require(execution_id)))
                     return handle
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)

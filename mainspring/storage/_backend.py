@@ -438,8 +438,11 @@ class CompareAndSetStore:
             updated = decide_heartbeat(stored, owner, ttl, self._clock())
             if updated is None:
                 return False
-            self._store(base, updated)
-            return True
+            assert base is not None
+            assert updated.lease is not None
+            # Fenced like a commit (L4): a lease that lapsed while this call waited is not
+            # revived by it.
+            return self._store_fenced(base, updated, owner, updated.lease.epoch)
 
     def release(self, execution_id: str, owner: str) -> bool:
         """L3: the owner gives the lease up; False if it was not the owner."""

@@ -204,7 +204,7 @@ class PostgresStore(CompareAndSetStore):
     def _clock(self) -> float:
         if self._test_clock is not None:
             return self._test_clock()
-        if self._conn is not None:  # in a transaction: the time its rows were locked
+        if self._conn is not None:  # in a transaction: read with its first row locks
             if self._txid is None:
                 self._lock_rows(())
             assert self._now is not None
