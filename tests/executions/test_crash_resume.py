@@ -13,8 +13,10 @@ call and inner step) then shows:
 - every record parses, right after the kill and at the end (E7, E8);
 - the agent that asked got the answer (R8), exactly once.
 
-Trials per backend: ``--trials N`` (see conftest.py) or ``MAINSPRING_RUNTIME_CRASH_TRIALS``;
-the default, 50 per backend, gives 100 per run.
+The backends: SQLite, the file store and PostgreSQL (a schema of each trial's own on the test
+server; the processes are hosts sharing it). Trials per backend: ``--trials N`` (see
+conftest.py) or ``MAINSPRING_RUNTIME_CRASH_TRIALS``; the default, 50 each on SQLite and files
+and 16 on PostgreSQL (a process there also connects to a server), gives 116 per run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import pytest
 
 import mainspring as ms
+from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 from ._crash_worker import ANSWER, ASKER, build_plan
 
@@ -42,8 +45,10 @@ WORKER = Path(__file__).with_name("_crash_worker.py")
 REPO = Path(ms.__file__).parent.parent
 EXECUTION = "crash-ex"
 SEED = 20261201
-DEFAULT_TRIALS = 50  # per backend
-BATCH = 25  # trials per test item: each stays well inside the per-test timeout
+BACKENDS = ("sqlite", "file", "postgresql")
+DEFAULT_TRIALS = {"sqlite": 50, "file": 50, "postgresql": 16}
+#: Trials per test item: each stays well inside the per-test timeout.
+BATCH = {"sqlite": 25, "file": 25, "postgresql": 8}
 #: The kill lands uniformly within this many times an undisturbed run's length after the run
 #: started (measured per batch, so a slower machine gets later kills): most kills land
 #: mid-run, a few after it finished.
@@ -55,33 +60,55 @@ AGENTS = {step.id: step.input for step in PLAN.steps if step.agent is not None}
 INNER = [f"{sid}.i{i}" for sid, spec in AGENTS.items() for i in range(spec["inner"])]
 
 
-def _trials(config: pytest.Config) -> int:
+def _trials(config: pytest.Config, backend: str) -> int:
     option = config.getoption("trials", default=None)
     if option is not None:
         return int(option)
-    return int(os.environ.get("MAINSPRING_RUNTIME_CRASH_TRIALS", str(DEFAULT_TRIALS)))
+    given = os.environ.get("MAINSPRING_RUNTIME_CRASH_TRIALS")
+    return int(given) if given else DEFAULT_TRIALS[backend]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "batch" not in metafunc.fixturenames:
         return
-    total = _trials(metafunc.config)
-    batches = [range(start, min(start + BATCH, total)) for start in range(0, total, BATCH)]
-    metafunc.parametrize("batch", batches, ids=[f"trials{b.start}-{b.stop - 1}" for b in batches])
+    params = []
+    for backend in BACKENDS:
+        total, size = _trials(metafunc.config, backend), BATCH[backend]
+        # A PostgreSQL trial's processes start slower (they connect): a loaded machine gets time.
+        marks = [pytest.mark.timeout(300)] if backend == "postgresql" else []
+        params += [
+            pytest.param(backend, range(start, min(start + size, total)), marks=marks,
+                         id=f"{backend}-trials{start}-{min(start + size, total) - 1}")
+            for start in range(0, total, size)
+        ]  # fmt: skip
+    metafunc.parametrize(("backend", "batch"), params)
 
 
-def _open(backend: str, path: Path) -> ms.storage.Store:
+def _open(backend: str, path: Path | str) -> ms.storage.Store:
+    if backend == "postgresql":
+        return ms.storage.PostgresStore(str(path), read_only=True)
     return ms.storage.SqliteStore(path) if backend == "sqlite" else ms.storage.FileStore(path)
 
 
-def _read(backend: str, path: Path) -> tuple[ms.storage.Execution, tuple[ms.storage.Problem, ...]]:
+def _place(backend: str, where: Path, schemas: list[str]) -> Path | str:
+    """Where a trial's store lives: a file or directory in ``where``, or a PostgreSQL schema
+    of its own (noted in ``schemas``, dropped when the test ends)."""
+    if backend == "postgresql":
+        schemas.append(fresh_schema())
+        return with_schema(require_server(), schemas[-1])
+    return where / ("store.sqlite3" if backend == "sqlite" else "store")
+
+
+def _read(
+    backend: str, path: Path | str
+) -> tuple[ms.storage.Execution, tuple[ms.storage.Problem, ...]]:
     """The execution and the listing's problems, from a fresh handle (reading never writes)."""
     store = _open(backend, path)
     try:
         execution = store.get(EXECUTION)  # parses, or this raises
         problems = store.list().problems
     finally:
-        if isinstance(store, ms.storage.SqliteStore):
+        if isinstance(store, ms.storage.SqliteStore | ms.storage.PostgresStore):
             store.close()
     assert execution is not None
     return execution, problems
@@ -97,13 +124,23 @@ def _ledger(path: Path) -> list[tuple[str, str, str]]:
     return lines
 
 
-def _spawn(mode: str, store: Path, where: Path, seed: int, n: int = 0) -> subprocess.Popen[bytes]:
+def _lease_env(store: Path | str) -> dict[str, str]:
+    """PostgreSQL: a 2 s lease. With 1 s a loaded machine (load 8-10, a trial's renewals
+    queued behind its durable commits) once let a live run's lease lapse: the run stopped,
+    the worker resumed it and re-ran the steps in flight in the process that was then killed,
+    which this test counts as a step run twice before the kill."""
+    return {"MAINSPRING_CRASH_LEASE_TTL": "2.0"} if isinstance(store, str) else {}
+
+
+def _spawn(
+    mode: str, store: Path | str, where: Path, seed: int, n: int = 0
+) -> subprocess.Popen[bytes]:
     with (where / f"{mode}{n}.err").open("wb") as stderr:  # the child keeps its own copy
         return subprocess.Popen(
-            [sys.executable, WORKER, mode, store, where / "ledger", EXECUTION, str(seed)],
+            [sys.executable, WORKER, mode, str(store), where / "ledger", EXECUTION, str(seed)],
             stdout=subprocess.PIPE,
             stderr=stderr,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(REPO), **_lease_env(store)},
         )
 
 
@@ -121,11 +158,11 @@ def _wait_ready(child: subprocess.Popen[bytes], where: Path) -> None:
         pytest.fail(f"the start worker in {where} did not start ({line!r})\n{_stderr(where)}")
 
 
-def _run_length(tmp_path: Path, backend: str) -> float:
+def _run_length(tmp_path: Path, backend: str, schemas: list[str]) -> float:
     """How long an undisturbed run takes here, from ``ready`` to completed."""
     where = tmp_path / "undisturbed"
     where.mkdir()
-    store = where / ("store.sqlite3" if backend == "sqlite" else "store")
+    store = _place(backend, where, schemas)
     child = _spawn("start", store, where, SEED)
     _wait_ready(child, where)
     began = time.monotonic()
@@ -141,13 +178,15 @@ def _run_length(tmp_path: Path, backend: str) -> float:
     return took
 
 
-def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[str, Any]:
+def _trial(
+    tmp_path: Path, backend: str, trial: int, run_length: float, schemas: list[str]
+) -> dict[str, Any]:
     rng = random.Random(f"{SEED}:{backend}:{trial}")
     seed = rng.randrange(2**31)
     delay = rng.uniform(0.0, KILL_SPAN * run_length)
     where = tmp_path / f"t{trial}"
     where.mkdir()
-    store = where / ("store.sqlite3" if backend == "sqlite" else "store")
+    store = _place(backend, where, schemas)
     about = f"trial {trial} ({backend}, seed {seed}, kill after {delay * 1000:.0f} ms) in {where}"
 
     # 1. Start, and SIGKILL the run at a random moment.
@@ -271,10 +310,14 @@ def _trial(tmp_path: Path, backend: str, trial: int, run_length: float) -> dict[
     }
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "file"])
 def test_kill_9_then_resume_reruns_only_what_was_in_flight(
     tmp_path: Path, backend: str, batch: range, crash_stats: list[dict[str, object]]
 ) -> None:
-    run_length = _run_length(tmp_path, backend)
-    for trial in batch:
-        crash_stats.append(_trial(tmp_path, backend, trial, run_length))
+    schemas: list[str] = []
+    try:
+        run_length = _run_length(tmp_path, backend, schemas)
+        for trial in batch:
+            crash_stats.append(_trial(tmp_path, backend, trial, run_length, schemas))
+    finally:
+        for schema in schemas:
+            drop_schema(schema)

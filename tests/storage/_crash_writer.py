@@ -16,7 +16,13 @@ from mainspring.storage import _file
 def main() -> None:
     backend, path, ledger_path, owner = sys.argv[1:5]
     _file._COMPACT_AT = 16 * 1024  # compactions during the trial, not after hours of it
-    store = ms.storage.FileStore(path) if backend == "file" else ms.storage.SqliteStore(path)
+    store: ms.storage.Store
+    if backend == "file":
+        store = ms.storage.FileStore(path)
+    elif backend == "sqlite":
+        store = ms.storage.SqliteStore(path)
+    else:  # a store URL: kills land mid-transaction and mid-COMMIT
+        store = ms.storage.PostgresStore(path)
     ledger = os.open(ledger_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     padding = "x" * 500
     print("ready", flush=True)
