@@ -5,18 +5,28 @@ The guard (``tests/_loop_guard.py``) charges each asyncio callback and trio task
 thread's CPU time and its time asleep, so a test that calls ``time.sleep`` or spins fails,
 while a test merely slowed by another process or by coverage's tracing passes.
 ``MAINSPRING_LOOP_GUARD_LIMIT`` (seconds, default 0.25) sets the limit.
+
+Property tests draw a quarter of their examples in the default run (Hypothesis profile
+``quick``) and all of them with ``HYPOTHESIS_PROFILE=thorough``, which ``.ci/run`` uses; see
+``tests/_examples.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
-from tests import _loop_guard
+from tests import _examples, _loop_guard
+
+settings.register_profile("quick", max_examples=_examples.FULL // 4)
+settings.register_profile("thorough", max_examples=_examples.FULL)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 _loop_guard.install_asyncio_hook()
 _TRIO_STEPS = _loop_guard.trio_instrument()

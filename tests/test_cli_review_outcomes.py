@@ -42,6 +42,19 @@ async def _shell(*argv: str) -> subprocess.CompletedProcess[str]:
     return await anyio.to_thread.run_sync(lambda: _command(*argv))
 
 
+async def _shells(*argvs: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Each ``argv`` in a process of its own, all at once (they only read): in order."""
+    done: list[subprocess.CompletedProcess[str] | None] = [None] * len(argvs)
+
+    async def one(i: int) -> None:
+        done[i] = await _shell(*argvs[i])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(argvs)):
+            tg.start_soon(one, i)
+    return [d for d in done if d is not None]
+
+
 async def test_V3_a_cancel_from_the_command_in_another_process_reaches_the_tool_as_that_cancel(
     tmp_path: Path,
 ) -> None:
@@ -132,22 +145,26 @@ def _no_secret(text: str) -> None:
 
 async def test_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Path) -> None:
     store = await _rich_record(tmp_path)
-    for argv in (
-        ("show", "ex-rich"),
-        ("ls",),
-        ("tasks",),
-        ("tasks", "ex-rich"),
-        ("events",),
-        ("doctor",),
-    ):
-        for extra in ((), ("--json",)):
-            done = await _shell("--store", store, *extra, *argv)
-            assert done.returncode == 0, (argv, extra, done.stderr)
-            assert done.stderr == "", (argv, extra, done.stderr)
-            _no_secret(done.stdout)
-            if extra:
-                for line in done.stdout.splitlines() if argv[0] == "events" else [done.stdout]:
-                    json.loads(line)
+    reads = [
+        (argv, extra)
+        for argv in (
+            ("show", "ex-rich"),
+            ("ls",),
+            ("tasks",),
+            ("tasks", "ex-rich"),
+            ("events",),
+            ("doctor",),
+        )
+        for extra in ((), ("--json",))
+    ]
+    results = await _shells(*(("--store", store, *extra, *argv) for argv, extra in reads))
+    for (argv, extra), done in zip(reads, results, strict=True):
+        assert done.returncode == 0, (argv, extra, done.stderr)
+        assert done.stderr == "", (argv, extra, done.stderr)
+        _no_secret(done.stdout)
+        if extra:
+            for line in done.stdout.splitlines() if argv[0] == "events" else [done.stdout]:
+                json.loads(line)
 
 
 async def test_show_tells_the_operator_what_12_added(tmp_path: Path) -> None:
@@ -207,15 +224,19 @@ def _to_old_format(store: str, execution_id: str) -> None:
 async def test_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Path) -> None:
     store = await _rich_record(tmp_path)
     await anyio.to_thread.run_sync(_to_old_format, store, "ex-rich")
-    for argv in (("show", "ex-rich"), ("ls",), ("tasks",), ("events",), ("doctor",)):
-        for extra in ((), ("--json",)):
-            done = await _shell("--store", store, *extra, *argv)
-            assert done.returncode == 0, (argv, extra, done.stdout, done.stderr)
-            assert done.stderr == "", (argv, extra, done.stderr)
-            _no_secret(done.stdout)
-    done = await _shell("--store", store, "show", "ex-rich")
-    assert "3 evidence" in done.stdout  # the provenance string became an item too
-    (task,) = json.loads((await _shell("--store", store, "--json", "tasks")).stdout)
+    reads = [
+        (argv, extra)
+        for argv in (("show", "ex-rich"), ("ls",), ("tasks",), ("events",), ("doctor",))
+        for extra in ((), ("--json",))
+    ]
+    results = await _shells(*(("--store", store, *extra, *argv) for argv, extra in reads))
+    for (argv, extra), done in zip(reads, results, strict=True):
+        assert done.returncode == 0, (argv, extra, done.stdout, done.stderr)
+        assert done.stderr == "", (argv, extra, done.stderr)
+        _no_secret(done.stdout)
+    shown, listed = results[0], results[5]  # show ex-rich, tasks --json
+    assert "3 evidence" in shown.stdout  # the provenance string became an item too
+    (task,) = json.loads(listed.stdout)
     (finding,) = task["findings"]
     assert [e["kind"] for e in finding["evidence"]] == ["note", "note", "provenance"]
     assert finding["evidence"][0]["detail"] == "read notes.md, line 3"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 import mainspring as ms
+from tests._examples import examples
 
 from ..strategies import sender_plans
 
@@ -27,7 +28,7 @@ class Log(ms.Actor):
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(plan=sender_plans)
 def test_every_message_arrives_once_in_per_sender_order(
     backend: str, plan: tuple[list[int], int]

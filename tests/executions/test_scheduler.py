@@ -13,6 +13,7 @@ import mainspring as ms
 from mainspring.executions._results import shortfall
 from mainspring.executions._scheduler import Schedule, approval_key, cost, pick
 from mainspring.executions._status import IllegalTransition
+from tests._examples import examples
 
 
 def _plan(*steps: tuple[str, str, Sequence[str]], approval: bool = False) -> ms.Plan:
@@ -272,7 +273,7 @@ def _dags(draw: st.DrawFn) -> ms.Plan:
     return _plan(*steps)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(plan=_dags(), data=st.data())
 def test_any_dag_runs_to_the_end_and_never_starts_a_step_early(
     plan: ms.Plan, data: st.DataObject

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import mainspring as ms
 from tests import strategies
+from tests._examples import examples
 
 from ._kit import (
     FAST,
@@ -226,7 +227,7 @@ def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> No
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     operation=st.from_regex(r"op-[0-9a-f]{1,12}", fullmatch=True),
     task_id=strategies.ids,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import mainspring as ms
 from mainspring.executions._task_raw import task_raw
 from tests import strategies as strat
+from tests._examples import examples
 
 
 @st.composite
@@ -43,7 +44,7 @@ def _changed(draw: st.DrawFn, task: ms.storage.AgentTaskRecord) -> ms.storage.Ag
     return attrs.evolve(task, **changes)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data(), task=strat.agent_tasks)
 def test_a_task_rebuilt_from_its_last_save_equals_it_unstructured_whole(
     data: st.DataObject, task: ms.storage.AgentTaskRecord

@@ -25,6 +25,7 @@ from mainspring.storage._frames import (
     replace_file,
     scan_frames,
 )
+from tests._examples import examples
 
 MAX_FRAME = 1 << 20
 KIND = "journal ex-1"
@@ -74,7 +75,7 @@ def test_a_frame_is_its_header_then_its_payload() -> None:
 
 
 @given(st.lists(st.binary(max_size=300), max_size=30))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_any_payloads_round_trip(payloads: list[bytes]) -> None:
     data = _journal(payloads)
     assert _scan(data) == Scan(payloads=tuple(payloads), valid_length=len(data), torn=False)

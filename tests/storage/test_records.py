@@ -24,12 +24,13 @@ from mainspring.storage._codec import (
     unstructure,
 )
 from mainspring.storage._errors import RecordError, TooLarge
+from tests._examples import examples
 
 from ..strategies import agent_tasks, executions, json_values, record_values
 
 
 @given(record_values)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_every_record_kind_round_trips(record: Any) -> None:
     data = encode(record)
     assert decode(data, type(record)) == record
@@ -52,7 +53,7 @@ def mutated(draw: st.DrawFn) -> tuple[type[Any], dict[str, Any]]:
 
 
 @given(mutated())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_malformed_input_is_refused_or_taken_exactly_never_coerced(
     case: tuple[type[Any], dict[str, Any]],
 ) -> None:

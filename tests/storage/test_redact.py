@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 
 from mainspring.storage._redact import redact, redact_flagged, register_secret
+from tests._examples import examples
 
 from .._exact import same
 from ..strategies import exact_values
@@ -208,7 +209,7 @@ def test_E5_masked_non_string_keys_never_collapse() -> None:
 
 
 @given(value=exact_values)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_E10_nothing_to_mask_is_reported_unchanged_nan_included(value: object) -> None:
     # The strategy holds only values redaction leaves alone (NaN keys and members too).
     out, changed = redact_flagged(value)

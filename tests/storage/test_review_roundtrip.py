@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import mainspring as ms
 from mainspring.storage import Checkpoint, Execution, FileStore, Observation, PlanStep, SqliteStore
 from mainspring.storage import _file as file_module
+from tests._examples import examples
 
 IDS = ["a", "b", "c", "d", "e", "f"]
 
@@ -262,7 +263,7 @@ def _start() -> Execution:
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @pytest.mark.parametrize("compact_at", [None, 600])
 @settings(
-    max_examples=120,
+    max_examples=examples(120),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -34,6 +34,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._codec import decode, encode, structure, unstructure
 from mainspring.storage._records import Plan, PlanStep
+from tests._examples import examples
 
 from .._exact import same
 from ..strategies import exact_values, json_values
@@ -83,7 +84,9 @@ def _through(kind: str, value: Any, where: Path) -> tuple[Any, Any]:
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @given(value=exact_values)
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_E10_every_storable_value_reads_back_exactly_from_each_store(kind: str, value: Any) -> None:
     with tempfile.TemporaryDirectory() as where:
@@ -104,7 +107,7 @@ def test_E10_the_coercions_the_issue_found_are_gone(kind: str, name: str, tmp_pa
 
 
 @given(value=json_values)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_plain_json_is_stored_as_it_is_without_a_copy(value: Any) -> None:
     assert encode_value(value) is value  # the fast path on every commit
     assert decode_value(value) is value
@@ -113,7 +116,7 @@ def test_plain_json_is_stored_as_it_is_without_a_copy(value: Any) -> None:
 
 
 @given(value=exact_values)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_equal_values_store_equal_bytes(value: Any) -> None:
     # Sets and non-string keys are sorted by their stored form: a step input hashes alike in
     # every process, whatever the set's iteration order there.
@@ -325,7 +328,7 @@ def _holds_tag_key(value: Any) -> bool:
 
 
 @given(value=json_values)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_the_hash_of_a_plain_input_is_what_it_always_was(value: Any) -> None:
     from mainspring.executions._plan import step_input_hash
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import mainspring as ms
+from tests._examples import examples
 
 from ..strategies import restart_types, strategies
 from ._kit import FakeClock, Worker, starts
@@ -219,7 +220,7 @@ class TrioSupervisorMachine(SupervisorMachine):
     backend = "trio"
 
 
-_settings = settings(max_examples=80, stateful_step_count=15, deadline=None)
+_settings = settings(max_examples=examples(80), stateful_step_count=15, deadline=None)
 TestSupervisorModelAsyncio = SupervisorMachine.TestCase
 TestSupervisorModelAsyncio.settings = _settings
 TestSupervisorModelTrio = TrioSupervisorMachine.TestCase
