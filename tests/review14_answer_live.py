@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-import mainspring.executions  # noqa: F401 - loaded before any event loop runs
+import mainspring.executions
 
 from ._postgres import drop_schema, fresh_schema, require_server, with_schema
 
@@ -89,9 +89,7 @@ async def test_two_tasks_asking_two_answers_in_a_row_reach_both_tasks(store: str
         if len(targets) == 2:  # both went through the record: the second must target task two
             assert targets == [first_asker.id, second_asker.id], targets
         with anyio.fail_after(30):
-            while len(answers) < 2:
-                await anyio.sleep(0.05)
-        release.set()
+            await release.wait()  # set by the agent once both tasks have their answers
         with anyio.fail_after(30):
             result = await handle.wait()
     assert answers == {"one": "first", "two": "second"}

@@ -20,7 +20,7 @@ import mainspring as ms
 
 from ._postgres import postgres_url  # noqa: F401 - a fixture
 from .executions import _shared
-from .review14_host import Host
+from .review14_host import Host, answerer
 
 pytestmark = pytest.mark.anyio
 
@@ -136,3 +136,27 @@ async def test_an_answer_written_for_a_run_then_paused_is_applied_by_the_next_re
         assert record is not None
     assert again.status == "completed", (first.status, again.status, record.pending)
     assert again.outputs["ask"] == "Lisbon"
+
+
+async def test_an_answer_from_a_host_whose_clock_is_ahead_is_not_reported_busy(
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Host B's clock is an hour fast. B answers A's question (A frozen a moment, so B's
+    check runs before A takes it). The answer is written, and A takes it once it wakes —
+    yet B's call raises ExecutionBusy: ``wait_taken`` decides whether A's lease is live on
+    B's clock (``holder(stored.lease, time.time())``, executions/_answers.py), sees it lapsed,
+    treats it as released and resumes, which the server (its own clock) refuses. A caller told
+    "busy" answers again, or gives up on an answer that was in fact used."""
+    async with _frozen_asker(postgres_url) as a, _host(postgres_url) as watcher:
+        b = answerer(postgres_url, ID, "Lisbon", skew=3600.0)
+        try:
+            await _until(watcher, lambda r: len(r.answer_requests) == 1)  # B's answer written
+            os.kill(a.proc.pid, signal.SIGCONT)
+            assert await a.next_line() == "answered Lisbon"  # A used it
+            said = await anyio.to_thread.run_sync(lambda: b.communicate(timeout=120)[0])
+        finally:
+            if b.poll() is None:
+                b.kill()
+                b.wait()
+        await watcher.cancel(ID, reason="done")
+    assert said.strip().startswith("handle"), said

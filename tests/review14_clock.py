@@ -9,8 +9,10 @@ import pytest
 
 import mainspring as ms
 
-from ._postgres import postgres_url  # noqa: F401 - a fixture
-from ._postgres import server_url
+from ._postgres import (
+    postgres_url,  # noqa: F401 - a fixture
+    server_url,
+)
 from .review14_host import Host
 
 pytestmark = pytest.mark.anyio
@@ -44,6 +46,7 @@ async def test_a_host_whose_clock_is_an_hour_ahead_leaves_no_hour_long_lease_beh
         assert await a.next_line() == "entered"
     finally:
         await anyio.to_thread.run_sync(a.finish)  # SIGKILL: A is gone
+
     def read() -> tuple[ms.storage.Execution | None, float]:
         store = ms.storage.PostgresStore(postgres_url)
         try:

@@ -63,11 +63,11 @@ class Host:
         assert self.proc.stdout is not None
         return self.proc.stdout.readline().strip()
 
-    async def next_line(self, timeout: float = 60) -> str:
+    async def next_line(self, within: float = 60) -> str:
         import anyio
         import anyio.to_thread
 
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(within):
             return await anyio.to_thread.run_sync(self.line)
 
     def finish(self) -> None:
@@ -76,3 +76,42 @@ class Host:
         self.proc.wait(timeout=60)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+
+
+def answer() -> None:
+    """Host B: ``STORE ID ANSWER SKEW``: answer the run (live elsewhere) and print what the
+    call returned: ``handle <status>`` or ``busy <reason>``."""
+    store, execution_id, text, skew = sys.argv[1:5]
+    if float(skew):
+        real = time.time
+        offset = float(skew)
+        time.time = lambda: real() + offset  # type: ignore[assignment]
+    import anyio
+
+    import mainspring as ms
+    from tests.executions import _shared
+
+    async def main() -> None:
+        async with ms.open_runtime(
+            store=store, tools=_shared.TOOLS, agents=_shared.AGENTS, **_shared.SLOW_HEARTBEAT
+        ) as rt:
+            try:
+                handle = await rt.resume(execution_id, answer=text)
+            except ms.ExecutionBusy as exc:
+                print("busy", exc, flush=True)
+                return
+            print("handle", (await handle.wait()).status, flush=True)
+
+    anyio.run(main)
+
+
+def answerer(store: str, execution_id: str, text: str, *, skew: float) -> subprocess.Popen[str]:
+    """Host B as a process running :func:`answer`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from tests import review14_host as h; h.answer()"]
+        + [store, execution_id, text, str(skew)],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        text=True,
+    )
