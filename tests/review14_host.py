@@ -108,8 +108,15 @@ def answer() -> None:
 def answerer(store: str, execution_id: str, text: str, *, skew: float) -> subprocess.Popen[str]:
     """Host B as a process running :func:`answer`."""
     return subprocess.Popen(
-        [sys.executable, "-c", "from tests import review14_host as h; h.answer()"]
-        + [store, execution_id, text, str(skew)],
+        [
+            sys.executable,
+            "-c",
+            "from tests import review14_host as h; h.answer()",
+            store,
+            execution_id,
+            text,
+            str(skew),
+        ],
         stdout=subprocess.PIPE,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
