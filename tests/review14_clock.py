@@ -68,3 +68,39 @@ def server_clock() -> float:
         row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
     assert row is not None
     return float(row[0])
+
+
+def _doctor(url: str, skew: float) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time; real = time.time; "
+        f"time.time = lambda: real() + {skew!r}; "
+        "from mainspring.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "doctor", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+async def test_mainspring_doctor_on_a_host_with_a_fast_clock_calls_a_live_run_orphaned(
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Host A runs (its lease live on the server's clock for two minutes). ``mainspring
+    doctor`` run on a host whose clock is an hour fast decides liveness on its own clock
+    (cli/_reads.py ``_doctor``: ``holder(e.lease, time.time())``) and reports A's live run
+    "orphaned", advising to resume it elsewhere."""
+    a = Host(postgres_url, "ex-live")
+    try:
+        assert await a.next_line() == "entered"
+        _, right = await anyio.to_thread.run_sync(_doctor, postgres_url, 0.0)
+        _, fast = await anyio.to_thread.run_sync(_doctor, postgres_url, 3600.0)
+    finally:
+        await anyio.to_thread.run_sync(a.finish)
+    assert "orphaned" not in right, right
+    assert "orphaned" not in fast, fast
