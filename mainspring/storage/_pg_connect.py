@@ -8,12 +8,13 @@ psycopg and psycopg_pool are imported here only (the ``postgres`` extra): import
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from ._errors import StorageError
-from ._pg_schema import Address
+from ._pg_schema import Address, scrub
 
 __all__ = ["Connections", "Lost", "channel_name", "is_driver_error", "is_lost", "is_retryable"]
 
@@ -124,9 +125,17 @@ class Connections:
         self.address = address
         self.connect_timeout = connect_timeout
         self._psycopg = psycopg
-        self._kwargs = {"autocommit": True} | _defaults(
-            address.conninfo, connect_timeout, session_timeout
-        )
+        #: Per thread: when the call under way must give up (see PostgresStore._retrying).
+        self.local = threading.local()
+        #: Set by ``close``: nothing connects any more (a feed does not reconnect).
+        self.closed = False
+        try:
+            settings = _defaults(address.conninfo, connect_timeout, session_timeout)
+        except psycopg.Error as exc:  # the driver's message may quote the password
+            raise StorageError(
+                f"{address.shown} is not a usable PostgreSQL address: {self.scrub(exc)}"
+            ) from None
+        self._kwargs = {"autocommit": True} | settings
         self._pool = psycopg_pool.ConnectionPool(
             address.conninfo,
             min_size=1,
@@ -139,13 +148,19 @@ class Connections:
 
     def connect(self) -> Any:
         """A new connection of its own (schema setup, the LISTEN feed, settling)."""
+        if self.closed:
+            raise Lost(f"the store at {self.address.shown} was closed")
         try:
             return self._psycopg.connect(self.address.conninfo, **self._kwargs)
         except self._psycopg.Error as exc:
             raise Lost(self._message(exc)) from None
 
+    def scrub(self, exc: BaseException) -> str:
+        """``exc``'s message without any secret of the store's URL."""
+        return scrub(str(exc).strip(), self.address.conninfo)
+
     def _message(self, exc: BaseException) -> str:
-        return f"cannot reach PostgreSQL at {self.address.shown}: {str(exc).strip()}"
+        return f"cannot reach PostgreSQL at {self.address.shown}: {self.scrub(exc)}"
 
     @contextlib.contextmanager
     def direct(self) -> Iterator[Any]:
@@ -157,7 +172,7 @@ class Connections:
         try:
             yield conn
         except self._psycopg.Error as exc:
-            raise StorageError(f"PostgreSQL at {self.address.shown}: {exc}") from None
+            raise StorageError(f"PostgreSQL at {self.address.shown}: {self.scrub(exc)}") from None
         finally:
             conn.close()
 
@@ -168,6 +183,7 @@ class Connections:
             raise StorageError(self._message(exc)) from None
 
     def close(self) -> None:
+        self.closed = True
         with contextlib.suppress(Exception):
             self._pool.close()
 
@@ -180,9 +196,20 @@ class Connections:
 
     @contextlib.contextmanager
     def _borrowed(self) -> Iterator[Any]:
+        deadline = getattr(self.local, "deadline", None)
+        wait = self.connect_timeout
+        if deadline is not None:  # a call retried within reconnect_timeout: not beyond it
+            wait = max(0.05, min(wait, deadline - time.monotonic()))
         try:
-            conn = self._pool.getconn()
-        except Exception as exc:  # PoolTimeout: the server is away
+            conn = self._pool.getconn(timeout=wait)
+        except Exception as exc:  # PoolTimeout: the server is away, or every connection busy
+            stats = self._pool.get_stats()
+            size = self._pool.max_size
+            if stats.get("pool_size", 0) >= size and not stats.get("pool_available", 0):
+                raise StorageError(
+                    f"all {size} connections to {self.address.shown} stayed in use for "
+                    f"{wait:g} s (pool_size={size})"
+                ) from None
             raise Lost(self._message(exc)) from None
         try:
             yield conn
@@ -197,8 +224,10 @@ class Connections:
                 yield conn
             except self._psycopg.Error as exc:
                 if is_lost(exc, conn):
-                    raise Lost(str(exc).strip()) from None
-                raise StorageError(f"PostgreSQL at {self.address.shown}: {exc}") from None
+                    raise Lost(self.scrub(exc)) from None
+                raise StorageError(
+                    f"PostgreSQL at {self.address.shown}: {self.scrub(exc)}"
+                ) from None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Any]:

@@ -108,41 +108,84 @@ def check_schema(schema: str) -> str:
     return schema
 
 
+def _secret_key(key: str) -> bool:
+    # password=, sslpassword=, and any other parameter whose name says it is one.
+    return "password" in urllib.parse.unquote(key).lower()
+
+
 def redact_url(url: str) -> str:
-    """``url`` with the password (if any) replaced by ``***``."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
+    """``url`` with every secret replaced by ``***``: the password of the user part and the
+    value of any ``*password*`` parameter. It does not trust the URL to be well formed: all
+    before the last ``@`` is taken for the user part (a password holding ``/``, ``?`` or
+    ``#`` is still hidden; at worst too much is hidden, never too little)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return "postgresql://(unparseable address)"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
+    if "@" in rest:
+        userinfo, _, rest = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        if "/" in user or "?" in user or "#" in user:
+            user = "***"
+        rest = f"{user}{':***' if ':' in userinfo else ''}@{rest}"
+    base, qsep, query = rest.partition("?")
+    if qsep:
+        query, hsep, fragment = query.partition("#")
+        pieces = [_redact_piece(piece) for piece in query.split("&")]
+        base = f"{base}?{'&'.join(pieces)}{hsep}{fragment}"
+    return f"{scheme}://{base}"
+
+
+def _redact_piece(piece: str) -> str:
+    key, eq, _ = piece.partition("=")
+    return f"{key}=***" if eq and _secret_key(key) else piece
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` (a driver's error, say) with every secret of ``url`` replaced by ``***``,
+    as typed or %-decoded."""
+    for secret in _secrets_of(url):
+        if len(secret) >= 3:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _secrets_of(url: str) -> list[str]:
+    _, _, rest = url.partition("://")
+    found: list[str] = []
+    if "@" in rest:
+        userinfo = rest.rpartition("@")[0]
         if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{hostport}"
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    safe = [(k, "***" if k.lower() == "password" else v) for k, v in query]
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=_encode(safe)))
-
-
-def _encode(query: list[tuple[str, str]]) -> str:
-    # %-escapes, never "+" for a space: libpq does not read "+" as one.
-    return urllib.parse.urlencode(query, safe="*", quote_via=urllib.parse.quote)
+            found.append(userinfo.split(":", 1)[1])
+    query = rest.partition("?")[2].partition("#")[0]
+    for piece in query.split("&"):
+        key, eq, value = piece.partition("=")
+        if eq and _secret_key(key):
+            found.append(value)
+    decoded = [urllib.parse.unquote(secret) for secret in found]
+    # The longest first: a secret that contains another is replaced whole.
+    return sorted({*found, *decoded} - {""}, key=len, reverse=True)
 
 
 def parse_address(url: str, schema: str | None = None) -> Address:
-    """Split ``url`` into what psycopg takes and the schema (``?schema=NAME`` in the URL,
-    else ``schema``, else ``mainspring``)."""
+    """Split ``url`` into what psycopg takes (the URL as written, without our ``schema``
+    parameter: nothing else is re-encoded) and the schema (``?schema=NAME`` in the URL, or
+    ``schema``, else ``mainspring``; both given and different is a ValueError)."""
     if not is_postgres_url(url):
         raise ValueError("a PostgreSQL store is named by a postgresql:// URL")
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    named = [value for key, value in query if key == "schema"]
-    rest = [(key, value) for key, value in query if key != "schema"]
+    base, qsep, query = url.partition("?")
+    query, hsep, fragment = query.partition("#")
+    pieces = [piece for piece in query.split("&") if piece] if qsep else []
+    named = [p.partition("=")[2] for p in pieces if p.partition("=")[0] == "schema"]
+    rest = [p for p in pieces if p.partition("=")[0] != "schema"]
     if len(named) > 1:
         raise ValueError("the store URL names its schema more than once")
-    chosen = check_schema(named[0] if named else schema or DEFAULT_SCHEMA)
-    conninfo = urllib.parse.urlunsplit(parts._replace(query=_encode(rest)))
+    if named and schema is not None and urllib.parse.unquote(named[0]) != schema:
+        raise ValueError(
+            f"the store URL names schema {urllib.parse.unquote(named[0])!r} and the schema "
+            f"argument {schema!r}: name it once"
+        )
+    chosen = check_schema(urllib.parse.unquote(named[0]) if named else schema or DEFAULT_SCHEMA)
+    conninfo = base + (f"?{'&'.join(rest)}" if rest else "") + (hsep + fragment)
     return Address(conninfo, chosen, redact_url(url))
 
 

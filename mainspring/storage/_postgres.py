@@ -32,6 +32,7 @@ import contextlib
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -134,13 +135,17 @@ class PostgresStore(CompareAndSetStore):
         self._events: list[tuple[str, int, bytes]] = []
         self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
         self._conn: Any = None  # the connection of the transaction under way
+        self._feeds: weakref.WeakSet[Feed] = weakref.WeakSet()
         s = f'"{self.schema}"'
         self._s = s
+        # The clock is read from the row the locked rows make, so after every lock is held
+        # (a clock read before a wait for a lock would shorten or revive leases: L1, L2).
         self._lock_sql = (
             f"WITH locked AS (SELECT id, stamp FROM {s}.executions WHERE id = ANY(%s) "
-            "ORDER BY id FOR UPDATE) SELECT extract(epoch FROM clock_timestamp())::float8, "
-            "txid_current(), coalesce((SELECT array_agg(id ORDER BY id) FROM locked), '{}'), "
-            "coalesce((SELECT array_agg(stamp ORDER BY id) FROM locked), '{}')"
+            "ORDER BY id FOR UPDATE), rows AS (SELECT coalesce(array_agg(id ORDER BY id), "
+            "'{}') AS ids, coalesce(array_agg(stamp ORDER BY id), '{}') AS stamps FROM locked) "
+            "SELECT extract(epoch FROM clock_timestamp())::float8, txid_current(), ids, stamps "
+            "FROM rows"
         )
         self._events_sql = (
             f"WITH counter AS (UPDATE {s}.counters SET value = value + %s "
@@ -192,12 +197,17 @@ class PostgresStore(CompareAndSetStore):
         return f"PostgresStore({self.address.shown!r}, schema={self.schema!r})"
 
     def close(self) -> None:
-        """Close every connection; the store is unusable afterwards."""
+        """Close every connection, its feeds' too; the store is unusable afterwards."""
         self._connections.close()
+        for feed in list(self._feeds):
+            feed.close()
 
     def listen(self) -> Feed:
-        """A feed of this store's change notices from every host (``Notifying``)."""
-        return Feed(self._connections, self.channel)
+        """A feed of this store's change notices from every host (``Notifying``); closed
+        with the store if not before."""
+        feed = Feed(self._connections, self.channel)
+        self._feeds.add(feed)
+        return feed
 
     # -- the clock and retries -------------------------------------------------------------
 
@@ -217,6 +227,15 @@ class PostgresStore(CompareAndSetStore):
         """Run ``call`` until it completes, while the server is away for at most
         ``reconnect_timeout``; each retry re-reads the store (nothing cached is trusted)."""
         deadline = time.monotonic() + self.reconnect_timeout
+        local = self._connections.local
+        outer = getattr(local, "deadline", None)
+        local.deadline = deadline if outer is None else min(outer, deadline)
+        try:
+            return self._retry_loop(deadline, call, *args, **kwargs)
+        finally:
+            local.deadline = outer
+
+    def _retry_loop(self, deadline: float, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         pause = 0.05
         decisions = 0
         while True:
@@ -393,9 +412,10 @@ class PostgresStore(CompareAndSetStore):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a
                 # deadlock: decided again from scratch, it is answered cleanly.
-                raise _DecideAgain(str(exc).strip().splitlines()[0]) from None
+                raise _DecideAgain(self._connections.scrub(exc).splitlines()[0]) from None
             if is_driver_error(exc):
-                raise StorageError(f"PostgreSQL refused the write: {exc}") from None
+                why = self._connections.scrub(exc)
+                raise StorageError(f"PostgreSQL refused the write: {why}") from None
             raise exc
         if txid is None or not committing:
             # COMMIT was never sent: the server rolls the transaction back. Its session may
@@ -403,15 +423,15 @@ class PostgresStore(CompareAndSetStore):
             # which would otherwise wait for them.
             if txid is not None:
                 self._connections.settle(txid, pid, self.reconnect_timeout)
-            raise _Retry(str(exc).strip()) from None
+            raise _Retry(self._connections.scrub(exc)) from None
         status = self._connections.settle(txid, pid, self.reconnect_timeout)
         if status == "aborted":
-            raise _Retry(str(exc).strip()) from None
+            raise _Retry(self._connections.scrub(exc)) from None
         if status != "committed":
             raise CommitUnknown(
                 f"the connection to {self.address.shown} was lost during COMMIT and the "
                 f"server could not be asked whether it committed; nothing is acknowledged: "
-                f"{str(exc).strip()}"
+                f"{self._connections.scrub(exc)}"
             ) from None
         # It committed: the call's answers stand (nothing cached is trusted).
 
