@@ -52,7 +52,7 @@ def _owner(execution: Execution, now: float) -> str:
 
 def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
     listing = store.list()
-    now = time.time()
+    now = store.now()  # the store's clock: a shared server's, not this host's
     executions = sorted(listing.executions, key=lambda e: e.updated_at, reverse=True)
     if out.as_json:
         out.data(
@@ -114,7 +114,7 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     if out.as_json:
         out.data(unstructure(execution))
         return EXIT_OK
-    now = time.time()
+    now = store.now()  # the store's clock: a shared server's, not this host's
     done, total = _steps(execution)
     out.line(f"{execution.id}  {out.paint(execution.status, execution.status)}")
     out.line(f"goal:    {clamp(execution.goal, 200)}")
@@ -323,7 +323,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
     listing = store.list()
     for problem in listing.problems:
         findings.append({"id": problem.id, "problem": "unreadable", "detail": problem.error})
-    now = time.time()
+    now = store.now()  # the store's clock: a shared server's, not this host's
     for e in listing.executions:
         _, dropped = parse_agent_tasks(e)
         if dropped:

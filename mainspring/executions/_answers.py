@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ..actors import ActorDeadError, ActorRef, MailboxFull
-from ..storage import Committer, LeaseResult, Store, holder, parse_agent_tasks
+from ..storage import Committer, LeaseResult, Store, parse_agent_tasks
 from ._handle import ExecutionBusy
 from ._record_controls import answer_request_edit
 from ._run_messages import Heartbeat, RunConfig
@@ -34,9 +34,16 @@ async def request_answer(
 ) -> str | None:
     """Write ``answer`` for the task whose question is open on the live run; tell
     ``runner`` (the run's actor, when it is live here). Returns the task's id, or None if
-    nothing was written (the question is not open, or no lease on the run is live)."""
+    nothing was written (no agent's question is open, or no lease on the run is live).
+    ExecutionBusy if every open question has an answer waiting already."""
     asked: list[str] = []
     written = await committer.edit(execution_id, answer_request_edit(by, answer, asked))
+    if asked == [""]:
+        raise ExecutionBusy(
+            execution_id,
+            None,
+            "its open question has an answer already, waiting for its task to take it",
+        )
     if written is None or not asked:
         return None
     if runner is not None:
@@ -84,7 +91,9 @@ async def wait_taken(
         task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
         if task is None or task.state != "waiting_for_clarification":
             return "taken"
-        if holder(stored.lease, time.time()) is None:
+        if stored.lease is None or not stored.lease.owner:
+            # Released by its runner. A lapsed lease is not judged here: this host's
+            # clock is not the store's (a caller told "busy" resumes later).
             return "released"
         if time.monotonic() >= deadline:
             return "waiting"

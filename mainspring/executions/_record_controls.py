@@ -53,9 +53,11 @@ from ._transitions import (
 __all__ = [
     "StoredTaskStop",
     "answer_request_edit",
+    "answer_waiting",
     "cancel_edit",
     "pause_edit",
     "prepare_resume",
+    "unanswered",
 ]
 
 
@@ -81,12 +83,36 @@ def cancel_edit(by: str, detail: str) -> Edit:
     return change
 
 
+def unanswered(stored: Execution) -> list[AgentTaskRecord]:
+    """The tasks waiting for an answer that no stored answer request answers yet, in the
+    order the pending slot passes (R9: the earliest created first)."""
+    given = {(r.task_id, r.ask) for r in stored.answer_requests}
+    waiting = [
+        task
+        for task in parse_agent_tasks(stored)[0]
+        if task.state == "waiting_for_clarification" and (task.id, next_ask(task)) not in given
+    ]
+    return sorted(waiting, key=lambda task: (task.created_at, task.id))
+
+
+def answer_waiting(stored: Execution) -> bool:
+    """True if an answer written for a task of ``stored`` waits to be given to it: a resume
+    must run, to give it (R8), even with no answer of its own."""
+    given = {(r.task_id, r.ask) for r in stored.answer_requests}
+    return any(
+        task.state == "waiting_for_clarification" and (task.id, next_ask(task)) in given
+        for task in parse_agent_tasks(stored)[0]
+    )
+
+
 def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
     """R8 for a run live somewhere (here or on another host): the answer is written to the
-    record as an :class:`AnswerRequest` for the task that holds the question, which that run
-    applies at its next heartbeat (at once where the store sends notices). Only while a
-    lease on the run is live and the question is open: otherwise nothing is written (the
-    run is not live; a resume gives the answer itself). ``asked`` gets the task's id."""
+    record as an :class:`AnswerRequest` for the first task whose question no stored answer
+    answers yet (R9), which that run applies at its next heartbeat (at once where the store
+    sends notices). Only while a lease on the run is live and an agent's question is open:
+    otherwise nothing is written (the run is not live; a resume gives the answer itself).
+    ``asked`` gets the task's id, or "" when every open question has an answer waiting
+    already (a second answer is refused, not dropped silently)."""
 
     def change(stored: Execution, now: float) -> Execution | None:
         pending = stored.pending
@@ -98,11 +124,11 @@ def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
             or pending.agent_task_id is None
         ):
             return None
-        task = next(
-            (t for t in parse_agent_tasks(stored)[0] if t.id == pending.agent_task_id), None
-        )
-        if task is None or task.state != "waiting_for_clarification":
+        open_questions = unanswered(stored)
+        if not open_questions:
+            asked.append("")
             return None
+        task = open_questions[0]
         masked, redacted = redact_flagged(answer)
         digest = answer_digest(answer)
         request = AnswerRequest(
@@ -114,7 +140,7 @@ def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
             by=by,
             at=now,
         )
-        asked.append(pending.agent_task_id)
+        asked.append(task.id)
         record = attrs.evolve(
             stored, answer_requests=(*stored.answer_requests, request)[-MAX_CONTROLS:]
         )

@@ -60,7 +60,13 @@ from ._history_follow import HistoryFollowers, RuntimeEvents
 from ._options import check_options, check_registries
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
-from ._record_controls import StoredTaskStop, cancel_edit, pause_edit, prepare_resume
+from ._record_controls import (
+    StoredTaskStop,
+    answer_waiting,
+    cancel_edit,
+    pause_edit,
+    prepare_resume,
+)
 from ._refusals import end_event
 from ._results import (
     ExecutionResult,
@@ -230,7 +236,8 @@ class Runtime(RuntimeEvents):
             created_at=now,
             updated_at=now,
         )
-        if not await self._committer.create(record):
+        # The lease's expiry is the store's clock's (a shared server's), never this host's.
+        if not await self._committer.create(record, lease_ttl=cfg.lease_ttl):
             raise ExecutionExists(execution_id)
         if plan is not None and record.masked_inputs:
             keep_live_plan(cfg.live_plans, record.id, plan)
@@ -326,8 +333,10 @@ class Runtime(RuntimeEvents):
             and pending.agent_task_id is not None
             and answer is None
             # A run that crashed after the question was saved still has work in flight to
-            # recover; one that waits (or was paused while waiting) has nothing to do.
+            # recover; one that waits (or was paused while waiting) has nothing to do, unless
+            # an answer written for it waits to be given (R8).
             and stored.status not in ("running", "planned")
+            and not answer_waiting(stored)
         ):
             handle._resolve(result_from(stored))  # R4, R5: nothing changes
             return handle

@@ -94,12 +94,19 @@ class Store(Protocol):
         """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad record."""
         ...
 
+    def now(self) -> float:
+        """The store's clock (seconds since the epoch): what its leases are timed by. A
+        shared server's, never a host's: judge whether a lease is live by this."""
+        ...
+
     def list(self) -> Listing:
         """Every execution that reads, and a problem for each that does not (E7)."""
         ...
 
-    def create(self, execution: Execution) -> bool:
-        """Store a new execution; False if its id exists (nothing written)."""
+    def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
+        """Store a new execution; False if its id exists (nothing written). With
+        ``lease_ttl``, its lease is stored to expire that long from now on the store's
+        clock (a lease's times are the store's, never a host's: L1)."""
         ...
 
     def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
@@ -408,15 +415,27 @@ class CompareAndSetStore:
         a server backend locks their rows here, in one order, so that two hosts' batches
         never deadlock."""
 
+    def now(self) -> float:
+        """The clock this store times leases by (see ``Store.now``)."""
+        return self._clock()
+
     def _read_for_update(self, execution_id: str) -> Execution | None:
         base = self._load(execution_id)
         return base.execution if base is not None else None
 
-    def create(self, execution: Execution) -> bool:
-        """Store a new execution; False if one with its id exists (nothing written)."""
+    def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
+        """Store a new execution; False if one with its id exists (nothing written). With
+        ``lease_ttl``, the execution's lease expires that long from now on this store's
+        clock."""
+        if lease_ttl is not None:
+            _check_ttl(lease_ttl)
         with self._atomic():
             if self._load(execution.id) is not None:
                 return False
+            lease = execution.lease
+            if lease_ttl is not None and lease is not None:
+                lease = attrs.evolve(lease, expires_at=self._clock() + lease_ttl)
+                execution = attrs.evolve(execution, lease=lease)
             self._store(None, execution)
             return True
 

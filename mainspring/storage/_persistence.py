@@ -15,6 +15,7 @@ reads again at once instead of polling (V2).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -373,9 +374,10 @@ class Committer:
         is not stored or not finished (the store decides, atomically)."""
         return await self._call(self.store.delete, execution_id)  # type: ignore[no-any-return]
 
-    async def create(self, execution: Execution) -> bool:
-        """The store's ``create``."""
-        return await self._call(self.store.create, execution)  # type: ignore[no-any-return]
+    async def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
+        """The store's ``create`` (with ``lease_ttl``: the lease on the store's clock)."""
+        create = functools.partial(self.store.create, lease_ttl=lease_ttl)
+        return await self._call(create, execution)  # type: ignore[no-any-return]
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         answer: _Returned | _Raised = await self.ref.ask(_Call(fn, args))

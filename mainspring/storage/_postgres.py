@@ -223,6 +223,10 @@ class PostgresStore(CompareAndSetStore):
             row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         return float(row[0])
 
+    def now(self) -> float:
+        """The server's clock (``clock_timestamp()``), or the test clock."""
+        return self._retrying(self._clock)
+
     def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``call`` until it completes, while the server is away for at most
         ``reconnect_timeout``; each retry re-reads the store (nothing cached is trusted)."""
@@ -674,8 +678,8 @@ class PostgresStore(CompareAndSetStore):
 
     # -- every write call is retried while the server is away (see _retrying) --------------
 
-    def create(self, execution: Execution) -> bool:
-        return self._retrying(super().create, execution)
+    def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
+        return self._retrying(super().create, execution, lease_ttl=lease_ttl)
 
     def acquire(self, execution_id: str, owner: str, ttl: float) -> Any:
         return self._retrying(super().acquire, execution_id, owner, ttl)

@@ -1,7 +1,8 @@
 """A "host" process for the review14 tests: a runtime of its own on the store named, with the
 tools and agents of ``tests.executions._shared`` (so declarations hash alike everywhere).
 
-``python -c "from tests import review14_host as h; h.run()" STORE ID PLAN OPTIONS SKEW``:
+``python -c "from tests.executions import _review14_host as h; h.run()" STORE ID PLAN OPTIONS
+SKEW``:
 ``SKEW`` seconds are added to this host's wall clock (``time.time``) before mainspring is
 imported — a host whose clock is off, as NTP-less machines are.
 """
@@ -30,7 +31,7 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-_RUN = "from tests import review14_host as h; h.run()"
+_RUN = "from tests.executions import _review14_host as h; h.run()"
 
 
 class Host:
@@ -111,7 +112,7 @@ def answerer(store: str, execution_id: str, text: str, *, skew: float) -> subpro
         [
             sys.executable,
             "-c",
-            "from tests import review14_host as h; h.answer()",
+            "from tests.executions import _review14_host as h; h.answer()",
             store,
             execution_id,
             text,

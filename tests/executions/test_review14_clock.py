@@ -9,11 +9,11 @@ import pytest
 
 import mainspring as ms
 
-from ._postgres import (
+from .._postgres import (
     postgres_url,  # noqa: F401 - a fixture
     server_url,
 )
-from .review14_host import Host
+from ._review14_host import Host
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ async def test_a_host_whose_clock_is_an_hour_behind_can_still_run_a_plan(
         line = await a.next_line()
     finally:
         await anyio.to_thread.run_sync(a.finish)
-    assert line == "ended completed None"
+    assert line == "ended completed Stop"  # as every run that ends by itself
 
 
 async def test_a_host_whose_clock_is_an_hour_ahead_leaves_no_hour_long_lease_behind(

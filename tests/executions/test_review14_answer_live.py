@@ -13,7 +13,7 @@ import pytest
 import mainspring as ms
 import mainspring.executions
 
-from ._postgres import drop_schema, fresh_schema, require_server, with_schema
+from .._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 pytestmark = pytest.mark.anyio
 

@@ -18,9 +18,9 @@ import pytest
 
 import mainspring as ms
 
-from ._postgres import postgres_url  # noqa: F401 - a fixture
-from .executions import _shared
-from .review14_host import Host, answerer
+from .._postgres import postgres_url  # noqa: F401 - a fixture
+from . import _shared
+from ._review14_host import Host, answerer
 
 pytestmark = pytest.mark.anyio
 
