@@ -27,6 +27,8 @@ __all__ = ["answer_elsewhere", "request_answer", "wait_taken"]
 
 #: How often a resumer looks whether the runner elsewhere took the answer.
 POLL = 0.1
+#: How long a resumer waits for the runner elsewhere to take the answer.
+PATIENCE = 1.0
 
 
 async def request_answer(
@@ -70,8 +72,9 @@ async def answer_elsewhere(
     task_id = await request_answer(committer, by, execution_id, answer, None)
     if task_id is None:
         return None
-    patience = cfg.heartbeat_interval + 1.0
-    how = await wait_taken(committer.store, execution_id, task_id, patience)
+    # A store that notifies has the runner take it within a round trip; one that does not,
+    # within the runner's heartbeat: past PATIENCE the caller is told "busy, kept".
+    how = await wait_taken(committer.store, execution_id, task_id, min(PATIENCE, cfg.lease_ttl))
     if how == "waiting":
         kept = "; the answer is kept: it goes to the run when its runner next checks the "
         raise ExecutionBusy(execution_id, refused.lease, f"{refused.reason}{kept}record")
