@@ -59,7 +59,8 @@ def is_lost(exc: BaseException, conn: Any) -> bool:
         return False
     if conn is None or conn.broken or conn.closed:
         return True
-    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+    pgconn = getattr(conn, "pgconn", None)
+    if pgconn is not None and pgconn.status != psycopg.pq.ConnStatus.OK:
         return True
     seen: set[int] = set()
     link: BaseException | None = exc
