@@ -34,8 +34,10 @@ async def _batch(rt: ms.Runtime, count: int) -> list[ms.ExecutionResult]:
 
 
 # Heavy on purpose: with 1,000 live executions a full garbage collection pass alone takes
-# 0.25-0.3 s of CPU here (measured by the loop guard), and one lands in some step.
-@pytest.mark.loop_guard(1.0)
+# 0.25-0.3 s of CPU here (measured by the loop guard), and one lands in some step; beside the
+# other slow suites one took 1.0 s (CI, 2026-12-01). What is measured here is completion and
+# memory, not the collector.
+@pytest.mark.loop_guard(2.0)
 @pytest.mark.timeout(480)  # a soak: ~110 s quiet, more beside the other slow suites
 async def test_a_thousand_concurrent_executions_complete_with_bounded_memory(
     tmp_path: Path,
