@@ -95,11 +95,11 @@ from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
+from ._pg_retry import StoreUnavailable as StoreUnavailable
 from ._pg_schema import is_postgres_url as is_postgres_url
 from ._pg_schema import redact_url as redact_url
 from ._postgres import CommitUnknown as CommitUnknown
 from ._postgres import PostgresStore as PostgresStore
-from ._postgres import StoreUnavailable as StoreUnavailable
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS

@@ -46,9 +46,11 @@ from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
-from ._pg_connect import Connections, Lost, channel_name, is_driver_error, is_lost, is_retryable
+from ._pg_connect import Connections, channel_name, is_driver_error, is_lost, is_retryable
 from ._pg_feed import Feed
+from ._pg_retry import DecideAgain, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from ._pg_sql import Statements, rows_for, size_expr
 from ._records import Execution
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
@@ -59,37 +61,10 @@ T = TypeVar("T")
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
 
 
-class StoreUnavailable(StorageError, OSError):
-    """The server could not be reached in time; nothing of the refused call was written."""
-
-
 class CommitUnknown(StorageError, OSError):
     """The connection was lost during COMMIT and the server could not be asked whether the
     transaction committed: nothing is acknowledged. A later resume reads what the store
     holds (it was written wholly or not at all)."""
-
-
-class _Retry(Exception):
-    """The transaction certainly did not commit (the connection was lost before COMMIT, or
-    the server says it aborted): run the whole call again on a new connection."""
-
-
-class _DecideAgain(_Retry):
-    """The server refused a write as decided (a lease lapsed meanwhile, L4; a deadlock
-    broken): run the call again at once, deciding from what is stored now."""
-
-
-#: A call decided again more often than this is refused: the row cannot be what it says.
-_MAX_DECISIONS = 5
-
-
-def _size_expr(schema: str) -> str:
-    parts = " + ".join(
-        f'(SELECT coalesce(sum(octet_length(body)), 0) FROM "{schema}".{table} '
-        f"WHERE execution_id = %(id)s)"
-        for table in TABLES.values()
-    )
-    return f"octet_length(head) + octet_length(checkpoints) + {parts}"
 
 
 class PostgresStore(CompareAndSetStore):
@@ -136,37 +111,9 @@ class PostgresStore(CompareAndSetStore):
         self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
         self._conn: Any = None  # the connection of the transaction under way
         self._feeds: weakref.WeakSet[Feed] = weakref.WeakSet()
-        s = f'"{self.schema}"'
-        self._s = s
-        # The clock is read from the row the locked rows make, so after every lock is held
-        # (a clock read before a wait for a lock would shorten or revive leases: L1, L2).
-        self._lock_sql = (
-            f"WITH locked AS (SELECT id, stamp FROM {s}.executions WHERE id = ANY(%s) "
-            "ORDER BY id FOR UPDATE), rows AS (SELECT coalesce(array_agg(id ORDER BY id), "
-            "'{}') AS ids, coalesce(array_agg(stamp ORDER BY id), '{}') AS stamps FROM locked) "
-            "SELECT extract(epoch FROM clock_timestamp())::float8, txid_current(), ids, stamps "
-            "FROM rows"
-        )
-        self._events_sql = (
-            f"WITH counter AS (UPDATE {s}.counters SET value = value + %s "
-            "WHERE name = 'history' RETURNING value), "
-            f"added AS (INSERT INTO {s}.events (seq, execution_id, eseq, body) "
-            "SELECT (SELECT value FROM counter) - count(*) OVER () + e.n, e.id, e.eseq, e.body "
-            "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) WITH ORDINALITY "
-            "AS e(id, eseq, body, n) RETURNING seq) "
-            "SELECT pg_notify(%s, 'h ' || max(seq)) FROM added"
-        )
-        self._read_sql = (
-            f"WITH total AS (SELECT seq, head, checkpoints, {_size_expr(self.schema)} AS n "
-            f"FROM {s}.executions WHERE id = %(id)s) "
-            "SELECT -1, '', seq, head, checkpoints, n FROM total"
-            + "".join(
-                f" UNION ALL SELECT {index}, key, pos, body, NULL, NULL FROM {s}.{table} "
-                f"WHERE execution_id = %(id)s AND (SELECT n FROM total) <= %(limit)s"
-                for index, table in enumerate(TABLES.values())
-            )
-            + " ORDER BY 1, 3"
-        )
+        sql = Statements(self.schema)
+        self._s = sql.s
+        self._lock_sql, self._events_sql, self._read_sql = sql.lock, sql.events, sql.read
         self._connections = Connections(
             self.address,
             pool_size=pool_size,
@@ -235,33 +182,17 @@ class PostgresStore(CompareAndSetStore):
         outer = getattr(local, "deadline", None)
         local.deadline = deadline if outer is None else min(outer, deadline)
         try:
-            return self._retry_loop(deadline, call, *args, **kwargs)
+            return retry_loop(
+                self.address.shown,
+                self.reconnect_timeout,
+                deadline,
+                self._connections.check,
+                call,
+                *args,
+                **kwargs,
+            )
         finally:
             local.deadline = outer
-
-    def _retry_loop(self, deadline: float, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        pause = 0.05
-        decisions = 0
-        while True:
-            try:
-                return call(*args, **kwargs)
-            except _DecideAgain as again:
-                decisions += 1
-                if decisions >= _MAX_DECISIONS:
-                    raise StorageError(
-                        f"PostgreSQL at {self.address.shown} refused this write as decided "
-                        f"{decisions} times; nothing of it was written ({again})"
-                    ) from None
-            except (_Retry, Lost) as retry:
-                if time.monotonic() + pause > deadline:
-                    raise StoreUnavailable(
-                        f"PostgreSQL at {self.address.shown} was unreachable for "
-                        f"{self.reconnect_timeout:g} s; nothing of this call was written "
-                        f"({retry})"
-                    ) from None
-                time.sleep(pause)  # a worker thread's wait, never an event loop's
-                pause = min(pause * 2, 1.0)
-                self._connections.check()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -410,13 +341,13 @@ class PostgresStore(CompareAndSetStore):
         if not is_lost(exc, conn):
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
-            if isinstance(exc, _Retry):
+            if isinstance(exc, Retry):
                 raise exc
             if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a
                 # deadlock: decided again from scratch, it is answered cleanly.
-                raise _DecideAgain(self._connections.scrub(exc).splitlines()[0]) from None
+                raise DecideAgain(self._connections.scrub(exc).splitlines()[0]) from None
             if is_driver_error(exc):
                 why = self._connections.scrub(exc)
                 raise StorageError(f"PostgreSQL refused the write: {why}") from None
@@ -427,10 +358,10 @@ class PostgresStore(CompareAndSetStore):
             # which would otherwise wait for them.
             if txid is not None:
                 self._connections.settle(txid, pid, self.reconnect_timeout)
-            raise _Retry(self._connections.scrub(exc)) from None
+            raise Retry(self._connections.scrub(exc)) from None
         status = self._connections.settle(txid, pid, self.reconnect_timeout)
         if status == "aborted":
-            raise _Retry(self._connections.scrub(exc)) from None
+            raise Retry(self._connections.scrub(exc)) from None
         if status != "committed":
             raise CommitUnknown(
                 f"the connection to {self.address.shown} was lost during COMMIT and the "
@@ -520,56 +451,15 @@ class PostgresStore(CompareAndSetStore):
         execution_id = check_id(execution.id)
         what = f"execution {execution_id}"
         changes = snapshot_changes(execution) if base is None else diff(base, execution)
-        window = base.window_after(changes) if base is not None else None
-        head: bytes | None = None
-        statements: list[tuple[str, Any]] = []
-        written = 0
+        rows = rows_for(
+            self._s,
+            execution_id,
+            changes,
+            base.window_after(changes) if base is not None else None,
+            lambda value: self._dumps(value, what),
+        )
+        head, window, statements, written = rows.head, rows.window, rows.statements, rows.written
         s = self._s
-        for change in changes:
-            op = change[0]
-            if op == "head":
-                head = self._dumps(change[1], what)
-            elif op == "put":
-                _, part, key, pos, value = change
-                body = self._dumps(value, what)
-                written += len(body)
-                statements.append(
-                    (
-                        f"INSERT INTO {s}.{TABLES[part]} (execution_id, key, pos, body) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT (execution_id, key) "
-                        "DO UPDATE SET body = excluded.body",
-                        (execution_id, key, pos, body),
-                    )
-                )
-            elif op in ("reset", "group"):
-                table = TABLES[change[1]]
-                if op == "reset":
-                    statements.append(
-                        (f"DELETE FROM {s}.{table} WHERE execution_id = %s", (execution_id,))
-                    )
-                    start, entries = 0, change[2]
-                else:
-                    # "0" follows "/": every key of the task sorts between the two (C collation)
-                    statements.append(
-                        (
-                            f"DELETE FROM {s}.{table} WHERE execution_id = %s "
-                            'AND key COLLATE "C" >= %s AND key COLLATE "C" < %s',
-                            (execution_id, f"{change[2]}/", f"{change[2]}0"),
-                        )
-                    )
-                    start, entries = change[3], change[4]
-                for offset, (key, value) in enumerate(entries):
-                    body = self._dumps(value, what)
-                    written += len(body)
-                    statements.append(
-                        (
-                            f"INSERT INTO {s}.{table} (execution_id, key, pos, body) "
-                            "VALUES (%s, %s, %s, %s)",
-                            (execution_id, key, start + offset, body),
-                        )
-                    )
-            elif op == "ckpts" and base is None:
-                window = change[1]
         assert head is not None
         assert window is not None
         checkpoints = self._dumps(window, what)
@@ -653,7 +543,7 @@ class PostgresStore(CompareAndSetStore):
 
     def _exact_size(self, execution_id: str) -> int:
         row = self._conn.execute(
-            f"SELECT {_size_expr(self.schema)} FROM {self._s}.executions WHERE id = %(id)s",
+            f"SELECT {size_expr(self.schema)} FROM {self._s}.executions WHERE id = %(id)s",
             {"id": execution_id},
         ).fetchone()
         return int(row[0]) if row is not None else 0

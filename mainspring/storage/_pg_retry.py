@@ -1,0 +1,68 @@
+"""How PostgresStore's calls outlast a server that went away: what a failed transaction
+means for the call (run again on a new connection, decide again, or give up), and the loop
+that retries it within ``reconnect_timeout``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ._errors import StorageError
+from ._pg_connect import Lost
+
+__all__ = ["DecideAgain", "Retry", "StoreUnavailable", "retry_loop"]
+
+T = TypeVar("T")
+
+#: A call decided again more often than this is refused: the row cannot be what it says.
+MAX_DECISIONS = 5
+
+
+class StoreUnavailable(StorageError, OSError):
+    """The server could not be reached in time; nothing of the refused call was written."""
+
+
+class Retry(Exception):
+    """The transaction certainly did not commit (the connection was lost before COMMIT, or
+    the server says it aborted): run the whole call again on a new connection."""
+
+
+class DecideAgain(Retry):
+    """The server refused a write as decided (a lease lapsed meanwhile, L4; a deadlock
+    broken): run the call again at once, deciding from what is stored now."""
+
+
+def retry_loop(
+    shown: str,
+    reconnect_timeout: float,
+    deadline: float,
+    check: Callable[[], None],
+    call: Callable[..., T],
+    *args: Any,
+    **kwargs: Any,
+) -> T:
+    """Run ``call`` until it completes: at once when it must be decided again, after a
+    growing pause (at most 1 s, checking the pool's connections) while the server at
+    ``shown`` is away, until ``deadline`` (``time.monotonic()``)."""
+    pause = 0.05
+    decisions = 0
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except DecideAgain as again:
+            decisions += 1
+            if decisions >= MAX_DECISIONS:
+                raise StorageError(
+                    f"PostgreSQL at {shown} refused this write as decided {decisions} times; "
+                    f"nothing of it was written ({again})"
+                ) from None
+        except (Retry, Lost) as retry:
+            if time.monotonic() + pause > deadline:
+                raise StoreUnavailable(
+                    f"PostgreSQL at {shown} was unreachable for {reconnect_timeout:g} s; "
+                    f"nothing of this call was written ({retry})"
+                ) from None
+            time.sleep(pause)  # a worker thread's wait, never an event loop's
+            pause = min(pause * 2, 1.0)
+            check()

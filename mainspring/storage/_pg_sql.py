@@ -1,0 +1,159 @@
+"""The SQL of PostgresStore: the statements a store prepares once for its schema, and the
+rows a commit's changes (``storage._journal``) become.
+
+Kept apart from the store so the transaction logic reads without the SQL text in the way.
+Every value goes in as a parameter; only the schema name (checked by ``parse_address``) and
+the table names of ``_pg_schema.TABLES`` are part of the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ._journal import Change
+from ._pg_schema import TABLES
+
+__all__ = ["Rows", "Statements", "rows_for", "size_expr"]
+
+
+def size_expr(schema: str) -> str:
+    """The stored size of one execution (``%(id)s``): its header and every row of it."""
+    parts = " + ".join(
+        f'(SELECT coalesce(sum(octet_length(body)), 0) FROM "{schema}".{table} '
+        f"WHERE execution_id = %(id)s)"
+        for table in TABLES.values()
+    )
+    return f"octet_length(head) + octet_length(checkpoints) + {parts}"
+
+
+@attrs.frozen
+class Statements:
+    """The statements of a store in schema ``schema`` (quoted as ``s``)."""
+
+    schema: str
+
+    @property
+    def s(self) -> str:
+        return f'"{self.schema}"'
+
+    @property
+    def lock(self) -> str:
+        """Lock the rows of ``%s`` (ids, in id order) and read the server's clock, the
+        transaction id and the rows' stamps. The clock is read from the row the locks make,
+        so after every lock is held: a clock read before a wait for a lock would shorten or
+        revive leases (L1, L2)."""
+        s = self.s
+        return (
+            f"WITH locked AS (SELECT id, stamp FROM {s}.executions WHERE id = ANY(%s) "
+            "ORDER BY id FOR UPDATE), rows AS (SELECT coalesce(array_agg(id ORDER BY id), "
+            "'{}') AS ids, coalesce(array_agg(stamp ORDER BY id), '{}') AS stamps FROM locked) "
+            "SELECT extract(epoch FROM clock_timestamp())::float8, txid_current(), ids, stamps "
+            "FROM rows"
+        )
+
+    @property
+    def events(self) -> str:
+        """Append history entries, numbered from the counter row, which stays locked until
+        COMMIT so no follower sees a sequence before the lower ones commit (V2); then tell
+        the other hosts the newest sequence."""
+        s = self.s
+        return (
+            f"WITH counter AS (UPDATE {s}.counters SET value = value + %s "
+            "WHERE name = 'history' RETURNING value), "
+            f"added AS (INSERT INTO {s}.events (seq, execution_id, eseq, body) "
+            "SELECT (SELECT value FROM counter) - count(*) OVER () + e.n, e.id, e.eseq, e.body "
+            "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) WITH ORDINALITY "
+            "AS e(id, eseq, body, n) RETURNING seq) "
+            "SELECT pg_notify(%s, 'h ' || max(seq)) FROM added"
+        )
+
+    @property
+    def read(self) -> str:
+        """One execution whole (``%(id)s``): the header row with the stored size, then
+        every part row in part order and position, unless the size passes ``%(limit)s``
+        (X2: nothing beyond the header is fetched then)."""
+        s = self.s
+        return (
+            f"WITH total AS (SELECT seq, head, checkpoints, {size_expr(self.schema)} AS n "
+            f"FROM {s}.executions WHERE id = %(id)s) "
+            "SELECT -1, '', seq, head, checkpoints, n FROM total"
+            + "".join(
+                f" UNION ALL SELECT {index}, key, pos, body, NULL, NULL FROM {s}.{table} "
+                f"WHERE execution_id = %(id)s AND (SELECT n FROM total) <= %(limit)s"
+                for index, table in enumerate(TABLES.values())
+            )
+            + " ORDER BY 1, 3"
+        )
+
+
+@attrs.define
+class Rows:
+    """What one commit writes besides its header: the head and checkpoint window it
+    stores, the part statements in order, and the bytes of the part rows."""
+
+    head: bytes | None = None
+    window: Any = None
+    statements: list[tuple[str, Any]] = attrs.field(factory=list)
+    written: int = 0
+
+
+def rows_for(
+    s: str,
+    execution_id: str,
+    changes: list[Change],
+    window: Any,
+    dumps: Callable[[Any], bytes],
+) -> Rows:
+    """The statements that store ``changes`` of ``execution_id`` (every value encoded and
+    checked by ``dumps`` first). ``window`` is the checkpoint window after the changes when
+    there was a stored base (a first write's comes from its ``ckpts`` change)."""
+    rows = Rows(window=window)
+    for change in changes:
+        op = change[0]
+        if op == "head":
+            rows.head = dumps(change[1])
+        elif op == "put":
+            _, part, key, pos, value = change
+            body = dumps(value)
+            rows.written += len(body)
+            rows.statements.append(
+                (
+                    f"INSERT INTO {s}.{TABLES[part]} (execution_id, key, pos, body) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (execution_id, key) "
+                    "DO UPDATE SET body = excluded.body",
+                    (execution_id, key, pos, body),
+                )
+            )
+        elif op in ("reset", "group"):
+            table = TABLES[change[1]]
+            if op == "reset":
+                rows.statements.append(
+                    (f"DELETE FROM {s}.{table} WHERE execution_id = %s", (execution_id,))
+                )
+                start, entries = 0, change[2]
+            else:
+                # "0" follows "/": every key of the task sorts between the two (C collation)
+                rows.statements.append(
+                    (
+                        f"DELETE FROM {s}.{table} WHERE execution_id = %s "
+                        'AND key COLLATE "C" >= %s AND key COLLATE "C" < %s',
+                        (execution_id, f"{change[2]}/", f"{change[2]}0"),
+                    )
+                )
+                start, entries = change[3], change[4]
+            for offset, (key, value) in enumerate(entries):
+                body = dumps(value)
+                rows.written += len(body)
+                rows.statements.append(
+                    (
+                        f"INSERT INTO {s}.{table} (execution_id, key, pos, body) "
+                        "VALUES (%s, %s, %s, %s)",
+                        (execution_id, key, start + offset, body),
+                    )
+                )
+        elif op == "ckpts" and rows.window is None:
+            rows.window = change[1]
+    return rows
