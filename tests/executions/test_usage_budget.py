@@ -61,7 +61,8 @@ async def test_B3_max_tokens_reached_waits_for_budget_naming_tokens_and_a_resume
                                      "c": "pending"}  # fmt: skip
         assert ledger.count("chat:three") == 0
         pending = waiting.pending
-        assert pending is not None and pending.kind == "budget"
+        assert pending is not None
+        assert pending.kind == "budget"
         assert pending.budget == BudgetInfo(
             calls_used=2, max_calls=100, needed=1, budget="tokens", usage=ONE + ONE,
             max_tokens=200,
@@ -117,17 +118,20 @@ async def test_B3_max_cost_stops_an_agents_next_model_call_and_resume_replays_it
         assert waiting.usage.cost == Decimal("0.03")
         (task,) = tasks_of(waiting)
         assert task.state == "queued"
-        assert task.interruption is not None and task.interruption.kind == "budget"
+        assert task.interruption is not None
+        assert task.interruption.kind == "budget"
         assert "cost budget" in task.interruption.detail
         assert task.inner_completed == ("p0", "p1", "p2")
         assert task.usage == waiting.usage
-        assert waiting.pending is not None and waiting.pending.budget is not None
+        assert waiting.pending is not None
+        assert waiting.pending.budget is not None
         assert waiting.pending.budget.budget == "cost"
         assert waiting.pending.budget.max_cost == Decimal("0.025")
         assert isinstance(first.stopped_by, ms.BudgetExhausted)
         assert "cost budget is exhausted" in first.stopped_by.detail
         # The agent itself was told which budget ran out.
-        assert len(reasons) == 1 and isinstance(reasons[0], ms.BudgetExhausted)
+        assert len(reasons) == 1
+        assert isinstance(reasons[0], ms.BudgetExhausted)
         assert "cost budget" in reasons[0].detail
 
         with anyio.fail_after(30):
@@ -149,7 +153,8 @@ async def test_B3_a_limit_per_start_overrides_the_runtimes_default(tmp_path: Pat
             capped = await (await rt.start("g", plan)).wait()
             free = await (await rt.start("g", plan, max_tokens=1_000)).wait()
     assert capped.status == "waiting_for_budget"
-    assert ledger.count("chat:one") == 2 and ledger.count("chat:two") == 1
+    assert ledger.count("chat:one") == 2
+    assert ledger.count("chat:two") == 1
     assert free.status == "completed", free
 
 
@@ -174,13 +179,15 @@ async def test_P4_needed_is_what_the_rest_of_a_mixed_plan_would_hold(tmp_path: P
         with anyio.fail_after(30):
             first = await (await rt.start("g", plan)).wait()
         assert first.status == "waiting_for_budget"
-        assert first.pending is not None and first.pending.budget is not None
+        assert first.pending is not None
+        assert first.pending.budget is not None
         info = first.pending.budget
         # Two skills (1 call each) and an agent (its reservation, 4); tools cost nothing.
         assert (info.budget, info.calls_used, info.max_calls, info.needed) == ("calls", 0, 0, 6)
         with anyio.fail_after(30):
             partly = await (await rt.resume(first.execution_id, max_calls=1)).wait()
-        assert partly.pending is not None and partly.pending.budget is not None
+        assert partly.pending is not None
+        assert partly.pending.budget is not None
         assert partly.pending.budget.needed == 5  # one skill ran
         with anyio.fail_after(30):
             done = await (

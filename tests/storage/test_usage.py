@@ -13,7 +13,6 @@ from typing import Any
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from mainspring.storage import (
     MAX_COST,
@@ -44,7 +43,8 @@ def test_B3_addition_is_associative_commutative_and_never_decreases(
 ) -> None:
     assert (a + b) + c == a + (b + c)
     assert a + b == b + a
-    assert (a + b).covers(a) and (a + b).covers(b)
+    assert (a + b).covers(a)
+    assert (a + b).covers(b)
     assert a + Usage() == a
     assert (a + b).since(a).covers(Usage())
     assert a.covers(a.since(b))
@@ -129,7 +129,8 @@ def test_E8_a_task_record_with_bad_usage_is_dropped_from_the_view_not_coerced() 
     bad = {**good, "id": "t2", "usage": {"input_tokens": -5, "output_tokens": 0, "cost": "0"}}
     record = Execution(id="ex", goal="g", created_at=1, updated_at=1, agent_tasks=(good, bad))
     tasks, dropped = parse_agent_tasks(record)
-    assert [t.id for t in tasks] == ["t1"] and dropped == 1
+    assert [t.id for t in tasks] == ["t1"]
+    assert dropped == 1
 
 
 def test_V1_history_entries_carry_tokens_and_cost_as_numbers_only() -> None:
@@ -191,7 +192,8 @@ def test_B3_usage_fields_read_back_exactly_from_every_backend(
     back = store.get(record.id)
     assert back == written
     assert str(back.usage.cost) == str(grown.usage.cost)
-    assert back.max_cost == record.max_cost and back.max_tokens == record.max_tokens
+    assert back.max_cost == record.max_cost
+    assert back.max_tokens == record.max_tokens
     assert [t.usage for t in parse_agent_tasks(back)[0]] == [
         t.usage for t in parse_agent_tasks(grown)[0]
     ]
