@@ -51,7 +51,7 @@ from ..storage import (
 from ._findings import new_finding
 from ._outputs import Stored, keep_result, prepare_output
 from ._transitions import ASK_PREFIX
-from ._usage import Meter, split_usage
+from ._usage import Allowance, Meter, split_usage
 
 __all__ = [
     "AgentContext",
@@ -356,10 +356,8 @@ class AgentContext:
 
     def report_usage(self, *, input_tokens: int = 0, output_tokens: int = 0, cost: Any = 0) -> None:
         """Add what a model call made here (not through ``call_skill``) spent to this task's
-        and the run's usage (B3): kept even if the task is interrupted before its next save.
-        ``ValueError`` / ``TypeError`` for negative, non-finite or non-numeric values, and
-        nothing is added then. Once the run's token or cost budget is reached, the next
-        ``call_skill`` waits for budget."""
+        and the run's usage (B3), kept even if the task is interrupted before its next save.
+        ``ValueError`` / ``TypeError`` for a bad value; nothing is added then."""
         self._actor.add_usage(
             Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost=cost)
         )
@@ -404,9 +402,11 @@ class AgentTaskActor(Actor):
         workspace: Path | None = None,
         kept: dict[tuple[str, str], Any] | None = None,
         exhausted: Callable[[], str | None] | None = None,
+        allowance: Allowance | None = None,
     ) -> None:
         self._execution = execution
         self._exhausted = exhausted  # the run's token or cost budget that ran out, if any
+        self._allowance = allowance  # what this task may spend of tokens and cost (P4)
         self._waits_for_budget = waits_for_budget
         self._workspace = workspace
         # E10: real results of inner steps stored masked, kept by this runtime (memory only)
@@ -554,6 +554,9 @@ class AgentTaskActor(Actor):
         budget = self._exhausted() if self._exhausted is not None else None
         if budget is not None:  # B3: no model call once the run's tokens or cost ran out
             await self._wait_for_budget(budget)
+        over = self._allowance.over(self.record.usage) if self._allowance else None
+        if over is not None:
+            raise _OverBudget("agent-call-budget", over)
         record = self.record
         if record.calls_used >= record.calls_reserved and self._waits_for_budget:
             await self._wait_for_budget()

@@ -72,7 +72,7 @@ from ._run_messages import (
 from ._run_tasks import TaskEvents
 from ._scheduler import pick
 from ._transitions import clamp_count, pause_execution
-from ._usage import budget_reason, exhausted, needed_calls
+from ._usage import allowance, budget_reason, exhausted, needed_calls
 
 __all__ = ["ExecutionActor"]
 
@@ -423,6 +423,12 @@ class ExecutionActor(TaskEvents):
             cfg.workspace,
             cfg.kept_results,
             self._exhausted,  # B3: its model calls stop once the run's tokens or cost ran out
+            allowance(
+                task.usage,
+                self._live_usage(),
+                (self._token_limit, self._cost_limit),
+                (cfg.token_reservation, cfg.cost_reservation),
+            ),
         )
         if ref is None:
             return None

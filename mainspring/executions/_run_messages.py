@@ -58,6 +58,9 @@ class RunConfig:
     # Each run's default token and cost budgets (B3); None: unbounded.
     max_tokens: int | None = None
     max_cost: Decimal | None = None
+    # What an agent task may spend of the tokens and cost a run has left (P4); None: all.
+    token_reservation: Callable[[int], int] | None = None
+    cost_reservation: Callable[[Decimal], Any] | None = None
     # E10: the plans, with their real inputs, of this runtime's runs whose stored inputs are
     # masked; a resume here runs them as planned (kept until the run ends, bounded).
     live_plans: dict[str, Plan] = attrs.field(factory=dict)

@@ -560,6 +560,8 @@ async def open_runtime(
     max_tokens: int | None = None,
     max_cost: Decimal | float | int | str | None = None,
     reservation: Callable[[int], int] = _default_reservation,
+    token_reservation: Callable[[int], int] | None = None,
+    cost_reservation: Callable[[Decimal], Any] | None = None,
     max_tool_calls: int = 1_000,
     lease_ttl: float = 15.0,
     heartbeat_interval: float | None = None,
@@ -581,6 +583,9 @@ async def open_runtime(
     step holds of it (P4). ``max_tokens`` (input and output together) and ``max_cost`` are
     each run's default token and cost budgets (None: unbounded); skills report what they
     spend by returning ``WithUsage`` (B3, see ``executions._usage`` for the rule).
+    ``token_reservation(remaining)`` and ``cost_reservation(remaining)`` bound what one
+    agent task may spend of what its run has left (None: all of it); past it, the task's
+    next model call fails it with ``agent-call-budget``.
     ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
     ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
@@ -625,6 +630,8 @@ async def open_runtime(
                 agent_envelope=envelope_hash(tool_hashes, skill_versions, max_tool_calls),
                 max_tokens=default_tokens,
                 max_cost=default_cost,
+                token_reservation=token_reservation,
+                cost_reservation=cost_reservation,
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

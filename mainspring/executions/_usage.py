@@ -36,9 +36,11 @@ from ..storage import (
 )
 
 __all__ = [
+    "Allowance",
     "Exhausted",
     "Meter",
     "WithUsage",
+    "allowance",
     "budget_reason",
     "check_limits",
     "exhausted",
@@ -155,3 +157,50 @@ class Meter:
     def __init__(self, calls_used: int = 0, usage: Usage | None = None) -> None:
         self.calls_used = calls_used
         self.usage = usage if usage is not None else Usage()  # tokens and cost alike (B3)
+
+
+TokenReservation = Callable[[int], int]
+CostReservation = Callable[[Decimal], Decimal | int | float | str]
+
+
+@attrs.frozen(kw_only=True)
+class Allowance:
+    """What one agent task may spend of tokens and cost in this run: its reservation, from
+    ``token_reservation`` / ``cost_reservation`` of what the run had left when it started
+    (P4's reservation, for tokens and cost). ``start`` is the task's usage then."""
+
+    start: Usage
+    tokens: int | None = None
+    cost: Decimal | None = None
+
+    def over(self, usage: Usage) -> str | None:
+        """Why a task whose usage is now ``usage`` may make no more model calls, or None."""
+        spent = usage.since(self.start)
+        if self.tokens is not None and spent.tokens >= self.tokens:
+            return f"the task's {self.tokens:,} reserved tokens are used"
+        if self.cost is not None and spent.cost >= self.cost:
+            return f"the task's reserved cost {self.cost:f} is spent"
+        return None
+
+
+def allowance(
+    task: Usage,
+    run: Usage,
+    limits: tuple[int | None, Decimal | None],
+    reservations: tuple[TokenReservation | None, CostReservation | None],
+) -> Allowance | None:
+    """The allowance of an agent task starting now (None: it may spend what the run has).
+    A reservation is asked only for a budget the run has; what it gives is held within
+    ``0..remaining`` (at least 1 token, so a task that starts can make a call)."""
+    max_tokens, max_cost = limits
+    token_fn, cost_fn = reservations
+    tokens = cost = None
+    if token_fn is not None and max_tokens is not None:
+        remaining = max(max_tokens - run.tokens, 0)
+        tokens = min(max(int(token_fn(remaining)), 1), max(remaining, 1))
+    if cost_fn is not None and max_cost is not None:
+        left = max(max_cost - run.cost, Decimal(0))
+        cost = min(check_cost(cost_fn(left), "a cost reservation"), left)
+    if tokens is None and cost is None:
+        return None
+    return Allowance(start=task, tokens=tokens, cost=cost)

@@ -219,3 +219,70 @@ async def test_B3_bad_limits_are_refused_before_anything_is_stored(
         done = await (await rt.start("g", plan_of(tool("t")), execution_id="ex-ok")).wait()
         with pytest.raises((ValueError, TypeError), match=message):
             await rt.resume(done.execution_id, **options)
+
+
+async def test_P4_B3_an_agent_past_its_token_reservation_fails_with_agent_call_budget(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger()
+    asked: list[int] = []
+
+    async def chatty(ctx: ms.AgentContext, input: Any) -> str:
+        for i in range(5):
+            await ctx.call_skill("chat", f"c{i}")
+        return "never"
+
+    def hold(remaining: int) -> int:
+        asked.append(remaining)
+        return 150
+
+    async with runtime(
+        tmp_path,
+        ledger,
+        skills={"chat": priced(ledger)},
+        agents={"chatty": chatty},
+        max_tokens=10_000,
+        token_reservation=hold,
+    ) as rt:
+        with anyio.fail_after(30):
+            result = await (await rt.start("g", plan_of(agent("c", "chatty")))).wait()
+        record = stored(rt, result.execution_id)
+    assert result.status == "failed"
+    assert asked == [10_000]  # asked of what the run had left
+    # 120 tokens < 150: a second call; 240 >= 150: no third.
+    assert ledger.names("skill") == ["chat:c0", "chat:c1"]
+    (task,) = tasks_of(record)
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-call-budget"
+    assert "150 reserved tokens" in task.failure.message
+    assert task.usage == ONE + ONE
+    assert record.usage == ONE + ONE
+
+
+async def test_P4_B3_a_cost_reservation_of_everything_left_waits_for_budget_instead(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger()
+
+    async def chatty(ctx: ms.AgentContext, input: Any) -> str:
+        for i in range(3):
+            await ctx.step(f"s{i}", ctx.call_skill, "chat", f"c{i}")
+        return "done"
+
+    async with runtime(
+        tmp_path,
+        ledger,
+        skills={"chat": priced(ledger)},
+        agents={"chatty": chatty},
+        max_cost="0.015",
+        cost_reservation=lambda left: left,
+    ) as rt:
+        with anyio.fail_after(30):
+            first = await (await rt.start("g", plan_of(agent("c", "chatty")))).wait()
+        assert first.status == "waiting_for_budget"
+        assert isinstance(first.stopped_by, ms.BudgetExhausted)
+        with anyio.fail_after(30):
+            done = await (await rt.resume(first.execution_id, max_cost="0.03")).wait()
+    assert done.status == "completed", done
+    assert ledger.names("skill") == ["chat:c0", "chat:c1", "chat:c2"]
