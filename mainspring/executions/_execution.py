@@ -404,7 +404,7 @@ class ExecutionActor(TaskEvents):
         if not await self._commit():
             return None
         agent = cfg.agents[step.target]
-        meter = Meter(task.calls_used)
+        meter = Meter(task.calls_used, task.usage)
         ref = await self._spawn_step(
             step,
             AgentTaskActor,

@@ -306,8 +306,11 @@ class ExecutionCore(Actor):
             return
         task = self._tasks.get(running.task_id)
         used = running.meter.calls_used
-        spent = running.meter.usage  # B3: tokens and cost reported, saved or not
-        if task is None or (used <= task.calls_used and task.usage.covers(spent)):
+        if task is None:
+            return
+        # B3: tokens and cost reported, saved or not; each part never below the record's.
+        spent = task.usage + running.meter.usage.since(task.usage)
+        if used <= task.calls_used and task.usage.covers(spent):
             return
         used = max(used, task.calls_used)
         delta = used - self._charged.get(task.id, 0)
@@ -321,8 +324,12 @@ class ExecutionCore(Actor):
         """The run's usage once task ``task_id``'s reported ``total`` is charged: only what
         was not charged yet is added (B3, as for calls: E9)."""
         before = self._charged_usage.get(task_id)
-        self._charged_usage[task_id] = total
-        return self._rec.usage + (total.since(before) if before is not None else total)
+        if before is None:
+            self._charged_usage[task_id] = total
+            return self._rec.usage + total
+        added = total.since(before)
+        self._charged_usage[task_id] = before + added  # each part only grows
+        return self._rec.usage + added
 
     def _live_usage(self) -> Usage:
         """The run's usage with what running agents reported and no save charged yet."""

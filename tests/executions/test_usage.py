@@ -254,3 +254,40 @@ async def test_B3_an_agent_reporting_bad_usage_gets_the_error_and_nothing_is_add
     assert seen
     assert "cost must be a finite number" in seen[0]
     assert record.usage == Usage(input_tokens=10, output_tokens=1, cost=Decimal("0.25"))
+
+
+async def test_B3_a_resumed_agent_paused_before_reporting_keeps_its_earlier_usage(
+    tmp_path: Path,
+) -> None:
+    """The second run of a task makes a model call that reports nothing and is paused
+    before any save: its calls are charged, and its usage from the first run stays."""
+    ledger = Ledger()
+    gate = Gate()
+    runs: list[int] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append(1)
+        if len(runs) == 1:
+            ctx.report_usage(input_tokens=5, output_tokens=5, cost="0.5")
+            await ctx.step("first", lambda: "kept")
+        await ctx.call_skill("model", "plain")  # reports no usage
+        await gate()
+        return "done"
+
+    async with runtime(tmp_path, ledger, agents={"worker": worker}, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("w", "worker")))
+        for _ in range(2):
+            await gate.entered.wait()
+            gate.entered = anyio.Event()
+            await rt.pause(handle.execution_id, reason="hold")
+            with anyio.fail_after(30):
+                await handle.wait()
+            record = stored(rt, handle.execution_id)
+            (task,) = tasks_of(record)
+            want = Usage(input_tokens=5, output_tokens=5, cost=Decimal("0.5"))
+            assert task.usage == want, len(runs)
+            assert record.usage == want
+            assert task.calls_used == len(runs)
+            if len(runs) == 1:
+                handle = await rt.resume(handle.execution_id)
+    assert len(runs) == 2
