@@ -291,3 +291,25 @@ async def test_B3_a_resumed_agent_paused_before_reporting_keeps_its_earlier_usag
             if len(runs) == 1:
                 handle = await rt.resume(handle.execution_id)
     assert len(runs) == 2
+
+
+async def test_B3_a_cancel_keeps_the_usage_reported_before_it(tmp_path: Path) -> None:
+    gate = Gate()
+
+    async def caller(ctx: ms.AgentContext, input: Any) -> None:
+        ctx.report_usage(input_tokens=9, output_tokens=1, cost="0.75")
+        await gate()
+
+    async with runtime(tmp_path, agents={"caller": caller}, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("c", "caller")))
+        await gate.entered.wait()
+        await rt.cancel(handle.execution_id, reason="enough")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "cancelled"
+    want = Usage(input_tokens=9, output_tokens=1, cost=Decimal("0.75"))
+    assert record.usage == want
+    assert result.usage == want
+    (task,) = tasks_of(record)
+    assert task.usage == want
