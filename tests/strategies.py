@@ -59,6 +59,13 @@ json_values = st.recursive(
     max_leaves=6,
 )
 json_objects = st.dictionaries(short_text, json_values, max_size=3)
+#: Token counts and costs within Usage's bounds (B3); costs with up to 12 decimal places,
+#: any exponent (1E+3, 0.10, 5E-12): they must read back exactly as written.
+token_counts = st.integers(min_value=0, max_value=10**12)
+costs = st.decimals(
+    min_value=0, max_value=10**9, allow_nan=False, allow_infinity=False, places=12
+) | st.decimals(min_value=0, max_value=10**9, allow_nan=False, allow_infinity=False, places=0)
+usages = st.builds(rec.Usage, input_tokens=token_counts, output_tokens=token_counts, cost=costs)
 hash_maps = st.none() | st.dictionaries(short_text, short_text, max_size=3)
 
 
@@ -167,6 +174,7 @@ agent_tasks = st.builds(
     answer_sha256=st.none() | st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
     calls_reserved=counters,
     calls_used=counters,
+    usage=usages,
     findings=st.lists(findings, max_size=3).map(tuple),
     diagnostics=st.lists(short_text, max_size=3).map(tuple),
     failure=st.none() | st.builds(rec.Failure, code=short_text, message=short_text),
@@ -186,9 +194,23 @@ executions = st.builds(
         rec.Pending,
         kind=st.sampled_from(["approval", "clarification", "budget"]),
         asked_at=st.none() | times,
+        budget=st.none()
+        | st.builds(
+            rec.BudgetInfo,
+            calls_used=counters,
+            max_calls=counters,
+            needed=counters,
+            budget=st.sampled_from(["calls", "tokens", "cost"]),
+            usage=usages,
+            max_tokens=st.none() | token_counts,
+            max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
+        ),
     ),
     lease=st.none() | st.builds(rec.Lease, owner=short_text, expires_at=times, epoch=counters),
     calls_used=counters,
+    usage=usages,
+    max_tokens=st.none() | token_counts,
+    max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
     agent_tasks=st.lists(agent_tasks.map(unstructure), max_size=2).map(tuple),
     agent_tasks_dropped=counters,
     controls=st.lists(

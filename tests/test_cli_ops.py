@@ -78,7 +78,9 @@ def test_ls_lists_executions_as_a_table_and_as_json(store: Path) -> None:
     code, out = run_cli("ls", "--store", str(store))
     assert code == EXIT_OK
     header, *rows = out.splitlines()
-    assert header.split() == ["ID", "STATUS", "GOAL", "STEPS", "CALLS", "LEASE", "UPDATED"]
+    assert header.split() == [
+        "ID", "STATUS", "GOAL", "STEPS", "CALLS", "TOKENS", "COST", "LEASE", "UPDATED"
+    ]  # fmt: skip
     assert {row.split()[0] for row in rows} == {"ex-1", "ex-2"}
     assert "waiting_for_clarification" in out
     assert SECRET not in out

@@ -50,6 +50,22 @@ def _owner(execution: Execution, now: float) -> str:
     return holder(execution.lease, now) or "-"
 
 
+def _usage_line(execution: Execution) -> str:
+    """B3: tokens and cost used, and their limits where the record has them (set for this
+    run, or, for a run waiting for budget, the runtime's as the wait recorded them)."""
+    usage = execution.usage
+    info = execution.pending.budget if execution.pending is not None else None
+    max_tokens = execution.max_tokens if info is None else info.max_tokens
+    max_cost = execution.max_cost if info is None else info.max_cost
+    tokens = f"{usage.tokens:,} tokens ({usage.input_tokens:,} in, {usage.output_tokens:,} out)"
+    if max_tokens is not None:
+        tokens += f" of {max_tokens:,}"
+    cost = f"cost {usage.cost:f}"
+    if max_cost is not None:
+        cost += f" of {max_cost:f}"
+    return f"{tokens}, {cost}"
+
+
 def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
     listing = store.list()
     now = store.now()  # the store's clock: a shared server's, not this host's
@@ -65,6 +81,7 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
                     "steps_total": _steps(e)[1],
                     "stopped_steps": _stopped(e),
                     "calls_used": e.calls_used,
+                    "usage": unstructure(e.usage),  # B3: cost as exact decimal text
                     "lease_owner": holder(e.lease, now),
                     "updated_at": e.updated_at,
                 }
@@ -80,12 +97,15 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
                 "{}/{}".format(*_steps(e))
                 + (f" ({len(_stopped(e))} stopped)" if _stopped(e) else ""),
                 str(e.calls_used),
+                f"{e.usage.tokens:,}",
+                f"{e.usage.cost:f}",
                 _owner(e, now),
                 when(e.updated_at),
             ]
             for e in executions
         ]
-        out.table(["id", "status", "goal", "steps", "calls", "lease", "updated"], rows, 1)
+        headers = ["id", "status", "goal", "steps", "calls", "tokens", "cost", "lease", "updated"]
+        out.table(headers, rows, 1)
     _report_unreadable(out, 0, listing.problems)
     return EXIT_OK
 
@@ -122,6 +142,7 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         f"steps:   {done}/{total} done, {execution.calls_used} calls used"
         + (f" of {execution.max_calls}" if execution.max_calls is not None else "")
     )
+    out.line(f"usage:   {_usage_line(execution)}")
     if _stopped(execution):
         out.line(f"stopped: {', '.join(_stopped(execution))} (done without a result)")
     why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
@@ -137,6 +158,12 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         asked = f" (agent task {pending.agent_task_id})" if pending.agent_task_id else ""
         since = f" since {when(pending.asked_at)}" if pending.asked_at is not None else ""
         out.line(f"pending: {pending.kind}{asked}{since}: {clamp(pending.question, 200)}")
+        if pending.budget is not None:  # P4, B3: which budget ran out, what the rest needs
+            info = pending.budget
+            out.line(
+                f"budget:  {info.budget} exhausted; the rest of the plan needs "
+                f"{info.needed} more calls ({info.calls_used} of {info.max_calls} used)"
+            )
     plan = execution.plan
     if plan is not None:
         out.line("")
@@ -270,6 +297,8 @@ def _event_line(event: HistoryEvent) -> str:
         parts.append(f"{event.inner_done} inner steps")
     if event.calls_used is not None:
         parts.append(f"{event.calls_used} calls")
+    if event.input_tokens is not None and event.output_tokens is not None:
+        parts.append(f"{event.input_tokens + event.output_tokens} tokens, cost {event.cost}")
     return "  ".join(parts)
 
 

@@ -37,6 +37,7 @@ from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._status import IllegalTransition as IllegalTransition
+from ._usage import WithUsage as WithUsage
 
 __all__ = [
     "AgentTaskCompleted",
@@ -61,6 +62,7 @@ __all__ = [
     "StepFinished",
     "StepStarted",
     "StopResult",
+    "WithUsage",
 ]
 
 publish(__name__, globals(), __all__)

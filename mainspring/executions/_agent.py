@@ -42,6 +42,7 @@ from ..storage import (
     Observation,
     Plan,
     PlanStep,
+    Usage,
     check_id,
     check_relative_path,
     hash_files,
@@ -50,6 +51,7 @@ from ..storage import (
 from ._findings import new_finding
 from ._outputs import Stored, keep_result, prepare_output
 from ._transitions import ASK_PREFIX
+from ._usage import Allowance, Meter, split_usage
 
 __all__ = [
     "AgentContext",
@@ -78,6 +80,7 @@ class StepDone:
     output: Any = None
     error: str | None = None
     stored: Stored | None = None  # the output as it is stored, when ok
+    usage: Usage = attrs.field(factory=Usage)  # what a skill reported (B3), ok or not
 
 
 @attrs.frozen
@@ -151,15 +154,15 @@ class StepActor(Actor):
     async def receive(self, message: Any) -> Any:
         step = self._step
         try:
-            output = await _call(self._fn, **step.input)
+            output, usage = split_usage(await _call(self._fn, **step.input))
         except Exception as exc:
             done = StepDone(step.id, ok=False, error=f"{type(exc).__name__}: {exc}")
         else:
             stored = prepare_output(output, f"the output of {step.kind} {step.target}")
-            if isinstance(stored, str):
-                done = StepDone(step.id, ok=False, error=stored)
+            if isinstance(stored, str):  # the call was made: its usage counts (B3)
+                done = StepDone(step.id, ok=False, error=stored, usage=usage)
             else:
-                done = StepDone(step.id, ok=True, output=output, stored=stored)
+                done = StepDone(step.id, ok=True, output=output, stored=stored, usage=usage)
         # If the execution is stopping, it knows this step did not finish.
         with contextlib.suppress(ActorDeadError, ActorFailed):
             await self._execution.ask(done)
@@ -342,9 +345,22 @@ class AgentContext:
         reservation was all the run's budget had left: then the task is saved (its durable
         steps kept), the run waits for budget, and this call does not return in this run
         (the agent is stopped like an asking one, see :meth:`ask`); ``resume(id,
-        max_calls=...)`` runs the agent again, its recorded steps replayed."""
+        max_calls=...)`` runs the agent again, its recorded steps replayed. Likewise once
+        the run's ``max_tokens`` or ``max_cost`` is reached, before the call is made. A skill
+        that returns ``WithUsage`` has its usage added to this task's and the run's, and
+        this returns its value alone."""
         await self._actor.charge_call()
-        return await _call(self._actor.skills[name], *args, **kwargs)
+        value, usage = split_usage(await _call(self._actor.skills[name], *args, **kwargs))
+        self._actor.add_usage(usage)
+        return value
+
+    def report_usage(self, *, input_tokens: int = 0, output_tokens: int = 0, cost: Any = 0) -> None:
+        """Add what a model call made here (not through ``call_skill``) spent to this task's
+        and the run's usage (B3), kept even if the task is interrupted before its next save.
+        ``ValueError`` / ``TypeError`` for a bad value; nothing is added then."""
+        self._actor.add_usage(
+            Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost=cost)
+        )
 
     async def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Call a tool: free in calls, but counted against the per-task tool limit."""
@@ -353,16 +369,6 @@ class AgentContext:
 
 
 AgentFn = Callable[[AgentContext, Any], Awaitable[Any]]
-
-
-class Meter:
-    """Model calls an agent task has made so far, shared with its execution so that calls
-    made before an interruption are charged even if no save recorded them (P4, E9)."""
-
-    __slots__ = ("calls_used",)
-
-    def __init__(self, calls_used: int = 0) -> None:
-        self.calls_used = calls_used
 
 
 def _leading_out(root: Path, paths: Iterable[str]) -> str | None:
@@ -395,13 +401,17 @@ class AgentTaskActor(Actor):
         waits_for_budget: bool = False,
         workspace: Path | None = None,
         kept: dict[tuple[str, str], Any] | None = None,
+        exhausted: Callable[[], str | None] | None = None,
+        allowance: Allowance | None = None,
     ) -> None:
         self._execution = execution
+        self._exhausted = exhausted  # the run's token or cost budget that ran out, if any
+        self._allowance = allowance  # what this task may spend of tokens and cost (P4)
         self._waits_for_budget = waits_for_budget
         self._workspace = workspace
         # E10: real results of inner steps stored masked, kept by this runtime (memory only)
         self.kept = kept if kept is not None else {}
-        self._meter = meter if meter is not None else Meter(record.calls_used)
+        self._meter = meter if meter is not None else Meter(record.calls_used, record.usage)
         self.record = record
         self._step = step
         self._agent = agent
@@ -520,12 +530,13 @@ class AgentTaskActor(Actor):
         await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _wait_for_budget(self) -> NoReturn:
+    async def _wait_for_budget(self, budget: str = "calls") -> NoReturn:
         """P4: the run's budget, not this task's reservation, is short. Save the task back
         to queued (interruption ``budget``), then wait to be stopped, as in
         :meth:`wait_for_answer`; the execution waits for budget."""
         now = time.time()
-        why = f"the run's budget ran out after {self.record.calls_used} calls of this task"
+        used = self.record.calls_used
+        why = f"the run's {budget} budget ran out after {used} calls of this task"
         self._touch(state="queued", interruption=Interruption(kind="budget", at=now, detail=why))
         await self._save()
         await anyio.sleep_forever()  # pragma: no cover - cancelled during the save above
@@ -540,6 +551,12 @@ class AgentTaskActor(Actor):
         return finding
 
     async def charge_call(self) -> None:
+        budget = self._exhausted() if self._exhausted is not None else None
+        if budget is not None:  # B3: no model call once the run's tokens or cost ran out
+            await self._wait_for_budget(budget)
+        over = self._allowance.over(self.record.usage) if self._allowance else None
+        if over is not None:
+            raise _OverBudget("agent-call-budget", over)
         record = self.record
         if record.calls_used >= record.calls_reserved and self._waits_for_budget:
             await self._wait_for_budget()
@@ -549,6 +566,11 @@ class AgentTaskActor(Actor):
             )
         self._touch(calls_used=record.calls_used + 1)
         self._meter.calls_used = self.record.calls_used
+
+    def add_usage(self, usage: Usage) -> None:
+        if usage:  # B3: only grows; the meter carries it to the execution even unsaved
+            self._touch(usage=self.record.usage + usage)
+            self._meter.usage = self.record.usage
 
     def charge_tool(self) -> None:
         record = self.record

@@ -72,6 +72,7 @@ from ._run_messages import (
 from ._run_tasks import TaskEvents
 from ._scheduler import pick
 from ._transitions import clamp_count, pause_execution
+from ._usage import allowance, budget_reason, exhausted, needed_calls
 
 __all__ = ["ExecutionActor"]
 
@@ -249,6 +250,11 @@ class ExecutionActor(TaskEvents):
     def _remaining(self) -> int:
         return max(0, self._budget - self._rec.calls_used - self._held())
 
+    def _exhausted(self) -> Literal["tokens", "cost"] | None:
+        """B3: the token or cost budget the run has reached (counting what running agents
+        reported and no save charged yet), or None. Once reached, no model call starts."""
+        return exhausted(self._live_usage(), self._token_limit, self._cost_limit)
+
     def _cascade(self) -> bool:
         """P2, recorded: each step the scheduler skipped or cancelled gets an observation
         saying which dependency ended how, and is announced."""
@@ -302,13 +308,14 @@ class ExecutionActor(TaskEvents):
                 asking.add(step.id)
             elif task.state == "queued" and task.id not in self._claimed:
                 answered.add(step.id)
+        spent = self._exhausted()  # B3: then no skill or agent step fits, tools still run
         picked = pick(
             self._sched,
             plan=self._plan,
             running_targets=[running.step.target for running in self._running.values()],
             max_parallel=self._cfg.max_parallel_steps,
             limits=self._cfg.limits,
-            remaining=self._remaining(),
+            remaining=0 if spent is not None else self._remaining(),
             reservation=self._cfg.reservation,
             approvals=self._rec.approvals,
             question_open=pending is not None and pending.kind == "clarification",
@@ -331,7 +338,11 @@ class ExecutionActor(TaskEvents):
             needs_budget = BudgetInfo(
                 calls_used=self._rec.calls_used,
                 max_calls=clamp_count(self._budget),
-                needed=1,
+                needed=needed_calls(self._plan.steps, self._sched.status, self._cfg.reservation),
+                budget=spent or "calls",
+                usage=self._rec.usage,
+                max_tokens=self._token_limit,
+                max_cost=self._cost_limit,
             )
         self._takes_all = picked.takes_all
         return list(picked.starts), needs_approval, needs_budget
@@ -393,7 +404,7 @@ class ExecutionActor(TaskEvents):
         if not await self._commit():
             return None
         agent = cfg.agents[step.target]
-        meter = Meter(task.calls_used)
+        meter = Meter(task.calls_used, task.usage)
         ref = await self._spawn_step(
             step,
             AgentTaskActor,
@@ -411,6 +422,13 @@ class ExecutionActor(TaskEvents):
             step.id in self._takes_all,
             cfg.workspace,
             cfg.kept_results,
+            self._exhausted,  # B3: its model calls stop once the run's tokens or cost ran out
+            allowance(
+                task.usage,
+                self._live_usage(),
+                (self._token_limit, self._cost_limit),
+                (cfg.token_reservation, cfg.cost_reservation),
+            ),
         )
         if ref is None:
             return None
@@ -490,6 +508,9 @@ class ExecutionActor(TaskEvents):
                 task_id=pending.agent_task_id,
             )
         )
+        if pending.budget is not None:  # B3: the reason names the budget that ran out
+            self._end(budget_reason(pending.budget, self.ref.path))
+            return
         self._end(Stop(detail=f"the execution is {status}", source=self.ref.path))
 
     async def _finish(
@@ -546,6 +567,8 @@ class ExecutionActor(TaskEvents):
         changes: dict[str, Any] = {}
         if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
             changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
+        if done.usage:  # B3: what it reported, charged in full even past a budget
+            changes["usage"] = self._rec.usage + done.usage
         # E1: the completion is durable before any dependent starts.
         try:
             committed = await self._commit(**changes)

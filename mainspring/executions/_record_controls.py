@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import anyio.to_thread
@@ -150,7 +151,13 @@ def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
 
 
 def prepare_resume(
-    stored: Execution, owner: str, answer: str | None, approve: bool, max_calls: int | None
+    stored: Execution,
+    owner: str,
+    answer: str | None,
+    approve: bool,
+    max_calls: int | None,
+    *,
+    limits: tuple[int | None, Decimal | None] = (None, None),
 ) -> tuple[Execution, Begin]:
     """The record a resume by ``owner`` commits before its run starts, and how that run
     begins: tasks left running are requeued (R3), stops asked for meanwhile applied (S1), the
@@ -191,6 +198,10 @@ def prepare_resume(
         record = attrs.evolve(record, pending=None)
     if max_calls is not None:
         record = attrs.evolve(record, max_calls=max_calls)
+    if limits[0] is not None:  # B3: the token and cost budgets likewise
+        record = attrs.evolve(record, max_tokens=limits[0])
+    if limits[1] is not None:
+        record = attrs.evolve(record, max_cost=limits[1])
     if record.status != "running":
         record = add_control(record, "resume", owner, now)
     record = attrs.evolve(record, status="running", updated_at=now)

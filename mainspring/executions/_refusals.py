@@ -21,6 +21,7 @@ from ..storage import (
     Control,
     Edit,
     Execution,
+    Usage,
     holder,
     parse_agent_tasks,
 )
@@ -69,23 +70,38 @@ def refusal_reason(
     return LeaseLost(other or "", detail=detail, source="store")
 
 
-def add_calls(extra: int, used: Mapping[str, int]) -> Edit:
-    """The edit that adds ``extra`` calls to a paused or cancelled record, and raises each
-    task's count to what its runner counted (``used``): calls made before a control from
-    elsewhere stopped the run are charged, never lost (E9); counts only grow. A record
-    someone runs again is theirs to account."""
+def add_calls(
+    extra: int,
+    used: Mapping[str, int],
+    spent: Usage | None = None,
+    usage: Mapping[str, Usage] | None = None,
+) -> Edit:
+    """The edit that adds ``extra`` calls (and ``spent`` tokens and cost) to a paused or
+    cancelled record, and raises each task's counts to what its runner counted (``used``,
+    ``usage``): what was spent before a control from elsewhere stopped the run is charged,
+    never lost (E9, B3); counts only grow. A record someone runs again is theirs to
+    account."""
+    reported = usage or {}
 
     def raise_count(task: AgentTaskRecord) -> AgentTaskRecord | None:
         count = used.get(task.id, 0)
-        if count <= task.calls_used:
+        total = reported.get(task.id, task.usage)
+        if count <= task.calls_used and task.usage.covers(total):
             return None
-        return attrs.evolve(task, calls_used=clamp_count(count))
+        # Each part at least what either side counted: never backwards (B3).
+        grown = task.usage + total.since(task.usage)
+        calls = clamp_count(max(count, task.calls_used))
+        return attrs.evolve(task, calls_used=calls, usage=grown)
 
     def change(stored: Execution, now: float) -> Execution | None:
         if stored.status not in ("cancelled", "paused"):
             return None
         record, _ = map_tasks(stored, raise_count)
-        return attrs.evolve(record, calls_used=clamp_count(stored.calls_used + extra))
+        return attrs.evolve(
+            record,
+            calls_used=clamp_count(stored.calls_used + extra),
+            usage=stored.usage + spent if spent is not None else stored.usage,
+        )
 
     return change
 

@@ -23,6 +23,7 @@ from ..storage import (
     Pending,
     Plan,
     PlanStep,
+    Usage,
     parse_agent_tasks,
     redact,
     redact_flagged,
@@ -56,6 +57,8 @@ class ExecutionResult:
     findings: tuple[Finding, ...] = ()
     pending: Pending | None = None
     calls_used: int = 0
+    #: Tokens and cost the run's model calls reported, across resumes (B3).
+    usage: Usage = attrs.field(factory=Usage)
     steps_done: int = 0
     steps_total: int = 0
     stopped_by: CancelReason | None = None
@@ -145,6 +148,7 @@ def result_from(
         findings=tuple(findings),
         pending=execution.pending,
         calls_used=execution.calls_used,
+        usage=execution.usage,
         steps_done=done,
         steps_total=total,
         stopped_by=stopped_by,

@@ -32,6 +32,7 @@ from ..storage import (
     Plan,
     StepStatus,
     StorageError,
+    Usage,
     capture_checkpoint,
     parse_agent_task,
     parse_agent_tasks,
@@ -87,6 +88,7 @@ class ExecutionCore(Actor):
     _raw_of: dict[str, AgentTaskRecord]  # the task each of our raw records was made from
     _unparsed: list[dict[str, Any]]
     _charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
+    _charged_usage: dict[str, Usage]  # tokens and cost likewise (B3)
 
     def __init__(
         self,
@@ -101,6 +103,8 @@ class ExecutionCore(Actor):
         self._watcher = watcher
         self._rec = record
         self._budget = record.max_calls if record.max_calls is not None else cfg.max_calls
+        self._token_limit = record.max_tokens if record.max_tokens is not None else cfg.max_tokens
+        self._cost_limit = record.max_cost if record.max_cost is not None else cfg.max_cost
         self._running: dict[str, Running] = {}
         self._by_ref: dict[ActorRef, str] = {}
         self._outputs: dict[str, Any] = {}
@@ -119,6 +123,7 @@ class ExecutionCore(Actor):
     def _load(self, record: Execution) -> None:
         self._rec = record
         self._durable_calls = record.calls_used  # as the store has it
+        self._durable_usage = record.usage
         self._plan = record.plan
         self._sched = Schedule(
             self._live_plan or record.plan,
@@ -138,6 +143,7 @@ class ExecutionCore(Actor):
             self._tasks[task.id] = task
             self._raw[task.id] = raw
         self._charged = {task.id: task.calls_used for task in self._tasks.values()}
+        self._charged_usage = {task.id: task.usage for task in self._tasks.values()}
         self._claim_finished()
 
     def _claim_finished(self) -> None:
@@ -300,13 +306,40 @@ class ExecutionCore(Actor):
             return
         task = self._tasks.get(running.task_id)
         used = running.meter.calls_used
-        if task is None or used <= task.calls_used:
+        if task is None:
             return
+        # B3: tokens and cost reported, saved or not; each part never below the record's.
+        spent = task.usage + running.meter.usage.since(task.usage)
+        if used <= task.calls_used and task.usage.covers(spent):
+            return
+        used = max(used, task.calls_used)
         delta = used - self._charged.get(task.id, 0)
         self._charged[task.id] = used
-        self._set_task(attrs.evolve(task, calls_used=clamp_count(used)))
+        usage = self._charge_usage(task.id, spent)
+        self._set_task(attrs.evolve(task, calls_used=clamp_count(used), usage=spent))
         calls = clamp_count(self._rec.calls_used + max(delta, 0))
-        self._rec = attrs.evolve(self._rec, calls_used=calls)
+        self._rec = attrs.evolve(self._rec, calls_used=calls, usage=usage)
+
+    def _charge_usage(self, task_id: str, total: Usage) -> Usage:
+        """The run's usage once task ``task_id``'s reported ``total`` is charged: only what
+        was not charged yet is added (B3, as for calls: E9)."""
+        before = self._charged_usage.get(task_id)
+        if before is None:
+            self._charged_usage[task_id] = total
+            return self._rec.usage + total
+        added = total.since(before)
+        self._charged_usage[task_id] = before + added  # each part only grows
+        return self._rec.usage + added
+
+    def _live_usage(self) -> Usage:
+        """The run's usage with what running agents reported and no save charged yet."""
+        usage = self._rec.usage
+        for running in self._running.values():
+            if running.meter is not None and running.task_id is not None:
+                before = self._charged_usage.get(running.task_id)
+                spent = running.meter.usage
+                usage = usage + (spent.since(before) if before is not None else spent)
+        return usage
 
     async def _commit(self, **changes: Any) -> bool:
         """Commit the current state (E2). A refusal stops the run at once (E3)."""
@@ -327,6 +360,7 @@ class ExecutionCore(Actor):
         if outcome is CommitOutcome.OK:
             self._rec = record
             self._durable_calls = record.calls_used  # as the store has it
+            self._durable_usage = record.usage
             return True
         await self._refused(outcome)
         return False
@@ -381,6 +415,7 @@ class ExecutionCore(Actor):
         if outcome is CommitOutcome.OK:
             self._rec = record
             self._durable_calls = record.calls_used  # as the store has it
+            self._durable_usage = record.usage
             return True
         # Refused while winding down: another process's control landed first (E4). The
         # record, not our copy, says how the run ended and why (V3).
@@ -413,11 +448,14 @@ class ExecutionCore(Actor):
         for running in self._running.values():
             self._charge_unsaved(running)  # calls made before the interruption (P4, E9)
         extra = self._rec.calls_used - self._durable_calls
-        if extra <= 0:
+        spent = self._rec.usage.since(self._durable_usage)  # B3: tokens and cost likewise
+        if extra <= 0 and not spent:
             return None
         used = {task.id: task.calls_used for task in self._tasks.values()}
+        usage = {task.id: task.usage for task in self._tasks.values()}
         try:
-            return await self._cfg.committer.edit(self._rec.id, add_calls(extra, used))
+            edit = add_calls(max(extra, 0), used, spent, usage)
+            return await self._cfg.committer.edit(self._rec.id, edit)
         except Exception:  # the disk failed: nothing more can be kept
             return None
 

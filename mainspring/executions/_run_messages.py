@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,11 +24,9 @@ from ..storage import (
     encode_value,
     sha256_hex,
 )
-from ._agent import (
-    Meter,
-)
 from ._results import ExecutionResult
 from ._run_events import RunEvent
+from ._usage import Meter
 
 
 @attrs.frozen(kw_only=True)
@@ -56,6 +55,12 @@ class RunConfig:
     tool_hashes: Mapping[str, str]
     agent_hashes: Mapping[str, str] = attrs.field(factory=dict)  # definitions (R8)
     agent_envelope: str = ""  # what wraps every agent's definition here (R8)
+    # Each run's default token and cost budgets (B3); None: unbounded.
+    max_tokens: int | None = None
+    max_cost: Decimal | None = None
+    # What an agent task may spend of the tokens and cost a run has left (P4); None: all.
+    token_reservation: Callable[[int], int] | None = None
+    cost_reservation: Callable[[Decimal], Any] | None = None
     # E10: the plans, with their real inputs, of this runtime's runs whose stored inputs are
     # masked; a resume here runs them as planned (kept until the run ends, bounded).
     live_plans: dict[str, Plan] = attrs.field(factory=dict)

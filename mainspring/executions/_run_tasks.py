@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from ..actors import Cancel, Crash, Stop, Terminated
+from ..actors import BudgetExhausted, Cancel, CancelReason, Crash, Stop, Terminated
 from ..storage import (
     MAX_CONTROLS,
     AgentTaskRecord,
@@ -57,11 +57,12 @@ class TaskEvents(TaskClaims):
         delta = task.calls_used - self._charged.get(task.id, 0)
         self._charged[task.id] = task.calls_used
         calls = clamp_count(self._rec.calls_used + max(delta, 0))
+        usage = self._charge_usage(task.id, task.usage)  # B3: tokens and cost likewise
         self._set_task(task, save.appended_to)
         step = running.step
         # queued: the run's budget ran out under the agent (P4), which waits to run again.
         ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")
-        changes: dict[str, Any] = {"calls_used": calls}
+        changes: dict[str, Any] = {"calls_used": calls, "usage": usage}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
             self._sched.set(step.id, "succeeded")
@@ -111,7 +112,7 @@ class TaskEvents(TaskClaims):
         try:
             committed = await self._commit(**changes)
         except Unstorable as exc:
-            spent = attrs.evolve(previous, calls_used=task.calls_used)
+            spent = attrs.evolve(previous, calls_used=task.calls_used, usage=task.usage)
             if await self._unstorable(step, spent, str(exc), changes):
                 self._publish_step(step.id, "failed")
                 await self._advance()
@@ -124,10 +125,12 @@ class TaskEvents(TaskClaims):
             # done in this run. It waits in ctx.ask (ctx.call_skill) for this: a cancellation
             # with a reason it can read, not an exception of ours through its code. Its end
             # is ignored (it left _running above).
-            what = "an answer" if task.state != "queued" else "budget"
-            running.ref.cancel(
-                Stop(detail=f"the agent task waits for {what}", source=self.ref.path)
-            )
+            if task.state == "queued":  # B3: the agent reads which budget ran out
+                why = task.interruption.detail if task.interruption else "budget"
+                reason: CancelReason = BudgetExhausted(detail=why, source=self.ref.path)
+            else:
+                reason = Stop(detail="the agent task waits for an answer", source=self.ref.path)
+            running.ref.cancel(reason)
         if task.state == "waiting_for_clarification":
             self._publish(ev.AgentTaskWaiting(execution_id=self._rec.id, at=now, task_id=task.id))
         elif task.state in ("completed", "failed"):

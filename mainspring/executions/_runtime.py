@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ from ._run_events import RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from ._store_watch import watch_store
 from ._transitions import bounded_reason
+from ._usage import check_limits
 
 __all__ = ["Runtime", "open_runtime"]
 
@@ -194,8 +196,12 @@ class Runtime(RuntimeEvents):
         *,
         execution_id: str | None = None,
         max_calls: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: Decimal | float | int | str | None = None,
     ) -> ExecutionHandle:
         """Store a new execution and run it; the planner plans when no ``plan`` is given.
+        ``max_calls``, ``max_tokens`` and ``max_cost`` bound this run instead of the
+        runtime's defaults (P4, B3).
 
         Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1),
         :class:`ExecutionExists` for an id already stored and ``ValueError`` (``InvalidId``)
@@ -213,6 +219,7 @@ class Runtime(RuntimeEvents):
             raise ValueError(f"execution ids are at most {MAX_EXECUTION_ID} characters")
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        tokens, cost = check_limits(max_tokens, max_cost)
         cfg = self._cfg
         if plan is not None:
             check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
@@ -233,6 +240,8 @@ class Runtime(RuntimeEvents):
             plan_version=plan.version if plan is not None else 0,
             lease=Lease(owner=cfg.owner, expires_at=now + cfg.lease_ttl, epoch=1),
             max_calls=max_calls,
+            max_tokens=tokens,
+            max_cost=cost,
             created_at=now,
             updated_at=now,
         )
@@ -290,6 +299,8 @@ class Runtime(RuntimeEvents):
         answer: str | None = None,
         approve: bool = False,
         max_calls: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: Decimal | float | int | str | None = None,
     ) -> ExecutionHandle:
         """Continue a stored execution here (after a pause, a question, a crash, elsewhere).
 
@@ -298,25 +309,34 @@ class Runtime(RuntimeEvents):
         acquired (``ExecutionBusy`` if another owner holds it), tasks left running by a crash
         are requeued (R3), the answer goes to the task that asked (R8, R9) or, for an outer
         question, is appended to the goal (R10), and the run goes on: from its plan, or from
-        a new one if the workspace drifted (R6, R7). ``max_calls`` raises the run's budget.
+        a new one if the workspace drifted (R6, R7). ``max_calls``, ``max_tokens`` and
+        ``max_cost`` set the run's budgets (B3: a run waiting for budget goes on once the one
+        that ran out has room again).
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
         lease was taken leaves it held until its ttl lapses (nothing else changes).
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        limits = check_limits(max_tokens, max_cost)
         async with self._exclusive(execution_id):
-            return await self._resume(execution_id, answer, approve, max_calls)
+            return await self._resume(execution_id, answer, approve, max_calls, limits)
 
     async def _resume(
-        self, execution_id: str, answer: str | None, approve: bool, max_calls: int | None
+        self,
+        execution_id: str,
+        answer: str | None,
+        approve: bool,
+        max_calls: int | None,
+        limits: tuple[int | None, Decimal | None] = (None, None),
     ) -> ExecutionHandle:
+        raises = max_calls is not None or limits != (None, None)  # a budget is set
         live = await self._settled(execution_id)
         if live is not None:
-            if answer is not None and not approve and max_calls is None:
+            if answer is not None and not approve and not raises:
                 owner = self._cfg.owner
                 if await request_answer(self._committer, owner, execution_id, answer, live.ref):
                     return live.handle  # R8: its task takes the answer at once
-            if answer is not None or approve or max_calls is not None:
+            if answer is not None or approve or raises:
                 raise ExecutionBusy(
                     execution_id,
                     None,
@@ -343,7 +363,7 @@ class Runtime(RuntimeEvents):
         cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         if not acquired.acquired:
-            if answer is not None and not approve and max_calls is None:
+            if answer is not None and not approve and not raises:
                 # R8 across hosts: the run is live elsewhere; its runner takes the answer.
                 how = await answer_elsewhere(
                     self._committer, cfg.owner, execution_id, answer, cfg, acquired
@@ -361,7 +381,9 @@ class Runtime(RuntimeEvents):
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
-            record, begin = prepare_resume(stored, cfg.owner, answer, approve, max_calls)
+            record, begin = prepare_resume(
+                stored, cfg.owner, answer, approve, max_calls, limits=limits
+            )
             begins.append(begin)
             return record
 
@@ -535,7 +557,11 @@ async def open_runtime(
     max_parallel_steps: int = 8,
     limits: Mapping[str, int] | None = None,
     max_calls: int = 100,
+    max_tokens: int | None = None,
+    max_cost: Decimal | float | int | str | None = None,
     reservation: Callable[[int], int] = _default_reservation,
+    token_reservation: Callable[[int], int] | None = None,
+    cost_reservation: Callable[[Decimal], Any] | None = None,
     max_tool_calls: int = 1_000,
     lease_ttl: float = 15.0,
     heartbeat_interval: float | None = None,
@@ -554,7 +580,12 @@ async def open_runtime(
     tasks are not reused (R8). ``planner(goal, context)`` returns a :class:`Plan`.
     ``max_parallel_steps`` and ``limits`` (per tool/skill/agent name) bound concurrency (P3);
     ``max_calls`` is each run's default budget and ``reservation(remaining)`` what an agent
-    step holds of it (P4).
+    step holds of it (P4). ``max_tokens`` (input and output together) and ``max_cost`` are
+    each run's default token and cost budgets (None: unbounded); skills report what they
+    spend by returning ``WithUsage`` (B3, see ``executions._usage`` for the rule).
+    ``token_reservation(remaining)`` and ``cost_reservation(remaining)`` bound what one
+    agent task may spend of what its run has left (None: all of it); past it, the task's
+    next model call fails it with ``agent-call-budget``.
     ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
     ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
@@ -565,6 +596,7 @@ async def open_runtime(
     """
     interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
     tools, skills, agents = check_registries(tools, skills, agents)
+    default_tokens, default_cost = check_limits(max_tokens, max_cost)
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
@@ -596,6 +628,10 @@ async def open_runtime(
                 tool_hashes=tool_hashes,
                 agent_hashes={name: agent_hash(fn) for name, fn in agents.items()},
                 agent_envelope=envelope_hash(tool_hashes, skill_versions, max_tool_calls),
+                max_tokens=default_tokens,
+                max_cost=default_cost,
+                token_reservation=token_reservation,
+                cost_reservation=cost_reservation,
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

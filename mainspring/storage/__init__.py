@@ -139,6 +139,11 @@ from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
+from ._usage import MAX_COST as MAX_COST
+from ._usage import MAX_TOKENS as MAX_TOKENS
+from ._usage import Usage as Usage
+from ._usage import check_cost as check_cost
+from ._usage import check_tokens as check_tokens
 from ._v1 import read_v1 as read_v1
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
@@ -147,10 +152,12 @@ __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
+    "MAX_COST",
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
     "MAX_EVIDENCE",
     "MAX_FINDINGS",
+    "MAX_TOKENS",
     "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
@@ -199,9 +206,12 @@ __all__ = [
     "StoreUnavailable",
     "TaskState",
     "TooLarge",
+    "Usage",
     "capture_checkpoint",
+    "check_cost",
     "check_id",
     "check_relative_path",
+    "check_tokens",
     "decode_value",
     "default_home",
     "default_store",

@@ -6,10 +6,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._codec import unstructure
 from ._journal import Change
 from ._records import Execution
 
-__all__ = ["events_for"]
+__all__ = ["events_for", "usage_counts"]
+
+
+def usage_counts(raw: Any) -> dict[str, Any]:
+    """The tokens and cost of a stored usage (B3) as history fields, numbers only (V1); none
+    for a usage absent, empty or not as written (a record that does not parse, E7)."""
+    if type(raw) is not dict:
+        return {}
+    inputs, outputs, cost = (raw.get(k) for k in ("input_tokens", "output_tokens", "cost"))
+    if type(inputs) is not int or type(outputs) is not int or type(cost) is not str:
+        return {}
+    if not (inputs or outputs or cost not in ("0", "0E-12")):
+        return {}
+    return {"input_tokens": inputs, "output_tokens": outputs, "cost": cost}
 
 
 def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) -> list[Any]:
@@ -28,6 +42,7 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
         agent, step, inner, calls = (
             raw.get(name) for name in ("agent_id", "step_id", "inner_steps_done", "calls_used")
         )
+        usage = usage_counts(raw.get("usage"))
         events.append(
             {
                 **base,
@@ -38,6 +53,7 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
                 "state": state,
                 "inner_done": inner if type(inner) is int else None,
                 "calls_used": calls if type(calls) is int else None,
+                **usage,
             }
         )
     return events
@@ -50,6 +66,7 @@ def events_for(old: Execution | None, new: Execution, changes: Sequence[Change])
     total = len(new.plan.steps) if new.plan is not None else 0
     done = len(new.completed_steps)
     base = {"execution_id": new.id, "at": at}
+    run_usage = usage_counts(unstructure(new.usage)) if new.usage else {}
     events: list[dict[str, Any]] = []
     if old is None:
         events.append({**base, "kind": "created", "status": new.status})
@@ -70,6 +87,7 @@ def events_for(old: Execution | None, new: Execution, changes: Sequence[Change])
                     "done": done,
                     "total": total,
                     "calls_used": new.calls_used,
+                    **run_usage,
                 }
             )
         elif op == "put" and change[1] == "tasks":
@@ -84,6 +102,7 @@ def events_for(old: Execution | None, new: Execution, changes: Sequence[Change])
                     "state": head.get("state"),
                     "inner_done": head.get("inner_steps_done"),
                     "calls_used": head.get("calls_used"),
+                    **usage_counts(head.get("usage")),
                 }
             )
     if any(change[0] == "reset" and change[1] == "tasks" for change in changes):

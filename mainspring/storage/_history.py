@@ -13,13 +13,22 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import RecordError
+from ._usage import check_cost
 
 __all__ = ["HistoryEvent", "HistoryKind", "check_after", "parse_event"]
 
 HistoryKind = Literal["created", "status", "plan", "step", "task", "pending", "control"]
 _KINDS = ("created", "status", "plan", "step", "task", "pending", "control")
 _TEXT = ("execution_id", "status", "was", "step_id", "task_id", "agent_id", "state", "pending")
-_COUNTS = ("plan_version", "done", "total", "calls_used", "inner_done")
+_COUNTS = (
+    "plan_version",
+    "done",
+    "total",
+    "calls_used",
+    "inner_done",
+    "input_tokens",
+    "output_tokens",
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -29,8 +38,10 @@ class HistoryEvent:
 
     - ``created`` / ``status``: ``status`` (and ``was``, the status before);
     - ``plan``: ``plan_version``, ``total`` steps;
-    - ``step``: ``step_id``, its ``status``, ``done`` / ``total`` steps, ``calls_used``;
-    - ``task``: ``task_id``, ``agent_id``, ``step_id``, ``state``, ``inner_done``, ``calls_used``;
+    - ``step``: ``step_id``, its ``status``, ``done`` / ``total`` steps, ``calls_used``, and
+      the run's ``input_tokens`` / ``output_tokens`` / ``cost`` (B3);
+    - ``task``: ``task_id``, ``agent_id``, ``step_id``, ``state``, ``inner_done``,
+      ``calls_used``, and the task's ``input_tokens`` / ``output_tokens`` / ``cost``;
     - ``pending``: ``pending`` (approval, clarification, budget or None), ``task_id``;
     - ``control``: ``action`` (pause, resume, cancel, answer, approve, stop-task).
     """
@@ -53,6 +64,10 @@ class HistoryEvent:
     total: int | None = None
     calls_used: int | None = None
     inner_done: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    #: A cost as decimal text (exact, as stored; see ``Usage``): a number, not free text (V1).
+    cost: str | None = None
 
 
 def check_after(after: Any) -> int:
@@ -76,6 +91,12 @@ def parse_event(seq: int, execution_seq: int, raw: Any) -> HistoryEvent:
         elif name in _COUNTS:
             if value is not None and type(value) is not int:
                 raise RecordError(kind, [f"{name}: expected a whole number"])
+        elif name == "cost":
+            if value is not None:
+                try:
+                    check_cost(value if type(value) is str else None)
+                except (TypeError, ValueError):
+                    raise RecordError(kind, ["cost: expected decimal text"]) from None
         elif name == "at":
             if type(value) not in (int, float):
                 raise RecordError(kind, ["at: expected a number"])

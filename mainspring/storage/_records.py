@@ -9,6 +9,7 @@ is dropped from the view (and counted) without hiding the others (E7, E8).
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
@@ -17,6 +18,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from ._codec import converter, structure
 from ._errors import RecordError
+from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
 from ._validators import (
     MAX_COUNTER,
     MAX_TOUCHED_PATHS,
@@ -340,6 +342,8 @@ class AgentTaskRecord:
     calls_used: int = _counter_field()
     calls_refunded: int = _counter_field()
     tool_calls_used: int = _counter_field()
+    #: Tokens and cost its model calls reported (B3): only grows, like ``calls_used``.
+    usage: Usage = NO_USAGE
     findings: tuple[Finding, ...] = attrs.field(default=(), validator=_at_most(MAX_FINDINGS))
     diagnostics: tuple[str, ...] = attrs.field(default=(), validator=_at_most(MAX_DIAGNOSTICS))
     failure: Failure | None = None
@@ -368,11 +372,24 @@ class Lease:
 
 @attrs.frozen(kw_only=True)
 class BudgetInfo:
-    """What a run waiting for budget has used, may use, and needs next (P4)."""
+    """What a run waiting for budget has used, may use, and needs (P4, B3).
+
+    ``budget`` names the budget that is exhausted: ``calls``, ``tokens`` or ``cost``.
+    ``needed`` is how many more calls the rest of the plan would hold (a skill 1, an agent
+    its reservation): ``max_calls`` of at least ``calls_used + needed`` lets every step
+    start. Tokens and cost are known only once spent, so none is predicted: ``usage`` and
+    the limits say where the run stands.
+    """
 
     calls_used: int = _counter_field()
     max_calls: int = _counter_field()
     needed: int = _counter_field()
+    budget: Literal["calls", "tokens", "cost"] = attrs.field(
+        default="calls", validator=attrs.validators.in_(("calls", "tokens", "cost"))
+    )
+    usage: Usage = NO_USAGE
+    max_tokens: int | None = None
+    max_cost: Decimal | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -443,6 +460,16 @@ class Execution:
     calls_used: int = _counter_field()
     max_calls: int | None = attrs.field(default=None, validator=attrs.validators.optional(_counter))
     replans: int = _counter_field()  # plans replaced after a failure, counted for max_replans
+    #: Tokens and cost the run's model calls reported, across resumes (B3, like calls_used);
+    #: ``max_tokens`` (input and output together) and ``max_cost`` bound them (None: the
+    #: runtime's default).
+    usage: Usage = NO_USAGE
+    max_tokens: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(valid_tokens)
+    )
+    max_cost: Decimal | None = attrs.field(
+        default=None, validator=attrs.validators.optional(valid_cost)
+    )
     # Raw, so one that does not parse is kept (E7). Stores diff a commit against the last
     # one by identity first: a committed dict is never changed in place, a new one is made.
     agent_tasks: tuple[dict[str, Any], ...] = ()

@@ -46,7 +46,9 @@ async def test_P4_E9_an_agent_short_of_the_runs_budget_waits_and_resumes_with_it
         assert first.status == "waiting_for_budget"
         assert first.pending is not None
         assert first.pending.kind == "budget"
-        assert first.pending.budget == ms.storage.BudgetInfo(calls_used=3, max_calls=3, needed=1)
+        # needed: what the rest of the plan would hold, the agent's reservation (the
+        # default reservation, min(remaining, 10), with room for all: 10) and a tool (0).
+        assert first.pending.budget == ms.storage.BudgetInfo(calls_used=3, max_calls=3, needed=10)
         assert first.calls_used == 3
         assert statuses(waiting) == {"w": "pending", "after": "pending"}
         (task,) = tasks_of(waiting)

@@ -188,8 +188,11 @@ def test_migrates_a_store_made_by_0_1_and_reads_back_what_0_1_read(
 
 
 def as_v2(view: dict[str, Any]) -> dict[str, Any]:
-    """What 0.1 read, as this version reads it: no answer requests (0.1 had none)."""
-    return {k: v | {"answer_requests": []} for k, v in view.items()}
+    """What 0.1 read, as this version reads it: no answer requests (0.1 had none), no
+    tokens or cost used and no limits on them (B3: 0.1 kept none)."""
+    unused = {"input_tokens": 0, "output_tokens": 0, "cost": "0"}
+    added = {"answer_requests": [], "usage": unused, "max_tokens": None, "max_cost": None}
+    return {k: v | added for k, v in view.items()}
 
 
 def read_v1_expected(view: dict[str, Any]) -> tuple[Execution, ...]:
