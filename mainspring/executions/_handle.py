@@ -52,6 +52,7 @@ class ExecutionHandle:
         self.execution_id = execution_id
         self._done = anyio.Event()
         self._result: ExecutionResult | None = None
+        self._ran_here = False  # set when this runtime spawned the run (recover counts these)
 
     @property
     def done(self) -> bool:

@@ -277,6 +277,7 @@ class Runtime(RuntimeEvents):
         if isinstance(ref, NameTaken):
             raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
         self._live[record.id] = _Live(ref, handle)
+        handle._ran_here = True
         return handle
 
     async def get(self, execution_id: str) -> Execution | None:
@@ -408,7 +409,9 @@ class Runtime(RuntimeEvents):
 
     async def recover(self) -> list[ExecutionHandle]:
         """Resume every stored execution that was running and that nobody holds a live lease
-        on (e.g. after this process crashed or shut down). Busy ones are skipped."""
+        on (e.g. after this process crashed or shut down); returns the handles of the runs
+        this runtime took over. Busy ones, and ones another host finished meanwhile, are
+        skipped."""
         listing = await anyio.to_thread.run_sync(self._store.list)
         handles = []
         for execution in listing.executions:
@@ -418,9 +421,13 @@ class Runtime(RuntimeEvents):
             # shared server's, not this host's): acquiring refuses a live one, and exactly
             # one of the hosts recovering at once wins each execution.
             try:
-                handles.append(await self.resume(execution.id))
+                handle = await self.resume(execution.id)
             except ExecutionBusy:
                 continue
+            # Another host may have taken it over and finished it since the listing: a
+            # resume then returns its result without running it here, and it is not ours.
+            if handle._ran_here:
+                handles.append(handle)
         return handles
 
     # -- controls --------------------------------------------------------------------------
