@@ -47,6 +47,7 @@ from ..storage import (
     hash_files,
     redact,
 )
+from ._deadlines import error_types
 from ._findings import new_finding
 from ._outputs import Stored, keep_result, prepare_output
 from ._transitions import ASK_PREFIX
@@ -78,6 +79,8 @@ class StepDone:
     output: Any = None
     error: str | None = None
     stored: Stored | None = None  # the output as it is stored, when ok
+    #: The names a retry policy matches the exception by (empty: no exception was raised).
+    error_types: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -153,7 +156,12 @@ class StepActor(Actor):
         try:
             output = await _call(self._fn, **step.input)
         except Exception as exc:
-            done = StepDone(step.id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            done = StepDone(
+                step.id,
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+                error_types=error_types(exc),
+            )
         else:
             stored = prepare_output(output, f"the output of {step.kind} {step.target}")
             if isinstance(stored, str):

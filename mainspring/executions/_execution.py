@@ -61,6 +61,7 @@ from ._results import (
     result_from,
     shortfall,
 )
+from ._run_bounds import BOUNDS_MESSAGES, BoundedRun
 from ._run_messages import (
     Begin,
     Heartbeat,
@@ -69,14 +70,13 @@ from ._run_messages import (
     Unstorable,
     for_children,
 )
-from ._run_tasks import TaskEvents
 from ._scheduler import pick
 from ._transitions import clamp_count, pause_execution
 
 __all__ = ["ExecutionActor"]
 
 
-class ExecutionActor(TaskEvents):
+class ExecutionActor(BoundedRun):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
 
     #: Agent steps the last pick gave all the budget that remained (P4, see _start).
@@ -86,6 +86,7 @@ class ExecutionActor(TaskEvents):
 
     async def on_start(self) -> None:
         self.send_every(self._cfg.heartbeat_interval, Heartbeat())
+        self._arm_deadline()  # B1
 
     async def receive(self, message: Any) -> Any:
         if type(message) is StepDone:
@@ -102,6 +103,8 @@ class ExecutionActor(TaskEvents):
             return await self._begin(message)
         if type(message) is StopTask:
             return await self._stop_task(message)
+        if type(message) in BOUNDS_MESSAGES:  # B1: timeouts, retries, the run's deadline
+            return await self._bounds_message(message)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     async def _begin(self, begin: Begin) -> None:
@@ -184,6 +187,7 @@ class ExecutionActor(TaskEvents):
         self.watch(ref)
         self._by_ref[ref] = ""
         self._planning = True
+        self._arm_planner(ref)  # B1
         ref.tell_nowait("plan")
 
     async def _pause_for(self, why: str) -> None:
@@ -280,7 +284,7 @@ class ExecutionActor(TaskEvents):
                 finished_at_once = finished_at_once or not started
             if finished_at_once:
                 continue  # a reused task completed its step: its dependents may start now
-            if self._running:
+            if self._running or self._backoff:  # a step waiting to retry will run again
                 if changed and not starts:
                     await self._commit()
                 return
@@ -432,6 +436,7 @@ class ExecutionActor(TaskEvents):
         self._running[running.step.id] = running
         self._by_ref[running.ref] = running.step.id
         self.watch(running.ref)
+        self._arm_step(running)  # B1
 
     async def _spawn_step(
         self, step: PlanStep, factory: Callable[..., Actor], *args: Any
@@ -528,8 +533,18 @@ class ExecutionActor(TaskEvents):
             return False
         del self._running[done.step_id]
         step = running.step
+        changes: dict[str, Any] = {}
+        if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
+            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
+        error = redact(done.error) if done.error else None
+        # B1: a failed attempt the step's policy retries is recorded, not failed.
+        if not done.ok and await self._retry_later(
+            step, error or "", done.error_types, changes=changes
+        ):
+            return True
         state: StepStatus = "succeeded" if done.ok else "failed"
         self._sched.set(step.id, state)
+        error, attempts = self._last_attempt(step, ok=done.ok, error=error)
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
         stored = done.stored
@@ -537,15 +552,13 @@ class ExecutionActor(TaskEvents):
             step,
             ok=done.ok,
             output=stored.value if stored is not None else None,
-            error=redact(done.error) if done.error else None,
+            error=error,
             calls_used=1 if step.kind == "skill" else 0,
             redacted=stored.redacted if stored is not None else False,
+            data=attempts,
         )
         if done.ok:
             self._outputs[step.id] = done.output
-        changes: dict[str, Any] = {}
-        if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
-            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
         # E1: the completion is durable before any dependent starts.
         try:
             committed = await self._commit(**changes)

@@ -8,7 +8,7 @@ fans them out to subscribers without ever blocking a run.
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -80,6 +80,19 @@ class StepFinished(ExecutionEvent):
 
 
 @attrs.frozen(kw_only=True)
+class StepRetrying(ExecutionEvent):
+    """Attempt ``attempt`` of ``step_id`` failed (``timed_out``: it ran past its timeout);
+    attempt ``attempt + 1`` of at most ``max_attempts`` starts after ``delay`` seconds. The
+    failed attempt is durable when this is published (B1)."""
+
+    step_id: str
+    attempt: int
+    max_attempts: int
+    delay: float
+    timed_out: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class AgentTaskStarted(ExecutionEvent):
     """An agent step's task began (or began again on a resume), holding ``calls_reserved``."""
 
@@ -132,9 +145,11 @@ class ExecutionWaiting(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class ExecutionPaused(ExecutionEvent):
-    """The run paused (R1); ``requeued`` agent tasks went back to queued."""
+    """The run paused (R1); ``requeued`` agent tasks went back to queued. ``cause`` is
+    ``timeout`` when the run's deadline passed (B1), ``pause`` otherwise."""
 
     requeued: int
+    cause: Literal["pause", "timeout"] = "pause"
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +182,7 @@ RunEvent: TypeAlias = (
     | ExecutionResumed
     | StepStarted
     | StepFinished
+    | StepRetrying
     | AgentTaskStarted
     | AgentTaskProgress
     | AgentTaskWaiting

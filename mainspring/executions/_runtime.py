@@ -43,6 +43,7 @@ from ..storage import (
     Lease,
     Notifying,
     Plan,
+    RetryPolicy,
     Store,
     check_id,
     holder,
@@ -54,10 +55,11 @@ from ..storage import (
 )
 from ..supervision import RootSupervisor
 from ._answers import answer_elsewhere, request_answer
+from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._history_follow import HistoryFollowers, RuntimeEvents
-from ._options import check_options, check_registries
+from ._options import check_limits, check_options, check_registries
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
@@ -194,8 +196,13 @@ class Runtime(RuntimeEvents):
         *,
         execution_id: str | None = None,
         max_calls: int | None = None,
+        deadline: float | None = None,
     ) -> ExecutionHandle:
         """Store a new execution and run it; the planner plans when no ``plan`` is given.
+
+        ``deadline`` (seconds) bounds the whole run, wall-clock from now, across resumes:
+        when it passes the run stops with ``Timeout`` and is left ``paused`` (B1); see
+        :meth:`resume`.
 
         Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1),
         :class:`ExecutionExists` for an id already stored and ``ValueError`` (``InvalidId``)
@@ -213,6 +220,7 @@ class Runtime(RuntimeEvents):
             raise ValueError(f"execution ids are at most {MAX_EXECUTION_ID} characters")
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        deadline = check_deadline(deadline)
         cfg = self._cfg
         if plan is not None:
             check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
@@ -233,6 +241,7 @@ class Runtime(RuntimeEvents):
             plan_version=plan.version if plan is not None else 0,
             lease=Lease(owner=cfg.owner, expires_at=now + cfg.lease_ttl, epoch=1),
             max_calls=max_calls,
+            deadline_at=now + deadline if deadline is not None else None,
             created_at=now,
             updated_at=now,
         )
@@ -290,6 +299,7 @@ class Runtime(RuntimeEvents):
         answer: str | None = None,
         approve: bool = False,
         max_calls: int | None = None,
+        deadline: float | None = None,
     ) -> ExecutionHandle:
         """Continue a stored execution here (after a pause, a question, a crash, elsewhere).
 
@@ -299,16 +309,26 @@ class Runtime(RuntimeEvents):
         are requeued (R3), the answer goes to the task that asked (R8, R9) or, for an outer
         question, is appended to the goal (R10), and the run goes on: from its plan, or from
         a new one if the workspace drifted (R6, R7). ``max_calls`` raises the run's budget.
+        ``deadline`` (seconds from now) replaces the run's deadline; without it a deadline
+        not yet passed stands, and one that passed is dropped for a paused or waiting run
+        (resuming is the decision to go on) but kept for a run a crash left running, which
+        then stops again with ``Timeout`` at once (B1).
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
         lease was taken leaves it held until its ttl lapses (nothing else changes).
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        deadline = check_deadline(deadline)
         async with self._exclusive(execution_id):
-            return await self._resume(execution_id, answer, approve, max_calls)
+            return await self._resume(execution_id, answer, approve, max_calls, deadline)
 
     async def _resume(
-        self, execution_id: str, answer: str | None, approve: bool, max_calls: int | None
+        self,
+        execution_id: str,
+        answer: str | None,
+        approve: bool,
+        max_calls: int | None,
+        deadline: float | None = None,
     ) -> ExecutionHandle:
         live = await self._settled(execution_id)
         if live is not None:
@@ -316,7 +336,7 @@ class Runtime(RuntimeEvents):
                 owner = self._cfg.owner
                 if await request_answer(self._committer, owner, execution_id, answer, live.ref):
                     return live.handle  # R8: its task takes the answer at once
-            if answer is not None or approve or max_calls is not None:
+            if answer is not None or approve or max_calls is not None or deadline is not None:
                 raise ExecutionBusy(
                     execution_id,
                     None,
@@ -362,6 +382,12 @@ class Runtime(RuntimeEvents):
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
             record, begin = prepare_resume(stored, cfg.owner, answer, approve, max_calls)
+            at, note = resumed_deadline(stored, deadline, now)  # B1
+            if at != record.deadline_at:
+                record = attrs.evolve(record, deadline_at=at)
+            if note and record.controls and record.controls[-1].action == "resume":
+                last = attrs.evolve(record.controls[-1], reason=note)
+                record = attrs.evolve(record, controls=(*record.controls[:-1], last))
             begins.append(begin)
             return record
 
@@ -543,6 +569,8 @@ async def open_runtime(
     max_replans: int = 0,
     config: Any = None,
     owner: str | None = None,
+    timeouts: Mapping[str, float | None] | None = None,
+    retries: Mapping[str, RetryPolicy] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -559,12 +587,20 @@ async def open_runtime(
     ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
+    ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
+    ``"skill"``, ``"agent"``, and ``"planner"`` for timeouts) or ``"kind:name"`` for one
+    target (``"tool:fetch"``), which wins over its kind; a step's own ``PlanStep.timeout`` /
+    ``PlanStep.retry`` wins over both. A timeout is in seconds (None: none); a step past it
+    is cancelled with ``Timeout``. A retry policy is a :class:`~mainspring.storage.RetryPolicy`
+    (tools and skills only). Without them nothing times out and nothing is retried.
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight.
     """
     interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
     tools, skills, agents = check_registries(tools, skills, agents)
+    bounds = check_limits(timeouts, retries, (tools, skills, agents))
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
@@ -596,6 +632,7 @@ async def open_runtime(
                 tool_hashes=tool_hashes,
                 agent_hashes={name: agent_hash(fn) for name, fn in agents.items()},
                 agent_envelope=envelope_hash(tool_hashes, skill_versions, max_tool_calls),
+                bounds=bounds,
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

@@ -17,6 +17,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from ._codec import converter, structure
 from ._errors import RecordError
+from ._retry import RetryPolicy, check_timeout
 from ._validators import (
     MAX_COUNTER,
     MAX_TOUCHED_PATHS,
@@ -115,6 +116,7 @@ ObservationCode = Literal[
     "stopped",
     "agent-failed",
     "agent-timeout",
+    "step-timeout",
     "agent-call-budget",
     "agent-tool-budget",
     "finding-contract",
@@ -140,12 +142,23 @@ class PlanStep:
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     status: StepStatus = attrs.field(default="pending", validator=one_of(StepStatus))
     requires_approval: bool = False
+    #: Seconds the step may run before it is cancelled with ``Timeout`` (B1); None: the
+    #: runtime's default for its tool, skill or agent.
+    timeout: float | None = attrs.field(default=None, converter=check_timeout)
+    #: How a failed tool or skill step is tried again; None: the runtime's default.
+    retry: RetryPolicy | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(RetryPolicy))
+    )
 
     def __attrs_post_init__(self) -> None:
         named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
         if len(named) != 1:
             got = ", ".join(named) or "none"
             raise ValueError(f"step {self.id} must name exactly one of tool, skill, agent ({got})")
+        if self.retry is not None and self.agent is not None:
+            # An agent's inner steps are durable and its own to retry; a whole task is not
+            # run again by a policy.
+            raise ValueError(f"step {self.id}: a retry policy applies to tool and skill steps")
 
     @property
     def kind(self) -> Literal["tool", "skill", "agent"]:
@@ -458,6 +471,9 @@ class Execution:
     # E10: steps whose stored input had to be masked; after a resume they cannot run with
     # the input they were planned with.
     masked_inputs: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    # B1: when the run's deadline passes (wall-clock, absolute: it survives resumes); None:
+    # no deadline. Its expiry pauses the run with ``Timeout``.
+    deadline_at: float | None = None
     created_at: float
     updated_at: float
 
