@@ -561,10 +561,20 @@ def _decode_input(raw: Any, _: Any) -> Any:
     return value
 
 
+#: Fields added after records were first stored, written only when set: a record that does
+#: not use them is stored (and shown by ``--json``) exactly as before they existed.
+_OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
+    PlanStep: ("timeout", "retry"),  # B1
+    Execution: ("deadline_at",),  # B1
+}
+
+
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
     # E10: the one field of ``cls`` that holds user values goes through the typed encoding,
     # both ways; in memory it holds the values themselves.
     unstructure: dict[str, Any] = {field: override(unstruct_hook=encode_value)}
+    for name in _OMITTED_IF_DEFAULT.get(cls, ()):
+        unstructure[name] = override(omit_if_default=True)
     structure: dict[str, Any] = {field: override(struct_hook=decode)}
     converter.register_unstructure_hook(
         cls, make_dict_unstructure_fn(cls, converter, **unstructure)
@@ -576,6 +586,14 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
 
 _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
+converter.register_unstructure_hook(
+    Execution,
+    make_dict_unstructure_fn(
+        Execution,
+        converter,
+        **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Execution]},
+    ),
+)
 _observation_fields = converter.get_structure_hook(Observation)
 _MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
 
