@@ -108,6 +108,8 @@ class ExecutionActor(BoundedRun):
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     async def _begin(self, begin: Begin) -> None:
+        if self._expired():  # B1: recovered after its deadline; nothing more runs
+            return
         now = time.time()
         self._in_flight = set(begin.in_flight)
         if self._plan is None or begin.replan_goal:

@@ -68,6 +68,19 @@ class BoundedRun(TaskEvents):
         if at is not None:
             self.send_after(max(0.0, at - time.time()), DeadlinePassed())
 
+    def _expired(self) -> bool:
+        """B1: the run's deadline has passed (a run recovered after it): it stops now with
+        ``Timeout``, before anything runs. True if it does."""
+        at = self._rec.deadline_at
+        if at is None or at > time.time():
+            return False
+        self.stop_self(self._deadline_reason(at))
+        return True
+
+    def _deadline_reason(self, at: float) -> Timeout:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+        return Timeout(detail=f"the run's deadline passed ({when} UTC)", source=self._cfg.owner)
+
     def _arm_step(self, running: Running) -> None:
         seconds = self._cfg.bounds.timeout_for(running.step)
         if seconds is not None:
@@ -105,17 +118,10 @@ class BoundedRun(TaskEvents):
         elif type(message) is DeadlinePassed:
             at = self._rec.deadline_at
             if at is not None and at <= time.time() + 0.001:
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
                 # B1: wound down like a pause (R1), with Timeout as the reason (V3).
-                self.stop_self(
-                    Timeout(detail=f"the run's deadline passed ({when} UTC)", source=self.owner)
-                )
-            elif at is not None:  # moved later by a resume elsewhere: wait again
+                self.stop_self(self._deadline_reason(at))
+            elif at is not None:  # the timer woke a little early: wait for the rest
                 self._arm_deadline()
-
-    @property
-    def owner(self) -> str:
-        return self._cfg.owner
 
     # -- children ending -----------------------------------------------------------------------
 

@@ -565,8 +565,7 @@ def _decode_input(raw: Any, _: Any) -> Any:
 #: not use them is stored (and shown by ``--json``) exactly as before they existed.
 _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
-    Execution: ("deadline_at",),  # B1
-}
+}  # and Execution.deadline_at (B1), registered below
 
 
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
@@ -588,11 +587,7 @@ _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
 converter.register_unstructure_hook(
     Execution,
-    make_dict_unstructure_fn(
-        Execution,
-        converter,
-        **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Execution]},
-    ),
+    make_dict_unstructure_fn(Execution, converter, deadline_at=override(omit_if_default=True)),
 )
 _observation_fields = converter.get_structure_hook(Observation)
 _MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
