@@ -31,6 +31,7 @@ __all__ = [
     "RunEvent",
     "RunEventBus",
     "StepFinished",
+    "StepRetrying",
     "StepStarted",
 ]
 
