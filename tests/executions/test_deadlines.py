@@ -295,3 +295,20 @@ async def test_B1_a_bad_deadline_is_refused_and_nothing_is_stored(
         with pytest.raises(error, match="deadline"):
             await rt.start("g", plan_of(tool("a")), execution_id="ex-bad", deadline=deadline)
         assert rt.store.get("ex-bad") is None
+
+
+async def test_B1_a_deadline_not_passed_survives_a_pause_and_resume(tmp_path: Path) -> None:
+    hang = Hang()
+    async with runtime(tmp_path, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "hang")), deadline=86_400)
+        execution_id = handle.execution_id
+        at = stored(rt, execution_id).deadline_at
+        await rt.pause(execution_id)
+        resumed = await rt.resume(execution_id)
+        assert stored(rt, execution_id).deadline_at == at  # absolute: not moved by a resume
+        hang.finish = True
+        await rt.pause(execution_id)
+        result = await (await rt.resume(execution_id)).wait()
+    assert at is not None
+    assert result.status == "completed"
+    assert (await resumed.wait()).status == "paused"
