@@ -312,3 +312,17 @@ async def test_B1_a_deadline_not_passed_survives_a_pause_and_resume(tmp_path: Pa
     assert at is not None
     assert result.status == "completed"
     assert (await resumed.wait()).status == "paused"
+
+
+async def test_B1_show_says_the_deadline_and_a_steps_timeout(tmp_path: Path) -> None:
+    from .._cli_kit import run_cli
+
+    hang = Hang()
+    plan = plan_of(attrs.evolve(tool("slow", "hang"), timeout=SHORT))
+    async with runtime(tmp_path, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan, execution_id="ex-show", deadline=86_400)
+        await handle.wait()
+    code, out = run_cli("--store", str(tmp_path / "store.sqlite3"), "show", "ex-show")
+    assert code == 0
+    assert "deadline: " in out
+    assert "step slow: timeout 0.05 s" in out
