@@ -138,6 +138,20 @@ def check_deadline(deadline: Any) -> float | None:
 
 
 def resumed_deadline(
+    stored: Execution, record: Execution, deadline: float | None, now: float
+) -> Execution:
+    """``record`` (what a resume of ``stored`` commits) with the deadline it runs under, the
+    ``resume`` audit line saying why when it changed (see :func:`deadline_after_resume`)."""
+    at, note = deadline_after_resume(stored, deadline, now)
+    if at != record.deadline_at:
+        record = attrs.evolve(record, deadline_at=at)
+    if note and record.controls and record.controls[-1].action == "resume":
+        last = attrs.evolve(record.controls[-1], reason=note)
+        record = attrs.evolve(record, controls=(*record.controls[:-1], last))
+    return record
+
+
+def deadline_after_resume(
     stored: Execution, deadline: float | None, now: float
 ) -> tuple[float | None, str]:
     """The deadline a resume runs under, and a note for the audit line (empty: none).

@@ -382,12 +382,7 @@ class Runtime(RuntimeEvents):
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
             record, begin = prepare_resume(stored, cfg.owner, answer, approve, max_calls)
-            at, note = resumed_deadline(stored, deadline, now)  # B1
-            if at != record.deadline_at:
-                record = attrs.evolve(record, deadline_at=at)
-            if note and record.controls and record.controls[-1].action == "resume":
-                last = attrs.evolve(record.controls[-1], reason=note)
-                record = attrs.evolve(record, controls=(*record.controls[:-1], last))
+            record = resumed_deadline(stored, record, deadline, now)  # B1
             begins.append(begin)
             return record
 
