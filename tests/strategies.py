@@ -69,10 +69,32 @@ usages = st.builds(rec.Usage, input_tokens=token_counts, output_tokens=token_cou
 hash_maps = st.none() | st.dictionaries(short_text, short_text, max_size=3)
 
 
+finite_seconds = st.floats(min_value=0, max_value=86_400, allow_nan=False)
+
+
+@st.composite
+def retry_policies(draw: st.DrawFn) -> ms.storage.RetryPolicy:
+    """Any valid RetryPolicy (B1): base_delay never above max_delay."""
+    low, high = sorted((draw(finite_seconds), draw(finite_seconds)))
+    return ms.storage.RetryPolicy(
+        max_attempts=draw(st.integers(min_value=1, max_value=ms.storage.MAX_ATTEMPTS)),
+        base_delay=low,
+        max_delay=high,
+        multiplier=draw(st.floats(min_value=1, max_value=1_000, allow_nan=False)),
+        jitter=draw(units),
+        retry_on=tuple(
+            draw(st.lists(st.from_regex(r"[A-Za-z_.]{1,20}", fullmatch=True), max_size=3))
+        ),
+        retry_timeouts=draw(st.booleans()),
+    )
+
+
 @st.composite
 def plan_steps(draw: st.DrawFn) -> rec.PlanStep:
     kind = draw(st.sampled_from(["tool", "skill", "agent"]))
     return rec.PlanStep(
+        timeout=draw(st.none() | st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)),
+        retry=None if kind == "agent" else draw(st.none() | retry_policies()),
         id=draw(ids),
         description=draw(short_text),
         input=draw(json_objects),
@@ -101,7 +123,8 @@ observations = st.builds(
     ok=st.booleans(),
     output=json_values,
     error=st.none() | short_text,
-    code=st.none() | st.sampled_from(["cancelled", "agent-failed", "agent-timeout"]),
+    code=st.none()
+    | st.sampled_from(["cancelled", "agent-failed", "agent-timeout", "step-timeout"]),
     data=json_objects,
     finding_ids=st.lists(ids, max_size=3).map(tuple),
     calls_used=counters,
@@ -223,6 +246,7 @@ executions = st.builds(
         ),
         max_size=2,
     ).map(tuple),
+    deadline_at=st.none() | times,
     created_at=times,
     updated_at=times,
 )

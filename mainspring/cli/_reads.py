@@ -25,6 +25,7 @@ from ..storage import (
     store_kind,
     unstructure,
 )
+from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._output import GOAL_WIDTH, Out, clamp, when
 from ._store import get_execution, open_store, shown
@@ -153,6 +154,9 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")
     else:
         out.line("lease:   free")
+    deadline = deadline_line(execution, now)  # B1
+    if deadline is not None:
+        out.line(deadline)
     if execution.pending is not None:
         pending = execution.pending
         asked = f" (agent task {pending.agent_task_id})" if pending.agent_task_id else ""
@@ -219,6 +223,12 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line("notes")
         for note in notes:
             out.line(f"  {clamp(note, 200)}")
+    attempts = attempt_lines(execution)  # B1: every attempt of a retried step, and limits
+    if attempts:
+        out.line("")
+        out.line("attempts and limits")
+        for line in attempts:
+            out.line(line)
     if execution.checkpoints:
         out.line("")
         out.line("checkpoints")

@@ -33,6 +33,7 @@ from ._run_events import ExecutionStarted as ExecutionStarted
 from ._run_events import ExecutionWaiting as ExecutionWaiting
 from ._run_events import RunEvent as RunEvent
 from ._run_events import StepFinished as StepFinished
+from ._run_events import StepRetrying as StepRetrying
 from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
@@ -60,6 +61,7 @@ __all__ = [
     "RunEvent",
     "SaveRefused",
     "StepFinished",
+    "StepRetrying",
     "StepStarted",
     "StopResult",
     "WithUsage",

@@ -48,6 +48,7 @@ from ..storage import (
     hash_files,
     redact,
 )
+from ._deadlines import error_types
 from ._findings import new_finding
 from ._outputs import Stored, keep_result, prepare_output
 from ._transitions import ASK_PREFIX
@@ -81,6 +82,8 @@ class StepDone:
     error: str | None = None
     stored: Stored | None = None  # the output as it is stored, when ok
     usage: Usage = attrs.field(factory=Usage)  # what a skill reported (B3), ok or not
+    #: The names a retry policy matches the exception by (empty: no exception was raised).
+    error_types: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -156,7 +159,12 @@ class StepActor(Actor):
         try:
             output, usage = split_usage(await _call(self._fn, **step.input))
         except Exception as exc:
-            done = StepDone(step.id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            done = StepDone(
+                step.id,
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+                error_types=error_types(exc),
+            )
         else:
             stored = prepare_output(output, f"the output of {step.kind} {step.target}")
             if isinstance(stored, str):  # the call was made: its usage counts (B3)

@@ -61,6 +61,7 @@ from ._results import (
     result_from,
     shortfall,
 )
+from ._run_bounds import BOUNDS_MESSAGES, BoundedRun
 from ._run_messages import (
     Begin,
     Heartbeat,
@@ -69,7 +70,6 @@ from ._run_messages import (
     Unstorable,
     for_children,
 )
-from ._run_tasks import TaskEvents
 from ._scheduler import pick
 from ._transitions import clamp_count, pause_execution
 from ._usage import allowance, budget_reason, exhausted, needed_calls
@@ -77,7 +77,7 @@ from ._usage import allowance, budget_reason, exhausted, needed_calls
 __all__ = ["ExecutionActor"]
 
 
-class ExecutionActor(TaskEvents):
+class ExecutionActor(BoundedRun):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
 
     #: Agent steps the last pick gave all the budget that remained (P4, see _start).
@@ -87,6 +87,7 @@ class ExecutionActor(TaskEvents):
 
     async def on_start(self) -> None:
         self.send_every(self._cfg.heartbeat_interval, Heartbeat())
+        self._arm_deadline()  # B1
 
     async def receive(self, message: Any) -> Any:
         if type(message) is StepDone:
@@ -103,9 +104,13 @@ class ExecutionActor(TaskEvents):
             return await self._begin(message)
         if type(message) is StopTask:
             return await self._stop_task(message)
+        if type(message) in BOUNDS_MESSAGES:  # B1: timeouts, retries, the run's deadline
+            return await self._bounds_message(message)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     async def _begin(self, begin: Begin) -> None:
+        if self._expired():  # B1: recovered after its deadline; nothing more runs
+            return
         now = time.time()
         self._in_flight = set(begin.in_flight)
         if self._plan is None or begin.replan_goal:
@@ -185,6 +190,7 @@ class ExecutionActor(TaskEvents):
         self.watch(ref)
         self._by_ref[ref] = ""
         self._planning = True
+        self._arm_planner(ref)  # B1
         ref.tell_nowait("plan")
 
     async def _pause_for(self, why: str) -> None:
@@ -286,7 +292,7 @@ class ExecutionActor(TaskEvents):
                 finished_at_once = finished_at_once or not started
             if finished_at_once:
                 continue  # a reused task completed its step: its dependents may start now
-            if self._running:
+            if self._running or self._backoff:  # a step waiting to retry will run again
                 if changed and not starts:
                     await self._commit()
                 return
@@ -450,6 +456,7 @@ class ExecutionActor(TaskEvents):
         self._running[running.step.id] = running
         self._by_ref[running.ref] = running.step.id
         self.watch(running.ref)
+        self._arm_step(running)  # B1
 
     async def _spawn_step(
         self, step: PlanStep, factory: Callable[..., Actor], *args: Any
@@ -549,8 +556,20 @@ class ExecutionActor(TaskEvents):
             return False
         del self._running[done.step_id]
         step = running.step
+        changes: dict[str, Any] = {}
+        if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
+            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
+        if done.usage:  # B3: what it reported, charged in full even past a budget
+            changes["usage"] = self._rec.usage + done.usage
+        error = redact(done.error) if done.error else None
+        # B1: a failed attempt the step's policy retries is recorded, not failed.
+        if not done.ok and await self._retry_later(
+            step, error or "", done.error_types, changes=changes
+        ):
+            return True
         state: StepStatus = "succeeded" if done.ok else "failed"
         self._sched.set(step.id, state)
+        error, attempts = self._last_attempt(step, ok=done.ok, error=error)
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
         stored = done.stored
@@ -558,17 +577,13 @@ class ExecutionActor(TaskEvents):
             step,
             ok=done.ok,
             output=stored.value if stored is not None else None,
-            error=redact(done.error) if done.error else None,
+            error=error,
             calls_used=1 if step.kind == "skill" else 0,
             redacted=stored.redacted if stored is not None else False,
+            data=attempts,
         )
         if done.ok:
             self._outputs[step.id] = done.output
-        changes: dict[str, Any] = {}
-        if step.kind == "skill":  # a model call was made, whatever its outcome (P4)
-            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
-        if done.usage:  # B3: what it reported, charged in full even past a budget
-            changes["usage"] = self._rec.usage + done.usage
         # E1: the completion is durable before any dependent starts.
         try:
             committed = await self._commit(**changes)

@@ -6,8 +6,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..storage import check_id
+from ._deadlines import Bounds, check_bounds
 
-__all__ = ["MAX_LEASE_TTL", "MIN_LEASE_TTL", "check_options", "check_registries"]
+__all__ = [
+    "MAX_LEASE_TTL",
+    "MIN_LEASE_TTL",
+    "check_options",
+    "check_registries",
+    "check_step_limits",
+]
 
 #: A lease shorter than a second lapses under ordinary load; one longer than ten minutes
 #: leaves a crashed run unrecoverable for too long (the reference design's bounds).
@@ -50,3 +57,12 @@ def check_registries(
             if not callable(registry[key]):
                 raise TypeError(f"{kind} {key} is not callable")
     return copies
+
+
+def check_step_limits(
+    timeouts: Any, retries: Any, registries: tuple[dict[str, Callable[..., Any]], ...]
+) -> Bounds:
+    """``timeouts`` and ``retries`` (B1) checked against the registered tools, skills and
+    agents: see ``executions._deadlines`` for the keys and how a step's limits are found."""
+    tools, skills, agents = registries
+    return check_bounds(timeouts, retries, {"tool": tools, "skill": skills, "agent": agents})

@@ -18,6 +18,7 @@ from ..actors import (
     Crash,
     LeaseLost,
     Pause,
+    Timeout,
 )
 from ..storage import (
     MAX_CHECKPOINTS,
@@ -545,13 +546,21 @@ class ExecutionCore(Actor):
             record, _ = stop_task(
                 record, task_id, stop.operation_id, now, by=stop.by or by, cascade=stop.cascade
             )
-        if isinstance(reason, Pause):
-            # R1: tasks requeued with interruption pause, saved, lease released.
-            record = pause_execution(record, by, now, reason.detail)
+        if isinstance(reason, Pause | Timeout):
+            # R1: tasks requeued with interruption pause, saved, lease released. B1: the
+            # run's deadline stops it the same way (resumable), saying so on the controls.
+            timeout = isinstance(reason, Timeout)
+            detail = f"timeout: {reason.detail}" if timeout else reason.detail
+            record = pause_execution(record, by, now, detail)
             requeued = sum(1 for r in self._running.values() if r.task_id is not None)
             if await self._commit_record(record):
                 self._publish(
-                    ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=requeued)
+                    ev.ExecutionPaused(
+                        execution_id=self._rec.id,
+                        at=now,
+                        requeued=requeued,
+                        cause="timeout" if timeout else "pause",
+                    )
                 )
         elif isinstance(reason, Cancel):
             cancelled = sum(1 for t in parse_agent_tasks(record)[0] if not t.terminal)

@@ -8,7 +8,7 @@ fans them out to subscribers without ever blocking a run.
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -31,6 +31,7 @@ __all__ = [
     "RunEvent",
     "RunEventBus",
     "StepFinished",
+    "StepRetrying",
     "StepStarted",
 ]
 
@@ -77,6 +78,19 @@ class StepFinished(ExecutionEvent):
     done: int
     total: int
     calls_used: int
+
+
+@attrs.frozen(kw_only=True)
+class StepRetrying(ExecutionEvent):
+    """Attempt ``attempt`` of ``step_id`` failed (``timed_out``: it ran past its timeout);
+    attempt ``attempt + 1`` of at most ``max_attempts`` starts after ``delay`` seconds. The
+    failed attempt is durable when this is published (B1)."""
+
+    step_id: str
+    attempt: int
+    max_attempts: int
+    delay: float
+    timed_out: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -132,9 +146,11 @@ class ExecutionWaiting(ExecutionEvent):
 
 @attrs.frozen(kw_only=True)
 class ExecutionPaused(ExecutionEvent):
-    """The run paused (R1); ``requeued`` agent tasks went back to queued."""
+    """The run paused (R1); ``requeued`` agent tasks went back to queued. ``cause`` is
+    ``timeout`` when the run's deadline passed (B1), ``pause`` otherwise."""
 
     requeued: int
+    cause: Literal["pause", "timeout"] = "pause"
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +183,7 @@ RunEvent: TypeAlias = (
     | ExecutionResumed
     | StepStarted
     | StepFinished
+    | StepRetrying
     | AgentTaskStarted
     | AgentTaskProgress
     | AgentTaskWaiting

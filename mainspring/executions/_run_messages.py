@@ -16,6 +16,7 @@ from ..actors import (
     MainspringError,
     ParentCancel,
     Pause,
+    Timeout,
 )
 from ..storage import (
     Committer,
@@ -24,6 +25,7 @@ from ..storage import (
     encode_value,
     sha256_hex,
 )
+from ._deadlines import Bounds
 from ._results import ExecutionResult
 from ._run_events import RunEvent
 from ._usage import Meter
@@ -68,6 +70,8 @@ class RunConfig:
     secret_inputs: dict[str, str] = attrs.field(factory=dict)
     # ...and the real results of their inner steps stored masked: (task id, step) -> value.
     kept_results: dict[tuple[str, str], Any] = attrs.field(factory=dict)
+    #: Default timeouts and retry policies per kind and target (B1).
+    bounds: Bounds = attrs.field(factory=Bounds)
 
 
 class RunWatcher(Protocol):
@@ -116,9 +120,9 @@ class Running:
 
 
 def for_children(reason: CancelReason, source: str) -> CancelReason:
-    """What a step in flight sees: a pause or a lost lease as itself (R1, E3), anything else
-    as a ParentCancel leading to it (R2)."""
-    if isinstance(reason, Pause | LeaseLost):
+    """What a step in flight sees: a pause, a lost lease or the run's deadline as itself
+    (R1, E3, B1), anything else as a ParentCancel leading to it (R2)."""
+    if isinstance(reason, Pause | LeaseLost | Timeout):
         return reason
     return ParentCancel(reason, source=source)
 

@@ -44,6 +44,7 @@ from ..storage import (
     Lease,
     Notifying,
     Plan,
+    RetryPolicy,
     Store,
     check_id,
     holder,
@@ -55,10 +56,11 @@ from ..storage import (
 )
 from ..supervision import RootSupervisor
 from ._answers import answer_elsewhere, request_answer
+from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._history_follow import HistoryFollowers, RuntimeEvents
-from ._options import check_options, check_registries
+from ._options import check_options, check_registries, check_step_limits
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
@@ -198,10 +200,15 @@ class Runtime(RuntimeEvents):
         max_calls: int | None = None,
         max_tokens: int | None = None,
         max_cost: Decimal | float | int | str | None = None,
+        deadline: float | None = None,
     ) -> ExecutionHandle:
         """Store a new execution and run it; the planner plans when no ``plan`` is given.
         ``max_calls``, ``max_tokens`` and ``max_cost`` bound this run instead of the
         runtime's defaults (P4, B3).
+
+        ``deadline`` (seconds) bounds the whole run, wall-clock from now, across resumes:
+        when it passes the run stops with ``Timeout`` and is left ``paused`` (B1); see
+        :meth:`resume`.
 
         Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1),
         :class:`ExecutionExists` for an id already stored and ``ValueError`` (``InvalidId``)
@@ -220,6 +227,7 @@ class Runtime(RuntimeEvents):
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
         tokens, cost = check_limits(max_tokens, max_cost)
+        deadline = check_deadline(deadline)
         cfg = self._cfg
         if plan is not None:
             check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
@@ -242,6 +250,7 @@ class Runtime(RuntimeEvents):
             max_calls=max_calls,
             max_tokens=tokens,
             max_cost=cost,
+            deadline_at=now + deadline if deadline is not None else None,
             created_at=now,
             updated_at=now,
         )
@@ -302,6 +311,7 @@ class Runtime(RuntimeEvents):
         max_calls: int | None = None,
         max_tokens: int | None = None,
         max_cost: Decimal | float | int | str | None = None,
+        deadline: float | None = None,
     ) -> ExecutionHandle:
         """Continue a stored execution here (after a pause, a question, a crash, elsewhere).
 
@@ -313,14 +323,19 @@ class Runtime(RuntimeEvents):
         a new one if the workspace drifted (R6, R7). ``max_calls``, ``max_tokens`` and
         ``max_cost`` set the run's budgets (B3: a run waiting for budget goes on once the one
         that ran out has room again).
+        ``deadline`` (seconds from now) replaces the run's deadline; without it a deadline
+        not yet passed stands, and one that passed is dropped for a paused or waiting run
+        (resuming is the decision to go on) but kept for a run a crash left running, which
+        then stops again with ``Timeout`` at once (B1).
         Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
         lease was taken leaves it held until its ttl lapses (nothing else changes).
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
         limits = check_limits(max_tokens, max_cost)
+        deadline = check_deadline(deadline)
         async with self._exclusive(execution_id):
-            return await self._resume(execution_id, answer, approve, max_calls, limits)
+            return await self._resume(execution_id, answer, approve, max_calls, limits, deadline)
 
     async def _resume(
         self,
@@ -329,8 +344,10 @@ class Runtime(RuntimeEvents):
         approve: bool,
         max_calls: int | None,
         limits: tuple[int | None, Decimal | None] = (None, None),
+        deadline: float | None = None,
     ) -> ExecutionHandle:
-        raises = max_calls is not None or limits != (None, None)  # a budget is set
+        # A budget or a deadline is set: not something an answer to a live run can carry.
+        raises = max_calls is not None or limits != (None, None) or deadline is not None
         live = await self._settled(execution_id)
         if live is not None:
             if answer is not None and not approve and not raises:
@@ -385,6 +402,7 @@ class Runtime(RuntimeEvents):
             record, begin = prepare_resume(
                 stored, cfg.owner, answer, approve, max_calls, limits=limits
             )
+            record = resumed_deadline(stored, record, deadline, now)  # B1
             begins.append(begin)
             return record
 
@@ -576,6 +594,8 @@ async def open_runtime(
     max_replans: int = 0,
     config: Any = None,
     owner: str | None = None,
+    timeouts: Mapping[str, float | None] | None = None,
+    retries: Mapping[str, RetryPolicy] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -597,6 +617,13 @@ async def open_runtime(
     ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
+    ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
+    ``"skill"``, ``"agent"``, and ``"planner"`` for timeouts) or ``"kind:name"`` for one
+    target (``"tool:fetch"``), which wins over its kind; a step's own ``PlanStep.timeout`` /
+    ``PlanStep.retry`` wins over both. A timeout is in seconds (None: none); a step past it
+    is cancelled with ``Timeout``. A retry policy is a :class:`~mainspring.storage.RetryPolicy`
+    (tools and skills only). Without them nothing times out and nothing is retried.
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight.
@@ -604,6 +631,7 @@ async def open_runtime(
     interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
     tools, skills, agents = check_registries(tools, skills, agents)
     default_tokens, default_cost = check_limits(max_tokens, max_cost)
+    bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
@@ -639,6 +667,7 @@ async def open_runtime(
                 max_cost=default_cost,
                 token_reservation=token_reservation,
                 cost_reservation=cost_reservation,
+                bounds=bounds,
             )
             executions = await system.spawn(_Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

@@ -137,6 +137,9 @@ from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
 from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
+from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
+from ._retry import RetryPolicy as RetryPolicy
+from ._retry import check_timeout as check_timeout
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
 from ._usage import MAX_COST as MAX_COST
@@ -150,6 +153,7 @@ from ._values import encode_value as encode_value
 
 __all__ = [
     "EXECUTION_TERMINAL",
+    "MAX_ATTEMPTS",
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
     "MAX_COST",
@@ -198,6 +202,7 @@ __all__ = [
     "Provenance",
     "Reconciliation",
     "RecordError",
+    "RetryPolicy",
     "SqliteStore",
     "StepStatus",
     "Store",
@@ -211,6 +216,7 @@ __all__ = [
     "check_cost",
     "check_id",
     "check_relative_path",
+    "check_timeout",
     "check_tokens",
     "decode_value",
     "default_home",

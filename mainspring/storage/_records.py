@@ -18,6 +18,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from ._codec import converter, structure
 from ._errors import RecordError
+from ._retry import RetryPolicy, check_timeout
 from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
 from ._validators import (
     MAX_COUNTER,
@@ -117,6 +118,7 @@ ObservationCode = Literal[
     "stopped",
     "agent-failed",
     "agent-timeout",
+    "step-timeout",
     "agent-call-budget",
     "agent-tool-budget",
     "finding-contract",
@@ -142,12 +144,23 @@ class PlanStep:
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     status: StepStatus = attrs.field(default="pending", validator=one_of(StepStatus))
     requires_approval: bool = False
+    #: Seconds the step may run before it is cancelled with ``Timeout`` (B1); None: the
+    #: runtime's default for its tool, skill or agent.
+    timeout: float | None = attrs.field(default=None, converter=check_timeout)
+    #: How a failed tool or skill step is tried again; None: the runtime's default.
+    retry: RetryPolicy | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(RetryPolicy))
+    )
 
     def __attrs_post_init__(self) -> None:
         named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
         if len(named) != 1:
             got = ", ".join(named) or "none"
             raise ValueError(f"step {self.id} must name exactly one of tool, skill, agent ({got})")
+        if self.retry is not None and self.agent is not None:
+            # An agent's inner steps are durable and its own to retry; a whole task is not
+            # run again by a policy.
+            raise ValueError(f"step {self.id}: a retry policy applies to tool and skill steps")
 
     @property
     def kind(self) -> Literal["tool", "skill", "agent"]:
@@ -485,6 +498,9 @@ class Execution:
     # E10: steps whose stored input had to be masked; after a resume they cannot run with
     # the input they were planned with.
     masked_inputs: tuple[str, ...] = attrs.field(default=(), validator=_ids)
+    # B1: when the run's deadline passes (wall-clock, absolute: it survives resumes); None:
+    # no deadline. Its expiry pauses the run with ``Timeout``.
+    deadline_at: float | None = None
     created_at: float
     updated_at: float
 
@@ -572,10 +588,19 @@ def _decode_input(raw: Any, _: Any) -> Any:
     return value
 
 
+#: Fields added after records were first stored, written only when set: a record that does
+#: not use them is stored (and shown by ``--json``) exactly as before they existed.
+_OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
+    PlanStep: ("timeout", "retry"),  # B1
+}  # and Execution.deadline_at (B1), registered below
+
+
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
     # E10: the one field of ``cls`` that holds user values goes through the typed encoding,
     # both ways; in memory it holds the values themselves.
     unstructure: dict[str, Any] = {field: override(unstruct_hook=encode_value)}
+    for name in _OMITTED_IF_DEFAULT.get(cls, ()):
+        unstructure[name] = override(omit_if_default=True)
     structure: dict[str, Any] = {field: override(struct_hook=decode)}
     converter.register_unstructure_hook(
         cls, make_dict_unstructure_fn(cls, converter, **unstructure)
@@ -587,6 +612,10 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
 
 _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
+converter.register_unstructure_hook(
+    Execution,
+    make_dict_unstructure_fn(Execution, converter, deadline_at=override(omit_if_default=True)),
+)
 _observation_fields = converter.get_structure_hook(Observation)
 _MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
 

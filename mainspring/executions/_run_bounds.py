@@ -1,0 +1,293 @@
+"""Deadlines and retries in an ExecutionActor (B1).
+
+- A step (tool, skill or agent) with a timeout gets a timer when its child starts; if the
+  child is still running when it fires, the child is cancelled with ``Timeout`` (its code
+  reads it with ``cancel_reason()``). A tool or skill step then fails with an observation
+  coded ``step-timeout``; an agent step's task fails with ``Failure(code="agent-timeout")``
+  and the observation ``agent-timeout``: its inner steps completed so far stay durable on
+  the task record.
+- The planner with a timeout is cancelled the same way; the run fails saying so.
+- A failed tool or skill step whose retry policy allows another attempt is not failed: the
+  failed attempt is committed on its observation (so a crash keeps the count), the step
+  waits for its backoff without holding a slot (its timer sends ``RetryDue``; other steps
+  run meanwhile), then goes back to the scheduler, which starts it under the same capacity
+  and budget rules as any step (a skill attempt costs a call, P4).
+- The run's deadline (``Execution.deadline_at``) stops the run with ``Timeout``, which winds
+  down like a pause (R1): tasks requeued, ``paused`` committed with the reason on the
+  controls, the lease released; ``resume`` goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from ..actors import ActorRef, Terminated, Timeout, Timer
+from ..storage import Failure, Observation, PlanStep, RetryPolicy, redact
+from . import _run_events as ev
+from ._deadlines import (
+    Attempt,
+    DeadlinePassed,
+    PlannerTimedOut,
+    RetryDue,
+    StepTimedOut,
+    attempts_data,
+    attempts_of,
+    new_attempt,
+)
+from ._plan import observe
+from ._run_messages import Running, Unstorable
+from ._run_tasks import TaskEvents
+from ._status import task_move
+from ._transitions import clamp_count
+
+__all__ = ["BOUNDS_MESSAGES", "BoundedRun"]
+
+BOUNDS_MESSAGES = (StepTimedOut, PlannerTimedOut, RetryDue, DeadlinePassed)
+
+
+class BoundedRun(TaskEvents):
+    """Timers for steps, the planner and the run, and retries between attempts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timers: dict[ActorRef, Timer] = {}  # a child's timeout, until it ends
+        #: Steps waiting for their next attempt, with its number. Their status stays
+        #: ``running`` (nothing else may start them; a crash resumes them as in flight) but
+        #: they hold no slot: they are not in ``_running``.
+        self._backoff: dict[str, int] = {}
+        self._planner_timeout: float | None = None
+
+    # -- arming ------------------------------------------------------------------------------
+
+    def _arm_deadline(self) -> None:
+        """B1: the run stops with ``Timeout`` when its deadline passes (at once if it has)."""
+        at = self._rec.deadline_at
+        if at is not None:
+            self.send_after(max(0.0, at - time.time()), DeadlinePassed())
+
+    def _expired(self) -> bool:
+        """B1: the run's deadline has passed (a run recovered after it): it stops now with
+        ``Timeout``, before anything runs. True if it does."""
+        at = self._rec.deadline_at
+        if at is None or at > time.time():
+            return False
+        self.stop_self(self._deadline_reason(at))
+        return True
+
+    def _deadline_reason(self, at: float) -> Timeout:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+        return Timeout(detail=f"the run's deadline passed ({when} UTC)", source=self._cfg.owner)
+
+    def _arm_step(self, running: Running) -> None:
+        seconds = self._cfg.bounds.timeout_for(running.step)
+        if seconds is not None:
+            message = StepTimedOut(running.step.id, running.ref, seconds)
+            self._timers[running.ref] = self.send_after(seconds, message)
+
+    def _arm_planner(self, ref: ActorRef) -> None:
+        seconds = self._cfg.bounds.planner_timeout
+        self._planner_timeout = seconds
+        if seconds is not None:
+            self._timers[ref] = self.send_after(seconds, PlannerTimedOut(ref, seconds))
+
+    # -- the timers' messages ----------------------------------------------------------------
+
+    async def _bounds_message(self, message: Any) -> None:
+        if self._ended:
+            return
+        if type(message) is StepTimedOut:
+            running = self._running.get(message.step_id)
+            stopping = running is not None and running.task_id in self._stopping_tasks
+            if running is not None and running.ref is message.ref and not stopping:
+                detail = f"step {message.step_id} ran past its timeout of {message.seconds:g} s"
+                message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+        elif type(message) is PlannerTimedOut:
+            if self._planning and self._by_ref.get(message.ref) == "":
+                detail = f"the planner ran past its timeout of {message.seconds:g} s"
+                message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+        elif type(message) is RetryDue:
+            if self._backoff.get(message.step_id) != message.attempt:
+                return
+            del self._backoff[message.step_id]
+            if self._sched.status.get(message.step_id) == "running":
+                self._sched.set(message.step_id, "pending")  # the scheduler starts it again
+            await self._advance()
+        elif type(message) is DeadlinePassed:
+            at = self._rec.deadline_at
+            if at is not None and at <= time.time() + 0.001:
+                # B1: wound down like a pause (R1), with Timeout as the reason (V3).
+                self.stop_self(self._deadline_reason(at))
+            elif at is not None:  # the timer woke a little early: wait for the rest
+                self._arm_deadline()
+
+    # -- children ending -----------------------------------------------------------------------
+
+    async def _child_ended(self, notice: Terminated) -> None:
+        timer = self._timers.pop(notice.ref, None)
+        if timer is not None:
+            timer.cancel()
+        if not isinstance(notice.reason, Timeout) or self._ended:
+            await super()._child_ended(notice)
+            return
+        step_id = self._by_ref.get(notice.ref)
+        if step_id == "":
+            del self._by_ref[notice.ref]
+            planning, self._planning = self._planning, False
+            if self._plan is None or planning:
+                seconds = self._planner_timeout or 0.0
+                await self._finish("failed", error=f"the planner timed out after {seconds:g} s")
+            return
+        running = self._running.get(step_id) if step_id is not None else None
+        if (
+            running is None
+            or running.ref is not notice.ref
+            or running.task_id in self._stopping_tasks
+        ):
+            await super()._child_ended(notice)
+            return
+        del self._by_ref[notice.ref]
+        del self._running[running.step.id]
+        seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
+        if running.task_id is not None:
+            await self._agent_timed_out(running, seconds)
+        else:
+            await self._step_timed_out(running.step, seconds)
+
+    async def _step_timed_out(self, step: PlanStep, seconds: float) -> None:
+        error = f"timed out after {seconds:g} s"
+        changes: dict[str, Any] = {}
+        if step.kind == "skill":  # the model call was made, whatever came of it (P4)
+            changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
+        if await self._retry_later(step, error, (), timed_out=True, changes=changes):
+            return
+        self._sched.set(step.id, "failed")
+        message, data = self._last_attempt(step, ok=False, error=error, timed_out=True)
+        self._obs[step.id] = observe(
+            step, ok=False, error=message, code="step-timeout", data=data,
+            calls_used=1 if step.kind == "skill" else 0,
+        )  # fmt: skip
+        if await self._commit(**changes):
+            self._publish_step(step.id, "failed")
+            await self._advance()
+
+    async def _agent_timed_out(self, running: Running, seconds: float) -> None:
+        """The task fails with ``agent-timeout``; its durable inner steps stay (B1)."""
+        assert running.task_id is not None
+        self._charge_unsaved(running)
+        now = time.time()
+        step = running.step
+        error = f"the agent timed out after {seconds:g} s"
+        task = self._tasks[running.task_id]
+        if not task.terminal:
+            task = attrs.evolve(
+                task,
+                state=task_move(task.id, task.state, "failed"),
+                failure=Failure(code="agent-timeout", message=error),
+                ended_at=now,
+                updated_at=now,
+            )
+            self._set_task(task)
+        self._sched.set(step.id, "failed")
+        self._obs[step.id] = Observation(
+            step_id=step.id,
+            agent=step.target,
+            agent_task_id=task.id,
+            ok=False,
+            error=error,
+            code="agent-timeout",
+            finding_ids=tuple(f.id for f in task.findings),
+            calls_used=task.calls_used,
+        )
+        if not await self._commit():
+            return
+        self._publish(
+            ev.AgentTaskCompleted(
+                execution_id=self._rec.id,
+                at=now,
+                task_id=task.id,
+                state="failed",
+                calls_used=task.calls_used,
+            )
+        )
+        self._publish_step(step.id, "failed")
+        await self._advance()
+
+    # -- retries -----------------------------------------------------------------------------
+
+    def _attempts_so_far(self, step: PlanStep) -> list[Attempt]:
+        return attempts_of(self._obs.get(step.id))
+
+    async def _retry_later(
+        self,
+        step: PlanStep,
+        error: str,
+        error_types: tuple[str, ...],
+        *,
+        timed_out: bool = False,
+        changes: dict[str, Any] | None = None,
+    ) -> bool:
+        """True if ``step``'s failed attempt was committed and another is due after its
+        backoff; False if the policy gives up (or there is none): the caller fails it."""
+        policy = self._cfg.bounds.retry_for(step)
+        if policy is None or not policy.retries(error_types, timed_out=timed_out):
+            return False
+        before = self._attempts_so_far(step)
+        number = before[-1].attempt + 1 if before else 1
+        if number >= policy.max_attempts:
+            return False
+        attempts = [*before, new_attempt(number, error, timed_out=timed_out)]
+        delay = policy.delay(number)
+        self._obs[step.id] = observe(
+            step,
+            ok=False,
+            error=redact(f"attempt {number} of {policy.max_attempts} failed: {error}")[:500],
+            code="step-timeout" if timed_out else None,
+            data=attempts_data(attempts, policy, "retrying"),
+        )
+        # The step stays ``running`` while it waits; it holds no slot (not in _running).
+        self._backoff[step.id] = number + 1
+        try:
+            committed = await self._commit(**(changes or {}))
+        except Unstorable:
+            self._backoff.pop(step.id, None)
+            return False
+        if not committed:
+            return True  # the run is stopping; nothing more is ours to do
+        self._publish(
+            ev.StepRetrying(
+                execution_id=self._rec.id,
+                at=time.time(),
+                step_id=step.id,
+                attempt=number,
+                max_attempts=policy.max_attempts,
+                delay=delay,
+                timed_out=timed_out,
+            )
+        )
+        self.send_after(delay, RetryDue(step.id, number + 1))
+        await self._advance()
+        return True
+
+    def _last_attempt(
+        self, step: PlanStep, *, ok: bool, error: str | None, timed_out: bool = False
+    ) -> tuple[str | None, dict[str, Any]]:
+        """The error and ``data`` of the observation that ends ``step``: with its attempts
+        when it had a policy (every failed one, and this one if it failed)."""
+        policy: RetryPolicy | None = self._cfg.bounds.retry_for(step)
+        before = self._attempts_so_far(step)
+        if policy is None or (ok and not before):
+            return error, {}
+        number = before[-1].attempt + 1 if before else 1
+        attempts = list(before)
+        if not ok:
+            attempts.append(new_attempt(number, error or "", timed_out=timed_out))
+            if number >= policy.max_attempts > 1:
+                error = f"{error} (gave up after {number} attempts)"
+            elif number < policy.max_attempts:
+                error = f"{error} (attempt {number}; this error is not retried)"
+        data = attempts_data(attempts, policy, "ended")
+        data["attempt"] = number
+        return error, data

@@ -1,0 +1,328 @@
+"""Deadlines (B1): "Every step, planner call and run can have a deadline; expiry cancels with
+``Timeout``." Step timeouts (tools, skills, agents) from the step or the runtime's defaults,
+the planner's timeout, and the run's deadline that pauses it, resumably.
+
+No test asserts how long anything took: the limits are tiny where they must expire and the
+code that must expire waits forever (a hang guard bounds it), or huge where they must not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+import mainspring as ms
+
+from ._kit import Ledger, agent, plan_of, recorded_events, runtime, stored, tasks_of, tool
+
+pytestmark = pytest.mark.anyio
+
+SHORT = 0.05  # a limit that must expire: what it bounds waits forever
+RUN = 1.0  # a run's deadline that must expire after its first step started
+
+
+class Hang:
+    """A tool that waits forever (or returns, once told to), recording why it was stopped."""
+
+    def __init__(self) -> None:
+        self.reasons: list[ms.CancelReason | None] = []
+        self.calls = 0
+        self.finish = False
+
+    async def __call__(self, **_: Any) -> str:
+        self.calls += 1
+        if self.finish:
+            return "done"
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.reasons.append(ms.cancel_reason())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _obs(execution: ms.storage.Execution, step_id: str) -> ms.storage.Observation:
+    return next(o for o in execution.observations if o.step_id == step_id)
+
+
+async def test_B1_a_hanging_tool_times_out_with_Timeout_and_step_timeout(tmp_path: Path) -> None:
+    hang = Hang()
+    ledger = Ledger()
+    plan = plan_of(
+        attrs.evolve(tool("slow", "hang"), timeout=SHORT),
+        tool("other", "inc", x=1),
+        tool("after", "inc", "other", x=2),
+    )
+    async with runtime(tmp_path, ledger, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    # Inside the tool, its finally saw why: Timeout, naming the step and the limit.
+    (reason,) = hang.reasons
+    assert isinstance(reason, ms.Timeout)
+    assert "slow" in reason.detail
+    assert "0.05" in reason.detail
+    observation = _obs(record, "slow")
+    assert observation.code == "step-timeout"
+    assert not observation.ok
+    assert observation.error is not None
+    assert "timed out after 0.05 s" in observation.error
+    # The other steps were not affected.
+    assert {s.id: s.status for s in record.plan.steps} == {  # type: ignore[union-attr]
+        "slow": "failed",
+        "other": "succeeded",
+        "after": "succeeded",
+    }
+    assert ledger.names() == ["inc:1", "inc:2"]
+    assert result.status == "failed"
+
+
+async def test_B1_runtime_defaults_apply_per_kind_and_target_and_a_step_overrides_them(
+    tmp_path: Path,
+) -> None:
+    hang = Hang()
+    plan = plan_of(
+        tool("by_target", "hang"),
+        # The step's own limit wins over the runtime's: this one would hang for a day.
+        attrs.evolve(tool("by_step", "slow"), timeout=SHORT),
+    )
+    slow = Hang()
+    options: dict[str, Any] = {
+        "timeouts": {"tool": 86_400.0, "tool:hang": SHORT, "tool:slow": 86_400.0}
+    }
+    async with runtime(tmp_path, tools={"hang": hang, "slow": slow}, **options) as rt:
+        handle = await rt.start("g", plan)
+        await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert _obs(record, "by_target").code == "step-timeout"
+    assert _obs(record, "by_step").code == "step-timeout"
+    assert "0.05" in (_obs(record, "by_target").error or "")
+    assert isinstance(hang.reasons[0], ms.Timeout)
+    assert isinstance(slow.reasons[0], ms.Timeout)
+
+
+async def test_B1_a_step_within_its_timeout_is_not_stopped(tmp_path: Path) -> None:
+    ledger = Ledger()
+    async with runtime(tmp_path, ledger, timeouts={"tool": 86_400.0}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "inc", x=1)))
+        result = await handle.wait()
+    assert result.status == "completed"
+    assert ledger.names() == ["inc:1"]
+
+
+async def test_B1_an_agent_timing_out_fails_its_task_with_agent_timeout(tmp_path: Path) -> None:
+    seen: list[ms.CancelReason | None] = []
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: 1)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            seen.append(ms.cancel_reason())
+        return "never"  # pragma: no cover
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker"), tool("b", "inc", x=1)))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert isinstance(seen[0], ms.Timeout)
+    observation = _obs(record, "a")
+    assert observation.code == "agent-timeout"
+    (task,) = tasks_of(record)
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-timeout"
+    assert task.inner_completed == ("first",)  # its durable inner steps stay
+    assert result.status == "failed"
+    assert _obs(record, "b").ok  # the other step ran
+
+
+async def test_B1_the_planner_timing_out_fails_the_start_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    seen: list[ms.CancelReason | None] = []
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            seen.append(ms.cancel_reason())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    options: dict[str, Any] = {"planner": planner, "timeouts": {"planner": SHORT}}
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("plan something")
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert isinstance(seen[0], ms.Timeout)
+    assert result.status == "failed"
+    assert record.status == "failed"
+    assert result.error == "the planner timed out after 0.05 s"
+
+
+async def test_B1_the_run_deadline_pauses_with_Timeout_and_resume_completes(
+    tmp_path: Path,
+) -> None:
+    hang = Hang()
+    ledger = Ledger()
+    plan = plan_of(tool("b", "hang"), tool("a", "inc", x=1), tool("c", "inc", "b", "a", x=2))
+    async with runtime(tmp_path, ledger, tools={"hang": hang}) as rt:
+        async with recorded_events(rt) as events:
+            # Long enough for b to start on a loaded machine: b's reason is asserted.
+            handle = await rt.start("g", plan, deadline=RUN)
+            result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+        # E3/V3: the code stopped sees the run's Timeout, not Pause.
+        (reason,) = hang.reasons
+        assert isinstance(reason, ms.Timeout)
+        assert "deadline" in reason.detail
+        assert result.status == "paused"
+        assert isinstance(result.stopped_by, ms.Timeout)
+        assert record.status == "paused"
+        assert record.deadline_at is not None
+        assert record.controls[-1].action == "pause"
+        assert record.controls[-1].reason.startswith("timeout: ")
+        assert record.lease is not None
+        assert record.lease.owner == ""  # L3: released
+        paused = [e for e in events if isinstance(e, ms.executions.ExecutionPaused)]
+        assert [e.cause for e in paused] == ["timeout"]
+        assert {s.id: s.status for s in record.plan.steps}["b"] == "pending"  # type: ignore[union-attr]
+        # Resuming a run its deadline paused goes on (the passed deadline is dropped).
+        hang.finish = True
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert record.deadline_at is None
+    assert "deadline had passed" in record.controls[-1].reason
+    assert ledger.names().count("inc:1") == 1  # a ran once (E1/R7)
+    assert ledger.names()[-1] == "inc:2"
+
+
+async def test_B1_resume_with_a_new_deadline_stops_again_with_Timeout(tmp_path: Path) -> None:
+    hang = Hang()
+    async with runtime(tmp_path, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "hang")), deadline=SHORT)
+        assert (await handle.wait()).status == "paused"
+        first = stored(rt, handle.execution_id).deadline_at
+        result = await (await rt.resume(handle.execution_id, deadline=RUN)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "paused"
+    assert isinstance(result.stopped_by, ms.Timeout)
+    assert hang.calls >= 1
+    assert all(isinstance(r, ms.Timeout) for r in hang.reasons)
+    assert first is not None
+    assert record.deadline_at is not None
+    assert record.deadline_at > first
+    assert [c.action for c in record.controls[-3:]] == ["pause", "resume", "pause"]
+    assert record.controls[-2].reason == "new deadline in 1 s"
+    assert record.controls[-1].reason.startswith("timeout: ")
+
+
+async def test_B1_a_deadline_not_reached_changes_nothing(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "inc", x=1)), deadline=86_400)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert record.deadline_at is not None
+    assert record.deadline_at > record.created_at
+
+
+async def test_B1_a_crashed_run_past_its_deadline_stops_again_on_recover(tmp_path: Path) -> None:
+    # A run left "running" (the process died) whose deadline passed meanwhile: recovering
+    # it runs nothing new; the deadline acts at once and the run is paused with Timeout.
+    ledger = Ledger()
+    async with runtime(tmp_path, ledger) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "inc", x=1)), deadline=86_400)
+        await handle.wait()
+        execution_id = handle.execution_id
+
+    def crashed(stored: ms.storage.Execution, now: float) -> ms.storage.Execution:
+        plan = stored.plan
+        assert plan is not None
+        steps = tuple(attrs.evolve(s, status="pending") for s in plan.steps)
+        return attrs.evolve(
+            stored,
+            status="running",
+            plan=attrs.evolve(plan, steps=steps),
+            completed_steps=(),
+            observations=(),
+            deadline_at=now - 1,
+        )
+
+    async with runtime(tmp_path, ledger) as rt:
+        rt.store.edit(execution_id, crashed)
+        (handle,) = await rt.recover()
+        result = await handle.wait()
+    assert result.status == "paused"
+    assert isinstance(result.stopped_by, ms.Timeout)
+    assert ledger.names() == ["inc:1"]  # only the first run's
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"timeouts": {"tool": 0}}, ValueError, "positive, finite"),
+        ({"timeouts": {"tool": float("nan")}}, ValueError, "positive, finite"),
+        ({"timeouts": {"tool": "10"}}, TypeError, "number of seconds"),
+        ({"timeouts": {"tools": 10}}, ValueError, "use a kind"),
+        ({"timeouts": {"planner:x": 10}}, ValueError, "use a kind"),
+        ({"timeouts": {"tool:nope": 10}}, ValueError, "no tool 'nope'"),
+        ({"timeouts": [("tool", 1)]}, TypeError, "mapping"),
+        ({"retries": {"agent": ms.storage.RetryPolicy()}}, ValueError, "use a kind"),
+        ({"retries": {"tool": 3}}, TypeError, "RetryPolicy"),
+    ],
+)
+async def test_B1_bad_limits_are_clear_errors(
+    tmp_path: Path, options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        async with runtime(tmp_path, **options):
+            pass  # pragma: no cover
+
+
+@pytest.mark.parametrize(
+    ("deadline", "error"), [(0, ValueError), (-1, ValueError), ("1", TypeError), (True, TypeError)]
+)
+async def test_B1_a_bad_deadline_is_refused_and_nothing_is_stored(
+    tmp_path: Path, deadline: Any, error: type[Exception]
+) -> None:
+    async with runtime(tmp_path) as rt:
+        with pytest.raises(error, match="deadline"):
+            await rt.start("g", plan_of(tool("a")), execution_id="ex-bad", deadline=deadline)
+        assert rt.store.get("ex-bad") is None
+
+
+async def test_B1_a_deadline_not_passed_survives_a_pause_and_resume(tmp_path: Path) -> None:
+    hang = Hang()
+    async with runtime(tmp_path, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "hang")), deadline=86_400)
+        execution_id = handle.execution_id
+        at = stored(rt, execution_id).deadline_at
+        await rt.pause(execution_id)
+        resumed = await rt.resume(execution_id)
+        assert stored(rt, execution_id).deadline_at == at  # absolute: not moved by a resume
+        hang.finish = True
+        await rt.pause(execution_id)
+        result = await (await rt.resume(execution_id)).wait()
+    assert at is not None
+    assert result.status == "completed"
+    assert (await resumed.wait()).status == "paused"
+
+
+async def test_B1_show_says_the_deadline_and_a_steps_timeout(tmp_path: Path) -> None:
+    from .._cli_kit import run_cli
+
+    hang = Hang()
+    plan = plan_of(attrs.evolve(tool("slow", "hang"), timeout=SHORT))
+    async with runtime(tmp_path, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan, execution_id="ex-show", deadline=86_400)
+        await handle.wait()
+    code, out = run_cli("--store", str(tmp_path / "store.sqlite3"), "show", "ex-show")
+    assert code == 0
+    assert "deadline: " in out
+    assert "step slow: timeout 0.05 s" in out
