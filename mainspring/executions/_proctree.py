@@ -17,6 +17,7 @@ deadline (STYLE 5).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -120,17 +121,14 @@ def alive(pid: int) -> bool:
 
 
 def _signal(pid: int, signum: int) -> None:
-    try:
+    # Gone already (ESRCH), or reused by another user's process: not ours.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # gone already (ESRCH), or reused by another user's process: not ours
 
 
 def _signal_group(root: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # an empty group: ESRCH
         os.killpg(root, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is empty (ESRCH)
 
 
 def _signal_tree(root: int, signum: int, reaped: Callable[[], bool]) -> list[int]:

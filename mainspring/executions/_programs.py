@@ -90,6 +90,14 @@ class ProgramResult:
     def to_dict(self) -> dict[str, Any]:
         """The stored form: a dict of JSON values (``stopped_by`` as its kind and text)."""
         reason = self.stopped_by
+        stopped_by = None
+        if reason is not None:
+            stopped_by = {
+                "kind": reason.kind,
+                "detail": reason.detail,
+                "source": reason.source,
+                "at": reason.at,
+            }
         return {
             "argv": list(self.argv),
             "returncode": self.returncode,
@@ -98,10 +106,7 @@ class ProgramResult:
             "stdout_truncated": self.stdout_truncated,
             "stderr_truncated": self.stderr_truncated,
             "duration": self.duration,
-            "stopped_by": None
-            if reason is None
-            else {"kind": reason.kind, "detail": reason.detail, "source": reason.source,
-                  "at": reason.at},  # fmt: skip
+            "stopped_by": stopped_by,
         }
 
     @classmethod
@@ -161,7 +166,7 @@ def _failure_text(result: ProgramResult) -> str:
     tail = result.stderr.strip()[-_TAIL:]
     if tail:
         text = f"{text}; its stderr ends with: {tail}"
-    return redact(text)
+    return str(redact(text))
 
 
 def _shown(argv: Sequence[str]) -> str:
@@ -387,7 +392,7 @@ async def run_program_result(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str | None] | None = None,
     stdin: bytes | str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - bounding the program is the point
     max_output: int = DEFAULT_MAX_OUTPUT,
     grace: float = DEFAULT_GRACE,
     check: bool = True,
@@ -414,7 +419,7 @@ async def run_program(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str | None] | None = None,
     stdin: bytes | str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - bounding the program is the point
     max_output: int = DEFAULT_MAX_OUTPUT,
     grace: float = DEFAULT_GRACE,
     check: bool = True,

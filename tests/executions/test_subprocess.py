@@ -82,8 +82,8 @@ async def test_stdin_is_written_then_closed_and_is_dev_null_without_it() -> None
 
 async def test_cwd_and_env(tmp_path: Path) -> None:
     out = await run_program([PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path)
-    assert Path(out["stdout"].strip()) == tmp_path.resolve()
-    code = "import os; print(os.environ.get('MS_A'), os.environ.get('HOME') is None, 'PATH' in os.environ)"
+    assert Path(out["stdout"].strip()) == Path(await anyio.Path(tmp_path).resolve())
+    code = "import os; e = os.environ; print(e.get('MS_A'), e.get('HOME') is None, 'PATH' in e)"
     out = await run_program([PY, "-c", code], env={"MS_A": "a b", "HOME": None})
     assert out["stdout"] == "a b True True\n"  # added to this process's environment
 
@@ -145,7 +145,8 @@ async def test_bad_arguments_are_refused_before_anything_starts(
 
 
 @pytest.mark.parametrize(
-    ("argv", "match"), [([], "empty"), (["a\0b"], "NUL"), ([b"true"], "bytes"), (b"true", "list of strings")]
+    ("argv", "match"),
+    [([], "empty"), (["a\0b"], "NUL"), ([b"true"], "bytes"), (b"true", "list of strings")],
 )
 async def test_bad_argv_is_refused(argv: Any, match: str) -> None:
     with pytest.raises((ValueError, TypeError), match=match):
@@ -204,7 +205,8 @@ async def test_a_timeout_stops_the_whole_tree_and_the_result_says_Timeout(tmp_pa
     assert survivors(pids) == []
     assert isinstance(result.stopped_by, ms.Timeout)
     assert "timeout of 3 s" in result.stopped_by.detail
-    assert result.returncode is not None and result.returncode < 0  # signalled
+    assert result.returncode is not None
+    assert result.returncode < 0  # signalled
     assert not result.ok
     with pytest.raises(ProgramFailed, match="stopped: it ran longer than its timeout"):
         await run_program(["sleep", "100"], timeout=0.05)
@@ -252,7 +254,7 @@ async def test_a_program_that_exits_on_SIGTERM_is_not_given_the_whole_grace(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, scope)
         with anyio.fail_after(60):
-            while not pid_file.exists() or not pid_file.read_text().strip():
+            while not pid_file.exists() or not pid_file.read_text().strip():  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         pid = int(pid_file.read_text())
         scope.cancel()
