@@ -319,7 +319,7 @@ async def _close(process: anyio.abc.Process, grace: float) -> None:
 
 
 async def _run(spec: _Spec) -> ProgramResult:
-    if os.name != "posix":  # pragma: no cover - exercised on Windows only
+    if os.name != "posix":  # Windows: no sessions to stop a tree by
         raise NotImplementedError(
             "mainspring runs programs on POSIX systems only: stopping a program's whole "
             "process tree needs process groups and sessions"

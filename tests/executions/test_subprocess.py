@@ -7,6 +7,7 @@ test_subprocess_stops.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,14 @@ async def test_a_program_that_exits_on_SIGTERM_is_not_given_the_whole_grace(
         with anyio.fail_after(30):  # a hang guard: the grace is 60 s, sleep dies on TERM
             await stopped.wait()
     assert survivors([pid]) == []
+
+
+def test_where_processes_have_no_sessions_running_is_refused_clearly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Windows: importing works (this module did); running says why it cannot, before
+    # anything starts. The check comes before the first await, so no event loop is needed.
+    monkeypatch.setattr(os, "name", "nt")
+    coro = run_program(["true"])
+    with pytest.raises(NotImplementedError, match="POSIX systems only"):
+        coro.send(None)
