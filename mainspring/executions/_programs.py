@@ -350,15 +350,16 @@ async def _run(spec: _Spec) -> ProgramResult:
                 if process.stdin is not None:
                     tg.start_soon(_feed, process.stdin, spec.stdin or b"")
                 await process.wait()
-        if deadline.cancelled_caught:
+        if deadline.cancelled_caught:  # B1/B2: its own deadline, then its tree
             stopped_by = Timeout(
                 detail=f"it ran longer than its timeout of {spec.timeout:g} s",
                 source="run_program",
             )
             await _stop(process, spec.grace)
     except BaseException as exc:
-        # Cancelled from outside (pause, cancel, lease lost, shutdown...) or failed: the
-        # tree goes first, then the exception goes on (STYLE 5: never swallowed).
+        # Invariant B2: cancelled from outside (pause, cancel, lease lost, shutdown...) or
+        # failed, the tree goes first (test_subprocess_stops.py), then the exception goes on
+        # (STYLE 5: never swallowed).
         await _stop(process, spec.grace)
         if isinstance(exc, anyio.get_cancelled_exc_class()):
             why = cancel_reason()

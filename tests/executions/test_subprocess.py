@@ -189,7 +189,9 @@ def test_from_dict_refuses_what_is_not_a_stored_result() -> None:
 # -- the tree stopped ------------------------------------------------------------------------
 
 
-async def test_a_timeout_stops_the_whole_tree_and_the_result_says_Timeout(tmp_path: Path) -> None:
+async def test_B2_a_timeout_stops_the_whole_tree_and_the_result_says_Timeout(
+    tmp_path: Path,
+) -> None:
     tree = Tree(tmp_path)
     pids: list[int] = []
 
@@ -213,7 +215,7 @@ async def test_a_timeout_stops_the_whole_tree_and_the_result_says_Timeout(tmp_pa
         await run_program(["sleep", "100"], timeout=0.05)
 
 
-async def test_a_cancelled_scope_stops_the_whole_tree_and_cancellation_goes_on(
+async def test_B2_a_cancelled_scope_stops_the_whole_tree_and_cancellation_goes_on(
     tmp_path: Path,
 ) -> None:
     tree = Tree(tmp_path)

@@ -2,7 +2,9 @@
 its own timeout, lease lost, shutdown), the program's whole process tree — children,
 grandchildren, some ignoring SIGTERM, an orphan re-parented away — is gone afterwards, and
 the reason is visible to the tool (``cancel_reason()``) or in the step's error. A program
-that exits non-zero fails its step, naming the status and the end of stderr."""
+that exits non-zero fails its step, naming the status and the end of stderr.
+
+Invariant B2: a cancelled step leaves no process of its tree alive."""
 
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def _tree_step(tree: Tree, **more: Any) -> ms.PlanStep:
     return tool("t", "sh", argv=tree.argv, grace=0.2, **more)
 
 
-async def test_a_pause_stops_the_tree_and_the_tool_sees_Pause(tmp_path: Path) -> None:
+async def test_B2_a_pause_stops_the_tree_and_the_tool_sees_Pause(tmp_path: Path) -> None:
     tree, program = Tree(tmp_path), Program()
     async with runtime(tmp_path, tools={"sh": program}) as rt:
         handle = await rt.start("g", plan_of(_tree_step(tree)))
@@ -56,7 +58,7 @@ async def test_a_pause_stops_the_tree_and_the_tool_sees_Pause(tmp_path: Path) ->
         assert stored(rt, handle.execution_id).plan.steps[0].status == "pending"  # type: ignore[union-attr]
 
 
-async def test_a_cancel_stops_the_tree(tmp_path: Path) -> None:
+async def test_B2_a_cancel_stops_the_tree(tmp_path: Path) -> None:
     tree, program = Tree(tmp_path), Program()
     async with runtime(tmp_path, tools={"sh": program}) as rt:
         handle = await rt.start("g", plan_of(_tree_step(tree)))
@@ -69,7 +71,7 @@ async def test_a_cancel_stops_the_tree(tmp_path: Path) -> None:
         assert isinstance(reason.root, ms.Cancel)
 
 
-async def test_a_lost_lease_stops_the_tree(tmp_path: Path) -> None:
+async def test_B2_a_lost_lease_stops_the_tree(tmp_path: Path) -> None:
     tree, program = Tree(tmp_path), Program()
     async with runtime(tmp_path, tools={"sh": program}, **FAST) as rt:
         handle = await rt.start("g", plan_of(_tree_step(tree)))
@@ -86,7 +88,7 @@ async def test_a_lost_lease_stops_the_tree(tmp_path: Path) -> None:
         assert isinstance(reason.root, ms.LeaseLost)
 
 
-async def test_leaving_the_runtime_stops_the_tree_with_Shutdown(tmp_path: Path) -> None:
+async def test_B2_leaving_the_runtime_stops_the_tree_with_Shutdown(tmp_path: Path) -> None:
     tree, program = Tree(tmp_path), Program()
     async with runtime(tmp_path, tools={"sh": program}) as rt:
         await rt.start("g", plan_of(_tree_step(tree)))
@@ -97,7 +99,7 @@ async def test_leaving_the_runtime_stops_the_tree_with_Shutdown(tmp_path: Path) 
     assert isinstance(reason.root, ms.Shutdown)
 
 
-async def test_the_programs_own_timeout_stops_the_tree_and_fails_the_step_naming_it(
+async def test_B2_the_programs_own_timeout_stops_the_tree_and_fails_the_step_naming_it(
     tmp_path: Path,
 ) -> None:
     tree = Tree(tmp_path)
@@ -142,7 +144,7 @@ async def test_run_program_as_a_tool_returns_a_stored_result_and_fails_on_a_bad_
     )
 
 
-async def test_an_agents_ctx_run_dies_with_its_task_on_pause_and_runs_again_on_resume(
+async def test_B2_an_agents_ctx_run_dies_with_its_task_on_pause_and_runs_again_on_resume(
     tmp_path: Path,
 ) -> None:
     tree = Tree(tmp_path)
