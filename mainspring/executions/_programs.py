@@ -122,23 +122,33 @@ class ProgramResult:
             if not isinstance(reason, Mapping) or reason.get("kind") != Timeout.kind:
                 raise ValueError(f"not a stored ProgramResult: stopped_by {reason!r}")
             stopped_by = Timeout(
-                detail=str(reason.get("detail", "")),
-                source=str(reason.get("source", "")),
-                at=float(reason.get("at", 0.0)),
+                detail=_typed(reason, "detail", str, "stopped_by."),
+                source=_typed(reason, "source", str, "stopped_by."),
+                at=float(_typed(reason, "at", int | float, "stopped_by.")),
             )
-        try:
-            return cls(
-                argv=tuple(str(arg) for arg in stored["argv"]),
-                returncode=None if stored["returncode"] is None else int(stored["returncode"]),
-                stdout=str(stored["stdout"]),
-                stderr=str(stored["stderr"]),
-                stdout_truncated=int(stored["stdout_truncated"]),
-                stderr_truncated=int(stored["stderr_truncated"]),
-                duration=float(stored["duration"]),
-                stopped_by=stopped_by,
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"not a stored ProgramResult: {exc}") from exc
+        argv = stored["argv"]
+        if not isinstance(argv, list | tuple) or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"not a stored ProgramResult: argv {argv!r}")
+        return cls(
+            argv=tuple(argv),
+            returncode=_typed(stored, "returncode", int | None),
+            stdout=_typed(stored, "stdout", str),
+            stderr=_typed(stored, "stderr", str),
+            stdout_truncated=_typed(stored, "stdout_truncated", int),
+            stderr_truncated=_typed(stored, "stderr_truncated", int),
+            duration=float(_typed(stored, "duration", int | float)),
+            stopped_by=stopped_by,
+        )
+
+
+def _typed(stored: Mapping[str, Any], key: str, kind: Any, where: str = "") -> Any:
+    """``stored[key]`` if it is of ``kind`` (a bool is not a number), else ``ValueError``."""
+    value = stored.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(  # noqa: TRY004 - malformed data, as Malformed
+            f"not a stored ProgramResult: {where}{key} is {type(value).__name__}, {value!r}"
+        )
+    return value
 
 
 class ProgramFailed(MainspringError):

@@ -182,8 +182,12 @@ def test_from_dict_refuses_what_is_not_a_stored_result() -> None:
         ProgramResult.from_dict({**good, "extra": 1})
     with pytest.raises(ValueError, match="stopped_by"):
         ProgramResult.from_dict({**good, "stopped_by": {"kind": "pause"}})
-    with pytest.raises(ValueError, match="not a stored ProgramResult"):
-        ProgramResult.from_dict({**good, "returncode": "zero"})
+    for key, bad in [("returncode", "0"), ("stdout", b""), ("duration", True), ("argv", [1])]:
+        with pytest.raises(ValueError, match=f"not a stored ProgramResult: {key}"):
+            ProgramResult.from_dict({**good, key: bad})
+    timeout = {"kind": "timeout", "detail": 1, "source": "", "at": 0.0}
+    with pytest.raises(ValueError, match=r"stopped_by\.detail is int"):
+        ProgramResult.from_dict({**good, "stopped_by": timeout})
 
 
 # -- the tree stopped ------------------------------------------------------------------------
