@@ -33,9 +33,10 @@ _PROC = Path("/proc")
 HAVE_PROC = (_PROC / "self" / "stat").exists()
 #: How often the grace polls whether the tree is gone.
 _POLL = 0.01
-#: How many SIGKILL rounds at most: each finds the tree again and kills what it finds, so a
-#: member forking in the moment between finding and killing is caught by the next round.
-_KILL_ROUNDS = 5
+#: How long SIGKILL rounds go on at most (each finds the tree again and kills what it finds).
+_KILL_TIME = 2.0
+#: Without /proc, how long to wait at most for a killed group to be gone.
+_GROUP_SETTLE = 0.5
 
 #: One process of a tree: its pid and its depth below the program (the program is 0; an
 #: orphan found by its session alone counts as a leaf, depth -1 sorts it first).
@@ -131,12 +132,21 @@ def _signal_group(root: int, signum: int) -> None:
         os.killpg(root, signum)
 
 
-def _signal_tree(root: int, signum: int, reaped: Callable[[], bool]) -> list[int]:
-    """Send ``signum`` to ``root``'s tree, leaves first; the pids signalled."""
+def _group_exists(root: int) -> bool:
+    try:
+        os.killpg(root, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
+    """Send ``signum`` to ``root``'s tree, leaves first (``root`` itself only if it was not
+    reaped yet); the pids signalled."""
     if not HAVE_PROC:
         _signal_group(root, signum)
         return [root]
-    members = [pid for pid, _ in tree_of(root) if pid != root or not reaped()]
+    members = [pid for pid, _ in tree_of(root) if pid != root or not reaped]
     for pid in members:
         _signal(pid, signum)
     return members
@@ -148,11 +158,13 @@ async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> N
 
     ``reaped()`` says whether the program itself was already reaped: its pid may then
     belong to another process, which must not be signalled (its descendants, re-parented,
-    are still found by their session). The caller shields this and bounds it (STYLE 5).
+    are still found by their session). It is asked on the event loop only: a backend's
+    process object may reap when asked, which is not for a worker thread to do. The caller
+    shields this and bounds it (STYLE 5).
     """
     if os.name != "posix":  # pragma: no cover - Windows: no process groups to stop
         raise NotImplementedError("stopping a process tree needs POSIX process groups")
-    termed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGTERM, reaped)
+    termed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGTERM, reaped())
     deadline = anyio.current_time() + grace
     while anyio.current_time() < deadline:
         if HAVE_PROC:
@@ -164,8 +176,18 @@ async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> N
             # what they started.
             break
         await anyio.sleep(_POLL)
-    for _ in range(_KILL_ROUNDS):
-        killed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGKILL, reaped)
-        if not HAVE_PROC or not killed:
+    # SIGKILL until a look finds nobody alive: a member forking between a look and its
+    # kill, or not yet scheduled to die of it, is caught by the next round.
+    rounds_end = anyio.current_time() + _KILL_TIME
+    while True:
+        killed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGKILL, reaped())
+        if not HAVE_PROC:
+            break
+        if not killed or anyio.current_time() >= rounds_end:
             return
         await anyio.sleep(_POLL)  # let the kernel finish them before looking again
+    # Without /proc: SIGKILL takes effect when each member next runs; wait (bounded) until
+    # the group is empty. Zombies not yet reaped still count as members, hence the bound.
+    settle = anyio.current_time() + _GROUP_SETTLE
+    while not HAVE_PROC and anyio.current_time() < settle and _group_exists(root):  # noqa: ASYNC110 - no event says a group emptied
+        await anyio.sleep(_POLL)

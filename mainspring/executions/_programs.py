@@ -336,15 +336,20 @@ async def _run(spec: _Spec) -> ProgramResult:
         )
     started = time.monotonic()
     try:
-        process = await anyio.open_process(
-            spec.argv,
-            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=spec.cwd,
-            env=spec.env,
-            start_new_session=True,  # its own session and group: the tree can be found
-        )
+        # Shielded: a cancellation that landed after the fork but before the process object
+        # is ours would leave the program running unseen (asyncio kills the child alone,
+        # not its tree). Spawning is bounded by fork and exec; the first checkpoint after it
+        # delivers the cancellation, and the tree is stopped below.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                spec.argv,
+                stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=spec.env,
+                start_new_session=True,  # its own session and group: the tree can be found
+            )
     except OSError as exc:
         where = f" in {spec.cwd!r}" if spec.cwd is not None else ""
         raise type(exc)(

@@ -279,3 +279,19 @@ def test_where_processes_have_no_sessions_running_is_refused_clearly(
     coro = run_program(["true"])
     with pytest.raises(NotImplementedError, match="POSIX systems only"):
         coro.send(None)
+
+
+async def test_B2_without_proc_the_process_group_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Other POSIX systems have no /proc to walk: killpg on the program's group stops the
+    # tree (the orphan included: it left its parent, not its group).
+    from mainspring.executions import _proctree
+
+    monkeypatch.setattr(_proctree, "HAVE_PROC", False)
+    tree = Tree(tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: run_program(tree.argv, grace=0.2))
+        pids = await tree.started()
+        tg.cancel_scope.cancel()
+    assert survivors(pids) == []
