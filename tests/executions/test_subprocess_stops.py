@@ -29,14 +29,16 @@ class Program:
 
     def __init__(self) -> None:
         self.reasons: list[ms.CancelReason | None] = []
+        self.notes: list[str] = []
         self.calls = 0
 
     async def __call__(self, **input: Any) -> dict[str, Any]:
         self.calls += 1
         try:
             return await run_program(**input)
-        except BaseException:
+        except BaseException as exc:
             self.reasons.append(ms.cancel_reason())
+            self.notes.extend(getattr(exc, "__notes__", ()))
             raise
 
 
@@ -55,6 +57,8 @@ async def test_B2_a_pause_stops_the_tree_and_the_tool_sees_Pause(tmp_path: Path)
         assert survivors(pids) == []
         (reason,) = program.reasons
         assert isinstance(reason, ms.Pause)
+        (note,) = program.notes  # the cancellation names the program and why it stopped
+        assert f"(pid {pids[0]}) and its process tree were stopped because it was paused" in note
         assert stored(rt, handle.execution_id).plan.steps[0].status == "pending"  # type: ignore[union-attr]
 
 
