@@ -96,6 +96,13 @@ def test_open_system_from_a_bare_import_has_the_root_supervisor() -> None:
     assert done.stdout.split() == ["pong"]  # restarted after its crash
 
 
+def test_running_programs_lives_in_executions() -> None:
+    for name in ("run_program", "ProgramResult", "ProgramFailed"):
+        assert name in mainspring.executions.__all__, name
+        assert name not in mainspring.__all__, name
+    assert issubclass(mainspring.executions.ProgramFailed, mainspring.MainspringError)
+
+
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         mainspring.Nope  # noqa: B018

@@ -14,6 +14,9 @@ from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
 from ._plan import InvalidPlan as InvalidPlan
+from ._programs import ProgramFailed as ProgramFailed
+from ._programs import ProgramResult as ProgramResult
+from ._programs import run_program as run_program
 from ._prune import PruneReport as PruneReport
 from ._prune import PruneSkip as PruneSkip
 from ._results import ExecutionResult as ExecutionResult
@@ -56,6 +59,8 @@ __all__ = [
     "ExecutionStarted",
     "ExecutionWaiting",
     "IllegalTransition",
+    "ProgramFailed",
+    "ProgramResult",
     "PruneReport",
     "PruneSkip",
     "RunEvent",
@@ -65,6 +70,7 @@ __all__ = [
     "StepStarted",
     "StopResult",
     "WithUsage",
+    "run_program",
 ]
 
 publish(__name__, globals(), __all__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -51,6 +51,7 @@ from ..storage import (
 from ._deadlines import error_types
 from ._findings import new_finding
 from ._outputs import Stored, keep_result, prepare_output
+from ._programs import ProgramResult, run_program_result
 from ._transitions import ASK_PREFIX
 from ._usage import Allowance, Meter, split_usage
 
@@ -257,6 +258,13 @@ class AgentContext:
         """Why this task is being cancelled (``Pause``, ``Cancel``, ``ParentCancel``...), or
         None while it is not: read it in ``except``/``finally`` blocks."""
         return cancel_reason()
+
+    async def run(self, argv: Sequence[str] | str, **options: Any) -> ProgramResult:
+        """Run a program: :func:`~mainspring.executions.run_program` (same arguments and
+        defaults), returning the :class:`~mainspring.executions.ProgramResult`. Not durable
+        by itself: a resume runs it again unless it is inside ``ctx.step``. If this task is
+        stopped, the program's whole process tree is stopped with it."""
+        return await run_program_result(argv, **options)
 
     async def step(
         self,

@@ -1,0 +1,193 @@
+"""Finding and stopping the whole process tree of a program the runtime started.
+
+A program is started in a session of its own (``start_new_session=True``), so its pid is
+also its session id and process group id. Its tree is found on Linux by walking the parent
+links in ``/proc/*/stat`` from the program's pid, plus every process whose session is the
+program's: that backstop finds orphans that were re-parented to init (or to a subreaper)
+when their parent exited. On other POSIX systems, without ``/proc``, the tree is the
+program's process group, signalled with ``killpg``.
+
+Stopping is SIGTERM to every member, leaves first (so a parent does not see its children die
+and start new ones before it is itself told to stop), a grace, then SIGKILL to every member
+still alive, found again (a member may have forked meanwhile). A process that is gone
+(``ESRCH``) or a zombie counts as stopped. The blocking ``/proc`` reads run in a worker
+thread (STYLE 10); the caller runs :func:`stop_tree` in a shielded scope with its own
+deadline (STYLE 5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["HAVE_PROC", "Member", "alive", "stop_tree", "tree_of"]
+
+_PROC = Path("/proc")
+#: Whether this system has a Linux-style ``/proc`` to walk.
+HAVE_PROC = (_PROC / "self" / "stat").exists()
+#: How often the grace polls whether the tree is gone.
+_POLL = 0.01
+#: How long SIGKILL rounds go on at most (each finds the tree again and kills what it finds).
+_KILL_TIME = 2.0
+#: Without /proc, how long to wait at most for a killed group to be gone.
+_GROUP_SETTLE = 0.5
+
+#: One process of a tree: its pid and its depth below the program (the program is 0; an
+#: orphan found by its session alone counts as a leaf, depth -1 sorts it first).
+Member = tuple[int, int]
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, ppid, session)`` of ``pid`` from ``/proc/<pid>/stat``, or None if it is gone.
+
+    The command name (field 2) is in parentheses and may hold spaces and parentheses itself,
+    so the fields are read after its last ``)``.
+    """
+    try:
+        raw = (_PROC / str(pid) / "stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return rest[0].decode("ascii", "replace"), int(rest[1]), int(rest[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _scan() -> dict[int, tuple[str, int, int]]:
+    """Every process of the system: pid -> ``(state, ppid, session)``."""
+    found: dict[int, tuple[str, int, int]] = {}
+    try:
+        names = os.listdir(_PROC)
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None:
+                found[int(name)] = stat
+    return found
+
+
+def tree_of(root: int) -> list[Member]:
+    """The live members of ``root``'s tree, leaves first (blocking: reads ``/proc``).
+
+    Members are ``root`` itself if it is alive, its descendants by parent links, and every
+    process whose session is ``root`` (orphans of the tree). Zombies are left out: they are
+    already stopped and only wait for their parent to reap them.
+    """
+    table = _scan()
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    depth: dict[int, int] = {}
+    frontier = [(root, 0)]
+    while frontier:
+        pid, level = frontier.pop()
+        if pid in depth:
+            continue
+        depth[pid] = level
+        frontier.extend((child, level + 1) for child in children.get(pid, ()))
+    for pid, (_, _, session) in table.items():
+        if session == root and pid not in depth:
+            depth[pid] = -1  # re-parented away from the tree: found by its session alone
+    members = [
+        (pid, level)
+        for pid, level in depth.items()
+        if pid in table and table[pid][0] not in ("Z", "X")
+    ]
+    # Leaves first: the deepest members, then up to the program; orphans before all.
+    members.sort(key=lambda member: (member[1] != -1, -member[1]))
+    return members
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie). Blocking on ``/proc``."""
+    if HAVE_PROC:
+        stat = _stat(pid)
+        return stat is not None and stat[0] not in ("Z", "X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    # Gone already (ESRCH), or reused by another user's process: not ours.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def _signal_group(root: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # an empty group: ESRCH
+        os.killpg(root, signum)
+
+
+def _group_exists(root: int) -> bool:
+    try:
+        os.killpg(root, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
+    """Send ``signum`` to ``root``'s tree, leaves first (``root`` itself only if it was not
+    reaped yet); the pids signalled."""
+    if not HAVE_PROC:
+        _signal_group(root, signum)
+        return [root]
+    members = [pid for pid, _ in tree_of(root) if pid != root or not reaped]
+    for pid in members:
+        _signal(pid, signum)
+    return members
+
+
+async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
+    """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
+    for them to go, then SIGKILL to every member still alive.
+
+    ``reaped()`` says whether the program itself was already reaped: its pid may then
+    belong to another process, which must not be signalled (its descendants, re-parented,
+    are still found by their session). It is asked on the event loop only: a backend's
+    process object may reap when asked, which is not for a worker thread to do. The caller
+    shields this and bounds it (STYLE 5).
+    """
+    if os.name != "posix":  # pragma: no cover - Windows: no process groups to stop
+        raise NotImplementedError("stopping a process tree needs POSIX process groups")
+    termed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGTERM, reaped())
+    deadline = anyio.current_time() + grace
+    while anyio.current_time() < deadline:
+        if HAVE_PROC:
+            left = await anyio.to_thread.run_sync(tree_of, root)
+            if not [pid for pid, _ in left if pid != root or not reaped()]:
+                return
+        elif not any(map(alive, termed)):
+            # Without /proc only the group's first members are known; killpg below covers
+            # what they started.
+            break
+        await anyio.sleep(_POLL)
+    # SIGKILL until a look finds nobody alive: a member forking between a look and its
+    # kill, or not yet scheduled to die of it, is caught by the next round.
+    rounds_end = anyio.current_time() + _KILL_TIME
+    while True:
+        killed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGKILL, reaped())
+        if not HAVE_PROC:
+            break
+        if not killed or anyio.current_time() >= rounds_end:
+            return
+        await anyio.sleep(_POLL)  # let the kernel finish them before looking again
+    # Without /proc: SIGKILL takes effect when each member next runs; wait (bounded) until
+    # the group is empty. Zombies not yet reaped still count as members, hence the bound.
+    settle = anyio.current_time() + _GROUP_SETTLE
+    while not HAVE_PROC and anyio.current_time() < settle and _group_exists(root):  # noqa: ASYNC110 - no event says a group emptied
+        await anyio.sleep(_POLL)
