@@ -13,6 +13,7 @@ from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
+from ._open import open_runtime as open_runtime
 from ._plan import InvalidPlan as InvalidPlan
 from ._programs import ProgramFailed as ProgramFailed
 from ._programs import ProgramResult as ProgramResult
@@ -39,7 +40,6 @@ from ._run_events import StepFinished as StepFinished
 from ._run_events import StepRetrying as StepRetrying
 from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
-from ._runtime import open_runtime as open_runtime
 from ._status import IllegalTransition as IllegalTransition
 from ._usage import WithUsage as WithUsage
 

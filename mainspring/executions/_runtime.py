@@ -1,7 +1,7 @@
 """The Runtime: the facade users hold to start, steer and watch durable executions.
 
-``open_runtime`` runs an actor system, one persistence actor (the only writer) and an
-``executions`` actor under which every ExecutionActor lives. Controls reach a run live in this
+``open_runtime`` (``_open``) runs an actor system, one persistence actor (the only writer) and
+an ``executions`` actor under which every ExecutionActor lives. Controls reach a run live in this
 process directly (its actor stops with ``Pause`` or ``Cancel``); a run live in another process
 is reached through the store (an atomic ``edit``), which that runner meets at its next commit
 or heartbeat (E2, E3). Those edits are in ``_record_controls``; handles and the errors naming
@@ -10,13 +10,11 @@ an execution in ``_handle``; the default home and store selection live in storag
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -31,8 +29,6 @@ from ..actors import (
     CancelReason,
     NameTaken,
     Pause,
-    Shutdown,
-    open_system,
 )
 from ..storage import (
     EXECUTION_TERMINAL,
@@ -42,25 +38,18 @@ from ..storage import (
     Edit,
     Execution,
     Lease,
-    Notifying,
     Plan,
-    RetryPolicy,
     Store,
     check_id,
     holder,
-    new_owner_id,
-    open_committer,
-    open_store,
     parse_agent_tasks,
     redact,
 )
-from ..supervision import RootSupervisor
 from ._answers import answer_elsewhere, request_answer
 from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._history_follow import HistoryFollowers, RuntimeEvents
-from ._options import check_options, check_registries, check_step_limits
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
@@ -74,20 +63,16 @@ from ._refusals import end_event
 from ._results import (
     ExecutionResult,
     StopResult,
-    agent_hash,
-    envelope_hash,
     masked_inputs,
     redact_plan,
     result_from,
-    tool_hash,
 )
 from ._run_events import RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
-from ._store_watch import watch_store
 from ._transitions import bounded_reason
 from ._usage import check_limits
 
-__all__ = ["Runtime", "open_runtime"]
+__all__ = ["Executions", "Runtime"]
 
 MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") within 256
 
@@ -101,7 +86,7 @@ class _Spawn:
     watcher: RunWatcher
 
 
-class _Executions(Actor):
+class Executions(Actor):
     """The parent of every ExecutionActor of a runtime."""
 
     async def receive(self, message: Any) -> Any:
@@ -564,124 +549,3 @@ class Runtime(RuntimeEvents):
     def live(self) -> list[str]:
         """Ids of the executions running in this process now."""
         return list(self._live)
-
-
-def _default_reservation(remaining: int) -> int:
-    return min(remaining, 10)
-
-
-@asynccontextmanager
-async def open_runtime(
-    *,
-    store: Store | str | os.PathLike[str] | None = None,
-    tools: Mapping[str, Callable[..., Any]] | None = None,
-    skills: Mapping[str, Callable[..., Any]] | None = None,
-    agents: Mapping[str, Callable[..., Any]] | None = None,
-    planner: Callable[..., Any] | None = None,
-    workspace: str | os.PathLike[str] | None = None,
-    max_parallel_steps: int = 8,
-    limits: Mapping[str, int] | None = None,
-    max_calls: int = 100,
-    max_tokens: int | None = None,
-    max_cost: Decimal | float | int | str | None = None,
-    reservation: Callable[[int], int] = _default_reservation,
-    token_reservation: Callable[[int], int] | None = None,
-    cost_reservation: Callable[[Decimal], Any] | None = None,
-    max_tool_calls: int = 1_000,
-    lease_ttl: float = 15.0,
-    heartbeat_interval: float | None = None,
-    require_plan_approval: bool = False,
-    max_replans: int = 0,
-    config: Any = None,
-    owner: str | None = None,
-    timeouts: Mapping[str, float | None] | None = None,
-    retries: Mapping[str, RetryPolicy] | None = None,
-) -> AsyncIterator[Runtime]:
-    """Run durable executions for the duration of the ``async with`` block.
-
-    ``store`` is a backend, a path (see :func:`open_store`) or None for the default under
-    ``$MAINSPRING_HOME`` / the XDG state dir. ``tools`` and ``skills`` map names to callables
-    (a skill is a model call: 1 call of the budget); ``agents`` to ``async def agent(ctx,
-    input)``; an agent's definition (its qualified name and code, or its ``version``
-    attribute when it has one) is part of its tasks' identity: a changed agent's stored
-    tasks are not reused (R8). ``planner(goal, context)`` returns a :class:`Plan`.
-    ``max_parallel_steps`` and ``limits`` (per tool/skill/agent name) bound concurrency (P3);
-    ``max_calls`` is each run's default budget and ``reservation(remaining)`` what an agent
-    step holds of it (P4). ``max_tokens`` (input and output together) and ``max_cost`` are
-    each run's default token and cost budgets (None: unbounded); skills report what they
-    spend by returning ``WithUsage`` (B3, see ``executions._usage`` for the rule).
-    ``token_reservation(remaining)`` and ``cost_reservation(remaining)`` bound what one
-    agent task may spend of what its run has left (None: all of it); past it, the task's
-    next model call fails it with ``agent-call-budget``.
-    ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
-    ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
-    checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
-
-    ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
-    ``"skill"``, ``"agent"``, and ``"planner"`` for timeouts) or ``"kind:name"`` for one
-    target (``"tool:fetch"``), which wins over its kind; a step's own ``PlanStep.timeout`` /
-    ``PlanStep.retry`` wins over both. A timeout is in seconds (None: none); a step past it
-    is cancelled with ``Timeout``. A retry policy is a :class:`~mainspring.storage.RetryPolicy`
-    (tools and skills only). Without them nothing times out and nothing is retried.
-
-    Leaving the block stops every run here with ``Shutdown``: each releases its lease and
-    leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
-    picks it up, re-running only the steps that were in flight.
-    """
-    interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
-    tools, skills, agents = check_registries(tools, skills, agents)
-    default_tokens, default_cost = check_limits(max_tokens, max_cost)
-    bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
-    skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
-    tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
-    # Off the loop: opening a server store connects (and may create its schema).
-    backend, close = await anyio.to_thread.run_sync(open_store, store)
-    try:
-        async with open_system("mainspring-runtime", root=RootSupervisor) as system:
-            committer = await open_committer(system, backend)
-            bus = RunEventBus(system.new_event)
-            cfg = RunConfig(
-                committer=committer,
-                owner=owner or new_owner_id(),
-                tools=tools,
-                skills=skills,
-                agents=agents,
-                planner=planner,
-                workspace=Path(workspace) if workspace is not None else None,
-                max_parallel_steps=max_parallel_steps,
-                limits=dict(limits or {}),
-                max_calls=max_calls,
-                reservation=reservation,
-                lease_ttl=lease_ttl,
-                heartbeat_interval=interval,
-                require_plan_approval=require_plan_approval,
-                max_replans=max_replans,
-                max_tool_calls=max_tool_calls,
-                config=config,
-                publish=bus.publish,
-                skill_versions=skill_versions,
-                tool_hashes=tool_hashes,
-                agent_hashes={name: agent_hash(fn) for name, fn in agents.items()},
-                agent_envelope=envelope_hash(tool_hashes, skill_versions, max_tool_calls),
-                max_tokens=default_tokens,
-                max_cost=default_cost,
-                token_reservation=token_reservation,
-                cost_reservation=cost_reservation,
-                bounds=bounds,
-            )
-            executions = await system.spawn(_Executions, name="executions")
-            runtime = Runtime(cfg, committer, executions, bus)
-            if isinstance(backend, Notifying):  # controls from other hosts, at once
-                await watch_store(system, backend, runtime._live, committer.durable)
-            try:
-                yield runtime
-            finally:
-                with anyio.CancelScope(shield=True):
-                    # Runs stop (and release their leases) while the writer is still there.
-                    await executions.stop(Shutdown(detail="the runtime is closing"))
-                    await committer.drain()
-                    bus.close()
-                    await runtime._followers.close()  # before the store closes
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(close)
