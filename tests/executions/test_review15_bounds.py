@@ -1,0 +1,59 @@
+"""Review of deadlines and retries (B1): what a user of the public API ran into.
+
+Backoffs are a day where the test acts during one: nothing here depends on how long
+anything takes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.storage import RetryPolicy
+
+from .._cli_kit import run_cli
+from ._kit import plan_of, runtime, stored, tool
+from .test_retries import A_DAY, Flaky, seen
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_B1_V3_a_run_cancelled_while_a_step_waits_to_retry_no_longer_says_it_waits(
+    tmp_path: Path,
+) -> None:
+    # The cancel ends the step for good: neither the record nor `show` may still say the
+    # step is waiting for its next attempt; its failed attempt stays listed.
+    flaky = Flaky(10)
+    async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool": A_DAY}) as rt:
+        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+            handle = await rt.start("g", plan_of(tool("a", "flaky")), execution_id="ex-c")
+            with anyio.fail_after(60):  # a hang guard only
+                await retrying.wait()
+        await rt.cancel(handle.execution_id)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "cancelled"
+    observations = [o for o in record.observations if o.step_id == "a"]
+    assert observations
+    assert all(o.data.get("retrying") is not True for o in observations)
+    assert [a["attempt"] for a in observations[-1].data["attempts"]] == [1]
+    code, out = run_cli("--store", str(tmp_path / "store.sqlite3"), "show", "ex-c")
+    assert code == 0
+    assert "step a: attempt 1 of 3 failed" in out
+    assert "waiting to try again" not in out
+
+
+async def test_B1_a_deadline_past_the_longest_allowed_says_the_longest(tmp_path: Path) -> None:
+    # 30 days is positive and finite: the error must say what is wrong with it.
+    async with runtime(tmp_path) as rt:
+        with pytest.raises(ValueError, match="at most 1000000"):
+            await rt.start("g", plan_of(tool("a", "inc", x=1)), deadline=30 * 86_400)
+        assert rt.store.list().executions == ()
+
+
+def test_B1_a_non_bool_retry_timeouts_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"^retry_timeouts must be True or False, not int$"):
+        RetryPolicy(retry_timeouts=1)  # type: ignore[arg-type]
