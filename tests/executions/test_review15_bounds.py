@@ -44,6 +44,7 @@ async def test_B1_V3_a_run_cancelled_while_a_step_waits_to_retry_no_longer_says_
     assert code == 0
     assert "step a: attempt 1 of 3 failed" in out
     assert "waiting to try again" not in out
+    assert "step a: stopped before its next attempt" in out
 
 
 async def test_B1_a_deadline_past_the_longest_allowed_says_the_longest(tmp_path: Path) -> None:
@@ -57,3 +58,8 @@ async def test_B1_a_deadline_past_the_longest_allowed_says_the_longest(tmp_path:
 def test_B1_a_non_bool_retry_timeouts_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"^retry_timeouts must be True or False, not int$"):
         RetryPolicy(retry_timeouts=1)  # type: ignore[arg-type]
+
+
+def test_B1_a_policy_without_a_base_delay_never_waits_however_many_attempts_failed() -> None:
+    policy = RetryPolicy(base_delay=0.0, max_delay=1.0, multiplier=20.0, jitter=0.0)
+    assert policy.delay(238) == 0.0
