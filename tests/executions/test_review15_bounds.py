@@ -63,3 +63,21 @@ def test_B1_a_non_bool_retry_timeouts_is_a_clear_error() -> None:
 def test_B1_a_policy_without_a_base_delay_never_waits_however_many_attempts_failed() -> None:
     policy = RetryPolicy(base_delay=0.0, max_delay=1.0, multiplier=20.0, jitter=0.0)
     assert policy.delay(238) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("option", "key", "value"),
+    [
+        ("timeouts", "tool:", 5),
+        ("timeouts", "planner:", 5),
+        ("retries", "skill:", RetryPolicy()),
+    ],
+)
+async def test_B1_a_limit_key_with_an_empty_name_is_refused_not_silently_unused(
+    tmp_path: Path, option: str, key: str, value: object
+) -> None:
+    # "tool:" was taken, stored under "tool:" and never matched any step: a limit the user
+    # set that nothing applied.
+    with pytest.raises(ValueError, match="kind:name"):
+        async with runtime(tmp_path, **{option: {key: value}}):
+            pass  # pragma: no cover
