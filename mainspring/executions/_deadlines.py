@@ -96,8 +96,9 @@ def _check_key(option: str, key: Any, registries: Mapping[str, Mapping[str, Any]
     if not isinstance(key, str):
         raise TypeError(f"{option} keys are strings, not {type(key).__name__}")
     kinds = (*KINDS, "planner") if option == "timeouts" else ("tool", "skill")
-    kind, _, name = key.partition(":")
-    if kind not in kinds or (kind == "planner" and name):
+    kind, colon, name = key.partition(":")
+    # "tool:" would be kept under a key no step is ever looked up by (B1): refused.
+    if kind not in kinds or (kind == "planner" and colon) or (colon and not name):
         raise ValueError(
             f"{option} key {key!r}: use a kind ({', '.join(kinds)}) or kind:name "
             f"(e.g. {kinds[0]}:fetch)"
