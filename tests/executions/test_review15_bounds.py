@@ -81,3 +81,25 @@ async def test_B1_a_limit_key_with_an_empty_name_is_refused_not_silently_unused(
     with pytest.raises(ValueError, match="kind:name"):
         async with runtime(tmp_path, **{option: {key: value}}):
             pass  # pragma: no cover
+
+
+async def test_B1_attempts_made_under_a_default_policy_stay_listed_when_resumed_without_it(
+    tmp_path: Path,
+) -> None:
+    # The policy was the first runtime's default; the runtime that resumes has none. The
+    # failed attempt is durable (B1) and the step's last observation must still list it.
+    flaky = Flaky(1)
+    async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool": A_DAY}) as rt:
+        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+            handle = await rt.start("g", plan_of(tool("a", "flaky")), execution_id="ex-r")
+            with anyio.fail_after(60):  # a hang guard only
+                await retrying.wait()
+        await rt.pause(handle.execution_id)
+    async with runtime(tmp_path, tools={"flaky": flaky}) as rt:
+        result = await (await rt.resume("ex-r")).wait()
+        record = stored(rt, "ex-r")
+    assert result.status == "completed"
+    observation = [o for o in record.observations if o.step_id == "a"][-1]
+    assert observation.ok
+    assert [a["attempt"] for a in observation.data["attempts"]] == [1]
+    assert observation.data["attempt"] == 2
