@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
 import mainspring as ms
@@ -103,3 +104,39 @@ async def test_B1_attempts_made_under_a_default_policy_stay_listed_when_resumed_
     assert observation.ok
     assert [a["attempt"] for a in observation.data["attempts"]] == [1]
     assert observation.data["attempt"] == 2
+
+
+async def test_B1_R6_a_step_replanned_onto_another_tool_counts_its_own_attempts(
+    tmp_path: Path,
+) -> None:
+    # Step a waited to retry tool "flaky" when the run was paused; the workspace drifted and
+    # the new plan's step a runs tool "other". Its attempts are its own: the one "flaky"
+    # made does not use up "other"'s policy.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    flaky, other = Flaky(10), Flaky(10)
+    twice = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.001)
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if context.previous_plan is None:
+            return plan_of(attrs.evolve(tool("a", "flaky"), retry=A_DAY))
+        return plan_of(attrs.evolve(tool("a", "other"), retry=twice))
+
+    tools = {"flaky": flaky, "other": other}
+    async with runtime(tmp_path, tools=tools, planner=planner, workspace=workspace) as rt:
+        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+            handle = await rt.start("g")
+            with anyio.fail_after(60):  # a hang guard only
+                await retrying.wait()
+        await rt.pause(handle.execution_id)
+        (workspace / ".git").mkdir()  # drift (R6): the resume replans
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert flaky.calls == 1
+    assert other.calls == 2
+    observation = [o for o in record.observations if o.step_id == "a"][-1]
+    assert [a["error"] for a in observation.data["attempts"]] == [
+        "ConnectionError: boom 1",
+        "ConnectionError: boom 2",
+    ]
