@@ -218,7 +218,13 @@ class BoundedRun(TaskEvents):
     # -- retries -----------------------------------------------------------------------------
 
     def _attempts_so_far(self, step: PlanStep) -> list[Attempt]:
-        return attempts_of(self._obs.get(step.id))
+        observation = self._obs.get(step.id)
+        if observation is not None and (observation.tool, observation.skill) != (
+            step.tool,
+            step.skill,
+        ):
+            return []  # a replan gave the step id another target (R6): its own count
+        return attempts_of(observation)
 
     async def _retry_later(
         self,
