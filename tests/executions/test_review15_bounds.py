@@ -140,3 +140,39 @@ async def test_B1_R6_a_step_replanned_onto_another_tool_counts_its_own_attempts(
         "ConnectionError: boom 1",
         "ConnectionError: boom 2",
     ]
+
+
+async def test_B1_an_error_inside_a_task_group_is_retried_by_its_own_name(tmp_path: Path) -> None:
+    # A tool that works concurrently raises its ConnectionError wrapped in an exception
+    # group (anyio's task groups always do): retry_on=("ConnectionError",) still means it.
+    calls = 0
+
+    async def fetch_all(**_: object) -> str:
+        nonlocal calls
+        calls += 1
+
+        async def fetch() -> None:
+            if calls == 1:
+                raise ConnectionError("reset")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fetch)
+        return "ok"
+
+    policy = RetryPolicy(base_delay=0.001, max_delay=0.001, retry_on=("ConnectionError",))
+    plan = plan_of(attrs.evolve(tool("a", "fetch_all"), retry=policy))
+    async with runtime(tmp_path, tools={"fetch_all": fetch_all}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+    assert result.status == "completed"
+    assert calls == 2
+
+
+def test_B1_a_group_is_retried_only_when_every_error_in_it_is_named() -> None:
+    from mainspring.executions._deadlines import error_types
+
+    policy = RetryPolicy(retry_on=("ConnectionError",))
+    both = ExceptionGroup("g", [ConnectionError("a"), ValueError("b")])
+    nested = ExceptionGroup("g", [ExceptionGroup("h", [ConnectionResetError("a")])])
+    assert not policy.retries(error_types(both))
+    assert policy.retries(error_types(nested))
+    assert RetryPolicy(retry_on=("Exception",)).retries(error_types(both))
