@@ -57,6 +57,8 @@ def attempt_lines(execution: Execution) -> list[str]:
             lines.append(f"  step {obs.step_id}: attempt {last}{of} succeeded")
         elif type(last) is int:
             lines.append(f"  step {obs.step_id}: failed for good after attempt {last}{of}")
+        elif not obs.ok:  # cancelled while it waited for its next attempt
+            lines.append(f"  step {obs.step_id}: stopped before its next attempt")
     for step_id, step in limits.items():
         lines.append(f"  step {step_id}: timeout {step.timeout:g} s")
     return lines

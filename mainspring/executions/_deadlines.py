@@ -96,8 +96,9 @@ def _check_key(option: str, key: Any, registries: Mapping[str, Mapping[str, Any]
     if not isinstance(key, str):
         raise TypeError(f"{option} keys are strings, not {type(key).__name__}")
     kinds = (*KINDS, "planner") if option == "timeouts" else ("tool", "skill")
-    kind, _, name = key.partition(":")
-    if kind not in kinds or (kind == "planner" and name):
+    kind, colon, name = key.partition(":")
+    # "tool:" would be kept under a key no step is ever looked up by (B1): refused.
+    if kind not in kinds or (kind == "planner" and colon) or (colon and not name):
         raise ValueError(
             f"{option} key {key!r}: use a kind ({', '.join(kinds)}) or kind:name "
             f"(e.g. {kinds[0]}:fetch)"
@@ -277,7 +278,33 @@ def new_attempt(number: int, error: str, *, timed_out: bool) -> Attempt:
 
 def error_types(exc: BaseException) -> tuple[str, ...]:
     """The names a :class:`RetryPolicy` matches an exception by: each class of its MRO by
-    name and by qualified name (``module.Name``), builtins by name only."""
+    name and by qualified name (``module.Name``), builtins by name only. An exception group
+    (as a task group raises) also goes by each name every error in it has, as ``except*``
+    would see them: retried by ``retry_on`` only when each of its errors is."""
+    names = _class_names(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = _leaves(exc)
+        if leaves:
+            common = set(_class_names(leaves[0])).intersection(
+                *(_class_names(leaf) for leaf in leaves[1:])
+            )
+            names += [name for name in _class_names(leaves[0]) if name in common]
+    return tuple(dict.fromkeys(names))[:64]
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending and len(found) < 100:  # bounded: a group may nest deeply
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            found.append(exc)
+    return found
+
+
+def _class_names(exc: BaseException) -> list[str]:
     names: list[str] = []
     for cls in type(exc).__mro__:
         if cls is object:
@@ -285,7 +312,7 @@ def error_types(exc: BaseException) -> tuple[str, ...]:
         names.append(cls.__name__)
         if cls.__module__ != "builtins":
             names.append(f"{cls.__module__}.{cls.__qualname__}")
-    return tuple(dict.fromkeys(names))[:64]
+    return names
 
 
 def clamp_seconds(value: float) -> float:

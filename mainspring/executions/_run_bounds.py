@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from ..actors import ActorRef, Terminated, Timeout, Timer
-from ..storage import Failure, Observation, PlanStep, RetryPolicy, redact
+from ..storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy, redact
 from . import _run_events as ev
 from ._deadlines import (
     Attempt,
@@ -218,7 +218,13 @@ class BoundedRun(TaskEvents):
     # -- retries -----------------------------------------------------------------------------
 
     def _attempts_so_far(self, step: PlanStep) -> list[Attempt]:
-        return attempts_of(self._obs.get(step.id))
+        observation = self._obs.get(step.id)
+        if observation is not None and (observation.tool, observation.skill) != (
+            step.tool,
+            step.skill,
+        ):
+            return []  # a replan gave the step id another target (R6): its own count
+        return attempts_of(observation)
 
     async def _retry_later(
         self,
@@ -278,8 +284,14 @@ class BoundedRun(TaskEvents):
         when it had a policy (every failed one, and this one if it failed)."""
         policy: RetryPolicy | None = self._cfg.bounds.retry_for(step)
         before = self._attempts_so_far(step)
-        if policy is None or (ok and not before):
+        if not before and (policy is None or ok):
             return error, {}
+        if policy is None:
+            # B1: the attempts are durable even when this runtime lacks the policy that made
+            # them (another process's default): kept, and this one is the last.
+            stored = self._obs[step.id].data.get("max_attempts")
+            most = stored if type(stored) is int and 1 <= stored <= MAX_ATTEMPTS else 1
+            policy = RetryPolicy(max_attempts=min(max(most, before[-1].attempt + 1), MAX_ATTEMPTS))
         number = before[-1].attempt + 1 if before else 1
         attempts = list(before)
         if not ok:

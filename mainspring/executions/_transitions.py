@@ -200,6 +200,18 @@ def pause_execution(execution: Execution, by: str, now: float, reason: str = "")
     return attrs.evolve(execution, status=status, updated_at=now)
 
 
+def _ended_attempts(
+    observations: list[Observation], step_id: str
+) -> tuple[list[Observation], dict[str, Any]]:
+    """B1: a step cancelled while it waited to be tried again: its waiting observation goes,
+    and the cancel's keeps the failed attempts without saying it waits any more."""
+    waiting = [o for o in observations if o.step_id == step_id and o.data.get("retrying") is True]
+    if not waiting:
+        return observations, {}
+    data = {key: value for key, value in waiting[-1].data.items() if key != "retrying"}
+    return [o for o in observations if not any(o is w for w in waiting)], data
+
+
 def cancel_execution(execution: Execution, by: str, now: float, reason: str = "") -> Execution:
     """R2 and P6 on the record: terminal ``cancelled``; every unfinished task is cancelled
     with interruption ``parent-cancel``; steps not yet started are skipped, agent steps say
@@ -233,12 +245,14 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
             started = step.status == "running" or step.kind == "agent"
             status: Literal["cancelled", "skipped"] = "cancelled" if started else "skipped"
             steps.append(attrs.evolve(step, status=step_move(step.id, step.status, status)))
+            observations, attempts = _ended_attempts(observations, step.id)  # B1
             observations.append(
                 observe(
                     step,
                     ok=False,
                     code="cancelled" if started else None,
                     error=f"{status}: the execution was {why}",
+                    data=attempts,
                 )
             )
         execution = attrs.evolve(execution, plan=attrs.evolve(plan, steps=tuple(steps)))

@@ -56,6 +56,11 @@ def _names(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
             raise ValueError(f"retry_on holds exception type names, not {name!r}")
 
 
+def _flag(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not bool:
+        raise TypeError(f"{attribute.name} must be True or False, not {type(value).__name__}")
+
+
 def _as_tuple(value: Any) -> Any:
     # A list (as JSON gives, or as written by hand) is taken as the tuple it means; a string
     # is not split into letters.
@@ -85,7 +90,7 @@ class RetryPolicy:
     multiplier: float = attrs.field(default=2.0, validator=_finite(1.0, 1_000.0))
     jitter: float = attrs.field(default=0.1, validator=_finite(0.0, 1.0))
     retry_on: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple, validator=_names)
-    retry_timeouts: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    retry_timeouts: bool = attrs.field(default=True, validator=_flag)
 
     def __attrs_post_init__(self) -> None:
         if self.base_delay > self.max_delay:
@@ -98,8 +103,8 @@ class RetryPolicy:
         exponent = min(max(failed, 1) - 1, 1_000)
         try:
             capped = min(self.max_delay, self.base_delay * self.multiplier**exponent)
-        except OverflowError:
-            capped = self.max_delay
+        except OverflowError:  # a huge wait is capped; no wait at all stays none
+            capped = self.max_delay if self.base_delay else 0.0
         draw = (rng or random).random()
         return max(0.0, capped * (1.0 - self.jitter * draw))
 
@@ -123,5 +128,8 @@ def check_timeout(value: Any, what: str = "timeout") -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds or None, not {type(value).__name__}")
     if not (math.isfinite(value) and 0 < value <= MAX_COUNTER):
-        raise ValueError(f"{what} must be a positive, finite number of seconds, not {value!r}")
+        raise ValueError(
+            f"{what} must be a positive, finite number of seconds, at most {MAX_COUNTER}, "
+            f"not {value!r}"
+        )
     return float(value)

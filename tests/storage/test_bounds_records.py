@@ -34,8 +34,8 @@ def test_B1_a_backoff_is_never_negative_capped_and_its_jitter_within_range(
     exponent = max(failed, 1) - 1
     try:
         uncapped = policy.base_delay * policy.multiplier**exponent
-    except OverflowError:
-        uncapped = float("inf")
+    except OverflowError:  # no wait at all stays none, however many attempts failed
+        uncapped = float("inf") if policy.base_delay else 0.0
     capped = min(policy.max_delay, uncapped)
     # Jitter takes at most its fraction off, never adds: within [(1 - jitter) d, d].
     assert capped * (1 - policy.jitter) - 1e-9 <= delay <= capped + 1e-9
