@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -43,7 +44,22 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return backend
 
 
+#: Loaded on first use by the library (``import mainspring`` loads the kernel only): imported
+#: here, before any test, so no test's first event-loop step pays for an import (the first
+#: async test of a worker could exceed the loop guard's limit on a loaded machine).
+_LAZY = (
+    "mainspring.supervision",
+    "mainspring.storage",
+    "mainspring.executions",
+    "mainspring.cli",
+    "psycopg",
+    "psycopg_pool",
+)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    for name in _LAZY:
+        importlib.import_module(name)
     # Everything imported and collected so far (the test modules, hypothesis, psycopg...)
     # lives until the end: moved out of the collector's generations, a full collection
     # during a test scans what the tests make, not the whole suite's heap. Without it a
