@@ -379,9 +379,13 @@ class AgentContext:
         )
 
     async def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call a tool: free in calls, but counted against the per-task tool limit."""
+        """Call a tool: free in calls, but counted against the per-task tool limit. A tool
+        that returns ``WithUsage`` is taken as a tool step takes it (B3): this returns its
+        value and its usage is added to this task's and the run's."""
         self._actor.charge_tool()
-        return await _call(self._actor.tools[name], *args, **kwargs)
+        value, usage = split_usage(await _call(self._actor.tools[name], *args, **kwargs))
+        self._actor.add_usage(usage)
+        return value
 
 
 AgentFn = Callable[[AgentContext, Any], Awaitable[Any]]
