@@ -52,10 +52,9 @@ async def test_B3_an_inner_step_whose_function_returns_usage_charges_it_once(
 ) -> None:
     """``ctx.step("ask", model_call)`` with a function returning ``WithUsage`` (a skill's own
     function, say) failed the task as unstorable and lost what the call spent. The value is
-    what the step stores and returns; the usage is charged once: a resume replays the step
-    without charging it again (E9)."""
+    what the step stores and returns; the usage is charged once: the resume that answers
+    the agent's question replays the step without charging it again (E9)."""
     calls: list[str] = []
-    gate = anyio.Event()
 
     async def model(prompt: str) -> WithUsage:
         calls.append(prompt)
@@ -63,23 +62,20 @@ async def test_B3_an_inner_step_whose_function_returns_usage_charges_it_once(
 
     async def worker(ctx: ms.AgentContext, input: Any) -> str:
         said = await ctx.step("ask", model, "q")
-        if len(calls) == 1:
-            gate.set()
-            await anyio.sleep_forever()  # paused here, its step durable
-        return str(said)
+        return f"{said} {await ctx.ask('go on?')}"
 
     plan = plan_of(agent("w", "worker"))
     async with runtime(tmp_path, agents={"worker": worker}) as rt:
-        handle = await rt.start("g", plan)
         with anyio.fail_after(30):
-            await gate.wait()
-            await rt.pause(handle.execution_id)
-            assert (await handle.wait()).status == "paused"
-            result = await (await rt.resume(handle.execution_id)).wait()
+            handle = await rt.start("g", plan)
+            first = await handle.wait()
+            assert first.status == "waiting_for_clarification", first
+            resumed = await rt.resume(handle.execution_id, answer="yes")
+            result = await resumed.wait()
         record = stored(rt, result.execution_id)
     assert result.status == "completed", result
     assert calls == ["q"]  # replayed, not made again
-    assert result.outputs["w"] == "said q"
+    assert result.outputs["w"] == "said q yes"
     (task,) = tasks_of(record)
     assert task.usage == SPENT
     assert record.usage == SPENT
