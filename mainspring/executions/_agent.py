@@ -314,7 +314,9 @@ class AgentContext:
             # E10: the stored result is masked, not what fn returned: run it again.
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
-        result = await _call(fn, *args)
+        # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
+        result, usage = split_usage(await _call(fn, *args))
+        self._actor.add_usage(usage)  # the call was made: charged even if unstorable
         stored = prepare_output(result, f"inner step {name}")
         if isinstance(stored, str):  # documented: the agent's code gets a ValueError
             raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
