@@ -150,15 +150,24 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 class StepActor(Actor):
     """Runs one tool or skill step and reports it to its execution."""
 
-    def __init__(self, execution: ActorRef, step: PlanStep, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        execution: ActorRef,
+        step: PlanStep,
+        fn: Callable[..., Any],
+        meter: Meter | None = None,
+    ) -> None:
         self._execution = execution
         self._step = step
         self._fn = fn
+        self._meter = meter  # B3: what the call spent reaches the execution even if stopping
 
     async def receive(self, message: Any) -> Any:
         step = self._step
         try:
             output, usage = split_usage(await _call(self._fn, **step.input))
+            if self._meter is not None:
+                self._meter.usage = usage
         except Exception as exc:
             done = StepDone(
                 step.id,
