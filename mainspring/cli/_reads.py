@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,8 @@ def _task_rows(tasks: Sequence[AgentTaskRecord]) -> list[list[str]]:
                 t.step_id,
                 f"{t.inner_steps_done}",
                 f"{t.calls_used}/{t.calls_reserved}",
+                f"{t.usage.tokens:,}",  # B3: each task's share, as ls gives the run's
+                f"{t.usage.cost:f}",
                 why,
             ]
         )
@@ -184,7 +187,7 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line("")
         out.line("agent tasks" + (f" ({dropped} unreadable, not shown)" if dropped else ""))
         out.table(
-            ["task", "state", "agent", "step", "inner", "calls", "interrupted"],
+            ["task", "state", "agent", "step", "inner", "calls", "tokens", "cost", "interrupted"],
             _task_rows(tasks),
             1,
         )
@@ -260,7 +263,7 @@ def _tasks(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.data([unstructure(t) for t in tasks])
     else:
         out.table(
-            ["task", "state", "agent", "step", "inner", "calls", "interrupted"],
+            ["task", "state", "agent", "step", "inner", "calls", "tokens", "cost", "interrupted"],
             _task_rows(tasks),
             1,
         )
@@ -308,7 +311,10 @@ def _event_line(event: HistoryEvent) -> str:
     if event.calls_used is not None:
         parts.append(f"{event.calls_used} calls")
     if event.input_tokens is not None and event.output_tokens is not None:
-        parts.append(f"{event.input_tokens + event.output_tokens} tokens, cost {event.cost}")
+        tokens = event.input_tokens + event.output_tokens
+        # As ls and show print it: the history keeps the exact text, checked when read.
+        cost = f"{Decimal(event.cost):f}" if event.cost is not None else "-"
+        parts.append(f"{tokens} tokens, cost {cost}")
     return "  ".join(parts)
 
 

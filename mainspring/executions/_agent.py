@@ -150,15 +150,24 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 class StepActor(Actor):
     """Runs one tool or skill step and reports it to its execution."""
 
-    def __init__(self, execution: ActorRef, step: PlanStep, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        execution: ActorRef,
+        step: PlanStep,
+        fn: Callable[..., Any],
+        meter: Meter | None = None,
+    ) -> None:
         self._execution = execution
         self._step = step
         self._fn = fn
+        self._meter = meter  # B3: what the call spent reaches the execution even if stopping
 
     async def receive(self, message: Any) -> Any:
         step = self._step
         try:
             output, usage = split_usage(await _call(self._fn, **step.input))
+            if self._meter is not None:
+                self._meter.usage = usage
         except Exception as exc:
             done = StepDone(
                 step.id,
@@ -314,7 +323,9 @@ class AgentContext:
             # E10: the stored result is masked, not what fn returned: run it again.
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
-        result = await _call(fn, *args)
+        # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
+        result, usage = split_usage(await _call(fn, *args))
+        self._actor.add_usage(usage)  # the call was made: charged even if unstorable
         stored = prepare_output(result, f"inner step {name}")
         if isinstance(stored, str):  # documented: the agent's code gets a ValueError
             raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
@@ -379,9 +390,13 @@ class AgentContext:
         )
 
     async def call_tool(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call a tool: free in calls, but counted against the per-task tool limit."""
+        """Call a tool: free in calls, but counted against the per-task tool limit. A tool
+        that returns ``WithUsage`` is taken as a tool step takes it (B3): this returns its
+        value and its usage is added to this task's and the run's."""
         self._actor.charge_tool()
-        return await _call(self._actor.tools[name], *args, **kwargs)
+        value, usage = split_usage(await _call(self._actor.tools[name], *args, **kwargs))
+        self._actor.add_usage(usage)
+        return value
 
 
 AgentFn = Callable[[AgentContext, Any], Awaitable[Any]]

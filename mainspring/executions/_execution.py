@@ -367,10 +367,11 @@ class ExecutionActor(BoundedRun):
             return await self._masked_input(step)
         if step.kind != "agent":
             fn = cfg.tools[step.target] if step.kind == "tool" else cfg.skills[step.target]
-            ref = await self._spawn_step(step, StepActor, self.ref, step, fn)
+            meter = Meter()  # B3: a result too late for _step_done still has its usage
+            ref = await self._spawn_step(step, StepActor, self.ref, step, fn, meter)
             if ref is None:
                 return None
-            self._track(Running(step, ref, cost))
+            self._track(Running(step, ref, cost, meter=meter))
             ref.tell_nowait("run")
             return True
         task = self._claim(step)

@@ -302,8 +302,14 @@ class ExecutionCore(Actor):
         )
 
     def _charge_unsaved(self, running: Running) -> None:
-        """Charge the calls an agent made that no save has recorded yet (P4, E9)."""
-        if running.meter is None or running.task_id is None:
+        """Charge the calls an agent made that no save has recorded yet (P4, E9), and the
+        usage a tool or skill step reported too late to be handled (B3)."""
+        if running.meter is None:
+            return
+        if running.task_id is None:
+            late, running.meter.usage = running.meter.usage, Usage()
+            if late:
+                self._rec = attrs.evolve(self._rec, usage=self._rec.usage + late)
             return
         task = self._tasks.get(running.task_id)
         used = running.meter.calls_used

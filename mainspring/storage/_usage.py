@@ -68,7 +68,7 @@ def check_cost(value: Any, what: str = "cost") -> Decimal:
     if value > MAX_COST:
         raise ValueError(f"{what} must be at most {MAX_COST:,}, not {value}")
     if value.as_tuple().exponent < -COST_PLACES:  # type: ignore[operator]
-        value = value.quantize(_QUANTUM)
+        value = value.quantize(_QUANTUM, context=_EXACT)  # not the caller's context
     return value if value != 0 else _ZERO  # -0 and 0E-5 are plain 0
 
 
