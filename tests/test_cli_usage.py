@@ -64,6 +64,9 @@ def test_B3_show_says_the_usage_its_limits_and_the_budget_that_ran_out(store: Pa
     assert code == EXIT_OK
     assert "usage:   1,500 tokens (1,200 in, 300 out) of 1,000, cost 0.0450" in out
     assert "budget:  tokens exhausted; the rest of the plan needs 1 more calls" in out
+    # A budget wait has no question: its line ends with when it began, not with ": ".
+    (pending,) = [line for line in out.splitlines() if line.startswith("pending: budget")]
+    assert not pending.rstrip().endswith(":"), pending
     code, out = run_cli("show", "ex-1", "--store", str(store), "--json")
     data: dict[str, Any] = json.loads(out)
     assert data["usage"] == {"input_tokens": 1200, "output_tokens": 300, "cost": "0.0450"}

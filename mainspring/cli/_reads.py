@@ -164,7 +164,8 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         pending = execution.pending
         asked = f" (agent task {pending.agent_task_id})" if pending.agent_task_id else ""
         since = f" since {when(pending.asked_at)}" if pending.asked_at is not None else ""
-        out.line(f"pending: {pending.kind}{asked}{since}: {clamp(pending.question, 200)}")
+        text = f": {clamp(pending.question, 200)}" if pending.question else ""
+        out.line(f"pending: {pending.kind}{asked}{since}{text}")
         if pending.budget is not None:  # P4, B3: which budget ran out, what the rest needs
             info = pending.budget
             out.line(
