@@ -151,7 +151,11 @@ class StepMeter:
         self._depth = max(0, self._depth - 1)
         if self._depth:
             return
-        wall = time.perf_counter() - self._wall
+        # Garbage collection is charged to no step: it runs inside whichever step allocated
+        # last, and how long a full collection takes depends on the heap every earlier test
+        # left behind, not on the step (it is not a blocking call or a spin of the code).
+        collected = self._gc
+        wall = time.perf_counter() - self._wall - collected
         if wall <= self.limit or not self._open:
             self._open = False
             return
@@ -161,20 +165,20 @@ class StepMeter:
         if self._read is not None:
             on_cpu0, queued0, *_ = self._sched.split()
             on_cpu1, queued1, *_ = self._read().split()
-            cpu = (int(on_cpu1) - int(on_cpu0)) / 1e9
+            cpu = max(0.0, (int(on_cpu1) - int(on_cpu0)) / 1e9 - collected)
             runnable = (int(queued1) - int(queued0)) / 1e9
         else:
-            cpu = time.thread_time() - self._cpu
+            cpu = max(0.0, time.thread_time() - self._cpu - collected)
             runnable = None
         why = judge(
             wall=wall,
             cpu=cpu,
             runnable=runnable,
-            other_threads_cpu=max(0.0, process - cpu),
+            other_threads_cpu=max(0.0, process - collected - cpu),
             limit=self.limit,
         )
         if why is not None:
-            gc_note = f", {self._gc:.3f} s of it garbage collection" if self._gc > 0.01 else ""
+            gc_note = f" (and {collected:.3f} s of garbage collection)" if collected > 0.01 else ""
             self.flagged.append(f"{describe()} {why}{gc_note}")
 
     @property
