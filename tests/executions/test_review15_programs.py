@@ -1,0 +1,73 @@
+"""Review of the subprocess helper (issue 15): a program that exited is not waited for by a
+background child holding its stdin, and the tool form's result always fits in one stored
+output (X2), even at the largest cap or with output whose stored form is larger than its
+bytes.
+
+Invariants B2 (a program is bounded and dies with its step) and X2 (one output at most 1 MiB
+as stored)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from mainspring.executions import run_program
+
+from ._kit import plan_of, runtime, tool
+
+pytestmark = pytest.mark.anyio
+
+PY = sys.executable
+
+
+async def test_B2_a_program_that_exited_is_not_held_up_by_a_child_keeping_its_stdin() -> None:
+    # The program exits at once with status 0; a background child keeps a copy of its
+    # stdin (and nothing else) without reading it. What the program did not read, nobody
+    # will: the helper returns, rather than waiting for the timeout and calling it stopped.
+    script = "exec 3<&0; sleep 60 0<&3 3<&- >/dev/null 2>&1 & echo $!; exit 0"
+    result = await run_program(
+        ["sh", "-c", script], stdin=b"x" * (1 << 20), timeout=15, check=False
+    )
+    child = int(result["stdout"].split()[0])
+    try:
+        assert result["stopped_by"] is None
+        assert result["returncode"] == 0
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)  # left alone, as documented: the test cleans up
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        # The documented largest cap, used by stdout alone.
+        ("text", "import sys; sys.stdout.write('a' * (1 << 20))"),
+        # Bytes that are not UTF-8: each becomes U+FFFD, three bytes as stored.
+        ("binary", "import sys; sys.stdout.buffer.write(b'\\xff' * (1 << 20))"),
+        # Control characters: each stored as a six-byte JSON escape.
+        ("control", "import sys; sys.stdout.buffer.write(b'\\x01' * 900_000)"),
+        # Both streams full.
+        (
+            "both",
+            "import sys; sys.stdout.write('o' * (1 << 20)); sys.stderr.write('e' * (1 << 20))",
+        ),
+    ],
+)
+async def test_X2_the_tool_form_at_the_largest_cap_is_stored_with_the_cut_counted(
+    tmp_path: Path, name: str, code: str
+) -> None:
+    step = tool("t", "sh", argv=[PY, "-c", code], max_output=1 << 20)  # 1 MiB: the largest cap
+    async with runtime(tmp_path, tools={"sh": run_program}) as rt:
+        handle = await rt.start("g", plan_of(step))
+        done = await handle.wait()
+    assert done.status == "completed", (name, done)
+    out = done.outputs["t"]
+    assert out["returncode"] == 0
+    assert out["stdout"]  # kept what fits, not nothing
+    assert out["stdout_truncated"] > 0  # and said what was cut
