@@ -22,10 +22,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import attrs
 
 from ..actors import MainspringError, Timeout, cancel_reason
-from ..storage import redact
+from ..storage import encode, encode_value, redact
+from ._outputs import MAX_OUTPUT_BYTES
 from ._proctree import stop_tree
 
 __all__ = [
@@ -55,6 +57,12 @@ _CLEANUP_MARGIN = 5.0
 _CHUNK = 65536
 #: How much of stderr's end an error message shows, in characters.
 _TAIL = 1000
+#: Room the tool form's stored result leaves below X2's limit, for redaction's masks (which
+#: may be longer than what they hide).
+_STORED_MARGIN = 64 * 1024
+#: Raw output up to this many bytes in all always fits when stored (a byte is at most six
+#: stored bytes, a JSON escape), so the tool form does not measure it.
+_SURELY_FITS = (MAX_OUTPUT_BYTES - _STORED_MARGIN) // 8
 
 
 @attrs.frozen(kw_only=True)
@@ -197,6 +205,8 @@ class _Spec:
     max_output: int
     grace: float
     check: bool
+    #: The tool form: the result is cut further to fit one stored output (X2).
+    fit_stored: bool = False
 
 
 def _spec(
@@ -299,18 +309,64 @@ class _Capture:
             self.data += chunk[:room]
             self.dropped += len(chunk) - min(room, len(chunk))
 
-    def text(self) -> str:
-        return bytes(self.data).decode("utf-8", errors="replace")
+
+async def _feed(stream: anyio.abc.ByteSendStream, data: bytes, scope: anyio.CancelScope) -> None:
+    """Write ``data`` to the program's stdin, then close it (EOF); given up when ``scope``
+    is cancelled (the program exited: a background child holding a copy of its stdin is
+    not waited for, B2)."""
+    with scope:
+        try:
+            if data:
+                await stream.send(data)
+            await stream.aclose()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the program closed its stdin or exited: what it did not read is its choice
 
 
-async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
-    """Write ``data`` to the program's stdin, then close it (EOF)."""
-    try:
-        if data:
-            await stream.send(data)
-        await stream.aclose()
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass  # the program closed its stdin or exited: what it did not read is its choice
+@attrs.frozen
+class _Result:
+    """A finished program's result, before its output is cut to a size."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    out: _Capture
+    err: _Capture
+    duration: float
+
+    def cut(self, keep: int, stopped_by: Timeout | None) -> ProgramResult:
+        """The result keeping at most ``keep`` bytes of each output, the rest counted."""
+        out, err = self.out.data, self.err.data
+        return ProgramResult(
+            argv=self.argv,
+            returncode=self.returncode,
+            stdout=bytes(out[:keep]).decode("utf-8", errors="replace"),
+            stderr=bytes(err[:keep]).decode("utf-8", errors="replace"),
+            stdout_truncated=self.out.dropped + max(0, len(out) - keep),
+            stderr_truncated=self.err.dropped + max(0, len(err) - keep),
+            duration=self.duration,
+            stopped_by=stopped_by,
+        )
+
+    def fitted(self, stopped_by: Timeout | None) -> ProgramResult:
+        """The result cut (both outputs to one common size, the largest that fits) so that
+        its stored form stays within one stored output (X2), with room for redaction's
+        masks. Blocking: measuring encodes the result (a worker thread runs it)."""
+        budget = MAX_OUTPUT_BYTES - _STORED_MARGIN
+
+        def fits(keep: int) -> bool:
+            stored = self.cut(keep, stopped_by).to_dict()
+            return len(encode(encode_value(stored))) <= budget
+
+        low, high = 0, max(len(self.out.data), len(self.err.data))
+        if fits(high):
+            return self.cut(high, stopped_by)
+        while low < high - 1:  # fits(low), not fits(high)
+            middle = (low + high) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle
+        return self.cut(low, stopped_by)
 
 
 async def _stop(process: anyio.abc.Process, grace: float) -> None:
@@ -362,9 +418,12 @@ async def _run(spec: _Spec) -> ProgramResult:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(out.drain, process.stdout)
                 tg.start_soon(err.drain, process.stderr)
+                feeding = anyio.CancelScope()
                 if process.stdin is not None:
-                    tg.start_soon(_feed, process.stdin, spec.stdin or b"")
+                    tg.start_soon(_feed, process.stdin, spec.stdin or b"", feeding)
                 await process.wait()
+                # What the program did not read, nobody will: its stdin is closed below.
+                feeding.cancel()
         if deadline.cancelled_caught:  # B1/B2: its own deadline, then its tree
             stopped_by = Timeout(
                 detail=f"it ran longer than its timeout of {spec.timeout:g} s",
@@ -386,16 +445,10 @@ async def _run(spec: _Spec) -> ProgramResult:
         raise
     finally:
         await _close(process, spec.grace)
-    result = ProgramResult(
-        argv=spec.argv,
-        returncode=process.returncode,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_truncated=out.dropped,
-        stderr_truncated=err.dropped,
-        duration=time.monotonic() - started,
-        stopped_by=stopped_by,
-    )
+    ran = _Result(spec.argv, process.returncode, out, err, time.monotonic() - started)
+    result = ran.cut(MAX_OUTPUT_CAP, stopped_by)
+    if spec.fit_stored and len(out.data) + len(err.data) > _SURELY_FITS:
+        result = await anyio.to_thread.run_sync(ran.fitted, stopped_by)
     if spec.check and not result.ok:
         raise ProgramFailed(result)
     return result
@@ -450,7 +503,10 @@ async def run_program(
     is written to it, then closed (without it, stdin is ``/dev/null``). It may run for
     ``timeout`` seconds (10 minutes unless told), and ``max_output`` bytes of stdout and of
     stderr are kept each (64 KiB unless told, at most 1 MiB: what is cut is counted in
-    ``stdout_truncated`` / ``stderr_truncated``). Bad arguments raise ``ValueError`` (or
+    ``stdout_truncated`` / ``stderr_truncated``). What it returns always fits in one stored
+    output (1 MiB, X2): outputs whose stored form would not (both caps full, or bytes that
+    are stored larger: not UTF-8, control characters) are cut further to one common size,
+    and the cut is counted the same way. Bad arguments raise ``ValueError`` (or
     ``TypeError``) before anything starts; a program that cannot start raises the
     ``OSError`` naming it (``FileNotFoundError`` for one that does not exist).
 
@@ -464,7 +520,7 @@ async def run_program(
     the cancellation goes on; ``cancel_reason()`` says why, and a note on the cancellation
     names the program. The program may have done part of its work: at-least-once.
     """
-    result = await run_program_result(
+    spec = _spec(
         argv,
         shell=shell,
         cwd=cwd,
@@ -475,4 +531,6 @@ async def run_program(
         grace=grace,
         check=check,
     )
+    # X2: what the tool returns is its step's stored output; it is cut to fit one.
+    result = await _run(attrs.evolve(spec, fit_stored=True))
     return result.to_dict()

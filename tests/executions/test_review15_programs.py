@@ -8,6 +8,7 @@ as stored)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -37,10 +38,8 @@ async def test_B2_a_program_that_exited_is_not_held_up_by_a_child_keeping_its_st
         assert result["stopped_by"] is None
         assert result["returncode"] == 0
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)  # left alone, as documented: the test cleans up
-        except ProcessLookupError:
-            pass
 
 
 @pytest.mark.parametrize(
