@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mainspring.executions import run_program
+from mainspring.executions._proctree import alive, stop_tree
+from mainspring.storage import register_secret
 
 from ._kit import plan_of, runtime, tool
 
@@ -70,3 +74,53 @@ async def test_X2_the_tool_form_at_the_largest_cap_is_stored_with_the_cut_counte
     assert out["returncode"] == 0
     assert out["stdout"]  # kept what fits, not nothing
     assert out["stdout_truncated"] > 0  # and said what was cut
+
+
+async def test_B2_a_reaped_programs_pid_reused_by_another_process_spares_its_children() -> None:
+    # Once the program is reaped its pid may be given to an unrelated process. Stopping the
+    # tree then must not walk that process's children by their parent links: a dead
+    # program has no children of its own (they were re-parented when it exited), so any
+    # process naming its pid as parent belongs to someone else. Simulated here with a
+    # stranger's pid standing in for the reused one.
+    stranger = await anyio.open_process(
+        [
+            PY,
+            "-c",
+            "import subprocess, sys; c = subprocess.Popen(['sleep', '60']);"
+            " print(c.pid, flush=True); sys.stdin.read(); c.kill(); c.wait()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert stranger.stdout is not None
+        with anyio.fail_after(30):
+            line = await stranger.stdout.receive()
+        child = int(line.split()[0])
+        with anyio.fail_after(30):
+            await stop_tree(stranger.pid, grace=0.1, reaped=lambda: True)
+        assert alive(child), "stopping a reaped program's tree killed a stranger's child"
+    finally:
+        stranger.kill()
+        with anyio.CancelScope(shield=True):
+            await stranger.aclose()
+        with contextlib.suppress(ProcessLookupError, NameError):
+            os.kill(child, signal.SIGKILL)
+
+
+async def test_E5_the_note_on_a_cancellation_does_not_show_a_registered_secret() -> None:
+    secret = "rev15-note-secret-Zq9"
+    register_secret(secret)
+    notes: list[str] = []
+
+    async def run() -> None:
+        try:
+            await run_program(["sleep", "60", secret])
+        except BaseException as exc:
+            notes.extend(getattr(exc, "__notes__", ()))
+            raise
+
+    with anyio.move_on_after(0):  # cancelled at its first checkpoint, the program started
+        await run()
+    assert notes, "the cancellation names the program"
+    assert all(secret not in note for note in notes), notes
