@@ -18,6 +18,7 @@ deadline (STYLE 5).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import Callable
@@ -75,19 +76,31 @@ def _scan() -> dict[int, tuple[str, int, int]]:
     return found
 
 
-def tree_of(root: int) -> list[Member]:
+def tree_of(root: int, *, reaped: bool = False) -> list[Member]:
     """The live members of ``root``'s tree, leaves first (blocking: reads ``/proc``).
 
     Members are ``root`` itself if it is alive, its descendants by parent links, and every
     process whose session is ``root`` (orphans of the tree). Zombies are left out: they are
     already stopped and only wait for their parent to reap them.
+
+    If ``root`` was ``reaped``, the tree is what is left of its session, walked down from
+    the members whose parent is outside it: a dead program has no children of its own (they
+    were re-parented when it exited), so a process naming its pid as parent belongs to
+    someone else. Its pid is not reused while a member of its session lives (nor is the
+    session id); a live process with that pid is a stranger, and the tree is empty (B2).
     """
     table = _scan()
+    if reaped and root in table:
+        return []  # the pid was given to another process: nothing of the tree is left
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     depth: dict[int, int] = {}
-    frontier = [(root, 0)]
+    if reaped:
+        left = {pid for pid, (_, _, sid) in table.items() if sid == root}
+        frontier = [(pid, 0) for pid in left if table[pid][1] not in left]
+    else:
+        frontier = [(root, 0)]
     while frontier:
         pid, level = frontier.pop()
         if pid in depth:
@@ -146,7 +159,7 @@ def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
     if not HAVE_PROC:
         _signal_group(root, signum)
         return [root]
-    members = [pid for pid, _ in tree_of(root) if pid != root or not reaped]
+    members = [pid for pid, _ in tree_of(root, reaped=reaped)]
     for pid in members:
         _signal(pid, signum)
     return members
@@ -168,8 +181,8 @@ async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> N
     deadline = anyio.current_time() + grace
     while anyio.current_time() < deadline:
         if HAVE_PROC:
-            left = await anyio.to_thread.run_sync(tree_of, root)
-            if not [pid for pid, _ in left if pid != root or not reaped()]:
+            gone = reaped()
+            if not await anyio.to_thread.run_sync(functools.partial(tree_of, root, reaped=gone)):
                 return
         elif not any(map(alive, termed)):
             # Without /proc only the group's first members are known; killpg below covers

@@ -437,11 +437,12 @@ async def _run(spec: _Spec) -> ProgramResult:
         await _stop(process, spec.grace)
         if isinstance(exc, anyio.get_cancelled_exc_class()):
             why = cancel_reason()
-            exc.add_note(
+            note = (
                 f"mainspring: the program {_shown(spec.argv)} (pid {process.pid}) and its "
                 f"process tree were stopped because "
                 f"{why if why is not None else 'its cancel scope was cancelled'}"
             )
+            exc.add_note(str(redact(note)))  # E5: as ProgramFailed's message is
         raise
     finally:
         await _close(process, spec.grace)
