@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -124,3 +126,26 @@ async def test_E5_the_note_on_a_cancellation_does_not_show_a_registered_secret()
         await run()
     assert notes, "the cancellation names the program"
     assert all(secret not in note for note in notes), notes
+
+
+async def test_a_large_tool_output_is_redacted_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redacting a megabyte of output (what run_program's tool form may return) takes about
+    # a quarter of a second: done on the event loop it stalls every run's heartbeats.
+    from mainspring.executions import _outputs
+
+    where: list[bool] = []
+    real = _outputs.redact_flagged
+
+    def spy(value: Any, **options: Any) -> Any:
+        where.append(threading.current_thread() is threading.main_thread())
+        return real(value, **options)
+
+    monkeypatch.setattr(_outputs, "redact_flagged", spy)
+    step = tool("t", "sh", argv=[PY, "-c", "print('x' * 100_000)"], max_output=1 << 20)
+    async with runtime(tmp_path, tools={"sh": run_program}) as rt:
+        handle = await rt.start("g", plan_of(step))
+        done = await handle.wait()
+    assert done.status == "completed"
+    assert where == [False], "the output was redacted on the event loop's thread"
