@@ -50,7 +50,7 @@ from ..storage import (
 )
 from ._deadlines import error_types
 from ._findings import new_finding
-from ._outputs import Stored, keep_result, prepare_output
+from ._outputs import Stored, keep_result, prepare_output_off_loop
 from ._programs import ProgramResult, run_program_result
 from ._transitions import ASK_PREFIX
 from ._usage import Allowance, Meter, split_usage
@@ -167,7 +167,8 @@ class StepActor(Actor):
                 error_types=error_types(exc),
             )
         else:
-            stored = prepare_output(output, f"the output of {step.kind} {step.target}")
+            what = f"the output of {step.kind} {step.target}"
+            stored = await prepare_output_off_loop(output, what)
             if isinstance(stored, str):  # the call was made: its usage counts (B3)
                 done = StepDone(step.id, ok=False, error=stored, usage=usage)
             else:
@@ -315,7 +316,7 @@ class AgentContext:
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
         result = await _call(fn, *args)
-        stored = prepare_output(result, f"inner step {name}")
+        stored = await prepare_output_off_loop(result, f"inner step {name}")
         if isinstance(stored, str):  # documented: the agent's code gets a ValueError
             raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
         rerun = recorded is not None
@@ -616,7 +617,8 @@ class AgentTaskActor(Actor):
             except Exception as exc:
                 self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
             else:
-                prepared = prepare_output(output, f"the result of agent {self.record.agent_id}")
+                what = f"the result of agent {self.record.agent_id}"
+                prepared = await prepare_output_off_loop(output, what)
                 if isinstance(prepared, str):
                     self._fail("agent-failed", prepared)
                     output = None

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
 import attrs
 
 from ..storage import StorageError, encode, encode_value, redact_flagged
 
-__all__ = ["MAX_KEPT_RESULTS", "MAX_OUTPUT_BYTES", "Stored", "keep_result", "prepare_output"]
+__all__ = [
+    "MAX_KEPT_RESULTS",
+    "MAX_OUTPUT_BYTES",
+    "Stored",
+    "keep_result",
+    "prepare_output",
+    "prepare_output_off_loop",
+]
 
 MAX_OUTPUT_BYTES = 1 << 20
 
@@ -48,3 +56,10 @@ def prepare_output(value: Any, what: str) -> Stored | str:
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return Stored(masked, redacted)
+
+
+async def prepare_output_off_loop(value: Any, what: str) -> Stored | str:
+    """:func:`prepare_output` in a worker thread (STYLE 10): redacting an output of up to a
+    megabyte (a program's, say) takes a good part of a second, too long to hold the event
+    loop that renews every run's lease."""
+    return await anyio.to_thread.run_sync(prepare_output, value, what)
