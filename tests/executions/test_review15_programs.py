@@ -102,6 +102,11 @@ async def test_B2_a_reaped_programs_pid_reused_by_another_process_spares_its_chi
         with anyio.fail_after(30):
             await stop_tree(stranger.pid, grace=0.1, reaped=lambda: True)
         assert alive(child), "stopping a reaped program's tree killed a stranger's child"
+        # Nor when the reuse happened before the runtime saw the program reaped (asyncio
+        # reaps in a watcher thread): a program leads its own session, a stranger does not.
+        with anyio.fail_after(30):
+            await stop_tree(stranger.pid, grace=0.1, reaped=lambda: False)
+        assert alive(stranger.pid) and alive(child), "a stranger's tree was stopped"
     finally:
         stranger.kill()
         with anyio.CancelScope(shield=True):
