@@ -87,11 +87,15 @@ def tree_of(root: int, *, reaped: bool = False) -> list[Member]:
     the members whose parent is outside it: a dead program has no children of its own (they
     were re-parented when it exited), so a process naming its pid as parent belongs to
     someone else. Its pid is not reused while a member of its session lives (nor is the
-    session id); a live process with that pid is a stranger, and the tree is empty (B2).
+    session id); a live process with that pid, after the reap or not leading its session,
+    is a stranger, and the tree is empty (B2).
     """
     table = _scan()
-    if reaped and root in table:
-        return []  # the pid was given to another process: nothing of the tree is left
+    if root in table and (reaped or table[root][2] != root):
+        # The pid was given to another process (a program leads its own session to its
+        # end, a stranger does not; asyncio may reap before ``reaped`` says so): nothing
+        # of the tree is left, since the pid is only reused once its session is empty.
+        return []
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)

@@ -106,7 +106,8 @@ async def test_B2_a_reaped_programs_pid_reused_by_another_process_spares_its_chi
         # reaps in a watcher thread): a program leads its own session, a stranger does not.
         with anyio.fail_after(30):
             await stop_tree(stranger.pid, grace=0.1, reaped=lambda: False)
-        assert alive(stranger.pid) and alive(child), "a stranger's tree was stopped"
+        assert alive(stranger.pid), "a stranger was stopped"
+        assert alive(child), "a stranger's child was stopped"
     finally:
         stranger.kill()
         with anyio.CancelScope(shield=True):
