@@ -155,3 +155,12 @@ async def test_a_large_tool_output_is_redacted_off_the_event_loop(
         done = await handle.wait()
     assert done.status == "completed"
     assert where == [False], "the output was redacted on the event loop's thread"
+
+
+@pytest.mark.parametrize("option", ["check", "shell"])
+@pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
+async def test_check_and_shell_are_booleans_not_truthy_values(option: str, value: Any) -> None:
+    # A planner writing {"check": "false"} must not get the opposite of what it asked for:
+    # like timeout's bool, a flag of the wrong type is refused before anything starts.
+    with pytest.raises(TypeError, match=option):
+        await run_program(["false"], **{option: value})
