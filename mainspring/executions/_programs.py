@@ -223,6 +223,10 @@ def _spec(
 ) -> _Spec:
     """The arguments checked, before anything is started: ``ValueError`` (``TypeError`` for
     a wrong type) naming the bad one."""
+    flags: tuple[tuple[str, object], ...] = (("shell", shell), ("check", check))
+    for flag, given in flags:
+        if not isinstance(given, bool):  # "false" from a plan would be true
+            raise TypeError(f"{flag} is True or False, not {type(given).__name__} {given!r}")
     if shell:
         if not isinstance(argv, str):
             raise TypeError("shell=True takes the command as one string")
@@ -281,7 +285,7 @@ def _spec(
         timeout=float(timeout),
         max_output=max_output,
         grace=float(grace),
-        check=bool(check),
+        check=check,
     )
 
 
