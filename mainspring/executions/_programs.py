@@ -60,8 +60,8 @@ _TAIL = 1000
 #: Room the tool form's stored result leaves below X2's limit, for redaction's masks (which
 #: may be longer than what they hide).
 _STORED_MARGIN = 64 * 1024
-#: Raw output up to this many bytes in all always fits when stored (a byte is at most six
-#: stored bytes, a JSON escape), so the tool form does not measure it.
+#: Raw output and argv up to this many bytes or characters in all always fit when stored (one
+#: is at most six stored bytes, a JSON escape), so the tool form does not measure them.
 _SURELY_FITS = (MAX_OUTPUT_BYTES - _STORED_MARGIN) // 8
 
 
@@ -452,7 +452,8 @@ async def _run(spec: _Spec) -> ProgramResult:
         await _close(process, spec.grace)
     ran = _Result(spec.argv, process.returncode, out, err, time.monotonic() - started)
     result = ran.cut(MAX_OUTPUT_CAP, stopped_by)
-    if spec.fit_stored and len(out.data) + len(err.data) > _SURELY_FITS:
+    raw = len(out.data) + len(err.data) + sum(map(len, spec.argv))
+    if spec.fit_stored and raw > _SURELY_FITS:
         result = await anyio.to_thread.run_sync(ran.fitted, stopped_by)
     if spec.check and not result.ok:
         raise ProgramFailed(result)
