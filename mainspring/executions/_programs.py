@@ -71,7 +71,8 @@ class ProgramResult:
 
     ``stdout`` and ``stderr`` are text, decoded as UTF-8 with ``errors="replace"`` (a
     character cut in two by the cap becomes U+FFFD); ``stdout_truncated`` and
-    ``stderr_truncated`` count the bytes dropped past the cap (0: nothing was cut).
+    ``stderr_truncated`` count the bytes dropped past the cap, or cut further by the tool
+    form so that its result fits one stored output (0: nothing was cut).
     ``returncode`` is the exit status, negative for a signal (``-9``: SIGKILL), or None if
     the program could not be reaped. ``duration`` is seconds from start to exit.
     ``stopped_by`` is a :class:`~mainspring.Timeout` if the program outlived its timeout and
