@@ -164,3 +164,47 @@ async def test_check_and_shell_are_booleans_not_truthy_values(option: str, value
     # like timeout's bool, a flag of the wrong type is refused before anything starts.
     with pytest.raises(TypeError, match=option):
         await run_program(["false"], **{option: value})
+
+
+_SUBREAPER_HOST = """
+import ctypes, os, sys, anyio
+from mainspring.executions import run_program
+
+async def main():
+    for _ in range(3):  # a tree whose orphan is re-parented to this process, then stopped
+        with anyio.move_on_after(0.5):
+            await run_program(
+                ["sh", "-c", "sh -c 'sleep 100 & exit 0'; sleep 100"], grace=0.1
+            )
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                raw = open(f"/proc/{name}/stat").read()
+            except OSError:
+                continue
+            state, ppid = raw[raw.rfind(")") + 2 :].split()[:2]
+            if int(ppid) == os.getpid() and state == "Z":
+                found.append(name)
+    print(len(found))
+
+if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    print("skip")
+else:
+    anyio.run(main, backend=sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux's")
+async def test_B2_a_host_that_is_a_subreaper_or_pid_1_is_not_left_with_zombies(
+    anyio_backend_name: str,
+) -> None:
+    # In a container without an init, the runtime's process is PID 1: every orphan of a
+    # program is re-parented to it. Those the tree stopping killed must be reaped, not left
+    # as zombies filling the process table. Run in a process of its own (the flag is for
+    # life).
+    host = await anyio.run_process([PY, "-c", _SUBREAPER_HOST, anyio_backend_name], check=True)
+    out = host.stdout.decode().strip()
+    if out == "skip":
+        pytest.skip("cannot become a subreaper here")
+    assert out == "0", f"{out} zombies left in the host"
