@@ -169,7 +169,28 @@ def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
     return members
 
 
+def _reap_orphans(root: int) -> None:
+    """Reap the zombies of ``root``'s session that are children of this process: orphans
+    re-parented here because this process is a subreaper or PID 1 (a container without an
+    init), which nobody else waits for. ``root`` itself is its backend's to reap; the
+    others are no backend's (it waits for the pids it started only)."""
+    me = os.getpid()
+    for pid, (state, ppid, session) in _scan().items():
+        if state == "Z" and ppid == me and session == root and pid != root:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
 async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
+    """:func:`_stop_tree`, then the zombies it left with this process reaped (B2)."""
+    try:
+        await _stop_tree(root, grace=grace, reaped=reaped)
+    finally:
+        if HAVE_PROC:
+            await anyio.to_thread.run_sync(_reap_orphans, root)
+
+
+async def _stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
     """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
     for them to go, then SIGKILL to every member still alive.
 
