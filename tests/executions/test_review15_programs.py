@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mainspring.executions import run_program
+from mainspring.executions import ProgramFailed, run_program
 from mainspring.executions._proctree import alive, stop_tree
 from mainspring.storage import register_secret
 
@@ -168,7 +168,7 @@ async def test_check_and_shell_are_booleans_not_truthy_values(option: str, value
 
 _SUBREAPER_HOST = """
 import ctypes, os, sys, anyio
-from mainspring.executions import run_program
+from mainspring.executions import ProgramFailed, run_program
 
 async def main():
     for _ in range(3):  # a tree whose orphan is re-parented to this process, then stopped
@@ -208,3 +208,20 @@ async def test_B2_a_host_that_is_a_subreaper_or_pid_1_is_not_left_with_zombies(
     if out == "skip":
         pytest.skip("cannot become a subreaper here")
     assert out == "0", f"{out} zombies left in the host"
+
+
+async def test_E5_a_secret_cut_in_two_by_the_error_messages_window_is_not_shown() -> None:
+    # ProgramFailed shows the end of stderr (1000 characters) and the start of argv (200):
+    # a registered secret straddling either edge must not leave half of itself behind.
+    secret = "rev15-window-secret-" + "K7p2" * 5  # 40 characters
+    register_secret(secret)
+    half = secret[20:]
+    stderr = secret + "." * (1000 - 20)  # the tail window starts in the secret's middle
+    code = "import sys; sys.stderr.write(sys.argv[1]); sys.exit(2)"
+    with pytest.raises(ProgramFailed) as info:
+        await run_program([PY, "-c", code, stderr])
+    assert half not in str(info.value)
+    padding = "a" * (200 - len(PY) - len(code) - 2 - 20)  # argv shown is cut mid-secret
+    with pytest.raises(ProgramFailed) as info:
+        await run_program([PY, "-c", code, padding + secret])
+    assert secret[:20] not in str(info.value)
