@@ -57,6 +57,9 @@ _CLEANUP_MARGIN = 5.0
 _CHUNK = 65536
 #: How much of stderr's end an error message shows, in characters.
 _TAIL = 1000
+#: How far beyond a message's window of stderr or argv redaction looks, so that a secret
+#: cut by the window's edge is still recognised (and the whole 1 MiB is not scanned).
+_WINDOW_MARGIN = 4096
 #: Room the tool form's stored result leaves below X2's limit, for redaction's masks (which
 #: may be longer than what they hide).
 _STORED_MARGIN = 64 * 1024
@@ -182,14 +185,16 @@ def _failure_text(result: ProgramResult) -> str:
         text = f"{what} was killed by signal {-result.returncode}"
     else:
         text = f"{what} exited with status {result.returncode}"
-    tail = result.stderr.strip()[-_TAIL:]
+    # E5: redacted before the window is cut, so a secret on its edge is not left half shown.
+    tail = str(redact(result.stderr.strip()[-(_TAIL + _WINDOW_MARGIN) :]))[-_TAIL:]
     if tail:
         text = f"{text}; its stderr ends with: {tail}"
     return str(redact(text))
 
 
 def _shown(argv: Sequence[str]) -> str:
-    shown = " ".join(argv)
+    """The start of the command line, redacted before it is cut (E5)."""
+    shown = str(redact(" ".join(argv)[: 200 + _WINDOW_MARGIN]))
     return repr(shown if len(shown) <= 200 else shown[:200] + "...")
 
 

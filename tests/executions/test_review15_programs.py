@@ -221,7 +221,8 @@ async def test_E5_a_secret_cut_in_two_by_the_error_messages_window_is_not_shown(
     with pytest.raises(ProgramFailed) as info:
         await run_program([PY, "-c", code, stderr])
     assert half not in str(info.value)
-    padding = "a" * (200 - len(PY) - len(code) - 2 - 20)  # argv shown is cut mid-secret
+    # The argv shown is cut at 200 characters, 20 into the secret.
+    padding = "a" * (180 - len(f"{PY} -c {code} "))
     with pytest.raises(ProgramFailed) as info:
         await run_program([PY, "-c", code, padding + secret])
     assert secret[:20] not in str(info.value)
