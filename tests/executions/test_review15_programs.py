@@ -226,3 +226,25 @@ async def test_E5_a_secret_cut_in_two_by_the_error_messages_window_is_not_shown(
     with pytest.raises(ProgramFailed) as info:
         await run_program([PY, "-c", code, padding + secret])
     assert secret[:20] not in str(info.value)
+
+
+async def test_E5_a_secret_cut_in_two_by_the_output_cap_is_not_stored_in_half(
+    tmp_path: Path,
+) -> None:
+    # Redaction masks a registered secret it sees whole; one cut in two by max_output would
+    # leave its first half in the stored output. The cut drops the whole secret instead.
+    secret = "rev15-cap-secret-" + "Jx5w" * 6  # 41 characters
+    register_secret(secret)
+    code = "import sys; sys.stdout.write('.' * 1000 + sys.argv[1] + '.' * 100)"
+    step = tool("t", "sh", argv=[PY, "-c", code, secret], max_output=1020)
+    async with runtime(tmp_path, tools={"sh": run_program}) as rt:
+        handle = await rt.start("g", plan_of(step))
+        done = await handle.wait()
+        stored = rt.store.get(handle.execution_id)
+    assert done.status == "completed"
+    assert stored is not None
+    (observation,) = stored.observations
+    kept = observation.output["stdout"]
+    assert secret[:20] not in kept, kept[-40:]
+    assert kept == "." * 1000  # the secret's start is cut too, and counted
+    assert observation.output["stdout_truncated"] == len(secret) + 100
