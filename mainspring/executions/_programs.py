@@ -333,6 +333,25 @@ async def _feed(stream: anyio.abc.ByteSendStream, data: bytes, scope: anyio.Canc
             pass  # the program closed its stdin or exited: what it did not read is its choice
 
 
+def _edge(data: bytearray, keep: int) -> int:
+    """Where to cut ``data`` to keep at most ``keep`` bytes: before a secret that the cut
+    would split (E5: redaction masks what it sees whole, so half a secret would be stored
+    as it is). Redaction looks at the bytes around the cut only (``_WINDOW_MARGIN`` either
+    side: ``_Capture`` keeps that much past its cap)."""
+    if len(data) <= keep:
+        return len(data)
+    start = max(0, keep - _WINDOW_MARGIN)
+    around = bytes(data[start : keep + _WINDOW_MARGIN]).decode("utf-8", errors="surrogateescape")
+    masked = str(redact(around))
+    same = 0
+    for a, b in zip(around, masked, strict=False):
+        if a != b:
+            break
+        same += 1
+    changed_at = start + len(around[:same].encode("utf-8", errors="surrogateescape"))
+    return min(keep, changed_at)
+
+
 @attrs.frozen
 class _Result:
     """A finished program's result, before its output is cut to a size."""
@@ -342,17 +361,20 @@ class _Result:
     out: _Capture
     err: _Capture
     duration: float
+    #: At most this many bytes of each output are kept (``max_output``).
+    cap: int
 
     def cut(self, keep: int, stopped_by: Timeout | None) -> ProgramResult:
         """The result keeping at most ``keep`` bytes of each output, the rest counted."""
         out, err = self.out.data, self.err.data
+        keep_out, keep_err = _edge(out, keep), _edge(err, keep)
         return ProgramResult(
             argv=self.argv,
             returncode=self.returncode,
-            stdout=bytes(out[:keep]).decode("utf-8", errors="replace"),
-            stderr=bytes(err[:keep]).decode("utf-8", errors="replace"),
-            stdout_truncated=self.out.dropped + max(0, len(out) - keep),
-            stderr_truncated=self.err.dropped + max(0, len(err) - keep),
+            stdout=bytes(out[:keep_out]).decode("utf-8", errors="replace"),
+            stderr=bytes(err[:keep_err]).decode("utf-8", errors="replace"),
+            stdout_truncated=self.out.dropped + len(out) - keep_out,
+            stderr_truncated=self.err.dropped + len(err) - keep_err,
             duration=self.duration,
             stopped_by=stopped_by,
         )
@@ -367,7 +389,7 @@ class _Result:
             stored = self.cut(keep, stopped_by).to_dict()
             return len(encode(encode_value(stored))) <= budget
 
-        low, high = 0, max(len(self.out.data), len(self.err.data))
+        low, high = 0, min(self.cap, max(len(self.out.data), len(self.err.data)))
         if fits(high):
             return self.cut(high, stopped_by)
         while low < high - 1:  # fits(low), not fits(high)
@@ -421,7 +443,9 @@ async def _run(spec: _Spec) -> ProgramResult:
         raise type(exc)(
             exc.errno, f"cannot start {spec.argv[0]!r}{where}: {exc.strerror or exc}"
         ) from exc
-    out, err = _Capture(spec.max_output), _Capture(spec.max_output)
+    # A margin past the cap: a secret the cap cuts is seen whole, and cut off (E5).
+    out = _Capture(spec.max_output + _WINDOW_MARGIN)
+    err = _Capture(spec.max_output + _WINDOW_MARGIN)
     stopped_by: Timeout | None = None
     try:
         with anyio.CancelScope(deadline=anyio.current_time() + spec.timeout) as deadline:
@@ -456,8 +480,9 @@ async def _run(spec: _Spec) -> ProgramResult:
         raise
     finally:
         await _close(process, spec.grace)
-    ran = _Result(spec.argv, process.returncode, out, err, time.monotonic() - started)
-    result = ran.cut(MAX_OUTPUT_CAP, stopped_by)
+    duration = time.monotonic() - started
+    ran = _Result(spec.argv, process.returncode, out, err, duration, spec.max_output)
+    result = ran.cut(spec.max_output, stopped_by)
     raw = len(out.data) + len(err.data) + sum(map(len, spec.argv))
     if spec.fit_stored and raw > _SURELY_FITS:
         result = await anyio.to_thread.run_sync(ran.fitted, stopped_by)
