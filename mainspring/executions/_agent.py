@@ -50,7 +50,7 @@ from ..storage import (
 )
 from ._deadlines import error_types
 from ._findings import new_finding
-from ._outputs import Stored, keep_result, prepare_output
+from ._outputs import Stored, keep_result, prepare_output_off_loop
 from ._programs import ProgramResult, run_program_result
 from ._transitions import ASK_PREFIX
 from ._usage import Allowance, Meter, split_usage
@@ -176,7 +176,8 @@ class StepActor(Actor):
                 error_types=error_types(exc),
             )
         else:
-            stored = prepare_output(output, f"the output of {step.kind} {step.target}")
+            what = f"the output of {step.kind} {step.target}"
+            stored = await prepare_output_off_loop(output, what)
             if isinstance(stored, str):  # the call was made: its usage counts (B3)
                 done = StepDone(step.id, ok=False, error=stored, usage=usage)
             else:
@@ -326,7 +327,7 @@ class AgentContext:
         # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
         result, usage = split_usage(await _call(fn, *args))
         self._actor.add_usage(usage)  # the call was made: charged even if unstorable
-        stored = prepare_output(result, f"inner step {name}")
+        stored = await prepare_output_off_loop(result, f"inner step {name}")
         if isinstance(stored, str):  # documented: the agent's code gets a ValueError
             raise ValueError(stored)  # noqa: TRY004 - a value that cannot be stored
         rerun = recorded is not None
@@ -631,7 +632,8 @@ class AgentTaskActor(Actor):
             except Exception as exc:
                 self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
             else:
-                prepared = prepare_output(output, f"the result of agent {self.record.agent_id}")
+                what = f"the result of agent {self.record.agent_id}"
+                prepared = await prepare_output_off_loop(output, what)
                 if isinstance(prepared, str):
                     self._fail("agent-failed", prepared)
                     output = None

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
 import attrs
 
 from ..storage import StorageError, encode, encode_value, redact_flagged
 
-__all__ = ["MAX_KEPT_RESULTS", "MAX_OUTPUT_BYTES", "Stored", "keep_result", "prepare_output"]
+__all__ = [
+    "MAX_KEPT_RESULTS",
+    "MAX_OUTPUT_BYTES",
+    "Stored",
+    "keep_result",
+    "prepare_output",
+    "prepare_output_off_loop",
+]
 
 MAX_OUTPUT_BYTES = 1 << 20
 
@@ -48,3 +56,44 @@ def prepare_output(value: Any, what: str) -> Stored | str:
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return Stored(masked, redacted)
+
+
+#: An output whose strings and items add up to less than this is prepared on the event loop:
+#: a thread hop would cost more than the work (most outputs, and every step of a long agent
+#: loop, are small).
+_INLINE_BUDGET = 16_384
+
+
+def _small(value: Any) -> bool:
+    """Whether ``value`` is cheap to prepare: a bounded walk that gives up (False) as soon as
+    its strings, bytes and items pass ``_INLINE_BUDGET``, so it costs little either way."""
+    budget = _INLINE_BUDGET
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bytes:
+            budget -= len(item) + 1
+        elif kind is dict:
+            budget -= len(item) + 1
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif kind in (list, tuple, set, frozenset):
+            budget -= len(item) + 1
+            stack.extend(item)
+        elif item is None or kind in (int, float, bool):
+            budget -= 1
+        else:
+            return False  # anything else may hide any amount of work: off the loop
+        if budget < 0:
+            return False
+    return True
+
+
+async def prepare_output_off_loop(value: Any, what: str) -> Stored | str:
+    """:func:`prepare_output`, in a worker thread unless the output is small (STYLE 10):
+    redacting an output of up to a megabyte (a program's, say) takes a good part of a
+    second, too long to hold the event loop that renews every run's lease."""
+    if _small(value):
+        return prepare_output(value, what)
+    return await anyio.to_thread.run_sync(prepare_output, value, what)

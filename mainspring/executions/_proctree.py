@@ -18,6 +18,7 @@ deadline (STYLE 5).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import Callable
@@ -75,19 +76,35 @@ def _scan() -> dict[int, tuple[str, int, int]]:
     return found
 
 
-def tree_of(root: int) -> list[Member]:
+def tree_of(root: int, *, reaped: bool = False) -> list[Member]:
     """The live members of ``root``'s tree, leaves first (blocking: reads ``/proc``).
 
     Members are ``root`` itself if it is alive, its descendants by parent links, and every
     process whose session is ``root`` (orphans of the tree). Zombies are left out: they are
     already stopped and only wait for their parent to reap them.
+
+    If ``root`` was ``reaped``, the tree is what is left of its session, walked down from
+    the members whose parent is outside it: a dead program has no children of its own (they
+    were re-parented when it exited), so a process naming its pid as parent belongs to
+    someone else. Its pid is not reused while a member of its session lives (nor is the
+    session id); a live process with that pid, after the reap or not leading its session,
+    is a stranger, and the tree is empty (B2).
     """
     table = _scan()
+    if root in table and (reaped or table[root][2] != root):
+        # The pid was given to another process (a program leads its own session to its
+        # end, a stranger does not; asyncio may reap before ``reaped`` says so): nothing
+        # of the tree is left, since the pid is only reused once its session is empty.
+        return []
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     depth: dict[int, int] = {}
-    frontier = [(root, 0)]
+    if reaped:
+        left = {pid for pid, (_, _, sid) in table.items() if sid == root}
+        frontier = [(pid, 0) for pid in left if table[pid][1] not in left]
+    else:
+        frontier = [(root, 0)]
     while frontier:
         pid, level = frontier.pop()
         if pid in depth:
@@ -146,13 +163,34 @@ def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
     if not HAVE_PROC:
         _signal_group(root, signum)
         return [root]
-    members = [pid for pid, _ in tree_of(root) if pid != root or not reaped]
+    members = [pid for pid, _ in tree_of(root, reaped=reaped)]
     for pid in members:
         _signal(pid, signum)
     return members
 
 
+def _reap_orphans(root: int) -> None:
+    """Reap the zombies of ``root``'s session that are children of this process: orphans
+    re-parented here because this process is a subreaper or PID 1 (a container without an
+    init), which nobody else waits for. ``root`` itself is its backend's to reap; the
+    others are no backend's (it waits for the pids it started only)."""
+    me = os.getpid()
+    for pid, (state, ppid, session) in _scan().items():
+        if state == "Z" and ppid == me and session == root and pid != root:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
 async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
+    """:func:`_stop_tree`, then the zombies it left with this process reaped (B2)."""
+    try:
+        await _stop_tree(root, grace=grace, reaped=reaped)
+    finally:
+        if HAVE_PROC:
+            await anyio.to_thread.run_sync(_reap_orphans, root)
+
+
+async def _stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
     """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
     for them to go, then SIGKILL to every member still alive.
 
@@ -168,8 +206,8 @@ async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> N
     deadline = anyio.current_time() + grace
     while anyio.current_time() < deadline:
         if HAVE_PROC:
-            left = await anyio.to_thread.run_sync(tree_of, root)
-            if not [pid for pid, _ in left if pid != root or not reaped()]:
+            gone = reaped()
+            if not await anyio.to_thread.run_sync(functools.partial(tree_of, root, reaped=gone)):
                 return
         elif not any(map(alive, termed)):
             # Without /proc only the group's first members are known; killpg below covers

@@ -22,10 +22,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import attrs
 
 from ..actors import MainspringError, Timeout, cancel_reason
-from ..storage import redact
+from ..storage import encode, encode_value, redact
+from ._outputs import MAX_OUTPUT_BYTES
 from ._proctree import stop_tree
 
 __all__ = [
@@ -55,6 +57,15 @@ _CLEANUP_MARGIN = 5.0
 _CHUNK = 65536
 #: How much of stderr's end an error message shows, in characters.
 _TAIL = 1000
+#: How far beyond a message's window of stderr or argv redaction looks, so that a secret
+#: cut by the window's edge is still recognised (and the whole 1 MiB is not scanned).
+_WINDOW_MARGIN = 4096
+#: Room the tool form's stored result leaves below X2's limit, for redaction's masks (which
+#: may be longer than what they hide).
+_STORED_MARGIN = 64 * 1024
+#: Raw output and argv up to this many bytes or characters in all always fit when stored (one
+#: is at most six stored bytes, a JSON escape), so the tool form does not measure them.
+_SURELY_FITS = (MAX_OUTPUT_BYTES - _STORED_MARGIN) // 8
 
 
 @attrs.frozen(kw_only=True)
@@ -63,7 +74,8 @@ class ProgramResult:
 
     ``stdout`` and ``stderr`` are text, decoded as UTF-8 with ``errors="replace"`` (a
     character cut in two by the cap becomes U+FFFD); ``stdout_truncated`` and
-    ``stderr_truncated`` count the bytes dropped past the cap (0: nothing was cut).
+    ``stderr_truncated`` count the bytes dropped past the cap, or cut further by the tool
+    form so that its result fits one stored output (0: nothing was cut).
     ``returncode`` is the exit status, negative for a signal (``-9``: SIGKILL), or None if
     the program could not be reaped. ``duration`` is seconds from start to exit.
     ``stopped_by`` is a :class:`~mainspring.Timeout` if the program outlived its timeout and
@@ -173,14 +185,16 @@ def _failure_text(result: ProgramResult) -> str:
         text = f"{what} was killed by signal {-result.returncode}"
     else:
         text = f"{what} exited with status {result.returncode}"
-    tail = result.stderr.strip()[-_TAIL:]
+    # E5: redacted before the window is cut, so a secret on its edge is not left half shown.
+    tail = str(redact(result.stderr.strip()[-(_TAIL + _WINDOW_MARGIN) :]))[-_TAIL:]
     if tail:
         text = f"{text}; its stderr ends with: {tail}"
     return str(redact(text))
 
 
 def _shown(argv: Sequence[str]) -> str:
-    shown = " ".join(argv)
+    """The start of the command line, redacted before it is cut (E5)."""
+    shown = str(redact(" ".join(argv)[: 200 + _WINDOW_MARGIN]))
     return repr(shown if len(shown) <= 200 else shown[:200] + "...")
 
 
@@ -197,6 +211,8 @@ class _Spec:
     max_output: int
     grace: float
     check: bool
+    #: The tool form: the result is cut further to fit one stored output (X2).
+    fit_stored: bool = False
 
 
 def _spec(
@@ -213,6 +229,10 @@ def _spec(
 ) -> _Spec:
     """The arguments checked, before anything is started: ``ValueError`` (``TypeError`` for
     a wrong type) naming the bad one."""
+    flags: tuple[tuple[str, object], ...] = (("shell", shell), ("check", check))
+    for flag, given in flags:
+        if not isinstance(given, bool):  # "false" from a plan would be true
+            raise TypeError(f"{flag} is True or False, not {type(given).__name__} {given!r}")
     if shell:
         if not isinstance(argv, str):
             raise TypeError("shell=True takes the command as one string")
@@ -271,7 +291,7 @@ def _spec(
         timeout=float(timeout),
         max_output=max_output,
         grace=float(grace),
-        check=bool(check),
+        check=check,
     )
 
 
@@ -299,18 +319,86 @@ class _Capture:
             self.data += chunk[:room]
             self.dropped += len(chunk) - min(room, len(chunk))
 
-    def text(self) -> str:
-        return bytes(self.data).decode("utf-8", errors="replace")
+
+async def _feed(stream: anyio.abc.ByteSendStream, data: bytes, scope: anyio.CancelScope) -> None:
+    """Write ``data`` to the program's stdin, then close it (EOF); given up when ``scope``
+    is cancelled (the program exited: a background child holding a copy of its stdin is
+    not waited for, B2)."""
+    with scope:
+        try:
+            if data:
+                await stream.send(data)
+            await stream.aclose()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the program closed its stdin or exited: what it did not read is its choice
 
 
-async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
-    """Write ``data`` to the program's stdin, then close it (EOF)."""
-    try:
-        if data:
-            await stream.send(data)
-        await stream.aclose()
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass  # the program closed its stdin or exited: what it did not read is its choice
+def _edge(data: bytearray, keep: int) -> int:
+    """Where to cut ``data`` to keep at most ``keep`` bytes: before a secret that the cut
+    would split (E5: redaction masks what it sees whole, so half a secret would be stored
+    as it is). Redaction looks at the bytes around the cut only (``_WINDOW_MARGIN`` either
+    side: ``_Capture`` keeps that much past its cap)."""
+    if len(data) <= keep:
+        return len(data)
+    start = max(0, keep - _WINDOW_MARGIN)
+    around = bytes(data[start : keep + _WINDOW_MARGIN]).decode("utf-8", errors="surrogateescape")
+    masked = str(redact(around))
+    same = 0
+    for a, b in zip(around, masked, strict=False):
+        if a != b:
+            break
+        same += 1
+    changed_at = start + len(around[:same].encode("utf-8", errors="surrogateescape"))
+    return min(keep, changed_at)
+
+
+@attrs.frozen
+class _Result:
+    """A finished program's result, before its output is cut to a size."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    out: _Capture
+    err: _Capture
+    duration: float
+    #: At most this many bytes of each output are kept (``max_output``).
+    cap: int
+
+    def cut(self, keep: int, stopped_by: Timeout | None) -> ProgramResult:
+        """The result keeping at most ``keep`` bytes of each output, the rest counted."""
+        out, err = self.out.data, self.err.data
+        keep_out, keep_err = _edge(out, keep), _edge(err, keep)
+        return ProgramResult(
+            argv=self.argv,
+            returncode=self.returncode,
+            stdout=bytes(out[:keep_out]).decode("utf-8", errors="replace"),
+            stderr=bytes(err[:keep_err]).decode("utf-8", errors="replace"),
+            stdout_truncated=self.out.dropped + len(out) - keep_out,
+            stderr_truncated=self.err.dropped + len(err) - keep_err,
+            duration=self.duration,
+            stopped_by=stopped_by,
+        )
+
+    def fitted(self, stopped_by: Timeout | None) -> ProgramResult:
+        """The result cut (both outputs to one common size, the largest that fits) so that
+        its stored form stays within one stored output (X2), with room for redaction's
+        masks. Blocking: measuring encodes the result (a worker thread runs it)."""
+        budget = MAX_OUTPUT_BYTES - _STORED_MARGIN
+
+        def fits(keep: int) -> bool:
+            stored = self.cut(keep, stopped_by).to_dict()
+            return len(encode(encode_value(stored))) <= budget
+
+        low, high = 0, min(self.cap, max(len(self.out.data), len(self.err.data)))
+        if fits(high):
+            return self.cut(high, stopped_by)
+        while low < high - 1:  # fits(low), not fits(high)
+            middle = (low + high) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle
+        return self.cut(low, stopped_by)
 
 
 async def _stop(process: anyio.abc.Process, grace: float) -> None:
@@ -355,16 +443,21 @@ async def _run(spec: _Spec) -> ProgramResult:
         raise type(exc)(
             exc.errno, f"cannot start {spec.argv[0]!r}{where}: {exc.strerror or exc}"
         ) from exc
-    out, err = _Capture(spec.max_output), _Capture(spec.max_output)
+    # A margin past the cap: a secret the cap cuts is seen whole, and cut off (E5).
+    out = _Capture(spec.max_output + _WINDOW_MARGIN)
+    err = _Capture(spec.max_output + _WINDOW_MARGIN)
     stopped_by: Timeout | None = None
     try:
         with anyio.CancelScope(deadline=anyio.current_time() + spec.timeout) as deadline:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(out.drain, process.stdout)
                 tg.start_soon(err.drain, process.stderr)
+                feeding = anyio.CancelScope()
                 if process.stdin is not None:
-                    tg.start_soon(_feed, process.stdin, spec.stdin or b"")
+                    tg.start_soon(_feed, process.stdin, spec.stdin or b"", feeding)
                 await process.wait()
+                # What the program did not read, nobody will: its stdin is closed below.
+                feeding.cancel()
         if deadline.cancelled_caught:  # B1/B2: its own deadline, then its tree
             stopped_by = Timeout(
                 detail=f"it ran longer than its timeout of {spec.timeout:g} s",
@@ -378,24 +471,21 @@ async def _run(spec: _Spec) -> ProgramResult:
         await _stop(process, spec.grace)
         if isinstance(exc, anyio.get_cancelled_exc_class()):
             why = cancel_reason()
-            exc.add_note(
+            note = (
                 f"mainspring: the program {_shown(spec.argv)} (pid {process.pid}) and its "
                 f"process tree were stopped because "
                 f"{why if why is not None else 'its cancel scope was cancelled'}"
             )
+            exc.add_note(str(redact(note)))  # E5: as ProgramFailed's message is
         raise
     finally:
         await _close(process, spec.grace)
-    result = ProgramResult(
-        argv=spec.argv,
-        returncode=process.returncode,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_truncated=out.dropped,
-        stderr_truncated=err.dropped,
-        duration=time.monotonic() - started,
-        stopped_by=stopped_by,
-    )
+    duration = time.monotonic() - started
+    ran = _Result(spec.argv, process.returncode, out, err, duration, spec.max_output)
+    result = ran.cut(spec.max_output, stopped_by)
+    raw = len(out.data) + len(err.data) + sum(map(len, spec.argv))
+    if spec.fit_stored and raw > _SURELY_FITS:
+        result = await anyio.to_thread.run_sync(ran.fitted, stopped_by)
     if spec.check and not result.ok:
         raise ProgramFailed(result)
     return result
@@ -450,7 +540,10 @@ async def run_program(
     is written to it, then closed (without it, stdin is ``/dev/null``). It may run for
     ``timeout`` seconds (10 minutes unless told), and ``max_output`` bytes of stdout and of
     stderr are kept each (64 KiB unless told, at most 1 MiB: what is cut is counted in
-    ``stdout_truncated`` / ``stderr_truncated``). Bad arguments raise ``ValueError`` (or
+    ``stdout_truncated`` / ``stderr_truncated``). What it returns always fits in one stored
+    output (1 MiB, X2): outputs whose stored form would not (both caps full, or bytes that
+    are stored larger: not UTF-8, control characters) are cut further to one common size,
+    and the cut is counted the same way. Bad arguments raise ``ValueError`` (or
     ``TypeError``) before anything starts; a program that cannot start raises the
     ``OSError`` naming it (``FileNotFoundError`` for one that does not exist).
 
@@ -464,7 +557,7 @@ async def run_program(
     the cancellation goes on; ``cancel_reason()`` says why, and a note on the cancellation
     names the program. The program may have done part of its work: at-least-once.
     """
-    result = await run_program_result(
+    spec = _spec(
         argv,
         shell=shell,
         cwd=cwd,
@@ -475,4 +568,6 @@ async def run_program(
         grace=grace,
         check=check,
     )
+    # X2: what the tool returns is its step's stored output; it is cut to fit one.
+    result = await _run(attrs.evolve(spec, fit_stored=True))
     return result.to_dict()
