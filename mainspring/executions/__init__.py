@@ -5,10 +5,10 @@ Built on ``mainspring.actors`` and ``mainspring.storage``.
 """
 
 from .._public import publish
-from ._agent import AgentContext as AgentContext
 from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
 from ._agent import SaveRefused as SaveRefused
+from ._agent_context import AgentContext as AgentContext
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
