@@ -86,10 +86,16 @@ class MemoryStore:
         with self._lock:
             return Listing(executions=tuple(self._items.values()))
 
-    def create(self, execution: Execution) -> bool:
+    def now(self) -> float:
+        return self._now()
+
+    def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
         with self._lock:
             if execution.id in self._items:
                 return False
+            if lease_ttl is not None and execution.lease is not None:
+                lease = attrs.evolve(execution.lease, expires_at=self._now() + lease_ttl)
+                execution = attrs.evolve(execution, lease=lease)
             self._put(execution)
             return True
 
