@@ -13,10 +13,8 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
-import orjson
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from ._codec import converter, structure
+from ._codec import structure
 from ._errors import RecordError
 from ._retry import RetryPolicy, check_timeout
 from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
@@ -39,7 +37,6 @@ from ._validators import (
     same_step_ids,
     same_value,
 )
-from ._values import Malformed, decode_value, encode_value
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -539,100 +536,7 @@ def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]
     return tasks, dropped
 
 
-def _require_version(cls: type[Any]) -> None:
-    # A stored document must say which version it is: a missing "v" is refused, not taken as
-    # the current one (E8: never coerced).
-    base = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
-
-    def structure_versioned(value: Any, _: Any) -> Any:
-        if type(value) is dict and "v" not in value:
-            raise ValueError(f"{cls.__name__} records must carry their version (v)")
-        return base(value, cls)
-
-    converter.register_structure_hook(cls, structure_versioned)
-
-
-def _structure_finding(value: Any, _: Any) -> Finding:
-    """One way from the first format: evidence given as plain strings becomes
-    ``{kind: note, detail: text}`` and a string provenance an evidence item of kind
-    ``provenance`` (empty: none). Anything else is parsed strictly (E8: fail closed)."""
-    if type(value) is dict:
-        evidence = value.get("evidence")
-        if type(evidence) is list and any(type(item) is str for item in evidence):
-            value = {
-                **value,
-                "evidence": [
-                    {"kind": "note", "detail": item} if type(item) is str else item
-                    for item in evidence
-                ],
-            }
-        provenance = value.get("provenance")
-        if type(provenance) is str:
-            value = {key: item for key, item in value.items() if key != "provenance"}
-            if provenance:
-                old = {"kind": "provenance", "detail": provenance}
-                value["evidence"] = [*value.get("evidence", []), old]
-    return _finding_fields(value, Finding)
-
-
-_finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
-converter.register_structure_hook(Finding, _structure_finding)
-_require_version(Execution)
-_require_version(AgentTaskRecord)
-
-
-def _decode_input(raw: Any, _: Any) -> Any:
-    value = decode_value(raw)
-    if type(value) is not dict:
-        raise Malformed("", f"a step's input must be an object, not {type(value).__name__}")
-    return value
-
-
-#: Fields added after records were first stored, written only when set: a record that does
-#: not use them is stored (and shown by ``--json``) exactly as before they existed.
-_OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
-    PlanStep: ("timeout", "retry"),  # B1
-}  # and Execution.deadline_at (B1), registered below
-
-
-def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
-    # E10: the one field of ``cls`` that holds user values goes through the typed encoding,
-    # both ways; in memory it holds the values themselves.
-    unstructure: dict[str, Any] = {field: override(unstruct_hook=encode_value)}
-    for name in _OMITTED_IF_DEFAULT.get(cls, ()):
-        unstructure[name] = override(omit_if_default=True)
-    structure: dict[str, Any] = {field: override(struct_hook=decode)}
-    converter.register_unstructure_hook(
-        cls, make_dict_unstructure_fn(cls, converter, **unstructure)
-    )
-    converter.register_structure_hook(
-        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **structure)
-    )
-
-
-_typed_value(Observation, "output", lambda raw, _: decode_value(raw))
-_typed_value(PlanStep, "input", _decode_input)
-converter.register_unstructure_hook(
-    Execution,
-    make_dict_unstructure_fn(Execution, converter, deadline_at=override(omit_if_default=True)),
-)
-_observation_fields = converter.get_structure_hook(Observation)
-_MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
-
-
-def _structure_observation(value: Any, _: Any) -> Observation:
-    # An observation stored before ``redacted`` existed says nothing either way: if its
-    # output holds a mask, it is taken as redacted, so it is never replayed as the original
-    # (E10); one without a mask is what the step returned.
-    if type(value) is dict and "redacted" not in value and value.get("output") is not None:
-        try:
-            masked = _MASK_MARK in orjson.dumps(value["output"])
-        except TypeError:
-            masked = False
-        if masked:
-            value = {**value, "redacted": True}
-    result: Observation = _observation_fields(value, Observation)
-    return result
-
-
-converter.register_structure_hook(Observation, _structure_observation)
+# The converter hooks of these records (versions required, the typed encoding of user values,
+# fields omitted while unset, the first formats read) live in ``_record_codec``; imported
+# here, last, so no record is ever structured without them.
+from . import _record_codec  # noqa: E402, F401
