@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.cli import EXIT_OK
+from mainspring.cli import EXIT_OK, EXIT_USAGE
 from mainspring.executions import WithUsage
 from mainspring.storage import Usage
 
@@ -84,3 +84,49 @@ def test_B3_V1_the_history_carries_tokens_and_cost_as_numbers(store: Path) -> No
     assert (done["input_tokens"], done["output_tokens"], done["cost"]) == (1200, 300, "0.0450")
     code, out = run_cli("events", "ex-1", "--store", str(store))
     assert "1500 tokens, cost 0.0450" in out
+
+
+_APP = """
+from decimal import Decimal
+from mainspring.executions import WithUsage
+from mainspring.storage import Usage
+
+SPENT = Usage(input_tokens=1200, output_tokens=300, cost=Decimal("0.0450"))
+
+async def _chat(prompt=""):
+    return WithUsage(f"said {prompt}", usage=SPENT)
+
+def config():
+    return {"skills": {"chat": _chat}, "max_tokens": 1000}
+"""
+
+
+def test_B3_resume_from_the_command_raises_a_budget_and_the_run_goes_on(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mainspring resume ID --max-tokens N --app ...` is `rt.resume(id, max_tokens=N)`: the
+    run that waited for its tokens budget finishes; bad budgets and deadlines are usage
+    errors, refused before anything is opened."""
+    (tmp_path / "usageapp.py").write_text(_APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    where = ("--store", str(store), "--app", "usageapp:config")
+    for bad in (("--max-tokens", "-1"), ("--max-tokens", "1.5"), ("--max-cost", "NaN"),
+                ("--max-calls", "2000000"), ("--deadline", "soon")):  # fmt: skip
+        code, _ = run_cli("resume", "ex-1", *where, *bad)
+        assert code == EXIT_USAGE, bad
+    sqlite = ms.storage.SqliteStore(store)
+    try:
+        waiting = sqlite.get("ex-1")
+    finally:
+        sqlite.close()
+    assert waiting is not None
+    assert waiting.status == "waiting_for_budget"  # nothing was changed by the refusals
+    code, out = run_cli("resume", "ex-1", *where, "--max-tokens", "5000", "--deadline", "1h")
+    assert code == EXIT_OK, out
+    assert "ex-1: completed" in out, out
+    code, out = run_cli("show", "ex-1", "--store", str(store), "--json")
+    data: dict[str, Any] = json.loads(out)
+    assert data["status"] == "completed"
+    assert data["max_tokens"] == 5000
+    assert data["usage"]["input_tokens"] == 2400  # both calls, across the resume (E9)

@@ -99,7 +99,15 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
             if before is None:
                 raise UnknownExecution(args.id)
             refused = before.terminal  # R4: a finished run is left as it is; nothing to do
-            handle = await rt.resume(args.id, answer=args.answer, approve=args.approve)
+            handle = await rt.resume(
+                args.id,
+                answer=args.answer,
+                approve=args.approve,
+                max_calls=args.max_calls,
+                max_tokens=args.max_tokens,
+                max_cost=args.max_cost,
+                deadline=args.deadline,
+            )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_progress, rt, out, args.id)
                 outcome = await handle.wait()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: ``demo-reasons --reason`` choices, sorted: the names of the reasons demo's table
 #: (``mainspring._demos.REASONS``), kept here so that parsing never imports the demos.
@@ -60,6 +61,28 @@ def _sequence_number(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a sequence number (a whole number >= 0): {text}")
     return value
+
+
+def _budget(kind: str) -> Callable[[str], Any]:
+    """A ``--max-calls`` / ``--max-tokens`` / ``--max-cost`` value, checked as the runtime
+    checks it (a usage error otherwise, before anything is opened)."""
+
+    def parse(text: str) -> Any:
+        from ..storage import MAX_COUNTER, check_cost, check_tokens
+
+        text = text.strip()
+        value: Any = None
+        try:
+            value = check_cost(Decimal(text)) if kind == "cost" else int(text)
+            if kind == "tokens":
+                value = check_tokens(value)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind} budget: {exc}") from None
+        if kind == "calls" and not 0 <= value <= MAX_COUNTER:
+            raise argparse.ArgumentTypeError(f"the calls budget is 0..{MAX_COUNTER:,}, not {text}")
+        return value
+
+    return parse
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -125,6 +148,12 @@ def make_parser() -> argparse.ArgumentParser:
     resume.add_argument("--answer", help="the answer to the pending question")
     resume.add_argument("--approve", action="store_true", help="approve what waits for approval")
     resume.add_argument("--app", required=True, help="module:attr giving open_runtime's options")
+    resume.add_argument("--max-calls", type=_budget("calls"), help="the run's call budget")
+    resume.add_argument("--max-tokens", type=_budget("tokens"), help="the run's token budget")
+    resume.add_argument("--max-cost", type=_budget("cost"), help="the run's cost budget")
+    resume.add_argument(
+        "--deadline", type=duration, help="a new deadline for the run, from now (30m, 12h, 7d)"
+    )
     stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
     stop.add_argument("id", metavar="TASK_ID")
     stop.add_argument(
