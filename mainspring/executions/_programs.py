@@ -331,6 +331,19 @@ async def _feed(stream: anyio.abc.ByteSendStream, data: bytes, scope: anyio.Canc
             await stream.aclose()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass  # the program closed its stdin or exited: what it did not read is its choice
+    if scope.cancelled_caught:
+        # Given up with data still buffered: asyncio's pipe transport would keep the pipe
+        # open until that data is read, which a background child holding the pipe may never
+        # do (a leaked descriptor). Its buffer is dropped and the pipe closed now.
+        transport = getattr(getattr(stream, "_stream", None), "transport", None)
+        # Not one that is already closed: its pipe is gone (an error closed it, or its
+        # buffer drained), and closing it twice would report its loss twice.
+        if transport is not None and (
+            not transport.is_closing() or transport.get_write_buffer_size()
+        ):
+            transport.abort()
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 def _edge(data: bytearray, keep: int) -> int:
