@@ -87,6 +87,17 @@ from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
+from ._memory import MAX_FACT_TEXT as MAX_FACT_TEXT
+from ._memory import MAX_SEARCH_LIMIT as MAX_SEARCH_LIMIT
+from ._memory import Fact as Fact
+from ._memory import FactFilter as FactFilter
+from ._memory import ForgetFact as ForgetFact
+from ._memory import MemoryBackend as MemoryBackend
+from ._memory import RememberFact as RememberFact
+from ._memory import Scope as Scope
+from ._memory import TextHit as TextHit
+from ._memory import new_fact_id as new_fact_id
+from ._memory import query_terms as query_terms
 from ._migrate import MigrationError as MigrationError
 from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
@@ -160,7 +171,9 @@ __all__ = [
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
     "MAX_EVIDENCE",
+    "MAX_FACT_TEXT",
     "MAX_FINDINGS",
+    "MAX_SEARCH_LIMIT",
     "MAX_TOKENS",
     "MAX_TOUCHED_PATHS",
     "STEP_FINISHED",
@@ -180,16 +193,20 @@ __all__ = [
     "Evidence",
     "Execution",
     "ExecutionStatus",
+    "Fact",
+    "FactFilter",
     "Failure",
     "FileStore",
     "Finding",
     "FindingStatus",
+    "ForgetFact",
     "HistoryEvent",
     "Interruption",
     "InvalidId",
     "Lease",
     "LeaseResult",
     "Listing",
+    "MemoryBackend",
     "MigrationError",
     "MigrationReport",
     "Notifying",
@@ -202,7 +219,9 @@ __all__ = [
     "Provenance",
     "Reconciliation",
     "RecordError",
+    "RememberFact",
     "RetryPolicy",
+    "Scope",
     "SqliteStore",
     "StepStatus",
     "Store",
@@ -210,6 +229,7 @@ __all__ = [
     "StoreNeedsMigration",
     "StoreUnavailable",
     "TaskState",
+    "TextHit",
     "TooLarge",
     "Usage",
     "capture_checkpoint",
@@ -227,11 +247,13 @@ __all__ = [
     "holder",
     "is_postgres_url",
     "migrate_store",
+    "new_fact_id",
     "new_owner_id",
     "open_committer",
     "open_store",
     "parse_agent_task",
     "parse_agent_tasks",
+    "query_terms",
     "read_v1",
     "reconcile",
     "redact",

@@ -16,7 +16,7 @@ reads again at once instead of polling (V2).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -27,6 +27,7 @@ import attrs
 from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
 from ._backend import CommitOutcome, Edit, LeaseResult, Store
 from ._errors import StorageError
+from ._memory import Fact, MemoryBackend, MemoryWrite
 from ._records import Execution
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
@@ -110,6 +111,13 @@ class _Renew:
 
 
 @attrs.frozen
+class _Memory:
+    """Memory writes, applied in order with the others of the same flush."""
+
+    writes: tuple[MemoryWrite, ...]
+
+
+@attrs.frozen
 class _Flush:
     pass
 
@@ -163,6 +171,8 @@ class PersistenceActor(Actor):
         self._batch: dict[tuple[str, str], tuple[Execution, str, list[_Ticket]]] = {}
         # (execution id, owner) -> (ttl, tickets): heartbeats share one write per flush.
         self._renewals: dict[tuple[str, str, int | None], tuple[float, list[_Ticket]]] = {}
+        # Memory writes in arrival order, each caller's with its ticket: one transaction.
+        self._memory: list[tuple[tuple[MemoryWrite, ...], _Ticket]] = []
         self._flush_queued = False
         self._broken: BaseException | None = None
         self._commits = 0
@@ -174,6 +184,12 @@ class PersistenceActor(Actor):
             return self._accept(message)
         if isinstance(message, _Renew):
             return self._accept_renewal(message)
+        if isinstance(message, _Memory):
+            ticket = _Ticket()
+            if not self._refuse_if_broken(ticket):
+                self._memory.append((message.writes, ticket))
+                self._queue_flush()
+            return ticket
         if isinstance(message, _Flush):
             self._flush_queued = False
             await self._flush()
@@ -245,6 +261,34 @@ class PersistenceActor(Actor):
     async def _flush(self) -> None:
         await self._flush_commits()
         await self._flush_renewals()
+        await self._flush_memory()
+
+    async def _flush_memory(self) -> None:
+        if not self._memory:
+            return
+        batch, self._memory = self._memory, []
+        if self._broken is not None:
+            for _, ticket in batch:
+                self._refuse_if_broken(ticket)
+            return
+        writes = [write for group, _ in batch for write in group]
+        apply = self.store.memory_apply  # type: ignore[attr-defined]
+        try:
+            with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
+                results = await anyio.to_thread.run_sync(apply, writes)
+        except Exception as exc:
+            if isinstance(exc, OSError):
+                self._broken = exc
+            failure = PersistenceFailed(f"memory write failed, nothing in it was applied: {exc}")
+            failure.__cause__ = exc
+            for _, ticket in batch:
+                ticket.fail(failure)
+            return
+        self._flushes += 1
+        start = 0
+        for group, ticket in batch:
+            ticket.resolve(tuple(results[start : start + len(group)]))
+            start += len(group)
 
     async def _flush_renewals(self) -> None:
         if not self._renewals:
@@ -343,6 +387,20 @@ class Committer:
     async def stats(self) -> PersistenceStats:
         result: PersistenceStats = await self.ref.ask(_Stats())
         return result
+
+    async def memory(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """Apply memory writes through the writer (in order, one transaction per flush with
+        whatever other memory writes share it); each write's answer, as
+        ``MemoryBackend.memory_apply`` gives it, once durable. ``TypeError`` if the store
+        keeps no memory; :class:`PersistenceFailed` if the write failed."""
+        if not isinstance(self.store, MemoryBackend):
+            raise TypeError(f"{type(self.store).__name__} keeps no memory")
+        ticket: _Ticket = await self.ref.ask(_Memory(tuple(writes)))
+        await ticket.done.wait()
+        if ticket.error is not None:
+            raise ticket.error
+        answers: tuple[Fact | bool | Exception, ...] = ticket.outcome
+        return answers
 
     async def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
         """The store's ``acquire`` (L1), run by the writer in order with its flushes."""
