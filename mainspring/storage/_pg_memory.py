@@ -447,7 +447,7 @@ class PostgresMemory:
                     return found
                 skip += batch
                 batch = min(batch * 2, 10_000)
-                params["now"] = now  # the same clock for every batch of this read
+                params["now"] = rows[-1][-2]  # the same clock for every batch of this read
 
 
 def _shown(
