@@ -209,20 +209,22 @@ class PostgresMemory:
         return self._retrying(self._memory_apply, batch)
 
     def _memory_apply(self, batch: tuple[Any, ...]) -> tuple[Fact | bool | Exception, ...]:
-        checked: list[MemoryWrite | Exception] = []
-        for write in batch:
+        answers: list[Fact | bool | Exception | None] = [None] * len(batch)
+        checked: list[tuple[int, MemoryWrite]] = []
+        for position, write in enumerate(batch):
             try:
-                checked.append(_checked(write))
+                checked.append((position, _checked(write)))
             except (TypeError, ValueError) as exc:
-                checked.append(exc)
+                answers[position] = exc
         with self._atomic():
             # BEGIN, and the transaction id a COMMIT whose connection is lost is settled by.
             self._lock_rows(())
-            locked = self._lock_groups([w for w in checked if not isinstance(w, Exception)])
-            answers = tuple(
-                w if isinstance(w, Exception) else self._apply_write(w, locked) for w in checked
-            )
-        return answers
+            locked = self._lock_groups([write for _, write in checked])
+            todo = checked
+            while todo:
+                todo = self._apply_writes(todo, locked, answers)
+        assert all(answer is not None for answer in answers)
+        return tuple(answers)  # type: ignore[arg-type]
 
     def _lock_groups(self, writes: Sequence[MemoryWrite]) -> list[str]:
         """Lock every conflict group ``writes`` may change, in key order (no deadlock between
@@ -240,40 +242,66 @@ class PostgresMemory:
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         return named
 
-    def _apply_write(self, write: MemoryWrite, locked: list[str]) -> Fact | bool | Exception:
-        """One write under a savepoint: what it answers, or the exception that refused it
-        (nothing of it kept)."""
+    def _apply_writes(
+        self,
+        todo: list[tuple[int, MemoryWrite]],
+        locked: list[str],
+        answers: list[Fact | bool | Exception | None],
+    ) -> list[tuple[int, MemoryWrite]]:
+        """Send every write of ``todo`` at once, one statement each, under one savepoint,
+        then read their answers. A write the server refuses as data aborts the rest: the
+        savepoint is rolled back, the refused write answers its error, and the others are
+        returned, to be sent again (what they answer then is what they answered before)."""
         conn = self._conn
-        conn.execute("SAVEPOINT memory_write")
+        sent: list[Any] = []
         try:
-            if isinstance(write, RememberFact):
-                answer: Fact | bool = self._remember_fact(write.fact)
-            else:
-                answer = self._forget_fact(write.fact_id, locked)
+            conn.execute("SAVEPOINT memory_writes")
+            for _, write in todo:
+                cursor = conn.cursor()
+                sent.append(cursor)  # before it runs: its own refusal may come at once
+                if isinstance(write, RememberFact):
+                    cursor.execute(*self._remember_sql(write.fact))
+                else:
+                    cursor.execute(*self._forget_sql(write.fact_id, locked))
+            conn.execute("RELEASE SAVEPOINT memory_writes")
+            self._pipeline.sync()  # one round trip: every answer, or the first refusal
         except Exception as exc:
-            if not isinstance(exc, ValueError) and not is_refused_data(exc):
+            # A refusal comes with whatever statement reads the results next. The refused
+            # write is the first without an answer (answers are read in order, and the
+            # server skips everything after a refusal until the pipeline syncs).
+            refused = next((n for n, cursor in enumerate(sent) if cursor.pgresult is None), None)
+            if refused is None or not is_refused_data(exc):
                 raise
-            with contextlib.suppress(Exception):  # a refused statement aborted the pipeline
+            with contextlib.suppress(Exception):  # the skipped rest (lost: the next says)
                 self._pipeline.sync()
-            conn.execute("ROLLBACK TO SAVEPOINT memory_write")
-            conn.execute("RELEASE SAVEPOINT memory_write")
-            if isinstance(exc, ValueError):
-                return exc
+            conn.execute("ROLLBACK TO SAVEPOINT memory_writes")
+            conn.execute("RELEASE SAVEPOINT memory_writes")
+            # Read at once: psycopg forgets what it prepared in this pipeline only when it
+            # sees the rollback's answer (a statement it prepared after the refusal never
+            # was, and sent again by its name it would fail).
+            self._pipeline.sync()
             why = self._connections.scrub(exc).splitlines()[0]
-            return ValueError(f"PostgreSQL refused this memory write: {why}")
-        conn.execute("RELEASE SAVEPOINT memory_write")
-        return answer
+            position = todo[refused][0]
+            answers[position] = ValueError(f"PostgreSQL refused this memory write: {why}")
+            return todo[:refused] + todo[refused + 1 :]
+        for (position, write), cursor in zip(todo, sent, strict=True):
+            row = cursor.fetchone()
+            if isinstance(write, RememberFact):
+                answers[position] = _remembered(write.fact, row)
+            else:
+                answers[position] = _forgotten(write.fact_id, row)
+        return []
 
-    def _remember_fact(self, fact: Fact) -> Fact:
+    def _remember_sql(self, fact: Fact) -> tuple[str, dict[str, Any]]:
+        """Inserted, the fact supersedes every other current fact of its group (every
+        scope; the group is locked, so no other host adds one meanwhile). Already stored,
+        nothing is written and the stored fact is the answer."""
         s = self._s
         params = {name: getattr(fact, name) for name in _COLUMNS}
         params["scope"] = fact.scope.value
         names = ", ".join(_COLUMNS)
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
-        # Inserted, it supersedes every other current fact of its group (every scope); the
-        # group is locked, so no other host adds one meanwhile. Already stored, nothing is
-        # written and the stored fact is the answer.
-        row = self._conn.execute(
+        return (
             f"WITH added AS (INSERT INTO {s}.memory_facts AS f ({names}) VALUES ({values}) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
             f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
@@ -282,40 +310,24 @@ class PostgresMemory:
             f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
             "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
             params,
-        ).fetchone()
-        if row is None:  # another host's insert of this id committed after our snapshot
-            row = self._conn.execute(
-                f"SELECT {_columns('f')} FROM {s}.memory_facts f WHERE f.id = %s", (fact.id,)
-            ).fetchone()
-            if row is None:
-                raise DecideAgain(f"fact {fact.id} was stored and deleted meanwhile")
-        stored = _fact(row)
-        if stored is None:
-            raise RecordError(f"fact {fact.id}", ["the fact stored under this id does not read"])
-        return stored
+        )
 
-    def _forget_fact(self, fact_id: str, locked: list[str]) -> bool:
+    def _forget_sql(self, fact_id: str, locked: list[str]) -> tuple[str, dict[str, Any]]:
+        """Deleted only if its group is one this transaction locked; every fact it
+        superseded is handed to its heir (or made current when it has none). Answers how
+        many were deleted and whether the fact was there (both as the statement began)."""
         s = self._s
-        # Deleted only if its group is one this transaction locked; every fact it
-        # superseded is handed to its heir (or made current when it has none).
-        (deleted,) = self._conn.execute(
+        return (
             f"WITH gone AS (DELETE FROM {s}.memory_facts WHERE id = %(id)s "
             "AND (conflict_group IS NULL OR conflict_group = ANY(%(locked)s)) "
             "RETURNING id, superseded_by), "
             f"relinked AS (UPDATE {s}.memory_facts f SET superseded_by = CASE "
             "WHEN f.id = gone.superseded_by THEN NULL ELSE gone.superseded_by END "
             "FROM gone WHERE f.superseded_by = gone.id AND f.id <> gone.id) "
-            "SELECT count(*) FROM gone",
+            "SELECT (SELECT count(*) FROM gone), "
+            f"EXISTS (SELECT 1 FROM {s}.memory_facts WHERE id = %(id)s)",
             {"id": fact_id, "locked": locked},
-        ).fetchone()
-        if deleted:
-            return True
-        present = self._conn.execute(
-            f"SELECT 1 FROM {s}.memory_facts WHERE id = %s", (fact_id,)
-        ).fetchone()
-        if present is not None:  # forgotten and remembered again in another group meanwhile
-            raise DecideAgain(f"fact {fact_id} moved to a group this batch did not lock")
-        return False
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -450,6 +462,24 @@ class PostgresMemory:
                 params["now"] = rows[-1][-2]  # the same clock for every batch of this read
 
 
+def _remembered(fact: Fact, row: Sequence[Any] | None) -> Fact | Exception:
+    """What a RememberFact answers: the fact stored under its id (the new one if it was
+    inserted), or the error of a stored one that does not read (nothing was written)."""
+    if row is None:  # another host's insert of this id committed after the statement began
+        raise DecideAgain(f"fact {fact.id} was stored by another host meanwhile")
+    stored = _fact(row)
+    if stored is None:
+        return RecordError(f"fact {fact.id}", ["the fact stored under this id does not read"])
+    return stored
+
+
+def _forgotten(fact_id: str, row: Sequence[Any]) -> bool:
+    deleted, present = row
+    if present and not deleted:  # forgotten and remembered again in another group meanwhile
+        raise DecideAgain(f"fact {fact_id} moved to a group this batch did not lock")
+    return bool(deleted)
+
+
 def _shown(
     fact: Fact,
     where: FactFilter,
@@ -467,7 +497,8 @@ def _shown(
 
 
 def _checked(write: object) -> MemoryWrite:
-    """``write`` checked again (TODO: _memory.check_write once merged)."""
+    """``write`` checked again (TODO: _memory.check_write once merged), and its text
+    encodable as UTF-8 (a lone surrogate would fail in the driver, after the batch began)."""
     if isinstance(write, RememberFact):
         fact = write.fact
         if not isinstance(fact, Fact):
@@ -475,6 +506,7 @@ def _checked(write: object) -> MemoryWrite:
         fact = attrs.evolve(fact)
         if fact.superseded_by is not None:
             raise ValueError("a new fact names no superseder: the rules supersede it later")
+        fact.text.encode()
         return RememberFact(fact)
     if isinstance(write, ForgetFact):
         return ForgetFact(write.fact_id)

@@ -332,19 +332,48 @@ def test_a_write_the_server_refuses_as_data_answers_alone_and_leaves_nothing(
     store: PostgresStore,
 ) -> None:
     _sql(store, "ALTER TABLE {t} ADD CONSTRAINT no_secrets CHECK (text <> 'forbidden')")
-    a, b, c = (
-        fact("fact-a", "one", conflict_group="g"),
-        fact("fact-b", "forbidden", conflict_group="g"),
-        fact("fact-c", "three", conflict_group="g"),
+    old = fact("fact-old", "zero")
+    store.memory_apply([RememberFact(old)])
+    a, c, e = (fact(f"fact-{n}", n, conflict_group="g") for n in "ace")
+    refused = [fact(f"fact-{n}", "forbidden", conflict_group="g") for n in "bd"]
+    answers = store.memory_apply(
+        [
+            RememberFact(a),
+            RememberFact(refused[0]),
+            RememberFact(c),
+            ForgetFact("fact-old"),
+            RememberFact(refused[1]),
+            RememberFact(e),
+        ]
     )
-    answers = store.memory_apply([RememberFact(a), RememberFact(b), RememberFact(c)])
     assert answers[0] == a
-    assert isinstance(answers[1], ValueError)
-    assert "no_secrets" in str(answers[1])
-    assert answers[2] == c
+    assert answers[2:4] == (c, True)
+    assert answers[5] == e
+    for answer in (answers[1], answers[4]):
+        assert isinstance(answer, ValueError)
+        assert "no_secrets" in str(answer)
     stored = _all(store)
-    assert set(stored) == {"fact-a", "fact-c"}
+    assert set(stored) == {"fact-a", "fact-c", "fact-e"}
     assert stored["fact-a"].superseded_by == "fact-c"
+    assert stored["fact-c"].superseded_by == "fact-e"
+    # Many at once: a refusal surfaces wherever the driver reads it (while later writes are
+    # still being sent, or at the end), and statements prepared meanwhile stay usable.
+    many = [
+        fact(f"fact-m{n:02}", "forbidden" if n % 9 == 4 else f"m{n}", conflict_group="g")
+        for n in range(60)
+    ]
+    for _ in range(2):
+        answers = store.memory_apply([RememberFact(f) for f in many])
+        for f, answer in zip(many, answers, strict=True):
+            if f.text == "forbidden":
+                assert isinstance(answer, ValueError)
+            else:
+                assert isinstance(answer, Fact)
+                assert answer.id == f.id
+    stored = _all(store)
+    assert len(stored) == 3 + 60 - 7
+    _check_chains(stored)
+    assert [f.id for f in stored.values() if f.superseded_by is None] == ["fact-m59"]
 
 
 # -- lost connections ------------------------------------------------------------------
@@ -356,19 +385,22 @@ def test_a_session_ended_between_two_writes_runs_the_batch_again_whole(
     y = fact("fact-y", "to forget", conflict_group="g")
     store.memory_apply([RememberFact(y)])
     x, z = fact("fact-x", "new"), fact("fact-z", "newer", conflict_group="g")
-    original = store._apply_write
-    calls: list[Any] = []
+    execute = psycopg.Cursor.execute
+    writes: list[str] = []
 
-    def apply_write(write: Any, locked: list[str]) -> Any:
-        calls.append(write)
-        if len(calls) == 2:
-            _terminate(store._conn.info.backend_pid)
-        return original(write, locked)
+    def ending(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(query, str) and query.startswith(("WITH added", "WITH gone")):
+            writes.append(query)
+            if len(writes) == 2:  # the first write done on the server, then the session ends
+                self.connection._pipeline.sync()
+                _terminate(self.connection.info.backend_pid)
+        return execute(self, query, *args, **kwargs)
 
-    monkeypatch.setattr(store, "_apply_write", apply_write)
+    monkeypatch.setattr(psycopg.Cursor, "execute", ending)
     answers = store.memory_apply([RememberFact(x), ForgetFact("fact-y"), RememberFact(z)])
+    monkeypatch.undo()
     assert answers == (x, True, z)  # as one run answers: the first run was rolled back
-    assert len(calls) == 5
+    assert len(writes) == 5
     assert _all(store) == {"fact-x": x, "fact-z": z}
 
 
