@@ -3,7 +3,10 @@
 ``MEMORY_BACKENDS`` is every backend with memory; adding one is one entry in ``_OPENERS``
 (a function that opens a fresh store of that kind under a test's directory and closes it).
 ``memory_store`` (a fixture) gives each test one fresh store per backend; ``open_memory``
-opens one where a fixture cannot (Hypothesis state machines).
+opens one where a fixture cannot (Hypothesis state machines). ``tamper``,
+``total_changes``, ``sqlite_memory`` and ``store_files`` reach behind a backend (damaged rows,
+"reads never write", faults, file modes): they know the SQLite family; another backend adds
+its own branch there.
 """
 
 from __future__ import annotations
