@@ -1,5 +1,7 @@
 """PostgresStore's agent memory (``storage._memory``): facts as rows of ``memory_facts``
-(schema version 3), searched with PostgreSQL's text search (``english``, ``ts_rank``).
+(schema version 3), searched with PostgreSQL's text search: each fact's ``search`` column
+is ``to_tsvector('english', ...)`` of its text without diacritics (see :func:`fold`), set
+when it is stored, under a GIN index; ranking is ``ts_rank`` normalised by length.
 
 Writes (``memory_apply``):
 
@@ -16,15 +18,16 @@ Writes (``memory_apply``):
   hosts remembering in one group are serialised, the later one sees the earlier one's fact
   and supersedes it, and two forgets along one chain never re-link to a fact the other
   deletes. Supersession stays inside a group, so chains do too.
-* Each write runs under a SAVEPOINT: one refused as data answers its exception, and nothing
-  of it stays; the others of the batch are applied.
+* The writes go in one round trip (pipelined), one statement each, under a savepoint: one
+  the server refuses as data answers its error and leaves nothing; the others are sent
+  again and applied. A failure of the server raises and applies nothing.
 
 Reads run in one REPEATABLE READ snapshot. Scope, organization, domain, confidence, expiry
 (the filter's ``now``, else the test clock, else the server's clock) and the direct
 superseder are decided in SQL; a fact whose direct superseder has expired is walked further
 with :func:`hidden`; more rows are fetched until ``limit`` are visible. Each row is validated
 into a :class:`Fact` (its text columns cut just past the longest valid value, X2); a row that
-does not read is skipped, never coerced or deleted (E7).
+does not read is skipped and counted (``memory_dropped``), never coerced or deleted (E7).
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import threading
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import attrs
 
 from ._errors import RecordError
 from ._ids import check_id
@@ -44,12 +47,12 @@ from ._memory import (
     MAX_NAME,
     Fact,
     FactFilter,
-    ForgetFact,
     MemoryWrite,
     RememberFact,
     Scope,
     TextHit,
     check_limit,
+    check_write,
     hidden,
     query_terms,
 )
@@ -60,7 +63,7 @@ if TYPE_CHECKING:
     from ._backend import Clock
     from ._pg_connect import Connections
 
-__all__ = ["PostgresMemory", "group_lock_key"]
+__all__ = ["PostgresMemory", "fold", "group_lock_key"]
 
 T = TypeVar("T")
 
@@ -299,8 +302,10 @@ class PostgresMemory:
         s = self._s
         params = {name: getattr(fact, name) for name in _COLUMNS}
         params["scope"] = fact.scope.value
-        names = ", ".join(_COLUMNS)
+        params["search"] = fold(fact.text)
+        names = ", ".join((*_COLUMNS, "search"))
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
+        values += ", to_tsvector('english'::regconfig, %(search)s)"
         return (
             f"WITH added AS (INSERT INTO {s}.memory_facts AS f ({names}) VALUES ({values}) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
@@ -343,11 +348,27 @@ class PostgresMemory:
                 with contextlib.suppress(Exception):  # a lost connection: reading() says
                     conn.execute("ROLLBACK")
 
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept in the table: E7), since
+        this store opened."""
+        return self._dropped
+
+    _dropped = 0
+    _dropped_lock = threading.Lock()
+
+    def _read_fact(self, row: Sequence[Any]) -> Fact | None:
+        fact = _fact(row)
+        if fact is None:
+            with self._dropped_lock:
+                self._dropped += 1
+        return fact
+
     def _fact_on(self, conn: Any, fact_id: str) -> Fact | None:
         row = conn.execute(
             f"SELECT {_columns('f')} FROM {self._s}.memory_facts f WHERE f.id = %s", (fact_id,)
         ).fetchone()
-        return _fact(row) if row is not None else None
+        return self._read_fact(row) if row is not None else None
 
     def _memory_now(self, where: FactFilter) -> float | None:
         if where.now is not None:
@@ -393,22 +414,26 @@ class PostgresMemory:
     def memory_search(
         self, terms: Sequence[str], where: FactFilter, *, limit: int
     ) -> list[TextHit]:
-        """See :meth:`MemoryBackend.memory_search`: each term through ``plainto_tsquery``,
-        OR-ed (a stop word adds nothing, and errs nothing), ranked by ``ts_rank``, ties by
-        id."""
+        """See :meth:`MemoryBackend.memory_search`: each term (diacritics removed) through
+        ``plainto_tsquery``, OR-ed (a stop word adds nothing, and errs nothing), ranked by
+        ``ts_rank``, ties by id."""
         where = _check_where(where)
         limit = check_limit(limit)
         if isinstance(terms, str) or not all(type(term) is str for term in terms):
             raise TypeError("terms are a sequence of str (see query_terms)")
-        words = query_terms(" ".join(terms))  # what query_terms made is left as it is
+        words = query_terms(fold(" ".join(terms)))  # query_terms' own are left as they are
         if not words:
             return []
         conditions, params = _conditions(where, visible=True)
-        query = " || ".join(f"plainto_tsquery('english', %(t{n})s)" for n in range(len(words)))
+        query = " || ".join(
+            f"plainto_tsquery('english'::regconfig, %(t{n})s)" for n in range(len(words))
+        )
         params.update({f"t{n}": word for n, word in enumerate(words)})
         conditions[:0] = [f"numnode({query}) > 0", f"f.search @@ ({query})"]
         params["now"] = self._memory_now(where)
-        rank = f"ts_rank(f.search, {query})"
+        # Normalization 1: divided by 1 + the log of the fact's length, so that of two facts
+        # naming a term as often, the shorter ranks first (as bm25 has it).
+        rank = f"ts_rank(f.search, {query}, 1)"
         hits: list[TextHit] = self._retrying(
             self._select_facts, where, conditions, params, "rank DESC, f.id", limit, True, rank
         )
@@ -446,7 +471,7 @@ class PostgresMemory:
             while True:
                 rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
                 for row in rows:
-                    fact = _fact(row)
+                    fact = self._read_fact(row)
                     if fact is None:
                         continue
                     walk, now, score = row[-3:]
@@ -497,17 +522,17 @@ def _shown(
 
 
 def _checked(write: object) -> MemoryWrite:
-    """``write`` checked again (TODO: _memory.check_write once merged), and its text
-    encodable as UTF-8 (a lone surrogate would fail in the driver, after the batch began)."""
-    if isinstance(write, RememberFact):
-        fact = write.fact
-        if not isinstance(fact, Fact):
-            raise TypeError(f"RememberFact takes a Fact, not {type(fact).__name__}")
-        fact = attrs.evolve(fact)
-        if fact.superseded_by is not None:
-            raise ValueError("a new fact names no superseder: the rules supersede it later")
-        fact.text.encode()
-        return RememberFact(fact)
-    if isinstance(write, ForgetFact):
-        return ForgetFact(write.fact_id)
-    raise TypeError(f"a memory write is RememberFact or ForgetFact, not {type(write).__name__}")
+    """:func:`check_write`, and a text encodable as UTF-8 (a lone surrogate would fail in
+    the driver, after the batch began): a ``ValueError`` answers that write alone."""
+    checked = check_write(write)
+    if isinstance(checked, RememberFact):
+        checked.fact.text.encode()
+    return checked
+
+
+def fold(text: str) -> str:
+    """``text`` without its diacritics (``café`` -> ``cafe``), as indexed and as searched:
+    PostgreSQL's ``english`` configuration keeps accents, and ``unaccent`` is an extension
+    a store cannot count on."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c))

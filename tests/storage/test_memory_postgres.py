@@ -120,7 +120,7 @@ def test_a_version_2_schema_is_upgraded_keeping_executions_and_adding_memory(
         store.close()
 
 
-def test_the_facts_table_has_a_generated_english_tsvector_and_its_indexes(
+def test_the_facts_table_has_an_english_tsvector_without_diacritics_and_its_indexes(
     store: PostgresStore,
 ) -> None:
     indexes = dict(
@@ -135,8 +135,19 @@ def test_the_facts_table_has_a_generated_english_tsvector_and_its_indexes(
     assert "(conflict_group)" in indexes["memory_facts_group"]
     assert "(superseded_by)" in indexes["memory_facts_superseded_by"]
     assert "(created_at, id)" in indexes["memory_facts_order"]
-    store.memory_apply([RememberFact(fact("fact-a", "The cats were running"))])
-    assert _sql(store, "SELECT search::text FROM {t}") == [("'cat':2 'run':4",)]
+    store.memory_apply(
+        [
+            RememberFact(fact("fact-a", "The cats were running")),
+            RememberFact(fact("fact-b", "Naïve CAFÉ")),
+        ]
+    )
+    assert _sql(store, "SELECT search::text FROM {t} ORDER BY id") == [
+        ("'cat':2 'run':4",),
+        ("'cafe':2 'naiv':1",),
+    ]
+    for query in ("cafe", "café", "CAFÉS", "naive"):
+        hits = store.memory_search(query_terms(query), FactFilter(), limit=5)
+        assert [h.fact.id for h in hits] == ["fact-b"], query
     assert isinstance(store, ms.storage.MemoryBackend)
     assert store.memory_ranking == "ts_rank"
 
@@ -258,34 +269,36 @@ def test_stop_words_punctuation_and_odd_words_never_make_a_search_fail(
 def test_hits_rank_by_ts_rank_best_first_ties_by_id(store: PostgresStore) -> None:
     store.memory_apply(
         [
-            RememberFact(fact("fact-c", "river boat")),
-            RememberFact(fact("fact-b", "river boat")),
-            RememberFact(fact("fact-a", "river boat river boat river")),
+            RememberFact(fact("fact-c", "river")),
+            RememberFact(fact("fact-b", "river")),
+            RememberFact(fact("fact-a", "river boat")),
+            RememberFact(fact("fact-e", "the river is mentioned once among many other words")),
             RememberFact(fact("fact-d", "mountain")),
         ]
     )
     hits = store.memory_search(query_terms("river boats"), FactFilter(), limit=10)
-    assert [h.fact.id for h in hits] == ["fact-a", "fact-b", "fact-c"]
-    assert hits[0].score > hits[1].score == hits[2].score > 0
+    assert [h.fact.id for h in hits] == ["fact-a", "fact-b", "fact-c", "fact-e"]
+    assert hits[0].score > hits[1].score == hits[2].score > hits[3].score > 0
 
 
 def test_a_search_fetches_past_facts_hidden_further_along_their_chain(
     store: PostgresStore,
 ) -> None:
     # Chains old -> expired -> current: SQL sees only the expired direct superseder, the
-    # walk hides the old fact. They rank first, so the visible hits lie beyond a first batch.
+    # walk hides the old fact. They rank first (the shortest texts), so the visible hits lie
+    # beyond a first batch.
     writes: list[ms.storage.MemoryWrite] = []
     for n in range(6):
         group = f"g{n}"
         writes += [
-            RememberFact(fact(f"fact-a-old{n}", "plum plum plum plum", conflict_group=group)),
+            RememberFact(fact(f"fact-a-old{n}", "plum", conflict_group=group)),
             RememberFact(fact(f"fact-mid{n}", "other", conflict_group=group, valid_until=1.0)),
             RememberFact(fact(f"fact-new{n}", "other", conflict_group=group)),
         ]
-    writes += [RememberFact(fact(f"fact-v{n}", "plum")) for n in range(3)]
+    writes += [RememberFact(fact(f"fact-v{n}", "plum tree orchard")) for n in range(3)]
     # A chain whose newer facts all lapsed: its oldest applies again.
     writes += [
-        RememberFact(fact("fact-back", "plum plum", conflict_group="h")),
+        RememberFact(fact("fact-back", "plum tree", conflict_group="h")),
         RememberFact(fact("fact-lapsed", "x", conflict_group="h", valid_until=1.0)),
     ]
     store.memory_apply(writes)
