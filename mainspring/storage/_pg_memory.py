@@ -189,6 +189,7 @@ class PostgresMemory:
 
     if TYPE_CHECKING:  # PostgresStore's, used here
         schema: str
+        read_only: bool
         _s: str
         _conn: Any
         _pipeline: Any
@@ -370,6 +371,20 @@ class PostgresMemory:
         ).fetchone()
         return self._read_fact(row) if row is not None else None
 
+    _memory_present = False
+
+    def _has_memory(self, conn: Any) -> bool:
+        """Whether the schema holds the facts table: always once a writable store opened
+        it (upgraded), and not in an older schema a read-only store reads (it then reads as
+        holding no facts, and creates nothing)."""
+        if not self.read_only or self._memory_present:
+            return True
+        (present,) = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{self._s}.memory_facts",)
+        ).fetchone()
+        self._memory_present = bool(present)
+        return self._memory_present
+
     def _memory_now(self, where: FactFilter) -> float | None:
         if where.now is not None:
             return where.now
@@ -382,7 +397,7 @@ class PostgresMemory:
 
     def _get_fact(self, fact_id: str) -> Fact | None:
         with self._connections.reading() as conn:
-            return self._fact_on(conn, fact_id)
+            return self._fact_on(conn, fact_id) if self._has_memory(conn) else None
 
     def memory_count(self) -> int:
         """How many facts are stored (rows that do not read included)."""
@@ -390,6 +405,8 @@ class PostgresMemory:
 
     def _count_facts(self) -> int:
         with self._connections.reading() as conn:
+            if not self._has_memory(conn):
+                return 0
             (count,) = conn.execute(f"SELECT count(*) FROM {self._s}.memory_facts").fetchone()
         return int(count)
 
@@ -419,7 +436,10 @@ class PostgresMemory:
         ``ts_rank``, ties by id."""
         where = _check_where(where)
         limit = check_limit(limit)
-        if isinstance(terms, str) or not all(type(term) is str for term in terms):
+        if isinstance(terms, str):
+            raise TypeError("terms are a sequence of str (see query_terms), not one str")
+        terms = list(terms)
+        if not all(type(term) is str for term in terms):
             raise TypeError("terms are a sequence of str (see query_terms)")
         words = query_terms(fold(" ".join(terms)))  # query_terms' own are left as they are
         if not words:
@@ -468,6 +488,8 @@ class PostgresMemory:
             return found
         skip, batch = 0, limit
         with self._memory_snapshot() as conn:
+            if not self._has_memory(conn):
+                return found
             while True:
                 rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
                 for row in rows:

@@ -120,6 +120,34 @@ def test_a_version_2_schema_is_upgraded_keeping_executions_and_adding_memory(
         store.close()
 
 
+def test_a_read_only_store_on_a_schema_older_than_memory_reads_no_facts(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as older:
+        older.setattr("mainspring.storage._postgres.upgrade", functools.partial(upgrade, to=2))
+        PostgresStore(postgres_url).close()
+    reader = PostgresStore(postgres_url, read_only=True)
+    try:
+        assert reader.memory_count() == 0
+        assert reader.memory_get("fact-a") is None
+        assert reader.memory_list(EVERYTHING, limit=5) == []
+        assert reader.memory_search(["anything"], FactFilter(), limit=5) == []
+        with pytest.raises(ms.storage.StorageError, match="read-only"):
+            reader.memory_apply([RememberFact(fact("fact-a"))])
+        assert _sql(reader, f'SELECT value FROM "{reader.schema}".meta') == [("2",)]
+        writer = PostgresStore(postgres_url)  # a writable store upgrades it
+        try:
+            writer.memory_apply([RememberFact(fact("fact-a", "now kept"))])
+        finally:
+            writer.close()
+        assert reader.memory_count() == 1
+        assert [h.fact.id for h in reader.memory_search(["kept"], FactFilter(), limit=5)] == [
+            "fact-a"
+        ]
+    finally:
+        reader.close()
+
+
 def test_the_facts_table_has_an_english_tsvector_without_diacritics_and_its_indexes(
     store: PostgresStore,
 ) -> None:
@@ -264,6 +292,8 @@ def test_stop_words_punctuation_and_odd_words_never_make_a_search_fail(
         assert [h.fact.id for h in hits] == ["fact-b"], word
     with pytest.raises(TypeError):
         store.memory_search("cat", FactFilter(), limit=5)
+    hits = store.memory_search((word for word in ["cat"]), FactFilter(), limit=5)  # type: ignore[arg-type]
+    assert [h.fact.id for h in hits] == ["fact-a"]
 
 
 def test_hits_rank_by_ts_rank_best_first_ties_by_id(store: PostgresStore) -> None:
@@ -387,6 +417,54 @@ def test_a_write_the_server_refuses_as_data_answers_alone_and_leaves_nothing(
     assert len(stored) == 3 + 60 - 7
     _check_chains(stored)
     assert [f.id for f in stored.values() if f.superseded_by is None] == ["fact-m59"]
+
+
+#: How each statement of a memory batch begins (BEGIN, the clock and transaction id, the
+#: groups named, a group's lock, the savepoint, a remember, a forget, its release, COMMIT).
+STATEMENTS = [
+    "BEGIN",
+    "WITH locked",
+    "SELECT DISTINCT",
+    "SELECT pg_advisory",
+    "SAVEPOINT",
+    "WITH added",
+    "WITH gone",
+    "RELEASE",
+    "COMMIT",
+]
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_a_statement_the_server_fails_applies_nothing_and_the_store_goes_on(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, statement: str
+) -> None:
+    store.memory_apply(
+        [RememberFact(fact("fact-a", "old", conflict_group="g")), RememberFact(fact("fact-c"))]
+    )
+    before = _all(store)
+    batch = [
+        RememberFact(fact("fact-b", "new", conflict_group="g")),
+        ForgetFact("fact-c"),
+        RememberFact(fact("fact-d", "another")),
+    ]
+    execute = psycopg.Cursor.execute
+    failed = [0]
+
+    def failing(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(query, str) and query.startswith(statement) and not failed[0]:
+            failed[0] += 1
+            raise psycopg.errors.DiskFull("could not extend file: No space left on device")
+        return execute(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", failing)
+        with pytest.raises(ms.storage.StorageError, match="No space left"):
+            store.memory_apply(batch)
+    assert failed == [1]
+    assert _all(store) == before  # nothing of the batch
+    answers = store.memory_apply(batch)  # and the same store goes on
+    assert [type(a).__name__ for a in answers] == ["Fact", "bool", "Fact"]
+    assert set(_all(store)) == {"fact-a", "fact-b", "fact-d"}
 
 
 # -- lost connections ------------------------------------------------------------------
