@@ -60,6 +60,8 @@ __all__ = [
 
 #: The longest domain or conflict group name.
 MAX_NAME = 128
+#: The longest text taken for redaction (masks shorten secrets, never by this much).
+MAX_RAW_TEXT = 16 * MAX_FACT_TEXT
 
 
 class ScopeNotConfigured(MainspringError, ValueError):
@@ -195,9 +197,12 @@ def check_name(value: object, what: str, *, optional: bool = False) -> str | Non
 
 def check_text(text: object, what: str = "text") -> str:
     """``text`` redacted (E5), then bounded: 1..MAX_FACT_TEXT characters, no NUL. The error
-    never quotes the text."""
+    never quotes the text. Text far past the bound (:data:`MAX_RAW_TEXT`) is refused before
+    it is scanned: redacting megabytes would hold the event loop."""
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+    if len(text) > MAX_RAW_TEXT:
+        raise ValueError(f"{what} must be at most {MAX_FACT_TEXT} characters, not {len(text)}")
     if "\0" in text:
         raise ValueError(f"{what} must not contain NUL")
     masked = str(redact(str(text)))
