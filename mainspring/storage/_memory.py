@@ -82,6 +82,10 @@ def _text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"{attribute.name} must be 1..{MAX_FACT_TEXT} characters of text")
     if "\0" in value:
         raise ValueError(f"{attribute.name} must not contain NUL")
+    try:  # every backend stores UTF-8: a lone surrogate is refused here, for all of them
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{attribute.name} must be valid Unicode (no lone surrogates)") from None
 
 
 def _name(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:

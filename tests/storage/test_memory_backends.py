@@ -14,6 +14,7 @@ import pytest
 import mainspring as ms
 from mainspring.storage import (
     MAX_FACT_TEXT,
+    Fact,
     FactFilter,
     ForgetFact,
     MemoryBackend,
@@ -540,3 +541,8 @@ def test_a_disk_error_applies_nothing_of_the_batch_and_raises_oserror(
     assert search(memory_store, "new another") == []
     assert len(memory_store.memory_apply(batch)) == 3  # and it recovers
     assert sorted(listed(memory_store)) == ["a", "b", "d"]
+
+
+def test_a_lone_surrogate_is_refused_by_the_record_on_every_backend() -> None:
+    with pytest.raises(ValueError, match="lone surrogates"):
+        Fact(id="fact-x", text="half \ud800 a pair", scope=Scope.PROJECT)
