@@ -14,6 +14,11 @@ from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
+from ._memory import AgentMemory as AgentMemory
+from ._memory import Memory as Memory
+from ._memory import MemoryHit as MemoryHit
+from ._memory import MemorySearch as MemorySearch
+from ._memory import ScopeNotConfigured as ScopeNotConfigured
 from ._open import open_runtime as open_runtime
 from ._plan import InvalidPlan as InvalidPlan
 from ._programs import ProgramFailed as ProgramFailed
@@ -45,6 +50,7 @@ from ._status import IllegalTransition as IllegalTransition
 from ._usage import WithUsage as WithUsage
 
 __all__ = [
+    "AgentMemory",
     "AgentTaskCompleted",
     "AgentTaskProgress",
     "AgentTaskStarted",
@@ -60,12 +66,16 @@ __all__ = [
     "ExecutionStarted",
     "ExecutionWaiting",
     "IllegalTransition",
+    "Memory",
+    "MemoryHit",
+    "MemorySearch",
     "ProgramFailed",
     "ProgramResult",
     "PruneReport",
     "PruneSkip",
     "RunEvent",
     "SaveRefused",
+    "ScopeNotConfigured",
     "StepFinished",
     "StepRetrying",
     "StepStarted",

@@ -47,6 +47,7 @@ from ..storage import (
 from ._agent_context import MAX_INNER_STEPS, AgentContext, call
 from ._deadlines import error_types
 from ._findings import new_finding
+from ._memory import Memory
 from ._outputs import Stored, prepare_output_off_loop
 from ._usage import Allowance, Meter, split_usage
 
@@ -251,7 +252,9 @@ class AgentTaskActor(Actor):
         kept: dict[tuple[str, str], Any] | None = None,
         exhausted: Callable[[], str | None] | None = None,
         allowance: Allowance | None = None,
+        memory: Memory | None = None,
     ) -> None:
+        self.memory = memory  # the runtime's (ctx.memory is made from it)
         self._execution = execution
         self._exhausted = exhausted  # the run's token or cost budget that ran out, if any
         self._allowance = allowance  # what this task may spend of tokens and cost (P4)

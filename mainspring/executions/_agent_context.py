@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..actors import CancelReason, cancel_reason
 from ..storage import Finding, Usage, check_id
+from ._memory import AgentMemory
 from ._outputs import keep_result, prepare_output_off_loop
 from ._programs import ProgramResult, run_program_result
 from ._transitions import ASK_PREFIX
@@ -45,6 +46,7 @@ class AgentContext:
         self._actor = actor
         self._seen: set[str] = set()
         self._asks = 0
+        self._memory: AgentMemory | None = None
 
     @property
     def execution_id(self) -> str:
@@ -66,6 +68,20 @@ class AgentContext:
         """Model calls left in this task's reservation (P4)."""
         record = self._actor.record
         return max(0, record.calls_reserved - record.calls_used)
+
+    @property
+    def memory(self) -> AgentMemory:
+        """Agent memory (:class:`~mainspring.executions.AgentMemory`): ``remember`` records
+        where a fact came from and is idempotent on replay; ``search``, ``get`` and ``list``
+        are live reads, not replayed on resume (wrap one in ``ctx.step`` to replay it)."""
+        if self._memory is None:
+            base = self._actor.memory
+            if base is None:
+                raise TypeError("this agent runs without a runtime's memory")
+            self._memory = AgentMemory(
+                base, execution_id=self.execution_id, task_id=self.task_id, step_id=self.step_id
+            )
+        return self._memory
 
     def cancel_reason(self) -> CancelReason | None:
         """Why this task is being cancelled (``Pause``, ``Cancel``, ``ParentCancel``...), or

@@ -436,6 +436,7 @@ class ExecutionActor(BoundedRun):
                 (self._token_limit, self._cost_limit),
                 (cfg.token_reservation, cfg.cost_reservation),
             ),
+            cfg.memory,
         )
         if ref is None:
             return None

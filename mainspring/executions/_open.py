@@ -22,6 +22,7 @@ import anyio.to_thread
 from ..actors import Shutdown, open_system
 from ..storage import Notifying, RetryPolicy, Store, new_owner_id, open_committer, open_store
 from ..supervision import RootSupervisor
+from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
 from ._results import agent_hash, envelope_hash, tool_hash
 from ._run_events import RunEventBus
@@ -63,6 +64,8 @@ async def open_runtime(
     owner: str | None = None,
     timeouts: Mapping[str, float | None] | None = None,
     retries: Mapping[str, RetryPolicy] | None = None,
+    organization: str | None = None,
+    embedder: Callable[[list[str]], Any] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -91,6 +94,10 @@ async def open_runtime(
     is cancelled with ``Timeout``. A retry policy is a :class:`~mainspring.storage.RetryPolicy`
     (tools and skills only). Without them nothing times out and nothing is retried.
 
+    Memory (``runtime.memory``, ``ctx.memory``): ``organization`` (an id) enables the
+    ``organization`` scope, whose facts belong to it; ``embedder(texts)`` (sync or async,
+    one vector per text) makes searches rank by cosine similarity instead of full text.
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight.
@@ -99,6 +106,8 @@ async def open_runtime(
     tools, skills, agents = check_registries(tools, skills, agents)
     default_tokens, default_cost = check_limits(max_tokens, max_cost)
     bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
+    organization = check_organization(organization)
+    embedder = check_embedder(embedder)
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
@@ -135,6 +144,7 @@ async def open_runtime(
                 token_reservation=token_reservation,
                 cost_reservation=cost_reservation,
                 bounds=bounds,
+                memory=Memory(committer, organization=organization, embedder=embedder),
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -29,6 +29,9 @@ from ._deadlines import Bounds
 from ._results import ExecutionResult
 from ._run_events import RunEvent
 from ._usage import Meter
+
+if TYPE_CHECKING:
+    from ._memory import Memory
 
 
 @attrs.frozen(kw_only=True)
@@ -72,6 +75,8 @@ class RunConfig:
     kept_results: dict[tuple[str, str], Any] = attrs.field(factory=dict)
     #: Default timeouts and retry policies per kind and target (B1).
     bounds: Bounds = attrs.field(factory=Bounds)
+    #: Agent memory (``runtime.memory``; each agent's ``ctx.memory`` is made from it).
+    memory: Memory | None = None
 
 
 class RunWatcher(Protocol):

@@ -50,6 +50,7 @@ from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
 from ._history_follow import HistoryFollowers, RuntimeEvents
+from ._memory import Memory
 from ._plan import check_plan
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
@@ -168,6 +169,12 @@ class Runtime(RuntimeEvents):
     def owner(self) -> str:
         """This runtime's lease owner id (``host:pid:random``)."""
         return self._cfg.owner
+
+    @property
+    def memory(self) -> Memory:
+        """Agent memory: facts that outlive runs (see :class:`Memory`)."""
+        assert self._cfg.memory is not None  # open_runtime always makes one
+        return self._cfg.memory
 
     @property
     def store(self) -> Store:

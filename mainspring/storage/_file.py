@@ -40,6 +40,7 @@ from ._frames import (
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, Change, diff, snapshot_changes
+from ._memory_sqlite import MEMORY_FILE, MemoryFile, OnSqlite, SqliteMemory
 from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ._records import Execution
 from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
@@ -133,8 +134,9 @@ def _replay(
     return folded, snapshot_frames, events
 
 
-class FileStore(CompareAndSetStore):
-    """Executions as journal files under ``path`` (created 0700; files 0600, whatever the umask)."""
+class FileStore(OnSqlite, CompareAndSetStore):
+    """Executions as journal files under ``path`` (created 0700; files 0600, whatever the
+    umask); agent memory in its SQLite file ``memory.sqlite3`` (``storage._memory_sqlite``)."""
 
     _batch_keeps_earlier = True  # each file is synced on its own
 
@@ -175,9 +177,18 @@ class FileStore(CompareAndSetStore):
         self._seen: dict[str, _Seen] = {}  # history readers' progress, per journal
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
+        self._memory = MemoryFile(self.path / MEMORY_FILE, clock=clock, read_only=read_only)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
+
+    def _memory_of(self, *, write: bool) -> SqliteMemory | None:
+        return self._memory.get(write=write)
+
+    def close(self) -> None:
+        """Close the memory database if it was opened (a later memory call opens it again);
+        the journals need no closing."""
+        self._memory.close()
 
     def _check_format(self) -> None:
         marker = self.path / _FORMAT

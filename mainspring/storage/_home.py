@@ -82,4 +82,5 @@ def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Cal
     if store_kind(path) == "sqlite":
         sqlite = SqliteStore(path)
         return sqlite, sqlite.close
-    return FileStore(path), lambda: None
+    files = FileStore(path)
+    return files, files.close

@@ -14,7 +14,10 @@ backend against a reference model):
 - *RememberFact* stores a new fact. If it names a ``conflict_group``, every other fact of that
   group that is not superseded (``superseded_by is None``), in every scope, is marked
   superseded by the new one. A fact whose id is already stored is not written again: the
-  stored one is the answer (an agent's replayed ``remember`` is idempotent).
+  stored one is the answer (an agent's replayed ``remember`` is idempotent). A new fact
+  names no superseder (``superseded_by`` None): only these rules supersede a fact, so every
+  ``superseded_by`` names a stored fact of the same group, remembered later, and chains have
+  no cycles (:func:`check_write` refuses anything else).
 - *ForgetFact* deletes one fact atomically: every fact it superseded is re-linked to the fact
   that superseded it (its heir, or None when it had none, which makes them current again),
   and no stored fact names it any more.
@@ -89,6 +92,12 @@ def _name(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     _id(None, attribute, value)
 
 
+def _domain(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:  # a fact always has a domain ("general" by default)
+        raise ValueError(f"{attribute.name} must be 1..{MAX_NAME} characters")
+    _name(instance, attribute, value)
+
+
 def _confidence(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) not in (int, float) or not 0 <= value <= 1:
         raise ValueError(f"{attribute.name} must be within 0..1, not {value!r}")
@@ -119,7 +128,7 @@ class Fact:
     id: str = attrs.field(validator=_id)
     text: str = attrs.field(validator=_text)
     scope: Scope = attrs.field(validator=_scope)
-    domain: str = attrs.field(default="general", validator=_name)
+    domain: str = attrs.field(default="general", validator=_domain)
     confidence: float = attrs.field(default=1.0, validator=_confidence)
     valid_until: float | None = attrs.field(default=None, validator=_time)
     conflict_group: str | None = attrs.field(default=None, validator=_name)
@@ -301,6 +310,24 @@ def check_limit(limit: object) -> int:
     if type(limit) is not int or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ValueError(f"limit must be a whole number in 1..{MAX_SEARCH_LIMIT}, not {limit!r}")
     return limit
+
+
+def check_write(write: object) -> MemoryWrite:
+    """``write`` as a backend applies it, checked again (a frozen record can still be forged
+    or built around its validators): a :class:`RememberFact` of a valid :class:`Fact` that
+    names no superseder, or a :class:`ForgetFact` of a valid id. Returns it rebuilt (every
+    validator run); ``TypeError``/``ValueError`` otherwise: the answer for that write alone."""
+    if isinstance(write, RememberFact):
+        fact = write.fact
+        if not isinstance(fact, Fact):
+            raise TypeError(f"RememberFact takes a Fact, not {type(fact).__name__}")
+        fact = attrs.evolve(fact)  # runs every validator and the cross-field checks again
+        if fact.superseded_by is not None:
+            raise ValueError("a new fact names no superseder: the rules supersede it later")
+        return RememberFact(fact)
+    if isinstance(write, ForgetFact):
+        return ForgetFact(write.fact_id)
+    raise TypeError(f"a memory write is RememberFact or ForgetFact, not {type(write).__name__}")
 
 
 def supersede_targets(group_facts: Sequence[Fact], new: Fact) -> list[str]:

@@ -35,6 +35,7 @@ from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
+from ._memory_sqlite import MEMORY_SCHEMA, OnSqlite, SqliteMemory
 from ._platform import O_CLOEXEC
 from ._records import Execution
 
@@ -74,6 +75,7 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "execution_id TEXT NOT NULL, eseq INTEGER NOT NULL, body BLOB NOT NULL)",
     "CREATE INDEX IF NOT EXISTS events_by_execution ON events (execution_id, seq)",
+    *MEMORY_SCHEMA,  # agent memory (storage._memory_sqlite): added to older stores on open
 ]
 
 
@@ -133,8 +135,9 @@ def _remove_new(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-class SqliteStore(CompareAndSetStore):
-    """Executions as rows of one SQLite database at ``path`` (its directory made 0700)."""
+class SqliteStore(OnSqlite, CompareAndSetStore):
+    """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
+    agent memory beside them (``storage._memory_sqlite``)."""
 
     def __init__(
         self,
@@ -157,6 +160,7 @@ class SqliteStore(CompareAndSetStore):
         self._data_version: int | None = None
         if read_only:
             self._db = _open_read_only(self.path, busy_timeout)
+            self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
             return
         if not self.path.parent.exists():
             self.path.parent.mkdir(mode=0o700, parents=True)
@@ -202,6 +206,10 @@ class SqliteStore(CompareAndSetStore):
                 _remove_new(self.path)
             raise
         self._tighten_sidecars()
+        self._memory = SqliteMemory(self._db, self._lock, clock=clock)
+
+    def _memory_of(self, *, write: bool) -> SqliteMemory:
+        return self._memory
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"

@@ -10,8 +10,12 @@ directory (or a file in it) is named on the command line, e.g.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from ._memory_kit import STORE_KINDS, StoreSpec, store_spec
 
 #: Where the crash trials leave their numbers for the terminal summary.
 CRASH_STATS = pytest.StashKey[list[dict[str, object]]]()
@@ -24,6 +28,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="crash-and-resume trials per store backend (tests/executions/test_crash_resume.py)",
     )
+
+
+@pytest.fixture(params=STORE_KINDS)
+def memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
+    """A fresh store of each kind the memory tests run on (``_memory_kit.STORE_KINDS``)."""
+    yield from store_spec(request.param, tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,510 @@
+"""Memory's contract (``storage._memory``), one test per rule, run against every backend
+with memory (``tests/storage/_memory_kit.py``)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import mainspring as ms
+from mainspring.storage import (
+    MAX_FACT_TEXT,
+    FactFilter,
+    ForgetFact,
+    MemoryBackend,
+    RememberFact,
+    Scope,
+    query_terms,
+)
+from tests.storage._memory_kit import (
+    MEMORY_BACKENDS,
+    fact,
+    forget,
+    memory_store,
+    open_memory,
+    remember,
+    store_files,
+    tamper,
+    total_changes,
+)
+
+__all__ = ["memory_store"]
+
+EVERYTHING = FactFilter(include_hidden=True)
+
+
+def ids(facts: Any) -> list[str]:
+    return [getattr(item, "fact", item).id for item in facts]
+
+
+def listed(store: Any, where: FactFilter = EVERYTHING) -> dict[str, Any]:
+    return {f.id: f for f in store.memory_list(where, limit=1000)}
+
+
+def search(store: Any, query: str, where: FactFilter | None = None, limit: int = 100) -> list[str]:
+    return ids(store.memory_search(query_terms(query), where or FactFilter(), limit=limit))
+
+
+def test_every_store_keeps_memory_and_names_its_ranking(memory_store: Any) -> None:
+    assert isinstance(memory_store, MemoryBackend)
+    assert memory_store.memory_ranking == "bm25"
+
+
+def test_remember_then_get_list_and_count(memory_store: Any) -> None:
+    a = fact("a", "the build uses poetry", created_at=2.0, domain="tooling", confidence=0.75)
+    b = fact(
+        "b",
+        "deploys go through staging",
+        scope=Scope.PROJECT,
+        created_at=1.0,
+        valid_until=5e9,
+        execution_id="ex-1",
+        task_id="t-1",
+        step_id="s-1",
+    )
+    assert remember(memory_store, a, b) == (a, b)
+    assert memory_store.memory_get("a") == a
+    assert memory_store.memory_get("b") == b
+    assert memory_store.memory_get("nope") is None
+    assert memory_store.memory_count() == 2
+    assert ids(memory_store.memory_list(FactFilter(), limit=10)) == ["b", "a"]  # oldest first
+    assert ids(memory_store.memory_list(FactFilter(), limit=1)) == ["b"]
+    assert ids(memory_store.memory_list(FactFilter(), limit=10, after=(1.0, "b"))) == ["a"]
+
+
+def test_listing_pages_by_created_at_then_id(memory_store: Any) -> None:
+    facts = [fact(f"f{i:03d}", created_at=float(i % 7)) for i in range(60)]
+    remember(memory_store, *facts)
+    expected = [f.id for f in sorted(facts, key=lambda f: (f.created_at, f.id))]
+    seen: list[str] = []
+    after = None
+    while True:
+        page = memory_store.memory_list(FactFilter(), limit=7, after=after)
+        if not page:
+            break
+        seen += ids(page)
+        after = (page[-1].created_at, page[-1].id)
+    assert seen == expected
+
+
+def test_remembering_a_stored_id_answers_the_stored_fact_and_changes_nothing(
+    memory_store: Any,
+) -> None:
+    first = fact("a", "first words", conflict_group="g")
+    remember(memory_store, first)
+    remember(memory_store, fact("b", "newer", conflict_group="g"))
+    again = fact("a", "other words", conflict_group="g", created_at=9.0)
+    (answer,) = memory_store.memory_apply([RememberFact(again)])
+    assert answer == attrs.evolve(first, superseded_by="b")  # as stored: b superseded it
+    assert memory_store.memory_get("a") == answer
+    assert memory_store.memory_get("b").superseded_by is None  # a did not supersede b again
+    assert search(memory_store, "other") == []
+
+
+def test_a_project_fact_supersedes_a_user_fact_of_its_group(memory_store: Any) -> None:
+    user = fact("u", "tabs are four spaces", conflict_group="indent")
+    other = fact("x", "tabs are tabs", conflict_group="not-indent")
+    remember(memory_store, user, other)
+    project = fact("p", "tabs are two spaces", scope=Scope.PROJECT, conflict_group="indent")
+    remember(memory_store, project)
+    stored = listed(memory_store)
+    assert stored["u"].superseded_by == "p"
+    assert stored["x"].superseded_by is None  # another group is untouched
+    assert sorted(search(memory_store, "tabs")) == ["p", "x"]
+    # Hidden even where the superseder itself is not shown (another scope).
+    assert search(memory_store, "tabs", FactFilter(scopes=frozenset({Scope.USER}))) == ["x"]
+
+
+def test_a_chain_forgetting_its_middle_relinks_to_the_heir(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "v1", conflict_group="g"))
+    remember(memory_store, fact("b", "v2", conflict_group="g"))
+    remember(memory_store, fact("c", "v3", conflict_group="g"))
+    stored = listed(memory_store)
+    assert (stored["a"].superseded_by, stored["b"].superseded_by) == ("b", "c")
+    assert stored["c"].superseded_by is None
+    assert forget(memory_store, "b") is True
+    stored = listed(memory_store)
+    assert sorted(stored) == ["a", "c"]
+    assert stored["a"].superseded_by == "c"
+    assert ids(memory_store.memory_list(FactFilter(), limit=10)) == ["c"]
+
+
+def test_forgetting_the_head_makes_the_previous_fact_current(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "old rule", conflict_group="g"))
+    remember(memory_store, fact("b", "new rule", conflict_group="g"))
+    assert search(memory_store, "rule") == ["b"]
+    assert forget(memory_store, "b") is True
+    assert memory_store.memory_get("a").superseded_by is None
+    assert search(memory_store, "rule") == ["a"]
+    assert memory_store.memory_get("b") is None
+    assert search(memory_store, "new") == []  # its text is gone from the index too
+
+
+def test_forgetting_strips_every_reference_to_the_fact(memory_store: Any) -> None:
+    for name in "abcde":
+        remember(memory_store, fact(name, f"rule {name}", conflict_group="g"))
+    for gone in ("c", "e", "a"):
+        assert forget(memory_store, gone) is True
+        stored = listed(memory_store)
+        assert gone not in stored
+        assert all(f.superseded_by != gone for f in stored.values())
+    stored = listed(memory_store)
+    assert {k: f.superseded_by for k, f in stored.items()} == {"b": "d", "d": None}
+    assert memory_store.memory_count() == 2
+
+
+def test_forgetting_an_unknown_fact_answers_false(memory_store: Any) -> None:
+    remember(memory_store, fact("a"))
+    assert forget(memory_store, "nope") is False
+    assert memory_store.memory_count() == 1
+
+
+def test_expired_facts_are_not_visible(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("old", "release notes", valid_until=100.0),
+        fact("new", "release notes", valid_until=200.0),
+        fact("always", "release notes"),
+    )
+    assert sorted(search(memory_store, "release", FactFilter(now=99.0))) == [
+        "always",
+        "new",
+        "old",
+    ]
+    assert sorted(search(memory_store, "release", FactFilter(now=100.0))) == ["always", "new"]
+    assert search(memory_store, "release", FactFilter(now=200.0)) == ["always"]
+    assert search(memory_store, "release") == ["always"]  # the store's clock: now
+    assert ids(memory_store.memory_list(FactFilter(now=150.0), limit=10)) == ["always", "new"]
+    assert len(memory_store.memory_list(FactFilter(now=150.0, include_hidden=True), limit=9)) == 3
+
+
+def test_min_confidence(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("low", "guess about caching", confidence=0.2),
+        fact("mid", "guess about caching", confidence=0.5),
+        fact("high", "guess about caching", confidence=1),
+    )
+    assert sorted(search(memory_store, "caching", FactFilter(min_confidence=0.5))) == [
+        "high",
+        "mid",
+    ]
+    assert search(memory_store, "caching", FactFilter(min_confidence=0.51)) == ["high"]
+    assert len(search(memory_store, "caching")) == 3
+
+
+def test_scope_filter(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("u", "lint rule"),
+        fact("p", "lint rule", scope=Scope.PROJECT),
+        fact("r", "lint rule", scope=Scope.REPOSITORY),
+    )
+    only = FactFilter(scopes=frozenset({Scope.PROJECT, Scope.REPOSITORY}))
+    assert sorted(search(memory_store, "lint", only)) == ["p", "r"]
+    assert sorted(ids(memory_store.memory_list(only, limit=10))) == ["p", "r"]
+    assert sorted(search(memory_store, "lint")) == ["p", "r", "u"]
+    assert search(memory_store, "lint", FactFilter(scopes=frozenset())) == []
+
+
+def test_domain_filter(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("a", "cache keys", domain="build"),
+        fact("b", "cache keys", domain="deploy"),
+        fact("c", "cache keys"),
+    )
+    assert search(memory_store, "cache", FactFilter(domain="build")) == ["a"]
+    assert search(memory_store, "cache", FactFilter(domain="general")) == ["c"]
+    assert ids(memory_store.memory_list(FactFilter(domain="deploy"), limit=10)) == ["b"]
+
+
+def test_organizations_never_see_each_others_facts(memory_store: Any) -> None:
+    org = Scope.ORGANIZATION
+    remember(
+        memory_store,
+        fact("a1", "billing policy", scope=org, organization="org-a"),
+        fact("b1", "billing policy", scope=org, organization="org-b"),
+        fact("u", "billing policy"),
+    )
+    assert sorted(search(memory_store, "billing", FactFilter(organization="org-a"))) == [
+        "a1",
+        "u",
+    ]
+    only_org = FactFilter(scopes=frozenset({org}), organization="org-b")
+    assert search(memory_store, "billing", only_org) == ["b1"]
+    assert search(memory_store, "billing") == ["u"]  # no organization: none of theirs
+    listing = memory_store.memory_list(
+        FactFilter(organization="org-a", include_hidden=True), limit=9
+    )
+    assert sorted(ids(listing)) == ["a1", "u"]
+    with pytest.raises(ValueError, match="organization"):
+        FactFilter(scopes=frozenset({org}))
+
+
+def test_a_fact_is_hidden_while_any_newer_fact_of_its_chain_is_live(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "port is 8080", conflict_group="port", created_at=1.0))
+    remember(
+        memory_store,
+        fact("b", "port is 8081", conflict_group="port", created_at=2.0, valid_until=100.0),
+    )
+    remember(
+        memory_store,
+        fact("c", "port is 8082", conflict_group="port", created_at=3.0, valid_until=200.0),
+    )
+    at = {now: search(memory_store, "port", FactFilter(now=now)) for now in (50, 150, 250)}
+    assert at[50] == ["c"]  # b is hidden by c, a by b
+    assert at[150] == ["c"]  # b expired, but c (b's superseder) still hides a
+    assert at[250] == ["a"]  # every newer fact lapsed: the old one applies again
+    listing = {
+        now: ids(memory_store.memory_list(FactFilter(now=now), limit=9)) for now in (150, 250)
+    }
+    assert listing == {150: ["c"], 250: ["a"]}
+
+
+def test_hits_rank_by_bm25_then_id(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("weak", "the cache is mentioned once among many other words about builds"),
+        fact("strong", "cache cache cache"),
+        fact("tie-b", "cache misses"),
+        fact("tie-a", "cache misses"),
+        fact("none", "nothing relevant here"),
+    )
+    hits = memory_store.memory_search(query_terms("cache"), FactFilter(), limit=10)
+    assert ids(hits) == ["strong", "tie-a", "tie-b", "weak"]
+    scores = [hit.score for hit in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[1] == scores[2]
+    assert scores[0] > scores[1] > scores[3]
+    assert ids(memory_store.memory_search(query_terms("cache"), FactFilter(), limit=2)) == [
+        "strong",
+        "tie-a",
+    ]
+
+
+def test_any_term_matches_and_stems_match(memory_store: Any) -> None:
+    remember(
+        memory_store,
+        fact("a", "Running the migrations"),
+        fact("b", "the café opens"),
+        fact("c", "unrelated"),
+    )
+    assert search(memory_store, "run") == ["a"]
+    assert search(memory_store, "cafe") == ["b"]
+    assert sorted(search(memory_store, "zebra migrations OPENS")) == ["a", "b"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "!!! ... ???", "-- * ()"])
+def test_degenerate_queries_find_nothing(memory_store: Any, query: str) -> None:
+    remember(memory_store, fact("a", "anything at all"))
+    assert query_terms(query) == []
+    assert memory_store.memory_search(query_terms(query), FactFilter(), limit=10) == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        'cat"',
+        '"cat" OR "dog',
+        "NEAR(cat dog)",
+        "cat*",
+        "-cat",
+        "(cat)",
+        "text:cat",
+        "^cat",
+        "cat AND NOT dog",
+        "{text}: cat",
+    ],
+)
+def test_query_syntax_is_inert(memory_store: Any, query: str) -> None:
+    remember(
+        memory_store,
+        fact("cat", "the cat"),
+        fact("category", "a category"),
+        fact("dog", "the dog"),
+        fact("near", "near and far, and or not"),
+    )
+    # Through query_terms: plain words, whatever the punctuation said.
+    expected = {
+        word
+        for word in ("cat", "dog", "near")
+        if word in query_terms(query)
+        or (word == "near" and {"and", "or", "not"} & set(query_terms(query)))
+    }
+    assert set(search(memory_store, query)) == expected
+    # Raw terms, as if a caller skipped query_terms: still strings, never operators.
+    found = set(ids(memory_store.memory_search([query], FactFilter(), limit=10)))
+    assert "category" not in found  # no prefix query
+    assert found <= {"cat", "dog", "near"}
+
+
+def test_a_failed_write_changes_nothing_and_the_others_apply(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "first", conflict_group="g"))
+    forged = fact("bad", "will be emptied", conflict_group="g")
+    object.__setattr__(forged, "text", "")  # built around its validators
+    pre_superseded = fact("pre", "names a superseder", superseded_by="a", conflict_group="g")
+    answers = memory_store.memory_apply(
+        [
+            RememberFact(forged),
+            RememberFact(fact("b", "second", conflict_group="g")),
+            RememberFact(pre_superseded),
+            ForgetFact("a"),
+            "not a write",
+            RememberFact(fact("c", "third")),
+        ]
+    )
+    assert isinstance(answers[0], ValueError)
+    assert answers[1] == fact("b", "second", conflict_group="g")
+    assert isinstance(answers[2], ValueError)
+    assert answers[3] is True
+    assert isinstance(answers[4], TypeError)
+    assert answers[5] == fact("c", "third")
+    assert sorted(listed(memory_store)) == ["b", "c"]
+    assert memory_store.memory_get("b").superseded_by is None
+    assert search(memory_store, "emptied superseder") == []
+
+
+def test_reads_never_write(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "alpha", conflict_group="g", valid_until=1e10))
+    remember(memory_store, fact("b", "alpha beta", conflict_group="g", valid_until=10.0))
+
+    def state() -> tuple[Any, ...]:
+        files = tuple(
+            (p.name, p.stat().st_mtime_ns, p.stat().st_size)
+            for p in store_files(memory_store)
+            if not p.name.endswith("-shm")  # readers mark their place there: not data
+        )
+        return files, total_changes(memory_store)
+
+    before = state()
+    for where in (FactFilter(), EVERYTHING, FactFilter(now=5.0), FactFilter(min_confidence=1)):
+        memory_store.memory_list(where, limit=10)
+        memory_store.memory_search(["alpha", "beta"], where, limit=10)
+    memory_store.memory_get("a")
+    memory_store.memory_get("zzz")
+    memory_store.memory_count()
+    assert state() == before
+
+
+def test_a_file_store_that_never_remembered_creates_nothing_on_read(tmp_path: Path) -> None:
+    store = ms.storage.FileStore(tmp_path / "store")
+    try:
+        assert store.memory_count() == 0
+        assert store.memory_list(FactFilter(), limit=5) == []
+        assert store.memory_search(["x"], FactFilter(), limit=5) == []
+        assert store.memory_get("a") is None
+        assert not (tmp_path / "store" / "memory.sqlite3").exists()
+        remember(store, fact("a", "x marks"))
+        assert (tmp_path / "store" / "memory.sqlite3").exists()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", MEMORY_BACKENDS)
+def test_a_read_only_store_reads_and_refuses_writes(kind: str, tmp_path: Path) -> None:
+    with open_memory(kind, tmp_path) as store:
+        remember(store, fact("a", "kept words"))
+        path = store.path
+    reader = type(store)(path, read_only=True)
+    try:
+        assert reader.memory_get("a") == fact("a", "kept words")
+        assert search(reader, "kept") == ["a"]
+        with pytest.raises(ms.storage.StorageError, match="read-only"):
+            reader.memory_apply([RememberFact(fact("b"))])
+        assert reader.memory_count() == 1
+    finally:
+        reader.close()
+
+
+def test_a_read_only_sqlite_store_older_than_memory_answers_empty(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "store.db"
+    ms.storage.SqliteStore(path).close()
+    db = sqlite3.connect(path)
+    with db:
+        for name in ("memory_fts", "memory_facts"):
+            db.execute(f"DROP TABLE {name}")
+    db.close()
+    reader = ms.storage.SqliteStore(path, read_only=True)
+    try:
+        assert reader.memory_count() == 0
+        assert reader.memory_get("a") is None
+        assert reader.memory_list(EVERYTHING, limit=5) == []
+        assert reader.memory_search(["a"], FactFilter(), limit=5) == []
+    finally:
+        reader.close()
+    db = sqlite3.connect(path)
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert "memory_facts" not in tables  # nothing was created
+    writer = ms.storage.SqliteStore(path)  # a writable open adds the tables
+    try:
+        remember(writer, fact("a"))
+        assert writer.memory_count() == 1
+    finally:
+        writer.close()
+
+
+def test_a_read_only_file_store_without_memory_answers_empty(tmp_path: Path) -> None:
+    ms.storage.FileStore(tmp_path / "store").close()
+    reader = ms.storage.FileStore(tmp_path / "store", read_only=True)
+    try:
+        assert reader.memory_count() == 0
+        assert reader.memory_search(["a"], FactFilter(), limit=5) == []
+    finally:
+        reader.close()
+    assert not (tmp_path / "store" / "memory.sqlite3").exists()
+
+
+def test_text_is_bounded_and_a_damaged_row_is_skipped_not_deleted(memory_store: Any) -> None:
+    longest = "x" * MAX_FACT_TEXT
+    remember(memory_store, fact("long", longest), fact("ok", "fine words"))
+    assert memory_store.memory_get("long").text == longest
+    with pytest.raises(ValueError, match="characters"):
+        fact("longer", "x" * (MAX_FACT_TEXT + 1))
+    for column, value in [
+        ("text", "y" * (MAX_FACT_TEXT + 1)),
+        ("scope", "galaxy"),
+        ("confidence", "high"),
+        ("created_at", b"\x00"),
+        ("domain", b"build"),
+        ("id", "x" * 300),
+    ]:
+        remember(memory_store, fact("victim", "fine words too"))
+        tamper(memory_store, f"UPDATE memory_facts SET {column} = ? WHERE id = 'victim'", value)
+        dropped = memory_store.memory_dropped
+        assert memory_store.memory_get("victim") is None, column
+        assert ids(memory_store.memory_list(EVERYTHING, limit=10)) == ["long", "ok"], column
+        assert search(memory_store, "fine") == ["ok"], column
+        assert memory_store.memory_dropped > dropped
+        assert memory_store.memory_count() == 3  # never deleted by a read
+        tamper(memory_store, "DELETE FROM memory_facts WHERE id = 'victim'")
+
+
+def test_limits_are_checked(memory_store: Any) -> None:
+    for limit in (0, -1, 1001, 2.0, True):
+        with pytest.raises(ValueError, match="limit"):
+            memory_store.memory_list(FactFilter(), limit=limit)
+        with pytest.raises(ValueError, match="limit"):
+            memory_store.memory_search(["a"], FactFilter(), limit=limit)
+
+
+@pytest.mark.parametrize("kind", [k for k in MEMORY_BACKENDS if k in ("file", "sqlite")])
+def test_memory_files_are_0600_even_under_umask_000(kind: str, tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        with open_memory(kind, tmp_path) as store:
+            remember(store, fact("a", "secret-ish"))
+            files = store_files(store)
+            assert any(p.name.endswith("-wal") for p in files)
+            for path in files:
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+    finally:
+        os.umask(old)
