@@ -179,14 +179,19 @@ def _search(store: Any, out: Out, args: argparse.Namespace) -> int:
         return EXIT_OK
     out.table(
         ["score", *_HEADERS],
-        [[f"{score:.3f}", *_row(fact, now)] for fact, score in hits],
+        [[f"{score:.3g}", *_row(fact, now)] for fact, score in hits],
     )
     out.line(f"(ranked by {ranking})")
     return EXIT_OK
 
 
-def _forget(store: Store, out: Out, args: argparse.Namespace) -> int:
+def _forget(store: Any, out: Out, args: argparse.Namespace) -> int:
     import anyio
+
+    # An unknown fact is reported before a runtime opens: nothing is written, not even the
+    # memory tables of a store that has none yet.
+    if store.memory_get(args.fact_id) is None:
+        raise CliError(f"no fact {args.fact_id} in this store", EXIT_UNKNOWN)
 
     # Imported here: reads never load the execution layer (or pay for its import).
     from ..executions import open_runtime
