@@ -16,7 +16,15 @@ from typing import Any
 from ._errors import StorageError
 from ._pg_schema import Address, scrub
 
-__all__ = ["Connections", "Lost", "channel_name", "is_driver_error", "is_lost", "is_retryable"]
+__all__ = [
+    "Connections",
+    "Lost",
+    "channel_name",
+    "is_driver_error",
+    "is_lost",
+    "is_refused_data",
+    "is_retryable",
+]
 
 
 class Lost(Exception):
@@ -90,6 +98,13 @@ def is_retryable(exc: BaseException) -> bool:
     failure)."""
     psycopg, _ = _psycopg()
     return isinstance(exc, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+
+
+def is_refused_data(exc: BaseException) -> bool:
+    """True when the server refused a statement for the data it was given (SQLSTATE classes
+    22 and 23): the fault of that one write, not of the store."""
+    psycopg, _ = _psycopg()
+    return isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
 
 
 def _defaults(conninfo: str, connect_timeout: float, session_timeout: float) -> dict[str, Any]:

@@ -44,8 +44,9 @@ TABLES = {
     "inner_done": "inner_completed",
 }
 
-# Version 1: the tables. Version 2: history read per execution without a scan. Each entry
-# is applied in a transaction of its own, in order, from the version stored.
+# Version 1: the tables. Version 2: history read per execution without a scan. Version 3:
+# agent memory (``_pg_memory``). Each entry is applied in a transaction of its own, in
+# order, from the version stored.
 _UPGRADES: dict[int, list[str]] = {
     1: [
         "CREATE TABLE {s}.executions (id text PRIMARY KEY, seq bigint NOT NULL, "
@@ -77,6 +78,22 @@ _UPGRADES: dict[int, list[str]] = {
         "RETURN n; END $$",
     ],
     2: ["CREATE INDEX events_by_execution ON {s}.events (execution_id, seq)"],
+    3: [
+        # Names compare and sort byte-wise ("C"), as in SQLite and Python: listing order and
+        # ties in search do not depend on the server's locale. No CHECKs: a row is validated
+        # into a Fact on read, and one that does not read is skipped, never coerced.
+        'CREATE TABLE {s}.memory_facts (id text COLLATE "C" PRIMARY KEY, text text NOT NULL, '
+        'scope text COLLATE "C" NOT NULL, domain text COLLATE "C" NOT NULL, '
+        "confidence double precision NOT NULL, valid_until double precision, "
+        'conflict_group text COLLATE "C", superseded_by text COLLATE "C", '
+        'organization text COLLATE "C", created_at double precision NOT NULL, '
+        'execution_id text COLLATE "C", task_id text COLLATE "C", step_id text COLLATE "C", '
+        "search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED)",
+        "CREATE INDEX memory_facts_search ON {s}.memory_facts USING gin (search)",
+        "CREATE INDEX memory_facts_group ON {s}.memory_facts (conflict_group)",
+        "CREATE INDEX memory_facts_superseded_by ON {s}.memory_facts (superseded_by)",
+        "CREATE INDEX memory_facts_order ON {s}.memory_facts (created_at, id)",
+    ],
 }
 #: The newest schema this library writes.
 PG_SCHEMA_VERSION = max(_UPGRADES)

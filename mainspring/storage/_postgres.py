@@ -48,6 +48,7 @@ from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import Connections, channel_name, is_driver_error, is_lost, is_retryable
 from ._pg_feed import Feed
+from ._pg_memory import PostgresMemory
 from ._pg_retry import DecideAgain, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, rows_for, size_expr
@@ -67,8 +68,8 @@ class CommitUnknown(StorageError, OSError):
     holds (it was written wholly or not at all)."""
 
 
-class PostgresStore(CompareAndSetStore):
-    """Executions as rows in schema ``schema`` of the PostgreSQL database at ``url``.
+class PostgresStore(PostgresMemory, CompareAndSetStore):
+    """Executions and agent memory (``_pg_memory``) in schema ``schema`` at ``url``.
 
     ``url`` is a ``postgresql://`` URL (``?schema=NAME`` picks the schema, default
     ``mainspring``). The schema is created or upgraded on first use (``read_only`` stores
@@ -442,8 +443,7 @@ class PostgresStore(CompareAndSetStore):
 
     def edit(self, execution_id: str, change: Any) -> Execution | None:
         """See :meth:`CompareAndSetStore.edit`; the runner elsewhere is told at once."""
-        edited = self._retrying(super().edit, execution_id, change)
-        return edited
+        return self._retrying(super().edit, execution_id, change)
 
     def _write(
         self, base: Base | None, execution: Execution, fence: tuple[str, int] | None

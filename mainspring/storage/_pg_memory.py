@@ -1,0 +1,481 @@
+"""PostgresStore's agent memory (``storage._memory``): facts as rows of ``memory_facts``
+(schema version 3), searched with PostgreSQL's text search (``english``, ``ts_rank``).
+
+Writes (``memory_apply``):
+
+* A batch is one of the store's write transactions, so a lost connection is settled as a
+  commit's is (``_postgres``). Lost before COMMIT, the server rolled it back and the whole
+  batch runs again: a RememberFact is idempotent by id, and a ForgetFact finds again the
+  fact the aborted attempt deleted, so every answer is the one a single run gives. Lost
+  during COMMIT, the server is asked what became of the transaction: committed, the
+  answers stand; aborted, the batch runs again; unknown, :class:`CommitUnknown` is raised
+  and nothing is acknowledged. A batch is never run again on an unknown outcome, where a
+  ForgetFact would answer False for the fact its first run deleted.
+* Every conflict group the batch touches is locked for the transaction first (an advisory
+  lock on a hash of schema and group, in key order, so two batches never deadlock): two
+  hosts remembering in one group are serialised, the later one sees the earlier one's fact
+  and supersedes it, and two forgets along one chain never re-link to a fact the other
+  deletes. Supersession stays inside a group, so chains do too.
+* Each write runs under a SAVEPOINT: one refused as data answers its exception, and nothing
+  of it stays; the others of the batch are applied.
+
+Reads run in one REPEATABLE READ snapshot. Scope, organization, domain, confidence, expiry
+(the filter's ``now``, else the test clock, else the server's clock) and the direct
+superseder are decided in SQL; a fact whose direct superseder has expired is walked further
+with :func:`hidden`; more rows are fetched until ``limit`` are visible. Each row is validated
+into a :class:`Fact` (its text columns cut just past the longest valid value, X2); a row that
+does not read is skipped, never coerced or deleted (E7).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from ._errors import RecordError
+from ._ids import check_id
+from ._memory import (
+    MAX_FACT_TEXT,
+    MAX_NAME,
+    Fact,
+    FactFilter,
+    ForgetFact,
+    MemoryWrite,
+    RememberFact,
+    Scope,
+    TextHit,
+    check_limit,
+    hidden,
+    query_terms,
+)
+from ._pg_connect import is_refused_data
+from ._pg_retry import DecideAgain
+
+if TYPE_CHECKING:
+    from ._backend import Clock
+    from ._pg_connect import Connections
+
+__all__ = ["PostgresMemory", "group_lock_key"]
+
+T = TypeVar("T")
+
+_ID = 256
+#: Column -> the longest text a valid fact holds there, plus one: a longer stored value is
+#: cut to that (nothing unbounded is fetched, X2) and still fails validation.
+_CUT = {
+    "id": _ID + 1,
+    "text": MAX_FACT_TEXT + 1,
+    "scope": max(len(scope.value) for scope in Scope) + 1,
+    "domain": MAX_NAME + 1,
+    "conflict_group": MAX_NAME + 1,
+    "superseded_by": _ID + 1,
+    "organization": _ID + 1,
+    "execution_id": _ID + 1,
+    "task_id": _ID + 1,
+    "step_id": _ID + 1,
+}
+_COLUMNS = (
+    "id",
+    "text",
+    "scope",
+    "domain",
+    "confidence",
+    "valid_until",
+    "conflict_group",
+    "superseded_by",
+    "organization",
+    "created_at",
+    "execution_id",
+    "task_id",
+    "step_id",
+)
+_CLOCK = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
+
+
+def _columns(alias: str) -> str:
+    return ", ".join(
+        f"left({alias}.{name}, {_CUT[name]})" if name in _CUT else f"{alias}.{name}"
+        for name in _COLUMNS
+    )
+
+
+def group_lock_key(schema: str, group: str) -> int:
+    """The advisory lock (a signed 64-bit key) of conflict group ``group`` in ``schema``:
+    the same on every host and server version."""
+    digest = hashlib.blake2b(f"mainspring:{schema}:memory:{group}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def _fact(row: Sequence[Any]) -> Fact | None:
+    """The fact a row holds, or None if it does not read as one (skipped, E7)."""
+    try:
+        return Fact(
+            id=row[0],
+            text=row[1],
+            scope=Scope(row[2]),
+            domain=row[3],
+            confidence=row[4],
+            valid_until=row[5],
+            conflict_group=row[6],
+            superseded_by=row[7],
+            organization=row[8],
+            created_at=row[9],
+            execution_id=row[10],
+            task_id=row[11],
+            step_id=row[12],
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_where(where: object) -> FactFilter:
+    if not isinstance(where, FactFilter):
+        raise TypeError(f"a memory read takes a FactFilter, not {type(where).__name__}")
+    return where
+
+
+def _check_after(after: object) -> tuple[float, str] | None:
+    if after is None:
+        return None
+    if (
+        type(after) is not tuple
+        or len(after) != 2
+        or type(after[0]) not in (int, float)
+        or not math.isfinite(after[0])
+    ):
+        raise ValueError(f"after must be a (created_at, id) pair, not {after!r}")
+    return float(after[0]), check_id(after[1])
+
+
+def _conditions(where: FactFilter, *, visible: bool) -> tuple[list[str], dict[str, Any]]:
+    """The SQL conditions of ``where`` on ``f`` (the fact) and ``s`` (its direct superseder,
+    outer-joined), and their parameters. ``visible`` adds the rules of a search: confidence,
+    expiry, and no unexpired direct superseder (a missing one hides nothing, as in
+    :func:`hidden`)."""
+    conditions = [
+        "f.scope = ANY(%(scopes)s)",
+        "(f.scope <> 'organization' OR f.organization = %(organization)s)",
+    ]
+    params: dict[str, Any] = {
+        "scopes": [scope.value for scope in where.scope_list()],
+        "organization": where.organization,
+    }
+    if where.domain is not None:
+        conditions.append("f.domain = %(domain)s")
+        params["domain"] = where.domain
+    if visible:
+        conditions += [
+            "f.confidence >= %(confidence)s",
+            "(f.valid_until IS NULL OR f.valid_until > clock.now)",
+            "(s.id IS NULL OR s.valid_until <= clock.now)",
+        ]
+        params["confidence"] = where.min_confidence
+    return conditions, params
+
+
+class PostgresMemory:
+    """The memory half of :class:`PostgresStore` (``MemoryBackend``); see the module."""
+
+    #: What a search ranks with (PostgreSQL's ``ts_rank``; higher is better).
+    memory_ranking = "ts_rank"
+
+    if TYPE_CHECKING:  # PostgresStore's, used here
+        schema: str
+        _s: str
+        _conn: Any
+        _pipeline: Any
+        _connections: Connections
+        _test_clock: Clock | None
+
+        def _atomic(self) -> contextlib.AbstractContextManager[None]: ...
+
+        def _lock_rows(self, ids: Sequence[str]) -> None: ...
+
+        def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See :meth:`MemoryBackend.memory_apply` and the module: one transaction, retried
+        whole only when the server certainly did not commit it."""
+        batch = tuple(writes)
+        if not batch:
+            return ()
+        return self._retrying(self._memory_apply, batch)
+
+    def _memory_apply(self, batch: tuple[Any, ...]) -> tuple[Fact | bool | Exception, ...]:
+        checked: list[MemoryWrite | Exception] = []
+        for write in batch:
+            try:
+                checked.append(_checked(write))
+            except (TypeError, ValueError) as exc:
+                checked.append(exc)
+        with self._atomic():
+            # BEGIN, and the transaction id a COMMIT whose connection is lost is settled by.
+            self._lock_rows(())
+            locked = self._lock_groups([w for w in checked if not isinstance(w, Exception)])
+            answers = tuple(
+                w if isinstance(w, Exception) else self._apply_write(w, locked) for w in checked
+            )
+        return answers
+
+    def _lock_groups(self, writes: Sequence[MemoryWrite]) -> list[str]:
+        """Lock every conflict group ``writes`` may change, in key order (no deadlock between
+        two batches): the groups of the facts remembered and of the stored facts named."""
+        groups = {w.fact.conflict_group for w in writes if isinstance(w, RememberFact)}
+        ids = sorted({w.fact.id if isinstance(w, RememberFact) else w.fact_id for w in writes})
+        rows = self._conn.execute(
+            f"SELECT DISTINCT conflict_group FROM {self._s}.memory_facts "
+            "WHERE id = ANY(%s) AND conflict_group IS NOT NULL",
+            (ids,),
+        ).fetchall()
+        groups.update(row[0] for row in rows)
+        named = sorted(group for group in groups if group is not None)
+        for key in sorted({group_lock_key(self.schema, group) for group in named}):
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        return named
+
+    def _apply_write(self, write: MemoryWrite, locked: list[str]) -> Fact | bool | Exception:
+        """One write under a savepoint: what it answers, or the exception that refused it
+        (nothing of it kept)."""
+        conn = self._conn
+        conn.execute("SAVEPOINT memory_write")
+        try:
+            if isinstance(write, RememberFact):
+                answer: Fact | bool = self._remember_fact(write.fact)
+            else:
+                answer = self._forget_fact(write.fact_id, locked)
+        except Exception as exc:
+            if not isinstance(exc, ValueError) and not is_refused_data(exc):
+                raise
+            with contextlib.suppress(Exception):  # a refused statement aborted the pipeline
+                self._pipeline.sync()
+            conn.execute("ROLLBACK TO SAVEPOINT memory_write")
+            conn.execute("RELEASE SAVEPOINT memory_write")
+            if isinstance(exc, ValueError):
+                return exc
+            why = self._connections.scrub(exc).splitlines()[0]
+            return ValueError(f"PostgreSQL refused this memory write: {why}")
+        conn.execute("RELEASE SAVEPOINT memory_write")
+        return answer
+
+    def _remember_fact(self, fact: Fact) -> Fact:
+        s = self._s
+        params = {name: getattr(fact, name) for name in _COLUMNS}
+        params["scope"] = fact.scope.value
+        names = ", ".join(_COLUMNS)
+        values = ", ".join(f"%({name})s" for name in _COLUMNS)
+        # Inserted, it supersedes every other current fact of its group (every scope); the
+        # group is locked, so no other host adds one meanwhile. Already stored, nothing is
+        # written and the stored fact is the answer.
+        row = self._conn.execute(
+            f"WITH added AS (INSERT INTO {s}.memory_facts AS f ({names}) VALUES ({values}) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
+            f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
+            "WHERE conflict_group = %(conflict_group)s AND superseded_by IS NULL "
+            "AND id <> %(id)s AND EXISTS (SELECT 1 FROM added)) "
+            f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
+            "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
+            params,
+        ).fetchone()
+        if row is None:  # another host's insert of this id committed after our snapshot
+            row = self._conn.execute(
+                f"SELECT {_columns('f')} FROM {s}.memory_facts f WHERE f.id = %s", (fact.id,)
+            ).fetchone()
+            if row is None:
+                raise DecideAgain(f"fact {fact.id} was stored and deleted meanwhile")
+        stored = _fact(row)
+        if stored is None:
+            raise RecordError(f"fact {fact.id}", ["the fact stored under this id does not read"])
+        return stored
+
+    def _forget_fact(self, fact_id: str, locked: list[str]) -> bool:
+        s = self._s
+        # Deleted only if its group is one this transaction locked; every fact it
+        # superseded is handed to its heir (or made current when it has none).
+        (deleted,) = self._conn.execute(
+            f"WITH gone AS (DELETE FROM {s}.memory_facts WHERE id = %(id)s "
+            "AND (conflict_group IS NULL OR conflict_group = ANY(%(locked)s)) "
+            "RETURNING id, superseded_by), "
+            f"relinked AS (UPDATE {s}.memory_facts f SET superseded_by = CASE "
+            "WHEN f.id = gone.superseded_by THEN NULL ELSE gone.superseded_by END "
+            "FROM gone WHERE f.superseded_by = gone.id AND f.id <> gone.id) "
+            "SELECT count(*) FROM gone",
+            {"id": fact_id, "locked": locked},
+        ).fetchone()
+        if deleted:
+            return True
+        present = self._conn.execute(
+            f"SELECT 1 FROM {s}.memory_facts WHERE id = %s", (fact_id,)
+        ).fetchone()
+        if present is not None:  # forgotten and remembered again in another group meanwhile
+            raise DecideAgain(f"fact {fact_id} moved to a group this batch did not lock")
+        return False
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _memory_snapshot(self) -> Iterator[Any]:
+        """A connection in a read-only REPEATABLE READ transaction: every statement of one
+        read sees the same facts."""
+        with self._connections.reading() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield conn
+            finally:
+                with contextlib.suppress(Exception):  # a lost connection: reading() says
+                    conn.execute("ROLLBACK")
+
+    def _fact_on(self, conn: Any, fact_id: str) -> Fact | None:
+        row = conn.execute(
+            f"SELECT {_columns('f')} FROM {self._s}.memory_facts f WHERE f.id = %s", (fact_id,)
+        ).fetchone()
+        return _fact(row) if row is not None else None
+
+    def _memory_now(self, where: FactFilter) -> float | None:
+        if where.now is not None:
+            return where.now
+        return self._test_clock() if self._test_clock is not None else None
+
+    def memory_get(self, fact_id: str) -> Fact | None:
+        """The stored fact, or None (also for a row that does not read)."""
+        check_id(fact_id)
+        return self._retrying(self._get_fact, fact_id)
+
+    def _get_fact(self, fact_id: str) -> Fact | None:
+        with self._connections.reading() as conn:
+            return self._fact_on(conn, fact_id)
+
+    def memory_count(self) -> int:
+        """How many facts are stored (rows that do not read included)."""
+        return self._retrying(self._count_facts)
+
+    def _count_facts(self) -> int:
+        with self._connections.reading() as conn:
+            (count,) = conn.execute(f"SELECT count(*) FROM {self._s}.memory_facts").fetchone()
+        return int(count)
+
+    def memory_list(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See :meth:`MemoryBackend.memory_list`: keyset on ``(created_at, id)``."""
+        where = _check_where(where)
+        limit = check_limit(limit)
+        start = _check_after(after)
+        visible = not where.include_hidden
+        conditions, params = _conditions(where, visible=visible)
+        if start is not None:
+            conditions.append("(f.created_at, f.id) > (%(after_at)s, %(after_id)s)")
+            params["after_at"], params["after_id"] = start
+        params["now"] = self._memory_now(where)
+        facts: list[Fact] = self._retrying(
+            self._select_facts, where, conditions, params, "f.created_at, f.id", limit, visible
+        )
+        return facts
+
+    def memory_search(
+        self, terms: Sequence[str], where: FactFilter, *, limit: int
+    ) -> list[TextHit]:
+        """See :meth:`MemoryBackend.memory_search`: each term through ``plainto_tsquery``,
+        OR-ed (a stop word adds nothing, and errs nothing), ranked by ``ts_rank``, ties by
+        id."""
+        where = _check_where(where)
+        limit = check_limit(limit)
+        if isinstance(terms, str) or not all(type(term) is str for term in terms):
+            raise TypeError("terms are a sequence of str (see query_terms)")
+        words = query_terms(" ".join(terms))  # what query_terms made is left as it is
+        if not words:
+            return []
+        conditions, params = _conditions(where, visible=True)
+        query = " || ".join(f"plainto_tsquery('english', %(t{n})s)" for n in range(len(words)))
+        params.update({f"t{n}": word for n, word in enumerate(words)})
+        conditions[:0] = [f"numnode({query}) > 0", f"f.search @@ ({query})"]
+        params["now"] = self._memory_now(where)
+        rank = f"ts_rank(f.search, {query})"
+        hits: list[TextHit] = self._retrying(
+            self._select_facts, where, conditions, params, "rank DESC, f.id", limit, True, rank
+        )
+        return hits
+
+    def _select_facts(
+        self,
+        where: FactFilter,
+        conditions: list[str],
+        params: dict[str, Any],
+        order: str,
+        limit: int,
+        visible: bool,
+        rank: str | None = None,
+    ) -> list[Any]:
+        """The first ``limit`` facts in ``order`` that meet ``conditions`` and read, and are
+        ``visible`` if asked (the chain walked where SQL cannot tell); facts, or hits when
+        ``rank`` is given. Batches of rows are fetched, in one snapshot, until ``limit``
+        were kept or none are left."""
+        s = self._s
+        params = dict(params)
+        sql = (
+            f"WITH clock AS (SELECT {_CLOCK} AS now) "
+            f"SELECT {_columns('f')}, s.id IS NOT NULL, clock.now, {rank or 'NULL'} AS rank "
+            f"FROM {s}.memory_facts f CROSS JOIN clock "
+            f"LEFT JOIN {s}.memory_facts s ON s.id = f.superseded_by "
+            f"WHERE {' AND '.join(conditions)} ORDER BY {order} "
+            "LIMIT %(batch)s OFFSET %(skip)s"
+        )
+        found: list[Any] = []
+        if not params["scopes"]:
+            return found
+        skip, batch = 0, limit
+        with self._memory_snapshot() as conn:
+            while True:
+                rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
+                for row in rows:
+                    fact = _fact(row)
+                    if fact is None:
+                        continue
+                    walk, now, score = row[-3:]
+                    if visible and not _shown(fact, where, walk, now, conn, self._fact_on):
+                        continue
+                    found.append(fact if rank is None else TextHit(fact, float(score)))
+                    if len(found) == limit:
+                        return found
+                if len(rows) < batch:
+                    return found
+                skip += batch
+                batch = min(batch * 2, 10_000)
+                params["now"] = rows[-1][-2]  # the same clock for every batch of this read
+
+
+def _shown(
+    fact: Fact,
+    where: FactFilter,
+    walk: bool,
+    now: float,
+    conn: Any,
+    lookup: Callable[[Any, str], Fact | None],
+) -> bool:
+    """Whether a row SQL found visible is (checked again on the fact as read). A direct
+    superseder that expired (``walk``) hides nothing by itself: one further along the chain
+    may still be current."""
+    if not where.admits(fact) or fact.expired(now):
+        return False
+    return not (walk and hidden(fact, lambda i: lookup(conn, i), now))
+
+
+def _checked(write: object) -> MemoryWrite:
+    """``write`` checked again (TODO: _memory.check_write once merged)."""
+    if isinstance(write, RememberFact):
+        fact = write.fact
+        if not isinstance(fact, Fact):
+            raise TypeError(f"RememberFact takes a Fact, not {type(fact).__name__}")
+        fact = attrs.evolve(fact)
+        if fact.superseded_by is not None:
+            raise ValueError("a new fact names no superseder: the rules supersede it later")
+        return RememberFact(fact)
+    if isinstance(write, ForgetFact):
+        return ForgetFact(write.fact_id)
+    raise TypeError(f"a memory write is RememberFact or ForgetFact, not {type(write).__name__}")
