@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import os
 import random
 import secrets
 import sqlite3
@@ -93,55 +94,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-# -- ours ----------------------------------------------------------------------------------
+# -- the peers: the same work done with the library directly --------------------------------
 
 
-def ours(store: str, facts: list[tuple[str, str]], extra: list[tuple[str, str]],
-         queries: list[str]) -> dict[str, float]:  # fmt: skip
-    import anyio
-
-    import mainspring as ms
-
-    async def main() -> dict[str, float]:
-        async with ms.open_runtime(store=store) as rt:
-            memory = rt.memory
-            before = await rt._committer.stats()
-            pending = iter(facts)
-
-            async def writer() -> None:
-                for text, scope in pending:
-                    await memory.remember(text, scope=scope)
-
-            start = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for _ in range(IN_FLIGHT):
-                    tg.start_soon(writer)
-            fill = len(facts) / (time.perf_counter() - start)
-            after = await rt._committer.stats()
-            batch = len(facts) / max(1, after.flushes - before.flushes)
-            start = time.perf_counter()
-            for text, scope in extra:
-                await memory.remember(text, scope=scope)
-            one = len(extra) / (time.perf_counter() - start)
-            latencies = []
-            for query in queries:
-                start = time.perf_counter()
-                found = await memory.search(query, limit=10)
-                latencies.append(time.perf_counter() - start)
-                assert found.fallback is None
-            return {
-                "fill": fill,
-                "batch": batch,
-                "one": one,
-                "p50": percentile(latencies, 0.5) * 1e3,
-                "p99": percentile(latencies, 0.99) * 1e3,
-            }
-
-    result: dict[str, float] = anyio.run(main)
-    return result
+def _row(text: str, scope: str) -> tuple[Any, ...]:
+    return (f"fact-{secrets.token_hex(16)}", text, scope, "general", 1.0, None, None, time.time())
 
 
-# -- direct: sqlite3 + FTS5 -----------------------------------------------------------------
+_INSERT = (
+    "INSERT INTO facts (id, text, scope, domain, confidence, valid_until, superseded_by, "
+    "created_at) VALUES ({})"
+)
 
 _SQLITE_SCHEMA = (
     "CREATE TABLE facts (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
@@ -155,117 +118,76 @@ _SQLITE_SCHEMA = (
 )
 
 
-def _row(text: str, scope: str) -> tuple[Any, ...]:
-    return (f"fact-{secrets.token_hex(16)}", text, scope, "general", 1.0, None, None, time.time())
+class DirectSqlite:
+    """sqlite3 and an FTS5 table: WAL, ``synchronous=FULL``, one transaction per batch."""
 
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        for statement in _SQLITE_SCHEMA:
+            self.db.execute(statement)
+        self.insert = _INSERT.format(", ".join("?" * 8))
+        self.search_sql = (
+            "SELECT f.id, f.text, f.scope, f.domain, f.confidence, f.valid_until, f.created_at, "
+            "bm25(facts_fts) FROM facts_fts JOIN facts f ON f.rid = facts_fts.rowid "
+            "WHERE facts_fts MATCH ? AND f.scope IN ('user', 'project', 'repository') "
+            "AND f.confidence >= 0 AND (f.valid_until IS NULL OR f.valid_until > ?) "
+            "AND f.superseded_by IS NULL ORDER BY bm25(facts_fts), f.id LIMIT 10"
+        )
 
-def direct_sqlite(path: Path, facts: list[tuple[str, str]], extra: list[tuple[str, str]],
-                  queries: list[str]) -> dict[str, float]:  # fmt: skip
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    for statement in _SQLITE_SCHEMA:
-        db.execute(statement)
-    insert = (
-        "INSERT INTO facts (id, text, scope, domain, confidence, valid_until, superseded_by, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    )
+    def commit(self, rows: list[tuple[str, str]]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(self.insert, [_row(text, scope) for text, scope in rows])
+        self.db.execute("COMMIT")
 
-    def commit(rows: list[tuple[str, str]]) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany(insert, [_row(text, scope) for text, scope in rows])
-        db.execute("COMMIT")
-
-    start = time.perf_counter()
-    for at in range(0, len(facts), IN_FLIGHT):
-        commit(facts[at : at + IN_FLIGHT])
-    fill = len(facts) / (time.perf_counter() - start)
-    start = time.perf_counter()
-    for fact in extra:
-        commit([fact])
-    one = len(extra) / (time.perf_counter() - start)
-    search = (
-        "SELECT f.id, f.text, f.scope, f.domain, f.confidence, f.valid_until, f.created_at, "
-        "bm25(facts_fts) FROM facts_fts JOIN facts f ON f.rid = facts_fts.rowid "
-        "WHERE facts_fts MATCH ? AND f.scope IN ('user', 'project', 'repository') "
-        "AND f.confidence >= 0 AND (f.valid_until IS NULL OR f.valid_until > ?) "
-        "AND f.superseded_by IS NULL ORDER BY bm25(facts_fts), f.id LIMIT 10"
-    )
-    latencies = []
-    for query in queries:
-        start = time.perf_counter()
+    def search(self, query: str) -> list[Any]:
         expression = " OR ".join(f'"{word}"' for word in dict.fromkeys(query.lower().split()))
-        db.execute(search, (expression, time.time())).fetchall()
-        latencies.append(time.perf_counter() - start)
-    db.close()
-    return {
-        "fill": fill,
-        "batch": float(IN_FLIGHT),
-        "one": one,
-        "p50": percentile(latencies, 0.5) * 1e3,
-        "p99": percentile(latencies, 0.99) * 1e3,
-    }
+        return self.db.execute(self.search_sql, (expression, time.time())).fetchall()
+
+    def close(self) -> None:
+        self.db.close()
 
 
-# -- direct: psycopg + tsvector ---------------------------------------------------------------
+class DirectPostgres:
+    """psycopg and a table with a generated ``tsvector`` (GIN index), in a schema of its
+    own; one transaction per batch (synchronous commit, the server's default)."""
 
+    def __init__(self, url: str, schema: str) -> None:
+        import psycopg
 
-def direct_postgres(
-    url: str, schema: str, facts: list[tuple[str, str]], extra: list[tuple[str, str]],
-    queries: list[str],
-) -> dict[str, float]:  # fmt: skip
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute(
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute(f'CREATE SCHEMA "{schema}"')
+        self.conn.execute(f'SET search_path TO "{schema}"')
+        self.conn.execute(
             'CREATE TABLE facts (id text COLLATE "C" PRIMARY KEY, text text NOT NULL, '
             "scope text NOT NULL, domain text NOT NULL, confidence float8 NOT NULL, "
             "valid_until float8, superseded_by text, created_at float8 NOT NULL, "
             "search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) "
             "STORED)"
         )
-        conn.execute("CREATE INDEX facts_search ON facts USING gin (search)")
-        conn.execute("CREATE INDEX facts_created ON facts (created_at, id)")
-        insert = (
-            "INSERT INTO facts (id, text, scope, domain, confidence, valid_until, "
-            "superseded_by, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        self.conn.execute("CREATE INDEX facts_search ON facts USING gin (search)")
+        self.conn.execute("CREATE INDEX facts_created ON facts (created_at, id)")
+        self.insert = _INSERT.format(", ".join(["%s"] * 8))
+
+    def commit(self, rows: list[tuple[str, str]]) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany(self.insert, [_row(text, scope) for text, scope in rows])
+
+    def search(self, query: str) -> list[Any]:
+        words = list(dict.fromkeys(query.lower().split()))
+        tsquery = " || ".join("plainto_tsquery('english', %s)" for _ in words)
+        sql = (
+            f"SELECT id, text, scope, domain, confidence, valid_until, created_at, "
+            f"ts_rank(search, {tsquery}) AS rank FROM facts "
+            f"WHERE search @@ ({tsquery}) AND scope IN ('user', 'project', 'repository') "
+            "AND confidence >= 0 AND (valid_until IS NULL OR valid_until > %s) "
+            "AND superseded_by IS NULL ORDER BY rank DESC, id LIMIT 10"
         )
+        return self.conn.execute(sql, (*words, *words, time.time())).fetchall()
 
-        def commit(rows: list[tuple[str, str]]) -> None:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany(insert, [_row(text, scope) for text, scope in rows])
-
-        start = time.perf_counter()
-        for at in range(0, len(facts), IN_FLIGHT):
-            commit(facts[at : at + IN_FLIGHT])
-        fill = len(facts) / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for fact in extra:
-            commit([fact])
-        one = len(extra) / (time.perf_counter() - start)
-        latencies = []
-        for query in queries:
-            words = list(dict.fromkeys(query.lower().split()))
-            tsquery = " || ".join("plainto_tsquery('english', %s)" for _ in words)
-            sql = (
-                f"SELECT id, text, scope, domain, confidence, valid_until, created_at, "
-                f"ts_rank(search, {tsquery}) AS rank FROM facts "
-                f"WHERE search @@ ({tsquery}) AND scope IN ('user', 'project', 'repository') "
-                "AND confidence >= 0 AND (valid_until IS NULL OR valid_until > %s) "
-                "AND superseded_by IS NULL ORDER BY rank DESC, id LIMIT 10"
-            )
-            start = time.perf_counter()
-            conn.execute(sql, (*words, *words, time.time())).fetchall()
-            latencies.append(time.perf_counter() - start)
-    return {
-        "fill": fill,
-        "batch": float(IN_FLIGHT),
-        "one": one,
-        "p50": percentile(latencies, 0.5) * 1e3,
-        "p99": percentile(latencies, 0.99) * 1e3,
-    }
+    def close(self) -> None:
+        self.conn.close()
 
 
 def _drop_schema(url: str, schema: str) -> None:
@@ -277,6 +199,76 @@ def _drop_schema(url: str, schema: str) -> None:
 
 def _with_schema(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+# -- ours beside the peer ---------------------------------------------------------------------
+
+#: Facts per round: ours and the peer take turns, so that both see the same load.
+ROUND = 2_048
+
+
+def measure(store: str, peer: Any, facts: list[tuple[str, str]], extra: list[tuple[str, str]],
+            queries: list[str]) -> dict[str, float]:  # fmt: skip
+    """Fill, remember one at a time, search: ours and the peer in turns (the peer's calls
+    block the event loop while ours is idle, which costs ours nothing)."""
+    import anyio
+
+    import mainspring as ms
+
+    async def main() -> dict[str, float]:
+        spent = dict.fromkeys(("fill", "peer_fill", "one", "peer_one"), 0.0)
+        ours_ms: list[float] = []
+        peer_ms: list[float] = []
+        async with ms.open_runtime(store=store) as rt:
+            memory = rt.memory
+            before = await rt._committer.stats()
+            for at in range(0, len(facts), ROUND):
+                chunk = facts[at : at + ROUND]
+                pending = iter(chunk)
+
+                async def writer(pending: Any = pending) -> None:
+                    for text, scope in pending:
+                        await memory.remember(text, scope=scope)
+
+                start = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for _ in range(IN_FLIGHT):
+                        tg.start_soon(writer)
+                spent["fill"] += time.perf_counter() - start
+                start = time.perf_counter()
+                for batch in range(0, len(chunk), IN_FLIGHT):
+                    peer.commit(chunk[batch : batch + IN_FLIGHT])
+                spent["peer_fill"] += time.perf_counter() - start
+            after = await rt._committer.stats()
+            for text, scope in extra:
+                start = time.perf_counter()
+                await memory.remember(text, scope=scope)
+                spent["one"] += time.perf_counter() - start
+                start = time.perf_counter()
+                peer.commit([(text, scope)])
+                spent["peer_one"] += time.perf_counter() - start
+            for query in queries:
+                start = time.perf_counter()
+                found = await memory.search(query, limit=10)
+                ours_ms.append((time.perf_counter() - start) * 1e3)
+                assert found.fallback is None
+                start = time.perf_counter()
+                peer.search(query)
+                peer_ms.append((time.perf_counter() - start) * 1e3)
+        return {
+            "fill": len(facts) / spent["fill"],
+            "peer_fill": len(facts) / spent["peer_fill"],
+            "batch": len(facts) / max(1, after.flushes - before.flushes),
+            "one": len(extra) / spent["one"],
+            "peer_one": len(extra) / spent["peer_one"],
+            "p50": percentile(ours_ms, 0.5),
+            "peer_p50": percentile(peer_ms, 0.5),
+            "p99": percentile(ours_ms, 0.99),
+            "peer_p99": percentile(peer_ms, 0.99),
+        }
+
+    result: dict[str, float] = anyio.run(main)
+    return result
 
 
 # -- cosine ---------------------------------------------------------------------------------
@@ -352,71 +344,81 @@ def cosine(store: str, facts: list[tuple[str, str]], queries: list[str]) -> dict
 # -- the run --------------------------------------------------------------------------------
 
 
+def _pair(args: argparse.Namespace, base: Path, size: int, data: Data) -> dict[str, float]:
+    facts, extra = data.facts(size), data.facts(100 if args.quick else SEQUENTIAL)
+    queries = data.queries(60 if args.quick else QUERIES)
+    if args.store is None:
+        peer: Any = DirectSqlite(base / f"direct-{size}.sqlite3")
+        try:
+            return measure(str(base / f"ours-{size}.sqlite3"), peer, facts, extra, queries)
+        finally:
+            peer.close()
+    ours_schema, peer_schema = (f"bench_{secrets.token_hex(4)}" for _ in range(2))
+    peer = None
+    try:
+        peer = DirectPostgres(args.store, peer_schema)
+        return measure(_with_schema(args.store, ours_schema), peer, facts, extra, queries)
+    finally:
+        if peer is not None:
+            peer.close()
+        _drop_schema(args.store, ours_schema)
+        _drop_schema(args.store, peer_schema)
+
+
+def _cosine(args: argparse.Namespace, base: Path, size: int, data: Data) -> dict[str, float]:
+    facts, queries = data.facts(size), data.queries(21 if args.quick else 41)
+    if args.store is None:
+        return cosine(str(base / f"cosine-{size}.sqlite3"), facts, queries)
+    schema = f"bench_{secrets.token_hex(4)}"
+    try:
+        return cosine(_with_schema(args.store, schema), facts, queries)
+    finally:
+        _drop_schema(args.store, schema)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default=None, help="a postgresql:// URL (default: SQLite)")
     parser.add_argument("--dir", default=None, help="where SQLite files go (default: temp)")
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     args = parser.parse_args()
+    if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
+        parser.error("--store takes a postgresql:// URL (SQLite is the default)")
     sizes = [500, 2_000] if args.quick else [1_000, 10_000, 100_000]
-    cosine_sizes = [500, 2_000] if args.quick else [1_000, 10_000]
-    queries_n = 60 if args.quick else QUERIES
-    sequential = 100 if args.quick else SEQUENTIAL
     base = Path(args.dir or tempfile.mkdtemp(prefix="mainspring-bench-memory-"))
-    postgres = args.store is not None and args.store.startswith(("postgresql://", "postgres://"))
     data = Data()
     began = time.perf_counter()
-    print(f"\nmainspring memory benchmark: {'PostgreSQL' if postgres else 'SQLite'}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}\n")  # fmt: skip
+    print(f"\nmainspring memory benchmark: {'SQLite' if args.store is None else 'PostgreSQL'}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}\n")  # fmt: skip
     print(
-        "| facts | remember 64 in flight (facts/s): ours / direct | ratio | ours facts/flush "
-        "| remember 1 in flight (facts/s): ours / direct | ratio "
+        "| facts | remember, 64 in flight (facts/s): ours / direct | ratio | ours facts/flush "
+        "| remember, 1 in flight (facts/s): ours / direct | ratio "
         "| search p50 (ms): ours / direct | ratio | search p99 (ms): ours / direct | ratio |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
     for size in sizes:
-        facts, extra = data.facts(size), data.facts(sequential)
-        queries = data.queries(queries_n)
-        if postgres:
-            schema_ours, schema_direct = (f"bench_{secrets.token_hex(4)}" for _ in range(2))
-            try:
-                mine = ours(_with_schema(args.store, schema_ours), facts, extra, queries)
-                peer = direct_postgres(args.store, schema_direct, facts, extra, queries)
-            finally:
-                _drop_schema(args.store, schema_ours)
-                _drop_schema(args.store, schema_direct)
-        else:
-            mine = ours(str(base / f"ours-{size}.sqlite3"), facts, extra, queries)
-            peer = direct_sqlite(base / f"direct-{size}.sqlite3", facts, extra, queries)
-        print(
-            f"| {size:,} | {mine['fill']:,.0f} / {peer['fill']:,.0f} "
-            f"| {mine['fill'] / peer['fill']:.2f}x | {mine['batch']:.1f} "
-            f"| {mine['one']:,.0f} / {peer['one']:,.0f} | {mine['one'] / peer['one']:.2f}x "
-            f"| {mine['p50']:.2f} / {peer['p50']:.2f} | {mine['p50'] / peer['p50']:.2f}x "
-            f"| {mine['p99']:.2f} / {peer['p99']:.2f} | {mine['p99'] / peer['p99']:.2f}x |",
-            flush=True,
-        )
+        got = _pair(args, base, size, data)
+        cells = [f"{size:,}"]
+        for key, digits in (("fill", 0), ("one", 0), ("p50", 2), ("p99", 2)):
+            mine, peer = got[key], got[f"peer_{key}"]
+            cells += [f"{mine:,.{digits}f} / {peer:,.{digits}f}", f"{mine / peer:.2f}x"]
+            if key == "fill":
+                cells.append(f"{got['batch']:.1f}")
+        print("| " + " | ".join(cells) + " |", flush=True)
     print(
         "\n| facts | cosine: first search (ms, every fact embedded) | warm p50 (ms) "
         "| warm p99 (ms) | floor: dot products + top 10 (ms) | p50 / floor |"
     )
     print("|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-    for size in cosine_sizes:
-        facts, queries = data.facts(size), data.queries(41 if not args.quick else 21)
-        if postgres:
-            schema = f"bench_{secrets.token_hex(4)}"
-            try:
-                got = cosine(_with_schema(args.store, schema), facts, queries)
-            finally:
-                _drop_schema(args.store, schema)
-        else:
-            got = cosine(str(base / f"cosine-{size}.sqlite3"), facts, queries)
+    for size in [500, 2_000] if args.quick else [1_000, 10_000]:
+        got = _cosine(args, base, size, data)
         print(
             f"| {size:,} | {got['cold']:,.0f} | {got['p50']:.1f} | {got['p99']:.1f} "
             f"| {got['floor']:.1f} | {got['p50'] / got['floor']:.1f}x |",
             flush=True,
         )
-    print(f"\n{time.perf_counter() - began:.0f} s in all, under {base}", file=sys.stderr)
+    print(f"\n{time.perf_counter() - began:.0f} s in all, load {os.getloadavg()[0]:.1f}, "
+          f"under {base}", file=sys.stderr)  # fmt: skip
 
 
 if __name__ == "__main__":
