@@ -313,7 +313,9 @@ class SqliteMemory:
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
-                    if not self._ready:  # a sidecar made by another process a moment ago
+                    if (
+                        not self._ready
+                    ):  # the tables, where a new sidecar lacks them (no-ops otherwise)
                         for statement in MEMORY_SCHEMA:
                             self.db.execute(statement)
                     for write in writes:

@@ -3,12 +3,16 @@
 ``MEMORY_BACKENDS`` is every backend with memory; adding one is one entry in ``_OPENERS``
 (a function that opens a fresh store of that kind under a test's directory and closes it).
 ``memory_store`` (a fixture) gives each test one fresh store per backend; ``open_memory``
-opens one where a fixture cannot (Hypothesis state machines).
+opens one where a fixture cannot (Hypothesis state machines). ``tamper``,
+``total_changes``, ``sqlite_memory`` and ``store_files`` reach behind a backend (damaged rows,
+"reads never write", faults, file modes): they know the SQLite family; another backend adds
+its own branch there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,7 +80,8 @@ def forget(store: Any, fact_id: str) -> bool:
     return answer
 
 
-def _memory(store: Any) -> Any:
+def sqlite_memory(store: Any) -> Any:
+    """The ``SqliteMemory`` behind a store of the SQLite family."""
     if isinstance(store, ms.storage.SqliteStore):
         return store._memory
     return store._memory.get(write=True)  # FileStore: its sidecar, created if need be
@@ -84,15 +89,38 @@ def _memory(store: Any) -> Any:
 
 def tamper(store: Any, sql: str, *params: Any) -> None:
     """Run ``sql`` on the store's memory tables behind the backend's back (a damaged row)."""
-    memory = _memory(store)
+    memory = sqlite_memory(store)
     with memory.lock:
         memory.db.execute(sql, params)
 
 
 def total_changes(store: Any) -> int:
     """Rows the store's memory connection has changed since it opened."""
-    changes: int = _memory(store).db.total_changes
+    changes: int = sqlite_memory(store).db.total_changes
     return changes
+
+
+class FailingConnection:
+    """Stands in for a memory connection; the chosen statement fails with an I/O error."""
+
+    def __init__(self, real: Any, statement: str) -> None:
+        self.real = real
+        self.statement = statement
+
+    def _check(self, sql: str) -> None:
+        if sql.startswith(self.statement):
+            raise sqlite3.OperationalError("disk I/O error")
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self.real.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self.real.executemany(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def store_files(store: Any) -> list[Path]:

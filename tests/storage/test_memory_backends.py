@@ -23,11 +23,13 @@ from mainspring.storage import (
 )
 from tests.storage._memory_kit import (
     MEMORY_BACKENDS,
+    FailingConnection,
     fact,
     forget,
     memory_store,
     open_memory,
     remember,
+    sqlite_memory,
     store_files,
     tamper,
     total_changes,
@@ -508,3 +510,31 @@ def test_memory_files_are_0600_even_under_umask_000(kind: str, tmp_path: Path) -
                 assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("statement", ["BEGIN", "SELECT", "INSERT", "UPDATE", "DELETE", "COMMIT"])
+def test_a_disk_error_applies_nothing_of_the_batch_and_raises_oserror(
+    memory_store: Any, statement: str
+) -> None:
+    if not isinstance(memory_store, ms.storage.FileStore | ms.storage.SqliteStore):
+        pytest.skip("a fault of SQLite's connection")
+    remember(memory_store, fact("a", "old", conflict_group="g"), fact("c", "gone soon"))
+    before = listed(memory_store)
+    memory = sqlite_memory(memory_store)
+    real = memory.db
+    memory.db = FailingConnection(real, statement)
+    batch = [
+        RememberFact(fact("b", "new", conflict_group="g")),  # INSERT, then UPDATE of a
+        ForgetFact("c"),  # DELETE
+        RememberFact(fact("d", "another")),
+    ]
+    try:
+        with pytest.raises(OSError, match="disk I/O error"):
+            memory_store.memory_apply(batch)
+    finally:
+        memory.db = real
+    assert not real.in_transaction  # rolled back, nothing half-open
+    assert listed(memory_store) == before
+    assert search(memory_store, "new another") == []
+    assert len(memory_store.memory_apply(batch)) == 3  # and it recovers
+    assert sorted(listed(memory_store)) == ["a", "b", "d"]
