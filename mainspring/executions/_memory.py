@@ -25,7 +25,6 @@ import math
 import numbers
 import time
 from collections.abc import Iterable
-from typing import Literal
 
 import anyio.to_thread
 import attrs
@@ -47,7 +46,7 @@ from ..storage import (
     redact,
     sha256_hex,
 )
-from ._memory_rank import MAX_CANDIDATES, Embedder, VectorCache, rank_by_meaning
+from ._memory_rank import MAX_CANDIDATES, Embedder, Fallback, VectorCache, rank_by_meaning
 
 __all__ = [
     "AgentMemory",
@@ -61,8 +60,8 @@ __all__ = [
 
 #: The longest domain or conflict group name.
 MAX_NAME = 128
-
-Fallback = Literal["degenerate-query", "no-usable-vectors", "embedder-error"]
+#: The longest text taken for redaction (masks shorten secrets, never by this much).
+MAX_RAW_TEXT = 16 * MAX_FACT_TEXT
 
 
 class ScopeNotConfigured(MainspringError, ValueError):
@@ -198,9 +197,12 @@ def check_name(value: object, what: str, *, optional: bool = False) -> str | Non
 
 def check_text(text: object, what: str = "text") -> str:
     """``text`` redacted (E5), then bounded: 1..MAX_FACT_TEXT characters, no NUL. The error
-    never quotes the text."""
+    never quotes the text. Text far past the bound (:data:`MAX_RAW_TEXT`) is refused before
+    it is scanned: redacting megabytes would hold the event loop."""
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+    if len(text) > MAX_RAW_TEXT:
+        raise ValueError(f"{what} must be at most {MAX_FACT_TEXT} characters, not {len(text)}")
     if "\0" in text:
         raise ValueError(f"{what} must not contain NUL")
     masked = str(redact(str(text)))
@@ -399,7 +401,7 @@ class Memory:
                 return MemorySearch(
                     hits=hits, ranking="cosine", considered=considered, capped=capped
                 )
-            fallback, detail = ranked.fallback, ranked.detail  # type: ignore[assignment]
+            fallback, detail = ranked.fallback, ranked.detail
         terms = query_terms(query)
         found = await anyio.to_thread.run_sync(
             lambda: backend.memory_search(terms, where, limit=limit)
@@ -439,11 +441,16 @@ class AgentMemory(Memory):
 
     ``remember`` fills in the fact's provenance (``execution_id``, ``task_id``,
     ``step_id``) and gives it an id derived from the task, how many ``remember`` calls this
-    run of the agent made before it, and the fact's content: a resumed agent that remembers
-    the same thing at the same point gets the fact already stored (no duplicate, nothing
-    superseded again). Reads (``search``, ``get``, ``list``) are live reads, not replayed
-    on resume, like ``ctx.run``: wrap one in ``ctx.step`` to replay its result.
+    run of the agent made before it, and the fact's content (its redacted text, scope,
+    organization, domain, confidence and conflict group; not ``valid_until``, which agents
+    often compute from the clock): a resumed agent that remembers the same thing at the
+    same point gets the fact already stored, as stored (no duplicate, nothing superseded
+    again). A fact whose content is not replayed (made by a model call outside
+    ``ctx.step``) is a new fact on resume; one forgotten meanwhile is stored again.
     Concurrent ``remember`` calls of one agent are numbered in the order they are made.
+
+    Reads (``search``, ``get``, ``list``) are live reads, not replayed on resume, like
+    ``ctx.run``: wrap one in ``ctx.step`` to replay its result.
     """
 
     def __init__(self, base: Memory, *, execution_id: str, task_id: str, step_id: str) -> None:
@@ -479,7 +486,6 @@ class AgentMemory(Memory):
             fact.organization,
             fact.domain,
             fact.confidence,
-            fact.valid_until,
             fact.conflict_group,
         ]
         digest = sha256_hex([self._task_id, nth, content])

@@ -34,7 +34,7 @@ import operator
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
@@ -47,6 +47,7 @@ __all__ = [
     "MAX_CANDIDATES",
     "MAX_DIMENSIONS",
     "EmbedderFailed",
+    "Fallback",
     "Ranked",
     "VectorCache",
     "cosine",
@@ -69,6 +70,8 @@ MAX_DIMENSIONS = 65_536
 MAX_DETAIL = 300
 
 Embedder = Callable[[list[str]], Any]
+#: Why a search ranked by full text although the runtime has an embedder.
+Fallback = Literal["degenerate-query", "no-usable-vectors", "embedder-error"]
 
 
 class EmbedderFailed(Exception):
@@ -234,7 +237,7 @@ class Ranked:
     """What ranking by meaning gave: hits, or the reason to fall back (then no hits)."""
 
     hits: list[tuple[Fact, float]] = attrs.field(factory=list)
-    fallback: str | None = None
+    fallback: Fallback | None = None
     detail: str = ""
     considered: int = 0  # candidate facts looked at (at most MAX_CANDIDATES)
     capped: bool = False  # more facts matched the filter than were looked at

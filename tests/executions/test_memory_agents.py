@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -79,7 +80,10 @@ async def test_a_resumed_agent_replays_its_remember_without_a_duplicate_or_a_sup
 
     async def recorder(ctx: ms.AgentContext, input: Any) -> str:
         fact = await ctx.memory.remember(
-            "the build uses tox", scope="repository", conflict_group="build"
+            "the build uses tox",
+            scope="repository",
+            conflict_group="build",
+            valid_until=time.time() + 3_600,  # from the clock: differs on the replay
         )
         answers.append(fact)
         await gate()  # not a durable step: the resumed run comes here again
