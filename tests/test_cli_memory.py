@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -238,12 +239,26 @@ def test_forget_deletes_through_the_runtime_and_what_it_superseded_is_current_ag
     assert _json("memory", "ls", "--all", "--store", store) == every
 
 
-def test_forgetting_on_a_store_without_memory_yet_creates_nothing(tmp_path: Path) -> None:
-    ms.storage.FileStore(tmp_path / "files")
-    before = sorted(p.name for p in (tmp_path / "files").iterdir())
+@pytest.mark.parametrize("memory_tables", [True, False])
+def test_forgetting_an_unknown_fact_writes_nothing(
+    store: str, memory_tables: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every memory action reads first: an unknown fact is reported before the store is
+    opened for writing, so nothing is written, not even the memory tables of a store made
+    before there was memory (dropped here) or a FileStore's memory database."""
+    opened = ms.storage.open_store(store)[1]
+    opened()
+    if not memory_tables and store.endswith(".sqlite3"):
+        db = sqlite3.connect(store)
+        db.execute("DROP TABLE memory_fts")
+        db.execute("DROP TABLE memory_facts")
+        db.commit()
+        db.close()
+    before = _snapshot(store)
     for argv in (["ls"], ["search", "x"], ["forget", "fact-1"]):
-        run_cli("memory", *argv, "--store", str(tmp_path / "files"))
-    assert sorted(p.name for p in (tmp_path / "files").iterdir()) == before
+        run_cli("memory", *argv, "--store", store)
+    assert _snapshot(store) == before
+    assert "no fact fact-1 in this store" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

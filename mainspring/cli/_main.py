@@ -16,7 +16,7 @@ import anyio
 
 from ..storage import InvalidId, StorageError, Store, is_postgres_url
 from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
-from ._memory import check_memory_args, memory_writes, run_memory
+from ._memory import check_memory_args, run_memory
 from ._output import Out, fail
 from ._parser import UsageError, make_parser, wants_json
 from ._reads import READS, nothing_here_yet
@@ -79,7 +79,7 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return run_migrate(Path(args.store_path), out)
     if args.command == "memory":
         check_memory_args(args)
-        write = memory_writes(args)
+        write = False  # forget, too, reads first (cli/_memory.py)
     else:
         write = args.command not in READS
     if args.command == "stop-task":

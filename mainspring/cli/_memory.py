@@ -44,11 +44,6 @@ def check_memory_args(args: argparse.Namespace) -> None:
         raise CliError("--scope organization needs --organization NAME", EXIT_USAGE)
 
 
-def memory_writes(args: argparse.Namespace) -> bool:
-    """Whether this ``memory`` action writes (opens the store for writing)."""
-    return bool(args.memory_command == "forget")
-
-
 def run_memory(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run ``memory ACTION`` against ``store``; returns the exit code."""
     if not isinstance(store, MemoryBackend):
@@ -186,22 +181,30 @@ def _search(store: Any, out: Out, args: argparse.Namespace) -> int:
 
 
 def _forget(store: Any, out: Out, args: argparse.Namespace) -> int:
+    """Every memory action opens the store read-only first: an unknown fact is reported
+    before anything is opened for writing (nothing written, not even the memory tables of
+    a store that has none yet). A known one is deleted through a runtime on the store
+    opened again for writing, so the delete goes through the persistence actor."""
     import anyio
-
-    # An unknown fact is reported before a runtime opens: nothing is written, not even the
-    # memory tables of a store that has none yet.
-    if store.memory_get(args.fact_id) is None:
-        raise CliError(f"no fact {args.fact_id} in this store", EXIT_UNKNOWN)
 
     # Imported here: reads never load the execution layer (or pay for its import).
     from ..executions import open_runtime
+    from ._store import open_store
+
+    if store.memory_get(args.fact_id) is None:
+        raise CliError(f"no fact {args.fact_id} in this store", EXIT_UNKNOWN)
+    writable, close = open_store(args.store_path, write=True)
 
     async def forget() -> bool:
-        async with open_runtime(store=store, organization=args.organization) as rt:
+        async with open_runtime(store=writable, organization=args.organization) as rt:
             forgotten: bool = await rt.memory.forget(args.fact_id)
             return forgotten
 
-    if not anyio.run(forget):
+    try:
+        forgotten = anyio.run(forget)
+    finally:
+        close()
+    if not forgotten:  # forgotten by someone else since it was read
         raise CliError(f"no fact {args.fact_id} in this store", EXIT_UNKNOWN)
     if out.as_json:
         out.data({"id": args.fact_id, "forgotten": True})
