@@ -48,6 +48,18 @@ def require_server() -> str:
     return server_url()
 
 
+def server_expected() -> bool:
+    """Whether tests should use the server: it answers, or CI requires it (then
+    :func:`require_server` fails loudly instead of skipping)."""
+    if os.environ.get("MAINSPRING_REQUIRE_POSTGRES") == "1":
+        return True
+    try:
+        require_server()
+    except pytest.skip.Exception:
+        return False
+    return True
+
+
 def with_schema(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
 

@@ -1,5 +1,7 @@
 """PostgresStore's agent memory (``storage._memory``): facts as rows of ``memory_facts``
-(schema version 3), searched with PostgreSQL's text search (``english``, ``ts_rank``).
+(schema version 3), searched with PostgreSQL's text search: each fact's ``search`` column
+is ``to_tsvector('english', ...)`` of its text without diacritics (see :func:`fold`), set
+when it is stored, under a GIN index; ranking is ``ts_rank`` normalised by length.
 
 Writes (``memory_apply``):
 
@@ -16,15 +18,16 @@ Writes (``memory_apply``):
   hosts remembering in one group are serialised, the later one sees the earlier one's fact
   and supersedes it, and two forgets along one chain never re-link to a fact the other
   deletes. Supersession stays inside a group, so chains do too.
-* Each write runs under a SAVEPOINT: one refused as data answers its exception, and nothing
-  of it stays; the others of the batch are applied.
+* The writes go in one round trip (pipelined), one statement each, under a savepoint: one
+  the server refuses as data answers its error and leaves nothing; the others are sent
+  again and applied. A failure of the server raises and applies nothing.
 
 Reads run in one REPEATABLE READ snapshot. Scope, organization, domain, confidence, expiry
 (the filter's ``now``, else the test clock, else the server's clock) and the direct
 superseder are decided in SQL; a fact whose direct superseder has expired is walked further
 with :func:`hidden`; more rows are fetched until ``limit`` are visible. Each row is validated
 into a :class:`Fact` (its text columns cut just past the longest valid value, X2); a row that
-does not read is skipped, never coerced or deleted (E7).
+does not read is skipped and counted (``memory_dropped``), never coerced or deleted (E7).
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import threading
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import attrs
 
 from ._errors import RecordError
 from ._ids import check_id
@@ -44,12 +47,12 @@ from ._memory import (
     MAX_NAME,
     Fact,
     FactFilter,
-    ForgetFact,
     MemoryWrite,
     RememberFact,
     Scope,
     TextHit,
     check_limit,
+    check_write,
     hidden,
     query_terms,
 )
@@ -60,7 +63,7 @@ if TYPE_CHECKING:
     from ._backend import Clock
     from ._pg_connect import Connections
 
-__all__ = ["PostgresMemory", "group_lock_key"]
+__all__ = ["PostgresMemory", "fold", "group_lock_key"]
 
 T = TypeVar("T")
 
@@ -186,6 +189,7 @@ class PostgresMemory:
 
     if TYPE_CHECKING:  # PostgresStore's, used here
         schema: str
+        read_only: bool
         _s: str
         _conn: Any
         _pipeline: Any
@@ -209,20 +213,22 @@ class PostgresMemory:
         return self._retrying(self._memory_apply, batch)
 
     def _memory_apply(self, batch: tuple[Any, ...]) -> tuple[Fact | bool | Exception, ...]:
-        checked: list[MemoryWrite | Exception] = []
-        for write in batch:
+        answers: list[Fact | bool | Exception | None] = [None] * len(batch)
+        checked: list[tuple[int, MemoryWrite]] = []
+        for position, write in enumerate(batch):
             try:
-                checked.append(_checked(write))
+                checked.append((position, _checked(write)))
             except (TypeError, ValueError) as exc:
-                checked.append(exc)
+                answers[position] = exc
         with self._atomic():
             # BEGIN, and the transaction id a COMMIT whose connection is lost is settled by.
             self._lock_rows(())
-            locked = self._lock_groups([w for w in checked if not isinstance(w, Exception)])
-            answers = tuple(
-                w if isinstance(w, Exception) else self._apply_write(w, locked) for w in checked
-            )
-        return answers
+            locked = self._lock_groups([write for _, write in checked])
+            todo = checked
+            while todo:
+                todo = self._apply_writes(todo, locked, answers)
+        assert all(answer is not None for answer in answers)
+        return tuple(answers)  # type: ignore[arg-type]
 
     def _lock_groups(self, writes: Sequence[MemoryWrite]) -> list[str]:
         """Lock every conflict group ``writes`` may change, in key order (no deadlock between
@@ -240,40 +246,68 @@ class PostgresMemory:
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         return named
 
-    def _apply_write(self, write: MemoryWrite, locked: list[str]) -> Fact | bool | Exception:
-        """One write under a savepoint: what it answers, or the exception that refused it
-        (nothing of it kept)."""
+    def _apply_writes(
+        self,
+        todo: list[tuple[int, MemoryWrite]],
+        locked: list[str],
+        answers: list[Fact | bool | Exception | None],
+    ) -> list[tuple[int, MemoryWrite]]:
+        """Send every write of ``todo`` at once, one statement each, under one savepoint,
+        then read their answers. A write the server refuses as data aborts the rest: the
+        savepoint is rolled back, the refused write answers its error, and the others are
+        returned, to be sent again (what they answer then is what they answered before)."""
         conn = self._conn
-        conn.execute("SAVEPOINT memory_write")
+        sent: list[Any] = []
         try:
-            if isinstance(write, RememberFact):
-                answer: Fact | bool = self._remember_fact(write.fact)
-            else:
-                answer = self._forget_fact(write.fact_id, locked)
+            conn.execute("SAVEPOINT memory_writes")
+            for _, write in todo:
+                cursor = conn.cursor()
+                sent.append(cursor)  # before it runs: its own refusal may come at once
+                if isinstance(write, RememberFact):
+                    cursor.execute(*self._remember_sql(write.fact))
+                else:
+                    cursor.execute(*self._forget_sql(write.fact_id, locked))
+            conn.execute("RELEASE SAVEPOINT memory_writes")
+            self._pipeline.sync()  # one round trip: every answer, or the first refusal
         except Exception as exc:
-            if not isinstance(exc, ValueError) and not is_refused_data(exc):
+            # A refusal comes with whatever statement reads the results next. The refused
+            # write is the first without an answer (answers are read in order, and the
+            # server skips everything after a refusal until the pipeline syncs).
+            refused = next((n for n, cursor in enumerate(sent) if cursor.pgresult is None), None)
+            if refused is None or not is_refused_data(exc):
                 raise
-            with contextlib.suppress(Exception):  # a refused statement aborted the pipeline
+            with contextlib.suppress(Exception):  # the skipped rest (lost: the next says)
                 self._pipeline.sync()
-            conn.execute("ROLLBACK TO SAVEPOINT memory_write")
-            conn.execute("RELEASE SAVEPOINT memory_write")
-            if isinstance(exc, ValueError):
-                return exc
+            conn.execute("ROLLBACK TO SAVEPOINT memory_writes")
+            conn.execute("RELEASE SAVEPOINT memory_writes")
+            # Read at once: psycopg forgets what it prepared in this pipeline only when it
+            # sees the rollback's answer (a statement it prepared after the refusal never
+            # was, and sent again by its name it would fail).
+            self._pipeline.sync()
             why = self._connections.scrub(exc).splitlines()[0]
-            return ValueError(f"PostgreSQL refused this memory write: {why}")
-        conn.execute("RELEASE SAVEPOINT memory_write")
-        return answer
+            position = todo[refused][0]
+            answers[position] = ValueError(f"PostgreSQL refused this memory write: {why}")
+            return todo[:refused] + todo[refused + 1 :]
+        for (position, write), cursor in zip(todo, sent, strict=True):
+            row = cursor.fetchone()
+            if isinstance(write, RememberFact):
+                answers[position] = _remembered(write.fact, row)
+            else:
+                answers[position] = _forgotten(write.fact_id, row)
+        return []
 
-    def _remember_fact(self, fact: Fact) -> Fact:
+    def _remember_sql(self, fact: Fact) -> tuple[str, dict[str, Any]]:
+        """Inserted, the fact supersedes every other current fact of its group (every
+        scope; the group is locked, so no other host adds one meanwhile). Already stored,
+        nothing is written and the stored fact is the answer."""
         s = self._s
         params = {name: getattr(fact, name) for name in _COLUMNS}
         params["scope"] = fact.scope.value
-        names = ", ".join(_COLUMNS)
+        params["search"] = fold(fact.text)
+        names = ", ".join((*_COLUMNS, "search"))
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
-        # Inserted, it supersedes every other current fact of its group (every scope); the
-        # group is locked, so no other host adds one meanwhile. Already stored, nothing is
-        # written and the stored fact is the answer.
-        row = self._conn.execute(
+        values += ", to_tsvector('english'::regconfig, %(search)s)"
+        return (
             f"WITH added AS (INSERT INTO {s}.memory_facts AS f ({names}) VALUES ({values}) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
             f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
@@ -282,40 +316,24 @@ class PostgresMemory:
             f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
             "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
             params,
-        ).fetchone()
-        if row is None:  # another host's insert of this id committed after our snapshot
-            row = self._conn.execute(
-                f"SELECT {_columns('f')} FROM {s}.memory_facts f WHERE f.id = %s", (fact.id,)
-            ).fetchone()
-            if row is None:
-                raise DecideAgain(f"fact {fact.id} was stored and deleted meanwhile")
-        stored = _fact(row)
-        if stored is None:
-            raise RecordError(f"fact {fact.id}", ["the fact stored under this id does not read"])
-        return stored
+        )
 
-    def _forget_fact(self, fact_id: str, locked: list[str]) -> bool:
+    def _forget_sql(self, fact_id: str, locked: list[str]) -> tuple[str, dict[str, Any]]:
+        """Deleted only if its group is one this transaction locked; every fact it
+        superseded is handed to its heir (or made current when it has none). Answers how
+        many were deleted and whether the fact was there (both as the statement began)."""
         s = self._s
-        # Deleted only if its group is one this transaction locked; every fact it
-        # superseded is handed to its heir (or made current when it has none).
-        (deleted,) = self._conn.execute(
+        return (
             f"WITH gone AS (DELETE FROM {s}.memory_facts WHERE id = %(id)s "
             "AND (conflict_group IS NULL OR conflict_group = ANY(%(locked)s)) "
             "RETURNING id, superseded_by), "
             f"relinked AS (UPDATE {s}.memory_facts f SET superseded_by = CASE "
             "WHEN f.id = gone.superseded_by THEN NULL ELSE gone.superseded_by END "
             "FROM gone WHERE f.superseded_by = gone.id AND f.id <> gone.id) "
-            "SELECT count(*) FROM gone",
+            "SELECT (SELECT count(*) FROM gone), "
+            f"EXISTS (SELECT 1 FROM {s}.memory_facts WHERE id = %(id)s)",
             {"id": fact_id, "locked": locked},
-        ).fetchone()
-        if deleted:
-            return True
-        present = self._conn.execute(
-            f"SELECT 1 FROM {s}.memory_facts WHERE id = %s", (fact_id,)
-        ).fetchone()
-        if present is not None:  # forgotten and remembered again in another group meanwhile
-            raise DecideAgain(f"fact {fact_id} moved to a group this batch did not lock")
-        return False
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -331,11 +349,41 @@ class PostgresMemory:
                 with contextlib.suppress(Exception):  # a lost connection: reading() says
                     conn.execute("ROLLBACK")
 
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept in the table: E7), since
+        this store opened."""
+        return self._dropped
+
+    _dropped = 0
+    _dropped_lock = threading.Lock()
+
+    def _read_fact(self, row: Sequence[Any]) -> Fact | None:
+        fact = _fact(row)
+        if fact is None:
+            with self._dropped_lock:
+                self._dropped += 1
+        return fact
+
     def _fact_on(self, conn: Any, fact_id: str) -> Fact | None:
         row = conn.execute(
             f"SELECT {_columns('f')} FROM {self._s}.memory_facts f WHERE f.id = %s", (fact_id,)
         ).fetchone()
-        return _fact(row) if row is not None else None
+        return self._read_fact(row) if row is not None else None
+
+    _memory_present = False
+
+    def _has_memory(self, conn: Any) -> bool:
+        """Whether the schema holds the facts table: always once a writable store opened
+        it (upgraded), and not in an older schema a read-only store reads (it then reads as
+        holding no facts, and creates nothing)."""
+        if not self.read_only or self._memory_present:
+            return True
+        (present,) = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{self._s}.memory_facts",)
+        ).fetchone()
+        self._memory_present = bool(present)
+        return self._memory_present
 
     def _memory_now(self, where: FactFilter) -> float | None:
         if where.now is not None:
@@ -349,7 +397,7 @@ class PostgresMemory:
 
     def _get_fact(self, fact_id: str) -> Fact | None:
         with self._connections.reading() as conn:
-            return self._fact_on(conn, fact_id)
+            return self._fact_on(conn, fact_id) if self._has_memory(conn) else None
 
     def memory_count(self) -> int:
         """How many facts are stored (rows that do not read included)."""
@@ -357,6 +405,8 @@ class PostgresMemory:
 
     def _count_facts(self) -> int:
         with self._connections.reading() as conn:
+            if not self._has_memory(conn):
+                return 0
             (count,) = conn.execute(f"SELECT count(*) FROM {self._s}.memory_facts").fetchone()
         return int(count)
 
@@ -381,22 +431,29 @@ class PostgresMemory:
     def memory_search(
         self, terms: Sequence[str], where: FactFilter, *, limit: int
     ) -> list[TextHit]:
-        """See :meth:`MemoryBackend.memory_search`: each term through ``plainto_tsquery``,
-        OR-ed (a stop word adds nothing, and errs nothing), ranked by ``ts_rank``, ties by
-        id."""
+        """See :meth:`MemoryBackend.memory_search`: each term (diacritics removed) through
+        ``plainto_tsquery``, OR-ed (a stop word adds nothing, and errs nothing), ranked by
+        ``ts_rank``, ties by id."""
         where = _check_where(where)
         limit = check_limit(limit)
-        if isinstance(terms, str) or not all(type(term) is str for term in terms):
+        if isinstance(terms, str):
+            raise TypeError("terms are a sequence of str (see query_terms), not one str")
+        terms = list(terms)
+        if not all(type(term) is str for term in terms):
             raise TypeError("terms are a sequence of str (see query_terms)")
-        words = query_terms(" ".join(terms))  # what query_terms made is left as it is
+        words = query_terms(fold(" ".join(terms)))  # query_terms' own are left as they are
         if not words:
             return []
         conditions, params = _conditions(where, visible=True)
-        query = " || ".join(f"plainto_tsquery('english', %(t{n})s)" for n in range(len(words)))
+        query = " || ".join(
+            f"plainto_tsquery('english'::regconfig, %(t{n})s)" for n in range(len(words))
+        )
         params.update({f"t{n}": word for n, word in enumerate(words)})
         conditions[:0] = [f"numnode({query}) > 0", f"f.search @@ ({query})"]
         params["now"] = self._memory_now(where)
-        rank = f"ts_rank(f.search, {query})"
+        # Normalization 1: divided by 1 + the log of the fact's length, so that of two facts
+        # naming a term as often, the shorter ranks first (as bm25 has it).
+        rank = f"ts_rank(f.search, {query}, 1)"
         hits: list[TextHit] = self._retrying(
             self._select_facts, where, conditions, params, "rank DESC, f.id", limit, True, rank
         )
@@ -431,10 +488,12 @@ class PostgresMemory:
             return found
         skip, batch = 0, limit
         with self._memory_snapshot() as conn:
+            if not self._has_memory(conn):
+                return found
             while True:
                 rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
                 for row in rows:
-                    fact = _fact(row)
+                    fact = self._read_fact(row)
                     if fact is None:
                         continue
                     walk, now, score = row[-3:]
@@ -448,6 +507,24 @@ class PostgresMemory:
                 skip += batch
                 batch = min(batch * 2, 10_000)
                 params["now"] = rows[-1][-2]  # the same clock for every batch of this read
+
+
+def _remembered(fact: Fact, row: Sequence[Any] | None) -> Fact | Exception:
+    """What a RememberFact answers: the fact stored under its id (the new one if it was
+    inserted), or the error of a stored one that does not read (nothing was written)."""
+    if row is None:  # another host's insert of this id committed after the statement began
+        raise DecideAgain(f"fact {fact.id} was stored by another host meanwhile")
+    stored = _fact(row)
+    if stored is None:
+        return RecordError(f"fact {fact.id}", ["the fact stored under this id does not read"])
+    return stored
+
+
+def _forgotten(fact_id: str, row: Sequence[Any]) -> bool:
+    deleted, present = row
+    if present and not deleted:  # forgotten and remembered again in another group meanwhile
+        raise DecideAgain(f"fact {fact_id} moved to a group this batch did not lock")
+    return bool(deleted)
 
 
 def _shown(
@@ -467,15 +544,17 @@ def _shown(
 
 
 def _checked(write: object) -> MemoryWrite:
-    """``write`` checked again (TODO: _memory.check_write once merged)."""
-    if isinstance(write, RememberFact):
-        fact = write.fact
-        if not isinstance(fact, Fact):
-            raise TypeError(f"RememberFact takes a Fact, not {type(fact).__name__}")
-        fact = attrs.evolve(fact)
-        if fact.superseded_by is not None:
-            raise ValueError("a new fact names no superseder: the rules supersede it later")
-        return RememberFact(fact)
-    if isinstance(write, ForgetFact):
-        return ForgetFact(write.fact_id)
-    raise TypeError(f"a memory write is RememberFact or ForgetFact, not {type(write).__name__}")
+    """:func:`check_write`, and a text encodable as UTF-8 (a lone surrogate would fail in
+    the driver, after the batch began): a ``ValueError`` answers that write alone."""
+    checked = check_write(write)
+    if isinstance(checked, RememberFact):
+        checked.fact.text.encode()
+    return checked
+
+
+def fold(text: str) -> str:
+    """``text`` without its diacritics (``café`` -> ``cafe``), as indexed and as searched:
+    PostgreSQL's ``english`` configuration keeps accents, and ``unaccent`` is an extension
+    a store cannot count on."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c))

@@ -88,7 +88,8 @@ _UPGRADES: dict[int, list[str]] = {
         'conflict_group text COLLATE "C", superseded_by text COLLATE "C", '
         'organization text COLLATE "C", created_at double precision NOT NULL, '
         'execution_id text COLLATE "C", task_id text COLLATE "C", step_id text COLLATE "C", '
-        "search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED)",
+        # The text's words (english, diacritics removed in Python), maintained on insert.
+        "search tsvector)",
         "CREATE INDEX memory_facts_search ON {s}.memory_facts USING gin (search)",
         "CREATE INDEX memory_facts_group ON {s}.memory_facts (conflict_group)",
         "CREATE INDEX memory_facts_superseded_by ON {s}.memory_facts (superseded_by)",

@@ -1,12 +1,12 @@
 """The memory backends the memory tests run against, and small builders.
 
 ``MEMORY_BACKENDS`` is every backend with memory; adding one is one entry in ``_OPENERS``
-(a function that opens a fresh store of that kind under a test's directory and closes it).
-``memory_store`` (a fixture) gives each test one fresh store per backend; ``open_memory``
-opens one where a fixture cannot (Hypothesis state machines). ``tamper``,
-``total_changes``, ``sqlite_memory`` and ``store_files`` reach behind a backend (damaged rows,
-"reads never write", faults, file modes): they know the SQLite family; another backend adds
-its own branch there.
+(a function that opens a fresh store of that kind under a test's directory and closes it;
+PostgreSQL's gets a schema of its own, dropped on close). ``memory_store`` (a fixture)
+gives each test one fresh store per backend; ``open_memory`` opens one where a fixture
+cannot (Hypothesis state machines). ``tamper``, ``total_changes``, ``sqlite_memory``,
+``store_files``, ``reopen`` and ``wrong_values`` reach behind a backend (damaged rows,
+"reads never write", faults, file modes): they know the SQLite family and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import Fact, ForgetFact, RememberFact, Scope
+from tests._postgres import (
+    drop_schema,
+    fresh_schema,
+    require_server,
+    server_expected,
+    server_url,
+    with_schema,
+)
 
 
 @contextlib.contextmanager
@@ -41,11 +49,32 @@ def _sqlite(path: Path) -> Iterator[Any]:
         store.close()
 
 
+@contextlib.contextmanager
+def _postgres(path: Path) -> Iterator[Any]:
+    url = require_server()  # skips (or, under CI, fails) without a server
+    schema = fresh_schema()
+    try:
+        store = ms.storage.PostgresStore(with_schema(url, schema))
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        drop_schema(schema)
+
+
 _OPENERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[Any]]] = {
     "file": _file,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 MEMORY_BACKENDS = tuple(_OPENERS)
+
+
+def usable_backends() -> tuple[str, ...]:
+    """The backends a test that runs them all at once can open here: PostgreSQL only where
+    a server answers (or CI requires one), so the others are still checked without it."""
+    return tuple(kind for kind in MEMORY_BACKENDS if kind != "postgres" or server_expected())
 
 
 def open_memory(kind: str, path: Path) -> contextlib.AbstractContextManager[Any]:
@@ -87,17 +116,68 @@ def sqlite_memory(store: Any) -> Any:
     return store._memory.get(write=True)  # FileStore: its sidecar, created if need be
 
 
+def _on_server(store: Any, sql: str, *params: Any) -> list[Any]:
+    """Run ``sql`` (``?`` placeholders, unqualified names) in a PostgresStore's schema, on a
+    connection of its own."""
+    import psycopg
+
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{store.schema}"')
+        cursor = conn.execute(sql.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description else []
+
+
 def tamper(store: Any, sql: str, *params: Any) -> None:
     """Run ``sql`` on the store's memory tables behind the backend's back (a damaged row)."""
+    if isinstance(store, ms.storage.PostgresStore):
+        _on_server(store, sql, *params)
+        return
     memory = sqlite_memory(store)
     with memory.lock:
         memory.db.execute(sql, params)
 
 
-def total_changes(store: Any) -> int:
-    """Rows the store's memory connection has changed since it opened."""
+def total_changes(store: Any) -> object:
+    """Rows the store's memory connection has changed since it opened; on PostgreSQL, where
+    each row version of the facts table lies and which transaction wrote it (a write moves
+    a row)."""
+    if isinstance(store, ms.storage.PostgresStore):
+        return _on_server(
+            store,
+            "SELECT count(*), string_agg(ctid::text || xmin::text, ',' ORDER BY ctid) "
+            "FROM memory_facts",
+        )
     changes: int = sqlite_memory(store).db.total_changes
     return changes
+
+
+def wrong_values(store: Any) -> list[tuple[str, Any]]:
+    """Column values no valid fact holds, as the backend can store them: of the wrong type
+    where any type goes (SQLite), out of range where columns are typed (PostgreSQL)."""
+    if isinstance(store, ms.storage.PostgresStore):
+        return [("confidence", 2.5), ("created_at", float("nan")), ("domain", "")]
+    return [("confidence", "high"), ("created_at", b"\x00"), ("domain", b"build")]
+
+
+def drops_stop_words(store: Any) -> bool:
+    """Whether the backend's text search leaves out stop words (PostgreSQL's ``english``
+    configuration: ``and``, ``or``, ``not``, ``the``...); FTS5's tokenizer keeps them."""
+    return isinstance(store, ms.storage.PostgresStore)
+
+
+#: What each backend ranks a search with (``memory_ranking``).
+RANKINGS = {"file": "bm25", "sqlite": "bm25", "postgres": "ts_rank"}
+
+
+def ranking_of(store: Any) -> str:
+    return RANKINGS["postgres" if isinstance(store, ms.storage.PostgresStore) else "sqlite"]
+
+
+def reopen(store: Any, **options: Any) -> Any:
+    """Another store on what ``store`` keeps (its path, or its server and schema)."""
+    if isinstance(store, ms.storage.PostgresStore):
+        return ms.storage.PostgresStore(with_schema(server_url(), store.schema), **options)
+    return type(store)(store.path, **options)
 
 
 class FailingConnection:
@@ -125,6 +205,8 @@ class FailingConnection:
 
 def store_files(store: Any) -> list[Path]:
     """The files a store keeps (none for a server)."""
+    if isinstance(store, ms.storage.PostgresStore):
+        return []
     if isinstance(store, ms.storage.SqliteStore):
         return sorted(store.path.parent.glob(store.path.name + "*"))
     return sorted(p for p in store.path.iterdir() if p.is_file())

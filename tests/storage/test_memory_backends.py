@@ -24,15 +24,19 @@ from mainspring.storage import (
 from tests.storage._memory_kit import (
     MEMORY_BACKENDS,
     FailingConnection,
+    drops_stop_words,
     fact,
     forget,
     memory_store,
     open_memory,
+    ranking_of,
     remember,
+    reopen,
     sqlite_memory,
     store_files,
     tamper,
     total_changes,
+    wrong_values,
 )
 
 __all__ = ["memory_store"]
@@ -54,7 +58,7 @@ def search(store: Any, query: str, where: FactFilter | None = None, limit: int =
 
 def test_every_store_keeps_memory_and_names_its_ranking(memory_store: Any) -> None:
     assert isinstance(memory_store, MemoryBackend)
-    assert memory_store.memory_ranking == "bm25"
+    assert memory_store.memory_ranking == ranking_of(memory_store)
 
 
 def test_remember_then_get_list_and_count(memory_store: Any) -> None:
@@ -269,7 +273,7 @@ def test_a_fact_is_hidden_while_any_newer_fact_of_its_chain_is_live(memory_store
     assert listing == {150: ["c"], 250: ["a"]}
 
 
-def test_hits_rank_by_bm25_then_id(memory_store: Any) -> None:
+def test_hits_rank_by_relevance_then_id(memory_store: Any) -> None:
     remember(
         memory_store,
         fact("weak", "the cache is mentioned once among many other words about builds"),
@@ -333,11 +337,12 @@ def test_query_syntax_is_inert(memory_store: Any, query: str) -> None:
         fact("near", "near and far, and or not"),
     )
     # Through query_terms: plain words, whatever the punctuation said.
+    operators = {"and", "or", "not"} & set(query_terms(query))
     expected = {
         word
         for word in ("cat", "dog", "near")
         if word in query_terms(query)
-        or (word == "near" and {"and", "or", "not"} & set(query_terms(query)))
+        or (word == "near" and operators and not drops_stop_words(memory_store))
     }
     assert set(search(memory_store, query)) == expected
     # Raw terms, as if a caller skipped query_terms: still strings, never operators.
@@ -412,16 +417,15 @@ def test_a_file_store_that_never_remembered_creates_nothing_on_read(tmp_path: Pa
 def test_a_read_only_store_reads_and_refuses_writes(kind: str, tmp_path: Path) -> None:
     with open_memory(kind, tmp_path) as store:
         remember(store, fact("a", "kept words"))
-        path = store.path
-    reader = type(store)(path, read_only=True)
-    try:
-        assert reader.memory_get("a") == fact("a", "kept words")
-        assert search(reader, "kept") == ["a"]
-        with pytest.raises(ms.storage.StorageError, match="read-only"):
-            reader.memory_apply([RememberFact(fact("b"))])
-        assert reader.memory_count() == 1
-    finally:
-        reader.close()
+        reader = reopen(store, read_only=True)
+        try:
+            assert reader.memory_get("a") == fact("a", "kept words")
+            assert search(reader, "kept") == ["a"]
+            with pytest.raises(ms.storage.StorageError, match="read-only"):
+                reader.memory_apply([RememberFact(fact("b"))])
+            assert reader.memory_count() == 1
+        finally:
+            reader.close()
 
 
 def test_a_read_only_sqlite_store_older_than_memory_answers_empty(tmp_path: Path) -> None:
@@ -474,9 +478,7 @@ def test_text_is_bounded_and_a_damaged_row_is_skipped_not_deleted(memory_store: 
     for column, value in [
         ("text", "y" * (MAX_FACT_TEXT + 1)),
         ("scope", "galaxy"),
-        ("confidence", "high"),
-        ("created_at", b"\x00"),
-        ("domain", b"build"),
+        *wrong_values(memory_store),
         ("id", "x" * 300),
     ]:
         remember(memory_store, fact("victim", "fine words too"))

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from mainspring.storage import Fact, FactFilter, ForgetFact, RememberFact, Scope
 from tests._examples import examples
-from tests.storage._memory_kit import MEMORY_BACKENDS, open_memory
+from tests.storage._memory_kit import MEMORY_BACKENDS, open_memory, usable_backends
 from tests.storage._memory_model import VOCABULARY, MemoryModel
 
 IDS = tuple(f"f{i}" for i in range(8))
@@ -105,7 +105,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self.root = Path(tempfile.mkdtemp(prefix="memory-machine-"))
         self.exits = contextlib.ExitStack()
         self.stores: list[Any] = []
-        for kind in MEMORY_BACKENDS:
+        for kind in usable_backends():
             (self.root / kind).mkdir()
             self.stores.append(self.exits.enter_context(open_memory(kind, self.root / kind)))
 
