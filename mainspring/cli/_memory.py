@@ -1,9 +1,10 @@
 """``mainspring memory``: the facts agents remember, seen and forgotten from outside.
 
-``ls`` and ``search`` read the store directly, opened read-only (E7): a search here ranks
-by the store's full-text rank (no embedder runs in the command). ``forget`` deletes through
-a runtime, so the write goes through the persistence actor like every other write. What is
-printed is redacted (E5); a fact's text is clamped to one line.
+Every action opens the store read-only (E7). ``ls`` and ``search`` read it directly: a
+search here ranks by the store's full-text rank (no embedder runs in the command).
+``forget`` checks that the fact exists, then deletes it through a runtime on the store
+opened for writing, so the write goes through the persistence actor like every other.
+What is printed is redacted (E5); a fact's text is clamped to one line.
 """
 
 from __future__ import annotations
