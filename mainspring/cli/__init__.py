@@ -4,7 +4,9 @@ that runs them.
 Reads go straight to the store and never write (E7). ``pause``, ``cancel`` and
 ``stop-task`` need no user code: they are out-of-band edits that a live runner meets at its
 next heartbeat. ``resume`` runs user code, so it needs ``--app module:attr`` naming the
-runtime configuration, the way ASGI servers name an app. Everything printed is redacted.
+runtime configuration, the way ASGI servers name an app. ``memory ls | search`` read the
+facts agents remember (read-only too); ``memory forget`` deletes one through a runtime.
+Everything printed is redacted.
 
 Exit codes: 0 all well; 1 the operation was refused or ``doctor`` found problems; 2 usage;
 3 unknown id; 4 busy (another owner holds the lease); 5 no usable store.

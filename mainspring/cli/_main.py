@@ -16,6 +16,7 @@ import anyio
 
 from ..storage import InvalidId, StorageError, Store, is_postgres_url
 from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ._memory import check_memory_args, run_memory
 from ._output import Out, fail
 from ._parser import UsageError, make_parser, wants_json
 from ._reads import READS, nothing_here_yet
@@ -76,7 +77,11 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
                 EXIT_USAGE,
             )
         return run_migrate(Path(args.store_path), out)
-    write = args.command not in READS
+    if args.command == "memory":
+        check_memory_args(args)
+        write = False  # forget, too, reads first (cli/_memory.py)
+    else:
+        write = args.command not in READS
     if args.command == "stop-task":
         check_task_id(args.id)
     elif getattr(args, "id", None):
@@ -105,6 +110,8 @@ def _run(
     store: Store, close: Callable[[], None], args: argparse.Namespace, out: Out, *, write: bool
 ) -> int:
     try:
+        if args.command == "memory":
+            return run_memory(store, out, args)
         if not write:
             return READS[args.command](store, out, args)
         # Imported here: reads never load the execution layer (or pay for its import).

@@ -85,6 +85,106 @@ def _budget(kind: str) -> Callable[[str], Any]:
     return parse
 
 
+def _fraction(text: str) -> float:
+    """A ``--min-confidence``: a number in 0..1 (a usage error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"not a confidence (a number in 0..1): {text}")
+    return value
+
+
+def _page_size(text: str) -> int:
+    """A ``--limit``: a whole number in 1..MAX_SEARCH_LIMIT (a usage error otherwise)."""
+    from ..storage import MAX_SEARCH_LIMIT
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SEARCH_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"not a limit (a whole number in 1..{MAX_SEARCH_LIMIT:,}): {text}"
+        )
+    return value
+
+
+def _name(what: str, longest: int) -> Callable[[str], str]:
+    """An ``--organization`` or ``--domain``: an id (X1) of at most ``longest`` characters
+    (a usage error otherwise)."""
+
+    def parse(text: str) -> str:
+        from .._ids import is_valid_id
+
+        if not is_valid_id(text) or len(text) > longest:
+            raise argparse.ArgumentTypeError(
+                f"not a valid {what}: 1..{longest} of A-Z a-z 0-9 . _ : - (not . or ..)"
+            )
+        return text
+
+    return parse
+
+
+#: ``memory --scope`` choices, in the order ``mainspring.storage.Scope`` lists them (a test
+#: checks the two agree; parsing never imports the storage layer).
+MEMORY_SCOPES = ("user", "project", "repository", "organization")
+
+
+def _add_memory(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``memory ls | search QUERY | forget ID``: the facts agents remember."""
+    which = _RaisingParser(add_help=False)
+    which.add_argument(
+        "--organization",
+        type=_name("organization", 256),
+        help="the organization whose facts the organization scope holds",
+    )
+    filters = _RaisingParser(add_help=False)
+    filters.add_argument(
+        "--scope",
+        dest="scopes",
+        action="append",
+        choices=list(MEMORY_SCOPES),
+        help="only this scope (repeatable; default: every scope, organization only with "
+        "--organization)",
+    )
+    filters.add_argument("--domain", type=_name("domain", 128), help="only this domain")
+    filters.add_argument(
+        "--min-confidence",
+        type=_fraction,
+        default=0.0,
+        metavar="X",
+        help="only facts at least this confident (0..1)",
+    )
+    memory = commands.add_parser(
+        "memory", parents=[common], help="facts agents remember: ls, search, forget"
+    )
+    actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+    ls = actions.add_parser(
+        "ls", parents=[common, which, filters], help="facts, oldest first (visible ones)"
+    )
+    ls.add_argument("--limit", type=_page_size, default=100, help="at most this many (100)")
+    ls.add_argument(
+        "--all",
+        dest="include_hidden",
+        action="store_true",
+        help="expired, superseded and low-confidence facts too",
+    )
+    ls.add_argument(
+        "--after",
+        metavar="FACT_ID",
+        help="the next page: facts after this one (the last id of the previous page)",
+    )
+    search = actions.add_parser(
+        "search", parents=[common, which, filters], help="facts matching a text query, best first"
+    )
+    search.add_argument("query", metavar="QUERY")
+    search.add_argument("--limit", type=_page_size, default=10, help="at most this many (10)")
+    forget = actions.add_parser("forget", parents=[common, which], help="delete one fact")
+    forget.add_argument("fact_id", metavar="FACT_ID")
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``mainspring`` parser; every error raises :class:`UsageError`."""
     common = _RaisingParser(add_help=False)
@@ -203,4 +303,5 @@ def make_parser() -> argparse.ArgumentParser:
     prune.add_argument(
         "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
     )
+    _add_memory(commands, common)
     return parser

@@ -28,6 +28,7 @@ from ..storage import (
 )
 from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
+from ._memory import nothing_remembered
 from ._output import GOAL_WIDTH, Out, clamp, when
 from ._store import get_execution, open_store, shown
 
@@ -442,6 +443,8 @@ def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
     command = args.command
     if command == "events" and args.follow:
         return _follow_when_created(path, out, args)
+    if command == "memory":
+        return nothing_remembered(out, args, why)
     if command == "ls" or (command in ("tasks", "events") and not args.id):
         what = "agent tasks" if command == "tasks" else "executions"
         if out.as_json:

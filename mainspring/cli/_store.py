@@ -60,7 +60,10 @@ def open_store(path: Path | str, *, write: bool) -> tuple[Store, Callable[[], No
     try:
         if store_kind(path) == "files":
             files = FileStore(path, read_only=True)  # proves it is a store, changing nothing
-            return (FileStore(path) if write else files), lambda: None
+            if write:
+                files.close()
+                files = FileStore(path)
+            return files, files.close  # closes its memory database, if it opened it
         probe = SqliteStore(path, read_only=True)
         if write:
             probe.close()

@@ -9,6 +9,7 @@ from ._agent import ClarificationNeeded as ClarificationNeeded
 from ._agent import PlannerContext as PlannerContext
 from ._agent import SaveRefused as SaveRefused
 from ._agent_context import AgentContext as AgentContext
+from ._embedders import minilm_embedder as minilm_embedder
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -80,6 +81,7 @@ __all__ = [
     "StepStarted",
     "StopResult",
     "WithUsage",
+    "minilm_embedder",
     "run_program",
 ]
 
