@@ -34,7 +34,8 @@ import enum
 import math
 import re
 import secrets
-from collections.abc import Callable, Sequence
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -273,18 +274,38 @@ class MemoryBackend(Protocol):
         ...
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# A word's letters, or one character that is neither a letter nor a space (a mark glues to
+# the word before it; anything else ends it).
+_PIECE = re.compile(r"(\w+)|([^\w\s])|\s+")
+
+
+def _words(text: str) -> Iterator[str]:
+    """The words of ``text``: runs of letters, digits and ``_``, with the combining marks
+    inside or after them (a vowel sign, a virama, the dot ``İ`` lowercases to): cut at
+    each mark, a Devanagari or Hebrew word would become fragments no index holds."""
+    word = ""
+    for match in _PIECE.finditer(text):
+        letters, other = match.groups()
+        if letters is not None:
+            word += letters
+        elif other is not None and word and unicodedata.category(other).startswith("M"):
+            word += other
+        elif word:
+            yield word
+            word = ""
+    if word:
+        yield word
 
 
 def query_terms(query: str) -> list[str]:
     """The words of a text query, lowercased, first occurrence kept, at most
-    :data:`MAX_QUERY_TERMS`. Only letters, digits and ``_`` survive, so a term can never be
-    read as query syntax by a backend (each still passes as a parameter)."""
+    :data:`MAX_QUERY_TERMS`. Only letters, digits, ``_`` and the combining marks of a word
+    survive, so a term can never be read as query syntax by a backend (each still passes
+    as a parameter)."""
     if type(query) is not str:
         raise TypeError(f"a query is text, not {type(query).__name__}")
     terms: list[str] = []
-    for match in _WORD.finditer(query.lower()):
-        term = match.group()
+    for term in _words(query.lower()):
         if term not in terms:
             terms.append(term)
             if len(terms) == MAX_QUERY_TERMS:
