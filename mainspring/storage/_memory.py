@@ -35,11 +35,12 @@ import math
 import re
 import secrets
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._ids import check_id
 from ._validators import _id, _optional_id
 
 __all__ = [
@@ -335,6 +336,39 @@ def check_limit(limit: object) -> int:
     if type(limit) is not int or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ValueError(f"limit must be a whole number in 1..{MAX_SEARCH_LIMIT}, not {limit!r}")
     return limit
+
+
+def check_where(where: object) -> FactFilter:
+    """``where`` if it is a :class:`FactFilter`; ``TypeError`` otherwise."""
+    if not isinstance(where, FactFilter):
+        raise TypeError(f"a memory read takes a FactFilter, not {type(where).__name__}")
+    return where
+
+
+def check_after(after: object) -> tuple[float, str] | None:
+    """``after`` as a listing resumes from: None, or a ``(created_at, id)`` tuple of a finite
+    number (not a bool) and a valid id; ``ValueError`` otherwise (``InvalidId`` for the id)."""
+    if after is None:
+        return None
+    if (
+        type(after) is not tuple
+        or len(after) != 2
+        or type(after[0]) not in (int, float)
+        or not math.isfinite(after[0])
+    ):
+        raise ValueError(f"after must be a (created_at, id) pair, not {after!r}")
+    return float(after[0]), check_id(after[1])
+
+
+def check_terms(terms: object) -> list[str]:
+    """``terms`` as a list: an iterable of str (one str is not; see :func:`query_terms`);
+    ``TypeError`` otherwise."""
+    if isinstance(terms, str | bytes) or not isinstance(terms, Iterable):
+        raise TypeError(f"terms are a sequence of str (see query_terms), not {terms!r:.40}")
+    listed = list(terms)
+    if not all(type(term) is str for term in listed):
+        raise TypeError("terms are a sequence of str (see query_terms)")
+    return listed
 
 
 def check_write(write: object) -> MemoryWrite:

@@ -42,7 +42,10 @@ from ._memory import (
     MemoryWrite,
     Scope,
     TextHit,
+    check_after,
     check_limit,
+    check_terms,
+    check_where,
     check_write,
     hidden,
     relink,
@@ -238,9 +241,9 @@ class SqliteMemory:
     def listing(
         self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[Fact]:
+        where = check_where(where)
         limit = check_limit(limit)
-        if after is not None:
-            after = (float(after[0]), check_id(after[1]))
+        after = check_after(after)
         now = where.now if where.now is not None else self.clock()
         sql, params = self._where(where, now)
         select = (
@@ -274,8 +277,9 @@ class SqliteMemory:
         return found
 
     def search(self, terms: Sequence[str], where: FactFilter, *, limit: int) -> list[TextHit]:
+        where = check_where(where)
         limit = check_limit(limit)
-        expression = _match(terms)
+        expression = _match(check_terms(terms))
         if expression is None:
             return []
         now = where.now if where.now is not None else self.clock()
@@ -471,7 +475,9 @@ class OnSqlite:
         """See ``MemoryBackend.memory_list``."""
         memory = self._memory_of(write=False)
         if memory is None:
+            check_where(where)
             check_limit(limit)
+            check_after(after)
             return []
         return memory.listing(where, limit=limit, after=after)
 
@@ -481,6 +487,8 @@ class OnSqlite:
         """See ``MemoryBackend.memory_search``."""
         memory = self._memory_of(write=False)
         if memory is None:
+            check_terms(terms)
+            check_where(where)
             check_limit(limit)
             return []
         return memory.search(terms, where, limit=limit)

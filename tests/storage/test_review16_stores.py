@@ -43,3 +43,41 @@ def test_query_terms_keep_marks_inside_words_and_drop_lone_ones() -> None:
     assert query_terms("cafe\u0301 au lait") == ["cafe\u0301", "au", "lait"]
     assert query_terms("\u0301\u0301 alone") == ["alone"]  # marks with no letter: nothing
     assert query_terms("a-b c_d") == ["a", "b", "c_d"]
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        ("1.0", "a"),
+        (True, "a"),
+        (float("nan"), "a"),
+        (float("inf"), "a"),
+        [1.0, "a"],
+        (1.0, "a", "x"),
+    ],
+)
+def test_a_listing_refuses_a_malformed_after_on_every_backend(
+    memory_store: Any, after: Any
+) -> None:
+    # SQLite and the file store took these (a string or a bool as the time, NaN: silently
+    # an empty page, a third item ignored); PostgreSQL refused them.
+    remember(memory_store, fact("a"), fact("b"))
+    with pytest.raises(ValueError, match="after"):
+        memory_store.memory_list(FactFilter(include_hidden=True), limit=10, after=after)
+
+
+def test_reads_refuse_what_is_not_a_filter_or_terms_on_every_backend(memory_store: Any) -> None:
+    remember(memory_store, fact("a", "alpha"))
+    for where in ({}, None, "user"):
+        with pytest.raises(TypeError, match="FactFilter"):
+            memory_store.memory_list(where, limit=10)
+        with pytest.raises(TypeError, match="FactFilter"):
+            memory_store.memory_search(["alpha"], where, limit=10)
+    # One str is not a sequence of terms: on SQLite each character was a term (nothing found).
+    with pytest.raises(TypeError, match="terms"):
+        memory_store.memory_search("alpha", FactFilter(), limit=10)
+    with pytest.raises(TypeError, match="terms"):
+        memory_store.memory_search([1, 2], FactFilter(), limit=10)
+    assert [h.fact.id for h in memory_store.memory_search(("alpha",), FactFilter(), limit=1)] == [
+        "a"
+    ]
