@@ -3,11 +3,15 @@ FileStore and PostgresStore directly, each pinned by a test (every backend)."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mainspring.storage import FactFilter, query_terms
+from mainspring.storage import FactFilter, FileStore, query_terms
+from mainspring.storage._memory_sqlite import MEMORY_FILE
 from tests.storage._memory_kit import fact, memory_store, remember
 
 __all__ = ["memory_store"]
@@ -81,3 +85,63 @@ def test_reads_refuse_what_is_not_a_filter_or_terms_on_every_backend(memory_stor
     assert [h.fact.id for h in memory_store.memory_search(("alpha",), FactFilter(), limit=1)] == [
         "a"
     ]
+
+
+def _file_state(path: Path) -> list[tuple[str, int, bytes]]:
+    return sorted((p.name, p.stat().st_mtime_ns, p.read_bytes()) for p in path.iterdir())
+
+
+def test_a_read_of_an_empty_sidecar_writes_nothing_and_a_write_marks_its_layout(
+    tmp_path: Path,
+) -> None:
+    # An empty memory.sqlite3 (left by a crash between creating it and its first write):
+    # a read wrote a database header into it, and the write after never set its layout.
+    store_dir = tmp_path / "store"
+    FileStore(store_dir).close()
+    sidecar = store_dir / MEMORY_FILE
+    os.close(os.open(sidecar, os.O_CREAT | os.O_RDWR, 0o600))
+    before = _file_state(store_dir)
+    store = FileStore(store_dir)
+    try:
+        assert store.memory_count() == 0
+        assert store.memory_list(FactFilter(), limit=5) == []
+        assert store.memory_search(["x"], FactFilter(), limit=5) == []
+        assert _file_state(store_dir) == before
+        remember(store, fact("a", "x marks"))
+    finally:
+        store.close()
+    db = sqlite3.connect(sidecar)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+
+
+def test_a_read_never_changes_a_sidecar_journal_mode(tmp_path: Path) -> None:
+    # A sidecar in rollback-journal mode (a restored copy): a read switched it to WAL.
+    store_dir = tmp_path / "store"
+    store = FileStore(store_dir)
+    try:
+        remember(store, fact("a", "kept words"))
+    finally:
+        store.close()
+    sidecar = store_dir / MEMORY_FILE
+    db = sqlite3.connect(sidecar)
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.close()
+    before = _file_state(store_dir)
+    store = FileStore(store_dir)
+    try:
+        assert [h.fact.id for h in store.memory_search(["kept"], FactFilter(), limit=5)] == ["a"]
+        assert store.memory_get("a") is not None
+        assert _file_state(store_dir) == before
+        remember(store, fact("b", "more words"))  # a write makes it WAL again
+        assert store.memory_count() == 2
+    finally:
+        store.close()
+    db = sqlite3.connect(sidecar)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
