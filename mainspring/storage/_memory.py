@@ -34,11 +34,13 @@ import enum
 import math
 import re
 import secrets
-from collections.abc import Callable, Sequence
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._ids import check_id
 from ._validators import _id, _optional_id
 
 __all__ = [
@@ -273,18 +275,38 @@ class MemoryBackend(Protocol):
         ...
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# A word's letters, or one character that is neither a letter nor a space (a mark glues to
+# the word before it; anything else ends it).
+_PIECE = re.compile(r"(\w+)|([^\w\s])|\s+")
+
+
+def _words(text: str) -> Iterator[str]:
+    """The words of ``text``: runs of letters, digits and ``_``, with the combining marks
+    inside or after them (a vowel sign, a virama, the dot ``İ`` lowercases to): cut at
+    each mark, a Devanagari or Hebrew word would become fragments no index holds."""
+    word = ""
+    for match in _PIECE.finditer(text):
+        letters, other = match.groups()
+        if letters is not None:
+            word += letters
+        elif other is not None and word and unicodedata.category(other).startswith("M"):
+            word += other
+        elif word:
+            yield word
+            word = ""
+    if word:
+        yield word
 
 
 def query_terms(query: str) -> list[str]:
     """The words of a text query, lowercased, first occurrence kept, at most
-    :data:`MAX_QUERY_TERMS`. Only letters, digits and ``_`` survive, so a term can never be
-    read as query syntax by a backend (each still passes as a parameter)."""
+    :data:`MAX_QUERY_TERMS`. Only letters, digits, ``_`` and the combining marks of a word
+    survive, so a term can never be read as query syntax by a backend (each still passes
+    as a parameter)."""
     if type(query) is not str:
         raise TypeError(f"a query is text, not {type(query).__name__}")
     terms: list[str] = []
-    for match in _WORD.finditer(query.lower()):
-        term = match.group()
+    for term in _words(query.lower()):
         if term not in terms:
             terms.append(term)
             if len(terms) == MAX_QUERY_TERMS:
@@ -314,6 +336,39 @@ def check_limit(limit: object) -> int:
     if type(limit) is not int or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ValueError(f"limit must be a whole number in 1..{MAX_SEARCH_LIMIT}, not {limit!r}")
     return limit
+
+
+def check_where(where: object) -> FactFilter:
+    """``where`` if it is a :class:`FactFilter`; ``TypeError`` otherwise."""
+    if not isinstance(where, FactFilter):
+        raise TypeError(f"a memory read takes a FactFilter, not {type(where).__name__}")
+    return where
+
+
+def check_after(after: object) -> tuple[float, str] | None:
+    """``after`` as a listing resumes from: None, or a ``(created_at, id)`` tuple of a finite
+    number (not a bool) and a valid id; ``ValueError`` otherwise (``InvalidId`` for the id)."""
+    if after is None:
+        return None
+    if (
+        type(after) is not tuple
+        or len(after) != 2
+        or type(after[0]) not in (int, float)
+        or not math.isfinite(after[0])
+    ):
+        raise ValueError(f"after must be a (created_at, id) pair, not {after!r}")
+    return float(after[0]), check_id(after[1])
+
+
+def check_terms(terms: object) -> list[str]:
+    """``terms`` as a list: an iterable of str (one str is not; see :func:`query_terms`);
+    ``TypeError`` otherwise."""
+    if isinstance(terms, str | bytes) or not isinstance(terms, Iterable):
+        raise TypeError(f"terms are a sequence of str (see query_terms), not {terms!r:.40}")
+    listed = list(terms)
+    if not all(type(term) is str for term in listed):
+        raise TypeError("terms are a sequence of str (see query_terms)")
+    return listed
 
 
 def check_write(write: object) -> MemoryWrite:

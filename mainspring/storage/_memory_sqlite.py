@@ -42,7 +42,10 @@ from ._memory import (
     MemoryWrite,
     Scope,
     TextHit,
+    check_after,
     check_limit,
+    check_terms,
+    check_where,
     check_write,
     hidden,
     relink,
@@ -238,9 +241,9 @@ class SqliteMemory:
     def listing(
         self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[Fact]:
+        where = check_where(where)
         limit = check_limit(limit)
-        if after is not None:
-            after = (float(after[0]), check_id(after[1]))
+        after = check_after(after)
         now = where.now if where.now is not None else self.clock()
         sql, params = self._where(where, now)
         select = (
@@ -274,8 +277,9 @@ class SqliteMemory:
         return found
 
     def search(self, terms: Sequence[str], where: FactFilter, *, limit: int) -> list[TextHit]:
+        where = check_where(where)
         limit = check_limit(limit)
-        expression = _match(terms)
+        expression = _match(check_terms(terms))
         if expression is None:
             return []
         now = where.now if where.now is not None else self.clock()
@@ -471,7 +475,9 @@ class OnSqlite:
         """See ``MemoryBackend.memory_list``."""
         memory = self._memory_of(write=False)
         if memory is None:
+            check_where(where)
             check_limit(limit)
+            check_after(after)
             return []
         return memory.listing(where, limit=limit, after=after)
 
@@ -481,6 +487,8 @@ class OnSqlite:
         """See ``MemoryBackend.memory_search``."""
         memory = self._memory_of(write=False)
         if memory is None:
+            check_terms(terms)
+            check_where(where)
             check_limit(limit)
             return []
         return memory.search(terms, where, limit=limit)
@@ -492,9 +500,10 @@ class OnSqlite:
 
 
 class MemoryFile:
-    """FileStore's sidecar database ``memory.sqlite3``: opened on first use (0600, WAL,
-    ``synchronous=FULL``), created only by a write; read-only, or absent for a read, it is
-    opened read-only or not at all (reads then answer empty)."""
+    """FileStore's sidecar database ``memory.sqlite3``: opened on first use (0600,
+    ``synchronous=FULL``), created only by a write, and made WAL (its layout marked if it is
+    empty) only by the first write: a read changes nothing in it. Read-only, or absent for a
+    read, it is opened read-only or not at all (reads then answer empty)."""
 
     def __init__(
         self, path: Path, *, clock: Callable[[], float], read_only: bool, busy_timeout: float = 30.0
@@ -505,7 +514,7 @@ class MemoryFile:
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()  # guards opening and closing
         self._memory: SqliteMemory | None = None
-        self._tightened = False
+        self._prepared = False
 
     def get(self, *, write: bool) -> SqliteMemory | None:
         with self._lock:
@@ -517,13 +526,26 @@ class MemoryFile:
                 self._memory = SqliteMemory(
                     db, threading.Lock(), clock=self.clock, read_only=self.read_only
                 )
-            if write and not self._tightened:
+            if write and not self._prepared and not self.read_only:
+                self._prepare(self._memory)
                 for suffix in ("", "-wal", "-shm"):
                     with contextlib.suppress(FileNotFoundError):
                         if os.stat(f"{self.path}{suffix}").st_mode & 0o077:
                             os.chmod(f"{self.path}{suffix}", 0o600)
-                self._tightened = True
+                self._prepared = True
             return self._memory
+
+    def _prepare(self, memory: SqliteMemory) -> None:
+        """Before the first write (never on a read, which changes nothing): WAL, and the
+        layout marked on a database still empty (new, or left empty by a crash before its
+        first write)."""
+        with memory.lock:
+            try:
+                memory.db.execute("PRAGMA journal_mode=WAL")
+                if memory.db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+                    memory.db.execute(f"PRAGMA user_version = {_SIDECAR_LAYOUT}")
+            except sqlite3.Error as exc:
+                raise OSError(f"{self.path} could not be prepared for writing: {exc}") from exc
 
     def _open(self, *, create: bool) -> sqlite3.Connection:
         if self.read_only:
@@ -547,10 +569,7 @@ class MemoryFile:
         )
         try:
             self._check_layout(db)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            if create:
-                db.execute(f"PRAGMA user_version = {_SIDECAR_LAYOUT}")
+            db.execute("PRAGMA synchronous=FULL")  # this connection's: nothing is written
         except sqlite3.Error as exc:
             db.close()
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None

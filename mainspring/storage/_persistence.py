@@ -28,6 +28,7 @@ from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
 from ._backend import CommitOutcome, Edit, LeaseResult, Store
 from ._errors import StorageError
 from ._memory import Fact, MemoryBackend, MemoryWrite
+from ._postgres import CommitUnknown
 from ._records import Execution
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
@@ -279,7 +280,14 @@ class PersistenceActor(Actor):
         except Exception as exc:
             if isinstance(exc, OSError):
                 self._broken = exc
-            failure = PersistenceFailed(f"memory write failed, nothing in it was applied: {exc}")
+            # Only a lost COMMIT leaves the outcome open: it may have been applied, and a
+            # caller told otherwise would remember its facts a second time.
+            what = (
+                "its outcome is unknown (it may have been applied)"
+                if isinstance(exc, CommitUnknown)
+                else "nothing in it was applied"
+            )
+            failure = PersistenceFailed(f"memory write failed, {what}: {exc}")
             failure.__cause__ = exc
             for _, ticket in batch:
                 ticket.fail(failure)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -51,7 +50,10 @@ from ._memory import (
     RememberFact,
     Scope,
     TextHit,
+    check_after,
     check_limit,
+    check_terms,
+    check_where,
     check_write,
     hidden,
     query_terms,
@@ -134,25 +136,6 @@ def _fact(row: Sequence[Any]) -> Fact | None:
         )
     except (TypeError, ValueError):
         return None
-
-
-def _check_where(where: object) -> FactFilter:
-    if not isinstance(where, FactFilter):
-        raise TypeError(f"a memory read takes a FactFilter, not {type(where).__name__}")
-    return where
-
-
-def _check_after(after: object) -> tuple[float, str] | None:
-    if after is None:
-        return None
-    if (
-        type(after) is not tuple
-        or len(after) != 2
-        or type(after[0]) not in (int, float)
-        or not math.isfinite(after[0])
-    ):
-        raise ValueError(f"after must be a (created_at, id) pair, not {after!r}")
-    return float(after[0]), check_id(after[1])
 
 
 def _conditions(where: FactFilter, *, visible: bool) -> tuple[list[str], dict[str, Any]]:
@@ -414,9 +397,9 @@ class PostgresMemory:
         self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[Fact]:
         """See :meth:`MemoryBackend.memory_list`: keyset on ``(created_at, id)``."""
-        where = _check_where(where)
+        where = check_where(where)
         limit = check_limit(limit)
-        start = _check_after(after)
+        start = check_after(after)
         visible = not where.include_hidden
         conditions, params = _conditions(where, visible=visible)
         if start is not None:
@@ -434,13 +417,9 @@ class PostgresMemory:
         """See :meth:`MemoryBackend.memory_search`: each term (diacritics removed) through
         ``plainto_tsquery``, OR-ed (a stop word adds nothing, and errs nothing), ranked by
         ``ts_rank``, ties by id."""
-        where = _check_where(where)
+        where = check_where(where)
         limit = check_limit(limit)
-        if isinstance(terms, str):
-            raise TypeError("terms are a sequence of str (see query_terms), not one str")
-        terms = list(terms)
-        if not all(type(term) is str for term in terms):
-            raise TypeError("terms are a sequence of str (see query_terms)")
+        terms = check_terms(terms)
         words = query_terms(fold(" ".join(terms)))  # query_terms' own are left as they are
         if not words:
             return []
