@@ -46,7 +46,14 @@ from ..storage import (
     redact,
     sha256_hex,
 )
-from ._memory_rank import MAX_CANDIDATES, Embedder, Fallback, VectorCache, rank_by_meaning
+from ._memory_rank import (
+    MAX_CANDIDATES,
+    Embedder,
+    EmbedderThreads,
+    Fallback,
+    VectorCache,
+    rank_by_meaning,
+)
 
 __all__ = [
     "AgentMemory",
@@ -255,11 +262,15 @@ class Memory:
         organization: str | None = None,
         embedder: Embedder | None = None,
         cache: VectorCache | None = None,
+        threads: EmbedderThreads | None = None,
     ) -> None:
         self._committer = committer
         self._organization = organization
         self._embedder = embedder
         self._cache = cache if cache is not None else VectorCache()
+        # A sync embedder's own threads, shared by the runtime's agents (never the worker
+        # threads the persistence actor needs).
+        self._threads = threads if threads is not None else EmbedderThreads()
 
     @property
     def organization(self) -> str | None:
@@ -393,7 +404,14 @@ class Memory:
         considered, capped = 0, False
         if self._embedder is not None:
             ranked = await rank_by_meaning(
-                backend, self._embedder, self._cache, query, where, limit, cap=MAX_CANDIDATES
+                backend,
+                self._embedder,
+                self._cache,
+                query,
+                where,
+                limit,
+                cap=MAX_CANDIDATES,
+                threads=self._threads,
             )
             considered, capped = ranked.considered, ranked.capped
             if ranked.fallback is None:
@@ -459,6 +477,7 @@ class AgentMemory(Memory):
             organization=base._organization,
             embedder=base._embedder,
             cache=base._cache,
+            threads=base._threads,
         )
         self._execution_id = execution_id
         self._task_id = task_id
