@@ -420,8 +420,10 @@ class Memory:
         :class:`MemorySearch` for the fallbacks. The query is redacted before it is used
         or sent to the embedder.
 
-        A search is a live read: inside an agent it is not replayed on resume (wrap it in
-        ``ctx.step`` to replay its result).
+        A search is a live read: inside an agent it is not replayed on resume. To replay
+        one, return what the agent uses of it from a ``ctx.step`` function, as storable
+        values (the facts' ids and texts, say): a ``MemorySearch`` or a ``Fact`` is not
+        storable, so returning one from a step raises ``ValueError``.
         """
         backend = self._backend()
         if not isinstance(query, str):
@@ -500,7 +502,9 @@ class AgentMemory(Memory):
     Concurrent ``remember`` calls of one agent are numbered in the order they are made.
 
     Reads (``search``, ``get``, ``list``) are live reads, not replayed on resume, like
-    ``ctx.run``: wrap one in ``ctx.step`` to replay its result.
+    ``ctx.run``. To replay one, call it in a ``ctx.step`` function that returns what the
+    agent uses of it as storable values (``[hit.fact.text for hit in found.hits]``): a
+    ``MemorySearch`` or a ``Fact`` itself is not storable (the step raises ``ValueError``).
     """
 
     def __init__(self, base: Memory, *, execution_id: str, task_id: str, step_id: str) -> None:
