@@ -290,7 +290,10 @@ async def embed(
         except EmbedderFailed:
             raise
         except Exception as exc:
-            raise EmbedderFailed(f"the embedder raised {_said(exc)}") from exc
+            said = _said(exc)
+            if len(said) > 4 * MAX_DETAIL:  # redacting megabytes would hold the event loop
+                said = await anyio.to_thread.run_sync(bounded_detail, said)
+            raise EmbedderFailed(f"the embedder raised {said}") from exc
         out.extend(await anyio.to_thread.run_sync(_vectors, raw, len(batch)))
     return out
 
