@@ -73,7 +73,8 @@ class AgentContext:
     def memory(self) -> AgentMemory:
         """Agent memory (:class:`~mainspring.executions.AgentMemory`): ``remember`` records
         where a fact came from and is idempotent on replay; ``search``, ``get`` and ``list``
-        are live reads, not replayed on resume (wrap one in ``ctx.step`` to replay it)."""
+        are live reads, not replayed on resume (to replay one, return what you use of it,
+        as storable values, from a ``ctx.step`` function)."""
         if self._memory is None:
             base = self._actor.memory
             if base is None:

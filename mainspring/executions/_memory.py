@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import decimal
 import math
 import numbers
+import operator
+import sys
 import time
 from collections.abc import Iterable
 
@@ -46,7 +49,14 @@ from ..storage import (
     redact,
     sha256_hex,
 )
-from ._memory_rank import MAX_CANDIDATES, Embedder, Fallback, VectorCache, rank_by_meaning
+from ._memory_rank import (
+    MAX_CANDIDATES,
+    Embedder,
+    EmbedderThreads,
+    Fallback,
+    VectorCache,
+    rank_by_meaning,
+)
 
 __all__ = [
     "AgentMemory",
@@ -147,7 +157,7 @@ def resolve_scopes(scopes: object, organization: str | None) -> frozenset[Scope]
         return None
     if isinstance(scopes, str | Scope):
         scopes = (scopes,)
-    if not isinstance(scopes, Iterable):
+    if isinstance(scopes, bytes | bytearray | memoryview) or not isinstance(scopes, Iterable):
         raise TypeError(f"scopes is a scope or a list of them, not {type(scopes).__name__}")
     resolved = frozenset(resolve_scope(scope, organization) for scope in scopes)
     if not resolved:
@@ -155,15 +165,28 @@ def resolve_scopes(scopes: object, organization: str | None) -> frozenset[Scope]
     return resolved
 
 
-def clamp_confidence(value: object, what: str = "confidence") -> float:
-    """``value`` as a float clamped to 0..1; TypeError for a bool or a non-number,
-    ValueError for NaN or an infinity."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+def real(value: object, what: str) -> float:
+    """``value`` (a real number or a ``Decimal``) as a float; one too large for a float (an
+    int, a fraction, a decimal) is still finite: the largest float of its sign. TypeError
+    for a bool or a non-number, ValueError for NaN or an infinity."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
         raise TypeError(f"{what} must be a number, not {type(value).__name__}")
-    number = float(value)
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        raise ValueError(f"{what} must be finite, not {value}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int or a fraction beyond a float's range
+        return sys.float_info.max if operator.gt(value, 0) else -sys.float_info.max
     if not math.isfinite(number):
+        if isinstance(value, decimal.Decimal):  # a finite decimal beyond a float's range
+            return math.copysign(sys.float_info.max, number)
         raise ValueError(f"{what} must be finite, not {number!r}")
-    return min(1.0, max(0.0, number))
+    return number
+
+
+def clamp_confidence(value: object, what: str = "confidence") -> float:
+    """``value`` (see :func:`real`) as a float clamped to 0..1."""
+    return min(1.0, max(0.0, real(value, what)))
 
 
 def check_valid_until(value: object) -> float | None:
@@ -174,11 +197,14 @@ def check_valid_until(value: object) -> float | None:
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("valid_until must be an aware datetime (with a time zone)")
         value = value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
         raise TypeError(
             f"valid_until must be epoch seconds or a datetime, not {type(value).__name__}"
         )
-    seconds = float(value)
+    try:
+        seconds = real(value, "valid_until")
+    except ValueError:
+        seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"valid_until must be a finite time after the epoch, not {seconds!r}")
     return seconds
@@ -193,6 +219,15 @@ def check_name(value: object, what: str, *, optional: bool = False) -> str | Non
     if len(value) > MAX_NAME:
         raise ValueError(f"{what} must be at most {MAX_NAME} characters")
     return check_id(value)
+
+
+def check_stored_name(value: object, what: str, *, optional: bool = False) -> str | None:
+    """:func:`check_name` for a name that is stored with a fact: one the redactor would
+    mask (a key or token shaped like an id) is refused, never stored in the clear (E5)."""
+    name = check_name(value, what, optional=optional)
+    if name is not None and str(redact(name)) != name:
+        raise ValueError(f"{what} looks like a secret: it is not stored (E5)")
+    return name
 
 
 def check_text(text: object, what: str = "text") -> str:
@@ -230,8 +265,12 @@ def check_after(after: object) -> tuple[float, str] | None:
         return (after.created_at, after.id)
     if isinstance(after, tuple) and len(after) == 2:
         at, fact_id = after
-        if not isinstance(at, bool) and isinstance(at, numbers.Real) and math.isfinite(at):
-            return (float(at), check_id(fact_id))
+        try:
+            seconds = real(at, "after")
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if math.isfinite(seconds):
+            return (seconds, check_id(fact_id))
     raise TypeError("after is a Fact or its (created_at, id), or None")
 
 
@@ -255,11 +294,15 @@ class Memory:
         organization: str | None = None,
         embedder: Embedder | None = None,
         cache: VectorCache | None = None,
+        threads: EmbedderThreads | None = None,
     ) -> None:
         self._committer = committer
         self._organization = organization
         self._embedder = embedder
         self._cache = cache if cache is not None else VectorCache()
+        # A sync embedder's own threads, shared by the runtime's agents (never the worker
+        # threads the persistence actor needs).
+        self._threads = threads if threads is not None else EmbedderThreads()
 
     @property
     def organization(self) -> str | None:
@@ -286,10 +329,10 @@ class Memory:
             id=new_fact_id(),
             text=check_text(text),
             scope=resolved,
-            domain=str(check_name(domain, "domain")),
+            domain=str(check_stored_name(domain, "domain")),
             confidence=clamp_confidence(confidence),
             valid_until=check_valid_until(valid_until),
-            conflict_group=check_name(conflict_group, "conflict_group", optional=True),
+            conflict_group=check_stored_name(conflict_group, "conflict_group", optional=True),
             organization=self._organization if resolved is Scope.ORGANIZATION else None,
             created_at=time.time(),
         )
@@ -377,8 +420,10 @@ class Memory:
         :class:`MemorySearch` for the fallbacks. The query is redacted before it is used
         or sent to the embedder.
 
-        A search is a live read: inside an agent it is not replayed on resume (wrap it in
-        ``ctx.step`` to replay its result).
+        A search is a live read: inside an agent it is not replayed on resume. To replay
+        one, return what the agent uses of it from a ``ctx.step`` function, as storable
+        values (the facts' ids and texts, say): a ``MemorySearch`` or a ``Fact`` is not
+        storable, so returning one from a step raises ``ValueError``.
         """
         backend = self._backend()
         if not isinstance(query, str):
@@ -393,7 +438,14 @@ class Memory:
         considered, capped = 0, False
         if self._embedder is not None:
             ranked = await rank_by_meaning(
-                backend, self._embedder, self._cache, query, where, limit, cap=MAX_CANDIDATES
+                backend,
+                self._embedder,
+                self._cache,
+                query,
+                where,
+                limit,
+                cap=MAX_CANDIDATES,
+                threads=self._threads,
             )
             considered, capped = ranked.considered, ranked.capped
             if ranked.fallback is None:
@@ -450,7 +502,9 @@ class AgentMemory(Memory):
     Concurrent ``remember`` calls of one agent are numbered in the order they are made.
 
     Reads (``search``, ``get``, ``list``) are live reads, not replayed on resume, like
-    ``ctx.run``: wrap one in ``ctx.step`` to replay its result.
+    ``ctx.run``. To replay one, call it in a ``ctx.step`` function that returns what the
+    agent uses of it as storable values (``[hit.fact.text for hit in found.hits]``): a
+    ``MemorySearch`` or a ``Fact`` itself is not storable (the step raises ``ValueError``).
     """
 
     def __init__(self, base: Memory, *, execution_id: str, task_id: str, step_id: str) -> None:
@@ -459,6 +513,7 @@ class AgentMemory(Memory):
             organization=base._organization,
             embedder=base._embedder,
             cache=base._cache,
+            threads=base._threads,
         )
         self._execution_id = execution_id
         self._task_id = task_id

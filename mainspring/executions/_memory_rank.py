@@ -4,6 +4,10 @@ cache of the vectors facts already have.
 An *embedder* is any callable taking a list of texts and returning one vector (a sequence
 of numbers) per text, in order; it may be sync (run in a worker thread, so the event loop
 never waits on it) or async (awaited). Texts go to it in batches of :data:`EMBED_BATCH`.
+A sync embedder gets threads of its own (:class:`EmbedderThreads`, at most
+:data:`MAX_EMBEDDER_THREADS` per runtime, abandoned calls included), never the shared
+worker threads the persistence actor and the store's reads need: an embedder that hangs
+slows searches, not commits.
 
 What counts, and why:
 
@@ -28,9 +32,11 @@ from __future__ import annotations
 
 import heapq
 import inspect
+import itertools
 import math
 import numbers
 import operator
+import threading
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,7 +52,9 @@ __all__ = [
     "MAX_CACHED_VECTORS",
     "MAX_CANDIDATES",
     "MAX_DIMENSIONS",
+    "MAX_EMBEDDER_THREADS",
     "EmbedderFailed",
+    "EmbedderThreads",
     "Fallback",
     "Ranked",
     "VectorCache",
@@ -68,6 +76,9 @@ MAX_CACHED_VECTORS = 10_000
 MAX_DIMENSIONS = 65_536
 #: The longest reason a search reports.
 MAX_DETAIL = 300
+#: Worker threads a runtime's sync embedder may occupy at once, calls abandoned by a
+#: cancelled search included (their thread runs on until the embedder returns).
+MAX_EMBEDDER_THREADS = 4
 
 Embedder = Callable[[list[str]], Any]
 #: Why a search ranked by full text although the runtime has an embedder.
@@ -173,30 +184,99 @@ class VectorCache:
         self._vectors.pop(fact_id, None)
 
 
+class EmbedderThreads:
+    """The worker threads of one runtime's sync embedder: a pool of its own (not anyio's
+    default one, which the persistence actor's flushes and the store's reads share), at
+    most ``size`` threads. Callers past that wait for a thread; when threads are held by
+    calls whose search was cancelled (abandoned, still running), the caller does not wait
+    for them: its search falls back (``embedder-error``)."""
+
+    def __init__(self, size: int = MAX_EMBEDDER_THREADS) -> None:
+        self._size = size
+        self._callers = anyio.CapacityLimiter(size)  # searches waiting on a thread
+        self._pool = anyio.CapacityLimiter(size)  # the threads themselves
+        self._lock = threading.Lock()
+        self._running = 0  # calls started or about to start, abandoned ones too
+
+    @property
+    def running(self) -> int:
+        """Embedder calls under way (or about to start), abandoned ones included."""
+        with self._lock:
+            return self._running
+
+    def _run(self, state: list[bool], embedder: Embedder, texts: list[str]) -> Any:
+        with self._lock:
+            if state[1]:  # the caller left before this thread started: not run
+                return None
+            state[0] = True
+        try:
+            return embedder(texts)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    async def call(self, embedder: Embedder, texts: list[str]) -> Any:
+        """``embedder(texts)`` in one of these threads; cancellation abandons the thread
+        (its answer dropped). EmbedderFailed if abandoned calls hold every thread."""
+        async with self._callers:
+            state = [False, False]  # [started, the caller left]
+            with self._lock:
+                if self._running >= self._size:
+                    raise EmbedderFailed(
+                        f"{self._running} earlier calls of the embedder are still running"
+                    )
+                self._running += 1
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._run, state, embedder, texts, abandon_on_cancel=True, limiter=self._pool
+                )
+            finally:
+                with self._lock:
+                    if not state[0]:  # never started (a started call counts itself down)
+                        state[1] = True
+                        self._running -= 1
+
+
 def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an instance with an async __call__
     )
 
 
+def _said(exc: Exception) -> str:
+    """``Type: message`` of an embedder's error; the type alone if its message cannot be
+    made (a broken ``__str__`` is the embedder's fault too, never the search's)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"
+
+
 def _vectors(raw: Any, count: int) -> list[array[float] | None]:
     """One unit vector (or None) per text; EmbedderFailed for the wrong shape."""
     if isinstance(raw, str | bytes | bytearray | Mapping) or not isinstance(raw, Iterable):
         raise EmbedderFailed(f"the embedder returned {type(raw).__name__}, not a list of vectors")
-    try:
-        rows = list(raw)
+    try:  # read one row past the count at most: an answer may be a generator that never ends
+        rows = list(itertools.islice(raw, count + 1))
     except Exception as exc:
-        raise EmbedderFailed(f"the embedder's answer could not be read: {exc!r}") from exc
+        raise EmbedderFailed(f"the embedder's answer could not be read: {_said(exc)}") from exc
+    if len(rows) > count:
+        raise EmbedderFailed(f"the embedder returned more vectors than the {count} texts")
     if len(rows) != count:
         raise EmbedderFailed(f"the embedder returned {len(rows)} vectors for {count} texts")
     return [unit_vector(row) for row in rows]
 
 
-async def embed(embedder: Embedder, texts: list[str]) -> list[array[float] | None]:
+async def embed(
+    embedder: Embedder, texts: list[str], threads: EmbedderThreads | None = None
+) -> list[array[float] | None]:
     """Vectors for ``texts`` (one call per :data:`EMBED_BATCH`), each a unit vector, empty
     (zero magnitude) or None (unusable). Raises :class:`EmbedderFailed` if the embedder
     raised or answered the wrong number of vectors; cancellation passes through (a sync
-    embedder's thread is abandoned, its answer dropped)."""
+    embedder's thread is abandoned, its answer dropped). A sync embedder runs in
+    ``threads`` (a pool of its own for this call when None)."""
+    if threads is None:
+        threads = EmbedderThreads()
     out: list[array[float] | None] = []
     for start in range(0, len(texts), EMBED_BATCH):
         batch = texts[start : start + EMBED_BATCH]
@@ -204,11 +284,16 @@ async def embed(embedder: Embedder, texts: list[str]) -> list[array[float] | Non
             if _is_async(embedder):
                 raw = await embedder(list(batch))
             else:
-                raw = await anyio.to_thread.run_sync(embedder, list(batch), abandon_on_cancel=True)
+                raw = await threads.call(embedder, list(batch))
                 if inspect.isawaitable(raw):  # a sync callable handing back a coroutine
                     raw = await raw
+        except EmbedderFailed:
+            raise
         except Exception as exc:
-            raise EmbedderFailed(f"the embedder raised {type(exc).__name__}: {exc}") from exc
+            said = _said(exc)
+            if len(said) > 4 * MAX_DETAIL:  # redacting megabytes would hold the event loop
+                said = await anyio.to_thread.run_sync(bounded_detail, said)
+            raise EmbedderFailed(f"the embedder raised {said}") from exc
         out.extend(await anyio.to_thread.run_sync(_vectors, raw, len(batch)))
     return out
 
@@ -252,11 +337,14 @@ async def rank_by_meaning(
     limit: int,
     *,
     cap: int = MAX_CANDIDATES,
+    threads: EmbedderThreads | None = None,
 ) -> Ranked:
     """Rank the newest ``cap`` visible facts ``where`` admits by cosine similarity to
     ``query``; see the module docstring. Never raises for the embedder's faults: a
     ``fallback`` of ``degenerate-query``, ``no-usable-vectors`` or ``embedder-error``
-    says to rank by full text instead."""
+    says to rank by full text instead. A sync embedder runs in ``threads``."""
+    if threads is None:
+        threads = EmbedderThreads()
     if not query.strip():
         return Ranked(fallback="degenerate-query", detail="the query is empty")
     facts, total = await anyio.to_thread.run_sync(newest_visible, backend, where, cap)
@@ -264,7 +352,7 @@ async def rank_by_meaning(
     if not facts:
         return Ranked(considered=n, capped=capped)
     try:
-        (wanted,) = await embed(embedder, [query])
+        (wanted,) = await embed(embedder, [query], threads)
     except EmbedderFailed as exc:
         return Ranked(fallback="embedder-error", detail=exc.detail, considered=n, capped=capped)
     if not wanted:  # None (unusable) or empty (zero magnitude)
@@ -287,7 +375,7 @@ async def rank_by_meaning(
     for start in range(0, len(missing), EMBED_BATCH):
         batch = missing[start : start + EMBED_BATCH]
         try:
-            found = await embed(embedder, [fact.text for fact in batch])
+            found = await embed(embedder, [fact.text for fact in batch], threads)
         except EmbedderFailed as exc:
             failed = exc  # what earlier batches gave stays cached
             break
