@@ -62,9 +62,16 @@ class Out:
 
 
 def clamp(text: str, width: int) -> str:
-    """``text`` on one line of at most ``width`` characters, redacted."""
+    """``text`` on one line of at most ``width`` characters, redacted, every character a
+    terminal would act on (escape sequences, bells, backspaces, bidi overrides) shown as its
+    escape instead: stored text is anyone's, and must not drive the reader's terminal."""
     text = " ".join(redact(text).split())  # redacted before it is cut: a cut secret would leak
+    text = "".join(c if c.isprintable() else _escaped(c) for c in text)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _escaped(char: str) -> str:
+    return ascii(char)[1:-1]  # \x1b, \u202e: what the character is, in plain ASCII
 
 
 def when(at: float) -> str:

@@ -103,14 +103,17 @@ _COLUMNS: dict[str, int | None] = {
 
 def _read_column(name: str, bound: int | None) -> str:
     # A value of the wrong type reads as X'' (bytes), which no field accepts: the row is
-    # dropped, never coerced (SQLite would turn 5 into '5' or '5' into 5.0).
+    # dropped, never coerced (SQLite would turn 5 into '5' or '5' into 5.0). Text is read
+    # as its bytes (at most 4 per character of the bound: a longer value is too long anyway)
+    # and decoded by ``_fact``: text that is not UTF-8 (another tool's write, a damaged page)
+    # drops its row instead of failing every read of memory.
     column = f"f.{name}"
     if bound is None:
         return (
             f"CASE WHEN typeof({column}) IN ('integer', 'real', 'null') THEN {column} ELSE X'' END"
         )
     return (
-        f"CASE typeof({column}) WHEN 'text' THEN substr({column}, 1, {bound}) "
+        f"CASE typeof({column}) WHEN 'text' THEN substr(CAST({column} AS BLOB), 1, {4 * bound}) "
         f"WHEN 'null' THEN NULL ELSE X'' END"
     )
 
@@ -182,6 +185,11 @@ class SqliteMemory:
     def _fact(self, row: Sequence[Any]) -> Fact | None:
         values = dict(zip(_COLUMNS, row[:_WIDTH], strict=True))
         try:
+            for name, bound in _COLUMNS.items():
+                if bound is not None and type(values[name]) is bytes:
+                    # Strict: b"" (the wrong type's mark, or empty text) is "", which no
+                    # text field accepts either.
+                    values[name] = values[name].decode("utf-8")
             values["scope"] = Scope(values["scope"]) if type(values["scope"]) is str else None
             return Fact(**values)
         except (TypeError, ValueError):
