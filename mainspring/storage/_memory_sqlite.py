@@ -40,6 +40,7 @@ from ._memory import (
     FactFilter,
     ForgetFact,
     MemoryWrite,
+    RememberFact,
     Scope,
     TextHit,
     check_after,
@@ -49,7 +50,6 @@ from ._memory import (
     check_write,
     hidden,
     relink,
-    supersede_targets,
 )
 from ._platform import O_CLOEXEC
 
@@ -348,7 +348,7 @@ class SqliteMemory:
             if isinstance(checked, ForgetFact):
                 answer: Fact | bool = self._forget(checked.fact_id)
             else:
-                answer = self._remember(checked.fact)
+                answer = self._remember(checked)
         except (TypeError, ValueError, sqlite3.IntegrityError) as exc:
             self.db.execute("ROLLBACK TO memory_write")
             self.db.execute("RELEASE memory_write")
@@ -358,7 +358,8 @@ class SqliteMemory:
         self.db.execute("RELEASE memory_write")
         return answer
 
-    def _remember(self, fact: Fact) -> Fact:
+    def _remember(self, write: RememberFact) -> Fact:
+        fact = write.fact
         row = self.db.execute("SELECT 1 FROM memory_facts WHERE id = ?", (fact.id,)).fetchone()
         if row is not None:  # idempotent: the stored fact answers, nothing changes
             stored = self._get(fact.id)
@@ -384,15 +385,13 @@ class SqliteMemory:
             ),
         )
         if fact.conflict_group is not None:
-            rows = self.db.execute(
-                f"SELECT {_SELECT} FROM memory_facts f "
-                "WHERE f.conflict_group = ? AND f.superseded_by IS NULL AND f.id != ?",
-                (fact.conflict_group, fact.id),
-            ).fetchall()
-            group = [found for found in map(self._fact, rows) if found is not None]
-            self.db.executemany(
-                "UPDATE memory_facts SET superseded_by = ? WHERE id = ?",
-                [(fact.id, target) for target in supersede_targets(group, fact)],
+            # On the stored columns, whether the row reads back or not (as on PostgreSQL);
+            # never an organization's facts for a writer of another one (or of none).
+            self.db.execute(
+                "UPDATE memory_facts SET superseded_by = ?1 WHERE conflict_group = ?2 "
+                "AND superseded_by IS NULL AND id != ?1 "
+                "AND (scope != 'organization' OR organization = ?3)",
+                (fact.id, fact.conflict_group, write.organization),
             )
         return fact
 

@@ -247,7 +247,7 @@ class PostgresMemory:
                 cursor = conn.cursor()
                 sent.append(cursor)  # before it runs: its own refusal may come at once
                 if isinstance(write, RememberFact):
-                    cursor.execute(*self._remember_sql(write.fact))
+                    cursor.execute(*self._remember_sql(write))
                 else:
                     cursor.execute(*self._forget_sql(write.fact_id, locked))
             conn.execute("RELEASE SAVEPOINT memory_writes")
@@ -279,14 +279,17 @@ class PostgresMemory:
                 answers[position] = _forgotten(write.fact_id, row)
         return []
 
-    def _remember_sql(self, fact: Fact) -> tuple[str, dict[str, Any]]:
-        """Inserted, the fact supersedes every other current fact of its group (every
-        scope; the group is locked, so no other host adds one meanwhile). Already stored,
-        nothing is written and the stored fact is the answer."""
+    def _remember_sql(self, write: RememberFact) -> tuple[str, dict[str, Any]]:
+        """Inserted, the fact supersedes every other current fact of its group its writer
+        could see (every scope but another organization's; the group is locked, so no other
+        host adds one meanwhile). Already stored, nothing is written and the stored fact is
+        the answer."""
         s = self._s
+        fact = write.fact
         params = {name: getattr(fact, name) for name in _COLUMNS}
         params["scope"] = fact.scope.value
         params["search"] = fold(fact.text)
+        params["writer"] = write.organization
         names = ", ".join((*_COLUMNS, "search"))
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
         values += ", to_tsvector('english'::regconfig, %(search)s)"
@@ -295,7 +298,8 @@ class PostgresMemory:
             f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
             f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
             "WHERE conflict_group = %(conflict_group)s AND superseded_by IS NULL "
-            "AND id <> %(id)s AND EXISTS (SELECT 1 FROM added)) "
+            "AND id <> %(id)s AND (scope <> 'organization' OR organization = %(writer)s) "
+            "AND EXISTS (SELECT 1 FROM added)) "
             f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
             "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
             params,
