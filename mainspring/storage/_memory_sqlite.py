@@ -152,6 +152,7 @@ class SqliteMemory:
         self.read_only = read_only
         #: Rows skipped because they did not read back as a fact (E7), since opening.
         self.dropped = 0
+        self.closed = False
         self._ready = False
 
     # -- reading ---------------------------------------------------------------------------
@@ -314,6 +315,8 @@ class SqliteMemory:
             raise StorageError("memory was opened read-only")
         answers: list[Fact | bool | Exception] = []
         with self.lock:
+            if self.closed:  # the store's caller's mistake, not a failed disk (no OSError)
+                raise StorageError("memory was closed with its store")
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
@@ -423,6 +426,7 @@ class SqliteMemory:
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             self.db.close()
 
 
@@ -514,9 +518,12 @@ class MemoryFile:
         self._lock = threading.Lock()  # guards opening and closing
         self._memory: SqliteMemory | None = None
         self._prepared = False
+        self._closed = False
 
     def get(self, *, write: bool) -> SqliteMemory | None:
         with self._lock:
+            if self._closed:  # as SqliteStore's: a closed store never opens it again
+                raise StorageError(f"{self.path} was closed with its store")
             if self._memory is None:
                 exists = self.path.is_file()
                 if not exists and not write:
@@ -588,6 +595,7 @@ class MemoryFile:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._memory is not None:
                 self._memory.close()
                 self._memory = None
