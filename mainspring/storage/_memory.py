@@ -30,6 +30,11 @@ backend against a reference model):
   and not *hidden*: a fact is hidden while any fact along its chain of superseders (its
   superseder, that one's superseder, ...) is unexpired. An expired superseder hides nothing
   by itself, so when every newer fact of a chain has lapsed the older one applies again.
+- *Unreadable rows* (a stored row that does not read back as a ``Fact``: damaged, or
+  written by something else) are never shown nor coerced, but take part in the rules by
+  their stored columns, the same on every backend: a new fact of their group supersedes
+  them, a forget re-links them, and as a superseder one hides what it supersedes (nothing
+  shows it has expired, so it counts as unexpired, through the whole chain).
 """
 
 from __future__ import annotations
@@ -342,17 +347,25 @@ def query_terms(query: str) -> list[str]:
     return terms
 
 
-def hidden(fact: Fact, superseder: Callable[[str], Fact | None], now: float) -> bool:
+def hidden(
+    fact: Fact,
+    superseder: Callable[[str], Fact | None],
+    now: float,
+    *,
+    stored: Callable[[str], bool],
+) -> bool:
     """Whether ``fact`` is hidden by its chain of superseders (see the module's rules).
-    ``superseder(id)`` looks a fact up; a chain is walked at most once around (a cycle,
-    which no backend writes, hides nothing more)."""
+    ``superseder(id)`` looks a fact up (None: none reads back under that id), ``stored(id)``
+    says whether a row is stored under it all the same (one that does not read back: it
+    hides, as an unexpired superseder does). A chain is walked at most once around (a
+    cycle, which no backend writes, hides nothing more)."""
     seen = {fact.id}
     next_id = fact.superseded_by
     while next_id is not None and next_id not in seen:
         seen.add(next_id)
         newer = superseder(next_id)
         if newer is None:
-            return False
+            return stored(next_id)
         if not newer.expired(now):
             return True
         next_id = newer.superseded_by

@@ -195,6 +195,11 @@ class SqliteMemory:
         ).fetchone()
         return self._fact(row) if row is not None else None
 
+    def _stored(self, fact_id: str) -> bool:
+        """Whether a row is stored under ``fact_id``, read back or not."""
+        row = self.db.execute("SELECT 1 FROM memory_facts WHERE id = ?", (fact_id,))
+        return row.fetchone() is not None
+
     def get(self, fact_id: str) -> Fact | None:
         fact_id = check_id(fact_id)  # X1
         with self._reading() as ready:
@@ -235,7 +240,7 @@ class SqliteMemory:
             fact = self._fact(row)
             if fact is None:
                 continue
-            if walk and row[_WIDTH] and hidden(fact, self._get, now):
+            if walk and row[_WIDTH] and hidden(fact, self._get, now, stored=self._stored):
                 continue
             yield fact, row
 

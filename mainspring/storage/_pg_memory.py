@@ -33,6 +33,7 @@ does not read is skipped and counted (``memory_dropped``), never coerced or dele
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 import unicodedata
@@ -358,6 +359,13 @@ class PostgresMemory:
         ).fetchone()
         return self._read_fact(row) if row is not None else None
 
+    def _stored_on(self, conn: Any, fact_id: str) -> bool:
+        """Whether a row is stored under ``fact_id``, read back or not."""
+        row = conn.execute(
+            f"SELECT 1 FROM {self._s}.memory_facts WHERE id = %s", (fact_id,)
+        ).fetchone()
+        return row is not None
+
     _memory_present = False
 
     def _has_memory(self, conn: Any) -> bool:
@@ -473,6 +481,7 @@ class PostgresMemory:
         with self._memory_snapshot() as conn:
             if not self._has_memory(conn):
                 return found
+            stored = functools.partial(self._stored_on, conn)
             while True:
                 rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
                 for row in rows:
@@ -480,7 +489,7 @@ class PostgresMemory:
                     if fact is None:
                         continue
                     walk, now, score = row[-3:]
-                    if visible and not _shown(fact, where, walk, now, conn, self._fact_on):
+                    if visible and not _shown(fact, where, walk, now, conn, self._fact_on, stored):
                         continue
                     found.append(fact if rank is None else TextHit(fact, float(score)))
                     if len(found) == limit:
@@ -517,13 +526,14 @@ def _shown(
     now: float,
     conn: Any,
     lookup: Callable[[Any, str], Fact | None],
+    stored: Callable[[str], bool],
 ) -> bool:
     """Whether a row SQL found visible is (checked again on the fact as read). A direct
     superseder that expired (``walk``) hides nothing by itself: one further along the chain
     may still be current."""
     if not where.admits(fact) or fact.expired(now):
         return False
-    return not (walk and hidden(fact, lambda i: lookup(conn, i), now))
+    return not (walk and hidden(fact, lambda i: lookup(conn, i), now, stored=stored))
 
 
 def _checked(write: object) -> MemoryWrite:
