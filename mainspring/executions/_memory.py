@@ -338,7 +338,10 @@ class Memory:
         )
 
     async def _store(self, fact: Fact) -> Fact:
-        (answer,) = await self._committer.memory([RememberFact(fact)])
+        # The runtime's organization travels with the write: whose organization facts the
+        # new one may supersede (never another organization's).
+        write = RememberFact(fact, organization=self._organization)
+        (answer,) = await self._committer.memory([write])
         if isinstance(answer, Exception):
             raise answer
         assert isinstance(answer, Fact)
@@ -360,9 +363,9 @@ class Memory:
         without one; unknown names mean ``project``). ``confidence`` is clamped to 0..1.
         ``valid_until`` is epoch seconds or an aware datetime; the fact stops showing then.
         A ``conflict_group`` makes this fact supersede every current fact of that group, in
-        every scope. ``TypeError``/``ValueError`` for bad input (empty or, once redacted,
-        longer than 4,096 characters; a domain or group that is not an id), before anything
-        is stored.
+        every scope (organization facts only of this runtime's organization).
+        ``TypeError``/``ValueError`` for bad input (empty or, once redacted, longer than
+        4,096 characters; a domain or group that is not an id), before anything is stored.
         """
         self._backend()
         fact = self._fact(text, scope, domain, confidence, valid_until, conflict_group)

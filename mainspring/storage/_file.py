@@ -186,8 +186,8 @@ class FileStore(OnSqlite, CompareAndSetStore):
         return self._memory.get(write=write)
 
     def close(self) -> None:
-        """Close the memory database if it was opened (a later memory call opens it again);
-        the journals need no closing."""
+        """Close the memory database if it was opened: a later memory call raises
+        ``StorageError`` (as on a closed SqliteStore); the journals need no closing."""
         self._memory.close()
 
     def _check_format(self) -> None:

@@ -12,12 +12,16 @@ The rules (each backend implements them in one transaction; ``tests/storage`` ch
 backend against a reference model):
 
 - *RememberFact* stores a new fact. If it names a ``conflict_group``, every other fact of that
-  group that is not superseded (``superseded_by is None``), in every scope, is marked
-  superseded by the new one. A fact whose id is already stored is not written again: the
-  stored one is the answer (an agent's replayed ``remember`` is idempotent). A new fact
-  names no superseder (``superseded_by`` None): only these rules supersede a fact, so every
-  ``superseded_by`` names a stored fact of the same group, remembered later, and chains have
-  no cycles (:func:`check_write` refuses anything else).
+  group that is not superseded (``superseded_by is None``) and that its writer could see is
+  marked superseded by the new one: supersession crosses scopes but never organizations, so
+  the targets are the group's facts of every scope but ``organization``, and the
+  organization facts of the writer's own organization (``RememberFact.organization``); an
+  organization's facts are never hidden by a writer of another organization, or of none.
+  A fact whose id is already stored is not written again: the stored one is the answer (an
+  agent's replayed ``remember`` is idempotent). A new fact names no superseder
+  (``superseded_by`` None): only these rules supersede a fact, so every ``superseded_by``
+  names a stored fact of the same group, remembered later, and chains have no cycles
+  (:func:`check_write` refuses anything else).
 - *ForgetFact* deletes one fact atomically: every fact it superseded is re-linked to the fact
   that superseded it (its heir, or None when it had none, which makes them current again),
   and no stored fact names it any more.
@@ -26,6 +30,11 @@ backend against a reference model):
   and not *hidden*: a fact is hidden while any fact along its chain of superseders (its
   superseder, that one's superseder, ...) is unexpired. An expired superseder hides nothing
   by itself, so when every newer fact of a chain has lapsed the older one applies again.
+- *Unreadable rows* (a stored row that does not read back as a ``Fact``: damaged, or
+  written by something else) are never shown nor coerced, but take part in the rules by
+  their stored columns, the same on every backend: a new fact of their group supersedes
+  them, a forget re-links them, and as a superseder one hides what it supersedes (nothing
+  shows it has expired, so it counts as unexpired, through the whole chain).
 """
 
 from __future__ import annotations
@@ -216,11 +225,35 @@ class TextHit:
     score: float
 
 
+def _writer_organization(write: RememberFact) -> str | None:
+    organization: str | None = getattr(write.fact, "organization", None)
+    return organization
+
+
 @attrs.frozen
 class RememberFact:
-    """A write: store ``fact`` (see the module's rules)."""
+    """A write: store ``fact`` (see the module's rules).
+
+    ``organization`` is the writer's organization (the runtime's): which organization's
+    facts the new one may supersede. It defaults to the fact's own (None for a fact of
+    another scope), and an organization fact is written only by its own organization.
+    """
 
     fact: Fact
+    organization: str | None = attrs.field(
+        default=attrs.Factory(_writer_organization, takes_self=True),
+        validator=_optional_id,
+        kw_only=True,
+    )
+
+    def __attrs_post_init__(self) -> None:
+        fact = self.fact
+        if (
+            isinstance(fact, Fact)
+            and fact.scope is Scope.ORGANIZATION
+            and fact.organization != self.organization
+        ):
+            raise ValueError("an organization fact is written by its own organization")
 
 
 @attrs.frozen
@@ -314,17 +347,25 @@ def query_terms(query: str) -> list[str]:
     return terms
 
 
-def hidden(fact: Fact, superseder: Callable[[str], Fact | None], now: float) -> bool:
+def hidden(
+    fact: Fact,
+    superseder: Callable[[str], Fact | None],
+    now: float,
+    *,
+    stored: Callable[[str], bool],
+) -> bool:
     """Whether ``fact`` is hidden by its chain of superseders (see the module's rules).
-    ``superseder(id)`` looks a fact up; a chain is walked at most once around (a cycle,
-    which no backend writes, hides nothing more)."""
+    ``superseder(id)`` looks a fact up (None: none reads back under that id), ``stored(id)``
+    says whether a row is stored under it all the same (one that does not read back: it
+    hides, as an unexpired superseder does). A chain is walked at most once around (a
+    cycle, which no backend writes, hides nothing more)."""
     seen = {fact.id}
     next_id = fact.superseded_by
     while next_id is not None and next_id not in seen:
         seen.add(next_id)
         newer = superseder(next_id)
         if newer is None:
-            return False
+            return stored(next_id)
         if not newer.expired(now):
             return True
         next_id = newer.superseded_by
@@ -383,15 +424,10 @@ def check_write(write: object) -> MemoryWrite:
         fact = attrs.evolve(fact)  # runs every validator and the cross-field checks again
         if fact.superseded_by is not None:
             raise ValueError("a new fact names no superseder: the rules supersede it later")
-        return RememberFact(fact)
+        return RememberFact(fact, organization=write.organization)
     if isinstance(write, ForgetFact):
         return ForgetFact(write.fact_id)
     raise TypeError(f"a memory write is RememberFact or ForgetFact, not {type(write).__name__}")
-
-
-def supersede_targets(group_facts: Sequence[Fact], new: Fact) -> list[str]:
-    """Ids the new fact supersedes: the group's facts not superseded yet (every scope)."""
-    return sorted(f.id for f in group_facts if f.id != new.id and f.superseded_by is None)
 
 
 def relink(facts_naming: Sequence[Fact], gone: Fact) -> list[tuple[str, str | None]]:

@@ -40,6 +40,7 @@ from ._memory import (
     FactFilter,
     ForgetFact,
     MemoryWrite,
+    RememberFact,
     Scope,
     TextHit,
     check_after,
@@ -49,7 +50,6 @@ from ._memory import (
     check_write,
     hidden,
     relink,
-    supersede_targets,
 )
 from ._platform import O_CLOEXEC
 
@@ -155,6 +155,7 @@ class SqliteMemory:
         self.read_only = read_only
         #: Rows skipped because they did not read back as a fact (E7), since opening.
         self.dropped = 0
+        self.closed = False
         self._ready = False
 
     # -- reading ---------------------------------------------------------------------------
@@ -202,6 +203,11 @@ class SqliteMemory:
         ).fetchone()
         return self._fact(row) if row is not None else None
 
+    def _stored(self, fact_id: str) -> bool:
+        """Whether a row is stored under ``fact_id``, read back or not."""
+        row = self.db.execute("SELECT 1 FROM memory_facts WHERE id = ?", (fact_id,))
+        return row.fetchone() is not None
+
     def get(self, fact_id: str) -> Fact | None:
         fact_id = check_id(fact_id)  # X1
         with self._reading() as ready:
@@ -242,7 +248,7 @@ class SqliteMemory:
             fact = self._fact(row)
             if fact is None:
                 continue
-            if walk and row[_WIDTH] and hidden(fact, self._get, now):
+            if walk and row[_WIDTH] and hidden(fact, self._get, now, stored=self._stored):
                 continue
             yield fact, row
 
@@ -322,6 +328,8 @@ class SqliteMemory:
             raise StorageError("memory was opened read-only")
         answers: list[Fact | bool | Exception] = []
         with self.lock:
+            if self.closed:  # the store's caller's mistake, not a failed disk (no OSError)
+                raise StorageError("memory was closed with its store")
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
@@ -356,7 +364,7 @@ class SqliteMemory:
             if isinstance(checked, ForgetFact):
                 answer: Fact | bool = self._forget(checked.fact_id)
             else:
-                answer = self._remember(checked.fact)
+                answer = self._remember(checked)
         except (TypeError, ValueError, sqlite3.IntegrityError) as exc:
             self.db.execute("ROLLBACK TO memory_write")
             self.db.execute("RELEASE memory_write")
@@ -366,7 +374,8 @@ class SqliteMemory:
         self.db.execute("RELEASE memory_write")
         return answer
 
-    def _remember(self, fact: Fact) -> Fact:
+    def _remember(self, write: RememberFact) -> Fact:
+        fact = write.fact
         row = self.db.execute("SELECT 1 FROM memory_facts WHERE id = ?", (fact.id,)).fetchone()
         if row is not None:  # idempotent: the stored fact answers, nothing changes
             stored = self._get(fact.id)
@@ -392,15 +401,13 @@ class SqliteMemory:
             ),
         )
         if fact.conflict_group is not None:
-            rows = self.db.execute(
-                f"SELECT {_SELECT} FROM memory_facts f "
-                "WHERE f.conflict_group = ? AND f.superseded_by IS NULL AND f.id != ?",
-                (fact.conflict_group, fact.id),
-            ).fetchall()
-            group = [found for found in map(self._fact, rows) if found is not None]
-            self.db.executemany(
-                "UPDATE memory_facts SET superseded_by = ? WHERE id = ?",
-                [(fact.id, target) for target in supersede_targets(group, fact)],
+            # On the stored columns, whether the row reads back or not (as on PostgreSQL);
+            # never an organization's facts for a writer of another one (or of none).
+            self.db.execute(
+                "UPDATE memory_facts SET superseded_by = ?1 WHERE conflict_group = ?2 "
+                "AND superseded_by IS NULL AND id != ?1 "
+                "AND (scope != 'organization' OR organization = ?3)",
+                (fact.id, fact.conflict_group, write.organization),
             )
         return fact
 
@@ -432,6 +439,7 @@ class SqliteMemory:
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             self.db.close()
 
 
@@ -523,9 +531,12 @@ class MemoryFile:
         self._lock = threading.Lock()  # guards opening and closing
         self._memory: SqliteMemory | None = None
         self._prepared = False
+        self._closed = False
 
     def get(self, *, write: bool) -> SqliteMemory | None:
         with self._lock:
+            if self._closed:  # as SqliteStore's: a closed store never opens it again
+                raise StorageError(f"{self.path} was closed with its store")
             if self._memory is None:
                 exists = self.path.is_file()
                 if not exists and not write:
@@ -597,6 +608,7 @@ class MemoryFile:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._memory is not None:
                 self._memory.close()
                 self._memory = None

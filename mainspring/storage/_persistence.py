@@ -35,7 +35,10 @@ __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "ope
 
 
 class PersistenceFailed(StorageError):
-    """A durable write failed; this commit was not acknowledged and the writer has stopped."""
+    """A durable write failed and was not acknowledged. After a failure of the store itself
+    (an ``OSError``: the disk, a lost server) the writer has stopped and refuses every later
+    write; a memory batch the store refused otherwise (a ``StorageError``, such as a
+    read-only store) fails alone, and the writer goes on. The message says which."""
 
 
 class Durable:
@@ -287,7 +290,8 @@ class PersistenceActor(Actor):
                 if isinstance(exc, CommitUnknown)
                 else "nothing in it was applied"
             )
-            failure = PersistenceFailed(f"memory write failed, {what}: {exc}")
+            after = "the writer has stopped" if isinstance(exc, OSError) else "the writer goes on"
+            failure = PersistenceFailed(f"memory write failed, {what}; {after}: {exc}")
             failure.__cause__ = exc
             for _, ticket in batch:
                 ticket.fail(failure)

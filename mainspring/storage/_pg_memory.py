@@ -33,6 +33,7 @@ does not read is skipped and counted (``memory_dropped``), never coerced or dele
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 import unicodedata
@@ -247,7 +248,7 @@ class PostgresMemory:
                 cursor = conn.cursor()
                 sent.append(cursor)  # before it runs: its own refusal may come at once
                 if isinstance(write, RememberFact):
-                    cursor.execute(*self._remember_sql(write.fact))
+                    cursor.execute(*self._remember_sql(write))
                 else:
                     cursor.execute(*self._forget_sql(write.fact_id, locked))
             conn.execute("RELEASE SAVEPOINT memory_writes")
@@ -279,14 +280,17 @@ class PostgresMemory:
                 answers[position] = _forgotten(write.fact_id, row)
         return []
 
-    def _remember_sql(self, fact: Fact) -> tuple[str, dict[str, Any]]:
-        """Inserted, the fact supersedes every other current fact of its group (every
-        scope; the group is locked, so no other host adds one meanwhile). Already stored,
-        nothing is written and the stored fact is the answer."""
+    def _remember_sql(self, write: RememberFact) -> tuple[str, dict[str, Any]]:
+        """Inserted, the fact supersedes every other current fact of its group its writer
+        could see (every scope but another organization's; the group is locked, so no other
+        host adds one meanwhile). Already stored, nothing is written and the stored fact is
+        the answer."""
         s = self._s
+        fact = write.fact
         params = {name: getattr(fact, name) for name in _COLUMNS}
         params["scope"] = fact.scope.value
         params["search"] = fold(fact.text)
+        params["writer"] = write.organization
         names = ", ".join((*_COLUMNS, "search"))
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
         values += ", to_tsvector('english'::regconfig, %(search)s)"
@@ -295,7 +299,8 @@ class PostgresMemory:
             f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
             f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
             "WHERE conflict_group = %(conflict_group)s AND superseded_by IS NULL "
-            "AND id <> %(id)s AND EXISTS (SELECT 1 FROM added)) "
+            "AND id <> %(id)s AND (scope <> 'organization' OR organization = %(writer)s) "
+            "AND EXISTS (SELECT 1 FROM added)) "
             f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
             "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
             params,
@@ -353,6 +358,13 @@ class PostgresMemory:
             f"SELECT {_columns('f')} FROM {self._s}.memory_facts f WHERE f.id = %s", (fact_id,)
         ).fetchone()
         return self._read_fact(row) if row is not None else None
+
+    def _stored_on(self, conn: Any, fact_id: str) -> bool:
+        """Whether a row is stored under ``fact_id``, read back or not."""
+        row = conn.execute(
+            f"SELECT 1 FROM {self._s}.memory_facts WHERE id = %s", (fact_id,)
+        ).fetchone()
+        return row is not None
 
     _memory_present = False
 
@@ -469,6 +481,7 @@ class PostgresMemory:
         with self._memory_snapshot() as conn:
             if not self._has_memory(conn):
                 return found
+            stored = functools.partial(self._stored_on, conn)
             while True:
                 rows = conn.execute(sql, params | {"batch": batch, "skip": skip}).fetchall()
                 for row in rows:
@@ -476,7 +489,7 @@ class PostgresMemory:
                     if fact is None:
                         continue
                     walk, now, score = row[-3:]
-                    if visible and not _shown(fact, where, walk, now, conn, self._fact_on):
+                    if visible and not _shown(fact, where, walk, now, conn, self._fact_on, stored):
                         continue
                     found.append(fact if rank is None else TextHit(fact, float(score)))
                     if len(found) == limit:
@@ -513,13 +526,14 @@ def _shown(
     now: float,
     conn: Any,
     lookup: Callable[[Any, str], Fact | None],
+    stored: Callable[[str], bool],
 ) -> bool:
     """Whether a row SQL found visible is (checked again on the fact as read). A direct
     superseder that expired (``walk``) hides nothing by itself: one further along the chain
     may still be current."""
     if not where.admits(fact) or fact.expired(now):
         return False
-    return not (walk and hidden(fact, lambda i: lookup(conn, i), now))
+    return not (walk and hidden(fact, lambda i: lookup(conn, i), now, stored=stored))
 
 
 def _checked(write: object) -> MemoryWrite:

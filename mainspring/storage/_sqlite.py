@@ -217,6 +217,7 @@ class SqliteStore(OnSqlite, CompareAndSetStore):
     def close(self) -> None:
         """Close the connection; the store is unusable afterwards."""
         with self._lock:
+            self._memory.closed = True  # its memory shares the connection
             self._db.close()
 
     def _tighten_sidecars(self) -> None:

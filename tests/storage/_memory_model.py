@@ -1,7 +1,7 @@
 """A reference model of memory's rules (``storage._memory``'s docstring), in plain Python.
 
 Facts live in a dict; nothing here uses the contract's helpers (``hidden``,
-``supersede_targets``, ``relink``) or any SQL, so a backend and the model agree only if
+``relink``) or any SQL, so a backend and the model agree only if
 both follow the written rules. Matching is word membership: a fact matches a term when
 the term is one of the words of its text. That equals a full-text index's matching only
 for words its stemmer leaves alone, which is what the property tests draw (``VOCABULARY``).
@@ -60,7 +60,15 @@ class MemoryModel:
                 return self.facts[new.id]
             if new.conflict_group is not None:
                 for old in list(self.facts.values()):
-                    if old.conflict_group == new.conflict_group and old.superseded_by is None:
+                    if (
+                        old.conflict_group == new.conflict_group
+                        and old.superseded_by is None
+                        # never another organization's facts (the writer could not see them)
+                        and (
+                            old.scope is not Scope.ORGANIZATION
+                            or old.organization == write.organization
+                        )
+                    ):
                         self.facts[old.id] = attrs.evolve(old, superseded_by=new.id)
             self.facts[new.id] = new
             self._clock += 1
