@@ -34,7 +34,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._codec import decode, encode, structure, unstructure
 from mainspring.storage._records import Plan, PlanStep
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 
 from .._exact import same
 from ..strategies import exact_values, json_values
@@ -81,6 +81,7 @@ def _through(kind: str, value: Any, where: Path) -> tuple[Any, Any]:
     return back.observations[0].output, back.plan.steps[0].input["value"]
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @given(value=exact_values)
 @settings(
