@@ -8,14 +8,26 @@
 A test asks with ``@settings(max_examples=examples(n))``; a test that does not pass
 ``max_examples`` draws the profile's own (25 quick, Hypothesis's 100 thorough). The properties
 are the same under both profiles: only how many inputs each run tries changes.
+
+A failure is shrunk under both profiles and explained (which parts of its example could vary)
+only under ``thorough``: for whole records, explaining can take longer than shrinking, and it
+has no time limit. Hypothesis stops shrinking after five minutes (not a setting); a property
+test whose examples are slow to draw or to run (whole records, stores) is marked
+``@pytest.mark.timeout(SHRINKING)``, so that on a loaded machine a failure it finds is
+reported with its example: under the default 120 s the timeout would end the xdist worker
+mid-shrink, and the run would show only "node down: Not properly terminated".
 """
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 #: the examples a test gets when it does not ask (Hypothesis's own default)
 FULL = 100
+#: the default run's phases: every one but explain
+QUICK_PHASES = tuple(phase for phase in Phase if phase is not Phase.explain)
+#: a per-test timeout (s) past Hypothesis's five minutes of shrinking, for the slow properties
+SHRINKING = 420
 
 
 def examples(asked: int) -> int:

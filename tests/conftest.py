@@ -8,7 +8,8 @@ while a test merely slowed by another process or by coverage's tracing passes.
 
 Property tests draw a quarter of their examples in the default run (Hypothesis profile
 ``quick``) and all of them with ``HYPOTHESIS_PROFILE=thorough``, which ``.ci/run`` uses; see
-``tests/_examples.py``.
+``tests/_examples.py``, which also says why the default run does not explain a failure and
+which tests get a longer timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hypothesis import settings
 
 from tests import _examples, _loop_guard
 
-settings.register_profile("quick", max_examples=_examples.FULL // 4)
+settings.register_profile("quick", max_examples=_examples.FULL // 4, phases=_examples.QUICK_PHASES)
 settings.register_profile("thorough", max_examples=_examples.FULL)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 

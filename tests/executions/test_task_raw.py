@@ -7,13 +7,14 @@ import copy
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
 from mainspring.executions._task_raw import task_raw
 from tests import strategies as strat
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 
 
 @st.composite
@@ -44,6 +45,7 @@ def _changed(draw: st.DrawFn, task: ms.storage.AgentTaskRecord) -> ms.storage.Ag
     return attrs.evolve(task, **changes)
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @settings(max_examples=examples(100), deadline=None)
 @given(data=st.data(), task=strat.agent_tasks)
 def test_a_task_rebuilt_from_its_last_save_equals_it_unstructured_whole(

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import mainspring as ms
 from mainspring.storage import Execution, FileStore, Lease, PostgresStore, RetryPolicy, SqliteStore
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 from ..strategies import plans, retry_policies
@@ -112,6 +112,7 @@ def _close(store: Any) -> None:
         store.close()
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @given(plan=plans(), deadline=st.none() | st.floats(min_value=0, max_value=4e9), data=st.data())
 @settings(
     max_examples=examples(40),

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import mainspring as ms
 from mainspring.storage import Checkpoint, Execution, FileStore, Observation, PlanStep, SqliteStore
 from mainspring.storage import _file as file_module
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 
 IDS = ["a", "b", "c", "d", "e", "f"]
 
@@ -260,6 +260,7 @@ def _start() -> Execution:
     )
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @pytest.mark.parametrize("compact_at", [None, 600])
 @settings(

@@ -30,7 +30,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._codec import decode
 from mainspring.storage._history import parse_event
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 from ..strategies import executions, usages
@@ -169,6 +169,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 _ids = itertools.count()
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @given(executions, usages)
 @settings(
     max_examples=examples(30),

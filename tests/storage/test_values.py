@@ -34,7 +34,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._codec import decode, encode, structure, unstructure
 from mainspring.storage._records import Plan, PlanStep
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 
 from .._exact import same
 from ..strategies import exact_values, json_values
@@ -81,6 +81,7 @@ def _through(kind: str, value: Any, where: Path) -> tuple[Any, Any]:
     return back.observations[0].output, back.plan.steps[0].input["value"]
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @given(value=exact_values)
 @settings(
@@ -109,6 +110,9 @@ def test_E10_the_coercions_the_issue_found_are_gone(kind: str, name: str, tmp_pa
 @given(value=json_values)
 @settings(max_examples=examples(300), deadline=None)
 def test_plain_json_is_stored_as_it_is_without_a_copy(value: Any) -> None:
+    # A dict holding the reserved key "$ms" is escaped (documented, and shown by the test of
+    # the tagged form below); Hypothesis does draw that key, a string in the code under test.
+    assume(not _holds_tag_key(value))
     assert encode_value(value) is value  # the fast path on every commit
     assert decode_value(value) is value
     # What the record holds on disk is the JSON it always was: old records still read.
