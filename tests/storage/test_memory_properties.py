@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from mainspring.storage import Fact, FactFilter, ForgetFact, RememberFact, Scope
-from tests._examples import examples
+from tests._examples import SHRINKING, examples
 from tests.storage._memory_kit import MEMORY_BACKENDS, open_memory, usable_backends
 from tests.storage._memory_model import VOCABULARY, MemoryModel
 
@@ -186,12 +186,13 @@ class MemoryMachine(RuleBasedStateMachine):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-TestMemoryAgainstTheModel = MemoryMachine.TestCase
+TestMemoryAgainstTheModel = pytest.mark.timeout(SHRINKING)(MemoryMachine.TestCase)
 TestMemoryAgainstTheModel.settings = settings(
     max_examples=examples(100), stateful_step_count=25, deadline=None
 )
 
 
+@pytest.mark.timeout(SHRINKING)  # a failure's shrinking may outlast 120 s (tests/_examples.py)
 @pytest.mark.parametrize("kind", MEMORY_BACKENDS)
 @settings(max_examples=examples(60), deadline=None)
 @given(
