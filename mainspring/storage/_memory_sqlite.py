@@ -11,8 +11,10 @@ hidden-by-chain rule (the direct superseder, joined) run in SQL; a candidate who
 superseder has expired walks the rest of its chain (``hidden``), and candidates are fetched
 page by page until ``limit`` visible ones are found or the matches run out.
 
-``memory_apply`` is one ``BEGIN IMMEDIATE`` transaction with a savepoint per write: a write
-that cannot be applied answers its error and leaves nothing behind; any SQLite failure
+``memory_apply`` is one ``BEGIN IMMEDIATE`` transaction; a write of more than one statement
+(a forget, a fact in a conflict group) runs under a savepoint, a fact without a group is
+one statement, which SQLite undoes alone if it fails: a write that cannot be applied
+answers its error and leaves nothing behind; any SQLite failure
 rolls the whole batch back and raises ``OSError`` (the writer then stops, as after a failed
 commit). Rows are read back through bounded columns and validated into ``Fact``; a row that
 does not validate is skipped and counted (``memory_dropped``), never coerced, never removed
@@ -40,6 +42,7 @@ from ._memory import (
     FactFilter,
     ForgetFact,
     MemoryWrite,
+    RememberFact,
     Scope,
     TextHit,
     check_limit,
@@ -114,7 +117,11 @@ def _read_column(name: str, bound: int | None) -> str:
 
 _SELECT = ", ".join(_read_column(name, bound) for name, bound in _COLUMNS.items())
 _WIDTH = len(_COLUMNS)
-_INSERT = f"INSERT INTO memory_facts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * _WIDTH)})"
+#: A fact whose id is stored already is not inserted (``rowcount`` 0): the stored one answers.
+_INSERT = (
+    f"INSERT INTO memory_facts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * _WIDTH)}) "
+    "ON CONFLICT (id) DO NOTHING"
+)
 
 
 def _match(terms: Sequence[str]) -> str | None:
@@ -339,6 +346,14 @@ class SqliteMemory:
             checked = check_write(write)
         except (TypeError, ValueError) as exc:
             return exc
+        if isinstance(checked, RememberFact) and checked.fact.conflict_group is None:
+            # One statement (the insert, and its full-text row by trigger): SQLite undoes a
+            # statement it refuses by itself, so no savepoint is needed for it to change
+            # nothing. Facts in a group supersede others too: a savepoint keeps those whole.
+            try:
+                return self._remember(checked.fact)
+            except sqlite3.IntegrityError as exc:
+                return ValueError(f"the fact could not be stored: {exc}")
         self.db.execute("SAVEPOINT memory_write")
         try:
             if isinstance(checked, ForgetFact):
@@ -355,13 +370,7 @@ class SqliteMemory:
         return answer
 
     def _remember(self, fact: Fact) -> Fact:
-        row = self.db.execute("SELECT 1 FROM memory_facts WHERE id = ?", (fact.id,)).fetchone()
-        if row is not None:  # idempotent: the stored fact answers, nothing changes
-            stored = self._get(fact.id)
-            if stored is None:
-                raise ValueError(f"fact {fact.id} is stored but does not read back")
-            return stored
-        self.db.execute(
+        added = self.db.execute(
             _INSERT,
             (
                 fact.id,
@@ -379,6 +388,11 @@ class SqliteMemory:
                 fact.step_id,
             ),
         )
+        if added.rowcount == 0:  # idempotent: the stored fact answers, nothing changed
+            stored = self._get(fact.id)
+            if stored is None:
+                raise ValueError(f"fact {fact.id} is stored but does not read back")
+            return stored
         if fact.conflict_group is not None:
             rows = self.db.execute(
                 f"SELECT {_SELECT} FROM memory_facts f "
