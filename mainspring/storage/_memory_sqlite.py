@@ -287,12 +287,16 @@ class SqliteMemory:
             return []
         now = where.now if where.now is not None else self.clock()
         sql, params = self._where(_shown(where), now)
+        # Matches ranked and filtered first, the bounded columns read for the page kept
+        # only: a sort computes every column it returns for every match (~12% of a search).
         query = (
-            f"SELECT {_SELECT}, s.id IS NOT NULL, bm25(memory_fts) FROM memory_fts "
+            f"SELECT {_SELECT}, m.walk, m.score FROM (SELECT f.rid AS rid, f.id AS id, "
+            "s.id IS NOT NULL AS walk, bm25(memory_fts) AS score FROM memory_fts "
             "JOIN memory_facts f ON f.rid = memory_fts.rowid "
             "LEFT JOIN memory_facts s ON s.id = f.superseded_by "
             f"WHERE memory_fts MATCH ? AND {sql} "
-            "ORDER BY bm25(memory_fts), f.id LIMIT ? OFFSET ?"
+            "ORDER BY score, f.id LIMIT ? OFFSET ?) m "
+            "JOIN memory_facts f ON f.rid = m.rid ORDER BY m.score, m.id"
         )
         hits: list[TextHit] = []
         offset = 0
