@@ -11,12 +11,12 @@ hidden-by-chain rule (the direct superseder, joined) run in SQL; a candidate who
 superseder has expired walks the rest of its chain (``hidden``), and candidates are fetched
 page by page until ``limit`` visible ones are found or the matches run out.
 
-``memory_apply`` is one ``BEGIN IMMEDIATE`` transaction; a write of more than one statement
-(a forget, a fact in a conflict group) runs under a savepoint, a fact without a group is
-one statement, which SQLite undoes alone if it fails: a write that cannot be applied
-answers its error and leaves nothing behind; any SQLite failure
-rolls the whole batch back and raises ``OSError`` (the writer then stops, as after a failed
-commit). Rows are read back through bounded columns and validated into ``Fact``; a row that
+``memory_apply`` is one ``BEGIN IMMEDIATE`` transaction. A write of several statements (a
+forget, a fact in a conflict group) runs under a savepoint; a fact without a group is one
+statement, which SQLite undoes by itself if it refuses it: either way a write that cannot
+be applied answers its error and leaves nothing behind. Any other SQLite failure rolls the
+whole batch back and raises ``OSError`` (the writer then stops, as after a failed commit).
+Rows are read back through bounded columns and validated into ``Fact``; a row that
 does not validate is skipped and counted (``memory_dropped``), never coerced, never removed
 (E7, E8). Reads run in one read transaction and never write.
 """
