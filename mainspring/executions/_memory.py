@@ -310,10 +310,11 @@ class Memory:
         return self._organization
 
     def _backend(self) -> MemoryBackend:
-        store = self._committer.store
-        if not isinstance(store, MemoryBackend):
-            raise TypeError(f"{type(store).__name__} keeps no memory: use a store that does")
-        return store
+        backend = self._committer.memory_backend()
+        if backend is None:
+            store = type(self._committer.store).__name__
+            raise TypeError(f"{store} keeps no memory: use a store that does")
+        return backend
 
     def _fact(
         self,

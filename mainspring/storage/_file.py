@@ -40,7 +40,8 @@ from ._frames import (
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, Change, diff, snapshot_changes
-from ._memory_sqlite import MEMORY_FILE, MemoryFile, OnSqlite, SqliteMemory
+from ._memory_local import MEMORY_FILE, MemoryFile, OnSqlite
+from ._memory_sqlite import SqliteMemory
 from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ._records import Execution
 from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration

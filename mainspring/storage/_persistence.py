@@ -382,6 +382,18 @@ class Committer:
         self.store = store
         #: Bumped by the writer after each durable write (see :class:`Durable`).
         self.durable = durable if durable is not None else Durable()
+        self._memory_decided: tuple[object, MemoryBackend | None] | None = None
+
+    def memory_backend(self) -> MemoryBackend | None:
+        """The store as a :class:`MemoryBackend`, or None if it keeps no memory. Decided
+        once per store: ``isinstance`` on a runtime-checkable protocol walks the protocol's
+        members on every call (~14 µs), and every memory call asks."""
+        decided = self._memory_decided
+        if decided is None or decided[0] is not self.store:
+            store = self.store
+            decided = (store, store if isinstance(store, MemoryBackend) else None)
+            self._memory_decided = decided
+        return decided[1]
 
     async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
         """The outcome of the durable write that covered this commit (E2 rules).
@@ -405,7 +417,7 @@ class Committer:
         whatever other memory writes share it); each write's answer, as
         ``MemoryBackend.memory_apply`` gives it, once durable. ``TypeError`` if the store
         keeps no memory; :class:`PersistenceFailed` if the write failed."""
-        if not isinstance(self.store, MemoryBackend):
+        if self.memory_backend() is None:
             raise TypeError(f"{type(self.store).__name__} keeps no memory")
         ticket: _Ticket = await self.ref.ask(_Memory(tuple(writes)))
         await ticket.done.wait()

@@ -216,15 +216,19 @@ class PostgresMemory:
 
     def _lock_groups(self, writes: Sequence[MemoryWrite]) -> list[str]:
         """Lock every conflict group ``writes`` may change, in key order (no deadlock between
-        two batches): the groups of the facts remembered and of the stored facts named."""
+        two batches): the groups of the facts remembered and of the stored facts forgotten."""
         groups = {w.fact.conflict_group for w in writes if isinstance(w, RememberFact)}
-        ids = sorted({w.fact.id if isinstance(w, RememberFact) else w.fact_id for w in writes})
-        rows = self._conn.execute(
-            f"SELECT DISTINCT conflict_group FROM {self._s}.memory_facts "
-            "WHERE id = ANY(%s) AND conflict_group IS NOT NULL",
-            (ids,),
-        ).fetchall()
-        groups.update(row[0] for row in rows)
+        # A remembered id already stored changes nothing (not even its group): only the
+        # facts forgotten are looked up, and a batch that forgets none saves the round trip.
+        ids = sorted({w.fact_id for w in writes if not isinstance(w, RememberFact)})
+        if ids:
+            rows = self._conn.execute(
+                f"SELECT DISTINCT f.conflict_group FROM unnest(%s::text[]) AS named (id) "
+                f"JOIN {self._s}.memory_facts f ON f.id = named.id "
+                "WHERE f.conflict_group IS NOT NULL",
+                (ids,),
+            ).fetchall()
+            groups.update(row[0] for row in rows)
         named = sorted(group for group in groups if group is not None)
         for key in sorted({group_lock_key(self.schema, group) for group in named}):
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
@@ -284,7 +288,15 @@ class PostgresMemory:
         """Inserted, the fact supersedes every other current fact of its group its writer
         could see (every scope but another organization's; the group is locked, so no other
         host adds one meanwhile). Already stored, nothing is written and the stored fact is
-        the answer."""
+        the answer.
+
+        The statement is prepared (psycopg), so the server may run it with a generic plan,
+        made without the parameters' values: a fact without a group gets a statement
+        without the supersession (a generic plan cannot tell that it would do nothing),
+        and the group's current facts are found through the group's index alone (``(...
+        IS NULL) IS TRUE`` is the same test, but no index of ``superseded_by`` can serve
+        it: a generic plan ANDed that index's NULL entries, every current fact, into the
+        lookup of each write, so a batch slowed as the table grew)."""
         s = self._s
         fact = write.fact
         params = {name: getattr(fact, name) for name in _COLUMNS}
@@ -294,13 +306,17 @@ class PostgresMemory:
         names = ", ".join((*_COLUMNS, "search"))
         values = ", ".join(f"%({name})s" for name in _COLUMNS)
         values += ", to_tsvector('english'::regconfig, %(search)s)"
+        supersede = ""
+        if fact.conflict_group is not None:
+            supersede = (
+                f", superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
+                "WHERE conflict_group = %(conflict_group)s AND (superseded_by IS NULL) IS TRUE "
+                "AND id <> %(id)s AND (scope <> 'organization' OR organization = %(writer)s) "
+                "AND EXISTS (SELECT 1 FROM added))"
+            )
         return (
             f"WITH added AS (INSERT INTO {s}.memory_facts AS f ({names}) VALUES ({values}) "
-            f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}), "
-            f"superseded AS (UPDATE {s}.memory_facts SET superseded_by = %(id)s "
-            "WHERE conflict_group = %(conflict_group)s AND superseded_by IS NULL "
-            "AND id <> %(id)s AND (scope <> 'organization' OR organization = %(writer)s) "
-            "AND EXISTS (SELECT 1 FROM added)) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING {_columns('f')}){supersede} "
             f"SELECT * FROM added UNION ALL SELECT {_columns('f')} FROM {s}.memory_facts f "
             "WHERE f.id = %(id)s AND NOT EXISTS (SELECT 1 FROM added)",
             params,

@@ -35,7 +35,8 @@ from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
-from ._memory_sqlite import MEMORY_SCHEMA, OnSqlite, SqliteMemory
+from ._memory_local import OnSqlite
+from ._memory_sqlite import MEMORY_SCHEMA, SqliteMemory
 from ._platform import O_CLOEXEC
 from ._records import Execution
 

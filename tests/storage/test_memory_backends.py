@@ -543,6 +543,43 @@ def test_a_disk_error_applies_nothing_of_the_batch_and_raises_oserror(
     assert sorted(listed(memory_store)) == ["a", "b", "d"]
 
 
+def test_a_statement_sqlite_refuses_undoes_that_write_alone_index_included(
+    memory_store: Any,
+) -> None:
+    # A fact without a group is one statement and has no savepoint of its own: what SQLite
+    # refuses midway (here a trigger, after the full-text row was added) it undoes alone.
+    if not isinstance(memory_store, ms.storage.FileStore | ms.storage.SqliteStore):
+        pytest.skip("a trigger in SQLite")
+    remember(memory_store, fact("a", "old", conflict_group="g"))
+    db = sqlite_memory(memory_store).db
+    db.execute(
+        "CREATE TRIGGER refuse AFTER INSERT ON memory_facts WHEN new.text LIKE 'refused%' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+    )
+    answers = memory_store.memory_apply(
+        [
+            RememberFact(fact("b", "kept before")),
+            RememberFact(fact("r1", "refused alone")),
+            RememberFact(fact("r2", "refused grouped", conflict_group="g")),
+            RememberFact(fact("c", "kept after")),
+        ]
+    )
+    assert answers[0] == fact("b", "kept before")
+    assert isinstance(answers[1], ValueError)
+    assert isinstance(answers[2], ValueError)
+    assert answers[3] == fact("c", "kept after")
+    assert sorted(listed(memory_store)) == ["a", "b", "c"]
+    assert memory_store.memory_get("a").superseded_by is None  # r2 superseded nothing
+    assert sorted(search(memory_store, "kept refused alone grouped")) == ["b", "c"]
+    # Nothing of the refused texts is left in the index itself (its rowids, its terms).
+    assert (
+        db.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH 'refused'").fetchall() == []
+    )
+    db.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab('main', 'memory_fts', 'row')")
+    terms = {term for (term,) in db.execute("SELECT term FROM temp.terms")}
+    assert terms == {"old", "kept", "befor", "after"}, terms
+
+
 def test_a_lone_surrogate_is_refused_by_the_record_on_every_backend() -> None:
     with pytest.raises(ValueError, match="lone surrogates"):
         Fact(id="fact-x", text="half \ud800 a pair", scope=Scope.PROJECT)

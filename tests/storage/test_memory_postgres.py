@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -176,6 +177,56 @@ def test_the_facts_table_has_an_english_tsvector_without_diacritics_and_its_inde
         assert [h.fact.id for h in hits] == ["fact-b"], query
     assert isinstance(store, ms.storage.MemoryBackend)
     assert store.memory_ranking == "ts_rank"
+
+
+def _generic_plan(store: PostgresStore, statement: str, params: dict[str, Any]) -> str:
+    """The plan the server caches for ``statement`` once it stops making custom ones (a
+    generic plan, made without the parameters' values), as EXPLAIN prints it."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", numbered, statement)
+    with psycopg.connect(
+        server_url(), autocommit=True, cursor_factory=psycopg.ClientCursor
+    ) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE remember AS {prepared}")
+        arguments = ", ".join(["%s"] * len(names))
+        rows = conn.execute(
+            f"EXPLAIN EXECUTE remember({arguments})", [params[name] for name in names]
+        ).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def test_a_remember_s_generic_plan_reads_no_index_entry_per_current_fact(
+    store: PostgresStore,
+) -> None:
+    # Prepared statements run on generic plans after a few executions. A plan that reads
+    # superseded_by's index for the current facts reads every one of them on each write:
+    # remembering slowed as the table grew (benchmarks/README.md). Without statistics (a
+    # table filled faster than autovacuum analyses it) and with them, neither statement
+    # may do that: a fact without a group supersedes nothing and must not look.
+    _sql(store, "ALTER TABLE {t} SET (autovacuum_enabled = false)")
+    for start in range(0, 2_000, 500):
+        store.memory_apply(
+            [RememberFact(fact(f"fact-{n}", f"fact number {n}")) for n in range(start, start + 500)]
+        )
+    grouped = fact("fact-new-grouped", "a grouped fact", conflict_group="g")
+    for analyzed in (False, True):
+        if analyzed:
+            _sql(store, "ANALYZE {t}")
+        for new in (fact("fact-new", "a new fact"), grouped):
+            plan = _generic_plan(store, *store._remember_sql(RememberFact(new)))
+            assert "memory_facts_superseded_by" not in plan, plan
+            assert "Seq Scan" not in plan, plan
+            if new.conflict_group is None:
+                assert "Update" not in plan, plan
+    store.memory_apply([RememberFact(grouped)])  # the statement still supersedes
+    assert store.memory_get("fact-new-grouped") == grouped
 
 
 # -- two hosts ---------------------------------------------------------------------------
