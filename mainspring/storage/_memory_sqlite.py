@@ -365,8 +365,11 @@ class SqliteMemory:
             # One statement (the insert, and its full-text row by trigger): SQLite undoes a
             # statement it refuses by itself, so no savepoint is needed for it to change
             # nothing. Facts in a group supersede others too: a savepoint keeps those whole.
+            # A stored id that does not read back (ValueError) inserted nothing either.
             try:
                 return self._remember(checked)
+            except ValueError as exc:
+                return exc
             except sqlite3.IntegrityError as exc:
                 return ValueError(f"the fact could not be stored: {exc}")
         self.db.execute("SAVEPOINT memory_write")
