@@ -192,8 +192,15 @@ def _forget(store: Any, out: Out, args: argparse.Namespace) -> int:
     from ..executions import open_runtime
     from ._store import open_store
 
-    if store.memory_get(args.fact_id) is None:
+    stored = store.memory_get(args.fact_id)
+    if stored is None:
         raise CliError(f"no fact {args.fact_id} in this store", EXIT_UNKNOWN)
+    if stored.scope is Scope.ORGANIZATION and stored.organization != args.organization:
+        # An organization's fact is its own (as ls and search show it only to it).
+        raise CliError(
+            f"fact {args.fact_id} is an organization's fact: pass its --organization",
+            EXIT_UNKNOWN,
+        )
     writable, close = open_store(args.store_path, write=True)
 
     async def forget() -> bool:

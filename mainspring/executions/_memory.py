@@ -374,9 +374,16 @@ class Memory:
 
     async def forget(self, fact_id: str) -> bool:
         """Delete a fact; whether it existed. What it superseded passes to its own superseder
-        (or becomes current again). ``InvalidId`` for a malformed id."""
-        self._backend()
+        (or becomes current again). Another organization's fact is left alone (False).
+        ``InvalidId`` for a malformed id."""
+        backend = self._backend()
         check_id(fact_id)
+        # Another organization's fact is not this runtime's to delete (it may not even
+        # supersede one): as if absent. Fact ids are never reused across organizations
+        # (random, or derived from content that names the organization).
+        stored = await anyio.to_thread.run_sync(backend.memory_get, fact_id)
+        if stored is not None and not self._owns(stored):
+            return False
         (answer,) = await self._committer.memory([ForgetFact(fact_id)])
         self._cache.drop(fact_id)
         if isinstance(answer, Exception):
@@ -384,10 +391,16 @@ class Memory:
         return bool(answer)
 
     async def get(self, fact_id: str) -> Fact | None:
-        """The stored fact (hidden or expired ones too), or None."""
+        """The stored fact (hidden or expired ones too), or None (also for another
+        organization's fact: it belongs to that organization)."""
         backend = self._backend()
         check_id(fact_id)
-        return await anyio.to_thread.run_sync(backend.memory_get, fact_id)
+        stored = await anyio.to_thread.run_sync(backend.memory_get, fact_id)
+        return stored if stored is None or self._owns(stored) else None
+
+    def _owns(self, fact: Fact) -> bool:
+        """Whether this runtime may see ``fact``: every scope but another organization's."""
+        return fact.scope is not Scope.ORGANIZATION or fact.organization == self._organization
 
     def _filter(
         self,

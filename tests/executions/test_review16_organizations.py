@@ -34,8 +34,9 @@ async def test_another_organization_does_not_hide_this_ones_facts(
         theirs = await rt.memory.remember(
             "release day is monday", scope="project", conflict_group="release"
         )
-        assert (await rt.memory.get(mine.id)).superseded_by is None  # type: ignore[union-attr]
+        assert await rt.memory.get(mine.id) is None  # acme's: not another runtime's to read
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
+        assert (await acme.memory.get(mine.id)).superseded_by is None  # type: ignore[union-attr]
         found = await acme.memory.search("release day")
         assert {hit.fact.id for hit in found.hits} == {mine.id, theirs.id}
         # acme's own write supersedes both: the project fact and its organization fact
@@ -61,8 +62,8 @@ async def test_an_agent_passes_its_runtimes_organization(spec: StoreSpec) -> Non
     ) as rt:
         result = await (await rt.start("g", plan_of(agent("n", "note")))).wait()
         assert result.status == "completed"
-        assert (await rt.memory.get(mine.id)).superseded_by is None  # type: ignore[union-attr]
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
+        assert (await acme.memory.get(mine.id)).superseded_by is None  # type: ignore[union-attr]
         await acme.memory.remember("pagers escalate", scope="organization")
         found = await acme.memory.search("rotates")
         assert {hit.fact.id for hit in found.hits} == {mine.id, result.outputs["n"]}
