@@ -33,7 +33,8 @@ backend against a reference model):
 - *Unreadable rows* (a stored row that does not read back as a ``Fact``: damaged, or
   written by something else) are never shown nor coerced, but take part in the rules by
   their stored columns, the same on every backend: a new fact of their group supersedes
-  them, a forget re-links them, and as a superseder one hides what it supersedes (nothing
+  them, a forget re-links them (and forgetting one deletes it, its facts passing to its
+  stored superseder), and as a superseder one hides what it supersedes (nothing
   shows it has expired, so it counts as unexpired, through the whole chain).
 """
 

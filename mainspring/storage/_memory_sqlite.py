@@ -49,7 +49,6 @@ from ._memory import (
     check_where,
     check_write,
     hidden,
-    relink,
 )
 
 __all__ = ["MEMORY_SCHEMA", "SqliteMemory"]
@@ -430,21 +429,16 @@ class SqliteMemory:
         if row is None:
             return False
         gone = self._fact(row)
-        if gone is None:
-            raise ValueError(f"fact {fact_id} is stored but does not read back")
-        rows = self.db.execute(
-            f"SELECT {_SELECT} FROM memory_facts f WHERE f.superseded_by = ?", (fact_id,)
-        ).fetchall()
-        naming = [found for found in map(self._fact, rows) if found is not None]
-        self.db.executemany(
-            "UPDATE memory_facts SET superseded_by = ? WHERE id = ?",
-            [(heir, named) for named, heir in relink(naming, gone)],
-        )
-        # A row that does not read back follows the same rule: nothing names the gone fact.
+        if gone is not None:
+            heir = gone.superseded_by
+        else:  # a row that does not read back goes by its stored superseder (as on PostgreSQL)
+            heir = _stored_id(row[list(_COLUMNS).index("superseded_by")])
+        # Every row that named it, read back or not, passes to its heir (``relink``'s rule):
+        # nothing names the gone fact.
         self.db.execute(
             "UPDATE memory_facts SET superseded_by = CASE WHEN id = ?1 THEN NULL ELSE ?1 END "
             "WHERE superseded_by = ?2",
-            (gone.superseded_by, fact_id),
+            (heir, fact_id),
         )
         self.db.execute("DELETE FROM memory_facts WHERE id = ?", (fact_id,))  # and its FTS row
         return True
@@ -453,6 +447,17 @@ class SqliteMemory:
         with self.lock:
             self.closed = True
             self.db.close()
+
+
+def _stored_id(value: object) -> str | None:
+    """A stored superseder as read (bytes, bounded): the id it names, or None when it names
+    none a fact could (not UTF-8 text of a valid id: nothing damaged is copied onward)."""
+    if type(value) is not bytes:
+        return None
+    try:
+        return check_id(value.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and InvalidId alike
+        return None
 
 
 def _shown(where: FactFilter) -> FactFilter:
