@@ -161,9 +161,32 @@ from ._usage import check_tokens as check_tokens
 from ._v1 import read_v1 as read_v1
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
+from ._workers import ACTIVE_WORKER as ACTIVE_WORKER
+from ._workers import LEASE_DEFAULT as LEASE_DEFAULT
+from ._workers import LEASE_MAX as LEASE_MAX
+from ._workers import LEASE_MIN as LEASE_MIN
+from ._workers import MAX_TRAIL as MAX_TRAIL
+from ._workers import MAX_USAGE_EPOCHS as MAX_USAGE_EPOCHS
+from ._workers import ProcessIdentity as ProcessIdentity
+from ._workers import StopIntent as StopIntent
+from ._workers import TrailEntry as TrailEntry
+from ._workers import UsageEpoch as UsageEpoch
+from ._workers import WorkerFailure as WorkerFailure
+from ._workers import WorkerRecord as WorkerRecord
+from ._workers import WorkerStatus as WorkerStatus
+from ._workers import WorkerTask as WorkerTask
+from ._workers import WorkerTaskState as WorkerTaskState
+from ._workers import check_digest as check_digest
+from ._workers import check_lease as check_lease
+from ._workers import parse_worker_tasks as parse_worker_tasks
+from ._workers import parse_workers as parse_workers
 
 __all__ = [
+    "ACTIVE_WORKER",
     "EXECUTION_TERMINAL",
+    "LEASE_DEFAULT",
+    "LEASE_MAX",
+    "LEASE_MIN",
     "MAX_ATTEMPTS",
     "MAX_CHECKPOINTS",
     "MAX_CONTROLS",
@@ -176,6 +199,8 @@ __all__ = [
     "MAX_SEARCH_LIMIT",
     "MAX_TOKENS",
     "MAX_TOUCHED_PATHS",
+    "MAX_TRAIL",
+    "MAX_USAGE_EPOCHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AbsentDimension",
@@ -216,6 +241,7 @@ __all__ = [
     "PersistenceFailed",
     "PostgresStore",
     "Problem",
+    "ProcessIdentity",
     "Provenance",
     "Reconciliation",
     "RecordError",
@@ -224,6 +250,7 @@ __all__ = [
     "Scope",
     "SqliteStore",
     "StepStatus",
+    "StopIntent",
     "Store",
     "StoreInUse",
     "StoreNeedsMigration",
@@ -231,10 +258,19 @@ __all__ = [
     "TaskState",
     "TextHit",
     "TooLarge",
+    "TrailEntry",
     "Usage",
+    "UsageEpoch",
+    "WorkerFailure",
+    "WorkerRecord",
+    "WorkerStatus",
+    "WorkerTask",
+    "WorkerTaskState",
     "capture_checkpoint",
     "check_cost",
+    "check_digest",
     "check_id",
+    "check_lease",
     "check_relative_path",
     "check_timeout",
     "check_tokens",
@@ -253,6 +289,8 @@ __all__ = [
     "open_store",
     "parse_agent_task",
     "parse_agent_tasks",
+    "parse_worker_tasks",
+    "parse_workers",
     "query_terms",
     "read_v1",
     "reconcile",

@@ -498,6 +498,14 @@ class Execution:
     # B1: when the run's deadline passes (wall-clock, absolute: it survives resumes); None:
     # no deadline. Its expiry pauses the run with ``Timeout``.
     deadline_at: float | None = None
+    # External agent workers (storage._workers): raw records parsed one by one, like
+    # ``agent_tasks`` (E8): the workers by worker id, the tasks they serve by agent task id,
+    # and the diagnostic trail (oldest first, the last MAX_TRAIL entries).
+    workers: tuple[dict[str, Any], ...] = ()
+    worker_tasks: tuple[dict[str, Any], ...] = ()
+    worker_trail: tuple[dict[str, Any], ...] = ()
+    # The sha256 of the run's sealed proof, once it was finalized (executions._fleet).
+    proof_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     created_at: float
     updated_at: float
 
