@@ -293,6 +293,9 @@ class FleetMachine(RuleBasedStateMachine):
         )
         self.workers[wid] = worker
         if task is not None:
+            was = self.tasks[task.id].state
+            if task.state in ("blocked", "awaiting-delivery") and task.state != was:
+                assert dead, f"task {task.id} became {task.state} with a live worker process"
             self.tasks[task.id] = task
         if worker.status in ("stopped", "fenced", "blocked") and worker.status != before:
             assert dead, f"{wid} became {worker.status} without its process confirmed dead"
