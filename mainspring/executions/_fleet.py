@@ -11,6 +11,7 @@ The lifecycle (``WORKER_MOVES``)::
 
     assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
+    stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
 
 and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting-delivery ->
 delivered, back to ready when its process ended unexpectedly or failed to start, blocked when
@@ -25,7 +26,11 @@ belief (:class:`StaleWorker`), that the task is the worker's (``wrong-task``), t
 status allows the move (``illegal-move`` / ``not-live``), the task's state and the run's
 capacity, and last the host's fact (``not-dead``). Only the function's own rule decides which
 statuses a move leaves from: a belief that names a status the move does not leave from is
-refused, never obeyed.
+refused, never obeyed. The handoff's steps repeated (same id and generation) are answered
+before the status is checked: the same digests change nothing, others are ``digest-mismatch``.
+
+A run finalizes (:func:`finalize`) with no active worker and a :class:`Proof` that holds; the
+diagnostic trail is kept bounded by :func:`trail_append`.
 """
 
 from __future__ import annotations
@@ -94,13 +99,9 @@ __all__ = [
 
 
 def _own(worker: WorkerRecord, task: WorkerTask) -> None:
-    """The task is the one the worker serves, and the worker is the one it names: a write
-    never changes another task than its worker's."""
+    """A write never changes another task than the one its worker serves now."""
     if task.id != worker.task_id or task.worker_id != worker.id:
-        raise WorkerRefused(
-            "wrong-task",
-            f"task {task.id} is not served by worker {worker.id} (its task is {worker.task_id})",
-        )
+        raise WorkerRefused("wrong-task", f"task {task.id} is not served by worker {worker.id}")
 
 
 def _from(
@@ -303,12 +304,10 @@ def takeover(
     confirmed_dead: bool,
     now: float,
 ) -> tuple[WorkerRecord, WorkerTask]:
-    """A new generation of the worker, ``assigned``, for its task: only once the old
-    process is confirmed dead (``not-dead`` otherwise: a live old process blocks takeover).
-    A worker that is active (its previous owner crashed) or stopped may be taken over, for
-    a task still ready or running; a stopped one becomes active again, so the run's
-    ``workers`` (the others, this one among them or not) are counted against ``limit`` as
-    :func:`assign` counts them."""
+    """A new generation of the worker, ``assigned``, for its task (still ready or running):
+    only once the old process is confirmed dead (``not-dead``: a live one blocks takeover).
+    An active worker (its owner crashed) or a stopped one may be taken over; a stopped one
+    becomes active again, so the run's ``workers`` count against ``limit`` as in assign."""
     _check(worker, belief)
     _own(worker, task)
     _from(worker, ("stopped", *ACTIVE_WORKER))
