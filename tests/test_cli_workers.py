@@ -349,6 +349,19 @@ def test_an_empty_store_and_no_store_yet(
     assert not home.exists()  # nothing created
 
 
+def test_doctor_reports_worker_records_that_do_not_parse(store: str) -> None:
+    code, out = run_cli("doctor", "--store", store, "--json")
+    assert code == 1
+    findings = [f for f in json.loads(out)["findings"] if f["problem"] == "workers-dropped"]
+    assert findings == [
+        {
+            "id": "ex-w",
+            "problem": "workers-dropped",
+            "detail": "1 worker or worker task records do not parse",
+        }
+    ]
+
+
 def test_reading_writes_nothing(tmp_path: Path) -> None:
     """E7: the raw record that does not parse is still there after the command read it."""
     opened, where = _open("files", tmp_path, None)

@@ -23,6 +23,8 @@ from ..storage import (
     Store,
     holder,
     parse_agent_tasks,
+    parse_worker_tasks,
+    parse_workers,
     store_kind,
     unstructure,
 )
@@ -380,6 +382,15 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "id": e.id,
                     "problem": "agent-tasks-dropped",
                     "detail": f"{dropped} agent task records do not parse",
+                }
+            )
+        bad_workers = parse_workers(e.workers)[1] + parse_worker_tasks(e.worker_tasks)[1]
+        if bad_workers:  # E8: dropped from every view, so said here
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "workers-dropped",
+                    "detail": f"{bad_workers} worker or worker task records do not parse",
                 }
             )
         if e.status in ("running", "planned") and holder(e.lease, now) is None:
