@@ -6,6 +6,7 @@ Reads go straight to the store and never write (E7). ``pause``, ``cancel`` and
 next heartbeat. ``resume`` runs user code, so it needs ``--app module:attr`` naming the
 runtime configuration, the way ASGI servers name an app. ``memory ls | search`` read the
 facts agents remember (read-only too); ``memory forget`` deletes one through a runtime.
+``workers [ID]`` shows external agent workers, their tasks and diagnostic trail (a read).
 Everything printed is redacted.
 
 Exit codes: 0 all well; 1 the operation was refused or ``doctor`` found problems; 2 usage;

@@ -25,6 +25,7 @@ from ..storage import Store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
 from ._output import Out, when
+from ._workers import worker_line, worker_of
 
 
 def _load_app(spec: str) -> dict[str, Any]:
@@ -76,12 +77,20 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
             return await run_prune(rt, out, args)
         if args.command == "stop-task":
             result = await rt.stop_agent_task(args.id, cascade=args.cascade)
+            # A worker-backed task says so, and where its worker is now (read after the stop).
+            found = None
+            if result.state != "unknown":
+                found = worker_of(
+                    await rt.get(result.execution_id or args.id.rsplit(":t", 1)[0]), args.id
+                )
             if out.as_json:
-                out.data(attrs.asdict(result))
+                out.data(attrs.asdict(result) | ({"worker": found} if found else {}))
             else:
                 out.line(
                     f"{result.task_id}: {result.state} ({result.reason}) [{result.operation_id}]"
                 )
+                if found:
+                    out.line(worker_line(found))
             if result.state == "unknown":
                 return EXIT_UNKNOWN
             return EXIT_OK if result.ok else EXIT_FAILED

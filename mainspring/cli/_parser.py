@@ -111,6 +111,21 @@ def _page_size(text: str) -> int:
     return value
 
 
+def _trail_length(text: str) -> int:
+    """A ``--trail``: how many trail entries, 0..MAX_TRAIL (a usage error otherwise)."""
+    from ..storage import MAX_TRAIL
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_TRAIL:
+        raise argparse.ArgumentTypeError(
+            f"not a trail length (a whole number in 0..{MAX_TRAIL:,}): {text}"
+        )
+    return value
+
+
 def _name(what: str, longest: int) -> Callable[[str], str]:
     """An ``--organization`` or ``--domain``: an id (X1) of at most ``longest`` characters
     (a usage error otherwise)."""
@@ -261,6 +276,21 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cancel its step and the steps depending on it (default: the step counts as "
         "done without a result and its dependents run)",
+    )
+    workers = commands.add_parser(
+        "workers",
+        parents=[common],
+        help="external agent workers: generations, leases, last failures, the trail",
+    )
+    workers.add_argument(
+        "id", nargs="?", metavar="EXECUTION_ID", help="this execution's workers in detail"
+    )
+    workers.add_argument(
+        "--trail",
+        type=_trail_length,
+        default=20,
+        metavar="N",
+        help="with EXECUTION_ID: the last N entries of the diagnostic trail (20; 0 hides it)",
     )
     events = commands.add_parser(
         "events", parents=[common], help="the durable history: every committed change, in order"

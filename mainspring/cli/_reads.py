@@ -23,6 +23,8 @@ from ..storage import (
     Store,
     holder,
     parse_agent_tasks,
+    parse_worker_tasks,
+    parse_workers,
     store_kind,
     unstructure,
 )
@@ -31,6 +33,7 @@ from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._memory import nothing_remembered
 from ._output import GOAL_WIDTH, Out, clamp, when
 from ._store import get_execution, open_store, shown
+from ._workers import run_workers
 
 #: How long a new file at the default store's path may take to become a store (seconds).
 _STORE_BIRTH = 10.0
@@ -381,6 +384,15 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "detail": f"{dropped} agent task records do not parse",
                 }
             )
+        bad_workers = parse_workers(e.workers)[1] + parse_worker_tasks(e.worker_tasks)[1]
+        if bad_workers:  # E8: dropped from every view, so said here
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "workers-dropped",
+                    "detail": f"{bad_workers} worker or worker task records do not parse",
+                }
+            )
         if e.status in ("running", "planned") and holder(e.lease, now) is None:
             findings.append(
                 {
@@ -432,6 +444,7 @@ READS: dict[str, Callable[[Store, Out, argparse.Namespace], int]] = {
     "tasks": _tasks,
     "events": _events,
     "doctor": _doctor,
+    "workers": run_workers,
 }
 
 
@@ -445,8 +458,10 @@ def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
         return _follow_when_created(path, out, args)
     if command == "memory":
         return nothing_remembered(out, args, why)
-    if command == "ls" or (command in ("tasks", "events") and not args.id):
-        what = "agent tasks" if command == "tasks" else "executions"
+    if command == "ls" or (command in ("tasks", "events", "workers") and not args.id):
+        what = {"tasks": "agent tasks", "workers": "executions with workers"}.get(
+            command, "executions"
+        )
         if out.as_json:
             if command != "events":  # events prints one object per entry: none
                 out.data([])
