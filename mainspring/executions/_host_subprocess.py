@@ -396,8 +396,9 @@ class SubprocessHost:
             if held is not None:
                 with anyio.move_on_after(_REAP_WAIT):  # B2: no zombie of ours is left
                     await self._reaped(held, await held.process.wait())
-            seen = await self.inspect(process)
-        return seen
+        # Looked at again, not assumed: a member that outlived the KILL rounds (or a stop
+        # cut short by its deadline) keeps it from being confirmed dead.
+        return await self.inspect(process)
 
     async def send(self, process: ProcessIdentity, line: Mapping[str, Any]) -> None:
         """Write ``line`` as one JSON line to the stdin of a live process this host

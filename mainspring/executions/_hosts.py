@@ -17,7 +17,9 @@ the process wrote to its stdout as a JSON object (``{"type": ...}``):
 - ``result``: its delivery (``output``: any JSON value; ``source_commit``: optional) — the
   runtime then hands it off: stop, confirm dead, fence, seal, deliver.
 
-A line that is not such an object is a ``protocol`` report (the raw line is not kept). A
+A line that is not such an object is a ``protocol`` report (the raw line is not kept: its
+``data`` says only why, see :func:`protocol_report`); so is a line longer than
+:data:`MAX_REPORT_LINE`, skipped to its end. Blank lines are skipped. A
 repair instruction reaches the process on its stdin as one JSON line
 ``{"type": "repair", "text": ...}``.
 """

@@ -402,3 +402,26 @@ def test_grace_is_bounded() -> None:
     for grace in (-1, float("nan"), float("inf"), 10_000):
         with pytest.raises(ValueError, match="grace"):
             SubprocessHost(grace=grace)
+
+
+@pytest.mark.slow
+async def test_a_process_whose_child_outlives_it_is_not_dead_until_its_tree_is(
+    worker: Path, tmp_path: Path
+) -> None:
+    """Its pid gone is not enough: a grandchild left in its session may still write to the
+    workspace, so inspect says running until stop has stopped it too (no two writers)."""
+    host = SubprocessHost(grace=0.2)
+    pid_file = tmp_path / "grandchild"
+    process = await host.start(spec_of(worker, {"grandchild": str(pid_file)}, {"exit": 4}))
+    await until(lambda: pid_file.exists() and pid_file.read_text())
+    grandchild = int(pid_file.read_text())
+    with anyio.fail_after(60):
+        assert await process.wait() == 4
+    assert live(grandchild)
+    assert (await host.inspect(process.identity)).state == "running"
+    seen = await host.stop(process.identity)
+    assert (seen.state, seen.exit_code) == ("exited", 4)
+    assert not live(grandchild)
+    with anyio.fail_after(60):
+        await process.reports.aclose()
+    assert zombies() == []
