@@ -56,6 +56,7 @@ __all__ = [
     "load_evidence",
     "parse_evidence",
     "seal",
+    "seal_into",
 ]
 
 T = TypeVar("T")
@@ -114,6 +115,13 @@ def seal(document: Any) -> tuple[str, bytes]:
             f"evidence of {len(body):,} bytes is over the {MAX_EVIDENCE_BYTES:,}-byte limit"
         )
     return hashlib.sha256(body).hexdigest(), body
+
+
+def seal_into(store: EvidenceStore, document: Any) -> str:
+    """Seal ``document`` and store it in ``store`` (synchronously); its digest."""
+    digest, body = seal(document)
+    store.put_evidence(digest, body)
+    return digest
 
 
 def _digest(digest: Any) -> str:
