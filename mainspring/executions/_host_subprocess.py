@@ -379,9 +379,7 @@ class SubprocessHost:
         grace = self._grace if grace is None else _grace(grace)
         if process.host != self.host:
             return Seen(state="unknown")
-        seen = await self.inspect(process)
-        if seen.dead:
-            return seen
+        await self._sweep()
         held = self._holding(process)
 
         def reaped() -> bool:
@@ -390,12 +388,24 @@ class SubprocessHost:
                 return held.process.returncode is not None
             return not _is(process)
 
+        # No inspect first: stop_tree's first scan finds the tree, and an empty one (a
+        # process already dead) is neither signalled nor waited for.
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + grace + _CLEANUP_MARGIN
-            await stop_tree(process.pid, grace=grace, reaped=reaped)
+            confirmed = await stop_tree(
+                process.pid,
+                grace=grace,
+                reaped=reaped,
+                exited=held.process.wait if held is not None else None,
+            )
             if held is not None:
                 with anyio.move_on_after(_REAP_WAIT):  # B2: no zombie of ours is left
                     await self._reaped(held, await held.process.wait())
+        if confirmed and self._holding(process) is None:
+            # stop_tree's last scan, after the process was reaped (or seen gone), found
+            # nothing of its tree alive: confirmed dead, by a look.
+            code = self._exits.get((process.pid, process.started))
+            return Seen(state="exited", exit_code=code)
         # Looked at again, not assumed: a member that outlived the KILL rounds (or a stop
         # cut short by its deadline) keeps it from being confirmed dead.
         return await self.inspect(process)
