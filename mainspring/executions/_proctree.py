@@ -25,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 
 __all__ = ["HAVE_PROC", "Member", "alive", "stop_tree", "tree_of"]
 
@@ -151,10 +152,44 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _signal(pid: int, signum: int) -> None:
-    # Gone already (ESRCH), or reused by another user's process: not ours.
+#: Whether the system signals a process through a descriptor of it (Linux 5.3+): a pid
+#: then cannot be taken by another process between the check and the signal.
+_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 where the system gives none (then ``kill`` it is);
+    ``ProcessLookupError`` if it is gone."""
+    if not _PIDFD:
+        return -1
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except OSError:  # not in this kernel (ENOSYS), out of descriptors: kill it is
+        return -1
+
+
+def _signal(pid: int, started: int, signum: int) -> None:
+    """Send ``signum`` to ``pid`` if it is still the process that started at ``started``
+    (B2: a pid another process took since is never signalled). Through a pidfd where the
+    system has them: the descriptor, opened before the start time is checked, keeps
+    meaning that process; elsewhere the window between check and signal is a few
+    microseconds."""
+    # Gone already (ESRCH), or reused by another user's process (EPERM): not ours.
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
+        fd = _pidfd(pid)
+        try:
+            stat = _stat(pid)
+            if stat is None or stat[3] != started:
+                return
+            if fd >= 0:
+                signal.pidfd_send_signal(fd, signum)
+            else:
+                os.kill(pid, signum)
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
 
 def _signal_group(root: int, signum: int) -> None:
@@ -175,27 +210,82 @@ def _group_exists(root: int) -> bool:
 _Seen = tuple[int, int]
 
 
-def _signal_tree(root: int, signum: int, reaped: bool) -> list[_Seen]:
+class _Round:
+    """One scan of ``/proc``, shared by every stop that asked for it before it began."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.table: _Table | None = None
+
+
+class _Scans:
+    """The scans of one event loop's stops in flight: a stop that asks while a scan runs
+    joins the next one (it begins after the ask, so it sees what the ask follows), which
+    every stop that asked meanwhile shares. Eight stops at once then cost a few scans per
+    round, not eight: a scan reads every process's ``stat`` and is most of a stop's cost."""
+
+    def __init__(self) -> None:
+        self.running: _Round | None = None
+        self.next: _Round | None = None
+
+
+_SCANS: RunVar[_Scans] = RunVar("mainspring_proctree_scans")
+
+
+async def _shared_scan() -> _Table:
+    """A scan of ``/proc`` that begins after this call (see :class:`_Scans`)."""
+    try:
+        scans = _SCANS.get()
+    except LookupError:
+        scans = _Scans()
+        _SCANS.set(scans)
+    joined = scans.next
+    if joined is not None:
+        await joined.done.wait()
+        if joined.table is not None:
+            return joined.table
+        return await anyio.to_thread.run_sync(_scan)  # its runner failed: one of our own
+    mine = scans.next = _Round()
+    # Shielded: the stops that joined wait on this round, and a scan is short.
+    with anyio.CancelScope(shield=True):
+        try:
+            while scans.running is not None:
+                await scans.running.done.wait()
+            scans.next, scans.running = None, mine
+            table = mine.table = await anyio.to_thread.run_sync(_scan)
+        finally:
+            if scans.running is mine:
+                scans.running = None
+            if scans.next is mine:
+                scans.next = None
+            mine.done.set()
+    return table
+
+
+async def _signal_tree(root: int, signum: int, reaped: Callable[[], bool]) -> list[_Seen]:
     """Send ``signum`` to ``root``'s tree, leaves first (``root`` itself only if it was not
     reaped yet), found by one scan of ``/proc``; the members signalled. This process's
     zombies of the tree are reaped (:func:`_reap_orphans`)."""
-    if not HAVE_PROC:
-        _signal_group(root, signum)
-        return [(root, 0)]
-    table = _scan()
-    members = [(pid, table[pid][3]) for pid, _ in _tree(root, reaped, table)]
-    for pid, _ in members:
-        _signal(pid, signum)
+    members = await _look(root, reaped)
+    await anyio.to_thread.run_sync(_signal_members, members, signum)
+    return members
+
+
+async def _look(root: int, reaped: Callable[[], bool]) -> list[_Seen]:
+    """The live members of ``root``'s tree, leaves first, by one scan of ``/proc``; this
+    process's zombies of it reaped (:func:`_reap_orphans`).
+
+    ``reaped()`` is asked after the scan: if the program was not reaped then, it was not
+    when the scan read its pid either, so that pid was still the program's (B2)."""
+    table = await _shared_scan()
+    members = [(pid, table[pid][3]) for pid, _ in _tree(root, reaped(), table)]
     _reap_orphans(root, table)
     return members
 
 
-def _look(root: int, reaped: bool) -> list[_Seen]:
-    """The live members of ``root``'s tree, by one scan of ``/proc``; this process's
-    zombies of it reaped (:func:`_reap_orphans`)."""
-    table = _scan()
-    _reap_orphans(root, table)
-    return [(pid, table[pid][3]) for pid, _ in _tree(root, reaped, table)]
+def _signal_members(members: list[_Seen], signum: int) -> None:
+    for pid, started in members:
+        _signal(pid, started, signum)
 
 
 def _any_alive(members: list[_Seen]) -> bool:
@@ -253,7 +343,7 @@ async def stop_tree(
     if not HAVE_PROC:
         await _stop_group(root, grace=grace)
         return False
-    termed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGTERM, reaped())
+    termed = await _signal_tree(root, signal.SIGTERM, reaped)
     if not termed:
         return True
     if await _grace(root, termed, grace=grace, reaped=reaped, exited=exited):
@@ -262,7 +352,7 @@ async def stop_tree(
     # kill, or not yet scheduled to die of it, is caught by the next round.
     rounds_end = anyio.current_time() + _KILL_TIME
     while True:
-        killed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGKILL, reaped())
+        killed = await _signal_tree(root, signal.SIGKILL, reaped)
         if not killed:
             return True
         if anyio.current_time() >= rounds_end:
@@ -292,7 +382,7 @@ async def _grace(
     delay = 0.001
     while True:
         if not await anyio.to_thread.run_sync(_any_alive, members):
-            members = await anyio.to_thread.run_sync(_look, root, reaped())
+            members = await _look(root, reaped)
             if not members:
                 return True
         if anyio.current_time() >= deadline:
