@@ -376,15 +376,19 @@ async def _grace(
     found it empty. The members known are watched one by one (cheap); only once they are
     all gone is ``/proc`` scanned again, for members they left or started meanwhile."""
     deadline = anyio.current_time() + grace
+    watch = True
     if exited is not None and any(pid == root for pid, _ in members):
-        with anyio.move_on_after(grace):
+        with anyio.move_on_after(grace) as waiting:
             await exited()
+        # The program alone was known and it is gone: look for the rest at once.
+        watch = waiting.cancelled_caught or len(members) > 1
     delay = 0.001
     while True:
-        if not await anyio.to_thread.run_sync(_any_alive, members):
+        if not watch or not await anyio.to_thread.run_sync(_any_alive, members):
             members = await _look(root, reaped)
             if not members:
                 return True
+        watch = True
         if anyio.current_time() >= deadline:
             return False
         delay = await _pause(delay, deadline)
