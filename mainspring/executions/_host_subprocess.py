@@ -372,10 +372,11 @@ class SubprocessHost:
 
     async def stop(self, process: ProcessIdentity, *, grace: float | None = None) -> Seen:
         """Stop the process and its whole tree (SIGTERM leaves first, ``grace`` seconds
-        (the host's by default), SIGKILL rounds) and inspect it again: ``exited`` only when
-        confirmed dead, ``unknown`` for another host's process (not signalled). Works for a
-        process another runtime started. Shielded, within its own deadline (STYLE 5): if
-        cancelled, it stopped the tree first."""
+        (the host's by default), SIGKILL rounds): ``exited`` only when confirmed dead (a
+        scan of ``/proc`` after the process was reaped or seen gone found nothing of its
+        tree alive; else it is inspected again), ``unknown`` for another host's process (not
+        signalled). Works for a process another runtime started. Shielded, within its own
+        deadline (STYLE 5): if cancelled, it stopped the tree first."""
         grace = self._grace if grace is None else _grace(grace)
         if process.host != self.host:
             return Seen(state="unknown")

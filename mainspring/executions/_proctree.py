@@ -10,9 +10,15 @@ program's process group, signalled with ``killpg``.
 Stopping is SIGTERM to every member, leaves first (so a parent does not see its children die
 and start new ones before it is itself told to stop), a grace, then SIGKILL to every member
 still alive, found again (a member may have forked meanwhile). A process that is gone
-(``ESRCH``) or a zombie counts as stopped. The blocking ``/proc`` reads run in a worker
-thread (STYLE 10); the caller runs :func:`stop_tree` in a shielded scope with its own
-deadline (STYLE 5).
+(``ESRCH``) or a zombie counts as stopped; a member is signalled only while its start time
+is the one the scan saw, through a pidfd where the system has them (B2). The blocking
+``/proc`` reads run in a worker thread (STYLE 10); the caller runs :func:`stop_tree` in a
+shielded scope with its own deadline (STYLE 5).
+
+A scan reads every process's ``stat``, and is most of what a stop costs: so the grace awaits
+the program's own exit where the caller can (``exited``), watches the members it knows one
+by one (pid and start time), polls from a millisecond doubling to :data:`_POLL`, and scans
+again only once they are gone; the stops in flight on one event loop share their scans.
 """
 
 from __future__ import annotations
@@ -357,6 +363,9 @@ async def stop_tree(
             return True
         if anyio.current_time() >= rounds_end:
             return False
+        if exited is not None and any(pid == root for pid, _ in killed):
+            with anyio.move_on_after(rounds_end - anyio.current_time()):
+                await exited()
         delay = 0.001  # let the kernel finish them before looking again
         while await anyio.to_thread.run_sync(_any_alive, killed):
             if anyio.current_time() >= rounds_end:
