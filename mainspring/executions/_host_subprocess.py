@@ -372,16 +372,15 @@ class SubprocessHost:
 
     async def stop(self, process: ProcessIdentity, *, grace: float | None = None) -> Seen:
         """Stop the process and its whole tree (SIGTERM leaves first, ``grace`` seconds
-        (the host's by default), SIGKILL rounds) and inspect it again: ``exited`` only when
-        confirmed dead, ``unknown`` for another host's process (not signalled). Works for a
-        process another runtime started. Shielded, within its own deadline (STYLE 5): if
-        cancelled, it stopped the tree first."""
+        (the host's by default), SIGKILL rounds): ``exited`` only when confirmed dead (a
+        scan of ``/proc`` after the process was reaped or seen gone found nothing of its
+        tree alive; else it is inspected again), ``unknown`` for another host's process (not
+        signalled). Works for a process another runtime started. Shielded, within its own
+        deadline (STYLE 5): if cancelled, it stopped the tree first."""
         grace = self._grace if grace is None else _grace(grace)
         if process.host != self.host:
             return Seen(state="unknown")
-        seen = await self.inspect(process)
-        if seen.dead:
-            return seen
+        await self._sweep()
         held = self._holding(process)
 
         def reaped() -> bool:
@@ -390,12 +389,24 @@ class SubprocessHost:
                 return held.process.returncode is not None
             return not _is(process)
 
+        # No inspect first: stop_tree's first scan finds the tree, and an empty one (a
+        # process already dead) is neither signalled nor waited for.
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + grace + _CLEANUP_MARGIN
-            await stop_tree(process.pid, grace=grace, reaped=reaped)
+            confirmed = await stop_tree(
+                process.pid,
+                grace=grace,
+                reaped=reaped,
+                exited=held.process.wait if held is not None else None,
+            )
             if held is not None:
                 with anyio.move_on_after(_REAP_WAIT):  # B2: no zombie of ours is left
                     await self._reaped(held, await held.process.wait())
+        if confirmed and self._holding(process) is None:
+            # stop_tree's last scan, after the process was reaped (or seen gone), found
+            # nothing of its tree alive: confirmed dead, by a look.
+            code = self._exits.get((process.pid, process.started))
+            return Seen(state="exited", exit_code=code)
         # Looked at again, not assumed: a member that outlived the KILL rounds (or a stop
         # cut short by its deadline) keeps it from being confirmed dead.
         return await self.inspect(process)

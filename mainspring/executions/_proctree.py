@@ -10,22 +10,28 @@ program's process group, signalled with ``killpg``.
 Stopping is SIGTERM to every member, leaves first (so a parent does not see its children die
 and start new ones before it is itself told to stop), a grace, then SIGKILL to every member
 still alive, found again (a member may have forked meanwhile). A process that is gone
-(``ESRCH``) or a zombie counts as stopped. The blocking ``/proc`` reads run in a worker
-thread (STYLE 10); the caller runs :func:`stop_tree` in a shielded scope with its own
-deadline (STYLE 5).
+(``ESRCH``) or a zombie counts as stopped; a member is signalled only while its start time
+is the one the scan saw, through a pidfd where the system has them (B2). The blocking
+``/proc`` reads run in a worker thread (STYLE 10); the caller runs :func:`stop_tree` in a
+shielded scope with its own deadline (STYLE 5).
+
+A scan reads every process's ``stat``, and is most of what a stop costs: so the grace awaits
+the program's own exit where the caller can (``exited``), watches the members it knows one
+by one (pid and start time), polls from a millisecond doubling to :data:`_POLL`, and scans
+again only once they are gone; the stops in flight on one event loop share their scans.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 
 __all__ = ["HAVE_PROC", "Member", "alive", "stop_tree", "tree_of"]
 
@@ -42,28 +48,38 @@ _GROUP_SETTLE = 0.5
 #: One process of a tree: its pid and its depth below the program (the program is 0; an
 #: orphan found by its session alone counts as a leaf, depth -1 sorts it first).
 Member = tuple[int, int]
+#: What a scan says of each process: pid -> ``(state, ppid, session, start time)``.
+_Table = dict[int, tuple[str, int, int, int]]
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """``(state, ppid, session)`` of ``pid`` from ``/proc/<pid>/stat``, or None if it is gone.
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, session, start time)`` of ``pid`` from ``/proc/<pid>/stat`` (fields
+    3, 4, 6 and 22), or None if it is gone.
 
     The command name (field 2) is in parentheses and may hold spaces and parentheses itself,
-    so the fields are read after its last ``)``.
+    so the fields are read after its last ``)``. Read with bare ``os`` calls: a scan reads
+    one such file per process of the system, and is most of what a stop costs.
     """
     try:
-        raw = (_PROC / str(pid) / "stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:  # gone (ENOENT, ESRCH), not ours to read, or not a directory
         return None
+    try:
+        raw = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     rest = raw[raw.rfind(b")") + 2 :].split()
     try:
-        return rest[0].decode("ascii", "replace"), int(rest[1]), int(rest[3])
+        return rest[0].decode("ascii", "replace"), int(rest[1]), int(rest[3]), int(rest[19])
     except (IndexError, ValueError):
         return None
 
 
-def _scan() -> dict[int, tuple[str, int, int]]:
-    """Every process of the system: pid -> ``(state, ppid, session)``."""
-    found: dict[int, tuple[str, int, int]] = {}
+def _scan() -> _Table:
+    """Every process of the system: pid -> ``(state, ppid, session, start time)``."""
+    found: _Table = {}
     try:
         names = os.listdir(_PROC)
     except OSError:
@@ -90,18 +106,22 @@ def tree_of(root: int, *, reaped: bool = False) -> list[Member]:
     session id); a live process with that pid, after the reap or not leading its session,
     is a stranger, and the tree is empty (B2).
     """
-    table = _scan()
+    return _tree(root, reaped, _scan())
+
+
+def _tree(root: int, reaped: bool, table: _Table) -> list[Member]:
+    """:func:`tree_of` in ``table``, one scan of ``/proc``."""
     if root in table and (reaped or table[root][2] != root):
         # The pid was given to another process (a program leads its own session to its
         # end, a stranger does not; asyncio may reap before ``reaped`` says so): nothing
         # of the tree is left, since the pid is only reused once its session is empty.
         return []
     children: dict[int, list[int]] = {}
-    for pid, (_, ppid, _) in table.items():
+    for pid, (_, ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     depth: dict[int, int] = {}
     if reaped:
-        left = {pid for pid, (_, _, sid) in table.items() if sid == root}
+        left = {pid for pid, (_, _, sid, _) in table.items() if sid == root}
         frontier = [(pid, 0) for pid in left if table[pid][1] not in left]
     else:
         frontier = [(root, 0)]
@@ -111,7 +131,7 @@ def tree_of(root: int, *, reaped: bool = False) -> list[Member]:
             continue
         depth[pid] = level
         frontier.extend((child, level + 1) for child in children.get(pid, ()))
-    for pid, (_, _, session) in table.items():
+    for pid, (_, _, session, _) in table.items():
         if session == root and pid not in depth:
             depth[pid] = -1  # re-parented away from the tree: found by its session alone
     members = [
@@ -138,10 +158,44 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _signal(pid: int, signum: int) -> None:
-    # Gone already (ESRCH), or reused by another user's process: not ours.
+#: Whether the system signals a process through a descriptor of it (Linux 5.3+): a pid
+#: then cannot be taken by another process between the check and the signal.
+_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 where the system gives none (then ``kill`` it is);
+    ``ProcessLookupError`` if it is gone."""
+    if not _PIDFD:
+        return -1
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except OSError:  # not in this kernel (ENOSYS), out of descriptors: kill it is
+        return -1
+
+
+def _signal(pid: int, started: int, signum: int) -> None:
+    """Send ``signum`` to ``pid`` if it is still the process that started at ``started``
+    (B2: a pid another process took since is never signalled). Through a pidfd where the
+    system has them: the descriptor, opened before the start time is checked, keeps
+    meaning that process; elsewhere the window between check and signal is a few
+    microseconds."""
+    # Gone already (ESRCH), or reused by another user's process (EPERM): not ours.
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
+        fd = _pidfd(pid)
+        try:
+            stat = _stat(pid)
+            if stat is None or stat[3] != started:
+                return
+            if fd >= 0:
+                signal.pidfd_send_signal(fd, signum)
+            else:
+                os.kill(pid, signum)
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
 
 def _signal_group(root: int, signum: int) -> None:
@@ -157,75 +211,208 @@ def _group_exists(root: int) -> bool:
     return True
 
 
-def _signal_tree(root: int, signum: int, reaped: bool) -> list[int]:
+#: A member as a stop watches it: its pid and start time (a pid that another process took
+#: since is not the member: B2).
+_Seen = tuple[int, int]
+
+
+class _Round:
+    """One scan of ``/proc``, shared by every stop that asked for it before it began."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.table: _Table | None = None
+
+
+class _Scans:
+    """The scans of one event loop's stops in flight: a stop that asks while a scan runs
+    joins the next one (it begins after the ask, so it sees what the ask follows), which
+    every stop that asked meanwhile shares. Eight stops at once then cost a few scans per
+    round, not eight: a scan reads every process's ``stat`` and is most of a stop's cost."""
+
+    def __init__(self) -> None:
+        self.running: _Round | None = None
+        self.next: _Round | None = None
+
+
+_SCANS: RunVar[_Scans] = RunVar("mainspring_proctree_scans")
+
+
+async def _shared_scan() -> _Table:
+    """A scan of ``/proc`` that begins after this call (see :class:`_Scans`)."""
+    try:
+        scans = _SCANS.get()
+    except LookupError:
+        scans = _Scans()
+        _SCANS.set(scans)
+    joined = scans.next
+    if joined is not None:
+        await joined.done.wait()
+        if joined.table is not None:
+            return joined.table
+        return await anyio.to_thread.run_sync(_scan)  # its runner failed: one of our own
+    mine = scans.next = _Round()
+    # Shielded: the stops that joined wait on this round, and a scan is short.
+    with anyio.CancelScope(shield=True):
+        try:
+            while scans.running is not None:
+                await scans.running.done.wait()
+            scans.next, scans.running = None, mine
+            table = mine.table = await anyio.to_thread.run_sync(_scan)
+        finally:
+            if scans.running is mine:
+                scans.running = None
+            if scans.next is mine:
+                scans.next = None
+            mine.done.set()
+    return table
+
+
+async def _signal_tree(root: int, signum: int, reaped: Callable[[], bool]) -> list[_Seen]:
     """Send ``signum`` to ``root``'s tree, leaves first (``root`` itself only if it was not
-    reaped yet); the pids signalled."""
-    if not HAVE_PROC:
-        _signal_group(root, signum)
-        return [root]
-    members = [pid for pid, _ in tree_of(root, reaped=reaped)]
-    for pid in members:
-        _signal(pid, signum)
+    reaped yet), found by one scan of ``/proc``; the members signalled. This process's
+    zombies of the tree are reaped (:func:`_reap_orphans`)."""
+    members = await _look(root, reaped)
+    await anyio.to_thread.run_sync(_signal_members, members, signum)
     return members
 
 
-def _reap_orphans(root: int) -> None:
+async def _look(root: int, reaped: Callable[[], bool]) -> list[_Seen]:
+    """The live members of ``root``'s tree, leaves first, by one scan of ``/proc``; this
+    process's zombies of it reaped (:func:`_reap_orphans`).
+
+    ``reaped()`` is asked after the scan: if the program was not reaped then, it was not
+    when the scan read its pid either, so that pid was still the program's (B2)."""
+    table = await _shared_scan()
+    members = [(pid, table[pid][3]) for pid, _ in _tree(root, reaped(), table)]
+    _reap_orphans(root, table)
+    return members
+
+
+def _signal_members(members: list[_Seen], signum: int) -> None:
+    for pid, started in members:
+        _signal(pid, started, signum)
+
+
+def _any_alive(members: list[_Seen]) -> bool:
+    """Whether any of ``members`` is still alive: one small read each, no scan. A pid that
+    is gone, a zombie, or another process now (its start time differs) is not."""
+    for pid, started in members:
+        stat = _stat(pid)
+        if stat is not None and stat[0] not in ("Z", "X") and stat[3] == started:
+            return True
+    return False
+
+
+def _reap_orphans(root: int, table: _Table) -> None:
     """Reap the zombies of ``root``'s session that are children of this process: orphans
     re-parented here because this process is a subreaper or PID 1 (a container without an
     init), which nobody else waits for. ``root`` itself is its backend's to reap; the
     others are no backend's (it waits for the pids it started only)."""
     me = os.getpid()
-    for pid, (state, ppid, session) in _scan().items():
+    for pid, (state, ppid, session, _) in table.items():
         if state == "Z" and ppid == me and session == root and pid != root:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 
 
-async def stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
-    """:func:`_stop_tree`, then the zombies it left with this process reaped (B2)."""
-    try:
-        await _stop_tree(root, grace=grace, reaped=reaped)
-    finally:
-        if HAVE_PROC:
-            await anyio.to_thread.run_sync(_reap_orphans, root)
+async def _pause(delay: float, until: float) -> float:
+    """Sleep ``delay`` (no later than ``until``); the next, longer delay. Polls start at a
+    millisecond (a process told to stop is mostly gone at once) and double up to
+    :data:`_POLL`, so a slow tree is not looked at more often than that."""
+    await anyio.sleep(max(0.0, min(delay, until - anyio.current_time())))
+    return min(delay * 2, _POLL)
 
 
-async def _stop_tree(root: int, *, grace: float, reaped: Callable[[], bool]) -> None:
+async def stop_tree(
+    root: int,
+    *,
+    grace: float,
+    reaped: Callable[[], bool],
+    exited: Callable[[], Awaitable[object]] | None = None,
+) -> bool:
     """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
-    for them to go, then SIGKILL to every member still alive.
+    for them to go, then SIGKILL rounds to every member still alive; True once a scan of
+    ``/proc`` found nothing of the tree alive (False without ``/proc``, or if members
+    outlived the SIGKILL rounds). The zombies it leaves with this process are reaped (B2).
 
     ``reaped()`` says whether the program itself was already reaped: its pid may then
     belong to another process, which must not be signalled (its descendants, re-parented,
     are still found by their session). It is asked on the event loop only: a backend's
-    process object may reap when asked, which is not for a worker thread to do. The caller
-    shields this and bounds it (STYLE 5).
+    process object may reap when asked, which is not for a worker thread to do.
+    ``exited()``, for a program this process started, waits for it to exit and reaps it
+    (``Process.wait``): the grace then waits on that rather than polling, and looks for the
+    rest of the tree once. The caller shields this and bounds it (STYLE 5).
     """
     if os.name != "posix":  # pragma: no cover - Windows: no process groups to stop
         raise NotImplementedError("stopping a process tree needs POSIX process groups")
-    termed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGTERM, reaped())
-    deadline = anyio.current_time() + grace
-    while anyio.current_time() < deadline:
-        if HAVE_PROC:
-            gone = reaped()
-            if not await anyio.to_thread.run_sync(functools.partial(tree_of, root, reaped=gone)):
-                return
-        elif not any(map(alive, termed)):
-            # Without /proc only the group's first members are known; killpg below covers
-            # what they started.
-            break
-        await anyio.sleep(_POLL)
+    if not HAVE_PROC:
+        await _stop_group(root, grace=grace)
+        return False
+    termed = await _signal_tree(root, signal.SIGTERM, reaped)
+    if not termed:
+        return True
+    if await _grace(root, termed, grace=grace, reaped=reaped, exited=exited):
+        return True
     # SIGKILL until a look finds nobody alive: a member forking between a look and its
     # kill, or not yet scheduled to die of it, is caught by the next round.
     rounds_end = anyio.current_time() + _KILL_TIME
     while True:
-        killed = await anyio.to_thread.run_sync(_signal_tree, root, signal.SIGKILL, reaped())
-        if not HAVE_PROC:
-            break
-        if not killed or anyio.current_time() >= rounds_end:
-            return
-        await anyio.sleep(_POLL)  # let the kernel finish them before looking again
-    # Without /proc: SIGKILL takes effect when each member next runs; wait (bounded) until
-    # the group is empty. Zombies not yet reaped still count as members, hence the bound.
+        killed = await _signal_tree(root, signal.SIGKILL, reaped)
+        if not killed:
+            return True
+        if anyio.current_time() >= rounds_end:
+            return False
+        if exited is not None and any(pid == root for pid, _ in killed):
+            with anyio.move_on_after(rounds_end - anyio.current_time()):
+                await exited()
+        delay = 0.001  # let the kernel finish them before looking again
+        while await anyio.to_thread.run_sync(_any_alive, killed):
+            if anyio.current_time() >= rounds_end:
+                break
+            delay = await _pause(delay, rounds_end)
+
+
+async def _grace(
+    root: int,
+    members: list[_Seen],
+    *,
+    grace: float,
+    reaped: Callable[[], bool],
+    exited: Callable[[], Awaitable[object]] | None,
+) -> bool:
+    """Up to ``grace`` seconds for the tree told to stop to be gone; True once a scan
+    found it empty. The members known are watched one by one (cheap); only once they are
+    all gone is ``/proc`` scanned again, for members they left or started meanwhile."""
+    deadline = anyio.current_time() + grace
+    watch = True
+    if exited is not None and any(pid == root for pid, _ in members):
+        with anyio.move_on_after(grace) as waiting:
+            await exited()
+        # The program alone was known and it is gone: look for the rest at once.
+        watch = waiting.cancelled_caught or len(members) > 1
+    delay = 0.001
+    while True:
+        if not watch or not await anyio.to_thread.run_sync(_any_alive, members):
+            members = await _look(root, reaped)
+            if not members:
+                return True
+        watch = True
+        if anyio.current_time() >= deadline:
+            return False
+        delay = await _pause(delay, deadline)
+
+
+async def _stop_group(root: int, *, grace: float) -> None:
+    """Without ``/proc``: SIGTERM to the program's process group, the grace (until its
+    first member is gone), SIGKILL to the group, then a bounded wait until it is empty."""
+    _signal_group(root, signal.SIGTERM)
+    deadline = anyio.current_time() + grace
+    while anyio.current_time() < deadline and alive(root):  # noqa: ASYNC110 - no event says a group's leader died
+        await anyio.sleep(_POLL)
+    _signal_group(root, signal.SIGKILL)
+    # SIGKILL takes effect when each member next runs; wait (bounded) until the group is
+    # empty. Zombies not yet reaped still count as members, hence the bound.
     settle = anyio.current_time() + _GROUP_SETTLE
-    while not HAVE_PROC and anyio.current_time() < settle and _group_exists(root):  # noqa: ASYNC110 - no event says a group emptied
+    while anyio.current_time() < settle and _group_exists(root):  # noqa: ASYNC110 - no event says a group emptied
         await anyio.sleep(_POLL)

@@ -418,7 +418,12 @@ async def _stop(process: anyio.abc.Process, grace: float) -> None:
     """Stop the program's tree, shielded, within its own deadline (STYLE 5)."""
     with anyio.CancelScope(shield=True) as scope:
         scope.deadline = anyio.current_time() + grace + _CLEANUP_MARGIN
-        await stop_tree(process.pid, grace=grace, reaped=lambda: process.returncode is not None)
+        await stop_tree(
+            process.pid,
+            grace=grace,
+            reaped=lambda: process.returncode is not None,
+            exited=process.wait,
+        )
 
 
 async def _close(process: anyio.abc.Process, grace: float) -> None:

@@ -1,0 +1,126 @@
+"""Stopping process trees cheaply without giving up B2: a member whose pid another process
+took is never signalled, a program's own exit is awaited and its session still searched for
+what it left (an orphan ignoring SIGTERM), and stops in flight together, sharing their scans
+of ``/proc``, each confirm their own whole tree dead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from mainspring.executions import SubprocessHost, WorkerSpec, _proctree
+from mainspring.executions._host_subprocess import process_stat
+
+pytestmark = pytest.mark.anyio
+
+#: Prints the pid of a child that ignores SIGTERM (an ignored signal stays ignored across
+#: exec), then waits; the shell itself dies of SIGTERM and leaves the child an orphan.
+_LEAVES_AN_ORPHAN = "(trap '' TERM; exec sleep 60) & echo $!; exec sleep 60"
+
+
+def live(pid: int) -> bool:
+    stat = process_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+async def _started(pid: int) -> int:
+    stat = await anyio.to_thread.run_sync(process_stat, pid)
+    assert stat is not None
+    return stat[2]
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+async def test_B2_a_member_whose_start_time_differs_is_not_signalled(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_proctree, "_PIDFD", pidfd and _proctree._PIDFD)
+    process = await anyio.open_process(["sleep", "60"], start_new_session=True)
+    try:
+        started = await _started(process.pid)
+        # The pid as another process that had it earlier knew it: not this process.
+        await anyio.to_thread.run_sync(_proctree._signal, process.pid, started + 1, signal.SIGTERM)
+        assert process.returncode is None
+        assert await anyio.to_thread.run_sync(live, process.pid)
+        await anyio.to_thread.run_sync(_proctree._signal, process.pid, started, signal.SIGTERM)
+        with anyio.fail_after(60):
+            assert await process.wait() == -signal.SIGTERM
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+
+
+@pytest.mark.slow
+async def test_B2_waiting_on_the_programs_exit_still_stops_the_orphan_it_left() -> None:
+    process = await anyio.open_process(
+        ["sh", "-c", _LEAVES_AN_ORPHAN], stdout=subprocess.PIPE, start_new_session=True
+    )
+    orphan = 0
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(60):
+            orphan = int((await process.stdout.receive()).split()[0])
+        with anyio.fail_after(60):
+            confirmed = await _proctree.stop_tree(
+                process.pid,
+                grace=0.2,
+                reaped=lambda: process.returncode is not None,
+                exited=process.wait,
+            )
+        assert confirmed
+        assert process.returncode == -signal.SIGTERM
+        assert not await anyio.to_thread.run_sync(live, orphan)
+    finally:
+        if orphan and await anyio.to_thread.run_sync(live, orphan):
+            os.kill(orphan, signal.SIGKILL)
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+
+
+@pytest.mark.slow
+async def test_B2_stops_in_flight_together_each_confirm_their_whole_tree_dead(
+    tmp_path: Path,
+) -> None:
+    host = SubprocessHost(grace=0.2)
+    ready = [tmp_path / f"orphan-{n}" for n in range(4)]
+    workers = [
+        await host.start(
+            WorkerSpec(
+                command=("sh", "-c", f"exec > {path}; {_LEAVES_AN_ORPHAN}"),
+                worker_id=f"w-{n}",
+                generation=1,
+                task_id=f"t-{n}",
+                session=f"s-{n}",
+                job="j",
+            )
+        )
+        for n, path in enumerate(ready)
+    ]
+    with anyio.fail_after(60):
+        while not all(path.exists() and path.read_text().strip() for path in ready):  # noqa: ASYNC110 - another process writes them
+            await anyio.sleep(0.01)
+    orphans = [int(path.read_text()) for path in ready]
+    seen: dict[int, str] = {}
+
+    async def stop(n: int) -> None:
+        seen[n] = (await host.stop(workers[n].identity)).state
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for n in range(len(workers)):
+                tg.start_soon(stop, n)
+    assert seen == dict.fromkeys(range(len(workers)), "exited")
+    for pid in orphans:
+        assert not await anyio.to_thread.run_sync(live, pid)
+    for worker in workers:
+        with anyio.fail_after(60):
+            await worker.reports.aclose()
