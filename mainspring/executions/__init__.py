@@ -48,6 +48,10 @@ from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
 from ._status import IllegalTransition as IllegalTransition
 from ._usage import WithUsage as WithUsage
+from ._worker_agent import WorkerAgent as WorkerAgent
+from ._worker_agent import WorkerStepFailed as WorkerStepFailed
+from ._worker_api import WorkerNotLive as WorkerNotLive
+from ._worker_api import WorkersView as WorkersView
 
 __all__ = [
     "AgentMemory",
@@ -81,6 +85,10 @@ __all__ = [
     "StepStarted",
     "StopResult",
     "WithUsage",
+    "WorkerAgent",
+    "WorkerNotLive",
+    "WorkerStepFailed",
+    "WorkersView",
     "minilm_embedder",
     "run_program",
 ]

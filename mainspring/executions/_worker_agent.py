@@ -1,0 +1,613 @@
+"""Agents served by external worker processes: :class:`WorkerAgent` and its driver.
+
+A ``WorkerAgent`` is registered like any agent (``agents={"coder": WorkerAgent([...])}``)
+and runs in the step's AgentTaskActor, so pause, cancel, stop-task, lease loss and the
+deadline reach it as that actor's cancellation, with their reasons. The driver takes every
+worker record through ``_fleet`` (never edited otherwise), puts it on the execution's board
+(``_worker_run``) and commits it through the execution's funnel (E2) before the next phase:
+
+- start: assigned → starting (committed) → ``host.start`` → running with the process's
+  identity (committed); a failed start blocks the worker ``native-start`` and a new worker
+  is assigned, up to ``max_starts`` starts, then the step fails ``worker-start-limit``;
+- while running: a heartbeat renews the lease every lease/3; ``usage`` is charged to the
+  worker's epoch and to the task (B3); ``failure`` feeds the no-progress rule, which stops
+  the process, requires its death and fails the step ``no-progress:<class>``; an unexpected
+  exit puts the task back to ready (``native-process-exited``) and a takeover (generation
+  + 1) starts it again;
+- ``result``: the output is sealed as evidence, the handoff begins (its delivery digest is
+  the evidence's), the process is stopped and confirmed dead, the worker fenced and the
+  delivery published: the step succeeds with that output. A delivered task is never run
+  again: a resumed run reads its output back from the sealed evidence (E10).
+
+Stopping (any cancellation): the process tree is stopped and inspected; only a process
+confirmed dead is recorded stopped (task ready after pause, deadline, shutdown or lease
+loss; blocked after cancel or stop-task). One that cannot be confirmed dead is left as it
+was recorded, and the trail says ``stop-unconfirmed``.
+
+Resuming a task whose worker is still active (its runtime crashed, R3): its process is
+inspected; alive, it is stopped (this run holds the lease now) and must be confirmed dead;
+exited, it is taken over at once. A process the host cannot see (``unknown``: another host)
+or a start whose process was never recorded cannot be confirmed dead: takeover is refused,
+the trail says why, and the step fails ``worker-unknown-host`` / ``worker-unconfirmed``
+(``worker-not-dead`` when stopping it did not confirm its death).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from ..actors import (
+    ActorDeadError,
+    ActorFailed,
+    Cancel,
+    LeaseLost,
+    ParentCancel,
+    Pause,
+    Timeout,
+    cancel_reason,
+)
+from ..storage import (
+    ACTIVE_WORKER,
+    StopIntent,
+    Usage,
+    WorkerFailure,
+    WorkerRecord,
+    WorkerTask,
+    check_lease,
+)
+from . import _fleet as fleet
+from ._agent import CodedFailure, SaveRefused
+from ._hosts import Report, WorkerHost, WorkerProcess, WorkerSpec, WorkerStartFailed, command_of
+from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
+
+if TYPE_CHECKING:
+    from ._agent_context import AgentContext
+
+__all__ = ["WorkerAgent", "WorkerStepFailed"]
+
+
+class WorkerStepFailed(CodedFailure):
+    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
+    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
+    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``)."""
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class WorkerAgent:
+    """An agent served by an external process (see the module docstring).
+
+    ``command`` is the argv the host starts (the step's input reaches it as JSON in
+    ``MAINSPRING_WORKER_INPUT``); ``host`` starts, inspects and stops it (a
+    ``SubprocessHost`` by default); ``lease`` is the worker's lease (1 s .. 10 min,
+    renewed every third of it), ``grace`` the seconds between TERM and KILL when it is
+    stopped, ``max_starts`` how many processes one task may start in all, ``env`` extra
+    environment."""
+
+    def __init__(
+        self,
+        command: str | Sequence[str],
+        *,
+        host: WorkerHost | None = None,
+        lease: float = 30.0,
+        grace: float = 5.0,
+        max_starts: int = 3,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.command = command_of(command)
+        if host is None:
+            host = _default_host()
+        if not isinstance(host, WorkerHost):
+            raise TypeError("host must be a WorkerHost")
+        self.host = host
+        self.lease = check_lease(lease)
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 600:
+            raise ValueError("grace must be 0..600 seconds")
+        self.grace = float(grace)
+        if isinstance(max_starts, bool) or not isinstance(max_starts, int) or max_starts < 1:
+            raise ValueError("max_starts must be a whole number of at least 1")
+        self.max_starts = max_starts
+        env = dict(env or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TypeError("env maps names to strings")
+        self.env = env
+
+    @property
+    def version(self) -> str:
+        """The definition hash (R8): the command and the limits, not the host object."""
+        return _sha(repr((self.command, self.lease, self.grace, self.max_starts)))
+
+    async def __call__(self, ctx: AgentContext, input: Any) -> Any:
+        return await _Driver(self, ctx, input).run()
+
+
+def _default_host() -> WorkerHost:
+    try:
+        from ._subprocess_host import SubprocessHost  # type: ignore[import-not-found]
+    except ImportError as exc:  # pragma: no cover - until the subprocess host lands
+        raise TypeError("no default worker host here: pass host=") from exc
+    host: WorkerHost = SubprocessHost()
+    return host
+
+
+class _Driver:
+    """Drives the workers of one agent task (one run of it)."""
+
+    def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
+        self.agent = agent
+        self.actor = ctx._actor
+        self.input = input if isinstance(input, Mapping) else {}
+        record = self.actor.record
+        self.task_id = record.id
+        self.step_id = record.step_id
+        self.agent_id = record.agent_id
+        self.contract = _sha(f"{record.agent_id}\n{record.input_hash}")
+        self.board: WorkerBoard
+        self.process: WorkerProcess | None = None  # the live process this driver holds
+
+    # -- the funnel --------------------------------------------------------------------------
+
+    async def commit(self) -> bool:
+        try:
+            return bool(await self.actor._execution.ask(WorkerCommit()))
+        except (ActorDeadError, ActorFailed):
+            return False
+
+    async def save(self) -> None:
+        if not await self.commit():
+            raise SaveRefused("the execution refused the save: it is stopping")
+
+    def worker(self) -> WorkerRecord | None:
+        task = self.board.tasks[self.task_id]
+        return self.board.workers.get(task.worker_id) if task.worker_id else None
+
+    def task(self) -> WorkerTask:
+        return self.board.tasks[self.task_id]
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> Any:
+        self.board = await self.actor._execution.ask(WorkerJoin())
+        if self.task_id not in self.board.tasks:
+            now = time.time()
+            self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
+        task = self.task()
+        if task.state == "delivered" and task.delivery_digest:
+            return await self.board.shelf.read(task.delivery_digest)  # E10: not run again
+        if task.state == "blocked":
+            raise WorkerStepFailed("worker-blocked", f"task {task.id} is blocked: {task.reason}")
+        try:
+            delivered = await self.recover()
+            if delivered is not None:
+                return delivered[0]
+            return await self.serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.release()
+
+    async def recover(self) -> tuple[Any] | None:
+        """A worker left active (or mid-handoff) by a runtime that ended without stopping
+        it (R3): confirmed dead before anything else happens."""
+        worker = self.worker()
+        if worker is None:
+            return None
+        if worker.status in ("handing-off", "fenced") and worker.intent is not None:
+            if worker.status == "handing-off":
+                await self.confirm_dead(worker, takeover=False)
+                worker = self.board.workers[worker.id]
+                worker, task = fleet.fence(
+                    worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
+                )
+                self.board.put(worker, task, "fenced")
+                await self.save()
+            return (await self.deliver(worker),)
+        if not worker.active or worker.status == "assigned":
+            return None
+        await self.confirm_dead(worker, takeover=True)
+        return None
+
+    async def confirm_dead(self, worker: WorkerRecord, *, takeover: bool) -> None:
+        host = self.agent.host
+        if worker.process is None:
+            why = "start-unconfirmed"
+            self.board.put(worker, None, "takeover-refused", why)
+            await self.commit()
+            raise WorkerStepFailed(
+                "worker-unconfirmed",
+                f"worker {worker.id} was starting when its runtime ended; its process was "
+                "never recorded, so it cannot be confirmed dead",
+            )
+        seen = await host.inspect(worker.process)
+        if seen.state == "unknown":
+            self.board.put(worker, None, "takeover-refused", "unknown-host")
+            await self.commit()
+            raise WorkerStepFailed(
+                "worker-unknown-host",
+                f"worker {worker.id}'s process cannot be inspected from here (another host)",
+            )
+        if not seen.dead:
+            seen = await host.stop(worker.process, grace=self.agent.grace)
+        if not seen.dead:
+            self.board.put(worker, None, "takeover-refused", "not-dead")
+            await self.commit()
+            raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
+        if takeover:
+            worker, task = fleet.takeover(
+                worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
+            )
+            self.board.put(worker, task, "takeover", "confirmed-dead")
+            await self.save()
+
+    async def serve(self) -> Any:
+        while True:
+            worker = await self.assigned()
+            if self.task().attempts >= self.agent.max_starts:
+                raise WorkerStepFailed(
+                    "worker-start-limit",
+                    f"task {self.task_id} started {self.task().attempts} worker processes "
+                    f"(max_starts {self.agent.max_starts}) and none delivered",
+                )
+            process = await self.start(worker)
+            if process is None:
+                continue  # native-start: a new worker
+            outcome, data = await self.supervise(process)
+            if outcome == "result":
+                return await self.handoff(data)
+            # exited unexpectedly: recorded; a takeover starts it again
+
+    async def assigned(self) -> WorkerRecord:
+        """The worker to start: the task's own (assigned, or stopped: taken over) or a new
+        one (the first, or after a failed start), once the run has capacity."""
+        worker = self.worker()
+        if worker is not None and worker.status == "assigned":
+            return worker
+        if worker is not None and worker.status == "stopped":
+            # Recorded stopped only once confirmed dead.
+            worker, task = fleet.takeover(
+                worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
+            )
+            self.board.put(worker, task, "takeover")
+            await self.save()
+            return worker
+        while True:
+            n = sum(1 for w in self.board.workers.values() if w.task_id == self.task_id)
+            try:
+                task, worker = fleet.assign(
+                    self.task(),
+                    self.board.workers.values(),
+                    f"{self.task_id}:w{n + 1}",
+                    agent_id=self.agent_id,
+                    limit=self.board.limit,
+                    now=time.time(),
+                    lease=self.agent.lease,
+                )
+            except fleet.WorkerRefused as exc:
+                if exc.code != "capacity":
+                    raise
+                await self.board.changed.wait()  # a worker of this run stopped
+                continue
+            self.board.put(worker, task, "assigned")
+            await self.save()
+            return worker
+
+    async def start(self, worker: WorkerRecord) -> WorkerProcess | None:
+        now = time.time()
+        session = f"s{secrets.token_hex(8)}"
+        worker = fleet.mark_starting(
+            worker, fleet.expect(worker, "assigned"), session=session, job=self.task_id, now=now
+        )
+        task = self.task()
+        task = attrs.evolve(task, attempts=min(task.attempts + 1, 1_000_000), updated_at=now)
+        self.board.put(worker, task, "starting")
+        await self.save()
+        spec = WorkerSpec(
+            command=self.agent.command,
+            worker_id=worker.id,
+            generation=worker.generation,
+            task_id=self.task_id,
+            session=session,
+            job=self.task_id,
+            workspace=self.actor._workspace,
+            input=dict(self.input),
+            env=self.agent.env,
+        )
+        try:
+            process = await self.agent.host.start(spec)
+        except WorkerStartFailed as exc:
+            worker, task = fleet.start_failed(
+                worker,
+                self.task(),
+                fleet.expect(worker, "starting"),
+                now=time.time(),
+                digest=_sha(str(exc)),
+            )
+            self.board.put(worker, task, "start-failed", "native-start")
+            await self.save()
+            return None
+        self.process = process  # held: whatever happens next, release stops it
+        # Raises StaleWorker if the run stopped meanwhile: release stops the new process.
+        worker, task = fleet.mark_started(
+            self.board.workers[worker.id],
+            self.task(),
+            fleet.expect(worker, "starting"),
+            process.identity,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "started")
+        self.board.live[worker.id] = LiveWorker(self.agent.host, process.identity, self.commit)
+        await self.save()
+        return process
+
+    async def supervise(self, process: WorkerProcess) -> tuple[str, Any]:
+        errors: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.heartbeats, errors, tg.cancel_scope)
+            try:
+                outcome = await self.reports(process)
+            except Exception as exc:  # raised below, not wrapped in a group
+                errors.append(exc)
+            tg.cancel_scope.cancel()
+        await process.reports.aclose()  # nothing more is read from it
+        if errors:
+            raise errors[0]
+        if outcome[0] == "exited":
+            await self.exited(process)
+        return outcome
+
+    async def heartbeats(self, errors: list[Exception], scope: anyio.CancelScope) -> None:
+        try:
+            while True:
+                await anyio.sleep(self.agent.lease / 3)
+                worker = self.worker()
+                if worker is None or not worker.active:
+                    return
+                worker = fleet.heartbeat(worker, fleet.expect(worker), now=time.time())
+                self.board.put(worker, None, "heartbeat")
+                await self.save()
+        except Exception as exc:  # a refused save: the run stops
+            errors.append(exc)
+            scope.cancel()
+
+    async def reports(self, process: WorkerProcess) -> tuple[str, Any]:
+        async for report in process.reports:
+            worker = self.worker()
+            assert worker is not None
+            if (report.generation, report.session) != (worker.generation, worker.session):
+                continue  # a late report of an older process
+            if report.type in ("idle", "busy"):
+                seen: fleet.Observed = "idle" if report.type == "idle" else "running"
+                worker, task = fleet.observe(
+                    worker,
+                    self.task(),
+                    fleet.expect(worker, "running", "idle"),
+                    seen,
+                    now=time.time(),
+                )
+                self.board.put(worker, task, report.type)
+                await self.save()
+            elif report.type == "usage":
+                await self.usage(worker, report)
+            elif report.type == "failure":
+                if await self.failure(worker, report):
+                    return ("no-progress", None)
+            elif report.type == "result":
+                return ("result", report.data)
+            elif report.type == "protocol":
+                self.board.put(worker, None, "protocol")
+                await self.save()
+        return ("exited", None)
+
+    async def usage(self, worker: WorkerRecord, report: Report) -> None:
+        data = report.data
+        try:
+            tokens_in = int(data.get("input_tokens", 0))
+            tokens_out = int(data.get("output_tokens", 0))
+            cost = Decimal(str(data.get("cost", 0)))
+            usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost=cost)
+            worker = fleet.add_usage(
+                worker,
+                generation=report.generation,
+                session=report.session,
+                job=report.job,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                cost=cost,
+                now=time.time(),
+            )
+        except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
+            self.board.put(worker, None, "protocol", "bad-usage")
+            await self.save()
+            return
+        self.actor.add_usage(usage)  # B3: charged to the task, so to the run
+        self.board.put(worker, None, "usage")
+        await self.save()
+
+    async def failure(self, worker: WorkerRecord, report: Report) -> bool:
+        data = report.data
+        try:
+            failure = WorkerFailure(
+                failure_class=data.get("class", "failure"),
+                fingerprint=_sha(repr(data.get("fingerprint", data.get("class", "")))),
+                check_id=data.get("check_id"),
+                pin_id=data.get("pin_id"),
+                diagnostic_digest=_digest_of(data.get("diagnostic")),
+                progress_digest=_digest_of(data.get("progress")),
+                phase=data.get("phase", "run"),
+                round=data.get("round", 0),
+                useful_progress=data.get("useful_progress", False) is True,
+                at=time.time(),
+            )
+        except (ValueError, TypeError):
+            self.board.put(worker, None, "protocol", "bad-failure")
+            await self.save()
+            return False
+        worker, stop = fleet.report_failure(
+            worker, fleet.expect(worker, "running", "idle"), failure, now=time.time()
+        )
+        self.board.put(worker, None, "failure", failure.failure_class)
+        await self.save()
+        if not stop:
+            return False
+        code = f"no-progress:{failure.failure_class}"
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.block(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason=code,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "blocked", code)
+        await self.save()
+        raise WorkerStepFailed(code[:64], f"worker {worker.id} reported the same failure twice")
+
+    async def stop_confirmed(self, worker: WorkerRecord) -> None:
+        """Stop the held process; it must be confirmed dead (``worker-not-dead`` else)."""
+        assert worker.process is not None
+        seen = await self.agent.host.stop(worker.process, grace=self.agent.grace)
+        if not seen.dead:
+            self.board.put(worker, None, "stop-unconfirmed")
+            await self.commit()
+            raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
+        self.process = None
+        self.board.live.pop(worker.id, None)
+
+    async def exited(self, process: WorkerProcess) -> None:
+        """Its reports ended without a result: once inspected dead (stopped if need be),
+        recorded ``native-process-exited``; the task is ready for a takeover."""
+        worker = self.worker()
+        assert worker is not None
+        assert worker.process is not None
+        with anyio.move_on_after(self.agent.grace):
+            await process.wait()
+        seen = await self.agent.host.inspect(worker.process)
+        if not seen.dead:
+            await self.stop_confirmed(worker)
+        self.process = None
+        self.board.live.pop(worker.id, None)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.observe(
+            worker, self.task(), fleet.expect(worker, "running", "idle"), "exited", now=time.time()
+        )
+        self.board.put(worker, task, "exited", "native-process-exited")
+        await self.save()
+
+    async def handoff(self, data: Mapping[str, Any]) -> Any:
+        output = data.get("output")
+        commit = data.get("source_commit")
+        worker = self.worker()
+        assert worker is not None
+        now = time.time()
+        # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
+        digest = await self.board.shelf.seal(output)
+        try:
+            intent = StopIntent(
+                delivery_digest=digest,
+                contract_digest=self.contract,
+                source_commit=commit if isinstance(commit, str) else None,
+                expires_at=now + worker.lease,
+                at=now,
+            )
+        except ValueError as exc:
+            raise WorkerStepFailed("worker-protocol", f"a bad result: {exc}") from exc
+        worker = fleet.begin_handoff(worker, fleet.expect(worker, "running", "idle"), intent)
+        self.board.put(worker, None, "handoff", digest)
+        await self.save()
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.fence(
+            worker,
+            self.task(),
+            fleet.expect(worker, "handing-off"),
+            confirmed_dead=True,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "fenced")
+        await self.save()
+        return await self.deliver(worker, output)
+
+    async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
+        assert worker.intent is not None
+        digest = worker.intent.delivery_digest
+        value = output[0] if output else await self.board.shelf.read(digest)
+        worker, task = fleet.deliver(
+            worker,
+            self.task(),
+            fleet.expect(worker, "fenced"),
+            delivery_digest=digest,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "delivered", digest)
+        await self.save()
+        return value
+
+    # -- stopping --------------------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Whatever ends this driver: a process it holds is stopped and confirmed dead, and
+        only then recorded stopped (see the module docstring); the board carries it to the
+        final commit when saves are refused."""
+        worker = self.worker()
+        if self.process is None or worker is None:
+            return
+        self.board.live.pop(worker.id, None)
+        await self.process.reports.aclose()
+        identity = self.process.identity
+        reason, state = _why(cancel_reason())
+        try:
+            seen = await self.agent.host.stop(identity, grace=self.agent.grace)
+        except Exception:
+            seen = None
+        worker = self.board.workers[worker.id]
+        if seen is None or not seen.dead:
+            self.board.put(worker, None, "stop-unconfirmed", reason)
+            await self.commit()
+            return
+        self.process = None
+        if worker.status not in ACTIVE_WORKER:
+            return
+        worker, task = fleet.mark_stopped(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason=reason,
+            task_state=state,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "stopped", reason)
+        await self.commit()  # refused while the run stops: the board carries it
+
+
+def _why(reason: Any) -> tuple[str, Any]:
+    """The stop's reason as a worker reason, and the task state it leaves."""
+    root = reason.root if isinstance(reason, ParentCancel) else reason
+    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
+        return "stop-task", "blocked"
+    if isinstance(root, Cancel):
+        return "cancel", "blocked"
+    if isinstance(root, Pause):
+        return "pause", "ready"
+    if isinstance(root, Timeout):
+        return "timeout", "ready"
+    if isinstance(root, LeaseLost):
+        return "lease-lost", "ready"
+    if reason is None:
+        return "stopping", "ready"
+    return "shutdown", "ready"
+
+
+def _digest_of(text: Any) -> str | None:
+    return _sha(text) if isinstance(text, str) and text else None
