@@ -73,12 +73,11 @@ from ._run_messages import (
 from ._scheduler import pick
 from ._transitions import clamp_count, pause_execution
 from ._usage import allowance, budget_reason, exhausted, needed_calls
-from ._worker_run import WORKER_MESSAGES, WorkerRun
 
 __all__ = ["ExecutionActor"]
 
 
-class ExecutionActor(BoundedRun, WorkerRun):
+class ExecutionActor(BoundedRun):
     """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
 
     #: Agent steps the last pick gave all the budget that remained (P4, see _start).
@@ -107,8 +106,6 @@ class ExecutionActor(BoundedRun, WorkerRun):
             return await self._stop_task(message)
         if type(message) in BOUNDS_MESSAGES:  # B1: timeouts, retries, the run's deadline
             return await self._bounds_message(message)
-        if type(message) in WORKER_MESSAGES:  # #17: a worker driver's board and commits
-            return await self._worker_message(message)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     async def _begin(self, begin: Begin) -> None:

@@ -41,9 +41,11 @@ async def test_a_result_is_handed_off_and_is_the_step_output(tmp_path: Path) -> 
         assert result.outputs["a"] == {"patch": "ok", "n": 3}
         seen = await view(rt, handle.execution_id)
     (worker,) = seen.workers
-    assert worker.status == "delivered" and worker.generation == 1
+    assert worker.status == "delivered"
+    assert worker.generation == 1
     (task,) = seen.tasks
-    assert task.state == "delivered" and task.delivery_digest == worker.delivered_digest
+    assert task.state == "delivered"
+    assert task.delivery_digest == worker.delivered_digest
     events = [e.event for e in seen.trail]
     assert events[:3] == ["assigned", "starting", "started"]
     assert events[-3:] == ["handoff", "fenced", "delivered"]
@@ -59,8 +61,10 @@ async def test_a_failed_start_blocks_native_start_and_a_new_worker_starts(tmp_pa
             assert (await handle.wait()).status == "completed"
         seen = await view(rt, handle.execution_id)
     first, second = sorted(seen.workers, key=lambda w: w.id)
-    assert first.status == "blocked" and first.reason == "native-start"
-    assert first.failure is not None and first.failure.failure_class == "native-start"
+    assert first.status == "blocked"
+    assert first.reason == "native-start"
+    assert first.failure is not None
+    assert first.failure.failure_class == "native-start"
     assert second.status == "delivered"
     assert seen.tasks[0].attempts == 2
 
@@ -72,7 +76,8 @@ async def test_start_failures_up_to_max_starts_fail_the_step_saying_so(tmp_path:
         with anyio.fail_after(30):
             assert (await handle.wait()).status == "failed"
         (task,) = tasks_of(stored(rt, handle.execution_id))
-    assert task.failure is not None and task.failure.code == "worker-start-limit"
+    assert task.failure is not None
+    assert task.failure.code == "worker-start-limit"
     assert len(host.specs) == 2
 
 
@@ -84,7 +89,8 @@ async def test_an_unexpected_exit_is_taken_over_by_generation_2(tmp_path: Path) 
             assert (await handle.wait()).status == "completed"
         seen = await view(rt, handle.execution_id)
     (worker,) = seen.workers
-    assert worker.generation == 2 and worker.status == "delivered"
+    assert worker.generation == 2
+    assert worker.status == "delivered"
     assert [s.generation for s in host.specs] == [1, 2]
     events = [(e.event, e.detail) for e in seen.trail]
     assert ("exited", "native-process-exited") in events
@@ -101,9 +107,11 @@ async def test_the_same_failure_twice_stops_the_worker_no_progress(tmp_path: Pat
         record = stored(rt, handle.execution_id)
         seen = await view(rt, handle.execution_id)
     (task,) = tasks_of(record)
-    assert task.failure is not None and task.failure.code == "no-progress:tests-fail"
+    assert task.failure is not None
+    assert task.failure.code == "no-progress:tests-fail"
     (worker,) = seen.workers
-    assert worker.status == "blocked" and worker.reason == "no-progress:tests-fail"
+    assert worker.status == "blocked"
+    assert worker.reason == "no-progress:tests-fail"
     assert seen.tasks[0].state == "blocked"
     assert ("stop", 1000) in host.log
     assert "secret text" not in repr(record)  # V1: digests only
@@ -118,9 +126,11 @@ async def test_usage_is_charged_to_the_worker_epoch_and_the_run(tmp_path: Path) 
             assert (await handle.wait()).status == "completed"
         record = stored(rt, handle.execution_id)
         seen = await view(rt, handle.execution_id)
-    assert record.usage.input_tokens == 200 and record.usage.output_tokens == 40
+    assert record.usage.input_tokens == 200
+    assert record.usage.output_tokens == 40
     (epoch,) = seen.workers[0].usage
-    assert epoch.total_tokens == 240 and str(epoch.cost) == "1.0"
+    assert epoch.total_tokens == 240
+    assert str(epoch.cost) == "1.0"
 
 
 async def test_heartbeats_renew_the_lease(tmp_path: Path) -> None:
@@ -135,9 +145,8 @@ async def test_heartbeats_renew_the_lease(tmp_path: Path) -> None:
                 await anyio.sleep(0.05)
         worker = seen.workers[0]
         assert worker.status == "running"
-        assert (
-            worker.lease_expires_at is not None and worker.lease_expires_at > worker.created_at + 1
-        )
+        assert worker.lease_expires_at is not None
+        assert worker.lease_expires_at > worker.created_at + 1
         await rt.cancel(handle.execution_id)
 
 
@@ -161,9 +170,7 @@ async def test_stopping_stops_the_process_before_recording_it_stopped(
         handle = await _running(rt, host)
         eid = handle.execution_id
         host.on_stop = lambda _: on_disk_at_stop.append(
-            (
-                rt.store.get(eid).workers[0]["status"]  # type: ignore[union-attr]
-            )
+            rt.store.get(eid).workers[0]["status"]  # type: ignore[union-attr]
         )
         with anyio.fail_after(30):
             if how == "pause":
@@ -195,6 +202,7 @@ async def test_a_process_that_cannot_be_confirmed_dead_is_not_recorded_stopped(
         seen = await view(rt, handle.execution_id)
     assert seen.workers[0].status == "running"
     assert seen.trail[-1].event == "stop-unconfirmed"
+    host.processes[1000].die()  # the test's own cleanup
 
 
 async def test_resume_after_a_crash_takes_over_only_after_confirming_death(
@@ -219,7 +227,8 @@ async def test_resume_after_a_crash_takes_over_only_after_confirming_death(
     assert result.status == "completed"
     assert host.log.index(("stop", 1000)) < host.log.index(("start", 1001, 2))
     (worker,) = seen.workers
-    assert worker.generation == 2 and worker.status == "delivered"
+    assert worker.generation == 2
+    assert worker.status == "delivered"
     assert ("takeover", "confirmed-dead") in [(e.event, e.detail) for e in seen.trail]
 
 
@@ -240,7 +249,8 @@ async def test_a_process_of_another_host_blocks_takeover(tmp_path: Path) -> None
         seen = await view(rt, handle.execution_id)
         (task,) = tasks_of(stored(rt, handle.execution_id))
     assert result.status == "failed"
-    assert task.failure is not None and task.failure.code == "worker-unknown-host"
+    assert task.failure is not None
+    assert task.failure.code == "worker-unknown-host"
     assert ("takeover-refused", "unknown-host") in [(e.event, e.detail) for e in seen.trail]
     assert elsewhere.specs == []  # nothing started
 
@@ -268,7 +278,7 @@ async def test_a_delivered_task_is_not_run_again_after_a_resume(tmp_path: Path) 
         completed_steps=(),
         observations=(),
     )
-    store = ms.storage.SqliteStore(tmp_path / "s.sqlite3")
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")  # its evidence is kept
     store.delete(done.id)
     store.create(crashed)
     async with runtime(store, agents=coder(host), **FAST) as rt:
