@@ -14,6 +14,14 @@ from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
 from ._handle import UnknownExecution as UnknownExecution
+from ._host_scripted import ScriptedHost as ScriptedHost
+from ._host_subprocess import SubprocessHost as SubprocessHost
+from ._hosts import Report as Report
+from ._hosts import Seen as Seen
+from ._hosts import WorkerHost as WorkerHost
+from ._hosts import WorkerProcess as WorkerProcess
+from ._hosts import WorkerSpec as WorkerSpec
+from ._hosts import WorkerStartFailed as WorkerStartFailed
 from ._memory import AgentMemory as AgentMemory
 from ._memory import Memory as Memory
 from ._memory import MemoryHit as MemoryHit
@@ -77,16 +85,24 @@ __all__ = [
     "ProgramResult",
     "PruneReport",
     "PruneSkip",
+    "Report",
     "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",
+    "ScriptedHost",
+    "Seen",
     "StepFinished",
     "StepRetrying",
     "StepStarted",
     "StopResult",
+    "SubprocessHost",
     "WithUsage",
     "WorkerAgent",
+    "WorkerHost",
     "WorkerNotLive",
+    "WorkerProcess",
+    "WorkerSpec",
+    "WorkerStartFailed",
     "WorkerStepFailed",
     "WorkersView",
     "minilm_embedder",

@@ -17,7 +17,9 @@ the process wrote to its stdout as a JSON object (``{"type": ...}``):
 - ``result``: its delivery (``output``: any JSON value; ``source_commit``: optional) — the
   runtime then hands it off: stop, confirm dead, fence, seal, deliver.
 
-A line that is not such an object is a ``protocol`` report (the raw line is not kept). A
+A line that is not such an object is a ``protocol`` report (the raw line is not kept: its
+``data`` says only why, see :func:`protocol_report`); so is a line longer than
+:data:`MAX_REPORT_LINE`, skipped to its end. Blank lines are skipped. A
 repair instruction reaches the process on its stdin as one JSON line
 ``{"type": "repair", "text": ...}``.
 """
@@ -30,6 +32,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio.abc
 import attrs
+import orjson
 
 from ..actors import MainspringError
 from ..storage import ProcessIdentity
@@ -37,18 +40,23 @@ from ._fleet import Observed
 
 __all__ = [
     "MAX_REPORT_LINE",
+    "REPORTED",
     "Report",
     "Seen",
     "WorkerHost",
     "WorkerProcess",
     "WorkerSpec",
     "WorkerStartFailed",
+    "protocol_report",
+    "report_of",
 ]
 
 #: The longest report line a host reads (bytes); a longer one is a ``protocol`` report.
 MAX_REPORT_LINE = 1 << 20
 
 ReportType = Literal["progress", "idle", "busy", "failure", "usage", "result", "protocol"]
+#: The report types a worker may say; ``protocol`` is the host's own (a line it could not read).
+REPORTED: frozenset[str] = frozenset({"progress", "idle", "busy", "failure", "usage", "result"})
 
 
 class WorkerStartFailed(MainspringError):
@@ -157,3 +165,39 @@ def command_of(command: str | Sequence[str]) -> tuple[str, ...]:
     if not argv or not all(isinstance(a, str) and a and "\x00" not in a for a in argv):
         raise ValueError("a worker command is a non-empty list of non-empty strings without NUL")
     return argv
+
+
+def protocol_report(spec: WorkerSpec, why: str) -> Report:
+    """A ``protocol`` report for a line of ``spec``'s process that is not a report; ``data``
+    says only why (``not-json``, ``not-object``, ``unknown-type``, ``too-long``): the line
+    itself is worker text and is not kept (V1)."""
+    return Report(
+        type="protocol",
+        data={"reason": why},
+        generation=spec.generation,
+        session=spec.session,
+        job=spec.job,
+    )
+
+
+def report_of(said: bytes | Mapping[str, Any], spec: WorkerSpec) -> Report:
+    """What one line a worker of ``spec`` wrote (or, for a scripted process, one object it
+    said) is: a :class:`Report` of its type, stamped with ``spec``'s generation, session
+    and job, or a ``protocol`` report (:func:`protocol_report`)."""
+    if isinstance(said, bytes | bytearray | memoryview):
+        try:
+            said = orjson.loads(said)
+        except orjson.JSONDecodeError:
+            return protocol_report(spec, "not-json")
+    if not isinstance(said, Mapping):
+        return protocol_report(spec, "not-object")
+    kind = said.get("type")
+    if not isinstance(kind, str) or kind not in REPORTED:
+        return protocol_report(spec, "unknown-type")
+    return Report(
+        type=kind,  # type: ignore[arg-type]  # one of REPORTED, checked above
+        data=dict(said),
+        generation=spec.generation,
+        session=spec.session,
+        job=spec.job,
+    )

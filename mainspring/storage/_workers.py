@@ -115,6 +115,15 @@ def _commit(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"{attribute.name} must be a commit id (7..64 lowercase hex digits)")
 
 
+#: The largest pid or process group (``pid_t`` is a 32-bit int; Linux allows up to 2**22).
+MAX_PID = 2**31 - 1
+
+
+def _pid(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_PID:
+        raise ValueError(f"{attribute.name} must be a process id in 0..{MAX_PID:,}")
+
+
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     _counter(_, attribute, value)
     if value < 1:
@@ -150,8 +159,8 @@ class ProcessIdentity:
     (clock ticks after boot, from ``/proc``; 0 where the system does not say)."""
 
     host: str = attrs.field(validator=_short(256))
-    pid: int = attrs.field(validator=_counter)
-    group: int = attrs.field(validator=_counter)
+    pid: int = attrs.field(validator=_pid)
+    group: int = attrs.field(validator=_pid)
     started: int = attrs.field(default=0)
 
     @started.validator
