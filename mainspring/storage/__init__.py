@@ -11,9 +11,12 @@ contract suite (``tests/storage/test_backends.py``, parametrised by backend) che
 *Shape.* An execution is stored as its head (every small field: status, lease, budget,
 pending question, controls, the plan without its steps) plus keyed, ordered parts (plan
 steps, observations, completed steps, agent tasks, each task's inner observations and
-completed inner steps) and a window of at most five checkpoints. ``_journal.diff(base, new)``
-turns a commit into changes (``head``, ``put``, ``reset``, ``group``, ``ckpt``, ``ckpts``) that
-touch only what differs from the version the backend stored last; ``_fold.fold`` rebuilds
+completed inner steps, external workers by id, the tasks they serve by id, and the workers'
+diagnostic trail by ``str(seq)``, at most ``MAX_TRAIL``) and a window of at most five
+checkpoints. ``_journal.diff(base, new)`` turns a commit into changes (``head``, ``put``,
+``reset``, ``drop``, ``group``, ``ckpt``, ``ckpts``) that touch only what differs from the
+version the backend stored last (``drop``: the oldest trail entries leave, one row each, so
+a bounded trail costs the same at entry 10 and entry 10,000); ``_fold.fold`` rebuilds
 the execution. A backend stores changes its own way (rows, frames) but must read back exactly
 the execution that was committed: same items, same order (a put of a new key appends, of a
 known key replaces in place). Each commit also gets the next per-execution sequence number
@@ -51,6 +54,16 @@ or row, ``max_record_bytes`` per execution, X2), parse strictly and fail closed 
 (E8); a torn tail of an append is ignored and cut off by the next writer. Ids are checked
 before any path or query (X1); SQL is parameterised; files are 0600 in a 0700 directory.
 
+*Sealed evidence* (``storage._evidence``, :class:`EvidenceStore`): ``put_evidence(digest,
+body)`` stores canonical JSON (``canonical_json``) of at most ``MAX_EVIDENCE_BYTES`` under
+its sha256 once (a digest stored already is checked and left as it is);
+``get_evidence(digest)`` reads it back bounded, hashes it again and raises
+:class:`EvidenceError` if it is missing or not what was sealed (fail closed). Both are
+synchronous and check the digest before any path or query (X1); files are
+``evidence/<digest>.json`` (0600, in a 0700 directory), rows an ``evidence`` table.
+``Committer.seal_evidence`` / ``read_evidence`` call them off the event loop;
+``load_evidence(store, digest)`` reads a document synchronously (the CLI).
+
 *Layouts.* ``SCHEMA_VERSION`` is recorded in the store (SQLite ``meta``, files ``.format``);
 an older layout is refused with :class:`StoreNeedsMigration` (run ``mainspring migrate``), a
 newer one with a clear error.
@@ -79,6 +92,11 @@ from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
+from ._evidence import MAX_EVIDENCE_BYTES as MAX_EVIDENCE_BYTES
+from ._evidence import EvidenceError as EvidenceError
+from ._evidence import EvidenceStore as EvidenceStore
+from ._evidence import canonical_json as canonical_json
+from ._evidence import load_evidence as load_evidence
 from ._file import FileStore as FileStore
 from ._history import HistoryEvent as HistoryEvent
 from ._home import default_home as default_home
@@ -194,6 +212,7 @@ __all__ = [
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
     "MAX_EVIDENCE",
+    "MAX_EVIDENCE_BYTES",
     "MAX_FACT_TEXT",
     "MAX_FINDINGS",
     "MAX_SEARCH_LIMIT",
@@ -216,6 +235,8 @@ __all__ = [
     "Durable",
     "Edit",
     "Evidence",
+    "EvidenceError",
+    "EvidenceStore",
     "Execution",
     "ExecutionStatus",
     "Fact",
@@ -266,6 +287,7 @@ __all__ = [
     "WorkerStatus",
     "WorkerTask",
     "WorkerTaskState",
+    "canonical_json",
     "capture_checkpoint",
     "check_cost",
     "check_digest",
@@ -282,6 +304,7 @@ __all__ = [
     "hash_files",
     "holder",
     "is_postgres_url",
+    "load_evidence",
     "migrate_store",
     "new_fact_id",
     "new_owner_id",

@@ -28,6 +28,7 @@ from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
+from ._evidence import FileEvidence
 from ._fold import Folded, fold
 from ._frames import (
     append_frames,
@@ -135,9 +136,10 @@ def _replay(
     return folded, snapshot_frames, events
 
 
-class FileStore(OnSqlite, CompareAndSetStore):
+class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
     """Executions as journal files under ``path`` (created 0700; files 0600, whatever the
-    umask); agent memory in its SQLite file ``memory.sqlite3`` (``storage._memory_sqlite``)."""
+    umask); agent memory in its SQLite file ``memory.sqlite3`` (``storage._memory_sqlite``);
+    sealed evidence as ``evidence/<digest>.json`` (``storage._evidence``)."""
 
     _batch_keeps_earlier = True  # each file is synced on its own
 

@@ -10,7 +10,7 @@ import attrs
 
 from ._codec import structure
 from ._errors import RecordError
-from ._journal import DONE_REF, PARTS
+from ._journal import DONE_REF, PARTS, RAW_PARTS
 from ._records import MAX_CHECKPOINTS, Execution
 
 __all__ = ["Folded", "fold"]
@@ -47,6 +47,13 @@ class Folded:
         elif op == "reset":
             _, part, entries = change
             self.parts[_part(part)] = {_key(key): value for key, value in entries}
+        elif op == "drop":
+            _, part, keys = change
+            if type(keys) is not list:
+                raise TypeError("dropped keys must be a list")
+            items = self.parts[_part(part)]
+            for key in keys:
+                items.pop(_key(key), None)
         elif op == "group":
             _, part, task_id, _start, entries = change
             prefix = f"{_key(task_id)}/"
@@ -91,6 +98,8 @@ def fold(folded: Folded, *, kind: str) -> Execution:
     done = list(parts["done"].values())
     raw["completed_steps"] = done
     raw["agent_tasks"] = _assemble_tasks(parts, kind)
+    for part in RAW_PARTS:  # raw records, parsed one by one where they are used (E8)
+        raw[part] = list(parts[part].values())
     raw["checkpoints"] = [_resolve_checkpoint(c, done, kind) for c in folded.checkpoints]
     return structure(raw, Execution, kind=kind)
 

@@ -9,7 +9,11 @@ Every backend stores the same shape, so this module is the one place that knows 
   plan's steps, by id), ``obs`` (observations, by step id), ``done`` (completed step ids),
   ``tasks`` (agent task records, by task id, without their inner steps), ``inner_obs`` and
   ``inner_done`` (each agent task's inner observations and completed inner steps, keyed
-  ``task-id/step-id``: ``/`` never occurs in an id, X1);
+  ``task-id/step-id``: ``/`` never occurs in an id, X1), and the external workers' records
+  (``storage._workers``): ``workers`` (by worker id), ``worker_tasks`` (by agent task id),
+  ``worker_trail`` (by ``str(seq)``; only the last ``MAX_TRAIL`` are kept, so the oldest
+  leave as new ones come: a ``drop`` change names the keys that left, so an append costs
+  one row written and one deleted, not a rewrite of the trail);
 - the **checkpoints**: a window of at most five (E6); a checkpoint whose completed steps are
   the execution's own is stored as a reference to them (``{"$done": n}``: the first ``n``
   items of ``done``), so a checkpoint per step costs the same at step 10 and step 10,000.
@@ -28,6 +32,8 @@ changes into dicts (files), and both read back the tuple that was committed.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,12 +44,25 @@ from ._codec import converter
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
 from ._validators import same_json
 
-__all__ = ["DONE_REF", "PARTS", "Base", "Change", "diff", "snapshot_changes"]
+__all__ = ["DONE_REF", "PARTS", "RAW_PARTS", "Base", "Change", "diff", "snapshot_changes"]
 
 #: The keyed parts of an execution, in the order a fold assembles them.
-PARTS = ("steps", "obs", "done", "tasks", "inner_obs", "inner_done")
+PARTS = (
+    "steps",
+    "obs",
+    "done",
+    "tasks",
+    "inner_obs",
+    "inner_done",
+    "workers",
+    "worker_tasks",
+    "worker_trail",
+)
 _GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
-_HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints")
+#: The parts that hold raw records (``storage._workers``), each the ``Execution`` field of
+#: the same name: stored as they are, parsed one by one when read (E8).
+RAW_PARTS = ("workers", "worker_tasks", "worker_trail")
+_HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints", *RAW_PARTS)
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
 DONE_REF = "$done"  # a checkpoint's completed steps: the first n of ``done``
 
@@ -54,6 +73,7 @@ Change = list[Any]
 - ``["put", part, key, pos, value]``: store ``value`` under ``key`` (a new key takes ``pos``,
   an existing one keeps its position);
 - ``["reset", part, [[key, value], ...]]``: the part is exactly these items, in order;
+- ``["drop", part, [key, ...]]``: these keys leave the part (the oldest of the trail);
 - ``["group", part, task_id, start, [[key, value], ...]]``: the items of one task in a
   grouped part are exactly these, at positions ``start``, ``start + 1``... (after every
   other item);
@@ -144,6 +164,8 @@ class Base:
                     self.positional.add(part)
                 else:
                     self.positional.discard(part)
+            elif op == "drop":
+                self.keys[change[1]].difference_update(change[2])
             elif op == "group":
                 _, part, task_id, start, entries = change
                 prefix = f"{task_id}/"
@@ -166,10 +188,13 @@ def _head(execution: Execution) -> dict[str, Any]:
         completed_steps=(),
         agent_tasks=(),
         checkpoints=(),
+        workers=(),
+        worker_tasks=(),
+        worker_trail=(),
     )
     head: dict[str, Any] = _unstructure(slim)
     for name in _HEAD_SKIP:
-        del head[name]
+        head.pop(name, None)  # the raw parts are left out while empty (_record_codec)
     if head["plan"] is not None:
         del head["plan"]["steps"]
     return head
@@ -230,7 +255,39 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
         "tasks": tasks,
         "inner_obs": inner_obs,
         "inner_done": inner_done,
+        "workers": _raw_keyed(execution.workers, _id_key),
+        "worker_tasks": _raw_keyed(execution.worker_tasks, _id_key),
+        "worker_trail": _raw_keyed(execution.worker_trail, _seq_key),
     }
+
+
+def _id_key(raw: Any) -> str | None:
+    """A worker's (or worker task's) key: its id, or None if it has none that is an id."""
+    value = raw.get("id") if type(raw) is dict else None
+    return value if type(value) is str and _ID.match(value) else None
+
+
+def _seq_key(raw: Any) -> str | None:
+    """A trail entry's key: ``str(seq)``, or None if its seq is not a whole number."""
+    value = raw.get("seq") if type(raw) is dict else None
+    return str(value) if type(value) is int and value >= 0 else None
+
+
+_RAW_KEYS: dict[str, Callable[[Any], str | None]] = {
+    "workers": _id_key,
+    "worker_tasks": _id_key,
+    "worker_trail": _seq_key,
+}
+
+
+def _raw_keyed(raws: Sequence[Any], key: Callable[[Any], str | None]) -> dict[str, Any]:
+    """``key -> raw record``; if a key repeats or a record has none (it does not parse),
+    the part is keyed by position (``#0``, ``#1``...) and stored as it is, like agent task
+    records (E7): it reads back as it was, and is rewritten whole while it stays so."""
+    keys = [key(raw) for raw in raws]
+    if None in keys or len(set(keys)) != len(keys):
+        return {f"#{index}": raw for index, raw in enumerate(raws)}
+    return dict(zip(keys, raws, strict=True))  # type: ignore[arg-type]
 
 
 def _by_position(entries: dict[str, Any]) -> bool:
@@ -449,6 +506,60 @@ class _Diff:
         self.put("tasks", task_id, _task_head(new), new=old is None)
         return True
 
+    def raw(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> None:
+        """The changes of a part of raw records (workers, worker tasks, the trail): records
+        replaced under their key, appended, and (the trail) the oldest dropped; anything
+        else rewrites the part whole."""
+        if old is new:
+            return
+        if part not in self.base.positional and self._raw_moved(part, old, new):
+            return
+        keyed = _raw_keyed(new, _RAW_KEYS[part])
+        self.out.append(["reset", part, [[k, raw] for k, raw in keyed.items()]])
+        self.next_pos[part] = len(new)
+
+    def _raw_moved(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> bool:
+        key = _RAW_KEYS[part]
+        drop = 0
+        if old and new and key(old[0]) != key(new[0]):
+            # The oldest left (a bounded trail): found by walking from the oldest, so this
+            # costs the count that left, and each entry leaves once (amortised O(1) per
+            # appended entry). A first key not stored at all means every old one left.
+            first = key(new[0])
+            if first is None:
+                return False
+            while drop < len(old) and key(old[drop]) != first:
+                drop += 1
+        kept = old[drop:] if drop else old
+        count = len(kept)
+        if len(new) < count:
+            return False
+        common = new[:count] if len(new) > count else new
+        replaced: list[int] = []
+        # Compared by identity in C (the runtime hands back what it did not touch), then
+        # as stored, types included, for the few that are other objects.
+        for index in itertools.compress(range(count), map(operator.is_not, kept, common)):
+            if not same_json(kept[index], common[index]):
+                if key(common[index]) is None or key(kept[index]) != key(common[index]):
+                    return False
+                replaced.append(index)
+        fresh = new[count:]
+        fresh_keys = [key(raw) for raw in fresh]
+        if None in fresh_keys or len(set(fresh_keys)) != len(fresh_keys):
+            return False
+        dropped = [key(raw) for raw in old[:drop]]
+        gone = set(dropped)
+        known = self.base.keys[part]
+        if any(k in known and k not in gone for k in fresh_keys):
+            return False
+        if dropped:
+            self.out.append(["drop", part, dropped])
+        for index in replaced:
+            self.put(part, str(key(common[index])), common[index], new=False)
+        for item_key, raw in zip(fresh_keys, fresh, strict=True):
+            self.put(part, str(item_key), raw, new=True)
+        return True
+
     def checkpoints(self, old: Execution, new: Execution, done_reset: bool) -> None:
         before, after = old.checkpoints, new.checkpoints
         done = new.completed_steps
@@ -512,6 +623,8 @@ def diff(base: Base, new: Execution) -> list[Change]:
     if old.completed_steps is not new.completed_steps:
         done_kept = work.part("done", old.completed_steps, new.completed_steps, str, str)
     work.tasks(old, new)
+    for part in RAW_PARTS:
+        work.raw(part, getattr(old, part), getattr(new, part))
     work.checkpoints(old, new, not done_kept)
     return work.out
 

@@ -27,6 +27,7 @@ import attrs
 from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
 from ._backend import CommitOutcome, Edit, LeaseResult, Store
 from ._errors import StorageError
+from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
 from ._postgres import CommitUnknown
 from ._records import Execution
@@ -394,6 +395,30 @@ class Committer:
             decided = (store, store if isinstance(store, MemoryBackend) else None)
             self._memory_decided = decided
         return decided[1]
+
+    async def seal_evidence(self, document: Any) -> str:
+        """Seal ``document`` in the store (``storage._evidence``): its canonical JSON,
+        within ``MAX_EVIDENCE_BYTES``, stored once under its sha256, durable before this
+        returns; the digest. Encoded, hashed and written off the event loop, beside the
+        writer (a document is written once and named by its content, so it needs no
+        ordering with commits: seal first, then commit the record that names the digest).
+        ValueError for a document that is not JSON data; :class:`EvidenceError` past the
+        bound; ``TypeError`` if the store keeps no evidence."""
+        store = self._evidence_store()
+        digest: str = await anyio.to_thread.run_sync(seal_into, store, document)
+        return digest
+
+    async def read_evidence(self, digest: str) -> Any:
+        """The document sealed under ``digest``, checked (bound, hash) and parsed;
+        :class:`EvidenceError` if it is missing, bad, or not what was sealed (fail closed)."""
+        store = self._evidence_store()
+        return await anyio.to_thread.run_sync(load_evidence, store, digest)
+
+    def _evidence_store(self) -> EvidenceStore:
+        store = self.store
+        if not isinstance(store, EvidenceStore):
+            raise TypeError(f"{type(store).__name__} keeps no sealed evidence")
+        return store
 
     async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
         """The outcome of the durable write that covered this commit (E2 rules).

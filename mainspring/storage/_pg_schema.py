@@ -20,6 +20,7 @@ __all__ = [
     "NOT_WRITTEN",
     "PG_SCHEMA_VERSION",
     "TABLES",
+    "TABLES_SINCE",
     "Address",
     "is_postgres_url",
     "parse_address",
@@ -42,10 +43,26 @@ TABLES = {
     "tasks": "agent_tasks",
     "inner_obs": "inner_observations",
     "inner_done": "inner_completed",
+    "workers": "workers",
+    "worker_tasks": "worker_tasks",
+    "worker_trail": "worker_trail",
 }
+#: The part tables added by schema version 4 (a read-only store of an older schema reads
+#: those parts as empty).
+TABLES_SINCE = {"workers": 4, "worker_tasks": 4, "worker_trail": 4}
+
+
+def _part_table(table: str) -> list[str]:
+    return [
+        f"CREATE TABLE {{s}}.{table} (execution_id text NOT NULL, key text NOT NULL, "
+        f"pos bigint NOT NULL, body bytea NOT NULL, PRIMARY KEY (execution_id, key))",
+        f"CREATE INDEX {table}_order ON {{s}}.{table} (execution_id, pos)",
+    ]
+
 
 # Version 1: the tables. Version 2: history read per execution without a scan. Version 3:
-# agent memory (``_pg_memory``). Each entry is applied in a transaction of its own, in
+# agent memory (``_pg_memory``). Version 4: external workers' parts (``storage._workers``)
+# and sealed evidence (``storage._evidence``). Each entry is applied in a transaction of its own, in
 # order, from the version stored.
 _UPGRADES: dict[int, list[str]] = {
     1: [
@@ -55,13 +72,10 @@ _UPGRADES: dict[int, list[str]] = {
         "lease_expires double precision NOT NULL DEFAULT 0, head bytea NOT NULL, "
         "checkpoints bytea NOT NULL)",
         *(
-            f"CREATE TABLE {{s}}.{table} (execution_id text NOT NULL, key text NOT NULL, "
-            f"pos bigint NOT NULL, body bytea NOT NULL, PRIMARY KEY (execution_id, key))"
-            for table in TABLES.values()
-        ),
-        *(
-            f"CREATE INDEX {table}_order ON {{s}}.{table} (execution_id, pos)"
-            for table in TABLES.values()
+            statement
+            for part, table in TABLES.items()
+            if part not in TABLES_SINCE
+            for statement in _part_table(table)
         ),
         "CREATE TABLE {s}.events (seq bigint PRIMARY KEY, execution_id text NOT NULL, "
         "eseq bigint NOT NULL, body bytea NOT NULL)",
@@ -94,6 +108,15 @@ _UPGRADES: dict[int, list[str]] = {
         "CREATE INDEX memory_facts_group ON {s}.memory_facts (conflict_group)",
         "CREATE INDEX memory_facts_superseded_by ON {s}.memory_facts (superseded_by)",
         "CREATE INDEX memory_facts_order ON {s}.memory_facts (created_at, id)",
+    ],
+    4: [
+        *(
+            statement
+            for table in ("workers", "worker_tasks", "worker_trail")
+            for statement in _part_table(table)
+        ),
+        "CREATE TABLE {s}.evidence (digest text PRIMARY KEY, body bytea NOT NULL, "
+        "created_at double precision NOT NULL)",
     ],
 }
 #: The newest schema this library writes.

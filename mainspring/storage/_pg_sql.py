@@ -12,28 +12,52 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import orjson
 
+from ._errors import RecordError, TooLarge
 from ._journal import Change
-from ._pg_schema import TABLES
+from ._pg_schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
 
-__all__ = ["Rows", "Statements", "rows_for", "size_expr"]
+__all__ = ["Rows", "Statements", "loads_row", "rows_for", "size_expr", "tables_of"]
 
 
-def size_expr(schema: str) -> str:
+def loads_row(body: Any, kind: str, max_bytes: int) -> Any:
+    """A row's body parsed: bytes within ``max_bytes`` (X2) that are JSON, else an error
+    that names the record (E7: a row that is not data is a problem, not a crash)."""
+    if type(body) is memoryview:
+        body = bytes(body)
+    if type(body) is not bytes:
+        raise RecordError(kind, [f"(row): a {type(body).__name__}, not a stored entry"])
+    if len(body) > max_bytes:  # X2: one row, bounded before parsing
+        raise TooLarge(kind, len(body), max_bytes)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(kind, [f"(row): not JSON ({exc})"]) from None
+
+
+def tables_of(version: int) -> dict[str, str]:
+    """Part -> table of the tables a schema of ``version`` has."""
+    return {p: t for p, t in TABLES.items() if TABLES_SINCE.get(p, 1) <= version}
+
+
+def size_expr(schema: str, version: int = PG_SCHEMA_VERSION) -> str:
     """The stored size of one execution (``%(id)s``): its header and every row of it."""
     parts = " + ".join(
         f'(SELECT coalesce(sum(octet_length(body)), 0) FROM "{schema}".{table} '
         f"WHERE execution_id = %(id)s)"
-        for table in TABLES.values()
+        for table in tables_of(version).values()
     )
     return f"octet_length(head) + octet_length(checkpoints) + {parts}"
 
 
 @attrs.frozen
 class Statements:
-    """The statements of a store in schema ``schema`` (quoted as ``s``)."""
+    """The statements of a store in schema ``schema`` (quoted as ``s``) of ``version``
+    (a read-only store may be of an older one: the parts it lacks read as empty)."""
 
     schema: str
+    version: int = PG_SCHEMA_VERSION
 
     @property
     def s(self) -> str:
@@ -77,13 +101,15 @@ class Statements:
         (X2: nothing beyond the header is fetched then)."""
         s = self.s
         return (
-            f"WITH total AS (SELECT seq, head, checkpoints, {size_expr(self.schema)} AS n "
+            f"WITH total AS (SELECT seq, head, checkpoints, "
+            f"{size_expr(self.schema, self.version)} AS n "
             f"FROM {s}.executions WHERE id = %(id)s) "
             "SELECT -1, '', seq, head, checkpoints, n FROM total"
             + "".join(
                 f" UNION ALL SELECT {index}, key, pos, body, NULL, NULL FROM {s}.{table} "
                 f"WHERE execution_id = %(id)s AND (SELECT n FROM total) <= %(limit)s"
-                for index, table in enumerate(TABLES.values())
+                for index, (part, table) in enumerate(TABLES.items())
+                if TABLES_SINCE.get(part, 1) <= self.version
             )
             + " ORDER BY 1, 3"
         )
@@ -126,6 +152,14 @@ def rows_for(
                     "DO UPDATE SET body = excluded.body",
                     (execution_id, key, pos, body),
                 )
+            )
+        elif op == "drop":  # the oldest of the trail: one row each (storage._journal)
+            rows.statements.extend(
+                (
+                    f"DELETE FROM {s}.{TABLES[change[1]]} WHERE execution_id = %s AND key = %s",
+                    (execution_id, key),
+                )
+                for key in change[2]
             )
         elif op in ("reset", "group"):
             table = TABLES[change[1]]

@@ -36,12 +36,11 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import orjson
-
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
+from ._evidence import PgEvidence
 from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
@@ -51,7 +50,7 @@ from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
 from ._pg_retry import DecideAgain, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
-from ._pg_sql import Statements, rows_for, size_expr
+from ._pg_sql import Statements, loads_row, rows_for, size_expr
 from ._records import Execution
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
@@ -68,7 +67,7 @@ class CommitUnknown(StorageError, OSError):
     holds (it was written wholly or not at all)."""
 
 
-class PostgresStore(PostgresMemory, CompareAndSetStore):
+class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     """Executions and agent memory (``_pg_memory``) in schema ``schema`` at ``url``.
 
     ``url`` is a ``postgresql://`` URL (``?schema=NAME`` picks the schema, default
@@ -140,6 +139,7 @@ class PostgresStore(PostgresMemory, CompareAndSetStore):
                 f"no mainspring store in schema {self.schema!r} at {self.address.shown}"
             )
         upgrade(conn, self.schema, to=version)  # refuses a newer one; writes nothing
+        self._read_sql = Statements(self.schema, version).read  # an older one's parts
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.address.shown!r}, schema={self.schema!r})"
@@ -198,16 +198,7 @@ class PostgresStore(PostgresMemory, CompareAndSetStore):
     # -- reading ---------------------------------------------------------------------------
 
     def _loads(self, body: Any, kind: str) -> Any:
-        if type(body) is memoryview:
-            body = bytes(body)
-        if type(body) is not bytes:  # E7: a row that is not data is a problem, not a crash
-            raise RecordError(kind, [f"(row): a {type(body).__name__}, not a stored entry"])
-        if len(body) > self.max_bytes:  # X2: one row, bounded before parsing
-            raise TooLarge(kind, len(body), self.max_bytes)
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise RecordError(kind, [f"(row): not JSON ({exc})"]) from None
+        return loads_row(body, kind, self.max_bytes)  # E7, X2
 
     def _read(self, conn: Any, execution_id: str) -> Base | None:
         execution_id = check_id(execution_id)

@@ -93,7 +93,16 @@ _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
 converter.register_unstructure_hook(
     Execution,
-    make_dict_unstructure_fn(Execution, converter, deadline_at=override(omit_if_default=True)),
+    make_dict_unstructure_fn(
+        Execution,
+        converter,
+        # Added after records were first stored: left out while unset (see above).
+        deadline_at=override(omit_if_default=True),
+        workers=override(omit_if_default=True),
+        worker_tasks=override(omit_if_default=True),
+        worker_trail=override(omit_if_default=True),
+        proof_digest=override(omit_if_default=True),
+    ),
 )
 _observation_fields = converter.get_structure_hook(Observation)
 _MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)

@@ -31,6 +31,7 @@ from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
+from ._evidence import SqliteEvidence
 from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
@@ -56,6 +57,9 @@ _TABLES = {
     "tasks": "agent_tasks",
     "inner_obs": "inner_observations",
     "inner_done": "inner_completed",
+    "workers": "workers",
+    "worker_tasks": "worker_tasks",
+    "worker_trail": "worker_trail",
 }
 
 _SCHEMA = [
@@ -77,6 +81,9 @@ _SCHEMA = [
     "execution_id TEXT NOT NULL, eseq INTEGER NOT NULL, body BLOB NOT NULL)",
     "CREATE INDEX IF NOT EXISTS events_by_execution ON events (execution_id, seq)",
     *MEMORY_SCHEMA,  # agent memory (storage._memory_sqlite): added to older stores on open
+    # Sealed evidence (storage._evidence), and the worker tables above: added on open too.
+    "CREATE TABLE IF NOT EXISTS evidence (digest TEXT PRIMARY KEY, body BLOB NOT NULL, "
+    "created_at REAL NOT NULL)",
 ]
 
 
@@ -136,7 +143,7 @@ def _remove_new(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-class SqliteStore(OnSqlite, CompareAndSetStore):
+class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
     agent memory beside them (``storage._memory_sqlite``)."""
 
@@ -159,8 +166,13 @@ class SqliteStore(OnSqlite, CompareAndSetStore):
         self._tightened: set[str] = set()
         self._cache = OwnWrites()
         self._data_version: int | None = None
+        #: The part tables this store has (a store opened read-only may predate some:
+        #: those parts read as empty; a writable open adds them).
+        self._part_tables = dict(_TABLES)
         if read_only:
             self._db = _open_read_only(self.path, busy_timeout)
+            present = _tables(self._db)
+            self._part_tables = {p: t for p, t in _TABLES.items() if t in present}
             self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
             return
         if not self.path.parent.exists():
@@ -238,7 +250,7 @@ class SqliteStore(OnSqlite, CompareAndSetStore):
     def _record_size(self, execution_id: str) -> int:
         parts = " + ".join(
             f"(SELECT coalesce(sum(length(body)), 0) FROM {table} WHERE execution_id = ?1)"
-            for table in _TABLES.values()
+            for table in self._part_tables.values()
         )
         row = self._db.execute(
             f"SELECT length(head) + length(checkpoints) + {parts} FROM executions WHERE id = ?1",
@@ -282,7 +294,7 @@ class SqliteStore(OnSqlite, CompareAndSetStore):
         if type(folded.head) is not dict or type(folded.checkpoints) is not list:
             raise RecordError(kind, ["(header): not an object and a list"])
         next_pos: dict[str, int] = {}
-        for part, table in _TABLES.items():
+        for part, table in self._part_tables.items():
             items: dict[str, Any] = {}
             top = -1
             for key, pos, body in self._db.execute(
@@ -396,6 +408,14 @@ class SqliteStore(OnSqlite, CompareAndSetStore):
                         (execution_id, key, pos, self._dumps(value, what)),
                     )
                 )
+            elif op == "drop":  # the oldest of the trail: one row each (storage._journal)
+                for key in change[2]:
+                    rows.append(
+                        (
+                            f"DELETE FROM {_TABLES[change[1]]} WHERE execution_id = ? AND key = ?",
+                            (execution_id, key),
+                        )
+                    )
             elif op in ("reset", "group"):
                 part = change[1]
                 table = _TABLES[part]
