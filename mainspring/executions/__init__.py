@@ -10,6 +10,7 @@ from ._agent import PlannerContext as PlannerContext
 from ._agent import SaveRefused as SaveRefused
 from ._agent_context import AgentContext as AgentContext
 from ._embedders import minilm_embedder as minilm_embedder
+from ._fleet import Proof as Proof
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -83,6 +84,7 @@ __all__ = [
     "MemorySearch",
     "ProgramFailed",
     "ProgramResult",
+    "Proof",
     "PruneReport",
     "PruneSkip",
     "Report",

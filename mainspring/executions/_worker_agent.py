@@ -42,7 +42,6 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import attrs
 
 from ..actors import (
     ActorDeadError,
@@ -242,19 +241,16 @@ class _Driver:
             await self.commit()
             raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
         if takeover:
-            worker, task = fleet.takeover(
-                worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
-            )
-            self.board.put(worker, task, "takeover", "confirmed-dead")
-            await self.save()
+            await self.takeover(worker, "confirmed-dead")
 
     async def serve(self) -> Any:
         while True:
             worker = await self.assigned()
-            if self.task().attempts >= self.agent.max_starts:
+            starts = self.starts()
+            if starts >= self.agent.max_starts:
                 raise WorkerStepFailed(
                     "worker-start-limit",
-                    f"task {self.task_id} started {self.task().attempts} worker processes "
+                    f"task {self.task_id} tried {starts} worker starts "
                     f"(max_starts {self.agent.max_starts}) and none delivered",
                 )
             process = await self.start(worker)
@@ -265,6 +261,16 @@ class _Driver:
                 return await self.handoff(data)
             # exited unexpectedly: recorded; a takeover starts it again
 
+    def starts(self) -> int:
+        """The task's starts so far: those that started (``attempts``) and those that
+        failed (its workers blocked ``native-start``)."""
+        failed = sum(
+            1
+            for w in self.board.workers.values()
+            if w.task_id == self.task_id and w.status == "blocked" and w.reason == "native-start"
+        )
+        return self.task().attempts + failed
+
     async def assigned(self) -> WorkerRecord:
         """The worker to start: the task's own (assigned, or stopped: taken over) or a new
         one (the first, or after a failed start), once the run has capacity."""
@@ -272,13 +278,7 @@ class _Driver:
         if worker is not None and worker.status == "assigned":
             return worker
         if worker is not None and worker.status == "stopped":
-            # Recorded stopped only once confirmed dead.
-            worker, task = fleet.takeover(
-                worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
-            )
-            self.board.put(worker, task, "takeover")
-            await self.save()
-            return worker
+            return await self.takeover(worker)  # recorded stopped only once confirmed dead
         while True:
             n = sum(1 for w in self.board.workers.values() if w.task_id == self.task_id)
             try:
@@ -300,15 +300,37 @@ class _Driver:
             await self.save()
             return worker
 
+    async def takeover(self, worker: WorkerRecord, detail: str = "") -> WorkerRecord:
+        """Generation + 1 of ``worker``, whose process is confirmed dead (once the run has
+        capacity for it again, when it was stopped)."""
+        while True:
+            worker = self.board.workers[worker.id]
+            try:
+                worker, task = fleet.takeover(
+                    worker,
+                    self.task(),
+                    fleet.expect(worker),
+                    workers=self.board.workers.values(),
+                    limit=self.board.limit,
+                    confirmed_dead=True,
+                    now=time.time(),
+                )
+            except fleet.WorkerRefused as exc:
+                if exc.code != "capacity":
+                    raise
+                await self.board.changed.wait()
+                continue
+            self.board.put(worker, task, "takeover", detail)
+            await self.save()
+            return worker
+
     async def start(self, worker: WorkerRecord) -> WorkerProcess | None:
         now = time.time()
         session = f"s{secrets.token_hex(8)}"
         worker = fleet.mark_starting(
             worker, fleet.expect(worker, "assigned"), session=session, job=self.task_id, now=now
         )
-        task = self.task()
-        task = attrs.evolve(task, attempts=min(task.attempts + 1, 1_000_000), updated_at=now)
-        self.board.put(worker, task, "starting")
+        self.board.put(worker, None, "starting")
         await self.save()
         spec = WorkerSpec(
             command=self.agent.command,

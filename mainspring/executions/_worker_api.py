@@ -4,8 +4,6 @@ for a live worker, and finalizing a run with its proof (#17)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 import anyio.to_thread
 import attrs
@@ -105,29 +103,36 @@ class WorkerControls:
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
         return digest
 
-    async def finalize(self, execution_id: str, proof: Mapping[str, Any]) -> str:
-        """Finalize the run with its ``proof`` (verification and review passed, the task
-        state complete, a receipt): refused while a worker of it is active; the proof is
-        sealed as evidence and its digest recorded (``proof_digest``). Finalizing again
-        with the same proof answers the same digest; another proof is refused."""
+    async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
+        """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
+        review passed, every worker task delivered, the receipt's digest its own, no worker
+        active). The proof is sealed as evidence and its digest recorded (``proof_digest``,
+        through the run's commit funnel when it is live here). Finalizing again with the
+        same proof answers the same digest; another proof is refused (``proof``)."""
         check_id(execution_id)
-        check_proof(proof)
+        if not isinstance(proof, fleet.Proof):
+            raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
         record = await anyio.to_thread.run_sync(self._store.get, execution_id)
         if record is None:
             raise UnknownExecution(execution_id)
         board = self._cfg.worker_boards.get(execution_id)
-        workers = board.workers.values() if board is not None else parse_workers(record.workers)[0]
-        if any(w.active for w in workers):
-            raise fleet.WorkerRefused("active-writer", "a worker of this run is still active")
-        digest: str = await self._cfg.evidence.seal(dict(proof))
-        current = board.proof_digest if board is not None else record.proof_digest
+        if board is not None:
+            workers, tasks = list(board.workers.values()), list(board.tasks.values())
+            current = board.proof_digest
+        else:
+            workers = parse_workers(record.workers)[0]
+            tasks = parse_worker_tasks(record.worker_tasks)[0]
+            current = record.proof_digest
+        digest = fleet.finalize(tasks, workers, proof)
         if current == digest:
             return digest
         if current is not None:
             raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+        sealed = await self._cfg.evidence.seal(proof.plain())
+        if sealed != digest:  # pragma: no cover - one canonical form on both sides
+            raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
         if board is not None and board.commit is not None:
             board.proof_digest = digest
-            board.dirty = True
             if not await board.commit():
                 raise WorkerNotLive("the run is stopping: finalize it once it stopped")
             return digest
@@ -141,21 +146,3 @@ class WorkerControls:
 
         await self._committer.edit(execution_id, change)
         return digest
-
-
-def check_proof(proof: Any) -> None:
-    """A proof: verification and review passed, the task state complete, a receipt and
-    its sha256 (``WorkerRefused("proof")`` otherwise)."""
-    if not isinstance(proof, Mapping):
-        raise fleet.WorkerRefused("proof", "a proof is a mapping")
-    if proof.get("verification") != "passed" or proof.get("review") != "passed":
-        raise fleet.WorkerRefused("proof", "verification and review must have passed")
-    if proof.get("task_state") != "complete":
-        raise fleet.WorkerRefused("proof", "the task state must be complete")
-    receipt = proof.get("receipt")
-    if not isinstance(receipt, str) or not receipt:
-        raise fleet.WorkerRefused("proof", "a proof needs its receipt")
-    import hashlib
-
-    if proof.get("receipt_digest") != hashlib.sha256(receipt.encode()).hexdigest():
-        raise fleet.WorkerRefused("proof", "the receipt digest does not match the receipt")

@@ -23,16 +23,15 @@ import attrs
 
 from ..actors import CancelReason
 from ..storage import (
-    MAX_TRAIL,
     Execution,
     TrailEntry,
     WorkerRecord,
     WorkerTask,
     parse_worker_tasks,
     parse_workers,
-    structure,
     unstructure,
 )
+from . import _fleet as fleet
 from ._evidence import EvidenceShelf
 from ._run_core import ExecutionCore
 
@@ -84,8 +83,7 @@ class WorkerBoard:
         # E7: what does not parse is kept as it is, never dropped from the record.
         self.unparsed_workers = [r for r in record.workers if r.get("id") not in parsed]
         self.unparsed_tasks = [r for r in record.worker_tasks if r.get("id") not in parsed_tasks]
-        self.trail: list[Any] = list(record.worker_trail)
-        self.seq = max((_seq(raw) for raw in self.trail), default=0)
+        self.trail: tuple[dict[str, Any], ...] = tuple(record.worker_trail)
         self.proof_digest = record.proof_digest
         self.shelf = shelf
         self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
@@ -107,9 +105,8 @@ class WorkerBoard:
         self.workers[worker.id] = worker
         if task is not None:
             self.tasks[task.id] = task
-        self.seq += 1
-        self.trail.append(unstructure(trail_entry(self.seq, worker, event, detail, now)))
-        del self.trail[:-MAX_TRAIL]
+        seq = fleet.next_trail_seq(self.trail)
+        self.trail = fleet.trail_append(self.trail, trail_entry(seq, worker, event, detail, now))
         self.dirty = True
         self.changed.set()
         self.changed = anyio.Event()
@@ -129,16 +126,9 @@ class WorkerBoard:
                 *(unstructure(t) for t in self.tasks.values()),
                 *self.unparsed_tasks,
             ),
-            "worker_trail": tuple(self.trail),
+            "worker_trail": self.trail,
             "proof_digest": self.proof_digest,
         }
-
-
-def _seq(raw: Any) -> int:
-    try:
-        return structure(raw, TrailEntry).seq
-    except Exception:
-        return 0
 
 
 class WorkerRun(ExecutionCore):

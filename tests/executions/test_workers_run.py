@@ -66,7 +66,7 @@ async def test_a_failed_start_blocks_native_start_and_a_new_worker_starts(tmp_pa
     assert first.failure is not None
     assert first.failure.failure_class == "native-start"
     assert second.status == "delivered"
-    assert seen.tasks[0].attempts == 2
+    assert seen.tasks[0].attempts == 1  # one process started
 
 
 async def test_start_failures_up_to_max_starts_fail_the_step_saying_so(tmp_path: Path) -> None:
@@ -307,15 +307,14 @@ async def test_a_repair_reaches_the_worker_and_only_its_digest_is_kept(tmp_path:
         await rt.cancel(handle.execution_id)
 
 
-def _proof() -> dict[str, Any]:
-    receipt = "all green"
-    return {
-        "verification": "passed",
-        "review": "passed",
-        "task_state": "complete",
-        "receipt": receipt,
-        "receipt_digest": hashlib.sha256(receipt.encode()).hexdigest(),
-    }
+def _proof(receipt: dict[str, Any] | None = None) -> ms.executions.Proof:
+    receipt = receipt or {"tests": "passed"}
+    return ms.executions.Proof(
+        verification="passed",
+        review="passed",
+        receipt=receipt,
+        receipt_digest=ms.storage.sha256_hex(receipt),
+    )
 
 
 async def test_finalize_seals_the_proof_once(tmp_path: Path) -> None:
@@ -327,9 +326,20 @@ async def test_finalize_seals_the_proof_once(tmp_path: Path) -> None:
         digest = await rt.finalize(handle.execution_id, _proof())
         assert await rt.finalize(handle.execution_id, _proof()) == digest
         assert stored(rt, handle.execution_id).proof_digest == digest
-        other = dict(_proof(), receipt="x", receipt_digest=hashlib.sha256(b"x").hexdigest())
+        sealed = await rt._cfg.evidence.read(digest)
+        assert sealed == _proof().plain()
         with pytest.raises(ms.executions._fleet.WorkerRefused):
-            await rt.finalize(handle.execution_id, other)
+            await rt.finalize(handle.execution_id, _proof({"tests": "other"}))
+
+
+async def test_finalize_is_refused_while_a_worker_is_active(tmp_path: Path) -> None:
+    host = FakeHost([Script()])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        with pytest.raises(ms.executions._fleet.WorkerRefused) as refused:
+            await rt.finalize(handle.execution_id, _proof())
+        assert refused.value.code == "active-writer"
+        await rt.cancel(handle.execution_id)
 
 
 async def test_a_run_has_at_most_max_workers_active_workers(tmp_path: Path) -> None:
