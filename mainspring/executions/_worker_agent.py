@@ -131,12 +131,9 @@ class WorkerAgent:
 
 
 def _default_host() -> WorkerHost:
-    try:
-        from ._subprocess_host import SubprocessHost  # type: ignore[import-not-found]
-    except ImportError as exc:  # pragma: no cover - until the subprocess host lands
-        raise TypeError("no default worker host here: pass host=") from exc
-    host: WorkerHost = SubprocessHost()
-    return host
+    from ._host_subprocess import SubprocessHost
+
+    return SubprocessHost()
 
 
 class _Driver:
