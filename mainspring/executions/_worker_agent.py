@@ -65,6 +65,7 @@ from ..storage import (
 from . import _fleet as fleet
 from ._agent import CodedFailure, SaveRefused
 from ._hosts import Report, WorkerHost, WorkerProcess, WorkerSpec, WorkerStartFailed, command_of
+from ._worker_find import find_start, host_of
 from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
 
 if TYPE_CHECKING:
@@ -215,13 +216,15 @@ class _Driver:
     async def confirm_dead(self, worker: WorkerRecord, *, takeover: bool) -> None:
         host = self.agent.host
         if worker.process is None:
-            why = "start-unconfirmed"
-            self.board.put(worker, None, "takeover-refused", why)
+            if await self.start_gone(worker):
+                await self.takeover(worker, "start-searched")
+                return
+            self.board.put(worker, None, "takeover-refused", "start-unconfirmed")
             await self.commit()
             raise WorkerStepFailed(
                 "worker-unconfirmed",
                 f"worker {worker.id} was starting when its runtime ended; its process was "
-                "never recorded, so it cannot be confirmed dead",
+                "never recorded and cannot be looked for here, so it cannot be confirmed dead",
             )
         seen = await host.inspect(worker.process)
         if seen.state == "unknown":
@@ -239,6 +242,33 @@ class _Driver:
             raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
         if takeover:
             await self.takeover(worker, "confirmed-dead")
+
+    async def start_gone(self, worker: WorkerRecord) -> bool:
+        """A start whose process was never recorded: on the machine that made it (its
+        trail says which), its processes are found by session and stopped; True once none
+        is alive (see ``_worker_find``)."""
+        here = host_of(self.agent.host)
+        made = f"host={here}"[:256]
+        starts = [
+            e
+            for e in self.board.trail
+            if e.get("worker_id") == worker.id
+            and e.get("generation") == worker.generation
+            and e.get("event") == "starting"
+        ]
+        if here is None or worker.session is None or not starts:
+            return False
+        if starts[-1].get("detail") != made:
+            return False
+        found = await find_start(self.agent.host, worker.session)
+        if found is None:
+            return False
+        for process in found:
+            seen = await self.agent.host.stop(process, grace=self.agent.grace)
+            if not seen.dead:
+                return False
+        again = await find_start(self.agent.host, worker.session)
+        return again == []
 
     async def serve(self) -> Any:
         while True:
@@ -327,7 +357,8 @@ class _Driver:
         worker = fleet.mark_starting(
             worker, fleet.expect(worker, "assigned"), session=session, job=self.task_id, now=now
         )
-        self.board.put(worker, None, "starting")
+        here = host_of(self.agent.host)  # where to look for it if this runtime dies now
+        self.board.put(worker, None, "starting", f"host={here}" if here else "")
         await self.save()
         spec = WorkerSpec(
             command=self.agent.command,

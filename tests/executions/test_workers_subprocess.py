@@ -93,8 +93,11 @@ async def test_a_worker_ignoring_sigterm_is_killed_before_it_is_recorded_stopped
     async with runtime(tmp_path, agents=agents, **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))
         with anyio.fail_after(60):  # its SIGTERM handler is set once it says busy
-            while "busy" not in [e.event for e in (await rt.workers(handle.execution_id)).trail]:
-                await anyio.sleep(0.02)
+            while True:
+                seen = await rt.workers(handle.execution_id)
+                if "busy" in [e.event for e in seen.trail]:
+                    break
+                await anyio.sleep(0.02)  # polls the store: the trail is not an event
             await rt.pause(handle.execution_id)
         seen = await rt.workers(handle.execution_id)
     pid = int(pidfile.read_text())
