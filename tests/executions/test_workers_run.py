@@ -356,3 +356,35 @@ async def test_a_run_has_at_most_max_workers_active_workers(tmp_path: Path) -> N
             assert sum(1 for w in seen.workers if w.active) <= 2
         assert len(host.specs) == 2
         await rt.cancel(handle.execution_id)
+
+
+async def test_the_run_deadline_stops_the_worker_and_leaves_its_task_ready(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost([Script([("busy", {})])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")), deadline=1.0)
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        seen = await view(rt, handle.execution_id)
+    assert result.status == "paused"
+    (worker,) = seen.workers
+    assert worker.status == "stopped"
+    assert worker.reason == "timeout"
+    assert seen.tasks[0].state == "ready"
+    assert ("stop", 1000) in host.log
+
+
+async def test_a_lost_lease_stops_the_worker_and_writes_nothing_more(tmp_path: Path) -> None:
+    host = FakeHost([Script([("busy", {})])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        eid = handle.execution_id
+        # Another owner takes the lease (as a resume elsewhere would after a lapse).
+        assert rt.store.release(eid, rt.owner)
+        assert rt.store.acquire(eid, "thief:1:x", ttl=60).acquired
+        with anyio.fail_after(30):
+            await handle.wait()
+        seen = await view(rt, eid)
+    assert ("stop", 1000) in host.log  # the process is stopped all the same
+    assert seen.workers[0].status == "running"  # not ours to record any more (E3)
