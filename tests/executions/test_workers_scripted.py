@@ -63,7 +63,10 @@ async def test_scripted_stubborn_worker_is_not_recorded_stopped(tmp_path: Path) 
     async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))
         with anyio.fail_after(30):
-            while not host.processes:
+            while True:  # polls the store: a worker's start is not an event
+                seen = await rt.workers(handle.execution_id)
+                if seen.workers and seen.workers[0].status == "running":
+                    break
                 await anyio.sleep(0.01)
             await rt.cancel(handle.execution_id)
         seen = await rt.workers(handle.execution_id)
