@@ -388,3 +388,24 @@ async def test_a_lost_lease_stops_the_worker_and_writes_nothing_more(tmp_path: P
         seen = await view(rt, eid)
     assert ("stop", 1000) in host.log  # the process is stopped all the same
     assert seen.workers[0].status == "running"  # not ours to record any more (E3)
+
+
+def test_worker_agent_options_are_checked() -> None:
+    host = FakeHost()
+    with pytest.raises(ValueError, match="command"):
+        WorkerAgent([], host=host)
+    with pytest.raises(ValueError, match="lease"):
+        WorkerAgent(["x"], host=host, lease=0.5)
+    with pytest.raises(ValueError, match="max_starts"):
+        WorkerAgent(["x"], host=host, max_starts=0)
+    with pytest.raises(TypeError, match="WorkerHost"):
+        WorkerAgent(["x"], host=object())  # type: ignore[arg-type]
+    # The definition (R8) follows the command, not the host object.
+    assert WorkerAgent(["x"], host=host).version == WorkerAgent(["x"], host=FakeHost()).version
+    assert WorkerAgent(["x"], host=host).version != WorkerAgent(["y"], host=host).version
+
+
+async def test_max_workers_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_workers"):
+        async with runtime(tmp_path, max_workers=0):
+            pass
