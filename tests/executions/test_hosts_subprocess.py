@@ -304,7 +304,6 @@ async def test_a_reused_pid_or_another_host_is_not_the_process(worker: Path) -> 
     process = await host.start(spec_of(worker, {"read": 1}))
     identity = process.identity
     reused = attrs.evolve(identity, started=identity.started + 1)
-    assert await host.inspect(reused) == (await host.inspect(reused))
     assert (await host.inspect(reused)).state == "exited"
     # Stopping the identity of an earlier process with this pid stops nothing.
     assert (await host.stop(reused, grace=0.2)).state == "exited"
@@ -362,7 +361,7 @@ async def test_start_failures_raise_and_leave_nothing(worker: Path, tmp_path: Pa
             await host.start(spec)
     with pytest.raises(WorkerStartFailed, match="not JSON"):
         await host.start(spec_of(worker, input={"x": object()}))
-    assert children() == before
+    assert children() - before == set()
     assert zombies() == []
 
 
