@@ -326,6 +326,8 @@ def snapshot_changes(execution: Execution) -> list[Change]:
             entries = [[key, _unstructure(item)] for key, item in items[part].items()]
         else:
             entries = [[key, item] for key, item in items[part].items()]
+            if not entries and part in RAW_PARTS:
+                continue  # nothing stored of workers while there are none (before #17 too)
         changes.append(["reset", part, entries])
     done = execution.completed_steps
     changes.append(["ckpts", [_encode_checkpoint(c, done) for c in execution.checkpoints]])
