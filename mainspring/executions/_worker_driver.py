@@ -447,8 +447,16 @@ class Driver:
             self.board.put(worker, None, "stop-unconfirmed")
             await self.commit()
             raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
-        self.process = None
+        await self.reap()
         self.board.live.pop(worker.id, None)
+
+    async def reap(self) -> None:
+        """The held process is dead: its exit status is collected (bounded), so the host
+        lets go of it, and it is no longer held."""
+        process, self.process = self.process, None
+        if process is not None:
+            with anyio.move_on_after(max(self.agent.grace, 1.0)):
+                await process.wait()
 
     async def exited(self, process: WorkerProcess) -> None:
         """Its reports ended without a result: once inspected dead (stopped if need be),
@@ -541,7 +549,7 @@ class Driver:
             self.board.put(worker, None, "stop-unconfirmed", reason)
             await self.commit()
             return
-        self.process = None
+        await self.reap()
         if worker.status not in ACTIVE_WORKER:
             return
         worker, task = fleet.mark_stopped(
