@@ -10,6 +10,7 @@ from ._agent import PlannerContext as PlannerContext
 from ._agent import SaveRefused as SaveRefused
 from ._agent_context import AgentContext as AgentContext
 from ._embedders import minilm_embedder as minilm_embedder
+from ._fleet import Proof as Proof
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -56,6 +57,10 @@ from ._run_events import StepStarted as StepStarted
 from ._runtime import Runtime as Runtime
 from ._status import IllegalTransition as IllegalTransition
 from ._usage import WithUsage as WithUsage
+from ._worker_agent import WorkerAgent as WorkerAgent
+from ._worker_api import WorkerNotLive as WorkerNotLive
+from ._worker_api import WorkersView as WorkersView
+from ._worker_driver import WorkerStepFailed as WorkerStepFailed
 
 __all__ = [
     "AgentMemory",
@@ -79,6 +84,7 @@ __all__ = [
     "MemorySearch",
     "ProgramFailed",
     "ProgramResult",
+    "Proof",
     "PruneReport",
     "PruneSkip",
     "Report",
@@ -93,10 +99,14 @@ __all__ = [
     "StopResult",
     "SubprocessHost",
     "WithUsage",
+    "WorkerAgent",
     "WorkerHost",
+    "WorkerNotLive",
     "WorkerProcess",
     "WorkerSpec",
     "WorkerStartFailed",
+    "WorkerStepFailed",
+    "WorkersView",
     "minilm_embedder",
     "run_program",
 ]

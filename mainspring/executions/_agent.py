@@ -120,13 +120,17 @@ class SaveRefused(MainspringError):
     """
 
 
-class _OverBudget(MainspringError):
-    """An agent task spent its reserved calls or its tool calls: the task fails with
-    ``code`` (raised in the agent's code by ``call_skill`` / ``call_tool``)."""
+class CodedFailure(MainspringError):
+    """An agent task fails with ``code`` (its record's failure code) and the message."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _OverBudget(CodedFailure):
+    """An agent task spent its reserved calls or its tool calls: the task fails with
+    ``code`` (raised in the agent's code by ``call_skill`` / ``call_tool``)."""
 
 
 # -- tool and skill steps --------------------------------------------------------------------
@@ -444,7 +448,7 @@ class AgentTaskActor(Actor):
         try:
             try:
                 output = await self._agent(AgentContext(self), self._step.input)
-            except _OverBudget as exc:
+            except CodedFailure as exc:  # over budget, a worker-backed step's failure
                 self._fail(exc.code, str(exc))
             except SaveRefused:
                 raise

@@ -22,6 +22,7 @@ import anyio.to_thread
 from ..actors import Shutdown, open_system
 from ..storage import Notifying, RetryPolicy, Store, new_owner_id, open_committer, open_store
 from ..supervision import RootSupervisor
+from ._evidence import EvidenceShelf
 from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
 from ._results import agent_hash, envelope_hash, tool_hash
@@ -66,6 +67,7 @@ async def open_runtime(
     retries: Mapping[str, RetryPolicy] | None = None,
     organization: str | None = None,
     embedder: Callable[[list[str]], Any] | None = None,
+    max_workers: int = 8,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -98,6 +100,9 @@ async def open_runtime(
     ``organization`` scope, whose facts belong to it; ``embedder(texts)`` (sync or async,
     one vector per text) makes searches rank by cosine similarity instead of full text.
 
+    ``max_workers`` is the most active external workers (``WorkerAgent``) one run has:
+    at most min(``max_parallel_steps``, ``max_workers``).
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight.
@@ -108,6 +113,8 @@ async def open_runtime(
     bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
     organization = check_organization(organization)
     embedder = check_embedder(embedder)
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a whole number of at least 1, not {max_workers!r}")
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
@@ -145,6 +152,8 @@ async def open_runtime(
                 cost_reservation=cost_reservation,
                 bounds=bounds,
                 memory=Memory(committer, organization=organization, embedder=embedder),
+                max_workers=max_workers,
+                evidence=EvidenceShelf(committer, backend),
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

@@ -42,10 +42,12 @@ from ._run_messages import Running, Unstorable
 from ._run_tasks import TaskEvents
 from ._status import task_move
 from ._transitions import clamp_count
+from ._worker_run import WORKER_MESSAGES
 
 __all__ = ["BOUNDS_MESSAGES", "BoundedRun"]
 
-BOUNDS_MESSAGES = (StepTimedOut, PlannerTimedOut, RetryDue, DeadlinePassed)
+# (and the messages of worker drivers, #17: ``_worker_run``)
+BOUNDS_MESSAGES = (StepTimedOut, PlannerTimedOut, RetryDue, DeadlinePassed, *WORKER_MESSAGES)
 
 
 class BoundedRun(TaskEvents):
@@ -95,7 +97,13 @@ class BoundedRun(TaskEvents):
 
     # -- the timers' messages ----------------------------------------------------------------
 
-    async def _bounds_message(self, message: Any) -> None:
+    async def _bounds_message(self, message: Any) -> Any:
+        if type(message) in WORKER_MESSAGES:
+            return await self._worker_message(message)
+        await self._timer_message(message)
+        return None
+
+    async def _timer_message(self, message: Any) -> None:
         if self._ended:
             return
         if type(message) is StepTimedOut:

@@ -15,12 +15,12 @@ from ..storage import (
     redact,
 )
 from ._plan import step_input_hash
-from ._run_core import ExecutionCore
 from ._run_messages import keep_secret_input, real_input_hash
 from ._transitions import ASK_PREFIX, clamp_count
+from ._worker_run import WorkerRun
 
 
-class TaskClaims(ExecutionCore):
+class TaskClaims(WorkerRun):
     """R8 for an ExecutionActor: a stored task is matched to a step by (agent id, input
     hash), claimed at most once per resume, and restarts its inner work if its agent or its
     own checkpoint changed; otherwise the step gets a new task."""

@@ -77,6 +77,12 @@ class RunConfig:
     bounds: Bounds = attrs.field(factory=Bounds)
     #: Agent memory (``runtime.memory``; each agent's ``ctx.memory`` is made from it).
     memory: Memory | None = None
+    #: The most active workers a run has (with max_parallel_steps), and where handoffs
+    #: and proofs are sealed (#17).
+    max_workers: int = 8
+    evidence: Any = None
+    #: The worker boards of the runs live here, by execution id (Runtime.repair_worker).
+    worker_boards: dict[str, Any] = attrs.field(factory=dict)
 
 
 class RunWatcher(Protocol):

@@ -72,6 +72,7 @@ from ._run_events import RunEventBus
 from ._run_messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from ._transitions import bounded_reason
 from ._usage import check_limits
+from ._worker_api import WorkerControls
 
 __all__ = ["Executions", "Runtime"]
 
@@ -114,7 +115,7 @@ class _Live:
     settling: bool = False  # its final or waiting state is being written
 
 
-class Runtime(RuntimeEvents):
+class Runtime(RuntimeEvents, WorkerControls):
     """Start, steer and watch durable executions; see :func:`open_runtime`."""
 
     def __init__(

@@ -1,0 +1,148 @@
+"""The Runtime's worker methods: a read-only view of a run's workers, repair instructions
+for a live worker, and finalizing a run with its proof (#17)."""
+
+from __future__ import annotations
+
+import time
+
+import anyio.to_thread
+import attrs
+
+from ..actors import MainspringError
+from ..storage import (
+    Committer,
+    Execution,
+    Store,
+    TrailEntry,
+    WorkerRecord,
+    WorkerTask,
+    check_id,
+    parse_worker_tasks,
+    parse_workers,
+    structure,
+)
+from . import _fleet as fleet
+from ._handle import UnknownExecution
+from ._run_messages import RunConfig
+
+__all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
+
+
+class WorkerNotLive(MainspringError):
+    """The worker is not a live process of this runtime (unknown, stopped, or held by
+    another runtime): a repair instruction cannot reach it."""
+
+
+@attrs.frozen(kw_only=True)
+class WorkersView:
+    """An execution's workers as stored: the records that parse, the tasks they serve,
+    the diagnostic trail, and how many records did not parse (E7, E8)."""
+
+    execution_id: str
+    workers: tuple[WorkerRecord, ...]
+    tasks: tuple[WorkerTask, ...]
+    trail: tuple[TrailEntry, ...]
+    dropped: int
+    proof_digest: str | None
+
+
+def view_of(record: Execution) -> WorkersView:
+    workers, bad_workers = parse_workers(record.workers)
+    tasks, bad_tasks = parse_worker_tasks(record.worker_tasks)
+    trail: list[TrailEntry] = []
+    bad_trail = 0
+    for raw in record.worker_trail:
+        try:
+            trail.append(structure(raw, TrailEntry))
+        except Exception:
+            bad_trail += 1
+    return WorkersView(
+        execution_id=record.id,
+        workers=tuple(workers),
+        tasks=tuple(tasks),
+        trail=tuple(trail),
+        dropped=bad_workers + bad_tasks + bad_trail,
+        proof_digest=record.proof_digest,
+    )
+
+
+class WorkerControls:
+    """Mixed into :class:`Runtime`."""
+
+    _cfg: RunConfig
+    _committer: Committer
+    _store: Store
+
+    async def workers(self, execution_id: str) -> WorkersView:
+        """The execution's workers, their tasks and the trail, read from the store (it
+        never writes, E7); ``UnknownExecution`` if it is not stored."""
+        check_id(execution_id)
+        record = await anyio.to_thread.run_sync(self._store.get, execution_id)
+        if record is None:
+            raise UnknownExecution(execution_id)
+        return view_of(record)
+
+    async def repair_worker(self, execution_id: str, worker_id: str, text: str) -> str:
+        """Send a repair instruction to a live worker of this runtime (one JSON line
+        ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
+        (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here."""
+        check_id(execution_id)
+        check_id(worker_id)
+        board = self._cfg.worker_boards.get(execution_id)
+        live = board.live.get(worker_id) if board is not None else None
+        if board is None or live is None or board.commit is None:
+            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
+        worker = board.workers[worker_id]
+        worker, trimmed, digest = fleet.repair(
+            worker, fleet.expect(worker, "running", "idle"), text, now=time.time()
+        )
+        await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        board.put(worker, None, "repair", digest)
+        if not await board.commit():
+            raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
+        return digest
+
+    async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
+        """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
+        review passed, every worker task delivered, the receipt's digest its own, no worker
+        active). The proof is sealed as evidence and its digest recorded (``proof_digest``,
+        through the run's commit funnel when it is live here). Finalizing again with the
+        same proof answers the same digest; another proof is refused (``proof``)."""
+        check_id(execution_id)
+        if not isinstance(proof, fleet.Proof):
+            raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
+        record = await anyio.to_thread.run_sync(self._store.get, execution_id)
+        if record is None:
+            raise UnknownExecution(execution_id)
+        board = self._cfg.worker_boards.get(execution_id)
+        if board is not None:
+            workers, tasks = list(board.workers.values()), list(board.tasks.values())
+            current = board.proof_digest
+        else:
+            workers = parse_workers(record.workers)[0]
+            tasks = parse_worker_tasks(record.worker_tasks)[0]
+            current = record.proof_digest
+        digest = fleet.finalize(tasks, workers, proof)
+        if current == digest:
+            return digest
+        if current is not None:
+            raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+        sealed = await self._cfg.evidence.seal(proof.plain())
+        if sealed != digest:  # pragma: no cover - one canonical form on both sides
+            raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
+        if board is not None and board.commit is not None:
+            board.proof_digest = digest
+            if not await board.commit():
+                raise WorkerNotLive("the run is stopping: finalize it once it stopped")
+            return digest
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.proof_digest == digest:
+                return None
+            if stored.proof_digest is not None:
+                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+            return attrs.evolve(stored, proof_digest=digest, updated_at=now)
+
+        await self._committer.edit(execution_id, change)
+        return digest

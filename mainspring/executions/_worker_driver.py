@@ -1,0 +1,587 @@
+"""The driver of a worker-backed agent step: one run of one agent task's workers, as
+``_worker_agent`` describes (the rules are there; this is how they are carried out)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..actors import (
+    ActorDeadError,
+    ActorFailed,
+    Cancel,
+    LeaseLost,
+    ParentCancel,
+    Pause,
+    Timeout,
+    cancel_reason,
+)
+from ..storage import (
+    ACTIVE_WORKER,
+    StopIntent,
+    Usage,
+    WorkerFailure,
+    WorkerRecord,
+    WorkerTask,
+)
+from . import _fleet as fleet
+from ._agent import CodedFailure, SaveRefused
+from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
+from ._worker_find import find_start, host_of
+from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
+
+if TYPE_CHECKING:
+    from ._agent_context import AgentContext
+    from ._worker_agent import WorkerAgent
+
+__all__ = ["Driver", "WorkerStepFailed", "sha"]
+
+
+class WorkerStepFailed(CodedFailure):
+    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
+    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
+    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``)."""
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Driver:
+    """Drives the workers of one agent task (one run of it)."""
+
+    def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
+        self.agent = agent
+        self.actor = ctx._actor
+        self.input = input if isinstance(input, Mapping) else {}
+        record = self.actor.record
+        self.task_id = record.id
+        self.step_id = record.step_id
+        self.agent_id = record.agent_id
+        self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
+        self.board: WorkerBoard
+        self.process: WorkerProcess | None = None  # the live process this driver holds
+
+    # -- the funnel --------------------------------------------------------------------------
+
+    async def commit(self) -> bool:
+        try:
+            return bool(await self.actor._execution.ask(WorkerCommit()))
+        except (ActorDeadError, ActorFailed):
+            return False
+
+    async def save(self) -> None:
+        if not await self.commit():
+            raise SaveRefused("the execution refused the save: it is stopping")
+
+    def worker(self) -> WorkerRecord | None:
+        task = self.board.tasks[self.task_id]
+        return self.board.workers.get(task.worker_id) if task.worker_id else None
+
+    def task(self) -> WorkerTask:
+        return self.board.tasks[self.task_id]
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> Any:
+        self.board = await self.actor._execution.ask(WorkerJoin())
+        if self.task_id not in self.board.tasks:
+            now = time.time()
+            self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
+        task = self.task()
+        if task.state == "delivered" and task.delivery_digest:
+            return await self.board.shelf.read(task.delivery_digest)  # E10: not run again
+        if task.state == "blocked":
+            raise WorkerStepFailed("worker-blocked", f"task {task.id} is blocked: {task.reason}")
+        try:
+            delivered = await self.recover()
+            if delivered is not None:
+                return delivered[0]
+            return await self.serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.release()
+
+    async def recover(self) -> tuple[Any] | None:
+        """A worker left active (or mid-handoff) by a runtime that ended without stopping
+        it (R3): confirmed dead before anything else happens."""
+        worker = self.worker()
+        if worker is None:
+            return None
+        if worker.status in ("handing-off", "fenced") and worker.intent is not None:
+            if worker.status == "handing-off":
+                await self.confirm_dead(worker, takeover=False)
+                worker = self.board.workers[worker.id]
+                worker, task = fleet.fence(
+                    worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
+                )
+                self.board.put(worker, task, "fenced")
+                await self.save()
+            return (await self.deliver(worker),)
+        if not worker.active or worker.status == "assigned":
+            return None
+        await self.confirm_dead(worker, takeover=True)
+        return None
+
+    async def confirm_dead(self, worker: WorkerRecord, *, takeover: bool) -> None:
+        host = self.agent.host
+        if worker.process is None:
+            if await self.start_gone(worker):
+                await self.takeover(worker, "start-searched")
+                return
+            self.board.put(worker, None, "takeover-refused", "start-unconfirmed")
+            await self.commit()
+            raise WorkerStepFailed(
+                "worker-unconfirmed",
+                f"worker {worker.id} was starting when its runtime ended; its process was "
+                "never recorded and cannot be looked for here, so it cannot be confirmed dead",
+            )
+        seen = await host.inspect(worker.process)
+        if seen.state == "unknown":
+            self.board.put(worker, None, "takeover-refused", "unknown-host")
+            await self.commit()
+            raise WorkerStepFailed(
+                "worker-unknown-host",
+                f"worker {worker.id}'s process cannot be inspected from here (another host)",
+            )
+        if not seen.dead:
+            seen = await host.stop(worker.process, grace=self.agent.grace)
+        if not seen.dead:
+            self.board.put(worker, None, "takeover-refused", "not-dead")
+            await self.commit()
+            raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
+        if takeover:
+            await self.takeover(worker, "confirmed-dead")
+
+    async def start_gone(self, worker: WorkerRecord) -> bool:
+        """A start whose process was never recorded: on the machine that made it (its
+        trail says which), its processes are found by session and stopped; True once none
+        is alive (see ``_worker_find``)."""
+        here = host_of(self.agent.host)
+        made = f"host={here}"[:256]
+        starts = [
+            e
+            for e in self.board.trail
+            if e.get("worker_id") == worker.id
+            and e.get("generation") == worker.generation
+            and e.get("event") == "starting"
+        ]
+        if here is None or worker.session is None or not starts:
+            return False
+        if starts[-1].get("detail") != made:
+            return False
+        found = await find_start(self.agent.host, worker.session)
+        if found is None:
+            return False
+        for process in found:
+            seen = await self.agent.host.stop(process, grace=self.agent.grace)
+            if not seen.dead:
+                return False
+        again = await find_start(self.agent.host, worker.session)
+        return again == []
+
+    async def serve(self) -> Any:
+        while True:
+            worker = await self.assigned()
+            starts = self.starts()
+            if starts >= self.agent.max_starts:
+                raise WorkerStepFailed(
+                    "worker-start-limit",
+                    f"task {self.task_id} tried {starts} worker starts "
+                    f"(max_starts {self.agent.max_starts}) and none delivered",
+                )
+            process = await self.start(worker)
+            if process is None:
+                continue  # native-start: a new worker
+            outcome, data = await self.supervise(process)
+            if outcome == "result":
+                return await self.handoff(data)
+            # exited unexpectedly: recorded; a takeover starts it again
+
+    def starts(self) -> int:
+        """The task's starts so far: those that started (``attempts``) and those that
+        failed (its workers blocked ``native-start``)."""
+        failed = sum(
+            1
+            for w in self.board.workers.values()
+            if w.task_id == self.task_id and w.status == "blocked" and w.reason == "native-start"
+        )
+        return self.task().attempts + failed
+
+    async def assigned(self) -> WorkerRecord:
+        """The worker to start: the task's own (assigned, or stopped: taken over) or a new
+        one (the first, or after a failed start), once the run has capacity."""
+        worker = self.worker()
+        if worker is not None and worker.status == "assigned":
+            return worker
+        if worker is not None and worker.status == "stopped":
+            return await self.takeover(worker)  # recorded stopped only once confirmed dead
+        while True:
+            n = sum(1 for w in self.board.workers.values() if w.task_id == self.task_id)
+            try:
+                task, worker = fleet.assign(
+                    self.task(),
+                    self.board.workers.values(),
+                    f"{self.task_id}:w{n + 1}",
+                    agent_id=self.agent_id,
+                    limit=self.board.limit,
+                    now=time.time(),
+                    lease=self.agent.lease,
+                )
+            except fleet.WorkerRefused as exc:
+                if exc.code != "capacity":
+                    raise
+                await self.board.changed.wait()  # a worker of this run stopped
+                continue
+            self.board.put(worker, task, "assigned")
+            await self.save()
+            return worker
+
+    async def takeover(self, worker: WorkerRecord, detail: str = "") -> WorkerRecord:
+        """Generation + 1 of ``worker``, whose process is confirmed dead (once the run has
+        capacity for it again, when it was stopped)."""
+        while True:
+            worker = self.board.workers[worker.id]
+            try:
+                worker, task = fleet.takeover(
+                    worker,
+                    self.task(),
+                    fleet.expect(worker),
+                    workers=self.board.workers.values(),
+                    limit=self.board.limit,
+                    confirmed_dead=True,
+                    now=time.time(),
+                )
+            except fleet.WorkerRefused as exc:
+                if exc.code != "capacity":
+                    raise
+                await self.board.changed.wait()
+                continue
+            self.board.put(worker, task, "takeover", detail)
+            await self.save()
+            return worker
+
+    async def start(self, worker: WorkerRecord) -> WorkerProcess | None:
+        now = time.time()
+        session = f"s{secrets.token_hex(8)}"
+        worker = fleet.mark_starting(
+            worker, fleet.expect(worker, "assigned"), session=session, job=self.task_id, now=now
+        )
+        here = host_of(self.agent.host)  # where to look for it if this runtime dies now
+        self.board.put(worker, None, "starting", f"host={here}" if here else "")
+        await self.save()
+        spec = WorkerSpec(
+            command=self.agent.command,
+            worker_id=worker.id,
+            generation=worker.generation,
+            task_id=self.task_id,
+            session=session,
+            job=self.task_id,
+            workspace=self.actor._workspace,
+            input=dict(self.input),
+            env=self.agent.env,
+        )
+        try:
+            process = await self.agent.host.start(spec)
+        except WorkerStartFailed as exc:
+            worker, task = fleet.start_failed(
+                worker,
+                self.task(),
+                fleet.expect(worker, "starting"),
+                now=time.time(),
+                digest=sha(str(exc)),
+            )
+            self.board.put(worker, task, "start-failed", "native-start")
+            await self.save()
+            return None
+        self.process = process  # held: whatever happens next, release stops it
+        # Raises StaleWorker if the run stopped meanwhile: release stops the new process.
+        worker, task = fleet.mark_started(
+            self.board.workers[worker.id],
+            self.task(),
+            fleet.expect(worker, "starting"),
+            process.identity,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "started")
+        self.board.live[worker.id] = LiveWorker(self.agent.host, process.identity, self.commit)
+        await self.save()
+        return process
+
+    async def supervise(self, process: WorkerProcess) -> tuple[str, Any]:
+        errors: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.heartbeats, errors, tg.cancel_scope)
+            try:
+                outcome = await self.reports(process)
+            except Exception as exc:  # raised below, not wrapped in a group
+                errors.append(exc)
+            tg.cancel_scope.cancel()
+        await process.reports.aclose()  # nothing more is read from it
+        if errors:
+            raise errors[0]
+        if outcome[0] == "exited":
+            await self.exited(process)
+        return outcome
+
+    async def heartbeats(self, errors: list[Exception], scope: anyio.CancelScope) -> None:
+        try:
+            while True:
+                await anyio.sleep(self.agent.lease / 3)
+                worker = self.worker()
+                if worker is None or not worker.active:
+                    return
+                worker = fleet.heartbeat(worker, fleet.expect(worker), now=time.time())
+                self.board.put(worker, None, "heartbeat")
+                await self.save()
+        except Exception as exc:  # a refused save: the run stops
+            errors.append(exc)
+            scope.cancel()
+
+    async def reports(self, process: WorkerProcess) -> tuple[str, Any]:
+        async for report in process.reports:
+            worker = self.worker()
+            assert worker is not None
+            if (report.generation, report.session) != (worker.generation, worker.session):
+                continue  # a late report of an older process
+            if report.type in ("idle", "busy"):
+                seen: fleet.Observed = "idle" if report.type == "idle" else "running"
+                worker, task = fleet.observe(
+                    worker,
+                    self.task(),
+                    fleet.expect(worker, "running", "idle"),
+                    seen,
+                    now=time.time(),
+                )
+                self.board.put(worker, task, report.type)
+                await self.save()
+            elif report.type == "usage":
+                await self.usage(worker, report)
+            elif report.type == "failure":
+                if await self.failure(worker, report):
+                    return ("no-progress", None)
+            elif report.type == "result":
+                return ("result", report.data)
+            elif report.type == "protocol":
+                self.board.put(worker, None, "protocol")
+                await self.save()
+        return ("exited", None)
+
+    async def usage(self, worker: WorkerRecord, report: Report) -> None:
+        data = report.data
+        try:
+            tokens_in = int(data.get("input_tokens", 0))
+            tokens_out = int(data.get("output_tokens", 0))
+            cost = Decimal(str(data.get("cost", 0)))
+            usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost=cost)
+            worker = fleet.add_usage(
+                worker,
+                generation=report.generation,
+                session=report.session,
+                job=report.job,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                cost=cost,
+                now=time.time(),
+            )
+        except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
+            self.board.put(worker, None, "protocol", "bad-usage")
+            await self.save()
+            return
+        self.actor.add_usage(usage)  # B3: charged to the task, so to the run
+        self.board.put(worker, None, "usage")
+        await self.save()
+
+    async def failure(self, worker: WorkerRecord, report: Report) -> bool:
+        data = report.data
+        try:
+            failure = WorkerFailure(
+                failure_class=data.get("class", "failure"),
+                fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
+                check_id=data.get("check_id"),
+                pin_id=data.get("pin_id"),
+                diagnostic_digest=_digest_of(data.get("diagnostic")),
+                progress_digest=_digest_of(data.get("progress")),
+                phase=data.get("phase", "run"),
+                round=data.get("round", 0),
+                useful_progress=data.get("useful_progress", False) is True,
+                at=time.time(),
+            )
+        except (ValueError, TypeError):
+            self.board.put(worker, None, "protocol", "bad-failure")
+            await self.save()
+            return False
+        worker, stop = fleet.report_failure(
+            worker, fleet.expect(worker, "running", "idle"), failure, now=time.time()
+        )
+        self.board.put(worker, None, "failure", failure.failure_class)
+        await self.save()
+        if not stop:
+            return False
+        code = f"no-progress:{failure.failure_class}"
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.block(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason=code,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "blocked", code)
+        await self.save()
+        raise WorkerStepFailed(code[:64], f"worker {worker.id} reported the same failure twice")
+
+    async def stop_confirmed(self, worker: WorkerRecord) -> None:
+        """Stop the held process; it must be confirmed dead (``worker-not-dead`` else)."""
+        assert worker.process is not None
+        seen = await self.agent.host.stop(worker.process, grace=self.agent.grace)
+        if not seen.dead:
+            self.board.put(worker, None, "stop-unconfirmed")
+            await self.commit()
+            raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
+        await self.reap()
+        self.board.live.pop(worker.id, None)
+
+    async def reap(self) -> None:
+        """The held process is dead: its exit status is collected (bounded), so the host
+        lets go of it, and it is no longer held."""
+        process, self.process = self.process, None
+        if process is not None:
+            with anyio.move_on_after(max(self.agent.grace, 1.0)):
+                await process.wait()
+
+    async def exited(self, process: WorkerProcess) -> None:
+        """Its reports ended without a result: once inspected dead (stopped if need be),
+        recorded ``native-process-exited``; the task is ready for a takeover."""
+        worker = self.worker()
+        assert worker is not None
+        assert worker.process is not None
+        with anyio.move_on_after(self.agent.grace):
+            await process.wait()
+        seen = await self.agent.host.inspect(worker.process)
+        if not seen.dead:
+            await self.stop_confirmed(worker)
+        self.process = None
+        self.board.live.pop(worker.id, None)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.observe(
+            worker, self.task(), fleet.expect(worker, "running", "idle"), "exited", now=time.time()
+        )
+        self.board.put(worker, task, "exited", "native-process-exited")
+        await self.save()
+
+    async def handoff(self, data: Mapping[str, Any]) -> Any:
+        output = data.get("output")
+        commit = data.get("source_commit")
+        worker = self.worker()
+        assert worker is not None
+        now = time.time()
+        # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
+        digest = await self.board.shelf.seal(output)
+        try:
+            intent = StopIntent(
+                delivery_digest=digest,
+                contract_digest=self.contract,
+                source_commit=commit if isinstance(commit, str) else None,
+                expires_at=now + worker.lease,
+                at=now,
+            )
+        except ValueError as exc:
+            raise WorkerStepFailed("worker-protocol", f"a bad result: {exc}") from exc
+        worker = fleet.begin_handoff(worker, fleet.expect(worker, "running", "idle"), intent)
+        self.board.put(worker, None, "handoff", digest)
+        await self.save()
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.fence(
+            worker,
+            self.task(),
+            fleet.expect(worker, "handing-off"),
+            confirmed_dead=True,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "fenced")
+        await self.save()
+        return await self.deliver(worker, output)
+
+    async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
+        assert worker.intent is not None
+        digest = worker.intent.delivery_digest
+        value = output[0] if output else await self.board.shelf.read(digest)
+        worker, task = fleet.deliver(
+            worker,
+            self.task(),
+            fleet.expect(worker, "fenced"),
+            delivery_digest=digest,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "delivered", digest)
+        await self.save()
+        return value
+
+    # -- stopping --------------------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Whatever ends this driver: a process it holds is stopped and confirmed dead, and
+        only then recorded stopped (see the module docstring); the board carries it to the
+        final commit when saves are refused."""
+        worker = self.worker()
+        if self.process is None or worker is None:
+            return
+        self.board.live.pop(worker.id, None)
+        await self.process.reports.aclose()
+        identity = self.process.identity
+        reason, state = _why(cancel_reason())
+        try:
+            seen = await self.agent.host.stop(identity, grace=self.agent.grace)
+        except Exception:
+            seen = None
+        worker = self.board.workers[worker.id]
+        if seen is None or not seen.dead:
+            self.board.put(worker, None, "stop-unconfirmed", reason)
+            await self.commit()
+            return
+        await self.reap()
+        if worker.status not in ACTIVE_WORKER:
+            return
+        worker, task = fleet.mark_stopped(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason=reason,
+            task_state=state,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "stopped", reason)
+        await self.commit()  # refused while the run stops: the board carries it
+
+
+def _why(reason: Any) -> tuple[str, Any]:
+    """The stop's reason as a worker reason, and the task state it leaves."""
+    root = reason.root if isinstance(reason, ParentCancel) else reason
+    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
+        return "stop-task", "blocked"
+    if isinstance(root, Cancel):
+        return "cancel", "blocked"
+    if isinstance(root, Pause):
+        return "pause", "ready"
+    if isinstance(root, Timeout):
+        return "timeout", "ready"
+    if isinstance(root, LeaseLost):
+        return "lease-lost", "ready"
+    if reason is None:
+        return "stopping", "ready"
+    return "shutdown", "ready"
+
+
+def _digest_of(text: Any) -> str | None:
+    return sha(text) if isinstance(text, str) and text else None

@@ -1,0 +1,180 @@
+"""An execution's workers while it runs: the board its worker drivers write to, and the
+ExecutionActor's side of it (``WorkerRun``).
+
+The board holds the execution's worker records, the tasks they serve and the diagnostic
+trail, parsed from the record when it is loaded. Every change a driver makes is a record a
+``_fleet`` function returned (never an edit in place), put on the board with a trail entry;
+the driver then asks the execution to commit (``WorkerCommit``, E2) before its next phase.
+
+The board is shared, the way a :class:`~._usage.Meter` is: a change put on it after saves
+are refused (the run stops: pause, cancel, stop-task, lease loss, deadline) is still in the
+execution's next snapshot, so the final commit of the wind-down (or of a stopped task's end)
+carries the worker's last true state: stopped only once its process was confirmed dead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import attrs
+
+from ..actors import CancelReason
+from ..storage import (
+    Execution,
+    TrailEntry,
+    WorkerRecord,
+    WorkerTask,
+    parse_worker_tasks,
+    parse_workers,
+    unstructure,
+)
+from . import _fleet as fleet
+from ._evidence import EvidenceShelf
+from ._run_core import ExecutionCore
+
+__all__ = ["LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin", "WorkerRun"]
+
+
+@attrs.frozen
+class WorkerCommit:
+    """A driver put a change on the board: commit it now (answered True once durable)."""
+
+
+@attrs.frozen
+class WorkerJoin:
+    """A driver starts: answered with its execution's board."""
+
+
+@attrs.define
+class LiveWorker:
+    """A worker process this runtime started and holds, for ``Runtime.repair_worker``."""
+
+    host: Any
+    process: Any  # its ProcessIdentity
+    commit: Callable[[], Any]  # commits the board through the execution (E2)
+
+
+def trail_entry(seq: int, worker: WorkerRecord, event: str, detail: str, now: float) -> TrailEntry:
+    """A trail entry for ``worker`` after ``event``: ids, classes and digests only (V1)."""
+    return TrailEntry(
+        seq=seq,
+        at=now,
+        worker_id=worker.id,
+        generation=worker.generation,
+        event=event,
+        status=worker.status,
+        detail=detail[:256],
+    )
+
+
+class WorkerBoard:
+    """The execution's workers, their tasks and the trail (see the module docstring)."""
+
+    def __init__(self, record: Execution, shelf: EvidenceShelf, limit: int) -> None:
+        workers, _ = parse_workers(record.workers)
+        tasks, _ = parse_worker_tasks(record.worker_tasks)
+        self.workers: dict[str, WorkerRecord] = {w.id: w for w in workers}
+        self.tasks: dict[str, WorkerTask] = {t.id: t for t in tasks}
+        parsed = {w.id for w in workers}
+        parsed_tasks = {t.id for t in tasks}
+        # E7: what does not parse is kept as it is, never dropped from the record.
+        self.unparsed_workers = [r for r in record.workers if r.get("id") not in parsed]
+        self.unparsed_tasks = [r for r in record.worker_tasks if r.get("id") not in parsed_tasks]
+        self.trail: tuple[dict[str, Any], ...] = tuple(record.worker_trail)
+        self.proof_digest = record.proof_digest
+        self.shelf = shelf
+        self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
+        self.live: dict[str, LiveWorker] = {}  # by worker id: processes held here
+        self.changed = anyio.Event()
+        self.dirty = False
+        self.commit: Callable[[], Any] | None = None  # set by the execution
+
+    def put(
+        self,
+        worker: WorkerRecord,
+        task: WorkerTask | None,
+        event: str,
+        detail: str = "",
+    ) -> None:
+        """Keep ``worker`` (and ``task``) as a fleet function returned them, with a trail
+        entry; wakes whoever waits for capacity."""
+        now = time.time()
+        self.workers[worker.id] = worker
+        if task is not None:
+            self.tasks[task.id] = task
+        seq = fleet.next_trail_seq(self.trail)
+        self.trail = fleet.trail_append(self.trail, trail_entry(seq, worker, event, detail, now))
+        self.dirty = True
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def put_task(self, task: WorkerTask) -> None:
+        self.tasks[task.id] = task
+        self.dirty = True
+
+    def fields(self) -> dict[str, Any]:
+        """The record's worker fields as they are now."""
+        return {
+            "workers": (
+                *(unstructure(w) for w in self.workers.values()),
+                *self.unparsed_workers,
+            ),
+            "worker_tasks": (
+                *(unstructure(t) for t in self.tasks.values()),
+                *self.unparsed_tasks,
+            ),
+            "worker_trail": self.trail,
+            "proof_digest": self.proof_digest,
+        }
+
+
+class WorkerRun(ExecutionCore):
+    """The ExecutionActor's side of its workers: the board is built when the record is
+    loaded, rides in every snapshot, and a driver's ``WorkerCommit`` goes through the one
+    commit path (E2)."""
+
+    _board: WorkerBoard | None = None
+
+    def _worker_board(self) -> WorkerBoard:
+        if self._board is None:
+            cfg = self._cfg
+            limit = min(cfg.max_parallel_steps, cfg.max_workers)
+            self._board = WorkerBoard(self._rec, cfg.evidence, limit)
+            self._board.commit = self._board_commit
+            cfg.worker_boards[self._rec.id] = self._board
+        return self._board
+
+    async def _board_commit(self) -> bool:
+        """A commit of the board from outside a driver (a repair, a proof), through the
+        actor's mailbox like a driver's."""
+        try:
+            return bool(await self.ref.ask(WorkerCommit()))
+        except Exception:
+            return False
+
+    async def _wind_down(self, reason: CancelReason) -> None:
+        try:
+            await super()._wind_down(reason)
+        finally:
+            if self._board is not None:
+                self._cfg.worker_boards.pop(self._rec.id, None)
+
+    def _snapshot(self, **changes: Any) -> Execution:
+        board = self._board
+        if board is not None:
+            for key, value in board.fields().items():
+                changes.setdefault(key, value)
+        return super()._snapshot(**changes)
+
+    async def _worker_message(self, message: Any) -> Any:
+        if type(message) is WorkerJoin:
+            return self._worker_board()
+        if self._ended:
+            return False  # saves are refused while the run stops: the board carries it
+        return await self._commit()
+
+
+WORKER_MESSAGES = (WorkerCommit, WorkerJoin)

@@ -1,0 +1,411 @@
+"""Worker-backed agent steps (#17) with a scripted host: delivery, start failure, unexpected
+exit and takeover, the no-progress rule, usage, heartbeats, stopping, resume, repair,
+finalize and capacity. Every worker change is committed through the execution (E2)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.executions import WorkerAgent, WorkerNotLive
+
+from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
+from ._worker_fake import FakeHost, Script
+
+pytestmark = pytest.mark.anyio
+
+RESULT = ("result", {"output": {"patch": "ok", "n": 3}})
+
+
+def coder(host: FakeHost, **options: Any) -> dict[str, Any]:
+    options.setdefault("grace", 0.1)
+    return {"coder": WorkerAgent(["fake-agent"], host=host, **options)}
+
+
+async def view(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
+    return await rt.workers(execution_id)
+
+
+async def test_a_result_is_handed_off_and_is_the_step_output(tmp_path: Path) -> None:
+    host = FakeHost([Script([("busy", {}), RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder", goal="fix")))
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        assert result.status == "completed"
+        assert result.outputs["a"] == {"patch": "ok", "n": 3}
+        seen = await view(rt, handle.execution_id)
+    (worker,) = seen.workers
+    assert worker.status == "delivered"
+    assert worker.generation == 1
+    (task,) = seen.tasks
+    assert task.state == "delivered"
+    assert task.delivery_digest == worker.delivered_digest
+    events = [e.event for e in seen.trail]
+    assert events[:3] == ["assigned", "starting", "started"]
+    assert events[-3:] == ["handoff", "fenced", "delivered"]
+    # the process was stopped (and confirmed dead) before the worker was fenced
+    assert host.log[-1][0] == "stop"
+
+
+async def test_a_failed_start_blocks_native_start_and_a_new_worker_starts(tmp_path: Path) -> None:
+    host = FakeHost([Script(end="fail"), Script([RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "completed"
+        seen = await view(rt, handle.execution_id)
+    first, second = sorted(seen.workers, key=lambda w: w.id)
+    assert first.status == "blocked"
+    assert first.reason == "native-start"
+    assert first.failure is not None
+    assert first.failure.failure_class == "native-start"
+    assert second.status == "delivered"
+    assert seen.tasks[0].attempts == 1  # one process started
+
+
+async def test_start_failures_up_to_max_starts_fail_the_step_saying_so(tmp_path: Path) -> None:
+    host = FakeHost([Script(end="fail")] * 5)
+    async with runtime(tmp_path, agents=coder(host, max_starts=2), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "failed"
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert task.failure is not None
+    assert task.failure.code == "worker-start-limit"
+    assert len(host.specs) == 2
+
+
+async def test_an_unexpected_exit_is_taken_over_by_generation_2(tmp_path: Path) -> None:
+    host = FakeHost([Script([("busy", {})], end="exit"), Script([RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "completed"
+        seen = await view(rt, handle.execution_id)
+    (worker,) = seen.workers
+    assert worker.generation == 2
+    assert worker.status == "delivered"
+    assert [s.generation for s in host.specs] == [1, 2]
+    events = [(e.event, e.detail) for e in seen.trail]
+    assert ("exited", "native-process-exited") in events
+    assert ("takeover", "") in events
+
+
+async def test_the_same_failure_twice_stops_the_worker_no_progress(tmp_path: Path) -> None:
+    failure = ("failure", {"class": "tests-fail", "fingerprint": "x", "diagnostic": "secret text"})
+    host = FakeHost([Script([failure, failure])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "failed"
+        record = stored(rt, handle.execution_id)
+        seen = await view(rt, handle.execution_id)
+    (task,) = tasks_of(record)
+    assert task.failure is not None
+    assert task.failure.code == "no-progress:tests-fail"
+    (worker,) = seen.workers
+    assert worker.status == "blocked"
+    assert worker.reason == "no-progress:tests-fail"
+    assert seen.tasks[0].state == "blocked"
+    assert ("stop", 1000) in host.log
+    assert "secret text" not in repr(record)  # V1: digests only
+
+
+async def test_usage_is_charged_to_the_worker_epoch_and_the_run(tmp_path: Path) -> None:
+    usage = ("usage", {"input_tokens": 100, "output_tokens": 20, "cost": "0.5"})
+    host = FakeHost([Script([usage, usage, RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "completed"
+        record = stored(rt, handle.execution_id)
+        seen = await view(rt, handle.execution_id)
+    assert record.usage.input_tokens == 200
+    assert record.usage.output_tokens == 40
+    (epoch,) = seen.workers[0].usage
+    assert epoch.total_tokens == 240
+    assert str(epoch.cost) == "1.0"
+
+
+async def test_heartbeats_renew_the_lease(tmp_path: Path) -> None:
+    host = FakeHost([Script()])
+    async with runtime(tmp_path, agents=coder(host, lease=1.0), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            while True:
+                seen = await view(rt, handle.execution_id)
+                if sum(1 for e in seen.trail if e.event == "heartbeat") >= 2:
+                    break
+                await anyio.sleep(0.05)
+        worker = seen.workers[0]
+        assert worker.status == "running"
+        assert worker.lease_expires_at is not None
+        assert worker.lease_expires_at > worker.created_at + 1
+        await rt.cancel(handle.execution_id)
+
+
+async def _running(rt: ms.Runtime, host: FakeHost) -> ms.ExecutionHandle:
+    handle = await rt.start("g", plan_of(agent("a", "coder")))
+    with anyio.fail_after(30):
+        while True:
+            seen = await rt.workers(handle.execution_id)
+            if seen.workers and seen.workers[0].status == "running":
+                return handle
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["pause", "cancel", "stop-task"])
+async def test_stopping_stops_the_process_before_recording_it_stopped(
+    tmp_path: Path, how: str
+) -> None:
+    host = FakeHost([Script()])
+    on_disk_at_stop: list[str] = []
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        eid = handle.execution_id
+        host.on_stop = lambda _: on_disk_at_stop.append(
+            rt.store.get(eid).workers[0]["status"]  # type: ignore[union-attr]
+        )
+        with anyio.fail_after(30):
+            if how == "pause":
+                await rt.pause(eid)
+            elif how == "cancel":
+                await rt.cancel(eid)
+            else:
+                (task,) = tasks_of(stored(rt, eid))
+                await rt.stop_agent_task(task.id)
+                await handle.wait()
+        seen = await view(rt, eid)
+    assert on_disk_at_stop == ["running"]  # not recorded stopped before the stop
+    (worker,) = seen.workers
+    assert worker.status == "stopped"
+    expected = {"pause": ("pause", "ready"), "cancel": ("cancel", "blocked")}
+    reason, state = expected.get(how, ("stop-task", "blocked"))
+    assert worker.reason == reason
+    assert seen.tasks[0].state == state
+
+
+async def test_a_process_that_cannot_be_confirmed_dead_is_not_recorded_stopped(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost([Script(end="undying")])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        with anyio.fail_after(30):
+            await rt.pause(handle.execution_id)
+        seen = await view(rt, handle.execution_id)
+    assert seen.workers[0].status == "running"
+    assert seen.trail[-1].event == "stop-unconfirmed"
+    host.processes[1000].die()  # the test's own cleanup
+
+
+async def test_resume_after_a_crash_takes_over_only_after_confirming_death(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost([Script(), Script([RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        crashed = stored(rt, handle.execution_id)  # the record as a crash would leave it
+        await rt.pause(handle.execution_id)
+    # The first process survived "the crash": alive again, as the record says.
+    first = host.processes[1000]
+    first.dead = anyio.Event()
+    store = ms.storage.SqliteStore(tmp_path / "other.sqlite3")
+    import attrs
+
+    store.create(attrs.evolve(crashed, lease=None, status="running"))
+    async with runtime(store, agents=coder(host), **FAST) as rt:
+        with anyio.fail_after(30):
+            result = await (await rt.resume(handle.execution_id)).wait()
+        seen = await view(rt, handle.execution_id)
+    assert result.status == "completed"
+    assert host.log.index(("stop", 1000)) < host.log.index(("start", 1001, 2))
+    (worker,) = seen.workers
+    assert worker.generation == 2
+    assert worker.status == "delivered"
+    assert ("takeover", "confirmed-dead") in [(e.event, e.detail) for e in seen.trail]
+
+
+async def test_a_process_of_another_host_blocks_takeover(tmp_path: Path) -> None:
+    host = FakeHost([Script()])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        crashed = stored(rt, handle.execution_id)
+        await rt.pause(handle.execution_id)
+    store = ms.storage.SqliteStore(tmp_path / "other.sqlite3")
+    import attrs
+
+    store.create(attrs.evolve(crashed, lease=None, status="running"))
+    elsewhere = FakeHost([Script([RESULT])], name="another")
+    async with runtime(store, agents=coder(elsewhere), **FAST) as rt:
+        with anyio.fail_after(30):
+            result = await (await rt.resume(handle.execution_id)).wait()
+        seen = await view(rt, handle.execution_id)
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "worker-unknown-host"
+    assert ("takeover-refused", "unknown-host") in [(e.event, e.detail) for e in seen.trail]
+    assert elsewhere.specs == []  # nothing started
+
+
+async def test_a_delivered_task_is_not_run_again_after_a_resume(tmp_path: Path) -> None:
+    host = FakeHost([Script([RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            live = await handle.wait()
+        done = stored(rt, handle.execution_id)
+    # The run crashed after the delivery, before its step's completion was committed.
+    import attrs
+
+    raw = [dict(t, state="running", ended_at=None) for t in done.agent_tasks]
+    plan = attrs.evolve(
+        done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
+    )
+    crashed = attrs.evolve(
+        done,
+        status="running",
+        lease=None,
+        agent_tasks=tuple(raw),
+        plan=plan,
+        completed_steps=(),
+        observations=(),
+    )
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")  # its evidence is kept
+    store.delete(done.id)
+    store.create(crashed)
+    async with runtime(store, agents=coder(host), **FAST) as rt:
+        with anyio.fail_after(30):
+            resumed = await (await rt.resume(handle.execution_id)).wait()
+    assert resumed.status == "completed"
+    assert resumed.outputs["a"] == live.outputs["a"]  # E10
+    assert len(host.specs) == 1  # never run again
+
+
+async def test_a_repair_reaches_the_worker_and_only_its_digest_is_kept(tmp_path: Path) -> None:
+    host = FakeHost([Script()])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        worker_id = (await view(rt, handle.execution_id)).workers[0].id
+        digest = await rt.repair_worker(handle.execution_id, worker_id, "  fix the test  ")
+        assert digest == hashlib.sha256(b"fix the test").hexdigest()
+        assert host.sent == [{"type": "repair", "text": "fix the test"}]
+        record = stored(rt, handle.execution_id)
+        assert "fix the test" not in repr(record)
+        assert (await view(rt, handle.execution_id)).workers[0].repair_digest == digest
+        with pytest.raises(ms.executions._fleet.WorkerRefused):
+            await rt.repair_worker(handle.execution_id, worker_id, "   ")
+        with pytest.raises(WorkerNotLive):
+            await rt.repair_worker(handle.execution_id, "nobody", "x")
+        await rt.cancel(handle.execution_id)
+
+
+def _proof(receipt: dict[str, Any] | None = None) -> ms.executions.Proof:
+    receipt = receipt or {"tests": "passed"}
+    return ms.executions.Proof(
+        verification="passed",
+        review="passed",
+        receipt=receipt,
+        receipt_digest=ms.storage.sha256_hex(receipt),
+    )
+
+
+async def test_finalize_seals_the_proof_once(tmp_path: Path) -> None:
+    host = FakeHost([Script([RESULT])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            await handle.wait()
+        digest = await rt.finalize(handle.execution_id, _proof())
+        assert await rt.finalize(handle.execution_id, _proof()) == digest
+        assert stored(rt, handle.execution_id).proof_digest == digest
+        sealed = await rt._cfg.evidence.read(digest)
+        assert sealed == _proof().plain()
+        with pytest.raises(ms.executions._fleet.WorkerRefused):
+            await rt.finalize(handle.execution_id, _proof({"tests": "other"}))
+
+
+async def test_finalize_is_refused_while_a_worker_is_active(tmp_path: Path) -> None:
+    host = FakeHost([Script()])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        with pytest.raises(ms.executions._fleet.WorkerRefused) as refused:
+            await rt.finalize(handle.execution_id, _proof())
+        assert refused.value.code == "active-writer"
+        await rt.cancel(handle.execution_id)
+
+
+async def test_a_run_has_at_most_max_workers_active_workers(tmp_path: Path) -> None:
+    host = FakeHost([Script(), Script(), Script()])
+    steps = [agent(f"a{i}", "coder", i=i) for i in range(3)]
+    async with runtime(tmp_path, agents=coder(host), max_workers=2, **FAST) as rt:
+        handle = await rt.start("g", plan_of(*steps))
+        with anyio.fail_after(30):
+            while len(host.specs) < 2:
+                await host.started.wait()
+        for _ in range(20):
+            await anyio.sleep(0.02)
+            seen = await view(rt, handle.execution_id)
+            assert sum(1 for w in seen.workers if w.active) <= 2
+        assert len(host.specs) == 2
+        await rt.cancel(handle.execution_id)
+
+
+async def test_the_run_deadline_stops_the_worker_and_leaves_its_task_ready(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost([Script([("busy", {})])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")), deadline=1.0)
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        seen = await view(rt, handle.execution_id)
+    assert result.status == "paused"
+    (worker,) = seen.workers
+    assert worker.status == "stopped"
+    assert worker.reason == "timeout"
+    assert seen.tasks[0].state == "ready"
+    assert ("stop", 1000) in host.log
+
+
+async def test_a_lost_lease_stops_the_worker_and_writes_nothing_more(tmp_path: Path) -> None:
+    host = FakeHost([Script([("busy", {})])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await _running(rt, host)
+        eid = handle.execution_id
+        # Another owner takes the lease (as a resume elsewhere would after a lapse).
+        assert rt.store.release(eid, rt.owner)
+        assert rt.store.acquire(eid, "thief:1:x", ttl=60).acquired
+        with anyio.fail_after(30):
+            await handle.wait()
+        seen = await view(rt, eid)
+    assert ("stop", 1000) in host.log  # the process is stopped all the same
+    assert seen.workers[0].status == "running"  # not ours to record any more (E3)
+
+
+def test_worker_agent_options_are_checked() -> None:
+    host = FakeHost()
+    with pytest.raises(ValueError, match="command"):
+        WorkerAgent([], host=host)
+    with pytest.raises(ValueError, match="lease"):
+        WorkerAgent(["x"], host=host, lease=0.5)
+    with pytest.raises(ValueError, match="max_starts"):
+        WorkerAgent(["x"], host=host, max_starts=0)
+    with pytest.raises(TypeError, match="WorkerHost"):
+        WorkerAgent(["x"], host=object())  # type: ignore[arg-type]
+    # The definition (R8) follows the command, not the host object.
+    assert WorkerAgent(["x"], host=host).version == WorkerAgent(["x"], host=FakeHost()).version
+    assert WorkerAgent(["x"], host=host).version != WorkerAgent(["y"], host=host).version
+
+
+async def test_max_workers_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_workers"):
+        async with runtime(tmp_path, max_workers=0):
+            pass
