@@ -33,7 +33,8 @@ from typing import Any
 
 import anyio
 
-from mainspring.executions import SubprocessHost, WorkerSpec
+import mainspring as ms
+from mainspring.executions import SubprocessHost, WorkerAgent, WorkerSpec
 
 BACKENDS = ("asyncio", "trio")
 # It says so once SIGTERM is ignored: a TERM sent before that would end it at once.
@@ -121,11 +122,102 @@ def _table(backend: str, samples: dict[tuple[str, int], list[float]]) -> None:
         )
 
 
+# A worker that delivers at once, in sh (a Python worker would mostly measure Python's start).
+_DELIVER = ("sh", "-c", 'echo \'{"type": "result", "output": 1}\'')
+# A worker that says when it started (pid, generation, time) and then works until stopped.
+_LONG = (
+    "sh",
+    "-c",
+    'echo "$$ $MAINSPRING_WORKER_GENERATION $(date +%s.%N)" >> "$LEDGER"; '
+    'echo \'{"type": "busy"}\'; exec sleep 60',
+)
+
+
+async def _python_agent(ctx: Any, *_: Any, **__: Any) -> int:
+    return 1
+
+
+def _plan(n: int, agent: str) -> ms.Plan:
+    steps = tuple(ms.PlanStep(id=f"s{i}", agent=agent) for i in range(n))
+    return ms.Plan(id="p", goal="bench", steps=steps)
+
+
+async def _steps_per_second(store: str, n: int, agent: str, parallel: int) -> float:
+    agents = {"worker": WorkerAgent(_DELIVER, grace=1.0), "python": _python_agent}
+    async with ms.open_runtime(
+        store=store, agents=agents, max_parallel_steps=parallel, max_calls=100 * n
+    ) as rt:
+        started = time.perf_counter()
+        handle = await rt.start("bench", _plan(n, agent))
+        result = await handle.wait()
+        elapsed = time.perf_counter() - started
+    if result.status != "completed":
+        raise RuntimeError(f"{agent} x {n}: {result.status} {result.error}")
+    return n / elapsed
+
+
+async def _takeover(store: str, ledger: str, kills: int) -> list[float]:
+    """Seconds from SIGKILL of a running worker to its next generation's start."""
+    os.environ["LEDGER"] = ledger
+    agents = {"worker": WorkerAgent(_LONG, grace=1.0, max_starts=kills + 2)}
+    latencies: list[float] = []
+    async with ms.open_runtime(store=store, agents=agents) as rt:
+        handle = await rt.start("bench", _plan(1, "worker"))
+        for generation in range(1, kills + 1):
+            line = await _ledger_line(ledger, generation)
+            killed = time.time()
+            os.kill(int(line[0]), signal.SIGKILL)
+            line = await _ledger_line(ledger, generation + 1)
+            latencies.append(float(line[2]) - killed)
+        await rt.cancel(handle.execution_id)
+    return latencies
+
+
+async def _ledger_line(ledger: str, generation: int) -> list[str]:
+    with anyio.fail_after(60):
+        while True:  # the worker's own line is the event: polled, as a reader of a file would
+            try:
+                text = await anyio.Path(ledger).read_text()
+            except FileNotFoundError:
+                text = ""
+            for line in map(str.split, text.splitlines()):
+                if len(line) == 3 and line[1] == str(generation):
+                    return line
+            await anyio.sleep(0.001)
+
+
+async def _runtime_rows(sizes: tuple[int, ...], parallel: int, kills: int) -> list[str]:
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            for width in (1, parallel):
+                rate = {}
+                for agent in ("python", "worker"):
+                    store = f"{tmp}/{agent}-{n}-{width}.sqlite3"
+                    rate[agent] = await _steps_per_second(store, n, agent, width)
+                rows.append(
+                    f"| {n:,} | {width} | {rate['worker']:,.0f} | {rate['python']:,.0f} | "
+                    f"{rate['worker'] / rate['python']:.2f}x |"
+                )
+        latencies = await _takeover(f"{tmp}/takeover.sqlite3", f"{tmp}/ledger", kills)
+    rows.append("")
+    rows.append(
+        f"takeover after SIGKILL of the worker, {kills} kills: median "
+        f"{statistics.median(latencies) * 1e3:.1f} ms, max {max(latencies) * 1e3:.1f} ms"
+    )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="workers per row and width")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--sizes", default="20,200,1000", help="worker steps per run")
+    parser.add_argument("--takeovers", type=int, default=20)
     args = parser.parse_args()
+    sizes = tuple(int(n) for n in args.sizes.split(","))
     print(
         f"workers started and stopped, {args.runs} per row, interleaved; in flight 1 and "
         f"{args.concurrency}"
@@ -135,6 +227,17 @@ def main() -> None:
     for backend in BACKENDS:
         samples = anyio.run(_measure, args.runs, args.concurrency, backend=backend)
         _table(backend, samples)
+    print()
+    print("worker-backed agent steps (sh worker, delivered through the handoff) beside Python")
+    print("agent steps, one run of N independent steps, SqliteStore")
+    for backend in BACKENDS:
+        print(f"\n{backend}:")
+        print("| steps | in flight | worker steps/s | Python agent steps/s | worker vs Python |")
+        print("|---:|---:|---:|---:|---:|")
+        for row in anyio.run(
+            _runtime_rows, sizes, args.concurrency, args.takeovers, backend=backend
+        ):
+            print(row)
 
 
 if __name__ == "__main__":
