@@ -5,6 +5,9 @@ a worker that never reads its stdin does not block its caller forever."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,3 +82,95 @@ async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None
     assert result.outputs["a"] == {"got": "go"}
     assert seen.tasks[0].attempts == 1
     assert not any(alive(int(pid)) for pid in pids.read_text().split())
+
+
+#: Ignores SIGTERM, starts a grandchild that ignores it too (and outlives its parent: it is
+#: re-parented), writes both pids to argv[1]/pids, says busy, runs forever.
+STUBBORN_TREE = """
+import json, os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"])
+with open(os.path.join(sys.argv[1], "pids"), "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+print(json.dumps({"type": "busy"}), flush=True)
+while True:
+    time.sleep(1000)
+"""
+
+CHILD = str(Path(__file__).with_name("_review17_orphan_child.py"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def leftovers(session: str) -> list[int]:
+    """Live processes whose environment names the worker session ``session``."""
+    needle = f"MAINSPRING_WORKER_SESSION={session}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                environ = Path(f"/proc/{name}/environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0") and alive(int(name)):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.slow
+async def test_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
+    tmp_path: Path,
+) -> None:
+    from ._review17_orphan_child import EXECUTION
+    from ._review17_orphan_child import agents as agents_of
+
+    script = tmp_path / "worker.py"
+    script.write_text(STUBBORN_TREE)
+    store = tmp_path / "store.sqlite3"
+    child = subprocess.Popen(  # noqa: ASYNC220 - a runtime we SIGKILL: not an anyio child
+        [sys.executable, CHILD, str(store), str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        line = await anyio.to_thread.run_sync(child.stdout.readline)
+        assert line == b"ready\n"
+    finally:
+        child.kill()  # SIGKILL: the runtime dies, its worker tree does not
+        await anyio.to_thread.run_sync(child.wait)
+        if child.stdout is not None:
+            child.stdout.close()
+    worker_pid, grandchild = map(int, (tmp_path / "pids").read_text().split())
+    try:
+        assert alive(worker_pid)
+        assert alive(grandchild)
+        async with ms.open_runtime(
+            store=str(store), agents=agents_of(str(script), str(tmp_path)), lease_ttl=1.0
+        ) as rt:
+            (task,) = await rt.agent_tasks(EXECUTION)
+            session = (await rt.workers(EXECUTION)).workers[0].session
+            assert session is not None
+            assert leftovers(session)
+            with anyio.fail_after(60):
+                while True:  # the dead runtime's lease lapses (1 s): the stop is ours to make
+                    result = await rt.stop_agent_task(task.id)
+                    if result.state != "stopping":
+                        break
+                    await anyio.sleep(0.1)
+            seen = await rt.workers(EXECUTION)
+            tasks = await rt.agent_tasks(EXECUTION)
+        assert result.ok, result
+        assert result.state == "cancelled"
+        assert tasks[0].state == "cancelled"
+        assert not alive(worker_pid)
+        assert not alive(grandchild)
+        assert leftovers(session) == []
+    finally:  # a failed test leaves no process of its own behind
+        for pid in (worker_pid, grandchild):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    (worker,) = seen.workers
+    assert (worker.status, worker.reason) == ("stopped", "stop-task")
+    assert seen.tasks[0].state == "blocked"
+    assert seen.trail[-1].event == "stopped"
