@@ -174,3 +174,35 @@ async def test_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
     assert (worker.status, worker.reason) == ("stopped", "stop-task")
     assert seen.tasks[0].state == "blocked"
     assert seen.trail[-1].event == "stopped"
+
+
+#: Says busy and never reads its stdin.
+DEAF = """
+import json, time
+print(json.dumps({"type": "busy"}), flush=True)
+while True:
+    time.sleep(1000)
+"""
+
+
+async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainspring.executions import _worker_api
+
+    monkeypatch.setattr(_worker_api, "REPAIR_SEND_TIMEOUT", 0.5)
+    agents = {"coder": worker(tmp_path, DEAF)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        seen = await busy(rt, handle.execution_id, 1)
+        refused = None
+        with anyio.fail_after(60):
+            for _ in range(64):  # 32 KiB a line: the pipe (64 KiB) fills within a few
+                try:
+                    await rt.repair_worker(handle.execution_id, seen.workers[0].id, "é" * 16_384)
+                except ms.executions.WorkerNotLive as exc:
+                    refused = exc
+                    break
+        assert refused is not None
+        assert "stdin" in str(refused)
+        await rt.cancel(handle.execution_id)
