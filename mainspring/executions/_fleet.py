@@ -63,7 +63,15 @@ from ..storage import (
     sha256_hex,
     unstructure,
 )
-from ._fleet_base import MAX_REPAIR, WORKER_MOVES, Expect, Observed, StaleWorker, WorkerRefused
+from ._fleet_base import (
+    MAX_REPAIR,
+    NOT_FAILED,
+    WORKER_MOVES,
+    Expect,
+    Observed,
+    StaleWorker,
+    WorkerRefused,
+)
 from ._fleet_base import check as _check
 from ._fleet_base import expect as expect
 
@@ -307,7 +315,8 @@ def takeover(
     """A new generation of the worker, ``assigned``, for its task (still ready or running):
     only once the old process is confirmed dead (``not-dead``: a live one blocks takeover).
     An active worker (its owner crashed) or a stopped one may be taken over; a stopped one
-    becomes active again, so the run's ``workers`` count against ``limit`` as in assign."""
+    becomes active again, so the run's ``workers`` count against ``limit`` as in assign;
+    one stopped without failing (``NOT_FAILED``) gives its task's attempt back."""
     _check(worker, belief)
     _own(worker, task)
     _from(worker, ("stopped", *ACTIVE_WORKER))
@@ -316,6 +325,8 @@ def takeover(
     if not worker.active:
         _active(workers, task.id, limit=limit, but=worker.id)
     _dead(worker, confirmed_dead)
+    # A start stopped without failing (pause, deadline, lease loss) is given back.
+    back = worker.status == "stopped" and worker.reason in NOT_FAILED and task.attempts > 0
     worker = attrs.evolve(
         worker,
         generation=worker.generation + 1,
@@ -328,7 +339,8 @@ def takeover(
         reason="takeover",
         updated_at=now,
     )
-    return worker, _task(task, now, state="ready", reason="takeover")
+    attempts = task.attempts - 1 if back else task.attempts
+    return worker, _task(task, now, state="ready", reason="takeover", attempts=attempts)
 
 
 def report_failure(

@@ -14,6 +14,7 @@ from ..storage import WorkerRecord, WorkerStatus
 
 __all__ = [
     "MAX_REPAIR",
+    "NOT_FAILED",
     "WORKER_MOVES",
     "Expect",
     "Observed",
@@ -38,6 +39,12 @@ WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
     "stopped": frozenset({"assigned"}),
     "blocked": frozenset(),
 }
+
+#: Why a worker may be stopped without having failed: the run was paused, met its deadline,
+#: lost its lease or shut down. A start that ended so does not count against the task's
+#: start limit (its takeover gives the attempt back): a paused run resumed any number of
+#: times keeps its starts for real failures.
+NOT_FAILED = frozenset({"pause", "timeout", "lease-lost", "shutdown", "stopping"})
 
 #: What a host can say about a process: alive and working, alive and waiting for input,
 #: gone (with its exit status when known), or not knowable from here (another host).

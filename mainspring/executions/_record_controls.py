@@ -10,7 +10,7 @@ that no actor of ours runs (S1, S2). Each edit runs under the store's lock
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -50,6 +50,7 @@ from ._transitions import (
     stop_request,
     stop_task,
 )
+from ._worker_orphans import stop_orphan
 
 __all__ = [
     "StoredTaskStop",
@@ -225,6 +226,9 @@ class StoredTaskStop:
     operator: str
     lease_ttl: float
     publish: Callable[[RunEvent], None]
+    #: The runtime's agents: a worker-backed task's orphaned process is stopped through
+    #: its agent's host before the task is recorded cancelled (#17).
+    agents: Mapping[str, Any] = attrs.field(factory=dict)
 
     async def __call__(
         self,
@@ -274,6 +278,15 @@ class StoredTaskStop:
         stopped: list[AgentTaskRecord] = []
         marked: list[PlanStep] = []  # the task's step as the edit left it
         task_id, operation = stop.task_id, stop.operation_id
+        # #17: a worker left active for the task (its runtime crashed) is stopped and
+        # confirmed dead first; nothing is recorded stopped if it cannot be.
+        read = await self._read(execution_id)
+        orphan = await stop_orphan(read, task_id, self.agents) if read is not None else None
+        if isinstance(orphan, str):
+            assert read is not None
+            tasks = parse_agent_tasks(read)[0]
+            state = next((t.state for t in tasks if t.id == task_id), "unknown")
+            return StopResult(ok=False, state=state, reason=orphan, **base)
 
         def change(stored: Execution, now: float) -> Execution | None:
             # S1: decided on the record as it is now, under our lease (or, for a finished
@@ -287,6 +300,11 @@ class StoredTaskStop:
             )
             if task is None:
                 return None
+            if orphan is not None:
+                cut = orphan(record, now)
+                if cut is None:
+                    return None  # its worker changed meanwhile: decided again
+                record = cut
             stopped.append(task)
             steps = record.plan.steps if record.plan is not None else ()
             marked.extend(step for step in steps if step.id == task.step_id)

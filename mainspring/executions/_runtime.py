@@ -143,6 +143,7 @@ class Runtime(RuntimeEvents, WorkerControls):
             operator=f"{cfg.owner}:ops",
             lease_ttl=cfg.lease_ttl,
             publish=bus.publish,
+            agents=cfg.agents,
         )
 
     @asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import anyio.to_thread
 import attrs
 
@@ -26,6 +27,10 @@ from ._handle import UnknownExecution
 from ._run_messages import RunConfig
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
+
+#: How long a repair instruction may wait for a worker to read its stdin (seconds): a
+#: worker that never reads (its pipe full) must not block the caller forever (STYLE 5).
+REPAIR_SEND_TIMEOUT = 30.0
 
 
 class WorkerNotLive(MainspringError):
@@ -86,7 +91,8 @@ class WorkerControls:
         """Send a repair instruction to a live worker of this runtime (one JSON line
         ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
         (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
-        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here."""
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or
+        it did not read the instruction within :data:`REPAIR_SEND_TIMEOUT`)."""
         check_id(execution_id)
         check_id(worker_id)
         board = self._cfg.worker_boards.get(execution_id)
@@ -97,7 +103,10 @@ class WorkerControls:
         worker, trimmed, digest = fleet.repair(
             worker, fleet.expect(worker, "running", "idle"), text, now=time.time()
         )
-        await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
+            await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        if waited.cancelled_caught:
+            raise WorkerNotLive(f"worker {worker_id} does not read its stdin: not delivered")
         board.put(worker, None, "repair", digest)
         if not await board.commit():
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")

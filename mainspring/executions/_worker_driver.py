@@ -205,7 +205,8 @@ class Driver:
             # exited unexpectedly: recorded; a takeover starts it again
 
     def starts(self) -> int:
-        """The task's starts so far: those that started (``attempts``) and those that
+        """The task's starts so far: those that started (``attempts``: a start stopped by a
+        pause, the deadline or a lease loss was given back at its takeover) and those that
         failed (its workers blocked ``native-start``)."""
         failed = sum(
             1

@@ -287,8 +287,9 @@ _TASK_STATES: tuple[str, ...] = WorkerTaskState.__args__  # type: ignore[attr-de
 @attrs.frozen(kw_only=True)
 class WorkerTask:
     """An agent task served by workers: its fleet state, why it is there, the worker that
-    serves it now (or last did), how many workers were started for it, and the digest of
-    its sealed delivery once delivered."""
+    serves it now (or last did), how many worker starts count against its limit (every
+    start, but one stopped without failing, by a pause, the deadline or a lease loss, is
+    given back at its takeover), and the digest of its sealed delivery once delivered."""
 
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)

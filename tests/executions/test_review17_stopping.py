@@ -1,0 +1,208 @@
+"""Review #17: stopping worker-backed steps served by real subprocesses: a pause is not a
+failure (it does not use up the task's starts), a stop-task from another runtime stops the
+orphaned process of a crashed runtime before anything is recorded stopped, and a repair to
+a worker that never reads its stdin does not block its caller forever."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.executions import WorkerAgent
+
+from ._kit import FAST, agent, plan_of, runtime
+
+pytestmark = pytest.mark.anyio
+
+#: Says busy, then waits for one line on stdin and delivers it; its pid goes to argv[1].
+WAITS = """
+import json, os, sys
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+print(json.dumps({"type": "busy"}), flush=True)
+line = json.loads(sys.stdin.readline())
+print(json.dumps({"type": "result", "output": {"got": line["text"]}}), flush=True)
+"""
+
+
+def worker(tmp_path: Path, source: str, *args: str, **options: Any) -> WorkerAgent:
+    script = tmp_path / "worker.py"
+    script.write_text(source)
+    options.setdefault("grace", 0.2)
+    return WorkerAgent([sys.executable, str(script), *args], **options)
+
+
+def alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+async def busy(rt: ms.Runtime, execution_id: str, generation: int) -> ms.executions.WorkersView:
+    """The run's worker of ``generation`` said busy (polls the store: no event for it)."""
+    with anyio.fail_after(60):
+        while True:
+            seen = await rt.workers(execution_id)
+            if any(e.event == "busy" and e.generation == generation for e in seen.trail):
+                return seen
+            await anyio.sleep(0.02)
+
+
+async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    agents = {"coder": worker(tmp_path, WAITS, str(pids), max_starts=1)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        for generation in (1, 2, 3):
+            await busy(rt, run, generation)
+            if generation == 3:
+                break
+            await rt.pause(run)
+            seen = await rt.workers(run)
+            assert (seen.workers[0].status, seen.workers[0].reason) == ("stopped", "pause")
+            assert seen.tasks[0].state == "ready"
+            handle = await rt.resume(run)
+        seen = await rt.workers(run)
+        await rt.repair_worker(run, seen.workers[0].id, "go")
+        with anyio.fail_after(60):
+            result = await handle.wait()
+        seen = await rt.workers(run)
+    assert result.status == "completed", result
+    assert result.outputs["a"] == {"got": "go"}
+    assert seen.tasks[0].attempts == 1
+    assert not any(alive(int(pid)) for pid in pids.read_text().split())
+
+
+#: Ignores SIGTERM, starts a grandchild that ignores it too (and outlives its parent: it is
+#: re-parented), writes both pids to argv[1]/pids, says busy, runs forever.
+STUBBORN_TREE = """
+import json, os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"])
+with open(os.path.join(sys.argv[1], "pids"), "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+print(json.dumps({"type": "busy"}), flush=True)
+while True:
+    time.sleep(1000)
+"""
+
+CHILD = str(Path(__file__).with_name("_review17_orphan_child.py"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def leftovers(session: str) -> list[int]:
+    """Live processes whose environment names the worker session ``session``."""
+    needle = f"MAINSPRING_WORKER_SESSION={session}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                environ = Path(f"/proc/{name}/environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0") and alive(int(name)):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.slow
+async def test_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
+    tmp_path: Path,
+) -> None:
+    from ._review17_orphan_child import EXECUTION
+    from ._review17_orphan_child import agents as agents_of
+
+    script = tmp_path / "worker.py"
+    script.write_text(STUBBORN_TREE)
+    store = tmp_path / "store.sqlite3"
+    child = subprocess.Popen(  # noqa: ASYNC220 - a runtime we SIGKILL: not an anyio child
+        [sys.executable, CHILD, str(store), str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        line = await anyio.to_thread.run_sync(child.stdout.readline)
+        assert line == b"ready\n"
+    finally:
+        child.kill()  # SIGKILL: the runtime dies, its worker tree does not
+        await anyio.to_thread.run_sync(child.wait)
+        if child.stdout is not None:
+            child.stdout.close()
+    worker_pid, grandchild = map(int, (tmp_path / "pids").read_text().split())
+    try:
+        assert alive(worker_pid)
+        assert alive(grandchild)
+        async with ms.open_runtime(
+            store=str(store), agents=agents_of(str(script), str(tmp_path)), lease_ttl=1.0
+        ) as rt:
+            (task,) = await rt.agent_tasks(EXECUTION)
+            session = (await rt.workers(EXECUTION)).workers[0].session
+            assert session is not None
+            assert leftovers(session)
+            with anyio.fail_after(60):
+                while True:  # the dead runtime's lease lapses (1 s): the stop is ours to make
+                    result = await rt.stop_agent_task(task.id)
+                    if result.state != "stopping":
+                        break
+                    await anyio.sleep(0.1)
+            seen = await rt.workers(EXECUTION)
+            tasks = await rt.agent_tasks(EXECUTION)
+        assert result.ok, result
+        assert result.state == "cancelled"
+        assert tasks[0].state == "cancelled"
+        assert not alive(worker_pid)
+        assert not alive(grandchild)
+        assert leftovers(session) == []
+    finally:  # a failed test leaves no process of its own behind
+        for pid in (worker_pid, grandchild):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    (worker,) = seen.workers
+    assert (worker.status, worker.reason) == ("stopped", "stop-task")
+    assert seen.tasks[0].state == "blocked"
+    assert seen.trail[-1].event == "stopped"
+
+
+#: Says busy and never reads its stdin.
+DEAF = """
+import json, time
+print(json.dumps({"type": "busy"}), flush=True)
+while True:
+    time.sleep(1000)
+"""
+
+
+async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainspring.executions import _worker_api
+
+    monkeypatch.setattr(_worker_api, "REPAIR_SEND_TIMEOUT", 0.5)
+    agents = {"coder": worker(tmp_path, DEAF)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        seen = await busy(rt, handle.execution_id, 1)
+        refused = None
+        with anyio.fail_after(60):
+            for _ in range(64):  # 32 KiB a line: the pipe (64 KiB) fills within a few
+                try:
+                    await rt.repair_worker(handle.execution_id, seen.workers[0].id, "é" * 16_384)
+                except ms.executions.WorkerNotLive as exc:
+                    refused = exc
+                    break
+        assert refused is not None
+        assert "stdin" in str(refused)
+        await rt.cancel(handle.execution_id)
