@@ -99,10 +99,14 @@ def process_stat(pid: int) -> tuple[str, int, int] | None:
 
 def _is(identity: ProcessIdentity) -> bool:
     """Whether ``identity``'s pid is still that process (alive or a zombie): its start time
-    matches where ``/proc`` says it; elsewhere, its process group does. Blocking."""
+    matches where ``/proc`` says it; elsewhere, its process group does. Blocking.
+
+    Where ``/proc`` exists, a start time of 0 says the process was gone before its start
+    time could be read (see :meth:`SubprocessHost.start`): whatever has that pid now is
+    another process, never signalled as this one."""
     if HAVE_PROC:
         stat = process_stat(identity.pid)
-        return stat is not None and (identity.started in (0, stat[2]))
+        return stat is not None and identity.started != 0 and identity.started == stat[2]
     try:
         return os.getpgid(identity.pid) == identity.group
     except (ProcessLookupError, PermissionError):
