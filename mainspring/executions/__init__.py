@@ -11,6 +11,8 @@ from ._agent import SaveRefused as SaveRefused
 from ._agent_context import AgentContext as AgentContext
 from ._embedders import minilm_embedder as minilm_embedder
 from ._fleet import Proof as Proof
+from ._fleet_base import StaleWorker as StaleWorker
+from ._fleet_base import WorkerRefused as WorkerRefused
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -93,6 +95,7 @@ __all__ = [
     "ScopeNotConfigured",
     "ScriptedHost",
     "Seen",
+    "StaleWorker",
     "StepFinished",
     "StepRetrying",
     "StepStarted",
@@ -103,6 +106,7 @@ __all__ = [
     "WorkerHost",
     "WorkerNotLive",
     "WorkerProcess",
+    "WorkerRefused",
     "WorkerSpec",
     "WorkerStartFailed",
     "WorkerStepFailed",

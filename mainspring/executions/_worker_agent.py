@@ -80,10 +80,7 @@ class WorkerAgent:
         if isinstance(max_starts, bool) or not isinstance(max_starts, int) or max_starts < 1:
             raise ValueError("max_starts must be a whole number of at least 1")
         self.max_starts = max_starts
-        env = dict(env or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise TypeError("env maps names to strings")
-        self.env = env
+        self.env = _env(env)
 
     @property
     def version(self) -> str:
@@ -92,6 +89,24 @@ class WorkerAgent:
 
     async def __call__(self, ctx: AgentContext, input: Any) -> Any:
         return await Driver(self, ctx, input).run()
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``env`` checked where the agent is built, not at each start: names and values are
+    strings without NUL, names not empty and without ``=`` (what a process can be given)."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env maps names to strings: a mapping, not {type(env).__name__}")
+    checked = dict(env)
+    for name, value in checked.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"env maps names to strings, not {name!r}: {type(value).__name__}")
+        if not name or "=" in name or "\x00" in name or "\x00" in value:
+            raise ValueError(
+                f"env name {name!r}: names are not empty, without = or NUL; values without NUL"
+            )
+    return checked
 
 
 def _default_host() -> WorkerHost:

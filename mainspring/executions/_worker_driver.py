@@ -15,6 +15,7 @@ import anyio
 from ..actors import (
     ActorDeadError,
     ActorFailed,
+    BudgetExhausted,
     Cancel,
     LeaseLost,
     ParentCancel,
@@ -202,6 +203,8 @@ class Driver:
             outcome, data = await self.supervise(process)
             if outcome == "result":
                 return await self.handoff(data)
+            if outcome == "budget":
+                await self.over_budget(data)
             # exited unexpectedly: recorded; a takeover starts it again
 
     def starts(self) -> int:
@@ -362,7 +365,9 @@ class Driver:
                 self.board.put(worker, task, report.type)
                 await self.save()
             elif report.type == "usage":
-                await self.usage(worker, report)
+                over = await self.usage(worker, report)
+                if over is not None:
+                    return ("budget", over)
             elif report.type == "failure":
                 if await self.failure(worker, report):
                     return ("no-progress", None)
@@ -373,7 +378,9 @@ class Driver:
                 await self.save()
         return ("exited", None)
 
-    async def usage(self, worker: WorkerRecord, report: Report) -> None:
+    async def usage(self, worker: WorkerRecord, report: Report) -> tuple[str, str] | None:
+        """Charge a ``usage`` report (B3); the budget it exhausted, if any: ``("tokens" |
+        "cost", why)`` for the run's, ``("task", why)`` for the task's reservation."""
         data = report.data
         try:
             tokens_in = int(data.get("input_tokens", 0))
@@ -393,10 +400,37 @@ class Driver:
         except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
             self.board.put(worker, None, "protocol", "bad-usage")
             await self.save()
-            return
+            return None
         self.actor.add_usage(usage)  # B3: charged to the task, so to the run
         self.board.put(worker, None, "usage")
         await self.save()
+        return self.actor.over_budget()
+
+    async def over_budget(self, over: tuple[str, str]) -> None:
+        """B3, P4, as for a Python agent whose usage reached a budget: the process is
+        stopped and confirmed dead, then the run's budget (tokens, cost) puts the task back
+        to ready and the run waits for budget with the work kept (a resume with more
+        budget takes the worker over); the task's own reservation fails the step
+        ``agent-call-budget``."""
+        budget, why = over
+        worker = self.worker()
+        assert worker is not None
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.mark_stopped(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason="budget" if budget != "task" else "agent-call-budget",
+            task_state="ready" if budget != "task" else "blocked",
+            now=time.time(),
+        )
+        self.board.put(worker, task, "stopped", f"budget:{budget}")
+        await self.save()
+        if budget == "task":
+            raise WorkerStepFailed("agent-call-budget", why)
+        await self.actor.wait_for_budget(budget)
 
     async def failure(self, worker: WorkerRecord, report: Report) -> bool:
         data = report.data
@@ -576,6 +610,8 @@ def _why(reason: Any) -> tuple[str, Any]:
         return "pause", "ready"
     if isinstance(root, Timeout):
         return "timeout", "ready"
+    if isinstance(root, BudgetExhausted):
+        return "budget", "ready"
     if isinstance(root, LeaseLost):
         return "lease-lost", "ready"
     if reason is None:
