@@ -120,3 +120,21 @@ def test_the_errors_of_worker_controls_are_public() -> None:
         cls = getattr(ms.executions, name)
         assert cls.__module__ == "mainspring.executions"
         assert issubclass(cls, ms.MainspringError)
+
+
+@pytest.mark.anyio
+async def test_P4_a_worker_past_its_task_reservation_is_stopped_and_the_step_fails(
+    tmp_path: Path,
+) -> None:
+    host = ScriptedHost([[SPENT, ScriptedHost.until_stopped()]])
+    options: dict[str, Any] = {"max_tokens": 10_000, "token_reservation": lambda left: 100}
+    async with runtime(tmp_path, agents=coder(host), **options, **FAST) as rt:
+        with anyio.fail_after(30):
+            done = await (await rt.start("g", plan_of(agent("a", "coder")))).wait()
+        seen = await rt.workers(done.execution_id)
+        (task,) = tasks_of(stored(rt, done.execution_id))
+    assert done.status == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-call-budget"
+    assert not host.processes[0].alive
+    assert seen.workers[0].status == "stopped"
