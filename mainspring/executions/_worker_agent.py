@@ -12,10 +12,10 @@ worker record through ``_fleet`` (never edited otherwise), puts it on the execut
 - while running: a heartbeat renews the lease every lease/3; ``usage`` is charged to the
   worker's epoch and to the task (B3), and one that reaches the run's token or cost budget
   stops the process (confirmed dead), the task goes back to ready and the run waits for
-  budget (past the task's reservation: the step fails ``agent-call-budget``); ``failure`` feeds the no-progress rule, which stops
-  the process, requires its death and fails the step ``no-progress:<class>``; an unexpected
-  exit puts the task back to ready (``native-process-exited``) and a takeover (generation
-  + 1) starts it again;
+  budget (past the task's reservation: the step fails ``agent-call-budget``); ``failure``
+  feeds the no-progress rule, which stops the process, requires its death and fails the
+  step ``no-progress:<class>``; an unexpected exit puts the task back to ready
+  (``native-process-exited``) and a takeover (generation + 1) starts it again;
 - ``result``: the output is sealed as evidence, the handoff begins (its delivery digest is
   the evidence's), the process is stopped and confirmed dead, the worker fenced and the
   delivery published: the step succeeds with that output. A delivered task is never run
