@@ -138,3 +138,23 @@ async def test_P4_a_worker_past_its_task_reservation_is_stopped_and_the_step_fai
     assert task.failure.code == "agent-call-budget"
     assert not host.processes[0].alive
     assert seen.workers[0].status == "stopped"
+
+
+@pytest.mark.anyio
+async def test_finalize_refuses_a_run_without_any_worker_task(tmp_path: Path) -> None:
+    """Before: a run with no worker task (or whose worker steps had not begun) was
+    finalized: "every task delivered" held vacuously."""
+    receipt = {"tests": "passed"}
+    proof = ms.executions.Proof(
+        verification="passed",
+        review="passed",
+        receipt=receipt,
+        receipt_digest=ms.storage.sha256_hex(receipt),
+    )
+    async with runtime(tmp_path, **FAST) as rt:
+        with anyio.fail_after(30):
+            done = await (await rt.start("g", plan_of(ms.PlanStep(id="a", tool="inc")))).wait()
+        with pytest.raises(ms.executions.WorkerRefused) as refused:
+            await rt.finalize(done.execution_id, proof)
+        assert refused.value.code == "proof"
+        assert stored(rt, done.execution_id).proof_digest is None
