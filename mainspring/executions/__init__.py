@@ -11,6 +11,8 @@ from ._agent import SaveRefused as SaveRefused
 from ._agent_context import AgentContext as AgentContext
 from ._embedders import minilm_embedder as minilm_embedder
 from ._fleet import Proof as Proof
+from ._fleet_base import StaleWorker as StaleWorker
+from ._fleet_base import WorkerRefused as WorkerRefused
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
@@ -60,7 +62,7 @@ from ._usage import WithUsage as WithUsage
 from ._worker_agent import WorkerAgent as WorkerAgent
 from ._worker_api import WorkerNotLive as WorkerNotLive
 from ._worker_api import WorkersView as WorkersView
-from ._worker_driver import WorkerStepFailed as WorkerStepFailed
+from ._worker_spend import WorkerStepFailed as WorkerStepFailed
 
 __all__ = [
     "AgentMemory",
@@ -93,6 +95,7 @@ __all__ = [
     "ScopeNotConfigured",
     "ScriptedHost",
     "Seen",
+    "StaleWorker",
     "StepFinished",
     "StepRetrying",
     "StepStarted",
@@ -103,6 +106,7 @@ __all__ = [
     "WorkerHost",
     "WorkerNotLive",
     "WorkerProcess",
+    "WorkerRefused",
     "WorkerSpec",
     "WorkerStartFailed",
     "WorkerStepFailed",

@@ -422,6 +422,19 @@ class AgentTaskActor(Actor):
         self._touch(calls_used=record.calls_used + 1)
         self._meter.calls_used = self.record.calls_used
 
+    def over_budget(self) -> tuple[str, str] | None:
+        """B3: the budget this task's usage has reached, if any, as :meth:`chargecall`
+        sees it: the run's (``tokens`` / ``cost``) or the task's reservation (``task``)."""
+        budget = self._exhausted() if self._exhausted is not None else None
+        if budget is not None:
+            return budget, f"the run's {budget} budget is exhausted"
+        over = self._allowance.over(self.record.usage) if self._allowance else None
+        return ("task", over) if over is not None else None
+
+    async def wait_for_budget(self, budget: str) -> NoReturn:
+        """The run's ``budget`` ran out under a worker-backed step (see _wait_for_budget)."""
+        await self._wait_for_budget(budget)
+
     def add_usage(self, usage: Usage) -> None:
         if usage:  # B3: only grows; the meter carries it to the execution even unsaved
             self._touch(usage=self.record.usage + usage)

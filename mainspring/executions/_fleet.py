@@ -575,8 +575,8 @@ class Proof:
 def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof: Proof) -> str:
     """The digest of the proof (sha256 of its canonical JSON) that lets the run finalize:
     refused while a worker is active (``active-writer``), or when the proof does not hold
-    (``proof``: verification or review not passed, a task not delivered, a receipt whose
-    digest is not its own)."""
+    (``proof``: verification or review not passed, no worker task, a task not delivered, a
+    receipt whose digest is not its own)."""
     live = sorted(w.id for w in workers if w.active)
     if live:
         raise WorkerRefused("active-writer", f"workers still active: {', '.join(live[:8])}")
@@ -584,6 +584,8 @@ def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof
         raise WorkerRefused(
             "proof", f"verification {proof.verification}, review {proof.review}: not passed"
         )
+    if not (tasks := list(tasks)):  # "the task complete" never holds vacuously
+        raise WorkerRefused("proof", "the run has no worker task: nothing was delivered")
     open_tasks = sorted(t.id for t in tasks if t.state != "delivered")
     if open_tasks:
         raise WorkerRefused("proof", f"tasks not delivered: {', '.join(open_tasks[:8])}")

@@ -161,6 +161,10 @@ class WorkerHost(Protocol):
 def command_of(command: str | Sequence[str]) -> tuple[str, ...]:
     """A command as argv: a sequence of strings, not empty, no NUL (a string is one
     program without arguments)."""
+    if isinstance(command, bytes | bytearray | Mapping) or not isinstance(command, str | Sequence):
+        raise TypeError(
+            f"a worker command is a list of strings (argv), not {type(command).__name__}"
+        )
     argv = (command,) if isinstance(command, str) else tuple(command)
     if not argv or not all(isinstance(a, str) and a and "\x00" not in a for a in argv):
         raise ValueError("a worker command is a non-empty list of non-empty strings without NUL")

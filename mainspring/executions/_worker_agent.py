@@ -10,10 +10,12 @@ worker record through ``_fleet`` (never edited otherwise), puts it on the execut
   identity (committed); a failed start blocks the worker ``native-start`` and a new worker
   is assigned, up to ``max_starts`` starts, then the step fails ``worker-start-limit``;
 - while running: a heartbeat renews the lease every lease/3; ``usage`` is charged to the
-  worker's epoch and to the task (B3); ``failure`` feeds the no-progress rule, which stops
-  the process, requires its death and fails the step ``no-progress:<class>``; an unexpected
-  exit puts the task back to ready (``native-process-exited``) and a takeover (generation
-  + 1) starts it again;
+  worker's epoch and to the task (B3), and one that reaches the run's token or cost budget
+  stops the process (confirmed dead), the task goes back to ready and the run waits for
+  budget (past the task's reservation: the step fails ``agent-call-budget``); ``failure``
+  feeds the no-progress rule, which stops the process, requires its death and fails the
+  step ``no-progress:<class>``; an unexpected exit puts the task back to ready
+  (``native-process-exited``) and a takeover (generation + 1) starts it again;
 - ``result``: the output is sealed as evidence, the handoff begins (its delivery digest is
   the evidence's), the process is stopped and confirmed dead, the worker fenced and the
   delivery published: the step succeeds with that output. A delivered task is never run
@@ -80,10 +82,7 @@ class WorkerAgent:
         if isinstance(max_starts, bool) or not isinstance(max_starts, int) or max_starts < 1:
             raise ValueError("max_starts must be a whole number of at least 1")
         self.max_starts = max_starts
-        env = dict(env or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise TypeError("env maps names to strings")
-        self.env = env
+        self.env = _env(env)
 
     @property
     def version(self) -> str:
@@ -92,6 +91,24 @@ class WorkerAgent:
 
     async def __call__(self, ctx: AgentContext, input: Any) -> Any:
         return await Driver(self, ctx, input).run()
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``env`` checked where the agent is built, not at each start: names and values are
+    strings without NUL, names not empty and without ``=`` (what a process can be given)."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env maps names to strings: a mapping, not {type(env).__name__}")
+    checked = dict(env)
+    for name, value in checked.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"env maps names to strings, not {name!r}: {type(value).__name__}")
+        if not name or "=" in name or "\x00" in name or "\x00" in value:
+            raise ValueError(
+                f"env name {name!r}: names are not empty, without = or NUL; values without NUL"
+            )
+    return checked
 
 
 def _default_host() -> WorkerHost:

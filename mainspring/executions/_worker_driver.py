@@ -7,7 +7,6 @@ import hashlib
 import secrets
 import time
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -15,6 +14,7 @@ import anyio
 from ..actors import (
     ActorDeadError,
     ActorFailed,
+    BudgetExhausted,
     Cancel,
     LeaseLost,
     ParentCancel,
@@ -25,35 +25,29 @@ from ..actors import (
 from ..storage import (
     ACTIVE_WORKER,
     StopIntent,
-    Usage,
     WorkerFailure,
     WorkerRecord,
     WorkerTask,
 )
 from . import _fleet as fleet
-from ._agent import CodedFailure, SaveRefused
+from ._agent import SaveRefused
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
 from ._worker_find import find_start, host_of
 from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
+from ._worker_spend import Spending, WorkerStepFailed
 
 if TYPE_CHECKING:
     from ._agent_context import AgentContext
     from ._worker_agent import WorkerAgent
 
-__all__ = ["Driver", "WorkerStepFailed", "sha"]
-
-
-class WorkerStepFailed(CodedFailure):
-    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
-    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
-    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``)."""
+__all__ = ["Driver", "sha"]
 
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class Driver:
+class Driver(Spending):
     """Drives the workers of one agent task (one run of it)."""
 
     def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
@@ -202,6 +196,8 @@ class Driver:
             outcome, data = await self.supervise(process)
             if outcome == "result":
                 return await self.handoff(data)
+            if outcome == "budget":
+                await self.over_budget(data)
             # exited unexpectedly: recorded; a takeover starts it again
 
     def starts(self) -> int:
@@ -363,7 +359,9 @@ class Driver:
                 self.board.put(worker, task, report.type)
                 await self.save()
             elif report.type == "usage":
-                await self.usage(worker, report)
+                over = await self.usage(worker, report)
+                if over is not None:
+                    return ("budget", over)
             elif report.type == "failure":
                 if await self.failure(worker, report):
                     return ("no-progress", None)
@@ -373,31 +371,6 @@ class Driver:
                 self.board.put(worker, None, "protocol")
                 await self.save()
         return ("exited", None)
-
-    async def usage(self, worker: WorkerRecord, report: Report) -> None:
-        data = report.data
-        try:
-            tokens_in = int(data.get("input_tokens", 0))
-            tokens_out = int(data.get("output_tokens", 0))
-            cost = Decimal(str(data.get("cost", 0)))
-            usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost=cost)
-            worker = fleet.add_usage(
-                worker,
-                generation=report.generation,
-                session=report.session,
-                job=report.job,
-                input_tokens=tokens_in,
-                output_tokens=tokens_out,
-                cost=cost,
-                now=time.time(),
-            )
-        except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
-            self.board.put(worker, None, "protocol", "bad-usage")
-            await self.save()
-            return
-        self.actor.add_usage(usage)  # B3: charged to the task, so to the run
-        self.board.put(worker, None, "usage")
-        await self.save()
 
     async def failure(self, worker: WorkerRecord, report: Report) -> bool:
         data = report.data
@@ -577,6 +550,8 @@ def _why(reason: Any) -> tuple[str, Any]:
         return "pause", "ready"
     if isinstance(root, Timeout):
         return "timeout", "ready"
+    if isinstance(root, BudgetExhausted):
+        return "budget", "ready"
     if isinstance(root, LeaseLost):
         return "lease-lost", "ready"
     if reason is None:
