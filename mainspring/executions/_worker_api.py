@@ -132,6 +132,11 @@ class WorkerControls:
         if sealed != digest:  # pragma: no cover - one canonical form on both sides
             raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
         if board is not None and board.commit is not None:
+            # Checked again after the seal's await: a finalize that ran meanwhile (another
+            # proof) or a worker that became active is never overwritten nor ignored.
+            fleet.finalize(board.tasks.values(), board.workers.values(), proof)
+            if board.proof_digest not in (None, digest):
+                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
             board.proof_digest = digest
             if not await board.commit():
                 raise WorkerNotLive("the run is stopping: finalize it once it stopped")
@@ -142,6 +147,9 @@ class WorkerControls:
                 return None
             if stored.proof_digest is not None:
                 raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+            fleet.finalize(
+                parse_worker_tasks(stored.worker_tasks)[0], parse_workers(stored.workers)[0], proof
+            )
             return attrs.evolve(stored, proof_digest=digest, updated_at=now)
 
         await self._committer.edit(execution_id, change)

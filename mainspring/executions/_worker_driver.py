@@ -345,13 +345,22 @@ class Driver:
             scope.cancel()
 
     async def reports(self, process: WorkerProcess) -> tuple[str, Any]:
+        protocol = 0  # lines that are not reports: the 1st, 2nd, 4th, ... are recorded
         async for report in process.reports:
             worker = self.worker()
             assert worker is not None
             if (report.generation, report.session) != (worker.generation, worker.session):
                 continue  # a late report of an older process
-            if report.type in ("idle", "busy"):
+            if report.type == "progress":
+                if report.data.get("useful") is True and worker.repeats:
+                    # Useful progress: the no-progress rule starts over (committed once).
+                    worker = fleet.progress(worker, fleet.expect(worker), now=time.time())
+                    self.board.put(worker, None, "progress", "useful")
+                    await self.save()
+            elif report.type in ("idle", "busy"):
                 seen: fleet.Observed = "idle" if report.type == "idle" else "running"
+                if seen == worker.status:
+                    continue  # nothing changed: a chatty worker does not flood the trail
                 worker, task = fleet.observe(
                     worker,
                     self.task(),
@@ -369,8 +378,11 @@ class Driver:
             elif report.type == "result":
                 return ("result", report.data)
             elif report.type == "protocol":
-                self.board.put(worker, None, "protocol")
-                await self.save()
+                protocol += 1
+                if protocol & (protocol - 1) == 0:  # bounded: log2(n) entries and commits
+                    why = str(report.data.get("reason", ""))
+                    self.board.put(worker, None, "protocol", f"{why} n={protocol}")
+                    await self.save()
         return ("exited", None)
 
     async def usage(self, worker: WorkerRecord, report: Report) -> None:
