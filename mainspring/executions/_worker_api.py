@@ -86,18 +86,27 @@ class WorkerControls:
         """Send a repair instruction to a live worker of this runtime (one JSON line
         ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
         (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
-        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here."""
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or it
+        ended before the line reached it), ``StaleWorker`` if the worker moved on while the
+        line was on its way. A process that does not read its stdin makes this wait once its
+        pipe is full: bound it with a deadline."""
         check_id(execution_id)
         check_id(worker_id)
         board = self._cfg.worker_boards.get(execution_id)
         live = board.live.get(worker_id) if board is not None else None
         if board is None or live is None or board.commit is None:
             raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
-        worker = board.workers[worker_id]
-        worker, trimmed, digest = fleet.repair(
-            worker, fleet.expect(worker, "running", "idle"), text, now=time.time()
-        )
-        await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        belief = fleet.expect(board.workers[worker_id], "running", "idle")
+        _, trimmed, digest = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
+        try:
+            await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        except ProcessLookupError as exc:
+            raise WorkerNotLive(f"worker {worker_id}'s process no longer reads") from exc
+        # V2: the driver may have recorded something while the line was on its way (a
+        # failure, idle, a handoff): the repair is counted on the worker as it is now
+        # (StaleWorker if it is no longer that generation, running or idle), never on the
+        # copy read before the send.
+        worker, _, _ = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
         board.put(worker, None, "repair", digest)
         if not await board.commit():
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
