@@ -456,7 +456,7 @@ class Driver:
         assert worker.process is not None
         seen = await self.agent.host.stop(worker.process, grace=self.agent.grace)
         if not seen.dead:
-            self.board.put(worker, None, "stop-unconfirmed")
+            self.board.put(self.board.workers[worker.id], None, "stop-unconfirmed")
             await self.commit()
             raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
         await self.reap()
@@ -498,6 +498,7 @@ class Driver:
         now = time.time()
         # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
         digest = await self.board.shelf.seal(output)
+        worker = self.board.workers[worker.id]  # V2: as it is now (a repair, a heartbeat)
         try:
             intent = StopIntent(
                 delivery_digest=digest,

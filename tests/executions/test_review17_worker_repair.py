@@ -106,3 +106,33 @@ async def test_a_repair_to_a_process_that_just_ended_is_worker_not_live(tmp_path
             assert isinstance(answers[0], WorkerNotLive), answers
             (after,) = (await rt.workers(handle.execution_id)).workers
             assert after.status == "delivered"
+
+
+async def test_a_repair_while_the_result_is_sealed_is_kept_by_the_handoff(tmp_path: Path) -> None:
+    go, gate, sealing = anyio.Event(), anyio.Event(), anyio.Event()
+    result = {"type": "result", "output": {"big": "x" * 1000}}
+    host = ScriptedHost(
+        [[{"type": "busy"}, ScriptedHost.wait(go), result, ScriptedHost.until_stopped()]]
+    )
+    agents = {"coder": WorkerAgent(["fake"], host=host, grace=0.1)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        shelf = rt._cfg.evidence
+        seal = shelf.seal
+
+        async def slow_seal(value: Any) -> str:
+            sealing.set()
+            await gate.wait()
+            return await seal(value)
+
+        shelf.seal = slow_seal  # type: ignore[method-assign]
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            worker = await _worker(rt, handle.execution_id, "running")
+            go.set()
+            await sealing.wait()  # the handoff read the worker and seals its result
+            await rt.repair_worker(handle.execution_id, worker.id, "fix")
+            gate.set()
+            assert (await handle.wait()).status == "completed"
+        (after,) = (await rt.workers(handle.execution_id)).workers
+    assert after.status == "delivered"
+    assert after.repairs == 1  # the repair recorded meanwhile was not overwritten
