@@ -3,7 +3,9 @@ for a live worker, and finalizing a run with its proof (#17)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 import anyio.to_thread
 import attrs
@@ -24,6 +26,7 @@ from ..storage import (
 from . import _fleet as fleet
 from ._handle import UnknownExecution
 from ._run_messages import RunConfig
+from ._worker_run import WorkerJoin
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
 
@@ -72,6 +75,7 @@ class WorkerControls:
     _cfg: RunConfig
     _committer: Committer
     _store: Store
+    _live: dict[str, Any]  # the runs live in this runtime (their actor refs)
 
     async def workers(self, execution_id: str) -> WorkersView:
         """The execution's workers, their tasks and the trail, read from the store (it
@@ -125,6 +129,12 @@ class WorkerControls:
         if record is None:
             raise UnknownExecution(execution_id)
         board = self._cfg.worker_boards.get(execution_id)
+        live = self._live.get(execution_id)
+        if board is None and live is not None:
+            # Live here with no worker yet: through its board, so its next commit carries
+            # the proof and its drivers see it (a store edit would be undone by the run).
+            with contextlib.suppress(Exception):
+                board = await live.ref.ask(WorkerJoin())
         if board is not None:
             workers, tasks = list(board.workers.values()), list(board.tasks.values())
             current = board.proof_digest

@@ -46,7 +46,7 @@ __all__ = ["Driver", "WorkerStepFailed", "sha"]
 class WorkerStepFailed(CodedFailure):
     """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
     ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
-    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``)."""
+    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``worker-finalized``)."""
 
 
 def sha(text: str) -> str:
@@ -217,12 +217,14 @@ class Driver:
     async def assigned(self) -> WorkerRecord:
         """The worker to start: the task's own (assigned, or stopped: taken over) or a new
         one (the first, or after a failed start), once the run has capacity."""
+        self.not_final()
         worker = self.worker()
         if worker is not None and worker.status == "assigned":
             return worker
         if worker is not None and worker.status == "stopped":
             return await self.takeover(worker)  # recorded stopped only once confirmed dead
         while True:
+            self.not_final()
             n = sum(1 for w in self.board.workers.values() if w.task_id == self.task_id)
             try:
                 task, worker = fleet.assign(
@@ -242,6 +244,11 @@ class Driver:
             self.board.put(worker, task, "assigned")
             await self.save()
             return worker
+
+    def not_final(self) -> None:
+        """A finalized run (its proof recorded) gets no new writer (``worker-finalized``)."""
+        if self.board.proof_digest is not None:
+            raise WorkerStepFailed("worker-finalized", f"the run of task {self.task_id} is final")
 
     async def takeover(self, worker: WorkerRecord, detail: str = "") -> WorkerRecord:
         """Generation + 1 of ``worker``, whose process is confirmed dead (once the run has
