@@ -3,25 +3,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from ..actors import (
-    ActorDeadError,
-    ActorFailed,
-    Cancel,
-    LeaseLost,
-    ParentCancel,
-    Pause,
-    Timeout,
-    cancel_reason,
-)
+from ..actors import cancel_reason
 from ..storage import (
     ACTIVE_WORKER,
     StopIntent,
@@ -31,63 +21,16 @@ from ..storage import (
     WorkerTask,
 )
 from . import _fleet as fleet
-from ._agent import CodedFailure, SaveRefused
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
+from ._worker_driver_base import DriverBase, WorkerStepFailed, digest_of, sha, why
 from ._worker_find import find_start, host_of
-from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
-
-if TYPE_CHECKING:
-    from ._agent_context import AgentContext
-    from ._worker_agent import WorkerAgent
+from ._worker_run import LiveWorker, WorkerJoin
 
 __all__ = ["Driver", "WorkerStepFailed", "sha"]
 
 
-class WorkerStepFailed(CodedFailure):
-    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
-    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
-    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``worker-finalized``)."""
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-class Driver:
+class Driver(DriverBase):
     """Drives the workers of one agent task (one run of it)."""
-
-    def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
-        self.agent = agent
-        self.actor = ctx._actor
-        self.input = input if isinstance(input, Mapping) else {}
-        record = self.actor.record
-        self.task_id = record.id
-        self.step_id = record.step_id
-        self.agent_id = record.agent_id
-        self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
-        self.board: WorkerBoard
-        self.process: WorkerProcess | None = None  # the live process this driver holds
-
-    # -- the funnel --------------------------------------------------------------------------
-
-    async def commit(self) -> bool:
-        try:
-            return bool(await self.actor._execution.ask(WorkerCommit()))
-        except (ActorDeadError, ActorFailed):
-            return False
-
-    async def save(self) -> None:
-        if not await self.commit():
-            raise SaveRefused("the execution refused the save: it is stopping")
-
-    def worker(self) -> WorkerRecord | None:
-        task = self.board.tasks[self.task_id]
-        return self.board.workers.get(task.worker_id) if task.worker_id else None
-
-    def task(self) -> WorkerTask:
-        return self.board.tasks[self.task_id]
-
-    # -- the run ---------------------------------------------------------------------------
 
     async def run(self) -> Any:
         self.board = await self.actor._execution.ask(WorkerJoin())
@@ -188,14 +131,15 @@ class Driver:
 
     async def serve(self) -> Any:
         while True:
-            worker = await self.assigned()
             starts = self.starts()
             if starts >= self.agent.max_starts:
+                await self.give_up()  # before a worker is assigned: none is left active
                 raise WorkerStepFailed(
                     "worker-start-limit",
                     f"task {self.task_id} tried {starts} worker starts "
                     f"(max_starts {self.agent.max_starts}) and none delivered",
                 )
+            worker = await self.assigned()
             process = await self.start(worker)
             if process is None:
                 continue  # native-start: a new worker
@@ -203,6 +147,22 @@ class Driver:
             if outcome == "result":
                 return await self.handoff(data)
             # exited unexpectedly: recorded; a takeover starts it again
+
+    async def give_up(self) -> None:
+        """No start is left: a worker assigned (never started: no process) is blocked, so
+        it holds no capacity and does not refuse finalize as an active writer."""
+        worker = self.worker()
+        if worker is not None and worker.status == "assigned" and worker.process is None:
+            worker, task = fleet.block(
+                worker,
+                self.task(),
+                fleet.expect(worker),
+                confirmed_dead=True,  # assigned: this generation never had a process
+                reason="worker-start-limit",
+                now=time.time(),
+            )
+            self.board.put(worker, task, "blocked", "worker-start-limit")
+            await self.save()
 
     def starts(self) -> int:
         """The task's starts so far: those that started (``attempts``) and those that
@@ -425,8 +385,8 @@ class Driver:
                 fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
                 check_id=data.get("check_id"),
                 pin_id=data.get("pin_id"),
-                diagnostic_digest=_digest_of(data.get("diagnostic")),
-                progress_digest=_digest_of(data.get("progress")),
+                diagnostic_digest=digest_of(data.get("diagnostic")),
+                progress_digest=digest_of(data.get("progress")),
                 phase=data.get("phase", "run"),
                 round=data.get("round", 0),
                 useful_progress=data.get("useful_progress", False) is True,
@@ -559,7 +519,7 @@ class Driver:
         self.board.live.pop(worker.id, None)
         await self.process.reports.aclose()
         identity = self.process.identity
-        reason, state = _why(cancel_reason())
+        reason, state = why(cancel_reason())
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
         except Exception:
@@ -583,25 +543,3 @@ class Driver:
         )
         self.board.put(worker, task, "stopped", reason)
         await self.commit()  # refused while the run stops: the board carries it
-
-
-def _why(reason: Any) -> tuple[str, Any]:
-    """The stop's reason as a worker reason, and the task state it leaves."""
-    root = reason.root if isinstance(reason, ParentCancel) else reason
-    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
-        return "stop-task", "blocked"
-    if isinstance(root, Cancel):
-        return "cancel", "blocked"
-    if isinstance(root, Pause):
-        return "pause", "ready"
-    if isinstance(root, Timeout):
-        return "timeout", "ready"
-    if isinstance(root, LeaseLost):
-        return "lease-lost", "ready"
-    if reason is None:
-        return "stopping", "ready"
-    return "shutdown", "ready"
-
-
-def _digest_of(text: Any) -> str | None:
-    return sha(text) if isinstance(text, str) and text else None
