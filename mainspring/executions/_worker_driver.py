@@ -416,7 +416,7 @@ class Driver(DriverBase):
         )
         self.board.put(worker, task, "blocked", code)
         await self.save()
-        raise WorkerStepFailed(code[:64], f"worker {worker.id} reported the same failure twice")
+        raise WorkerStepFailed(code, f"worker {worker.id} reported the same failure twice")
 
     async def stop_confirmed(self, worker: WorkerRecord) -> None:
         """Stop the held process; it must be confirmed dead (``worker-not-dead`` else)."""

@@ -111,3 +111,19 @@ async def test_two_finalizes_racing_with_different_proofs_never_overwrite(
         with anyio.fail_after(30):
             await handle.wait()
         assert stored(rt, handle.execution_id).proof_digest == digest
+
+
+async def test_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: Path) -> None:
+    name = "c" * 64  # the longest failure class
+    failure = {"type": "failure", "class": name, "fingerprint": "x"}
+    host = ScriptedHost([[failure, failure]])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "failed"
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+        seen = await rt.workers(handle.execution_id)
+    assert task.failure is not None
+    assert task.failure.code == f"no-progress:{name}"
+    assert seen.workers[0].reason == task.failure.code
+    assert seen.tasks[0].reason == task.failure.code
