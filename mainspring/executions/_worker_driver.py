@@ -29,8 +29,14 @@ from ._worker_run import LiveWorker, WorkerJoin
 __all__ = ["Driver", "WorkerStepFailed", "sha"]
 
 
+#: Chatter from a worker is committed at most this often (seconds).
+_FLUSH = 0.1
+
+
 class Driver(DriverBase):
     """Drives the workers of one agent task (one run of it)."""
+
+    unsaved: anyio.Event  # set: chatter on the board waits for the flusher
 
     async def run(self) -> Any:
         self.board = await self.actor._execution.ask(WorkerJoin())
@@ -283,8 +289,10 @@ class Driver(DriverBase):
 
     async def supervise(self, process: WorkerProcess) -> tuple[str, Any]:
         errors: list[Exception] = []
+        self.unsaved = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.heartbeats, errors, tg.cancel_scope)
+            tg.start_soon(self.flusher, errors, tg.cancel_scope)
             try:
                 outcome = await self.reports(process)
             except Exception as exc:  # raised below, not wrapped in a group
@@ -311,6 +319,21 @@ class Driver(DriverBase):
             errors.append(exc)
             scope.cancel()
 
+    async def flusher(self, errors: list[Exception], scope: anyio.CancelScope) -> None:
+        """Chatter (idle / busy, usage, protocol lines, progress) is committed together, at
+        most every ``_FLUSH`` seconds, so a worker that floods reports does not make a commit
+        of each (bounded); what ends the supervision (result, exit, failure, stop) commits
+        whatever is still unsaved before its next phase (E2)."""
+        try:
+            while True:
+                await self.unsaved.wait()
+                await anyio.sleep(_FLUSH)
+                self.unsaved = anyio.Event()
+                await self.save()
+        except Exception as exc:  # a refused save: the run stops
+            errors.append(exc)
+            scope.cancel()
+
     async def reports(self, process: WorkerProcess) -> tuple[str, Any]:
         protocol = 0  # lines that are not reports: the 1st, 2nd, 4th, ... are recorded
         async for report in process.reports:
@@ -323,7 +346,7 @@ class Driver(DriverBase):
                     # Useful progress: the no-progress rule starts over (committed once).
                     worker = fleet.progress(worker, fleet.expect(worker), now=time.time())
                     self.board.put(worker, None, "progress", "useful")
-                    await self.save()
+                    self.unsaved.set()
             elif report.type in ("idle", "busy"):
                 seen: fleet.Observed = "idle" if report.type == "idle" else "running"
                 if seen == worker.status:
@@ -336,7 +359,7 @@ class Driver(DriverBase):
                     now=time.time(),
                 )
                 self.board.put(worker, task, report.type)
-                await self.save()
+                self.unsaved.set()
             elif report.type == "usage":
                 await self.usage(worker, report)
             elif report.type == "failure":
@@ -349,7 +372,7 @@ class Driver(DriverBase):
                 if protocol & (protocol - 1) == 0:  # bounded: log2(n) entries and commits
                     why = str(report.data.get("reason", ""))
                     self.board.put(worker, None, "protocol", f"{why} n={protocol}")
-                    await self.save()
+                    self.unsaved.set()
         return ("exited", None)
 
     async def usage(self, worker: WorkerRecord, report: Report) -> None:
@@ -371,11 +394,11 @@ class Driver(DriverBase):
             )
         except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
             self.board.put(worker, None, "protocol", "bad-usage")
-            await self.save()
+            self.unsaved.set()
             return
         self.actor.add_usage(usage)  # B3: charged to the task, so to the run
         self.board.put(worker, None, "usage")
-        await self.save()
+        self.unsaved.set()
 
     async def failure(self, worker: WorkerRecord, report: Report) -> bool:
         data = report.data

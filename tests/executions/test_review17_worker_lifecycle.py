@@ -127,3 +127,21 @@ async def test_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: Pat
     assert task.failure.code == f"no-progress:{name}"
     assert seen.workers[0].reason == task.failure.code
     assert seen.tasks[0].reason == task.failure.code
+
+
+async def test_a_flood_of_state_and_usage_reports_is_committed_together(tmp_path: Path) -> None:
+    flood: list[Any] = []
+    for _ in range(2000):
+        flood += [{"type": "busy"}, {"type": "idle"}, {"type": "usage", "input_tokens": 1}]
+    host = ScriptedHost([[*flood, RESULT]])
+    store = RecordingSqliteStore(tmp_path / "store.sqlite3")
+    async with runtime(store, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(60):
+            assert (await handle.wait()).status == "completed"
+        record = stored(rt, handle.execution_id)
+        seen = await rt.workers(handle.execution_id)
+    # every report counted, but not one commit each (6,000 reports)
+    assert record.usage.input_tokens == 2000
+    assert seen.workers[0].usage[0].input_tokens == 2000
+    assert len(store.versions) < 600
