@@ -62,7 +62,7 @@ from ._usage import WithUsage as WithUsage
 from ._worker_agent import WorkerAgent as WorkerAgent
 from ._worker_api import WorkerNotLive as WorkerNotLive
 from ._worker_api import WorkersView as WorkersView
-from ._worker_spend import WorkerStepFailed as WorkerStepFailed
+from ._worker_driver_base import WorkerStepFailed as WorkerStepFailed
 
 __all__ = [
     "AgentMemory",

@@ -97,6 +97,7 @@ __all__ = [
     "mark_stopped",
     "next_trail_seq",
     "observe",
+    "progress",
     "repair",
     "report_failure",
     "start_failed",
@@ -362,6 +363,14 @@ def report_failure(
         repeats = 1
     worker = attrs.evolve(worker, failure=failure, repeats=min(repeats, 1_000_000), updated_at=now)
     return worker, repeats >= 2
+
+
+def progress(worker: WorkerRecord, belief: Expect, *, now: float) -> WorkerRecord:
+    """The worker reported useful progress: the no-progress rule starts over (the next
+    failure is the first in a row, even if it is the same as the last)."""
+    _check(worker, belief)
+    _from(worker, ("running", "idle"), "not-live")
+    return attrs.evolve(worker, repeats=0, updated_at=now) if worker.repeats else worker
 
 
 def repair(

@@ -41,10 +41,10 @@ WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
 }
 
 #: Why a worker may be stopped without having failed: the run was paused, met its deadline,
-#: lost its lease or shut down. A start that ended so does not count against the task's
-#: start limit (its takeover gives the attempt back): a paused run resumed any number of
-#: times keeps its starts for real failures.
-NOT_FAILED = frozenset({"pause", "timeout", "lease-lost", "shutdown", "stopping"})
+#: ran out of budget (B3: it waits for more), lost its lease or shut down. A start that
+#: ended so does not count against the task's start limit (its takeover gives the attempt
+#: back): a paused run resumed any number of times keeps its starts for real failures.
+NOT_FAILED = frozenset({"pause", "timeout", "budget", "lease-lost", "shutdown", "stopping"})
 
 #: What a host can say about a process: alive and working, alive and waiting for input,
 #: gone (with its exit status when known), or not knowable from here (another host).

@@ -15,7 +15,9 @@ worker record through ``_fleet`` (never edited otherwise), puts it on the execut
   budget (past the task's reservation: the step fails ``agent-call-budget``); ``failure``
   feeds the no-progress rule, which stops the process, requires its death and fails the
   step ``no-progress:<class>``; an unexpected exit puts the task back to ready
-  (``native-process-exited``) and a takeover (generation + 1) starts it again;
+  (``native-process-exited``) and a takeover (generation + 1) starts it again; idle /
+  busy, usage and lines that are not reports are committed together, at most every 0.1 s
+  (a worker that floods reports makes few commits);
 - ``result``: the output is sealed as evidence, the handoff begins (its delivery digest is
   the evidence's), the process is stopped and confirmed dead, the worker fenced and the
   delivery published: the step succeeds with that output. A delivered task is never run

@@ -3,7 +3,9 @@ for a live worker, and finalizing a run with its proof (#17)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -25,6 +27,7 @@ from ..storage import (
 from . import _fleet as fleet
 from ._handle import UnknownExecution
 from ._run_messages import RunConfig
+from ._worker_run import WorkerJoin
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
 
@@ -77,6 +80,7 @@ class WorkerControls:
     _cfg: RunConfig
     _committer: Committer
     _store: Store
+    _live: dict[str, Any]  # the runs live in this runtime (their actor refs)
 
     async def workers(self, execution_id: str) -> WorkersView:
         """The execution's workers, their tasks and the trail, read from the store (it
@@ -91,22 +95,30 @@ class WorkerControls:
         """Send a repair instruction to a live worker of this runtime (one JSON line
         ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
         (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
-        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or
-        it did not read the instruction within :data:`REPAIR_SEND_TIMEOUT`)."""
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or it
+        ended before the line reached it, or did not read it within
+        :data:`REPAIR_SEND_TIMEOUT`), ``StaleWorker`` if the worker moved on while the line
+        was on its way."""
         check_id(execution_id)
         check_id(worker_id)
         board = self._cfg.worker_boards.get(execution_id)
         live = board.live.get(worker_id) if board is not None else None
         if board is None or live is None or board.commit is None:
             raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
-        worker = board.workers[worker_id]
-        worker, trimmed, digest = fleet.repair(
-            worker, fleet.expect(worker, "running", "idle"), text, now=time.time()
-        )
-        with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
-            await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        belief = fleet.expect(board.workers[worker_id], "running", "idle")
+        _, trimmed, digest = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
+        try:
+            with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
+                await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        except ProcessLookupError as exc:
+            raise WorkerNotLive(f"worker {worker_id}'s process no longer reads") from exc
         if waited.cancelled_caught:
             raise WorkerNotLive(f"worker {worker_id} does not read its stdin: not delivered")
+        # V2: the driver may have recorded something while the line was on its way (a
+        # failure, idle, a handoff): the repair is counted on the worker as it is now
+        # (StaleWorker if it is no longer that generation, running or idle), never on the
+        # copy read before the send.
+        worker, _, _ = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
         board.put(worker, None, "repair", digest)
         if not await board.commit():
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
@@ -125,6 +137,12 @@ class WorkerControls:
         if record is None:
             raise UnknownExecution(execution_id)
         board = self._cfg.worker_boards.get(execution_id)
+        live = self._live.get(execution_id)
+        if board is None and live is not None:
+            # Live here with no worker yet: through its board, so its next commit carries
+            # the proof and its drivers see it (a store edit would be undone by the run).
+            with contextlib.suppress(Exception):
+                board = await live.ref.ask(WorkerJoin())
         if board is not None:
             workers, tasks = list(board.workers.values()), list(board.tasks.values())
             current = board.proof_digest
@@ -141,6 +159,11 @@ class WorkerControls:
         if sealed != digest:  # pragma: no cover - one canonical form on both sides
             raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
         if board is not None and board.commit is not None:
+            # Checked again after the seal's await: a finalize that ran meanwhile (another
+            # proof) or a worker that became active is never overwritten nor ignored.
+            fleet.finalize(board.tasks.values(), board.workers.values(), proof)
+            if board.proof_digest not in (None, digest):
+                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
             board.proof_digest = digest
             if not await board.commit():
                 raise WorkerNotLive("the run is stopping: finalize it once it stopped")
@@ -151,6 +174,9 @@ class WorkerControls:
                 return None
             if stored.proof_digest is not None:
                 raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+            fleet.finalize(
+                parse_worker_tasks(stored.worker_tasks)[0], parse_workers(stored.workers)[0], proof
+            )
             return attrs.evolve(stored, proof_digest=digest, updated_at=now)
 
         await self._committer.edit(execution_id, change)

@@ -3,25 +3,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from ..actors import (
-    ActorDeadError,
-    ActorFailed,
-    BudgetExhausted,
-    Cancel,
-    LeaseLost,
-    ParentCancel,
-    Pause,
-    Timeout,
-    cancel_reason,
-)
+from ..actors import cancel_reason
 from ..storage import (
     ACTIVE_WORKER,
     StopIntent,
@@ -30,58 +19,24 @@ from ..storage import (
     WorkerTask,
 )
 from . import _fleet as fleet
-from ._agent import SaveRefused
+from ._fleet import NOT_FAILED
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
+from ._worker_driver_base import DriverBase, WorkerStepFailed, digest_of, sha, why
 from ._worker_find import find_start, host_of
-from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
-from ._worker_spend import Spending, WorkerStepFailed
+from ._worker_run import LiveWorker, WorkerJoin
+from ._worker_spend import Spending
 
-if TYPE_CHECKING:
-    from ._agent_context import AgentContext
-    from ._worker_agent import WorkerAgent
-
-__all__ = ["Driver", "sha"]
+__all__ = ["Driver", "WorkerStepFailed", "sha"]
 
 
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+#: Chatter from a worker is committed at most this often (seconds).
+_FLUSH = 0.1
 
 
-class Driver(Spending):
+class Driver(DriverBase, Spending):
     """Drives the workers of one agent task (one run of it)."""
 
-    def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
-        self.agent = agent
-        self.actor = ctx._actor
-        self.input = input if isinstance(input, Mapping) else {}
-        record = self.actor.record
-        self.task_id = record.id
-        self.step_id = record.step_id
-        self.agent_id = record.agent_id
-        self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
-        self.board: WorkerBoard
-        self.process: WorkerProcess | None = None  # the live process this driver holds
-
-    # -- the funnel --------------------------------------------------------------------------
-
-    async def commit(self) -> bool:
-        try:
-            return bool(await self.actor._execution.ask(WorkerCommit()))
-        except (ActorDeadError, ActorFailed):
-            return False
-
-    async def save(self) -> None:
-        if not await self.commit():
-            raise SaveRefused("the execution refused the save: it is stopping")
-
-    def worker(self) -> WorkerRecord | None:
-        task = self.board.tasks[self.task_id]
-        return self.board.workers.get(task.worker_id) if task.worker_id else None
-
-    def task(self) -> WorkerTask:
-        return self.board.tasks[self.task_id]
-
-    # -- the run ---------------------------------------------------------------------------
+    unsaved: anyio.Event  # set: chatter on the board waits for the flusher
 
     async def run(self) -> Any:
         self.board = await self.actor._execution.ask(WorkerJoin())
@@ -182,14 +137,15 @@ class Driver(Spending):
 
     async def serve(self) -> Any:
         while True:
-            worker = await self.assigned()
             starts = self.starts()
             if starts >= self.agent.max_starts:
+                await self.give_up()  # before a worker is assigned: none is left active
                 raise WorkerStepFailed(
                     "worker-start-limit",
                     f"task {self.task_id} tried {starts} worker starts "
                     f"(max_starts {self.agent.max_starts}) and none delivered",
                 )
+            worker = await self.assigned()
             process = await self.start(worker)
             if process is None:
                 continue  # native-start: a new worker
@@ -200,6 +156,22 @@ class Driver(Spending):
                 await self.over_budget(data)
             # exited unexpectedly: recorded; a takeover starts it again
 
+    async def give_up(self) -> None:
+        """No start is left: a worker assigned (never started: no process) is blocked, so
+        it holds no capacity and does not refuse finalize as an active writer."""
+        worker = self.worker()
+        if worker is not None and worker.status == "assigned" and worker.process is None:
+            worker, task = fleet.block(
+                worker,
+                self.task(),
+                fleet.expect(worker),
+                confirmed_dead=True,  # assigned: this generation never had a process
+                reason="worker-start-limit",
+                now=time.time(),
+            )
+            self.board.put(worker, task, "blocked", "worker-start-limit")
+            await self.save()
+
     def starts(self) -> int:
         """The task's starts so far: those that started (``attempts``: a start stopped by a
         pause, the deadline or a lease loss was given back at its takeover) and those that
@@ -209,17 +181,22 @@ class Driver(Spending):
             for w in self.board.workers.values()
             if w.task_id == self.task_id and w.status == "blocked" and w.reason == "native-start"
         )
-        return self.task().attempts + failed
+        worker = self.worker()
+        # Its takeover (next) gives back a start stopped without failing: not counted now.
+        back = worker is not None and worker.status == "stopped" and worker.reason in NOT_FAILED
+        return max(self.task().attempts - back, 0) + failed
 
     async def assigned(self) -> WorkerRecord:
         """The worker to start: the task's own (assigned, or stopped: taken over) or a new
         one (the first, or after a failed start), once the run has capacity."""
+        self.not_final()
         worker = self.worker()
         if worker is not None and worker.status == "assigned":
             return worker
         if worker is not None and worker.status == "stopped":
             return await self.takeover(worker)  # recorded stopped only once confirmed dead
         while True:
+            self.not_final()
             n = sum(1 for w in self.board.workers.values() if w.task_id == self.task_id)
             try:
                 task, worker = fleet.assign(
@@ -239,6 +216,11 @@ class Driver(Spending):
             self.board.put(worker, task, "assigned")
             await self.save()
             return worker
+
+    def not_final(self) -> None:
+        """A finalized run (its proof recorded) gets no new writer (``worker-finalized``)."""
+        if self.board.proof_digest is not None:
+            raise WorkerStepFailed("worker-finalized", f"the run of task {self.task_id} is final")
 
     async def takeover(self, worker: WorkerRecord, detail: str = "") -> WorkerRecord:
         """Generation + 1 of ``worker``, whose process is confirmed dead (once the run has
@@ -313,8 +295,10 @@ class Driver(Spending):
 
     async def supervise(self, process: WorkerProcess) -> tuple[str, Any]:
         errors: list[Exception] = []
+        self.unsaved = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.heartbeats, errors, tg.cancel_scope)
+            tg.start_soon(self.flusher, errors, tg.cancel_scope)
             try:
                 outcome = await self.reports(process)
             except Exception as exc:  # raised below, not wrapped in a group
@@ -341,14 +325,38 @@ class Driver(Spending):
             errors.append(exc)
             scope.cancel()
 
+    async def flusher(self, errors: list[Exception], scope: anyio.CancelScope) -> None:
+        """Chatter (idle / busy, usage, protocol lines, progress) is committed together, at
+        most every ``_FLUSH`` seconds, so a worker that floods reports does not make a commit
+        of each (bounded); what ends the supervision (result, exit, failure, stop) commits
+        whatever is still unsaved before its next phase (E2)."""
+        try:
+            while True:
+                await self.unsaved.wait()
+                await anyio.sleep(_FLUSH)
+                self.unsaved = anyio.Event()
+                await self.save()
+        except Exception as exc:  # a refused save: the run stops
+            errors.append(exc)
+            scope.cancel()
+
     async def reports(self, process: WorkerProcess) -> tuple[str, Any]:
+        protocol = 0  # lines that are not reports: the 1st, 2nd, 4th, ... are recorded
         async for report in process.reports:
             worker = self.worker()
             assert worker is not None
             if (report.generation, report.session) != (worker.generation, worker.session):
                 continue  # a late report of an older process
-            if report.type in ("idle", "busy"):
+            if report.type == "progress":
+                if report.data.get("useful") is True and worker.repeats:
+                    # Useful progress: the no-progress rule starts over (committed once).
+                    worker = fleet.progress(worker, fleet.expect(worker), now=time.time())
+                    self.board.put(worker, None, "progress", "useful")
+                    self.unsaved.set()
+            elif report.type in ("idle", "busy"):
                 seen: fleet.Observed = "idle" if report.type == "idle" else "running"
+                if seen == worker.status:
+                    continue  # nothing changed: a chatty worker does not flood the trail
                 worker, task = fleet.observe(
                     worker,
                     self.task(),
@@ -357,7 +365,7 @@ class Driver(Spending):
                     now=time.time(),
                 )
                 self.board.put(worker, task, report.type)
-                await self.save()
+                self.unsaved.set()
             elif report.type == "usage":
                 over = await self.usage(worker, report)
                 if over is not None:
@@ -368,8 +376,11 @@ class Driver(Spending):
             elif report.type == "result":
                 return ("result", report.data)
             elif report.type == "protocol":
-                self.board.put(worker, None, "protocol")
-                await self.save()
+                protocol += 1
+                if protocol & (protocol - 1) == 0:  # bounded: log2(n) entries and commits
+                    why = str(report.data.get("reason", ""))
+                    self.board.put(worker, None, "protocol", f"{why} n={protocol}")
+                    self.unsaved.set()
         return ("exited", None)
 
     async def failure(self, worker: WorkerRecord, report: Report) -> bool:
@@ -380,8 +391,8 @@ class Driver(Spending):
                 fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
                 check_id=data.get("check_id"),
                 pin_id=data.get("pin_id"),
-                diagnostic_digest=_digest_of(data.get("diagnostic")),
-                progress_digest=_digest_of(data.get("progress")),
+                diagnostic_digest=digest_of(data.get("diagnostic")),
+                progress_digest=digest_of(data.get("progress")),
                 phase=data.get("phase", "run"),
                 round=data.get("round", 0),
                 useful_progress=data.get("useful_progress", False) is True,
@@ -411,14 +422,14 @@ class Driver(Spending):
         )
         self.board.put(worker, task, "blocked", code)
         await self.save()
-        raise WorkerStepFailed(code[:64], f"worker {worker.id} reported the same failure twice")
+        raise WorkerStepFailed(code, f"worker {worker.id} reported the same failure twice")
 
     async def stop_confirmed(self, worker: WorkerRecord) -> None:
         """Stop the held process; it must be confirmed dead (``worker-not-dead`` else)."""
         assert worker.process is not None
         seen = await self.agent.host.stop(worker.process, grace=self.agent.grace)
         if not seen.dead:
-            self.board.put(worker, None, "stop-unconfirmed")
+            self.board.put(self.board.workers[worker.id], None, "stop-unconfirmed")
             await self.commit()
             raise WorkerStepFailed("worker-not-dead", f"worker {worker.id} could not be stopped")
         await self.reap()
@@ -460,6 +471,7 @@ class Driver(Spending):
         now = time.time()
         # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
         digest = await self.board.shelf.seal(output)
+        worker = self.board.workers[worker.id]  # V2: as it is now (a repair, a heartbeat)
         try:
             intent = StopIntent(
                 delivery_digest=digest,
@@ -513,7 +525,7 @@ class Driver(Spending):
         self.board.live.pop(worker.id, None)
         await self.process.reports.aclose()
         identity = self.process.identity
-        reason, state = _why(cancel_reason())
+        reason, state = why(cancel_reason())
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
         except Exception:
@@ -537,27 +549,3 @@ class Driver(Spending):
         )
         self.board.put(worker, task, "stopped", reason)
         await self.commit()  # refused while the run stops: the board carries it
-
-
-def _why(reason: Any) -> tuple[str, Any]:
-    """The stop's reason as a worker reason, and the task state it leaves."""
-    root = reason.root if isinstance(reason, ParentCancel) else reason
-    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
-        return "stop-task", "blocked"
-    if isinstance(root, Cancel):
-        return "cancel", "blocked"
-    if isinstance(root, Pause):
-        return "pause", "ready"
-    if isinstance(root, Timeout):
-        return "timeout", "ready"
-    if isinstance(root, BudgetExhausted):
-        return "budget", "ready"
-    if isinstance(root, LeaseLost):
-        return "lease-lost", "ready"
-    if reason is None:
-        return "stopping", "ready"
-    return "shutdown", "ready"
-
-
-def _digest_of(text: Any) -> str | None:
-    return sha(text) if isinstance(text, str) and text else None

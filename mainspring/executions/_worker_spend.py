@@ -8,22 +8,18 @@ import time
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
+import anyio
+
 from ..storage import Usage, WorkerRecord, WorkerTask
 from . import _fleet as fleet
-from ._agent import CodedFailure
 from ._hosts import Report
+from ._worker_driver_base import WorkerStepFailed
 
 if TYPE_CHECKING:
     from ._agent import AgentTaskActor
     from ._worker_run import WorkerBoard
 
-__all__ = ["Spending", "WorkerStepFailed"]
-
-
-class WorkerStepFailed(CodedFailure):
-    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
-    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
-    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``agent-call-budget``)."""
+__all__ = ["Spending"]
 
 
 class Spending:
@@ -31,6 +27,7 @@ class Spending:
 
     actor: AgentTaskActor
     board: WorkerBoard
+    unsaved: anyio.Event  # set: chatter on the board waits for the driver's flusher
 
     if TYPE_CHECKING:
 
@@ -60,11 +57,11 @@ class Spending:
             )
         except (ValueError, TypeError, InvalidOperation, fleet.WorkerRefused):
             self.board.put(worker, None, "protocol", "bad-usage")
-            await self.save()
+            self.unsaved.set()
             return None
         self.actor.add_usage(usage)  # B3: charged to the task, so to the run
         self.board.put(worker, None, "usage")
-        await self.save()
+        self.unsaved.set()  # committed with the next flush, or by over_budget at once
         return self.actor.over_budget()
 
     async def over_budget(self, over: tuple[str, str]) -> None:

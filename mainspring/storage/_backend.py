@@ -302,6 +302,8 @@ def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
     if stored.controls != execution.controls:
         lines = dict.fromkeys(stored.controls + execution.controls)
         changes["controls"] = tuple(sorted(lines, key=lambda c: c.at))[-MAX_CONTROLS:]
+    if stored.proof_digest is not None:  # finalize writes it once (#17): never undone
+        changes["proof_digest"] = stored.proof_digest
     return attrs.evolve(execution, **changes)
 
 

@@ -49,11 +49,12 @@ def alive(pid: int) -> bool:
 
 
 async def busy(rt: ms.Runtime, execution_id: str, generation: int) -> ms.executions.WorkersView:
-    """The run's worker of ``generation`` said busy (polls the store: no event for it)."""
+    """The run's worker of ``generation`` runs: its process is recorded (polls the store; a
+    ``busy`` that changes nothing is not recorded)."""
     with anyio.fail_after(60):
         while True:
             seen = await rt.workers(execution_id)
-            if any(e.event == "busy" and e.generation == generation for e in seen.trail):
+            if any(w.generation == generation and w.status == "running" for w in seen.workers):
                 return seen
             await anyio.sleep(0.02)
 
