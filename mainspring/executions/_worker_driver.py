@@ -19,7 +19,7 @@ from ..storage import (
     WorkerTask,
 )
 from . import _fleet as fleet
-from ._fleet import NOT_FAILED
+from ._fleet_base import NOT_FAILED
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
 from ._worker_driver_base import DriverBase, WorkerStepFailed, digest_of, sha, why
 from ._worker_find import find_start, host_of
