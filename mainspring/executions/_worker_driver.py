@@ -11,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from ..actors import (
     ActorDeadError,
@@ -29,10 +30,12 @@ from ..storage import (
     WorkerFailure,
     WorkerRecord,
     WorkerTask,
+    redact_flagged,
 )
 from . import _fleet as fleet
 from ._agent import CodedFailure, SaveRefused
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
+from ._outputs import keep_result
 from ._worker_find import find_start, host_of
 from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
 
@@ -96,7 +99,7 @@ class Driver:
             self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
         task = self.task()
         if task.state == "delivered" and task.delivery_digest:
-            return await self.board.shelf.read(task.delivery_digest)  # E10: not run again
+            return await self.read_delivery(task.delivery_digest)  # E10: not run again
         if task.state == "blocked":
             raise WorkerStepFailed("worker-blocked", f"task {task.id} is blocked: {task.reason}")
         try:
@@ -485,7 +488,14 @@ class Driver:
         assert worker is not None
         now = time.time()
         # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
-        digest = await self.board.shelf.seal(output)
+        # E5: redacted, saying whether it was; the original is kept in memory only (E10).
+        try:
+            masked, redacted = await anyio.to_thread.run_sync(redact_flagged, output)
+        except ValueError as exc:
+            raise WorkerStepFailed("worker-protocol", f"a bad result: {exc}") from exc
+        digest = await self.board.shelf.seal({"output": masked, "redacted": redacted})
+        if redacted:
+            keep_result(self.actor.kept, (self.task_id, f"delivery:{digest}"), output)
         try:
             intent = StopIntent(
                 delivery_digest=digest,
@@ -515,7 +525,7 @@ class Driver:
     async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
         assert worker.intent is not None
         digest = worker.intent.delivery_digest
-        value = output[0] if output else await self.board.shelf.read(digest)
+        value = output[0] if output else await self.read_delivery(digest)
         worker, task = fleet.deliver(
             worker,
             self.task(),
@@ -526,6 +536,22 @@ class Driver:
         self.board.put(worker, task, "delivered", digest)
         await self.save()
         return value
+
+    async def read_delivery(self, digest: str) -> Any:
+        """The delivery sealed as ``digest``, read back (failing closed). One sealed with
+        secrets masked is the original only if this runtime still holds it; else the task
+        returns the masked copy marked as such, and says why (E10)."""
+        output, masked = _unsealed(await self.board.shelf.read(digest))
+        if not masked:
+            return output
+        kept = self.actor.kept.get((self.task_id, f"delivery:{digest}"), _MISSING)
+        if kept is not _MISSING:
+            return kept
+        self.actor.output_masked(
+            f"the worker's delivery {digest[:16]} was read back from sealed evidence with "
+            "secrets masked: it is not the original"
+        )
+        return output
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -581,6 +607,20 @@ def _why(reason: Any) -> tuple[str, Any]:
     if reason is None:
         return "stopping", "ready"
     return "shutdown", "ready"
+
+
+_MISSING = object()
+
+
+def _unsealed(document: Any) -> tuple[Any, bool]:
+    """A sealed delivery's output and whether it was masked (E5, E10)."""
+    if (
+        type(document) is dict
+        and document.keys() == {"output", "redacted"}
+        and type(document["redacted"]) is bool
+    ):
+        return document["output"], document["redacted"]
+    return document, False  # sealed whole, before deliveries said whether they were masked
 
 
 def _digest_of(text: Any) -> str | None:
