@@ -405,13 +405,13 @@ class Driver:
         data = report.data
         try:
             failure = WorkerFailure(
-                failure_class=data.get("class", "failure"),
+                failure_class=_word(data.get("class", "failure")),
                 fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
-                check_id=data.get("check_id"),
-                pin_id=data.get("pin_id"),
+                check_id=_word(data.get("check_id")),
+                pin_id=_word(data.get("pin_id")),
                 diagnostic_digest=_digest_of(data.get("diagnostic")),
                 progress_digest=_digest_of(data.get("progress")),
-                phase=data.get("phase", "run"),
+                phase=_word(data.get("phase", "run")),
                 round=data.get("round", 0),
                 useful_progress=data.get("useful_progress", False) is True,
                 at=time.time(),
@@ -621,6 +621,15 @@ def _unsealed(document: Any) -> tuple[Any, bool]:
     ):
         return document["output"], document["redacted"]
     return document, False  # sealed whole, before deliveries said whether they were masked
+
+
+def _word(value: Any) -> Any:
+    """A class, id or phase as a worker reported it, or ``redacted`` if it has the shape of
+    a secret (an AWS key fits an id, an OpenAI key a class): words are stored as they are,
+    so one that is a secret must not be (E5, V1). Not the fingerprint: it is a digest."""
+    if type(value) is str and redact_flagged(value)[1]:
+        return "redacted"
+    return value
 
 
 def _digest_of(text: Any) -> str | None:

@@ -84,3 +84,28 @@ async def test_a_masked_delivery_read_back_is_marked_not_replayed_as_the_origina
     assert observation.redacted
     (task,) = tasks_of(record)
     assert any("masked" in line for line in task.diagnostics)  # and says why
+
+
+OPENAI = "sk-proj-" + "abcdefghijklmnopqrstuvwx"  # a key shape that fits a failure class
+AWS = "AKIA" + "ABCDEFGHIJKLMNOP"  # one that fits an id
+
+
+async def test_a_failure_whose_class_or_ids_are_secrets_is_kept_masked(tmp_path: Path) -> None:
+    failure = (
+        "failure",
+        {"class": OPENAI, "check_id": AWS, "pin_id": AWS, "phase": OPENAI, "fingerprint": "f"},
+    )
+    host = FakeHost([Script([failure, failure])])
+    store = ms.storage.FileStore(tmp_path / "fs")
+    async with runtime(store, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        seen = await rt.workers(handle.execution_id)
+    assert result.status == "failed"  # the no-progress rule still holds
+    (worker,) = seen.workers
+    assert worker.status == "blocked"
+    assert worker.reason.startswith("no-progress:")
+    on_disk = _files(tmp_path / "fs")
+    assert OPENAI.encode() not in on_disk  # E5, V1
+    assert AWS.encode() not in on_disk
