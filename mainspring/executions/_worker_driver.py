@@ -70,6 +70,7 @@ class Driver:
         self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
         self.board: WorkerBoard
         self.process: WorkerProcess | None = None  # the live process this driver holds
+        self.failed: str | None = None  # the code of the failure that ends the step
 
     # -- the funnel --------------------------------------------------------------------------
 
@@ -107,6 +108,9 @@ class Driver:
             if delivered is not None:
                 return delivered[0]
             return await self.serve()
+        except CodedFailure as exc:
+            self.failed = exc.code  # the step fails for good: its worker says why
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 await self.release()
@@ -565,7 +569,7 @@ class Driver:
         self.board.live.pop(worker.id, None)
         await self.process.reports.aclose()
         identity = self.process.identity
-        reason, state = _why(cancel_reason())
+        reason, state = _why(cancel_reason(), self.failed)
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
         except Exception:
@@ -591,8 +595,11 @@ class Driver:
         await self.commit()  # refused while the run stops: the board carries it
 
 
-def _why(reason: Any) -> tuple[str, Any]:
-    """The stop's reason as a worker reason, and the task state it leaves."""
+def _why(reason: Any, failed: str | None = None) -> tuple[str, Any]:
+    """The stop's reason as a worker reason, and the task state it leaves: a step that
+    failed (``failed``, its code) leaves its task blocked, saying why."""
+    if reason is None and failed is not None:
+        return failed, "blocked"
     root = reason.root if isinstance(reason, ParentCancel) else reason
     if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
         return "stop-task", "blocked"

@@ -109,3 +109,25 @@ async def test_a_failure_whose_class_or_ids_are_secrets_is_kept_masked(tmp_path:
     on_disk = _files(tmp_path / "fs")
     assert OPENAI.encode() not in on_disk  # E5, V1
     assert AWS.encode() not in on_disk
+
+
+async def test_a_step_failed_by_a_bad_result_keeps_its_reason_on_the_worker(
+    tmp_path: Path,
+) -> None:
+    bad = ("result", {"output": {"n": 1}, "source_commit": "not-a-commit"})
+    host = FakeHost([Script([bad])])
+    async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            result = await handle.wait()
+        seen = await rt.workers(handle.execution_id)
+        (record,) = tasks_of(stored(rt, handle.execution_id))
+    assert result.status == "failed"
+    assert record.failure is not None
+    assert record.failure.code == "worker-protocol"
+    (worker,) = seen.workers
+    assert worker.status == "stopped"  # its process was stopped and confirmed dead
+    assert worker.reason == "worker-protocol"  # why, not "stopping"
+    (task,) = seen.tasks
+    assert task.state == "blocked"  # the step failed: nothing will run it again
+    assert task.reason == "worker-protocol"
