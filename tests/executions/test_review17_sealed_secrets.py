@@ -131,3 +131,23 @@ async def test_a_step_failed_by_a_bad_result_keeps_its_reason_on_the_worker(
     (task,) = seen.tasks
     assert task.state == "blocked"  # the step failed: nothing will run it again
     assert task.reason == "worker-protocol"
+
+
+async def test_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(tmp_path: Path) -> None:
+    host = FakeHost([Script([("result", {"output": {"n": 1}})])])
+    store = ms.storage.FileStore(tmp_path / "fs")
+    receipt = {"tests": "passed", "ci_token": TOKEN}
+    proof = ms.executions.Proof(
+        verification="passed",
+        review="passed",
+        receipt=receipt,
+        receipt_digest=ms.storage.sha256_hex(receipt),
+    )
+    async with runtime(store, agents=coder(host), **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "completed"
+        with pytest.raises(ms.executions._fleet.WorkerRefused, match="secret"):
+            await rt.finalize(handle.execution_id, proof)
+        assert stored(rt, handle.execution_id).proof_digest is None
+    assert TOKEN.encode() not in _files(tmp_path / "fs")  # E5
