@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from collections.abc import Mapping
@@ -16,11 +15,6 @@ import anyio.to_thread
 from ..actors import (
     ActorDeadError,
     ActorFailed,
-    Cancel,
-    LeaseLost,
-    ParentCancel,
-    Pause,
-    Timeout,
     cancel_reason,
 )
 from ..storage import (
@@ -38,6 +32,7 @@ from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
 from ._outputs import keep_result
 from ._worker_find import find_start, host_of
 from ._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
+from ._worker_words import MISSING, digest_of, sha, unsealed, why, word
 
 if TYPE_CHECKING:
     from ._agent_context import AgentContext
@@ -50,10 +45,6 @@ class WorkerStepFailed(CodedFailure):
     """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
     ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
     ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``)."""
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Driver:
@@ -409,13 +400,13 @@ class Driver:
         data = report.data
         try:
             failure = WorkerFailure(
-                failure_class=_word(data.get("class", "failure")),
+                failure_class=word(data.get("class", "failure")),
                 fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
-                check_id=_word(data.get("check_id")),
-                pin_id=_word(data.get("pin_id")),
-                diagnostic_digest=_digest_of(data.get("diagnostic")),
-                progress_digest=_digest_of(data.get("progress")),
-                phase=_word(data.get("phase", "run")),
+                check_id=word(data.get("check_id")),
+                pin_id=word(data.get("pin_id")),
+                diagnostic_digest=digest_of(data.get("diagnostic")),
+                progress_digest=digest_of(data.get("progress")),
+                phase=word(data.get("phase", "run")),
                 round=data.get("round", 0),
                 useful_progress=data.get("useful_progress", False) is True,
                 at=time.time(),
@@ -545,11 +536,11 @@ class Driver:
         """The delivery sealed as ``digest``, read back (failing closed). One sealed with
         secrets masked is the original only if this runtime still holds it; else the task
         returns the masked copy marked as such, and says why (E10)."""
-        output, masked = _unsealed(await self.board.shelf.read(digest))
+        output, masked = unsealed(await self.board.shelf.read(digest))
         if not masked:
             return output
-        kept = self.actor.kept.get((self.task_id, f"delivery:{digest}"), _MISSING)
-        if kept is not _MISSING:
+        kept = self.actor.kept.get((self.task_id, f"delivery:{digest}"), MISSING)
+        if kept is not MISSING:
             return kept
         self.actor.output_masked(
             f"the worker's delivery {digest[:16]} was read back from sealed evidence with "
@@ -569,7 +560,7 @@ class Driver:
         self.board.live.pop(worker.id, None)
         await self.process.reports.aclose()
         identity = self.process.identity
-        reason, state = _why(cancel_reason(), self.failed)
+        reason, state = why(cancel_reason(), self.failed)
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
         except Exception:
@@ -593,51 +584,3 @@ class Driver:
         )
         self.board.put(worker, task, "stopped", reason)
         await self.commit()  # refused while the run stops: the board carries it
-
-
-def _why(reason: Any, failed: str | None = None) -> tuple[str, Any]:
-    """The stop's reason as a worker reason, and the task state it leaves: a step that
-    failed (``failed``, its code) leaves its task blocked, saying why."""
-    if reason is None and failed is not None:
-        return failed, "blocked"
-    root = reason.root if isinstance(reason, ParentCancel) else reason
-    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
-        return "stop-task", "blocked"
-    if isinstance(root, Cancel):
-        return "cancel", "blocked"
-    if isinstance(root, Pause):
-        return "pause", "ready"
-    if isinstance(root, Timeout):
-        return "timeout", "ready"
-    if isinstance(root, LeaseLost):
-        return "lease-lost", "ready"
-    if reason is None:
-        return "stopping", "ready"
-    return "shutdown", "ready"
-
-
-_MISSING = object()
-
-
-def _unsealed(document: Any) -> tuple[Any, bool]:
-    """A sealed delivery's output and whether it was masked (E5, E10)."""
-    if (
-        type(document) is dict
-        and document.keys() == {"output", "redacted"}
-        and type(document["redacted"]) is bool
-    ):
-        return document["output"], document["redacted"]
-    return document, False  # sealed whole, before deliveries said whether they were masked
-
-
-def _word(value: Any) -> Any:
-    """A class, id or phase as a worker reported it, or ``redacted`` if it has the shape of
-    a secret (an AWS key fits an id, an OpenAI key a class): words are stored as they are,
-    so one that is a secret must not be (E5, V1). Not the fingerprint: it is a digest."""
-    if type(value) is str and redact_flagged(value)[1]:
-        return "redacted"
-    return value
-
-
-def _digest_of(text: Any) -> str | None:
-    return sha(text) if isinstance(text, str) and text else None
