@@ -174,7 +174,8 @@ def _worker_lines(worker: WorkerRecord, now: float) -> list[str]:
     ]
     process = worker.process
     if process is not None:
-        lines.append(f"  process {process.host} pid {process.pid} (group {process.group})")
+        host = clamp(process.host, 256)  # free text a host reported: never obeyed
+        lines.append(f"  process {host} pid {process.pid} (group {process.group})")
     failure = worker.failure
     if failure is not None:
         where = [f"phase {failure.phase}", f"round {failure.round}"]

@@ -90,6 +90,9 @@ class TaskSave:
     #: The record this one was made from by appending one inner step and nothing else, so
     #: the execution need not compare the steps to know what is new (see _task_raw).
     appended_to: AgentTaskRecord | None = None
+    #: False when ``output`` is itself a masked copy read back from disk (E10): it is not
+    #: given to the caller as what the agent returned; the stored, marked one is.
+    live: bool = True
 
 
 @attrs.frozen
@@ -277,6 +280,7 @@ class AgentTaskActor(Actor):
         self._index = {obs.step_id: obs for obs in record.inner_observations}
         self._position = {obs.step_id: i for i, obs in enumerate(record.inner_observations)}
         self._done = set(record.inner_completed)
+        self._masked = False  # the output is a masked copy read back from disk (E10)
 
     def recorded(self, name: str) -> Observation | None:
         if name in self._done:
@@ -291,8 +295,10 @@ class AgentTaskActor(Actor):
         output: Any = None,
         stored: Stored | None = None,
         appended_to: AgentTaskRecord | None = None,
+        *,
+        live: bool = True,
     ) -> None:
-        save = TaskSave(self.record, output, stored, appended_to)
+        save = TaskSave(self.record, output, stored, appended_to, live)
         try:
             accepted = await self._execution.ask(save)
         except (ActorDeadError, ActorFailed) as exc:
@@ -448,6 +454,14 @@ class AgentTaskActor(Actor):
             )
         self._touch(tool_calls_used=record.tool_calls_used + 1)
 
+    def output_masked(self, why: str) -> None:
+        """The output this task is about to return was read back from disk with secrets
+        masked (a worker's sealed delivery): it is stored and reported as redacted, never
+        as the original, and the task says why (E10)."""
+        self._masked = True
+        kept = [line for line in self.record.diagnostics if line != why]
+        self._touch(diagnostics=(*kept, why)[-MAX_DIAGNOSTICS:])
+
     def _fail(self, code: str, message: str) -> None:
         self._touch(
             state="failed",
@@ -474,9 +488,9 @@ class AgentTaskActor(Actor):
                     self._fail("agent-failed", prepared)
                     output = None
                 else:
-                    stored = prepared
+                    stored = Stored(prepared.value, True) if self._masked else prepared
                     self._touch(state="completed", ended_at=time.time())
-            await self._save(output, stored)
+            await self._save(output, stored, live=not self._masked)
         except SaveRefused:
             pass
         await self.ref.stop()

@@ -66,7 +66,8 @@ class TaskEvents(TaskClaims):
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
             self._sched.set(step.id, "succeeded")
-            self._outputs[step.id] = save.output
+            if save.live:  # E10: a masked copy read back is not handed on as the original
+                self._outputs[step.id] = save.output
             stored = save.stored
             self._obs[step.id] = observe(
                 step,

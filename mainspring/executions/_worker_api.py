@@ -22,6 +22,7 @@ from ..storage import (
     check_id,
     parse_worker_tasks,
     parse_workers,
+    redact_flagged,
     structure,
 )
 from . import _fleet as fleet
@@ -127,9 +128,10 @@ class WorkerControls:
     async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
         """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
         review passed, every worker task delivered, the receipt's digest its own, no worker
-        active). The proof is sealed as evidence and its digest recorded (``proof_digest``,
-        through the run's commit funnel when it is live here). Finalizing again with the
-        same proof answers the same digest; another proof is refused (``proof``)."""
+        active; a receipt holding a secret is refused too). The proof is sealed as evidence
+        and its digest recorded (``proof_digest``, through the run's commit funnel when it
+        is live here). Finalizing again with the same proof answers the same digest;
+        another proof is refused (``proof``)."""
         check_id(execution_id)
         if not isinstance(proof, fleet.Proof):
             raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
@@ -151,6 +153,8 @@ class WorkerControls:
             tasks = parse_worker_tasks(record.worker_tasks)[0]
             current = record.proof_digest
         digest = fleet.finalize(tasks, workers, proof)
+        if redact_flagged(proof.plain())[1]:  # E5: sealed as it is, it cannot be masked
+            raise fleet.WorkerRefused("proof", "the receipt holds a secret: ids and digests only")
         if current == digest:
             return digest
         if current is not None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from ..actors import cancel_reason
 from ..storage import (
@@ -17,14 +18,18 @@ from ..storage import (
     WorkerFailure,
     WorkerRecord,
     WorkerTask,
+    redact_flagged,
 )
 from . import _fleet as fleet
+from ._agent import CodedFailure
 from ._fleet_base import NOT_FAILED
 from ._hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
-from ._worker_driver_base import DriverBase, WorkerStepFailed, digest_of, sha, why
+from ._outputs import keep_result
+from ._worker_driver_base import DriverBase, WorkerStepFailed
 from ._worker_find import find_start, host_of
 from ._worker_run import LiveWorker, WorkerJoin
 from ._worker_spend import Spending
+from ._worker_words import MISSING, digest_of, sha, unsealed, why, word
 
 __all__ = ["Driver", "WorkerStepFailed", "sha"]
 
@@ -45,7 +50,7 @@ class Driver(DriverBase, Spending):
             self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
         task = self.task()
         if task.state == "delivered" and task.delivery_digest:
-            return await self.board.shelf.read(task.delivery_digest)  # E10: not run again
+            return await self.read_delivery(task.delivery_digest)  # E10: not run again
         if task.state == "blocked":
             raise WorkerStepFailed("worker-blocked", f"task {task.id} is blocked: {task.reason}")
         try:
@@ -53,6 +58,9 @@ class Driver(DriverBase, Spending):
             if delivered is not None:
                 return delivered[0]
             return await self.serve()
+        except CodedFailure as exc:
+            self.failed = exc.code  # the step fails for good: its worker says why
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 await self.release()
@@ -387,13 +395,13 @@ class Driver(DriverBase, Spending):
         data = report.data
         try:
             failure = WorkerFailure(
-                failure_class=data.get("class", "failure"),
+                failure_class=word(data.get("class", "failure")),
                 fingerprint=sha(repr(data.get("fingerprint", data.get("class", "")))),
-                check_id=data.get("check_id"),
-                pin_id=data.get("pin_id"),
+                check_id=word(data.get("check_id")),
+                pin_id=word(data.get("pin_id")),
                 diagnostic_digest=digest_of(data.get("diagnostic")),
                 progress_digest=digest_of(data.get("progress")),
-                phase=data.get("phase", "run"),
+                phase=word(data.get("phase", "run")),
                 round=data.get("round", 0),
                 useful_progress=data.get("useful_progress", False) is True,
                 at=time.time(),
@@ -470,8 +478,15 @@ class Driver(DriverBase, Spending):
         assert worker is not None
         now = time.time()
         # Sealed first: from here on, whatever ends this runtime, the delivery can be read.
-        digest = await self.board.shelf.seal(output)
+        # E5: redacted, saying whether it was; the original is kept in memory only (E10).
+        try:
+            masked, redacted = await anyio.to_thread.run_sync(redact_flagged, output)
+        except ValueError as exc:
+            raise WorkerStepFailed("worker-protocol", f"a bad result: {exc}") from exc
+        digest = await self.board.shelf.seal({"output": masked, "redacted": redacted})
         worker = self.board.workers[worker.id]  # V2: as it is now (a repair, a heartbeat)
+        if redacted:
+            keep_result(self.actor.kept, (self.task_id, f"delivery:{digest}"), output)
         try:
             intent = StopIntent(
                 delivery_digest=digest,
@@ -501,7 +516,7 @@ class Driver(DriverBase, Spending):
     async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
         assert worker.intent is not None
         digest = worker.intent.delivery_digest
-        value = output[0] if output else await self.board.shelf.read(digest)
+        value = output[0] if output else await self.read_delivery(digest)
         worker, task = fleet.deliver(
             worker,
             self.task(),
@@ -512,6 +527,22 @@ class Driver(DriverBase, Spending):
         self.board.put(worker, task, "delivered", digest)
         await self.save()
         return value
+
+    async def read_delivery(self, digest: str) -> Any:
+        """The delivery sealed as ``digest``, read back (failing closed). One sealed with
+        secrets masked is the original only if this runtime still holds it; else the task
+        returns the masked copy marked as such, and says why (E10)."""
+        output, masked = unsealed(await self.board.shelf.read(digest))
+        if not masked:
+            return output
+        kept = self.actor.kept.get((self.task_id, f"delivery:{digest}"), MISSING)
+        if kept is not MISSING:
+            return kept
+        self.actor.output_masked(
+            f"the worker's delivery {digest[:16]} was read back from sealed evidence with "
+            "secrets masked: it is not the original"
+        )
+        return output
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -525,7 +556,7 @@ class Driver(DriverBase, Spending):
         self.board.live.pop(worker.id, None)
         await self.process.reports.aclose()
         identity = self.process.identity
-        reason, state = why(cancel_reason())
+        reason, state = why(cancel_reason(), self.failed)
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
         except Exception:

@@ -3,30 +3,24 @@ execution's commit funnel (E2), its failure, and the small helpers it uses."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..actors import (
     ActorDeadError,
     ActorFailed,
-    BudgetExhausted,
-    Cancel,
-    LeaseLost,
-    ParentCancel,
-    Pause,
-    Timeout,
 )
 from ..storage import WorkerRecord, WorkerTask
 from ._agent import CodedFailure, SaveRefused
 from ._hosts import WorkerProcess
 from ._worker_run import WorkerBoard, WorkerCommit
+from ._worker_words import sha
 
 if TYPE_CHECKING:
     from ._agent_context import AgentContext
     from ._worker_agent import WorkerAgent
 
-__all__ = ["DriverBase", "WorkerStepFailed", "digest_of", "sha", "why"]
+__all__ = ["DriverBase", "WorkerStepFailed"]
 
 
 class WorkerStepFailed(CodedFailure):
@@ -34,10 +28,6 @@ class WorkerStepFailed(CodedFailure):
     ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
     ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``worker-finalized``,
     ``agent-call-budget``)."""
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class DriverBase:
@@ -54,6 +44,7 @@ class DriverBase:
         self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
         self.board: WorkerBoard
         self.process: WorkerProcess | None = None  # the live process this driver holds
+        self.failed: str | None = None  # the code of the failure that ends the step
 
     # -- the funnel --------------------------------------------------------------------------
 
@@ -73,29 +64,3 @@ class DriverBase:
 
     def task(self) -> WorkerTask:
         return self.board.tasks[self.task_id]
-
-    # -- the run ---------------------------------------------------------------------------
-
-
-def why(reason: Any) -> tuple[str, Any]:
-    """The stop's reason as a worker reason, and the task state it leaves."""
-    root = reason.root if isinstance(reason, ParentCancel) else reason
-    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
-        return "stop-task", "blocked"
-    if isinstance(root, Cancel):
-        return "cancel", "blocked"
-    if isinstance(root, Pause):
-        return "pause", "ready"
-    if isinstance(root, Timeout):
-        return "timeout", "ready"
-    if isinstance(root, BudgetExhausted):
-        return "budget", "ready"
-    if isinstance(root, LeaseLost):
-        return "lease-lost", "ready"
-    if reason is None:
-        return "stopping", "ready"
-    return "shutdown", "ready"
-
-
-def digest_of(text: Any) -> str | None:
-    return sha(text) if isinstance(text, str) and text else None
