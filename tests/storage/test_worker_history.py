@@ -12,9 +12,12 @@ from typing import Any
 import attrs
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore, WorkerRecord
+from tests._examples import examples
 
 Factory = Callable[[], Any]
 
@@ -111,3 +114,45 @@ def test_a_store_opened_again_knows_what_each_worker_was(tmp_path: Path) -> None
         assert [(m[0], m[4]) for m in _moves(again, mark)] == [("w2", "starting")]
     finally:
         again.close()
+
+
+STATUSES = ("assigned", "starting", "running", "idle", "stopped", "delivered")
+# One commit: for each of three workers, what it becomes (None: left as it is); a lease
+# renewed moves nothing; an unparsable record may ride along (E7: rewritten whole).
+_VERSIONS = st.tuples(
+    st.tuples(*[st.none() | st.tuples(st.sampled_from(STATUSES), st.integers(1, 3))] * 3),
+    st.booleans(),
+)
+
+
+@given(
+    commits=st.lists(_VERSIONS, min_size=1, max_size=8), kind=st.sampled_from(["file", "sqlite"])
+)
+@settings(max_examples=examples(60), deadline=None)
+def test_the_history_has_every_move_and_no_other(
+    commits: list[Any], kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    where = tmp_path_factory.mktemp("moves")
+    store: Any = FileStore(where / "f") if kind == "file" else SqliteStore(where / "s.sqlite3")
+    try:
+        state = {f"w{i}": ("assigned", 1) for i in range(3)}
+        lease = 0.0
+        assert store.create(_execution(*(_worker(w) for w in state)))
+        mark = store.history("ex-1")[-1].seq
+        expected: list[tuple[str, int, str]] = []
+        for moves, broken in commits:
+            lease += 1.0
+            for worker_id, move in zip(state, moves, strict=True):
+                if move is not None and move != state[worker_id]:
+                    expected.append((worker_id, move[1], move[0]))
+                if move is not None:
+                    state[worker_id] = move
+            workers = [
+                _worker(w, status=s, generation=g, lease_expires_at=lease)
+                for w, (s, g) in state.items()
+            ]
+            _set(store, *workers, *([{"id": "bad", "generation": "x"}] if broken else []))
+        assert [(m[0], m[3], m[4]) for m in _moves(store, mark)] == expected
+    finally:
+        if kind == "sqlite":
+            store.close()
