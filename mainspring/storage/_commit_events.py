@@ -10,6 +10,7 @@ from typing import Any
 from ._codec import unstructure
 from ._journal import Base, Change
 from ._records import Execution
+from ._workers import WorkerStatus
 
 __all__ = ["events_for", "usage_counts"]
 
@@ -30,6 +31,12 @@ def usage_counts(raw: Any) -> dict[str, Any]:
 #: A worker's ``reason`` kept in the history: a short code (``native-start``,
 #: ``no-progress:lint``); anything else is left out, never text a worker wrote (V1).
 _REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
+_STATUSES = frozenset(WorkerStatus.__args__)  # type: ignore[attr-defined]
+
+
+def _an_id(value: Any) -> str | None:
+    return value if type(value) is str and _ID.match(value) else None
 
 
 def _worker_event(raw: Any, before: Any, base: dict[str, Any]) -> dict[str, Any] | None:
@@ -37,8 +44,12 @@ def _worker_event(raw: Any, before: Any, base: dict[str, Any]) -> dict[str, Any]
     states and counts only (V1). None for no move, or a record that does not parse (E7)."""
     if type(raw) is not dict:
         return None
-    worker_id, status, generation = raw.get("id"), raw.get("status"), raw.get("generation")
-    if type(worker_id) is not str or type(status) is not str or type(generation) is not int:
+    worker_id, status, generation = _an_id(raw.get("id")), raw.get("status"), raw.get("generation")
+    # Only what a record that parses could say: a record that does not (E7) may hold any
+    # text where an id or a status belongs, and that never reaches the history (V1).
+    if worker_id is None or type(status) is not str or status not in _STATUSES:
+        return None
+    if type(generation) is not int:
         return None
     if type(before) is dict and (before.get("status"), before.get("generation")) == (
         status,
@@ -50,8 +61,8 @@ def _worker_event(raw: Any, before: Any, base: dict[str, Any]) -> dict[str, Any]
         **base,
         "kind": "worker",
         "worker_id": worker_id,
-        "task_id": task if type(task) is str else None,
-        "step_id": step if type(step) is str else None,
+        "task_id": _an_id(task),
+        "step_id": _an_id(step),
         "generation": generation,
         "status": status,
         "reason": reason if type(reason) is str and _REASON.match(reason) else None,

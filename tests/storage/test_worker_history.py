@@ -101,6 +101,21 @@ def test_E7_workers_rewritten_whole_miss_no_move(store: Any) -> None:
     assert fresh.workers[1:] == (broken, nameless)  # kept as they are (E7)
 
 
+def test_E7_text_where_an_id_or_a_status_belongs_never_reaches_the_history(store: Any) -> None:
+    planted = "planted text 6e2b90 from a worker"
+    text_status = _worker("w2") | {"status": planted}
+    text_ids = _worker("w3") | {"task_id": planted, "step_id": planted}
+    text_id = _worker() | {"id": planted}
+    assert store.create(_execution(text_status, text_ids, text_id))
+    _set(store, text_status, text_ids | {"status": "running"}, text_id | {"status": "running"})
+    assert [(m[0], m[1], m[2], m[4]) for m in _moves(store)] == [
+        ("w3", None, None, "assigned"),
+        ("w3", None, None, "running"),
+    ]
+    dumped = orjson.dumps([attrs.asdict(e) for e in store.history("ex-1")])
+    assert b"6e2b90" not in dumped
+
+
 def test_a_store_opened_again_knows_what_each_worker_was(tmp_path: Path) -> None:
     """The base a store rebuilds from disk holds the workers as stored: a commit after a
     restart finds a move (or none) as the first process would have."""
