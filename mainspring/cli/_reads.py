@@ -297,9 +297,17 @@ def _event_line(event: HistoryEvent) -> str:
         parts.append(f"{event.was} -> {event.status}" if event.was else event.status)
     if event.plan_version is not None:
         parts.append(f"plan v{event.plan_version}")
-    for label, value in (("step", event.step_id), ("task", event.task_id)):
+    for label, value in (
+        ("worker", event.worker_id),
+        ("step", event.step_id),
+        ("task", event.task_id),
+    ):
         if value is not None:
             parts.append(f"{label} {value}")
+    if event.generation is not None:
+        parts.append(f"generation {event.generation}")
+    if event.reason is not None:
+        parts.append(f"reason {event.reason}")
     if event.agent_id is not None:
         parts.append(f"agent {event.agent_id}")
     for value in (event.state, event.action):

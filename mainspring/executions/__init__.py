@@ -56,6 +56,7 @@ from ._run_events import RunEvent as RunEvent
 from ._run_events import StepFinished as StepFinished
 from ._run_events import StepRetrying as StepRetrying
 from ._run_events import StepStarted as StepStarted
+from ._run_events import WorkerChanged as WorkerChanged
 from ._runtime import Runtime as Runtime
 from ._status import IllegalTransition as IllegalTransition
 from ._usage import WithUsage as WithUsage
@@ -103,6 +104,7 @@ __all__ = [
     "SubprocessHost",
     "WithUsage",
     "WorkerAgent",
+    "WorkerChanged",
     "WorkerHost",
     "WorkerNotLive",
     "WorkerProcess",

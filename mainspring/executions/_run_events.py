@@ -33,6 +33,7 @@ __all__ = [
     "StepFinished",
     "StepRetrying",
     "StepStarted",
+    "WorkerChanged",
 ]
 
 
@@ -177,6 +178,21 @@ class ExecutionFailed(ExecutionEvent):
     failed: int
 
 
+@attrs.frozen(kw_only=True)
+class WorkerChanged(ExecutionEvent):
+    """An external worker's status or generation changed, and the change is durable:
+    ``status`` is its status now, ``generation`` 1 at first and one more at each takeover,
+    ``reason`` a short code (``takeover``, ``native-start``, ``no-progress:lint``) or None:
+    ids, states and counts only, never text a worker wrote (V1)."""
+
+    worker_id: str
+    task_id: str
+    step_id: str
+    generation: int
+    status: str
+    reason: str | None = None
+
+
 #: Every event a runtime publishes; ``Runtime.events()`` yields these and ``EventsDropped``.
 RunEvent: TypeAlias = (
     ExecutionStarted
@@ -194,6 +210,7 @@ RunEvent: TypeAlias = (
     | ExecutionCancelled
     | ExecutionCompleted
     | ExecutionFailed
+    | WorkerChanged
 )
 
 

@@ -14,6 +14,7 @@ carries the worker's last true state: stopped only once its process was confirme
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from ..storage import (
 from . import _fleet as fleet
 from ._evidence import EvidenceShelf
 from ._run_core import ExecutionCore
+from ._run_events import WorkerChanged
 
 __all__ = ["LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin", "WorkerRun"]
 
@@ -83,6 +85,11 @@ class WorkerBoard:
         # E7: what does not parse is kept as it is, never dropped from the record.
         self.unparsed_workers = [r for r in record.workers if r.get("id") not in parsed]
         self.unparsed_tasks = [r for r in record.worker_tasks if r.get("id") not in parsed_tasks]
+        # What the record says of each worker's (status, generation), and the workers put
+        # since: a commit announces those that moved (WorkerChanged), at the cost of what
+        # changed, as the history derives them (V2).
+        self.committed = {w.id: (w.status, w.generation) for w in workers}
+        self.moved: dict[str, None] = {}
         self.trail: tuple[dict[str, Any], ...] = tuple(record.worker_trail)
         self.proof_digest = record.proof_digest
         self.shelf = shelf
@@ -103,6 +110,7 @@ class WorkerBoard:
         entry; wakes whoever waits for capacity."""
         now = time.time()
         self.workers[worker.id] = worker
+        self.moved[worker.id] = None
         if task is not None:
             self.tasks[task.id] = task
         seq = fleet.next_trail_seq(self.trail)
@@ -131,12 +139,34 @@ class WorkerBoard:
         }
 
 
+#: A worker's ``reason`` announced as it is: a short code; anything else is left out (V1).
+_REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
+
+
+def worker_changed(execution_id: str, worker: WorkerRecord, at: float) -> WorkerChanged:
+    """The event for ``worker``'s durable move: ids, states and counts only (V1)."""
+    reason = worker.reason if _REASON.match(worker.reason) else None
+    return WorkerChanged(
+        execution_id=execution_id,
+        at=at,
+        worker_id=worker.id,
+        task_id=worker.task_id,
+        step_id=worker.step_id,
+        generation=worker.generation,
+        status=worker.status,
+        reason=reason,
+    )
+
+
 class WorkerRun(ExecutionCore):
     """The ExecutionActor's side of its workers: the board is built when the record is
     loaded, rides in every snapshot, and a driver's ``WorkerCommit`` goes through the one
     commit path (E2)."""
 
     _board: WorkerBoard | None = None
+    #: The last snapshots' workers (the tuple each holds) and the moved workers each
+    #: carries: the one committed is found by identity (a snapshot may follow it).
+    _moves: tuple[tuple[Any, list[WorkerRecord]], ...] = ()
 
     def _worker_board(self) -> WorkerBoard:
         if self._board is None:
@@ -164,10 +194,45 @@ class WorkerRun(ExecutionCore):
 
     def _snapshot(self, **changes: Any) -> Execution:
         board = self._board
-        if board is not None:
-            for key, value in board.fields().items():
-                changes.setdefault(key, value)
-        return super()._snapshot(**changes)
+        if board is None:
+            return super()._snapshot(**changes)
+        for key, value in board.fields().items():
+            changes.setdefault(key, value)
+        record = super()._snapshot(**changes)
+        if board.moved:
+            moves = [board.workers[i] for i in board.moved]
+            self._moves = (*self._moves[-3:], (record.workers, moves))
+        return record
+
+    async def _commit(self, **changes: Any) -> bool:
+        committed = await super()._commit(**changes)
+        if committed:
+            self._announce_workers()
+        return committed
+
+    async def _commit_record(self, record: Execution) -> bool:
+        committed = await super()._commit_record(record)
+        if committed:
+            self._announce_workers()
+        return committed
+
+    def _announce_workers(self) -> None:
+        """Publish the worker moves the record just committed carries (once durable, as
+        the history has them: a worker's last state per commit)."""
+        board, workers = self._board, self._rec.workers
+        found = [i for i, (held, _) in enumerate(self._moves) if held is workers]
+        if board is None or not found:
+            return  # a record built from no snapshot of the board carries no move known
+        moves = self._moves[found[0]][1]
+        self._moves = self._moves[found[0] + 1 :]  # later snapshots may be committed next
+        now = time.time()
+        for worker in moves:
+            state = (worker.status, worker.generation)
+            if board.committed.get(worker.id) != state:
+                board.committed[worker.id] = state
+                self._publish(worker_changed(self._rec.id, worker, now))
+            if board.workers.get(worker.id) is worker:
+                board.moved.pop(worker.id, None)  # not put again since: announced
 
     async def _worker_message(self, message: Any) -> Any:
         if type(message) is WorkerJoin:

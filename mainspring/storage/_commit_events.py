@@ -3,12 +3,14 @@ states and counts only (V1), written by the backends in the same atomic write as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._codec import unstructure
-from ._journal import Change
+from ._journal import Base, Change
 from ._records import Execution
+from ._workers import WorkerStatus
 
 __all__ = ["events_for", "usage_counts"]
 
@@ -24,6 +26,78 @@ def usage_counts(raw: Any) -> dict[str, Any]:
     if not (inputs or outputs or cost not in ("0", "0E-12")):
         return {}
     return {"input_tokens": inputs, "output_tokens": outputs, "cost": cost}
+
+
+#: A worker's ``reason`` kept in the history: a short code (``native-start``,
+#: ``no-progress:lint``); anything else is left out, never text a worker wrote (V1).
+_REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
+_STATUSES = frozenset(WorkerStatus.__args__)  # type: ignore[attr-defined]
+
+
+def _an_id(value: Any) -> str | None:
+    return value if type(value) is str and _ID.match(value) else None
+
+
+def _worker_event(raw: Any, before: Any, base: dict[str, Any]) -> dict[str, Any] | None:
+    """A worker's transition, if its (status, generation) moved from ``before``'s: ids,
+    states and counts only (V1). None for no move, or a record that does not parse (E7)."""
+    if type(raw) is not dict:
+        return None
+    worker_id, status, generation = _an_id(raw.get("id")), raw.get("status"), raw.get("generation")
+    # Only what a record that parses could say: a record that does not (E7) may hold any
+    # text where an id or a status belongs, and that never reaches the history (V1).
+    if worker_id is None or type(status) is not str or status not in _STATUSES:
+        return None
+    if type(generation) is not int:
+        return None
+    if type(before) is dict and (before.get("status"), before.get("generation")) == (
+        status,
+        generation,
+    ):
+        return None
+    task, step, reason = (raw.get(name) for name in ("task_id", "step_id", "reason"))
+    return {
+        **base,
+        "kind": "worker",
+        "worker_id": worker_id,
+        "task_id": _an_id(task),
+        "step_id": _an_id(step),
+        "generation": generation,
+        "status": status,
+        "reason": reason if type(reason) is str and _REASON.match(reason) else None,
+    }
+
+
+def _worker_events(
+    old: Execution | None,
+    new: Execution,
+    changes: Sequence[Change],
+    stored: Mapping[str, Any],
+    base: dict[str, Any],
+) -> list[Any]:
+    """Worker transitions: one per worker put whose status or generation moved, found from
+    the records the commit replaced (``stored``, by key), so this costs what changed; when
+    the workers were rewritten whole (a record that does not parse is among them, E7),
+    every one is compared by id, so the history misses none (V2)."""
+    events: list[Any] = []
+    for change in changes:
+        if change[0] == "put" and change[1] == "workers":
+            event = _worker_event(change[4], stored.get(change[2]), base)
+            if event is not None:
+                events.append(event)
+        elif change[0] == "reset" and change[1] == "workers":
+            before = {
+                raw.get("id"): raw
+                for raw in (old.workers if old is not None else ())
+                if type(raw) is dict and type(raw.get("id")) is str
+            }
+            for raw in new.workers:
+                key = raw.get("id") if type(raw) is dict else None
+                event = _worker_event(raw, before.get(key) if type(key) is str else None, base)
+                if event is not None:
+                    events.append(event)
+    return events
 
 
 def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) -> list[Any]:
@@ -59,9 +133,11 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
     return events
 
 
-def events_for(old: Execution | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
-    """The history entries a commit adds: ids, states and counts only (V1), derived from what
-    changed, so the history is exactly as durable as the commit that made it (V2)."""
+def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
+    """The history entries a commit over ``stored`` (None: the first) adds: ids, states and
+    counts only (V1), derived from what changed, so the history is exactly as durable as
+    the commit that made it (V2)."""
+    old = stored.execution if stored is not None else None
     at = new.updated_at
     total = len(new.plan.steps) if new.plan is not None else 0
     done = len(new.completed_steps)
@@ -107,6 +183,9 @@ def events_for(old: Execution | None, new: Execution, changes: Sequence[Change])
             )
     if any(change[0] == "reset" and change[1] == "tasks" for change in changes):
         events.extend(_task_events(old, new, base))
+    if new.workers or (old is not None and old.workers):
+        workers = stored.workers if stored is not None else {}
+        events.extend(_worker_events(old, new, changes, workers, base))
     old_pending = old.pending if old is not None else None
     if new.pending != old_pending:
         pending = new.pending

@@ -427,7 +427,7 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
         path = self._file(execution_id)
         changes = snapshot_changes(execution) if base is None else diff(base, execution)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base.execution if base is not None else None, execution, changes)
+        events = events_for(base, execution, changes)
         tail = self._tails.get(execution_id) if base is not None else None
         if base is not None and tail is None:
             read = self._read(execution_id)  # the cache held the base but not where it ends

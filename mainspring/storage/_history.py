@@ -17,10 +17,22 @@ from ._usage import check_cost
 
 __all__ = ["HistoryEvent", "HistoryKind", "check_after", "parse_event"]
 
-HistoryKind = Literal["created", "status", "plan", "step", "task", "pending", "control"]
-_KINDS = ("created", "status", "plan", "step", "task", "pending", "control")
-_TEXT = ("execution_id", "status", "was", "step_id", "task_id", "agent_id", "state", "pending")
+HistoryKind = Literal["created", "status", "plan", "step", "task", "pending", "control", "worker"]
+_KINDS = ("created", "status", "plan", "step", "task", "pending", "control", "worker")
+_TEXT = (
+    "execution_id",
+    "status",
+    "was",
+    "step_id",
+    "task_id",
+    "agent_id",
+    "state",
+    "pending",
+    "worker_id",
+    "reason",
+)
 _COUNTS = (
+    "generation",
     "plan_version",
     "done",
     "total",
@@ -43,7 +55,10 @@ class HistoryEvent:
     - ``task``: ``task_id``, ``agent_id``, ``step_id``, ``state``, ``inner_done``,
       ``calls_used``, and the task's ``input_tokens`` / ``output_tokens`` / ``cost``;
     - ``pending``: ``pending`` (approval, clarification, budget or None), ``task_id``;
-    - ``control``: ``action`` (pause, resume, cancel, answer, approve, stop-task).
+    - ``control``: ``action`` (pause, resume, cancel, answer, approve, stop-task);
+    - ``worker``: an external worker's transition: ``worker_id``, ``task_id``, ``step_id``,
+      its ``generation`` and ``status``, and ``reason``, a short code (``native-start``,
+      ``no-progress:lint``) or None: never text a worker wrote (V1).
     """
 
     seq: int
@@ -68,6 +83,9 @@ class HistoryEvent:
     output_tokens: int | None = None
     #: A cost as decimal text (exact, as stored; see ``Usage``): a number, not free text (V1).
     cost: str | None = None
+    worker_id: str | None = None
+    generation: int | None = None
+    reason: str | None = None
 
 
 def check_after(after: Any) -> int:

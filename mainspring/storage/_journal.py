@@ -125,6 +125,9 @@ class Base:
     #: The parts stored by position (``#0``, ``#1``...: their keys repeat, or a task record
     #: does not parse): every change to one rewrites it whole.
     positional: set[str] = attrs.field(factory=set)
+    #: The stored worker records by key: what a worker was before a commit replaced it, so
+    #: the history finds its transitions at the cost of what changed (V2).
+    workers: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def of(
@@ -149,6 +152,7 @@ class Base:
             seq=seq,
             window=window,
             positional=positional,
+            workers=items["workers"],
         )
 
     def window_after(self, changes: Sequence[Change]) -> list[Any]:
@@ -167,14 +171,18 @@ class Base:
         for change in changes:
             op = change[0]
             if op == "put":
-                _, part, key, pos, _value = change
+                _, part, key, pos, value = change
                 if key not in self.keys[part]:
                     self.keys[part].add(key)
                     self.next_pos[part] = max(self.next_pos[part], pos + 1)
+                if part == "workers":
+                    self.workers[key] = value
             elif op == "reset":
                 _, part, entries = change
                 self.keys[part] = {key for key, _ in entries}
                 self.next_pos[part] = len(entries)
+                if part == "workers":
+                    self.workers = dict(entries)
                 if entries and entries[0][0].startswith("#"):
                     self.positional.add(part)
                 else:

@@ -455,7 +455,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         assert window is not None
         checkpoints = self._dumps(window, what)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base.execution if base is not None else None, execution, changes)
+        events = events_for(base, execution, changes)
         # Everything is encoded and checked before the first statement (X2).
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
         size = (base.size if base is not None else 0) + len(head) + len(checkpoints) + written

@@ -446,7 +446,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         assert window is not None
         checkpoints = self._dumps(window, what)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base.execution if base is not None else None, execution, changes)
+        events = events_for(base, execution, changes)
         # Everything is encoded and checked before the first statement: a record that cannot
         # be stored (X2) leaves the transaction as it was for the other commits in it.
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
