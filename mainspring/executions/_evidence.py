@@ -43,8 +43,12 @@ class EvidenceShelf:
 
     async def read(self, digest: str) -> Any:
         """The document sealed as ``digest``; :class:`EvidenceError` if it is not there or
-        does not match (fail closed)."""
-        check_digest(digest)
+        does not match, or ``digest`` is not a sha256 at all (fail closed; as the store's
+        own shelf says it, so one handler serves both)."""
+        try:
+            check_digest(digest, "an evidence digest")
+        except ValueError as exc:
+            raise EvidenceError(str(exc)) from None
         if self._committer is not None:
             return await self._committer.read_evidence(digest)
         data = self._memory.get(digest)
