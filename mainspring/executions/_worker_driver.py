@@ -115,8 +115,7 @@ class Driver(Spending):
                 worker, task = fleet.fence(
                     worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
                 )
-                self.board.put(worker, task, "fenced")
-                await self.save()
+                self.board.put(worker, task, "fenced")  # committed with the delivery (deliver)
             return (await self.deliver(worker),)
         if not worker.active or worker.status == "assigned":
             return None
@@ -236,8 +235,8 @@ class Driver(Spending):
                     raise
                 await self.board.changed.wait()  # a worker of this run stopped
                 continue
+            # Committed with ``starting`` (start): nothing happens between the two.
             self.board.put(worker, task, "assigned")
-            await self.save()
             return worker
 
     async def takeover(self, worker: WorkerRecord, detail: str = "") -> WorkerRecord:
@@ -260,8 +259,10 @@ class Driver(Spending):
                     raise
                 await self.board.changed.wait()
                 continue
+            # Committed with ``starting`` (start), or with the step's end if it goes no
+            # further (a start limit): the old process is confirmed dead, so a crash before
+            # that commit finds it dead again and takes it over again (R3).
             self.board.put(worker, task, "takeover", detail)
-            await self.save()
             return worker
 
     async def start(self, worker: WorkerRecord) -> WorkerProcess | None:
@@ -449,8 +450,9 @@ class Driver(Spending):
         worker, task = fleet.observe(
             worker, self.task(), fleet.expect(worker, "running", "idle"), "exited", now=time.time()
         )
+        # Committed with the takeover's ``starting`` (or the step's end): a crash before it
+        # finds the process dead again, by a look (R3).
         self.board.put(worker, task, "exited", "native-process-exited")
-        await self.save()
 
     async def handoff(self, data: Mapping[str, Any]) -> Any:
         output = data.get("output")
@@ -482,8 +484,7 @@ class Driver(Spending):
             confirmed_dead=True,
             now=time.time(),
         )
-        self.board.put(worker, task, "fenced")
-        await self.save()
+        self.board.put(worker, task, "fenced")  # committed with the delivery (deliver)
         return await self.deliver(worker, output)
 
     async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
@@ -497,8 +498,13 @@ class Driver(Spending):
             delivery_digest=digest,
             now=time.time(),
         )
+        # Not committed here: the step's output is published by the task's own save, whose
+        # commit carries the board (E2), so fenced, delivered and the output become durable
+        # together. Until then the record says handing-off, with the evidence sealed and the
+        # process confirmed dead: a crash resumes from there (recover: confirmed dead again
+        # by a look, fenced, delivered from the evidence, E10). Nothing outside the record
+        # happens in between, so no phase a crash must resume from is skipped (E1).
         self.board.put(worker, task, "delivered", digest)
-        await self.save()
         return value
 
     # -- stopping --------------------------------------------------------------------------
