@@ -350,6 +350,7 @@ class Driver(Spending):
                 continue  # a late report of an older process
             if report.type in ("idle", "busy"):
                 seen: fleet.Observed = "idle" if report.type == "idle" else "running"
+                same = seen == worker.status
                 worker, task = fleet.observe(
                     worker,
                     self.task(),
@@ -358,7 +359,8 @@ class Driver(Spending):
                     now=time.time(),
                 )
                 self.board.put(worker, task, report.type)
-                await self.save()
+                if not same:  # a report that changes nothing rides with the next commit
+                    await self.save()
             elif report.type == "usage":
                 over = await self.usage(worker, report)
                 if over is not None:
