@@ -4,7 +4,8 @@ ExecutionActor's side of it (``WorkerRun``).
 The board holds the execution's worker records, the tasks they serve and the diagnostic
 trail, parsed from the record when it is loaded. Every change a driver makes is a record a
 ``_fleet`` function returned (never an edit in place), put on the board with a trail entry;
-the driver then asks the execution to commit (``WorkerCommit``, E2) before its next phase.
+the driver then asks the execution to commit (``WorkerCommit``, E2) before its next side
+effect (phases with none between them share a commit: see ``_worker_agent``).
 
 The board is shared, the way a :class:`~._usage.Meter` is: a change put on it after saves
 are refused (the run stops: pause, cancel, stop-task, lease loss, deadline) is still in the
