@@ -440,9 +440,13 @@ def test_stop_task_says_a_task_is_worker_backed_and_its_workers_status(tmp_path:
     )
     store.close()
     code, out = run_cli("stop-task", "ex-w:t1", "--store", str(tmp_path / "s.sqlite3"), "--json")
-    assert code == EXIT_OK, out
+    # Its worker is active and the command cannot reach its process (no agent is registered
+    # here): the stop is refused and nothing is recorded, since a worker is recorded stopped
+    # only once its process is confirmed dead.
+    assert code != EXIT_OK, out
     answer = json.loads(out)
-    assert answer["state"] == "cancelled"
+    assert answer["ok"] is False
+    assert "not registered here" in answer["reason"]
     assert answer["worker"] == {
         "task_state": "running",
         "worker_id": "w1",
@@ -451,6 +455,13 @@ def test_stop_task_says_a_task_is_worker_backed_and_its_workers_status(tmp_path:
     }
     code, out = run_cli("stop-task", "ex-w:t1", "--store", str(tmp_path / "s.sqlite3"))
     assert "worker-backed: worker w1 generation 2 is running" in out
+    reread = SqliteStore(tmp_path / "s.sqlite3")
+    try:
+        record = reread.get("ex-w")
+        assert record is not None
+        assert record.agent_tasks[0]["state"] == "running"  # unchanged
+    finally:
+        reread.close()
 
 
 def test_stop_task_on_a_task_no_worker_serves_says_nothing_of_workers(tmp_path: Path) -> None:

@@ -86,13 +86,16 @@ def next_trail_seq(trail: tuple[dict[str, Any], ...]) -> int:
 
 
 def trail_append(
-    trail: tuple[dict[str, Any], ...], entry: TrailEntry
+    trail: tuple[dict[str, Any], ...], entry: TrailEntry, *, next_seq: int | None = None
 ) -> tuple[dict[str, Any], ...]:
     """``trail`` with ``entry`` (unstructured) appended, keeping the last :data:`MAX_TRAIL`
-    entries; ``entry.seq`` must come after every seq in the trail (ValueError)."""
+    entries; ``entry.seq`` must come after every seq in the trail (ValueError).
+
+    ``next_seq`` is ``next_trail_seq(trail)`` when the caller keeps it as the trail grows
+    (a run's board does): the trail is then not scanned again on every append."""
     if not isinstance(entry, TrailEntry):
         raise TypeError(f"a trail entry is a TrailEntry, not {type(entry).__name__}")
-    if entry.seq < next_trail_seq(trail):
+    if entry.seq < (next_trail_seq(trail) if next_seq is None else next_seq):
         raise ValueError(f"trail seq {entry.seq} does not come after the trail's")
     raw: dict[str, Any] = unstructure(entry)
     return (*trail[-(MAX_TRAIL - 1) :], raw)

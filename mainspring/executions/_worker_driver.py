@@ -78,8 +78,7 @@ class Driver(DriverBase, Spending):
                 worker, task = fleet.fence(
                     worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
                 )
-                self.board.put(worker, task, "fenced")
-                await self.save()
+                self.board.put(worker, task, "fenced")  # committed with the delivery (deliver)
             return (await self.deliver(worker),)
         if not worker.active or worker.status == "assigned":
             return None
@@ -221,8 +220,8 @@ class Driver(DriverBase, Spending):
                     raise
                 await self.board.changed.wait()  # a worker of this run stopped
                 continue
+            # Committed with ``starting`` (start): nothing happens between the two.
             self.board.put(worker, task, "assigned")
-            await self.save()
             return worker
 
     def not_final(self) -> None:
@@ -250,8 +249,10 @@ class Driver(DriverBase, Spending):
                     raise
                 await self.board.changed.wait()
                 continue
+            # Committed with ``starting`` (start), or with the step's end if it goes no
+            # further (a start limit): the old process is confirmed dead, so a crash before
+            # that commit finds it dead again and takes it over again (R3).
             self.board.put(worker, task, "takeover", detail)
-            await self.save()
             return worker
 
     async def start(self, worker: WorkerRecord) -> WorkerProcess | None:
@@ -468,6 +469,8 @@ class Driver(DriverBase, Spending):
         worker, task = fleet.observe(
             worker, self.task(), fleet.expect(worker, "running", "idle"), "exited", now=time.time()
         )
+        # Committed on its own (rare): the durable history says generation 1 stopped before
+        # generation 2 starts (V2); a crash before it finds the process dead again (R3).
         self.board.put(worker, task, "exited", "native-process-exited")
         await self.save()
 
@@ -509,8 +512,7 @@ class Driver(DriverBase, Spending):
             confirmed_dead=True,
             now=time.time(),
         )
-        self.board.put(worker, task, "fenced")
-        await self.save()
+        self.board.put(worker, task, "fenced")  # committed with the delivery (deliver)
         return await self.deliver(worker, output)
 
     async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
@@ -524,8 +526,13 @@ class Driver(DriverBase, Spending):
             delivery_digest=digest,
             now=time.time(),
         )
+        # Not committed here: the step's output is published by the task's own save, whose
+        # commit carries the board (E2), so fenced, delivered and the output become durable
+        # together. Until then the record says handing-off, with the evidence sealed and the
+        # process confirmed dead: a crash resumes from there (recover: confirmed dead again
+        # by a look, fenced, delivered from the evidence, E10). Nothing outside the record
+        # happens in between, so no phase a crash must resume from is skipped (E1).
         self.board.put(worker, task, "delivered", digest)
-        await self.save()
         return value
 
     async def read_delivery(self, digest: str) -> Any:

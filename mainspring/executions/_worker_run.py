@@ -4,7 +4,8 @@ ExecutionActor's side of it (``WorkerRun``).
 The board holds the execution's worker records, the tasks they serve and the diagnostic
 trail, parsed from the record when it is loaded. Every change a driver makes is a record a
 ``_fleet`` function returned (never an edit in place), put on the board with a trail entry;
-the driver then asks the execution to commit (``WorkerCommit``, E2) before its next phase.
+the driver then asks the execution to commit (``WorkerCommit``, E2) before its next side
+effect (phases with none between them share a commit: see ``_worker_agent``).
 
 The board is shared, the way a :class:`~._usage.Meter` is: a change put on it after saves
 are refused (the run stops: pause, cancel, stop-task, lease loss, deadline) is still in the
@@ -91,6 +92,12 @@ class WorkerBoard:
         self.committed = {w.id: (w.status, w.generation) for w in workers}
         self.moved: dict[str, None] = {}
         self.trail: tuple[dict[str, Any], ...] = tuple(record.worker_trail)
+        self.next_seq = fleet.next_trail_seq(self.trail)  # kept as the trail grows
+        # Each record's unstructured form, by its id, while it is the same (frozen) object:
+        # a commit then unstructures only what changed, and hands the store the very dicts
+        # it saw before, which its diff compares by identity (a run of N workers would
+        # otherwise cost O(N) per commit twice over).
+        self._raw: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         self.proof_digest = record.proof_digest
         self.shelf = shelf
         self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
@@ -113,8 +120,10 @@ class WorkerBoard:
         self.moved[worker.id] = None
         if task is not None:
             self.tasks[task.id] = task
-        seq = fleet.next_trail_seq(self.trail)
-        self.trail = fleet.trail_append(self.trail, trail_entry(seq, worker, event, detail, now))
+        seq = self.next_seq
+        entry = trail_entry(seq, worker, event, detail, now)
+        self.trail = fleet.trail_append(self.trail, entry, next_seq=seq)
+        self.next_seq = seq + 1
         self.dirty = True
         self.changed.set()
         self.changed = anyio.Event()
@@ -127,16 +136,23 @@ class WorkerBoard:
         """The record's worker fields as they are now."""
         return {
             "workers": (
-                *(unstructure(w) for w in self.workers.values()),
+                *(self._unstructured("w", w) for w in self.workers.values()),
                 *self.unparsed_workers,
             ),
             "worker_tasks": (
-                *(unstructure(t) for t in self.tasks.values()),
+                *(self._unstructured("t", t) for t in self.tasks.values()),
                 *self.unparsed_tasks,
             ),
             "worker_trail": self.trail,
             "proof_digest": self.proof_digest,
         }
+
+    def _unstructured(self, kind: str, record: WorkerRecord | WorkerTask) -> dict[str, Any]:
+        key = (kind, record.id)
+        cached = self._raw.get(key)
+        if cached is None or cached[0] is not record:
+            cached = self._raw[key] = (record, unstructure(record))
+        return cached[1]
 
 
 #: A worker's ``reason`` announced as it is: a short code; anything else is left out (V1).

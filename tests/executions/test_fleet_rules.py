@@ -581,3 +581,10 @@ def test_a_trail_entry_must_come_after_the_trail() -> None:
         with pytest.raises(ValueError, match="seq"):
             fleet.trail_append(trail, entry(seq))
     assert len(fleet.trail_append(trail, entry(9))) == 2
+
+
+def test_a_trail_entry_must_come_after_the_next_seq_the_caller_keeps() -> None:
+    trail = fleet.trail_append((), entry(5), next_seq=1)
+    with pytest.raises(ValueError, match="seq"):
+        fleet.trail_append(trail, entry(5), next_seq=6)
+    assert fleet.trail_append(trail, entry(6), next_seq=6)[-1]["seq"] == 6
