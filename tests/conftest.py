@@ -97,3 +97,12 @@ def _fail_if_the_event_loop_was_blocked(request: pytest.FixtureRequest) -> Itera
         meter = _loop_guard.disarm()
     if meter is not None and meter.flagged:
         pytest.fail("the event loop was blocked: " + "; ".join(meter.flagged[:3]))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: three workers for every two cores, at least two and at most four. The
+    suite waits more than it computes (fsyncs, subprocesses, a PostgreSQL server), so a
+    worker per core leaves the cores idle: on 2 cores, 3 workers take the default run from
+    about 5 minutes to under 4 (coverage on)."""
+    cores = os.cpu_count() or 1
+    return max(2, min(4, cores * 3 // 2))
