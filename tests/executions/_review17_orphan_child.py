@@ -3,7 +3,8 @@
     python _review17_orphan_child.py <store> <worker script> <pid dir>
 
 starts one run of one worker-backed step on a SqliteStore, prints ``ready`` once its
-worker process said busy, and waits to be killed (SIGKILL: its worker is left orphaned).
+worker runs (its identity is stored) and wrote its pids (its SIGTERM handlers are set), and
+waits to be killed (SIGKILL: its worker is left orphaned).
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ async def run(store: str, script: str, pids: str) -> None:
         with anyio.fail_after(60):
             while True:
                 seen = await rt.workers(EXECUTION)
-                if any(e.event == "busy" for e in seen.trail):
+                running = any(w.status == "running" for w in seen.workers)
+                written = anyio.Path(pids, "pids")
+                if (
+                    running
+                    and await written.exists()
+                    and len((await written.read_text()).split()) == 2
+                ):
                     break
-                await anyio.sleep(0.02)  # polls the store: the trail is not an event
+                await anyio.sleep(0.02)  # polls the store and the file: no event for them
         print("ready", flush=True)
         await anyio.sleep_forever()
 
