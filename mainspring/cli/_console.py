@@ -65,7 +65,8 @@ def _register() -> None:
 def make_safe(stream: TextIO) -> None:
     """Let ``stream`` (the process's stdout or stderr) write anything: what its encoding
     cannot hold is written as an ASCII stand-in (U1). An error policy the user chose
-    (``PYTHONIOENCODING=ascii:replace``) is kept."""
+    (``PYTHONIOENCODING=ascii:replace``) is kept, and so is stderr's (Python's default,
+    ``backslashreplace``, never fails: an id echoed in an error stays exact)."""
     _register()
     if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
         with contextlib.suppress(ValueError, OSError):  # closed, or not reconfigurable

@@ -25,7 +25,6 @@ from ._parser import UsageError, make_parser, version, wants_json
 from ._reads import READS, nothing_here_yet
 from ._store import check_execution_id, check_task_id, open_store, store_path
 
-
 #: The exit code of a command stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
 EXIT_INTERRUPTED = 130
 

@@ -75,7 +75,9 @@ def _usage_line(execution: Execution) -> str:
     return f"{tokens}, {cost}"
 
 
-def _chosen(executions: Sequence[Execution], args: argparse.Namespace, now: float) -> list[Execution]:
+def _chosen(
+    executions: Sequence[Execution], args: argparse.Namespace, now: float
+) -> list[Execution]:
     """``ls``'s executions, newest first: only ``--status`` ones updated ``--since``, at
     most ``--limit`` of them."""
     statuses = {s for group in getattr(args, "statuses", None) or () for s in group}
