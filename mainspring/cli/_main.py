@@ -16,7 +16,7 @@ from typing import TextIO
 import anyio
 
 from ..storage import InvalidId, StorageError, Store, is_postgres_url
-from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ._codes import EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._console import make_safe
 from ._integrity import report_unusable
 from ._memory import check_memory_args, run_memory
@@ -24,9 +24,6 @@ from ._output import Out, fail, terminal_width
 from ._parser import UsageError, make_parser, version, wants_json
 from ._reads import READS, nothing_here_yet
 from ._store import check_execution_id, check_task_id, open_store, store_path
-
-#: The exit code of a command stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
