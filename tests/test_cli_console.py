@@ -18,6 +18,9 @@ from mainspring.cli._console import ascii_stand_in
 
 from ._cli_kit import inc
 
+#: The checkout, for the command's own processes.
+ROOT = Path(__file__).resolve().parents[1]
+
 GOAL = "Compare café prices — then write a résumé of the “findings” at length, please"
 
 
@@ -36,7 +39,7 @@ def store(tmp_path: Path) -> Path:
 
 def _run_ascii(*argv: str) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LC_ALL", "LC_CTYPE")}
-    env.update(PYTHONIOENCODING="ascii", LANG="C", LC_ALL="C", PYTHONPATH=os.getcwd())
+    env.update(PYTHONIOENCODING="ascii", LANG="C", LC_ALL="C", PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "mainspring.cli", *argv],
         capture_output=True,

@@ -24,6 +24,9 @@ from mainspring.cli import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT
 
 from ._cli_kit import inc, run_cli
 
+#: The checkout, for the command's own processes.
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -218,7 +221,7 @@ def test_u2_ctrl_c_on_events_follow_exits_130_without_a_traceback(
         [sys.executable, "-m", "mainspring.cli", *argv, *(["--json"] if as_json else [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert follower.stdout is not None
@@ -275,3 +278,29 @@ def test_u4_a_good_deadline_passes_parsing(home: Path) -> None:
     for value in ("1s", "30m", "11d", "1000000s"):
         code, _ = run_cli("resume", "ex-1", "--app", "nowhere:config", "--deadline", value)
         assert code == EXIT_UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "interrupt",
+    [KeyboardInterrupt(), BaseExceptionGroup("a task group", [KeyboardInterrupt()])],
+    ids=["plain", "from-a-task-group"],
+)
+def test_u2_ctrl_c_anywhere_in_a_command_is_exit_130(
+    home: Path, monkeypatch: pytest.MonkeyPatch, interrupt: BaseException
+) -> None:
+    def interrupted(*_: object) -> int:
+        raise interrupt
+
+    monkeypatch.setattr("mainspring.cli._main._dispatch", interrupted)
+    assert run_cli("ls") == (130, "")
+
+
+def test_u2_a_group_without_ctrl_c_is_not_swallowed(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failed(*_: object) -> int:
+        raise BaseExceptionGroup("a task group", [SystemExit(3)])
+
+    monkeypatch.setattr("mainspring.cli._main._dispatch", failed)
+    with pytest.raises(BaseExceptionGroup):
+        run_cli("ls")

@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         # Invariant U2: Ctrl-C is how a user stops a command (``events --follow`` above
         # all): exit 130, no traceback. What the command opened was closed on the way out.
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # Ctrl-C inside a task group (resume, memory forget)
+        if group.split(KeyboardInterrupt)[0] is None:
+            raise
+        return EXIT_INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
