@@ -37,27 +37,41 @@ async def test_demo_every_actor_reports_the_root_reason(reason: str) -> None:
     assert "nothing was left running" in text
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_durable_demo_survives_its_own_kill_and_reruns_nothing_durable(
-    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_durable_demo_survives_its_own_kill_and_runs_again_on_the_same_store_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--backend", backend, "--store-dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    rows = {
-        cells[1].strip(): cells[2].strip()
-        for line in out.splitlines()
-        if (cells := line.split("|")) and len(cells) == 3
-    }
-    assert rows["final status"] == "completed"
-    assert rows["durable steps or inner steps run again"] == "0"
-    assert int(rows["steps durable when worker 1 was killed"]) >= 8
-    assert rows["store"] == str(tmp_path / "mainspring.sqlite3")
-    assert "killed worker 1 with SIGKILL" in out
-    assert "(not a terminal: answering 'yes')" in out
-    assert "resumed: " in out
-    # The ledger agrees: every side effect that began also ended, after the resumes.
-    ledger = (tmp_path / "side-effects.log").read_text().split("\n")
-    assert sum(line.endswith(" end") for line in ledger) >= 18  # every effect finished once
+    """Each backend in turn, on one --store-dir: every run is a new one (a fresh id, its own
+    side-effect ledger) beside the earlier runs in the same store."""
+    ids = []
+    for backend in ("asyncio", "trio"):
+        # The second run used to end in an ExecutionExists traceback and exit 1.
+        assert main(["demo", "--backend", backend, "--store-dir", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        rows = {
+            cells[1].strip(): cells[2].strip()
+            for line in out.splitlines()
+            if (cells := line.split("|")) and len(cells) == 3
+        }
+        assert rows["final status"] == "completed"
+        assert rows["durable steps or inner steps run again"] == "0"
+        assert int(rows["steps durable when worker 1 was killed"]) >= 8
+        assert rows["store"] == str(tmp_path / "mainspring.sqlite3")
+        assert "killed worker 1 with SIGKILL" in out
+        assert "(not a terminal: answering 'yes')" in out
+        assert "resumed: " in out
+        [shown] = [line for line in out.splitlines() if "mainspring show " in line]
+        ids.append(shown.rsplit(" ", 1)[1])
+        # The ledger agrees: every side effect that began also ended, after the resumes.
+        ledger = Path(rows["side-effect ledger"])
+        assert ledger.parent == tmp_path
+        assert sum(line.endswith(" end") for line in ledger.read_text().split("\n")) >= 18
+    assert len(set(ids)) == 2
+    assert all(i.startswith("demo-research-") for i in ids)
+    db = ms.storage.SqliteStore(tmp_path / "mainspring.sqlite3", read_only=True)
+    try:
+        assert sorted(e.id for e in db.list().executions) == sorted(ids)
+    finally:
+        db.close()
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

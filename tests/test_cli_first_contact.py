@@ -6,9 +6,13 @@ With ``--json`` every error is one JSON object on stderr."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,6 +23,9 @@ import mainspring as ms
 from mainspring.cli import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, main
 
 from ._cli_kit import inc, run_cli
+
+#: The checkout, for the command's own processes.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -191,3 +198,109 @@ def test_events_follow_on_an_empty_home_waits_for_the_first_run(home: Path) -> N
     assert codes == [EXIT_OK]
     assert "ex-first  created" in out.getvalue()
     assert "ex-first  status   running -> completed" in out.getvalue()
+
+
+# -- Ctrl-C, --version, durations -----------------------------------------------------------
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a process is POSIX")
+@pytest.mark.parametrize("as_json", [False, True])
+def test_u2_ctrl_c_on_events_follow_exits_130_without_a_traceback(
+    tmp_path: Path, as_json: bool
+) -> None:
+    store = tmp_path / "s.sqlite3"
+
+    async def build() -> None:
+        async with ms.open_runtime(store=store, tools={"inc": inc}) as rt:
+            plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="inc"),))
+            await (await rt.start("g", plan, execution_id="ex-1")).wait()
+
+    anyio.run(build)
+    argv = ["events", "--follow", "--interval", "0.05", "--store", str(store)]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "mainspring.cli", *argv, *(["--json"] if as_json else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert follower.stdout is not None
+        assert b"ex-1" in follower.stdout.readline()  # it follows: the history is printed
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 130  # it used to: a KeyboardInterrupt traceback
+    assert b"Traceback" not in err
+    assert b"KeyboardInterrupt" not in err
+
+
+def test_version_is_the_installed_one(home: Path) -> None:
+    try:
+        expected = importlib.metadata.version("mainspring")
+    except importlib.metadata.PackageNotFoundError:
+        expected = ms.__version__
+    assert run_cli("--version") == (EXIT_OK, f"mainspring {expected}\n")
+    assert run_cli("--version", "--json") == (EXIT_OK, json.dumps({"version": expected}) + "\n")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0s", "2w", "1000001s", "garbage", "1.5h", "-5s", "", "5 s"],
+)
+def test_u4_a_bad_deadline_is_a_usage_error(
+    home: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["resume", "ex-1", "--app", "nowhere:config", f"--deadline={value}"]
+    assert run_cli(*argv) == (EXIT_USAGE, "")  # it used to: 0s and 2w a traceback (exit 1)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("mainspring: error: argument --deadline: ")
+    assert run_cli(*argv, "--json") == (EXIT_USAGE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_USAGE
+    assert str(error["error"]).startswith("argument --deadline: ")
+
+
+@pytest.mark.parametrize("value", ["0s", "yesterday", "2026-13-01", "-1h", "12"])
+def test_u4_a_bad_since_is_a_usage_error(
+    home: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("ls", f"--since={value}", "--json") == (EXIT_USAGE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_USAGE
+    assert str(error["error"]).startswith("argument --since: ")
+
+
+def test_u4_a_good_deadline_passes_parsing(home: Path) -> None:
+    # Parsed, then the id is unknown on an empty home: the duration was not the problem.
+    for value in ("1s", "30m", "11d", "1000000s"):
+        code, _ = run_cli("resume", "ex-1", "--app", "nowhere:config", "--deadline", value)
+        assert code == EXIT_UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "interrupt",
+    [KeyboardInterrupt(), BaseExceptionGroup("a task group", [KeyboardInterrupt()])],
+    ids=["plain", "from-a-task-group"],
+)
+def test_u2_ctrl_c_anywhere_in_a_command_is_exit_130(
+    home: Path, monkeypatch: pytest.MonkeyPatch, interrupt: BaseException
+) -> None:
+    def interrupted(*_: object) -> int:
+        raise interrupt
+
+    monkeypatch.setattr("mainspring.cli._main._dispatch", interrupted)
+    assert run_cli("ls") == (130, "")
+
+
+def test_u2_a_group_without_ctrl_c_is_not_swallowed(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failed(*_: object) -> int:
+        raise BaseExceptionGroup("a task group", [SystemExit(3)])
+
+    monkeypatch.setattr("mainspring.cli._main._dispatch", failed)
+    with pytest.raises(BaseExceptionGroup):
+        run_cli("ls")

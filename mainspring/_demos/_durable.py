@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,8 @@ from ..executions import (
 )
 from ..storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
 
-EXECUTION_ID = "demo-research"
+#: Each run's id starts so; a fresh suffix each time lets one ``--store-dir`` hold many runs.
+EXECUTION_PREFIX = "demo-research"
 KILL_AT_INNER = 2  # worker 1 is killed once an agent has this many inner steps durable
 LEASE_TTL = 1.0
 TOPICS = ("solar", "wind", "storage", "grid")
@@ -152,7 +154,9 @@ def _emit(payload: dict[str, Any]) -> None:
     print(json.dumps(payload, default=str), flush=True)
 
 
-async def _worker(mode: str, store: str, ledger: str, answer: str | None) -> None:
+async def _worker(
+    mode: str, store: str, ledger: str, answer: str | None, execution_id: str
+) -> None:
     world = _world(_Ledger(Path(ledger)))
     async with open_runtime(
         store=store, max_parallel_steps=4, max_calls=20, lease_ttl=LEASE_TTL, **world
@@ -172,13 +176,13 @@ async def _worker(mode: str, store: str, ledger: str, answer: str | None) -> Non
             await anyio.lowlevel.checkpoint()
             if mode == "start":
                 handle = await rt.start(
-                    "Write a short report on renewable energy costs", execution_id=EXECUTION_ID
+                    "Write a short report on renewable energy costs", execution_id=execution_id
                 )
             else:
                 deadline = time.monotonic() + 10 * LEASE_TTL
                 while True:
                     try:
-                        handle = await rt.resume(EXECUTION_ID, answer=answer)
+                        handle = await rt.resume(execution_id, answer=answer)
                         break
                     except ExecutionBusy:  # the killed worker's lease has not lapsed yet
                         if time.monotonic() > deadline:
@@ -206,7 +210,10 @@ class _Demo:
         self.out = out
         self.dir = store_dir
         self.store = store_dir / "mainspring.sqlite3"  # the default name: the CLI finds it
-        self.ledger = store_dir / "side-effects.log"
+        # A new run each time, beside any earlier ones in the same store (and its own
+        # ledger, so that the summary counts only this run's side effects).
+        self.execution_id = f"{EXECUTION_PREFIX}-{secrets.token_hex(4)}"
+        self.ledger = store_dir / f"{self.execution_id}.side-effects.log"
         self.backend = backend
         self.interactive = interactive
         self.done: set[str] = set()
@@ -217,7 +224,8 @@ class _Demo:
 
     def spawn(self, number: int, mode: str, answer: str | None = None) -> _Worker:
         args = [sys.executable, "-m", "mainspring._demos", "--worker", mode,
-                str(self.store), str(self.ledger), "--backend", self.backend]  # fmt: skip
+                str(self.store), str(self.ledger), "--backend", self.backend,
+                "--execution-id", self.execution_id]  # fmt: skip
         if answer is not None:
             args += ["--answer", answer]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, bufsize=1)
@@ -239,6 +247,9 @@ class _Demo:
                     proc.kill()  # SIGKILL on POSIX, TerminateProcess on Windows
                     return {"killed": True}
             return {"exited": proc.wait(timeout=30)}
+        except BaseException:
+            proc.kill()  # interrupted (Ctrl-C, U2): the worker does not outlive the demo
+            raise
         finally:
             if proc.poll() is None:
                 proc.wait(timeout=30)
@@ -276,13 +287,13 @@ class _Demo:
         self.say(
             f"mainspring demo: a durable multi-agent run that survives kill -9 ({self.backend})"
         )
-        self.say(f"  store: {self.store}")
+        self.say(f"  store: {self.store} (run {self.execution_id})")
         first = self.spawn(1, "start")
         outcome = self.follow(first, kill=True)
         if not outcome.get("killed"):
             self.say(f"  worker 1 ended before the kill: {outcome}")
             return 1
-        at_kill = _read(self.store)
+        at_kill = _read(self.store, self.execution_id)
         assert at_kill is not None
         durable = set(at_kill.completed_steps)
         inner_durable = {
@@ -339,15 +350,15 @@ class _Demo:
         for what, value in rows:
             self.say(f"  | {what:<{width}} | {value}")
         self.say("")
-        self.say(f"  look inside: MAINSPRING_HOME={self.dir} mainspring show {EXECUTION_ID}")
+        self.say(f"  look inside: MAINSPRING_HOME={self.dir} mainspring show {self.execution_id}")
         if rerun_durable:
             self.say(f"  UNEXPECTED: durable work ran again: {', '.join(rerun_durable)}")
 
 
-def _read(path: Path) -> Execution | None:
+def _read(path: Path, execution_id: str) -> Execution | None:
     store = SqliteStore(path)
     try:
-        return store.get(EXECUTION_ID)
+        return store.get(execution_id)
     finally:
         store.close()
 
@@ -368,5 +379,14 @@ def worker_main(argv: list[str]) -> None:
     parser.add_argument("ledger")
     parser.add_argument("--backend", default="asyncio")
     parser.add_argument("--answer")
+    parser.add_argument("--execution-id", default=EXECUTION_PREFIX)
     args = parser.parse_args(argv)
-    anyio.run(_worker, args.worker, args.store, args.ledger, args.answer, backend=args.backend)
+    anyio.run(
+        _worker,
+        args.worker,
+        args.store,
+        args.ledger,
+        args.answer,
+        args.execution_id,
+        backend=args.backend,
+    )

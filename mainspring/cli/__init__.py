@@ -10,7 +10,8 @@ facts agents remember (read-only too); ``memory forget`` deletes one through a r
 Everything printed is redacted.
 
 Exit codes: 0 all well; 1 the operation was refused or ``doctor`` found problems; 2 usage;
-3 unknown id; 4 busy (another owner holds the lease); 5 no usable store.
+3 unknown id; 4 busy (another owner holds the lease); 5 no usable store; 130 stopped by
+Ctrl-C (no traceback). Output survives any stdout encoding (ASCII stand-ins).
 """
 
 from ._codes import EXIT_BUSY as EXIT_BUSY

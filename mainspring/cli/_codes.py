@@ -8,6 +8,8 @@ EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 EXIT_BUSY = 4
 EXIT_NO_STORE = 5
+#: A command stopped by Ctrl-C (SIGINT), as shells report it (128 + 2): U2.
+EXIT_INTERRUPTED = 130
 
 
 class CliError(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sqlite3
 import sys
@@ -15,16 +16,34 @@ from typing import TextIO
 import anyio
 
 from ..storage import InvalidId, StorageError, Store, is_postgres_url
-from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ._codes import EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ._console import make_safe
+from ._integrity import report_unusable
 from ._memory import check_memory_args, run_memory
-from ._output import Out, fail
-from ._parser import UsageError, make_parser, wants_json
+from ._output import Out, fail, terminal_width
+from ._parser import UsageError, make_parser, version, wants_json
 from ._reads import READS, nothing_here_yet
 from ._store import check_execution_id, check_task_id, open_store, store_path
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Entry point of the ``mainspring`` console script; returns the exit code."""
+    if stdout is None:  # the process's own streams: any encoding will do (U1)
+        make_safe(sys.stdout)
+        make_safe(sys.stderr)
+    try:
+        return _main(argv, stdout)
+    except KeyboardInterrupt:
+        # Invariant U2: Ctrl-C is how a user stops a command (``events --follow`` above
+        # all): exit 130, no traceback. What the command opened was closed on the way out.
+        return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # Ctrl-C inside a task group (resume, memory forget)
+        if group.split(KeyboardInterrupt)[0] is None:
+            raise
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = wants_json(argv)
     parser = make_parser()
@@ -32,6 +51,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     try:
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", as_json))
+        if args.version:
+            if as_json:
+                print(json.dumps({"version": version()}), file=stream, flush=True)
+            else:
+                print(f"mainspring {version()}", file=stream, flush=True)
+            return EXIT_OK
         if args.command in ("demo", "demo-reasons"):
             return _demo(parser, args)
     except UsageError as exc:
@@ -49,14 +74,18 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     args.store_given = given is not None
     args.store_path = store_path(given)
     color = stream.isatty() and "NO_COLOR" not in os.environ and not as_json
-    out = Out(stream, as_json=as_json, color=color)
+    out = Out(stream, as_json=as_json, color=color, width=terminal_width())
     try:
         return _dispatch(args, out)
     except CliError as exc:
+        if args.command == "doctor" and exc.code == EXIT_NO_STORE:
+            return report_unusable(args, out, str(exc))  # U3: a finding, not a failure
         return fail(str(exc), exc.code, as_json=as_json)
     except InvalidId as exc:
         return fail(str(exc), EXIT_USAGE, as_json=as_json)
     except (StorageError, sqlite3.Error) as exc:
+        if args.command == "doctor":
+            return report_unusable(args, out, f"the store failed: {exc}")
         return fail(f"the store failed: {exc}", EXIT_NO_STORE, as_json=as_json)
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining

@@ -4,23 +4,42 @@ stderr (so ``--json`` output stays parseable)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ..storage import redact
+from ._console import can_encode
 
+#: How wide a goal is shown where the terminal's width is unknown (output to a pipe).
 GOAL_WIDTH = 40
+#: The narrowest a column cut to fit the terminal gets.
+_NARROWEST = 8
+
+
+def terminal_width() -> int | None:
+    """The terminal's width in columns (``$COLUMNS`` first, as ``shutil`` reads it); None
+    when there is no terminal to fit (output to a pipe or a file)."""
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return columns if columns > 0 else None
 
 
 class Out:
-    """Where a command writes its results: plain text or JSON, colored on a terminal."""
+    """Where a command writes its results: plain text or JSON, colored on a terminal.
 
-    def __init__(self, stream: TextIO, *, as_json: bool, color: bool) -> None:
+    ``width`` is the terminal's (None: unknown); ``ellipsis`` what ends cut text: "…",
+    or "..." where the stream cannot encode it (U1)."""
+
+    def __init__(
+        self, stream: TextIO, *, as_json: bool, color: bool, width: int | None = None
+    ) -> None:
         self.stream = stream
         self.as_json = as_json
         self.color = color
+        self.width = width
+        self.ellipsis = "\u2026" if can_encode(stream, "\u2026") else "..."
 
     def line(self, text: str = "") -> None:
         print(redact(text), file=self.stream, flush=True)
@@ -47,11 +66,29 @@ class Out:
         return f"\x1b[{code}m{text}\x1b[0m" if code else text
 
     def table(
-        self, headers: Sequence[str], rows: Sequence[Sequence[str]], status_col: int = -1
+        self,
+        headers: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        status_col: int = -1,
+        *,
+        fit: int = -1,
     ) -> None:
+        """Rows under upper-case headers, columns padded to line up. Column ``fit`` (a free
+        text one, like a goal) is cut with the ellipsis so that lines fit the terminal; with
+        no terminal it is cut at ``GOAL_WIDTH``."""
         widths = [len(h) for h in headers]
         for row in rows:
             widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+        if fit >= 0:
+            others = sum(w for i, w in enumerate(widths) if i != fit) + 2 * (len(widths) - 1)
+            room = GOAL_WIDTH if self.width is None else self.width - others
+            limit = max(room, _NARROWEST, len(headers[fit]))
+            if widths[fit] > limit:
+                widths[fit] = limit
+                rows = [
+                    [*row[:fit], clamp(row[fit], limit, self.ellipsis), *row[fit + 1 :]]
+                    for row in rows
+                ]
         header = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))
         self.line(header.rstrip())
         for row in rows:
@@ -61,13 +98,14 @@ class Out:
             self.line("  ".join(cells).rstrip())
 
 
-def clamp(text: str, width: int) -> str:
+def clamp(text: str, width: int, ellipsis: str = "\u2026") -> str:
     """``text`` on one line of at most ``width`` characters, redacted, every character a
     terminal would act on (escape sequences, bells, backspaces, bidi overrides) shown as its
-    escape instead: stored text is anyone's, and must not drive the reader's terminal."""
+    escape instead: stored text is anyone's, and must not drive the reader's terminal. Cut
+    text ends with ``ellipsis`` ("..." where the output cannot encode "…": U1)."""
     text = " ".join(redact(text).split())  # redacted before it is cut: a cut secret would leak
     text = "".join(c if c.isprintable() else _escaped(c) for c in text)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if len(text) <= width else text[: width - len(ellipsis)] + ellipsis
 
 
 def _escaped(char: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
@@ -46,6 +47,85 @@ def duration(text: str) -> float:
             "12h, 7d or 2w"
         )
     return float(int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def positive_duration(text: str) -> float:
+    """A duration the runtime takes as a timeout (``--deadline``): more than 0 s and at most
+    the runtime's bound (``check_timeout``); anything else is a usage error, before anything
+    is opened (U4)."""
+    from ..storage import MAX_COUNTER
+
+    seconds = duration(text)
+    if not 0 < seconds <= MAX_COUNTER:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: give more than 0s and at most {MAX_COUNTER:,}s "
+            f"(about {MAX_COUNTER // 86_400} days)"
+        )
+    return seconds
+
+
+def since(text: str) -> tuple[str, float]:
+    """An ``ls --since``: a duration back from now (``("ago", seconds)``, more than 0 s) or
+    an ISO 8601 time (``("at", epoch seconds)``; without a zone it is local time, as the
+    command prints times). Anything else is a usage error (U4)."""
+    if re.fullmatch(r"\s*[0-9]+[a-z]+\s*", text):
+        seconds = duration(text)
+        if seconds <= 0:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a time back from now: give more than 0s"
+            )
+        return "ago", seconds
+    try:
+        at = datetime.fromisoformat(text.strip()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (30s, 15m, 12h, 7d, 2w) nor an ISO time "
+            "(2026-01-31 or 2026-01-31T12:00:00+00:00)"
+        ) from None
+    return "at", at
+
+
+def _statuses(text: str) -> tuple[str, ...]:
+    """An ``ls --status``: execution statuses, comma-separated (a usage error otherwise)."""
+    from typing import get_args
+
+    from ..storage import ExecutionStatus
+
+    known = get_args(ExecutionStatus)
+    given = tuple(s.strip() for s in text.split(","))
+    unknown = [s for s in given if s not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"not a status: {', '.join(repr(s) for s in unknown)} (one of {', '.join(known)})"
+        )
+    return given
+
+
+def _count(text: str) -> int:
+    """An ``ls --limit``: a whole number in 1..MAX_COUNTER (a usage error otherwise)."""
+    from ..storage import MAX_COUNTER
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_COUNTER:
+        raise argparse.ArgumentTypeError(
+            f"not a limit (a whole number in 1..{MAX_COUNTER:,}): {text}"
+        )
+    return value
+
+
+def version() -> str:
+    """This mainspring's version: from its installed metadata, else from the package."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mainspring")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        from mainspring import __version__
+
+        return __version__
 
 
 def wants_json(argv: Sequence[str]) -> bool:
@@ -218,9 +298,11 @@ def make_parser() -> argparse.ArgumentParser:
         prog="mainspring",
         description="An embedded actor runtime for durable agent executions.",
         epilog="exit codes: 0 ok, 1 refused or problems found, 2 usage, 3 unknown id, "
-        "4 busy (lease held elsewhere), 5 no usable store. NO_COLOR is honoured.",
+        "4 busy (lease held elsewhere), 5 no usable store, 130 interrupted (Ctrl-C). NO_COLOR "
+        "is honoured.",
         parents=[common],
     )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     durable = commands.add_parser(
         "demo", help="a durable multi-agent run: killed with SIGKILL midway, resumed, finished"
@@ -246,7 +328,22 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--steps", type=int, default=6, help="tool steps to finish before stopping (1-1000)"
     )
-    commands.add_parser("ls", parents=[common], help="list executions")
+    ls = commands.add_parser("ls", parents=[common], help="list executions, newest first")
+    ls.add_argument(
+        "--status",
+        dest="statuses",
+        action="append",
+        type=_statuses,
+        metavar="S[,S]",
+        help="only these statuses (comma-separated, repeatable)",
+    )
+    ls.add_argument("--limit", type=_count, metavar="N", help="at most N (the newest)")
+    ls.add_argument(
+        "--since",
+        type=since,
+        metavar="DURATION|ISO",
+        help="only those updated since then: 30m, 12h, 7d, or 2026-01-31T12:00",
+    )
     show = commands.add_parser("show", parents=[common], help="one execution in detail")
     show.add_argument("id")
     tasks = commands.add_parser("tasks", parents=[common], help="agent tasks (of one execution)")
@@ -267,7 +364,9 @@ def make_parser() -> argparse.ArgumentParser:
     resume.add_argument("--max-tokens", type=_budget("tokens"), help="the run's token budget")
     resume.add_argument("--max-cost", type=_budget("cost"), help="the run's cost budget")
     resume.add_argument(
-        "--deadline", type=duration, help="a new deadline for the run, from now (30m, 12h, 7d)"
+        "--deadline",
+        type=positive_duration,
+        help="a new deadline for the run, from now (30m, 12h, 7d)",
     )
     stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
     stop.add_argument("id", metavar="TASK_ID")

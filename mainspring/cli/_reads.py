@@ -30,13 +30,16 @@ from ..storage import (
 )
 from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
+from ._integrity import integrity_findings
 from ._memory import nothing_remembered
-from ._output import GOAL_WIDTH, Out, clamp, when
+from ._output import Out, clamp, when
 from ._store import get_execution, open_store, shown
 from ._workers import run_workers
 
 #: How long a new file at the default store's path may take to become a store (seconds).
 _STORE_BIRTH = 10.0
+#: The most of a goal ``ls`` shows, however wide the terminal.
+_GOAL_MOST = 200
 
 
 def _steps(execution: Execution) -> tuple[int, int]:
@@ -72,10 +75,27 @@ def _usage_line(execution: Execution) -> str:
     return f"{tokens}, {cost}"
 
 
-def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
+def _chosen(
+    executions: Sequence[Execution], args: argparse.Namespace, now: float
+) -> list[Execution]:
+    """``ls``'s executions, newest first: only ``--status`` ones updated ``--since``, at
+    most ``--limit`` of them."""
+    statuses = {s for group in getattr(args, "statuses", None) or () for s in group}
+    since = getattr(args, "since", None)
+    cutoff = None if since is None else (now - since[1] if since[0] == "ago" else since[1])
+    chosen = [
+        e
+        for e in sorted(executions, key=lambda e: e.updated_at, reverse=True)
+        if (not statuses or e.status in statuses) and (cutoff is None or e.updated_at >= cutoff)
+    ]
+    limit = getattr(args, "limit", None)
+    return chosen[:limit] if limit else chosen
+
+
+def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
     listing = store.list()
     now = store.now()  # the store's clock: a shared server's, not this host's
-    executions = sorted(listing.executions, key=lambda e: e.updated_at, reverse=True)
+    executions = _chosen(listing.executions, args, now)
     if out.as_json:
         out.data(
             [
@@ -99,7 +119,7 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
             [
                 e.id,
                 e.status,
-                clamp(e.goal, GOAL_WIDTH),
+                clamp(e.goal, _GOAL_MOST, out.ellipsis),  # cut again to fit the terminal
                 "{}/{}".format(*_steps(e))
                 + (f" ({len(_stopped(e))} stopped)" if _stopped(e) else ""),
                 str(e.calls_used),
@@ -111,7 +131,7 @@ def _ls(store: Store, out: Out, _: argparse.Namespace) -> int:
             for e in executions
         ]
         headers = ["id", "status", "goal", "steps", "calls", "tokens", "cost", "lease", "updated"]
-        out.table(headers, rows, 1)
+        out.table(headers, rows, 1, fit=2)
     _report_unreadable(out, 0, listing.problems)
     return EXIT_OK
 
@@ -377,7 +397,7 @@ def _print_history(
 
 def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Validate every record, read-only; the exit code says whether all is well."""
-    findings: list[dict[str, str]] = []
+    findings = integrity_findings(args.store_path, out)  # U3: damage below the records
     listing = store.list()
     for problem in listing.problems:
         findings.append({"id": problem.id, "problem": "unreadable", "detail": problem.error})

@@ -1,0 +1,106 @@
+"""``doctor``'s check of the SQLite files a store keeps, below the records: SQLite's own
+``PRAGMA quick_check``, read-only, on a SQLite store and on a FileStore's memory database.
+
+Invariant U3: a damaged database is a problem ``doctor`` reports (exit 1, naming the file),
+also when it is too damaged to open, never "all well" and never a traceback. Records that
+parse say nothing about pages no read touched (a history or index page overwritten)."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from pathlib import Path
+
+from ..storage import is_postgres_url, store_kind
+from ._codes import EXIT_FAILED, EXIT_NO_STORE
+from ._output import Out, clamp, fail
+from ._store import shown
+
+#: FileStore's memory database, in its directory (``mainspring.storage``'s name for it; a
+#: test checks the two agree).
+MEMORY_FILE = "memory.sqlite3"
+#: At most this many of SQLite's lines per file (quick_check stops there), each cut to
+#: ``_LINE`` characters: a badly damaged file says a lot.
+_MOST_LINES = 10
+_LINE = 200
+#: How long the check waits for a writer's lock (seconds) before it says it could not check.
+_BUSY_TIMEOUT = 5.0
+
+
+def sqlite_files(store: str) -> list[Path]:
+    """The SQLite databases the store at ``store`` keeps (none for PostgreSQL)."""
+    if is_postgres_url(store):
+        return []
+    path = Path(store)
+    try:
+        if store_kind(path) == "files":
+            memory = path / MEMORY_FILE
+            return [memory] if memory.is_file() else []
+        return [path] if path.is_file() else []
+    except OSError:
+        return []
+
+
+def quick_check(path: Path) -> str | None:
+    """None if SQLite finds the database at ``path`` sound, else what it says is wrong (at
+    most ``_MOST_LINES`` lines, one line of text). Opened read-only: nothing is changed.
+    A database another process holds locked raises ``sqlite3.OperationalError``."""
+    try:
+        db = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro",
+            uri=True,
+            timeout=_BUSY_TIMEOUT,
+            isolation_level=None,
+        )
+    except sqlite3.Error as exc:
+        return f"cannot be opened: {exc}"
+    try:
+        # The bound is a constant of ours, not input: PRAGMA takes no bound parameters.
+        rows = db.execute(f"PRAGMA quick_check({_MOST_LINES})").fetchmany(_MOST_LINES)
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+            raise
+        return str(exc)
+    except sqlite3.DatabaseError as exc:  # "database disk image is malformed", "not a database"
+        return str(exc)
+    finally:
+        db.close()
+    lines = [str(row[0]) for row in rows]
+    if lines == ["ok"]:
+        return None
+    return "; ".join(clamp(line, _LINE) for line in lines) or "no answer from quick_check"
+
+
+def integrity_findings(store: str, out: Out) -> list[dict[str, str]]:
+    """A ``corrupt`` finding for each of the store's SQLite files that fails quick_check
+    (U3); a file that stays locked is a warning, not a finding: it was not checked."""
+    findings = []
+    for path in sqlite_files(store):
+        try:
+            problem = quick_check(path)
+        except sqlite3.Error as exc:
+            out.warn(f"{path}: not checked for damage: {exc}")
+            continue
+        if problem is not None:
+            findings.append(
+                {"id": str(path), "problem": "corrupt", "detail": f"SQLite finds: {problem}"}
+            )
+    return findings
+
+
+def report_unusable(args: argparse.Namespace, out: Out, error: str) -> int:
+    """``doctor`` on a store it cannot open or read: exit 1 with what is wrong (U3) when
+    the store is there and damaged; exit 5 when there is none (nothing there, a server that
+    does not answer)."""
+    store: str = args.store_path
+    findings = integrity_findings(store, out)
+    if not findings and (is_postgres_url(store) or not Path(store).is_file()):
+        return fail(error, EXIT_NO_STORE, as_json=out.as_json)
+    findings.append({"id": shown(store), "problem": "unreadable-store", "detail": error})
+    if out.as_json:
+        out.data({"ok": False, "executions": None, "findings": findings, "store": shown(store)})
+    else:
+        out.line(f"the store could not be read, {len(findings)} findings")
+        for finding in findings:
+            out.line(f"  {finding['problem']:<20} {finding['id']}: {finding['detail']}")
+    return EXIT_FAILED
