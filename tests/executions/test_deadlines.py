@@ -17,6 +17,7 @@ import attrs
 import pytest
 
 import mainspring as ms
+from mainspring.executions import _agent
 
 from ._kit import (
     Ledger,
@@ -356,6 +357,16 @@ async def test_B1_show_says_the_deadline_and_a_steps_timeout(tmp_path: Path) -> 
 # -- a value that arrives after the timeout fired (B1) ------------------------------------
 
 
+@pytest.fixture(params=["child-declines", "child-reports"])
+def late_reports(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each late-value test twice: with the children as they are (one cancelled with
+    ``Timeout`` reports no success), and with children that report whatever their code
+    returned, so that the execution alone, which armed the timeout, must refuse it."""
+    if request.param == "child-reports":
+        monkeypatch.setattr(_agent, "_timed_out", lambda: False)
+
+
+@pytest.mark.usefixtures("late_reports")
 async def test_B1_a_tool_returning_after_its_timeout_fails_step_timeout_not_late(
     tmp_path: Path,
 ) -> None:
@@ -378,6 +389,7 @@ async def test_B1_a_tool_returning_after_its_timeout_fails_step_timeout_not_late
     assert ledger.names() == []  # its dependent never ran on the late value
 
 
+@pytest.mark.usefixtures("late_reports")
 @pytest.mark.parametrize("retry_timeouts", [True, False])
 async def test_B1_a_tool_returning_after_its_timeout_is_retried_when_its_policy_says_so(
     tmp_path: Path, retry_timeouts: bool
@@ -414,6 +426,7 @@ async def test_B1_a_tool_returning_after_its_timeout_is_retried_when_its_policy_
         assert observation.output is None
 
 
+@pytest.mark.usefixtures("late_reports")
 async def test_B1_a_skill_returning_after_its_timeout_fails_step_timeout_and_is_charged(
     tmp_path: Path,
 ) -> None:
@@ -431,6 +444,7 @@ async def test_B1_a_skill_returning_after_its_timeout_fails_step_timeout_and_is_
     assert record.calls_used == 1  # the model call was made (P4)
 
 
+@pytest.mark.usefixtures("late_reports")
 async def test_B1_an_agent_returning_after_its_timeout_fails_agent_timeout(
     tmp_path: Path,
 ) -> None:
@@ -458,6 +472,7 @@ async def test_B1_an_agent_returning_after_its_timeout_fails_agent_timeout(
     assert {s.id: s.status for s in record.plan.steps}["b"] == "skipped"  # type: ignore[union-attr]
 
 
+@pytest.mark.usefixtures("late_reports")
 async def test_B1_a_planner_returning_after_its_timeout_fails_the_run(tmp_path: Path) -> None:
     ledger = Ledger()
 
