@@ -285,9 +285,7 @@ async def _signal_tree(
     return members
 
 
-async def _look(
-    root: int, reaped: Callable[[], bool], signalled: dict[_Seen, None]
-) -> list[_Seen]:
+async def _look(root: int, reaped: Callable[[], bool], signalled: dict[_Seen, None]) -> list[_Seen]:
     """The live members of ``root``'s tree, leaves first, by one scan of ``/proc``, after
     every process of ``signalled`` that the scan found alive (the same start time) outside
     the tree; this process's zombies of both reaped (:func:`_reap_orphans`).
