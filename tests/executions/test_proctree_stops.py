@@ -1,7 +1,8 @@
 """Stopping process trees cheaply without giving up B2: a member whose pid another process
 took is never signalled, a program's own exit is awaited and its session still searched for
 what it left (an orphan ignoring SIGTERM), and stops in flight together, sharing their scans
-of ``/proc``, each confirm their own whole tree dead."""
+of ``/proc``, each confirm their own whole tree dead; a process told to stop that left the
+tree (its own session, TERM ignored) is killed after the grace all the same."""
 
 from __future__ import annotations
 
