@@ -157,9 +157,9 @@ class BoundedRun(TaskEvents):
         worker thread returns its value whatever the cancellation): it fails
         ``step-timeout``, or waits for its next attempt when its policy retries timeouts,
         exactly as if it had unwound without reporting. False: the report is not taken."""
+        # Still a child until it ends (a wind-down cancels and awaits it); its end, no
+        # longer running its step, changes nothing.
         del self._running[running.step.id]
-        self._by_ref.pop(running.ref, None)  # its end, still to come, finds nothing to do
-        self._fired.discard(running.ref)
         seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
         await self._step_timed_out(running, seconds)
         return False
@@ -178,9 +178,7 @@ class BoundedRun(TaskEvents):
             # reports now (a result, a failure, a question, a wait for budget). Its inner
             # steps saved before stay durable; progress it saves while it unwinds (state
             # ``running``) is recorded as usual.
-            del self._running[running.step.id]
-            self._by_ref.pop(running.ref, None)
-            self._fired.discard(running.ref)
+            del self._running[running.step.id]  # its end changes nothing (see above)
             seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
             await self._agent_timed_out(running, seconds)
             return False
