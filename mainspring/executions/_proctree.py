@@ -13,11 +13,11 @@ still alive, found again (a member may have forked meanwhile), and to every proc
 before that still lives, in the tree or not: one told to stop may leave the tree meanwhile
 (``setsid`` and ignore SIGTERM, re-parented to init when its parent dies of it), and no scan
 would find it again. A stop therefore keeps each process it signalled, by pid and start time,
-until it is confirmed dead (B2). A process that is gone
-(``ESRCH``) or a zombie counts as stopped; a member is signalled only while its start time
-is the one the scan saw, through a pidfd where the system has them (B2). The blocking
-``/proc`` reads run in a worker thread (STYLE 10); the caller runs :func:`stop_tree` in a
-shielded scope with its own deadline (STYLE 5).
+until it is confirmed dead (B2). A process that is gone (``ESRCH``) or a zombie counts as
+stopped; a member is signalled only while its start time is the one the scan saw, through a
+pidfd where the system has them (B2). The blocking ``/proc`` reads run in a worker thread
+(STYLE 10); the caller runs :func:`stop_tree` in a shielded scope with its own deadline
+(STYLE 5).
 
 A scan reads every process's ``stat``, and is most of what a stop costs: so the grace awaits
 the program's own exit where the caller can (``exited``), watches the members it knows one
