@@ -355,9 +355,10 @@ async def stop_tree(
     exited: Callable[[], Awaitable[object]] | None = None,
 ) -> bool:
     """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
-    for them to go, then SIGKILL rounds to every member still alive; True once a scan of
-    ``/proc`` found nothing of the tree alive (False without ``/proc``, or if members
-    outlived the SIGKILL rounds). The zombies it leaves with this process are reaped (B2).
+    for them to go, then SIGKILL rounds to every member still alive and to every process
+    signalled before that still lives outside the tree; True once a scan of ``/proc`` found
+    none of them alive (False without ``/proc``, or if one outlived the SIGKILL rounds).
+    The zombies it leaves with this process are reaped (B2).
 
     ``reaped()`` says whether the program itself was already reaped: its pid may then
     belong to another process, which must not be signalled (its descendants, re-parented,
