@@ -27,6 +27,8 @@ from ..actors import (
     ActorFailed,
     ActorRef,
     MainspringError,
+    Timeout,
+    cancel_reason,
 )
 from ..storage import (
     MAX_DIAGNOSTICS,
@@ -136,6 +138,14 @@ class _OverBudget(CodedFailure):
     ``code`` (raised in the agent's code by ``call_skill`` / ``call_tool``)."""
 
 
+def _timed_out() -> bool:
+    """B1: this child was cancelled with ``Timeout`` (its step's, its planner's or its run's
+    deadline). What its code returns now came too late: it is not reported as a success
+    (blocking code in a worker thread returns whatever the cancellation). The execution,
+    which armed the deadline, decides anyway; this keeps the child from claiming otherwise."""
+    return isinstance(cancel_reason(), Timeout)
+
+
 # -- tool and skill steps --------------------------------------------------------------------
 
 
@@ -174,9 +184,11 @@ class StepActor(Actor):
                 done = StepDone(step.id, ok=False, error=stored, usage=usage)
             else:
                 done = StepDone(step.id, ok=True, output=output, stored=stored, usage=usage)
-        # If the execution is stopping, it knows this step did not finish.
-        with contextlib.suppress(ActorDeadError, ActorFailed):
-            await self._execution.ask(done)
+        # If the execution is stopping, it knows this step did not finish. Timed out: its
+        # end (with Timeout) is the report; its usage reaches the execution on the meter.
+        if not _timed_out():
+            with contextlib.suppress(ActorDeadError, ActorFailed):
+                await self._execution.ask(done)
         await self.ref.stop()
 
 
@@ -200,8 +212,9 @@ class PlannerActor(Actor):
                 planned = Planned(plan)
             else:
                 planned = Planned(None, error=f"it returned {type(plan).__name__}, not a Plan")
-        with contextlib.suppress(ActorDeadError, ActorFailed):
-            await self._execution.ask(planned)
+        if not _timed_out():  # B1: a plan made after the timeout is not reported
+            with contextlib.suppress(ActorDeadError, ActorFailed):
+                await self._execution.ask(planned)
         await self.ref.stop()
 
 
@@ -490,7 +503,10 @@ class AgentTaskActor(Actor):
                 else:
                     stored = Stored(prepared.value, True) if self._masked else prepared
                     self._touch(state="completed", ended_at=time.time())
-            await self._save(output, stored, live=not self._masked)
+            # B1: timed out, the task does not end here: the execution fails it with
+            # ``agent-timeout`` when this actor ends (its calls reach it on the meter).
+            if not _timed_out():
+                await self._save(output, stored, live=not self._masked)
         except SaveRefused:
             pass
         await self.ref.stop()

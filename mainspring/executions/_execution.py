@@ -207,6 +207,8 @@ class ExecutionActor(BoundedRun):
         self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
 
     async def _planned(self, planned: Planned) -> bool:
+        if self._planned_late():  # B1: its timeout fired first; its end fails the run
+            return False
         self._planning = False
         if planned.question is not None:
             # An outer question: its answer is appended to the goal on resume (R10).
@@ -556,6 +558,8 @@ class ExecutionActor(BoundedRun):
         running = self._running.get(done.step_id)
         if running is None or running.task_id is not None or self._ended:
             return False
+        if self._late(running):  # B1: its timeout fired first; the execution decides
+            return await self._step_done_late(running)
         del self._running[done.step_id]
         step = running.step
         changes: dict[str, Any] = {}

@@ -9,11 +9,15 @@ program's process group, signalled with ``killpg``.
 
 Stopping is SIGTERM to every member, leaves first (so a parent does not see its children die
 and start new ones before it is itself told to stop), a grace, then SIGKILL to every member
-still alive, found again (a member may have forked meanwhile). A process that is gone
-(``ESRCH``) or a zombie counts as stopped; a member is signalled only while its start time
-is the one the scan saw, through a pidfd where the system has them (B2). The blocking
-``/proc`` reads run in a worker thread (STYLE 10); the caller runs :func:`stop_tree` in a
-shielded scope with its own deadline (STYLE 5).
+still alive, found again (a member may have forked meanwhile), and to every process signalled
+before that still lives, in the tree or not: one told to stop may leave the tree meanwhile
+(``setsid`` and ignore SIGTERM, re-parented to init when its parent dies of it), and no scan
+would find it again. A stop therefore keeps each process it signalled, by pid and start time,
+until it is confirmed dead (B2). A process that is gone (``ESRCH``) or a zombie counts as
+stopped; a member is signalled only while its start time is the one the scan saw, through a
+pidfd where the system has them (B2). The blocking ``/proc`` reads run in a worker thread
+(STYLE 10); the caller runs :func:`stop_tree` in a shielded scope with its own deadline
+(STYLE 5).
 
 A scan reads every process's ``stat``, and is most of what a stop costs: so the grace awaits
 the program's own exit where the caller can (``exited``), watches the members it knows one
@@ -268,25 +272,41 @@ async def _shared_scan() -> _Table:
     return table
 
 
-async def _signal_tree(root: int, signum: int, reaped: Callable[[], bool]) -> list[_Seen]:
+async def _signal_tree(
+    root: int, signum: int, reaped: Callable[[], bool], signalled: dict[_Seen, None]
+) -> list[_Seen]:
     """Send ``signum`` to ``root``'s tree, leaves first (``root`` itself only if it was not
-    reaped yet), found by one scan of ``/proc``; the members signalled. This process's
-    zombies of the tree are reaped (:func:`_reap_orphans`)."""
-    members = await _look(root, reaped)
+    reaped yet), found by one scan of ``/proc``, and to each of ``signalled`` still alive
+    outside it; the processes signalled, which join ``signalled``. This process's zombies
+    of them are reaped (:func:`_reap_orphans`)."""
+    members = await _look(root, reaped, signalled)
     await anyio.to_thread.run_sync(_signal_members, members, signum)
+    signalled.update(dict.fromkeys(members))
     return members
 
 
-async def _look(root: int, reaped: Callable[[], bool]) -> list[_Seen]:
-    """The live members of ``root``'s tree, leaves first, by one scan of ``/proc``; this
-    process's zombies of it reaped (:func:`_reap_orphans`).
+async def _look(root: int, reaped: Callable[[], bool], signalled: dict[_Seen, None]) -> list[_Seen]:
+    """The live members of ``root``'s tree, leaves first, by one scan of ``/proc``, after
+    every process of ``signalled`` that the scan found alive (the same start time) outside
+    the tree; this process's zombies of both reaped (:func:`_reap_orphans`).
 
     ``reaped()`` is asked after the scan: if the program was not reaped then, it was not
     when the scan read its pid either, so that pid was still the program's (B2)."""
     table = await _shared_scan()
     members = [(pid, table[pid][3]) for pid, _ in _tree(root, reaped(), table)]
-    _reap_orphans(root, table)
-    return members
+    # B2: a process this stop signalled stays its to kill until it is dead, even once it
+    # left the tree (its own session, re-parented away): the same pid with the same start
+    # time is still that process (a reused pid has another start time).
+    known = set(members)
+    strays = [seen for seen in signalled if seen not in known and _lives(table, *seen)]
+    _reap_orphans(root, table, signalled)
+    return strays + members
+
+
+def _lives(table: _Table, pid: int, started: int) -> bool:
+    """Whether ``table`` has ``pid`` alive (not a zombie) with the start time ``started``."""
+    entry = table.get(pid)
+    return entry is not None and entry[3] == started and entry[0] not in ("Z", "X")
 
 
 def _signal_members(members: list[_Seen], signum: int) -> None:
@@ -304,14 +324,17 @@ def _any_alive(members: list[_Seen]) -> bool:
     return False
 
 
-def _reap_orphans(root: int, table: _Table) -> None:
-    """Reap the zombies of ``root``'s session that are children of this process: orphans
-    re-parented here because this process is a subreaper or PID 1 (a container without an
-    init), which nobody else waits for. ``root`` itself is its backend's to reap; the
-    others are no backend's (it waits for the pids it started only)."""
+def _reap_orphans(root: int, table: _Table, signalled: dict[_Seen, None]) -> None:
+    """Reap the zombies of ``root``'s session, or that the stop signalled, that are
+    children of this process: orphans re-parented here because this process is a
+    subreaper or PID 1 (a container without an init), which nobody else waits for.
+    ``root`` itself is its backend's to reap; the others are no backend's (it waits for
+    the pids it started only)."""
     me = os.getpid()
-    for pid, (state, ppid, session, _) in table.items():
-        if state == "Z" and ppid == me and session == root and pid != root:
+    for pid, (state, ppid, session, started) in table.items():
+        if state != "Z" or ppid != me or pid == root:
+            continue
+        if session == root or (pid, started) in signalled:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 
@@ -332,9 +355,10 @@ async def stop_tree(
     exited: Callable[[], Awaitable[object]] | None = None,
 ) -> bool:
     """Stop every process of ``root``'s tree: SIGTERM leaves first, up to ``grace`` seconds
-    for them to go, then SIGKILL rounds to every member still alive; True once a scan of
-    ``/proc`` found nothing of the tree alive (False without ``/proc``, or if members
-    outlived the SIGKILL rounds). The zombies it leaves with this process are reaped (B2).
+    for them to go, then SIGKILL rounds to every member still alive and to every process
+    signalled before that still lives outside the tree; True once a scan of ``/proc`` found
+    none of them alive (False without ``/proc``, or if one outlived the SIGKILL rounds).
+    The zombies it leaves with this process are reaped (B2).
 
     ``reaped()`` says whether the program itself was already reaped: its pid may then
     belong to another process, which must not be signalled (its descendants, re-parented,
@@ -349,16 +373,19 @@ async def stop_tree(
     if not HAVE_PROC:
         await _stop_group(root, grace=grace)
         return False
-    termed = await _signal_tree(root, signal.SIGTERM, reaped)
+    # B2: every process signalled, by pid and start time: each is killed after the grace
+    # if it still lives, in the tree or not, and the stop is confirmed only once none does.
+    signalled: dict[_Seen, None] = {}
+    termed = await _signal_tree(root, signal.SIGTERM, reaped, signalled)
     if not termed:
         return True
-    if await _grace(root, termed, grace=grace, reaped=reaped, exited=exited):
+    if await _grace(root, termed, signalled, grace=grace, reaped=reaped, exited=exited):
         return True
     # SIGKILL until a look finds nobody alive: a member forking between a look and its
     # kill, or not yet scheduled to die of it, is caught by the next round.
     rounds_end = anyio.current_time() + _KILL_TIME
     while True:
-        killed = await _signal_tree(root, signal.SIGKILL, reaped)
+        killed = await _signal_tree(root, signal.SIGKILL, reaped, signalled)
         if not killed:
             return True
         if anyio.current_time() >= rounds_end:
@@ -376,14 +403,16 @@ async def stop_tree(
 async def _grace(
     root: int,
     members: list[_Seen],
+    signalled: dict[_Seen, None],
     *,
     grace: float,
     reaped: Callable[[], bool],
     exited: Callable[[], Awaitable[object]] | None,
 ) -> bool:
     """Up to ``grace`` seconds for the tree told to stop to be gone; True once a scan
-    found it empty. The members known are watched one by one (cheap); only once they are
-    all gone is ``/proc`` scanned again, for members they left or started meanwhile."""
+    found it empty and none of ``signalled`` alive (B2). The members known are watched one
+    by one (cheap); only once they are all gone is ``/proc`` scanned again, for members
+    they left or started meanwhile."""
     deadline = anyio.current_time() + grace
     watch = True
     if exited is not None and any(pid == root for pid, _ in members):
@@ -394,7 +423,7 @@ async def _grace(
     delay = 0.001
     while True:
         if not watch or not await anyio.to_thread.run_sync(_any_alive, members):
-            members = await _look(root, reaped)
+            members = await _look(root, reaped, signalled)
             if not members:
                 return True
         watch = True

@@ -7,6 +7,11 @@
   and the observation ``agent-timeout``: its inner steps completed so far stay durable on
   the task record.
 - The planner with a timeout is cancelled the same way; the run fails saying so.
+- The execution that armed a timeout decides what its child's end is, not the child: once
+  its timer fired for an attempt, whatever that attempt reports (a value its blocking code
+  returned late, a failure while it unwound, an agent's result or question, a plan) is the
+  timeout failure above, retried when the step's policy retries timeouts. A report that
+  reached the execution before the timer's message wins: its value is recorded (B1).
 - A failed tool or skill step whose retry policy allows another attempt is not failed: the
   failed attempt is committed on its observation (so a crash keeps the count), the step
   waits for its backoff without holding a slot (its timer sends ``RetryDue``; other steps
@@ -27,6 +32,7 @@ import attrs
 from ..actors import ActorRef, Terminated, Timeout, Timer
 from ..storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy, redact
 from . import _run_events as ev
+from ._agent import TaskSave
 from ._deadlines import (
     Attempt,
     DeadlinePassed,
@@ -61,6 +67,9 @@ class BoundedRun(TaskEvents):
         #: they hold no slot: they are not in ``_running``.
         self._backoff: dict[str, int] = {}
         self._planner_timeout: float | None = None
+        #: Children whose timeout fired and that were cancelled with ``Timeout``, until they
+        #: end: what they report from then on is the timeout, never a success (B1).
+        self._fired: set[ActorRef] = set()
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -109,12 +118,17 @@ class BoundedRun(TaskEvents):
         if type(message) is StepTimedOut:
             running = self._running.get(message.step_id)
             stopping = running is not None and running.task_id in self._stopping_tasks
+            # B1: a step whose report was handled before this message is no longer running
+            # (or runs again as another attempt, another ref): the value that arrived first
+            # won, and this timer is stale.
             if running is not None and running.ref is message.ref and not stopping:
                 detail = f"step {message.step_id} ran past its timeout of {message.seconds:g} s"
+                self._fired.add(message.ref)  # B1: from now on its reports are the timeout
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
         elif type(message) is PlannerTimedOut:
             if self._planning and self._by_ref.get(message.ref) == "":
                 detail = f"the planner ran past its timeout of {message.seconds:g} s"
+                self._fired.add(message.ref)  # B1: a plan it sends now is not used
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
         elif type(message) is RetryDue:
             if self._backoff.get(message.step_id) != message.attempt:
@@ -131,9 +145,54 @@ class BoundedRun(TaskEvents):
             elif at is not None:  # the timer woke a little early: wait for the rest
                 self._arm_deadline()
 
+    # -- children reporting after their timeout fired (B1) --------------------------------------
+
+    def _late(self, running: Running) -> bool:
+        """B1: ``running``'s timer fired (its child was cancelled with ``Timeout``) before
+        its report was handled: the report is the timeout, whatever it says."""
+        return running.ref in self._fired and running.task_id not in self._stopping_tasks
+
+    async def _step_done_late(self, running: Running) -> bool:
+        """B1: a tool or skill step reported after its timeout fired (blocking code in a
+        worker thread returns its value whatever the cancellation): it fails
+        ``step-timeout``, or waits for its next attempt when its policy retries timeouts,
+        exactly as if it had unwound without reporting. False: the report is not taken."""
+        # Still a child until it ends (a wind-down cancels and awaits it); its end, no
+        # longer running its step, changes nothing.
+        del self._running[running.step.id]
+        seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
+        await self._step_timed_out(running, seconds)
+        return False
+
+    async def _task_saved(self, save: TaskSave) -> bool:
+        task = save.record
+        running = self._running.get(task.step_id)
+        if (
+            running is not None
+            and running.task_id == task.id
+            and task.state != "running"
+            and self._late(running)
+            and not self._ended
+        ):
+            # B1: an agent whose timeout fired ends with ``agent-timeout`` whatever it
+            # reports now (a result, a failure, a question, a wait for budget). Its inner
+            # steps saved before stay durable; progress it saves while it unwinds (state
+            # ``running``) is recorded as usual.
+            del self._running[running.step.id]  # its end changes nothing (see above)
+            seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
+            await self._agent_timed_out(running, seconds)
+            return False
+        return await super()._task_saved(save)
+
+    def _planned_late(self) -> bool:
+        """B1: the planner's timeout fired before its plan (or question) was handled: it is
+        not used; the planner's end, with ``Timeout``, fails the run."""
+        return any(self._by_ref.get(ref) == "" for ref in self._fired)
+
     # -- children ending -----------------------------------------------------------------------
 
     async def _child_ended(self, notice: Terminated) -> None:
+        self._fired.discard(notice.ref)
         timer = self._timers.pop(notice.ref, None)
         if timer is not None:
             timer.cancel()
@@ -162,9 +221,11 @@ class BoundedRun(TaskEvents):
         if running.task_id is not None:
             await self._agent_timed_out(running, seconds)
         else:
-            await self._step_timed_out(running.step, seconds)
+            await self._step_timed_out(running, seconds)
 
-    async def _step_timed_out(self, step: PlanStep, seconds: float) -> None:
+    async def _step_timed_out(self, running: Running, seconds: float) -> None:
+        step = running.step
+        self._charge_unsaved(running)  # B3: what a late result reported still counts
         error = f"timed out after {seconds:g} s"
         changes: dict[str, Any] = {}
         if step.kind == "skill":  # the model call was made, whatever came of it (P4)

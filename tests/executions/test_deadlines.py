@@ -8,6 +8,7 @@ code that must expire waits forever (a hang guard bounds it), or huge where they
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,19 @@ import attrs
 import pytest
 
 import mainspring as ms
+from mainspring.executions import _agent
 
-from ._kit import Ledger, agent, plan_of, recorded_events, runtime, stored, tasks_of, tool
+from ._kit import (
+    Ledger,
+    agent,
+    plan_of,
+    recorded_events,
+    runtime,
+    skill,
+    stored,
+    tasks_of,
+    tool,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -46,6 +58,20 @@ class Hang:
 
 def _obs(execution: ms.storage.Execution, step_id: str) -> ms.storage.Observation:
     return next(o for o in execution.observations if o.step_id == step_id)
+
+
+def _block_until_stopped() -> None:
+    """Blocking code, run in a worker thread the README's way, that returns only once its
+    actor was told why it stops: its value then arrives after the timeout fired however
+    loaded the machine is (what ``time.sleep(0.6)`` under a 0.2 s timeout does by luck)."""
+    end = time.monotonic() + 60  # a hang guard, never reached when the timeout works
+    while ms.cancel_reason() is None and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+async def _late(**_: Any) -> str:
+    """A tool (or skill) whose blocking call ignores its cancellation and returns late."""
+    return await anyio.to_thread.run_sync(lambda: (_block_until_stopped(), "late")[1])
 
 
 async def test_B1_a_hanging_tool_times_out_with_Timeout_and_step_timeout(tmp_path: Path) -> None:
@@ -326,3 +352,140 @@ async def test_B1_show_says_the_deadline_and_a_steps_timeout(tmp_path: Path) -> 
     assert code == 0
     assert "deadline: " in out
     assert "step slow: timeout 0.05 s" in out
+
+
+# -- a value that arrives after the timeout fired (B1) ------------------------------------
+
+
+@pytest.fixture(params=["child-declines", "child-reports"])
+def late_reports(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each late-value test twice: with the children as they are (one cancelled with
+    ``Timeout`` reports no success), and with children that report whatever their code
+    returned, so that the execution alone, which armed the timeout, must refuse it."""
+    if request.param == "child-reports":
+        monkeypatch.setattr(_agent, "_timed_out", lambda: False)
+
+
+@pytest.mark.usefixtures("late_reports")
+async def test_B1_a_tool_returning_after_its_timeout_fails_step_timeout_not_late(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(attrs.evolve(tool("slow", "late"), timeout=SHORT), tool("after", "inc", "slow"))
+    ledger = Ledger()
+    async with runtime(tmp_path, ledger, tools={"late": _late}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "slow")
+    assert not observation.ok
+    assert observation.code == "step-timeout"
+    assert observation.output is None
+    assert "late" not in result.outputs.values()
+    assert result.status == "failed"
+    assert {s.id: s.status for s in record.plan.steps} == {  # type: ignore[union-attr]
+        "slow": "failed",
+        "after": "skipped",
+    }
+    assert ledger.names() == []  # its dependent never ran on the late value
+
+
+@pytest.mark.usefixtures("late_reports")
+@pytest.mark.parametrize("retry_timeouts", [True, False])
+async def test_B1_a_tool_returning_after_its_timeout_is_retried_when_its_policy_says_so(
+    tmp_path: Path, retry_timeouts: bool
+) -> None:
+    calls: list[int] = []
+
+    async def late_once(**_: Any) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            return await _late()
+        return "ok"
+
+    policy = ms.storage.RetryPolicy(
+        max_attempts=3, base_delay=0.001, max_delay=0.001, retry_timeouts=retry_timeouts
+    )
+    plan = plan_of(attrs.evolve(tool("a", "late_once"), timeout=SHORT, retry=policy))
+    async with runtime(tmp_path, tools={"late_once": late_once}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "a")
+    if retry_timeouts:
+        assert len(calls) == 2
+        assert result.status == "completed"
+        assert observation.ok
+        assert result.outputs["a"] == "ok"
+        (first,) = observation.data["attempts"]
+        assert first["timed_out"] is True
+        assert "timed out after 0.05 s" in first["error"]
+    else:
+        assert len(calls) == 1
+        assert result.status == "failed"
+        assert observation.code == "step-timeout"
+        assert observation.output is None
+
+
+@pytest.mark.usefixtures("late_reports")
+async def test_B1_a_skill_returning_after_its_timeout_fails_step_timeout_and_is_charged(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(attrs.evolve(skill("think", "late"), timeout=SHORT))
+    async with runtime(tmp_path, skills={"late": _late}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "think")
+    assert not observation.ok
+    assert observation.code == "step-timeout"
+    assert observation.output is None
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+    assert record.calls_used == 1  # the model call was made (P4)
+
+
+@pytest.mark.usefixtures("late_reports")
+async def test_B1_an_agent_returning_after_its_timeout_fails_agent_timeout(
+    tmp_path: Path,
+) -> None:
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: 1)
+        await anyio.to_thread.run_sync(_block_until_stopped)
+        return "late"
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker"), tool("b", "inc", "a", x=1)))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "a")
+    assert not observation.ok
+    assert observation.code == "agent-timeout"
+    assert observation.output is None
+    (task,) = tasks_of(record)
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-timeout"
+    assert task.inner_completed == ("first",)
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+    assert {s.id: s.status for s in record.plan.steps}["b"] == "skipped"  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("late_reports")
+async def test_B1_a_planner_returning_after_its_timeout_fails_the_run(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        await anyio.to_thread.run_sync(_block_until_stopped)
+        return plan_of(tool("a", "inc", x=1))
+
+    options: dict[str, Any] = {"planner": planner, "timeouts": {"planner": SHORT}}
+    async with runtime(tmp_path, ledger, **options) as rt:
+        handle = await rt.start("plan something")
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert record.status == "failed"
+    assert result.error == "the planner timed out after 0.05 s"
+    assert ledger.names() == []  # the late plan never ran

@@ -1,7 +1,8 @@
 """Stopping process trees cheaply without giving up B2: a member whose pid another process
 took is never signalled, a program's own exit is awaited and its session still searched for
 what it left (an orphan ignoring SIGTERM), and stops in flight together, sharing their scans
-of ``/proc``, each confirm their own whole tree dead."""
+of ``/proc``, each confirm their own whole tree dead; a process told to stop that left the
+tree (its own session, TERM ignored) is killed after the grace all the same."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mainspring.executions import SubprocessHost, WorkerSpec, _proctree
+from mainspring.executions import SubprocessHost, WorkerSpec, _proctree, run_program
 from mainspring.executions._host_subprocess import process_stat
 
 pytestmark = pytest.mark.anyio
@@ -122,5 +123,81 @@ async def test_B2_stops_in_flight_together_each_confirm_their_whole_tree_dead(
     for pid in orphans:
         assert not await anyio.to_thread.run_sync(live, pid)
     for worker in workers:
+        with anyio.fail_after(60):
+            await worker.reports.aclose()
+
+
+#: A program whose child leaves its session (``setsid``) and ignores SIGTERM, writing its pid
+#: to ``$1`` once it does: SIGTERM kills the program, and the child, re-parented away and in
+#: a session of its own, is no longer found in the program's tree by any scan.
+_ESCAPES_THE_TREE = (
+    'setsid sh -c \'trap "" TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; '
+    'exec sleep 1000\' "$1" & wait'
+)
+
+
+async def _pid_written(path: Path) -> int:
+    written = anyio.Path(path)
+    with anyio.fail_after(60):
+        while not await written.exists():  # noqa: ASYNC110 - another process writes it
+            await anyio.sleep(0.01)
+    return int(await written.read_text())
+
+
+async def test_B2_a_process_signalled_with_TERM_that_left_the_tree_is_killed_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    escaped, started = 0, 0
+    try:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                argv = ["sh", "-c", _ESCAPES_THE_TREE, "sh", str(pid_file)]
+                tg.start_soon(lambda: run_program(argv, grace=0.2, check=False))
+                escaped = await _pid_written(pid_file)
+                started = await _started(escaped)
+                scope.cancel()  # the step stops: the whole tree with it
+        assert scope.cancelled_caught
+        # B2: the child was told to stop (SIGTERM) with the tree, ignored it and left the
+        # tree; it was killed after the grace all the same, as the one that was signalled.
+        stat = await anyio.to_thread.run_sync(process_stat, escaped)
+        assert stat is None or stat[0] in ("Z", "X") or stat[2] != started
+    finally:
+        if escaped:
+            stat = await anyio.to_thread.run_sync(process_stat, escaped)
+            if stat is not None and stat[2] == started and stat[0] not in ("Z", "X"):
+                os.kill(escaped, signal.SIGKILL)
+
+
+async def test_B2_a_worker_stop_kills_a_TERM_ignoring_child_that_left_its_tree(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    host = SubprocessHost(grace=0.2)
+    worker = await host.start(
+        WorkerSpec(
+            command=("sh", "-c", _ESCAPES_THE_TREE, "sh", str(pid_file)),
+            worker_id="w-1",
+            generation=1,
+            task_id="t-1",
+            session="s-1",
+            job="j",
+        )
+    )
+    escaped, started = 0, 0
+    try:
+        escaped = await _pid_written(pid_file)
+        started = await _started(escaped)
+        with anyio.fail_after(60):
+            seen = await host.stop(worker.identity)
+        # B2: confirmed dead only with the child it told to stop dead too.
+        assert seen.state == "exited"
+        stat = await anyio.to_thread.run_sync(process_stat, escaped)
+        assert stat is None or stat[0] in ("Z", "X") or stat[2] != started
+    finally:
+        if escaped:
+            stat = await anyio.to_thread.run_sync(process_stat, escaped)
+            if stat is not None and stat[2] == started and stat[0] not in ("Z", "X"):
+                os.kill(escaped, signal.SIGKILL)
         with anyio.fail_after(60):
             await worker.reports.aclose()
