@@ -67,8 +67,9 @@ def _traceback(text: str) -> list[str]:
         body = raw.lstrip(" ")
         indent = " " * min(len(raw) - len(body), 40)
         shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in body)
-        if len(shown) > _LINE_WIDTH:
-            shown = shown[: _LINE_WIDTH - 1] + "…"
+        if len(shown) > _LINE_WIDTH:  # its start and its end (an exception's line ends it)
+            half = _LINE_WIDTH // 2
+            shown = f"{shown[:half]} … {shown[-half:]}"
         lines.append(f"      {indent}{shown}")
     return lines
 
