@@ -58,7 +58,8 @@ async def test_O2_show_traceback_prints_each_failed_attempt(tmp_path: Path) -> N
     code, out = run_cli("--store", store, "show", "--traceback", "run1")
     assert code == 0
     assert "step boom: attempt 1 of 2 failed" in out
-    assert "    attempt 1:" in out and "    attempt 2:" in out
+    assert "    attempt 1:" in out
+    assert "    attempt 2:" in out
     assert out.count("in boom") == 2
 
 

@@ -110,7 +110,8 @@ async def test_O2_a_failing_tool_is_in_result_failures_and_the_error_says_why(
     )
     assert failure.message == "ValueError: bad input 1"
     assert failure.agent_task_id is None
-    assert failure.traceback is not None and "bad_input" in failure.traceback
+    assert failure.traceback is not None
+    assert "bad_input" in failure.traceback
     assert result.error == "step boom failed: ValueError: bad input 1"
 
 
@@ -130,12 +131,16 @@ async def test_O2_a_traceback_is_bounded_and_redacted_on_disk_in_show_and_in_log
     assert observation.traceback.rstrip().endswith("[redacted github-token]")
     assert result.failures[0].traceback == observation.traceback
     assert SECRET.encode() not in _store_bytes(tmp_path / "s")
-    code, out = run_cli("--store", str(tmp_path / "s" / "store.sqlite3"), "show", "--traceback", "r")
+    code, out = run_cli(
+        "--store", str(tmp_path / "s" / "store.sqlite3"), "show", "--traceback", "r"
+    )
     assert code == 0
-    assert "[traceback cut: its first" in out and "[redacted github-token]" in out
+    assert "[traceback cut: its first" in out
+    assert "[redacted github-token]" in out
     assert SECRET not in out
     logged = [r for r in caplog.records if r.name == LOGGER_NAME]
-    assert logged and SECRET not in caplog.text
+    assert logged
+    assert SECRET not in caplog.text
     assert {getattr(r, "execution_id", None) for r in logged} == {"r"}
 
 
@@ -146,7 +151,8 @@ async def test_O2_steps_record_when_they_started_and_ended(tmp_path: Path) -> No
         record = stored(rt, result.execution_id)
     for step_id in ("a", "b"):
         observation = _obs(record, step_id)
-        assert observation.started_at is not None and observation.ended_at is not None
+        assert observation.started_at is not None
+        assert observation.ended_at is not None
         assert observation.started_at <= observation.ended_at
 
 
@@ -176,15 +182,18 @@ async def test_O2_a_planner_failure_is_logged_and_kept_with_its_traceback(
         result = await (await rt.start("g", execution_id="planless")).wait()
         record = stored(rt, "planless")
     assert result.status == "failed"
-    assert result.error is not None and "IndexError" in result.error
+    assert result.error is not None
+    assert "IndexError" in result.error
     (failure,) = result.failures
     assert (failure.step_id, failure.kind, failure.error_type) == ("plan", "planner", "IndexError")
-    assert failure.traceback is not None and "in planner" in failure.traceback
+    assert failure.traceback is not None
+    assert "in planner" in failure.traceback
     assert _obs(record, "plan").traceback == failure.traceback
     (line,) = [r for r in caplog.records if r.name == LOGGER_NAME]
     assert line.levelno == logging.ERROR
     assert getattr(line, "execution_id", None) == "planless"
-    assert "IndexError" in line.getMessage() and "in planner" in line.getMessage()
+    assert "IndexError" in line.getMessage()
+    assert "in planner" in line.getMessage()
 
 
 async def test_O2_an_agent_failure_keeps_its_traceback_on_the_task(
@@ -201,7 +210,8 @@ async def test_O2_an_agent_failure_keeps_its_traceback_on_the_task(
     (task,) = tasks_of(record)
     assert task.failure is not None
     assert task.failure.error_type == "RuntimeError"
-    assert task.failure.traceback is not None and "in scout" in task.failure.traceback
+    assert task.failure.traceback is not None
+    assert "in scout" in task.failure.traceback
     assert SECRET not in task.failure.traceback
     (failure,) = result.failures
     assert (failure.kind, failure.agent_task_id, failure.error_type) == (
@@ -212,9 +222,11 @@ async def test_O2_an_agent_failure_keeps_its_traceback_on_the_task(
     assert failure.traceback == task.failure.traceback
     observation = _obs(record, "a")
     assert observation.traceback is None  # E5: kept once, on the task
-    assert observation.started_at is not None and observation.ended_at is not None
+    assert observation.started_at is not None
+    assert observation.ended_at is not None
     steps = [r for r in caplog.records if getattr(r, "agent_task_id", None) == task.id]
-    assert steps and "in scout" in steps[0].getMessage()
+    assert steps
+    assert "in scout" in steps[0].getMessage()
     assert SECRET not in caplog.text
 
 

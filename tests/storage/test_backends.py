@@ -690,7 +690,8 @@ def test_O2_failure_records_round_trip_on_every_backend(make_store: Factory) -> 
         assert back is not None
         assert back.observations == (observation,)
         (parsed,), dropped = ms.storage.parse_agent_tasks(back)
-        assert dropped == 0 and parsed.failure == failure
+        assert dropped == 0
+        assert parsed.failure == failure
 
 
 def test_O2_records_stored_before_failures_were_kept_read_with_defaults() -> None:
