@@ -239,6 +239,15 @@ class TaskEvents(TaskClaims):
             ok=False,
             error=redact(str(notice.reason)),
             code="agent-failed" if step.kind == "agent" else None,
+            started_at=running.started_at,
+            ended_at=now,
+        )
+        log_failure(  # O2
+            f"step {step_id} ({step.kind} {step.target}) crashed",
+            execution_id=self._rec.id,
+            step_id=step_id,
+            agent_task_id=running.task_id,
+            error=str(notice.reason),
         )
         if running.task_id is not None:
             task = self._tasks[running.task_id]
