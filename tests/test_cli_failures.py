@@ -85,3 +85,18 @@ async def test_O2_show_json_carries_tracebacks_and_times(tmp_path: Path) -> None
     for step_id in ("ok", "boom"):
         assert shown[step_id]["started_at"] <= shown[step_id]["ended_at"]
     assert "traceback" not in shown["ok"]  # left out while unset
+
+
+async def test_O2_show_traceback_prints_where_the_planner_failed(tmp_path: Path) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        raise IndexError("no plan today")
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="run1")).wait()
+    assert result.status == "failed"
+    store = str(tmp_path / "store.sqlite3")
+    code, out = run_cli("--store", store, "show", "--traceback", "run1")
+    assert code == 0
+    assert "why:     the planner failed: IndexError: no plan today" in out
+    assert "  planner: the planner failed: IndexError: no plan today" in out
+    assert "in planner" in out

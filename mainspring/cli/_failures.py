@@ -114,8 +114,9 @@ def failure_lines(
             kept = _traceback(text)
         lines += kept or ["    (no traceback was kept: no exception caused it)"]
     plan = by_id.get("plan")
-    if execution.status == "failed" and plan is not None and not plan.ok and plan.error:
-        lines.append(f"  run: {clamp(plan.error, 300)}")
+    # A planner that raised (the run's other errors are on the "why:" line).
+    if plan is not None and not plan.ok and plan.error_type is not None:
+        lines.append(f"  planner: {clamp(plan.error or plan.error_type, 300)}")
         if tracebacks and plan.traceback:
             lines += _traceback(plan.traceback)
     return lines

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -297,6 +298,7 @@ class BoundedRun(TaskEvents):
             step_id=step.id,
             error=error,
             traceback=attempt.traceback,
+            level=logging.INFO,  # not failed yet: the step is tried again
         )
         # The step stays ``running`` while it waits; it holds no slot (not in _running).
         self._backoff[step.id] = number + 1
