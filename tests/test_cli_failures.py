@@ -58,6 +58,7 @@ async def test_O2_show_traceback_prints_each_failed_attempt(tmp_path: Path) -> N
     code, out = run_cli("--store", store, "show", "--traceback", "run1")
     assert code == 0
     assert "step boom: attempt 1 of 2 failed" in out
+    assert " after 0." in out  # how long the attempt ran (O2)
     assert "    attempt 1:" in out
     assert "    attempt 2:" in out
     assert out.count("in boom") == 2

@@ -12,7 +12,7 @@ from typing import Any
 from ..storage import AgentTaskRecord, Execution, Observation, redact
 from ._output import clamp
 
-__all__ = ["duration", "failure_lines", "step_counts"]
+__all__ = ["duration", "failure_lines", "span", "step_counts"]
 
 #: How the counts are ordered; statuses not listed here come last.
 _ORDER = ("succeeded", "failed", "skipped", "cancelled", "stopped", "running", "pending")
@@ -36,7 +36,7 @@ def step_counts(execution: Execution) -> str:
 
 
 def _finite(value: Any) -> float | None:
-    if isinstance(value, int | float) and math.isfinite(value):
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
@@ -45,10 +45,16 @@ def duration(observation: Observation | None) -> str:
     """How long the step (its last attempt) ran, or ``-`` when the record does not say."""
     if observation is None:
         return "-"
-    start, end = _finite(observation.started_at), _finite(observation.ended_at)
-    if start is None or end is None:
-        return "-"
-    return _seconds(max(0.0, end - start))
+    return span(observation.started_at, observation.ended_at) or "-"
+
+
+def span(start: Any, end: Any) -> str | None:
+    """How long from ``start`` to ``end`` (as read from a record: either may be missing or
+    not a number), or None."""
+    first, last = _finite(start), _finite(end)
+    if first is None or last is None:
+        return None
+    return _seconds(max(0.0, last - first))
 
 
 def _seconds(seconds: float) -> str:
