@@ -10,6 +10,7 @@ kernel only; supervision, the durable layer and the stores load on first use.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from . import actors
@@ -40,6 +41,11 @@ from .actors import Timeout as Timeout
 from .actors import Timer as Timer
 from .actors import cancel_reason as cancel_reason
 from .actors import current_actor as current_actor
+
+# O1: the library is silent unless the application configures logging. Its loggers
+# ("mainspring", "mainspring.executions", ...) reach the application's handlers; without
+# any, this handler keeps stdlib's last resort from printing warnings to stderr.
+logging.getLogger("mainspring").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from . import executions as executions

@@ -144,6 +144,10 @@ observations = st.builds(
     finding_ids=st.lists(ids, max_size=3).map(tuple),
     calls_used=counters,
     redacted=st.booleans(),
+    error_type=st.none() | short_text,
+    traceback=st.none() | st.text(max_size=200),
+    started_at=st.none() | times,
+    ended_at=st.none() | times,
 )
 checkpoints = st.builds(
     rec.Checkpoint,
@@ -215,7 +219,14 @@ agent_tasks = st.builds(
     usage=usages,
     findings=st.lists(findings, max_size=3).map(tuple),
     diagnostics=st.lists(short_text, max_size=3).map(tuple),
-    failure=st.none() | st.builds(rec.Failure, code=short_text, message=short_text),
+    failure=st.none()
+    | st.builds(
+        rec.Failure,
+        code=short_text,
+        message=short_text,
+        error_type=st.none() | short_text,
+        traceback=st.none() | st.text(max_size=200),
+    ),
 )
 executions = st.builds(
     rec.Execution,

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..storage import Execution
+from ._failures import span
 from ._output import clamp, when
 
 __all__ = ["attempt_lines", "deadline_line"]
@@ -45,7 +46,9 @@ def attempt_lines(execution: Execution) -> list[str]:
             number = item.get("attempt")
             at = item.get("at")
             stamp = f" {when(at)}" if isinstance(at, int | float) else ""
+            took = span(item.get("started_at"), at)  # O2: kept by newer runtimes
             timed = " (timed out)" if item.get("timed_out") is True else ""
+            timed += f" after {took}" if took is not None else ""
             error = clamp(str(item.get("error", "")), 160)
             lines.append(
                 f"  step {obs.step_id}: attempt {number}{of} failed{stamp}{timed}: {error}"

@@ -346,6 +346,11 @@ def make_parser() -> argparse.ArgumentParser:
     )
     show = commands.add_parser("show", parents=[common], help="one execution in detail")
     show.add_argument("id")
+    show.add_argument(
+        "--traceback",
+        action="store_true",
+        help="print the traceback kept for each failure (redacted, bounded)",
+    )
     tasks = commands.add_parser("tasks", parents=[common], help="agent tasks (of one execution)")
     tasks.add_argument("id", nargs="?")
     for name, help_text in (

@@ -20,6 +20,7 @@ from ..storage import (
     Execution,
     HistoryEvent,
     Notifying,
+    PlanStep,
     Store,
     holder,
     parse_agent_tasks,
@@ -30,6 +31,7 @@ from ..storage import (
 )
 from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
+from ._failures import duration, failure_lines, step_counts
 from ._integrity import integrity_findings
 from ._memory import nothing_remembered
 from ._output import Out, clamp, when
@@ -48,6 +50,10 @@ def _steps(execution: Execution) -> tuple[int, int]:
         return 0, 0
     done = sum(1 for s in plan.steps if s.status in STEP_FINISHED)
     return done, len(plan.steps)
+
+
+def _after(step: PlanStep) -> str:
+    return ", ".join(step.depends_on) or "-"
 
 
 def _stopped(execution: Execution) -> list[str]:
@@ -163,11 +169,10 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.data(unstructure(execution))
         return EXIT_OK
     now = store.now()  # the store's clock: a shared server's, not this host's
-    done, total = _steps(execution)
     out.line(f"{execution.id}  {out.paint(execution.status, execution.status)}")
     out.line(f"goal:    {clamp(execution.goal, 200)}")
     out.line(
-        f"steps:   {done}/{total} done, {execution.calls_used} calls used"
+        f"steps:   {step_counts(execution)}, {execution.calls_used} calls used"  # O2
         + (f" of {execution.max_calls}" if execution.max_calls is not None else "")
     )
     out.line(f"usage:   {_usage_line(execution)}")
@@ -200,14 +205,21 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     if plan is not None:
         out.line("")
         out.line(f"plan {plan.id} v{plan.version}")
+        ran = {obs.step_id: obs for obs in execution.observations}
         out.table(
-            ["step", "kind", "target", "status", "after"],
+            ["step", "kind", "target", "status", "time", "after"],
             [
-                [s.id, s.kind, s.target, s.status, ", ".join(s.depends_on) or "-"]
+                [s.id, s.kind, s.target, s.status, duration(ran.get(s.id)), _after(s)]
                 for s in plan.steps
             ],
             3,
         )
+    failures = failure_lines(execution, tasks, tracebacks=args.traceback)  # O2
+    if failures:
+        out.line("")
+        out.line("failures" + ("" if args.traceback else " (--traceback shows where)"))
+        for line in failures:
+            out.line(line)
     if tasks or dropped:
         out.line("")
         out.line("agent tasks" + (f" ({dropped} unreadable, not shown)" if dropped else ""))

@@ -38,6 +38,7 @@ from ._programs import run_program as run_program
 from ._prune import PruneReport as PruneReport
 from ._prune import PruneSkip as PruneSkip
 from ._results import ExecutionResult as ExecutionResult
+from ._results import StepFailure as StepFailure
 from ._results import StopResult as StopResult
 from ._run_events import AgentTaskCompleted as AgentTaskCompleted
 from ._run_events import AgentTaskProgress as AgentTaskProgress
@@ -97,6 +98,7 @@ __all__ = [
     "ScriptedHost",
     "Seen",
     "StaleWorker",
+    "StepFailure",
     "StepFinished",
     "StepRetrying",
     "StepStarted",

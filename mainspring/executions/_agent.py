@@ -48,6 +48,7 @@ from ..storage import (
 )
 from ._agent_context import MAX_INNER_STEPS, AgentContext, call
 from ._deadlines import error_types
+from ._failures import Caught, describe_off_loop
 from ._findings import new_finding
 from ._memory import Memory
 from ._outputs import Stored, prepare_output_off_loop
@@ -79,6 +80,11 @@ class StepDone:
     usage: Usage = attrs.field(factory=Usage)  # what a skill reported (B3), ok or not
     #: The names a retry policy matches the exception by (empty: no exception was raised).
     error_types: tuple[str, ...] = ()
+    #: O2: the exception, as a failure keeps it (None: none was raised).
+    caught: Caught | None = None
+    #: When the call began and ended (the runtime's wall clock; None: not measured).
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 @attrs.frozen
@@ -102,6 +108,7 @@ class Planned:
     plan: Plan | None
     error: str | None = None
     question: str | None = None
+    caught: Caught | None = None  # O2: the planner's exception, when it raised
 
 
 class ClarificationNeeded(MainspringError):
@@ -166,24 +173,32 @@ class StepActor(Actor):
 
     async def receive(self, message: Any) -> Any:
         step = self._step
+        started = time.time()
         try:
             output, usage = split_usage(await call(self._fn, **step.input))
             if self._meter is not None:
                 self._meter.usage = usage
         except Exception as exc:
+            ended = time.time()
+            caught = await describe_off_loop(exc)  # O2
             done = StepDone(
                 step.id,
                 ok=False,
-                error=f"{type(exc).__name__}: {exc}",
+                error=caught.message,
                 error_types=error_types(exc),
+                caught=caught,
+                started_at=started,
+                ended_at=ended,
             )
         else:
+            ended = time.time()
             what = f"the output of {step.kind} {step.target}"
             stored = await prepare_output_off_loop(output, what)
             if isinstance(stored, str):  # the call was made: its usage counts (B3)
                 done = StepDone(step.id, ok=False, error=stored, usage=usage)
             else:
                 done = StepDone(step.id, ok=True, output=output, stored=stored, usage=usage)
+            done = attrs.evolve(done, started_at=started, ended_at=ended)
         # If the execution is stopping, it knows this step did not finish. Timed out: its
         # end (with Timeout) is the report; its usage reaches the execution on the meter.
         if not _timed_out():
@@ -206,7 +221,8 @@ class PlannerActor(Actor):
         except ClarificationNeeded as exc:
             planned = Planned(None, question=str(exc.question))
         except Exception as exc:
-            planned = Planned(None, error=f"{type(exc).__name__}: {exc}")
+            caught = await describe_off_loop(exc)  # O2
+            planned = Planned(None, error=caught.message, caught=caught)
         else:
             if isinstance(plan, Plan):
                 planned = Planned(plan)
@@ -475,12 +491,13 @@ class AgentTaskActor(Actor):
         kept = [line for line in self.record.diagnostics if line != why]
         self._touch(diagnostics=(*kept, why)[-MAX_DIAGNOSTICS:])
 
-    def _fail(self, code: str, message: str) -> None:
-        self._touch(
-            state="failed",
-            ended_at=time.time(),
-            failure=Failure(code=code, message=redact(message)),
-        )
+    def _fail(self, code: str, message: str, caught: Caught | None = None) -> None:
+        failure = Failure(code=code, message=redact(message))
+        if caught is not None:  # O2: the traceback is already redacted and bounded
+            failure = attrs.evolve(
+                failure, error_type=caught.error_type, traceback=caught.traceback
+            )
+        self._touch(state="failed", ended_at=time.time(), failure=failure)
 
     async def receive(self, message: Any) -> Any:
         output: Any = None
@@ -493,7 +510,8 @@ class AgentTaskActor(Actor):
             except SaveRefused:
                 raise
             except Exception as exc:
-                self._fail("agent-failed", f"{type(exc).__name__}: {exc}")
+                caught = await describe_off_loop(exc)  # O2
+                self._fail("agent-failed", caught.message, caught)
             else:
                 what = f"the result of agent {self.record.agent_id}"
                 prepared = await prepare_output_off_loop(output, what)

@@ -60,6 +60,11 @@ __all__ = [
 KINDS = ("tool", "skill", "agent")
 #: How much of each failed attempt's error is kept on the record.
 MAX_ATTEMPT_ERROR = 300
+#: How many of a step's last failed attempts keep their traceback (O2).
+TRACEBACKS_KEPT = 5
+#: Bounds of an attempt's exception type name and traceback as read back (O2, X2).
+MAX_ERROR_TYPE = 200
+MAX_TRACEBACK = 8192
 
 
 @attrs.frozen(kw_only=True)
@@ -206,20 +211,41 @@ class DeadlinePassed:
 
 @attrs.frozen(kw_only=True)
 class Attempt:
-    """One failed attempt of a step: its number, why it failed, when."""
+    """One failed attempt of a step: its number, why it failed, when it ended (``at``) and
+    began (``started_at``), and, when it raised, the exception's class name and its bounded,
+    redacted traceback (O2; kept on the last ``TRACEBACKS_KEPT`` attempts only)."""
 
     attempt: int
     error: str
     at: float
     timed_out: bool = False
+    started_at: float | None = None
+    error_type: str | None = None
+    traceback: str | None = None
 
     def as_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "attempt": self.attempt,
             "error": self.error,
             "at": self.at,
             "timed_out": self.timed_out,
         }
+        # O2: written only when known, so attempts stored before read as they were.
+        for name in ("started_at", "error_type", "traceback"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        return data
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return value[:limit] if type(value) is str else None
 
 
 def _attempt(raw: Any) -> Attempt | None:
@@ -235,6 +261,9 @@ def _attempt(raw: Any) -> Attempt | None:
         error=error[:MAX_ATTEMPT_ERROR],
         at=float(at),
         timed_out=raw.get("timed_out") is True,
+        started_at=_finite(raw.get("started_at")),
+        error_type=_text(raw.get("error_type"), MAX_ERROR_TYPE),
+        traceback=_text(raw.get("traceback"), MAX_TRACEBACK),
     )
 
 
@@ -257,8 +286,14 @@ def attempts_data(
     attempts: list[Attempt], policy: RetryPolicy, outcome: Literal["retrying", "ended"]
 ) -> dict[str, Any]:
     """What an observation's ``data`` holds about the attempts (see the module doc)."""
+    kept = attempts[-MAX_ATTEMPTS:]
+    # O2: a traceback on the last few attempts only, so the record stays small.
+    kept = [
+        attrs.evolve(a, traceback=None) if i < len(kept) - TRACEBACKS_KEPT else a
+        for i, a in enumerate(kept)
+    ]
     data: dict[str, Any] = {
-        "attempts": [a.as_data() for a in attempts[-MAX_ATTEMPTS:]],
+        "attempts": [a.as_data() for a in kept],
         "max_attempts": policy.max_attempts,
     }
     if outcome == "retrying":
@@ -266,13 +301,25 @@ def attempts_data(
     return data
 
 
-def new_attempt(number: int, error: str, *, timed_out: bool) -> Attempt:
-    """A failed attempt as it is kept: redacted and clamped (E5)."""
+def new_attempt(
+    number: int,
+    error: str,
+    *,
+    timed_out: bool,
+    started_at: float | None = None,
+    error_type: str | None = None,
+    traceback: str | None = None,
+) -> Attempt:
+    """A failed attempt as it is kept: redacted and clamped (E5); ``traceback`` is one
+    already redacted and bounded (O2, ``_failures.describe``)."""
     return Attempt(
         attempt=min(max(number, 1), MAX_ATTEMPTS),
         error=redact(error)[:MAX_ATTEMPT_ERROR],
         at=time.time(),
         timed_out=timed_out,
+        started_at=started_at,
+        error_type=error_type[:MAX_ERROR_TYPE] if error_type is not None else None,
+        traceback=traceback[:MAX_TRACEBACK] if traceback is not None else None,
     )
 
 

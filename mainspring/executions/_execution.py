@@ -18,6 +18,7 @@ How a run ends, by the reason the actor stops with:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,8 +57,10 @@ from ._agent import (
     StepDone,
     TaskSave,
 )
+from ._failures import Caught, log_failure
 from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from ._results import (
+    failed_steps_error,
     result_from,
     shortfall,
 )
@@ -218,7 +221,8 @@ class ExecutionActor(BoundedRun):
             await self._wait("waiting_for_clarification", pending)
             return True
         if planned.plan is None:
-            await self._finish("failed", error=f"the planner failed: {planned.error}")
+            why = f"the planner failed: {planned.error}"
+            await self._finish("failed", error=why, caught=planned.caught)
             return True
         plan = planned.plan
         previous = self._plan
@@ -525,14 +529,35 @@ class ExecutionActor(BoundedRun):
         self._end(Stop(detail=f"the execution is {status}", source=self.ref.path))
 
     async def _finish(
-        self, status: Literal["completed", "failed"], *, error: str | None = None
+        self,
+        status: Literal["completed", "failed"],
+        *,
+        error: str | None = None,
+        caught: Caught | None = None,
     ) -> None:
-        """The final write, through the same funnel as every other (E4)."""
+        """The final write, through the same funnel as every other (E4). ``caught``: the
+        planner's exception when it is why the run failed (O2: kept on the "plan"
+        observation)."""
         self._watcher.settling()
         if error is not None:
-            self._obs["plan"] = Observation(step_id="plan", ok=False, error=redact(error))
+            self._obs["plan"] = Observation(
+                step_id="plan",
+                ok=False,
+                error=redact(error),
+                error_type=caught.error_type if caught is not None else None,
+                traceback=caught.traceback if caught is not None else None,
+            )
         if not await self._commit(status=status, pending=None):
             return
+        if status == "failed":
+            ids = [step_id for step_id, s in self._sched.status.items() if s == "failed"]
+            log_failure(  # O2
+                "the run failed",
+                execution_id=self._rec.id,
+                error=error or failed_steps_error(self._obs.values(), ids),
+                traceback=caught.traceback if caught is not None else None,
+                level=logging.ERROR,
+            )
         self._ended = True
         await self._release()
         now = time.time()
@@ -568,14 +593,19 @@ class ExecutionActor(BoundedRun):
         if done.usage:  # B3: what it reported, charged in full even past a budget
             changes["usage"] = self._rec.usage + done.usage
         error = redact(done.error) if done.error else None
+        # O2: when it ran, and the exception it raised, are kept with the attempt.
+        caught, started_at = done.caught, done.started_at or running.started_at
         # B1: a failed attempt the step's policy retries is recorded, not failed.
         if not done.ok and await self._retry_later(
-            step, error or "", done.error_types, changes=changes
-        ):
+            step, error or "", done.error_types, changes=changes, caught=caught,
+            started_at=started_at,
+        ):  # fmt: skip
             return True
         state: StepStatus = "succeeded" if done.ok else "failed"
         self._sched.set(step.id, state)
-        error, attempts = self._last_attempt(step, ok=done.ok, error=error)
+        error, attempts = self._last_attempt(
+            step, ok=done.ok, error=error, caught=caught, started_at=started_at
+        )
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
         stored = done.stored
@@ -587,7 +617,19 @@ class ExecutionActor(BoundedRun):
             calls_used=1 if step.kind == "skill" else 0,
             redacted=stored.redacted if stored is not None else False,
             data=attempts,
+            error_type=caught.error_type if caught is not None else None,
+            traceback=caught.traceback if caught is not None else None,
+            started_at=started_at,
+            ended_at=done.ended_at or time.time(),
         )
+        if not done.ok:
+            log_failure(  # O2
+                f"step {step.id} ({step.kind} {step.target}) failed",
+                execution_id=self._rec.id,
+                step_id=step.id,
+                error=error,
+                traceback=caught.traceback if caught is not None else None,
+            )
         if done.ok:
             self._outputs[step.id] = done.output
         # E1: the completion is durable before any dependent starts.

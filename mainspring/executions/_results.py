@@ -32,6 +32,28 @@ from ..storage import (
 
 
 @attrs.frozen(kw_only=True)
+class StepFailure:
+    """Why one step (or the planner) failed, as a result reports it (O2).
+
+    ``step_id`` is the plan step's id (``plan`` for the planner or the run itself, with
+    ``kind`` ``planner``); ``kind`` ``tool``, ``skill``, ``agent`` or ``planner``;
+    ``error_type`` the exception's class name (None when no exception caused it: a timeout,
+    a budget, an unstorable result); ``message`` the error as stored (redacted, E5);
+    ``attempt`` the attempt that failed last (1 without a retry policy); ``agent_task_id``
+    the agent task of an agent step; ``traceback`` the bounded, redacted traceback kept on
+    the record (None when none was kept).
+    """
+
+    step_id: str
+    kind: str
+    error_type: str | None = None
+    message: str = ""
+    attempt: int = 1
+    agent_task_id: str | None = None
+    traceback: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ExecutionResult:
     """Where a run stands when :meth:`ExecutionHandle.wait` returns.
 
@@ -43,9 +65,11 @@ class ExecutionResult:
     ``redacted=True``). ``findings`` are the agents' findings. ``pending`` is the open
     question, if any.
     ``stopped_by`` is the reason the run stopped in this process (None if it did not run
-    here); ``error`` says what went wrong when the runtime itself failed, or why a run whose
-    steps all finished did not complete. ``stopped_steps`` are the plan steps whose agent
-    task a user stopped: done without a result (S2).
+    here); ``error`` says what went wrong: why the run failed (the planner's error, the
+    failed steps' errors) or why a run whose steps all finished did not complete.
+    ``failures`` lists each failed step (and a failed planner) with its error type, message,
+    attempt and traceback (O2). ``stopped_steps`` are the plan steps whose agent task a user
+    stopped: done without a result (S2).
     """
 
     execution_id: str
@@ -64,6 +88,7 @@ class ExecutionResult:
     stopped_by: CancelReason | None = None
     error: str | None = None
     stopped_steps: tuple[str, ...] = ()
+    failures: tuple[StepFailure, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -113,6 +138,68 @@ def shortfall(steps: Iterable[PlanStep], status: Mapping[str, str]) -> str | Non
     return None
 
 
+def failed_steps_error(observations: Iterable[Observation], failed: Iterable[str]) -> str | None:
+    """``step a failed: ValueError: ...`` for the first of the ``failed`` steps (and how many
+    more failed), from their observations; None when none failed."""
+    by_id = {obs.step_id: obs for obs in observations}
+    ids = list(failed)
+    if not ids:
+        return None
+    first = by_id.get(ids[0])
+    why = f": {first.error[:300]}" if first is not None and first.error else ""
+    more = f" (and {len(ids) - 1} more failed steps)" if len(ids) > 1 else ""
+    return f"step {ids[0]} failed{why}{more}"
+
+
+def _attempt_of(obs: Observation) -> int:
+    number = obs.data.get("attempt")
+    if type(number) is int and number >= 1:
+        return number
+    attempts = obs.data.get("attempts")
+    return len(attempts) if type(attempts) is list and attempts else 1
+
+
+def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
+    """Every failed plan step of ``execution`` (in plan order), then a failed planner (O2).
+    An agent step's traceback is its task's (the task record keeps it)."""
+    by_id = {obs.step_id: obs for obs in execution.observations}
+    tasks, _ = parse_agent_tasks(execution)
+    task_failures = {task.id: task.failure for task in tasks if task.failure is not None}
+    found: list[StepFailure] = []
+    steps = execution.plan.steps if execution.plan is not None else ()
+    for step in steps:
+        obs = by_id.get(step.id)
+        if step.status != "failed" or obs is None:
+            continue
+        error_type, traceback = obs.error_type, obs.traceback
+        failure = task_failures.get(obs.agent_task_id or "")
+        if failure is not None and traceback is None:
+            error_type, traceback = failure.error_type, failure.traceback
+        found.append(
+            StepFailure(
+                step_id=step.id,
+                kind=step.kind,
+                error_type=error_type,
+                message=obs.error or "",
+                attempt=_attempt_of(obs),
+                agent_task_id=obs.agent_task_id,
+                traceback=traceback,
+            )
+        )
+    plan = by_id.get("plan")
+    if plan is not None and not plan.ok and plan.error_type is not None:
+        found.append(
+            StepFailure(
+                step_id="plan",
+                kind="planner",
+                error_type=plan.error_type,
+                message=plan.error or "",
+                traceback=plan.traceback,
+            )
+        )
+    return tuple(found)
+
+
 def result_from(
     execution: Execution,
     *,
@@ -126,6 +213,9 @@ def result_from(
         # Why the run failed is on the record (the "plan" observation), for every reader.
         why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
         error = why.error if why is not None else None
+        if error is None and execution.plan is not None:  # O2: which steps failed, and why
+            failed = [step.id for step in execution.plan.steps if step.status == "failed"]
+            error = failed_steps_error(execution.observations, failed)
     tasks, _ = parse_agent_tasks(execution)
     findings = [finding for task in tasks for finding in task.findings]
     stored = {obs.step_id: obs.output for obs in execution.observations if obs.ok}
@@ -156,6 +246,7 @@ def result_from(
         stopped_steps=tuple(step.id for step in execution.plan.steps if step.status == "stopped")
         if execution.plan is not None
         else (),
+        failures=failures_of(execution),
     )
 
 

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -43,6 +44,7 @@ from ._deadlines import (
     attempts_of,
     new_attempt,
 )
+from ._failures import Caught, log_failure
 from ._plan import observe
 from ._run_messages import Running, Unstorable
 from ._run_tasks import TaskEvents
@@ -225,19 +227,31 @@ class BoundedRun(TaskEvents):
 
     async def _step_timed_out(self, running: Running, seconds: float) -> None:
         step = running.step
+        started_at = running.started_at
         self._charge_unsaved(running)  # B3: what a late result reported still counts
         error = f"timed out after {seconds:g} s"
         changes: dict[str, Any] = {}
         if step.kind == "skill":  # the model call was made, whatever came of it (P4)
             changes["calls_used"] = clamp_count(self._rec.calls_used + 1)
-        if await self._retry_later(step, error, (), timed_out=True, changes=changes):
+        if await self._retry_later(
+            step, error, (), timed_out=True, changes=changes, started_at=started_at
+        ):
             return
         self._sched.set(step.id, "failed")
-        message, data = self._last_attempt(step, ok=False, error=error, timed_out=True)
+        message, data = self._last_attempt(
+            step, ok=False, error=error, timed_out=True, started_at=started_at
+        )
         self._obs[step.id] = observe(
             step, ok=False, error=message, code="step-timeout", data=data,
             calls_used=1 if step.kind == "skill" else 0,
+            started_at=started_at, ended_at=time.time(),
         )  # fmt: skip
+        log_failure(  # O2
+            f"step {step.id} ({step.kind} {step.target}) failed",
+            execution_id=self._rec.id,
+            step_id=step.id,
+            error=message,
+        )
         if await self._commit(**changes):
             self._publish_step(step.id, "failed")
             await self._advance()
@@ -269,6 +283,15 @@ class BoundedRun(TaskEvents):
             code="agent-timeout",
             finding_ids=tuple(f.id for f in task.findings),
             calls_used=task.calls_used,
+            started_at=task.started_at,
+            ended_at=task.ended_at,
+        )
+        log_failure(  # O2
+            f"step {step.id} (agent {step.target}) failed",
+            execution_id=self._rec.id,
+            step_id=step.id,
+            agent_task_id=task.id,
+            error=error,
         )
         if not await self._commit():
             return
@@ -303,9 +326,12 @@ class BoundedRun(TaskEvents):
         *,
         timed_out: bool = False,
         changes: dict[str, Any] | None = None,
+        caught: Caught | None = None,
+        started_at: float | None = None,
     ) -> bool:
         """True if ``step``'s failed attempt was committed and another is due after its
-        backoff; False if the policy gives up (or there is none): the caller fails it."""
+        backoff; False if the policy gives up (or there is none): the caller fails it.
+        ``caught`` and ``started_at``: the attempt's exception and start, kept with it (O2)."""
         policy = self._cfg.bounds.retry_for(step)
         if policy is None or not policy.retries(error_types, timed_out=timed_out):
             return False
@@ -313,7 +339,8 @@ class BoundedRun(TaskEvents):
         number = before[-1].attempt + 1 if before else 1
         if number >= policy.max_attempts:
             return False
-        attempts = [*before, new_attempt(number, error, timed_out=timed_out)]
+        attempt = self._failed_attempt(number, error, timed_out, caught, started_at)
+        attempts = [*before, attempt]
         delay = policy.delay(number)
         self._obs[step.id] = observe(
             step,
@@ -321,6 +348,19 @@ class BoundedRun(TaskEvents):
             error=redact(f"attempt {number} of {policy.max_attempts} failed: {error}")[:500],
             code="step-timeout" if timed_out else None,
             data=attempts_data(attempts, policy, "retrying"),
+            error_type=attempt.error_type,
+            traceback=attempt.traceback,
+            started_at=started_at,
+            ended_at=attempt.at,
+        )
+        log_failure(  # O2
+            f"step {step.id} ({step.kind} {step.target}) failed on attempt {number} of "
+            f"{policy.max_attempts}; it will be tried again",
+            execution_id=self._rec.id,
+            step_id=step.id,
+            error=error,
+            traceback=attempt.traceback,
+            level=logging.INFO,  # not failed yet: the step is tried again
         )
         # The step stays ``running`` while it waits; it holds no slot (not in _running).
         self._backoff[step.id] = number + 1
@@ -346,8 +386,32 @@ class BoundedRun(TaskEvents):
         await self._advance()
         return True
 
+    @staticmethod
+    def _failed_attempt(
+        number: int,
+        error: str,
+        timed_out: bool,
+        caught: Caught | None,
+        started_at: float | None,
+    ) -> Attempt:
+        return new_attempt(
+            number,
+            error,
+            timed_out=timed_out,
+            started_at=started_at,
+            error_type=caught.error_type if caught is not None else None,
+            traceback=caught.traceback if caught is not None else None,
+        )
+
     def _last_attempt(
-        self, step: PlanStep, *, ok: bool, error: str | None, timed_out: bool = False
+        self,
+        step: PlanStep,
+        *,
+        ok: bool,
+        error: str | None,
+        timed_out: bool = False,
+        caught: Caught | None = None,
+        started_at: float | None = None,
     ) -> tuple[str | None, dict[str, Any]]:
         """The error and ``data`` of the observation that ends ``step``: with its attempts
         when it had a policy (every failed one, and this one if it failed)."""
@@ -364,7 +428,9 @@ class BoundedRun(TaskEvents):
         number = before[-1].attempt + 1 if before else 1
         attempts = list(before)
         if not ok:
-            attempts.append(new_attempt(number, error or "", timed_out=timed_out))
+            attempts.append(
+                self._failed_attempt(number, error or "", timed_out, caught, started_at)
+            )
             if number >= policy.max_attempts > 1:
                 error = f"{error} (gave up after {number} attempts)"
             elif number < policy.max_attempts:

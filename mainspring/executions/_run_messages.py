@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -128,6 +129,9 @@ class Running:
     cost: int  # calls held for this step while it runs (P4)
     task_id: str | None = None
     meter: Meter | None = None  # the agent's calls as it makes them, saved or not
+    #: When its child was started (the runtime's wall clock): a step that times out or
+    #: crashes without reporting still says when it ran (O2).
+    started_at: float = attrs.field(factory=time.time)
 
 
 def for_children(reason: CancelReason, source: str) -> CancelReason:

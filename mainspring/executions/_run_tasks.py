@@ -23,6 +23,7 @@ from . import _run_events as ev
 from ._agent import (
     TaskSave,
 )
+from ._failures import log_failure
 from ._plan import observe, step_input_hash
 from ._results import (
     StopResult,
@@ -78,6 +79,8 @@ class TaskEvents(TaskClaims):
                 calls_used=task.calls_used,
                 # E10: marked, never taken for the original
                 redacted=stored.redacted if stored is not None else False,
+                started_at=task.started_at,
+                ended_at=task.ended_at,
             )
         elif task.state == "failed":
             self._sched.set(step.id, "failed")
@@ -92,6 +95,18 @@ class TaskEvents(TaskClaims):
                 code=code if code in _CODES else "agent-failed",  # type: ignore[arg-type]
                 finding_ids=tuple(f.id for f in task.findings),
                 calls_used=task.calls_used,
+                # O2: the traceback is kept once, on the task's failure
+                error_type=failure.error_type if failure is not None else None,
+                started_at=task.started_at,
+                ended_at=task.ended_at,
+            )
+            log_failure(  # O2
+                f"step {step.id} (agent {step.target}) failed",
+                execution_id=self._rec.id,
+                step_id=step.id,
+                agent_task_id=task.id,
+                error=failure.message if failure is not None else None,
+                traceback=failure.traceback if failure is not None else None,
             )
         elif task.state == "queued":
             # P4: the step waits for budget with the task's durable steps kept; the task may
@@ -224,6 +239,15 @@ class TaskEvents(TaskClaims):
             ok=False,
             error=redact(str(notice.reason)),
             code="agent-failed" if step.kind == "agent" else None,
+            started_at=running.started_at,
+            ended_at=now,
+        )
+        log_failure(  # O2
+            f"step {step_id} ({step.kind} {step.target}) crashed",
+            execution_id=self._rec.id,
+            step_id=step_id,
+            agent_task_id=running.task_id,
+            error=str(notice.reason),
         )
         if running.task_id is not None:
             task = self._tasks[running.task_id]

@@ -12,7 +12,7 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._codec import converter
-from ._records import AgentTaskRecord, Execution, Finding, Observation, PlanStep
+from ._records import AgentTaskRecord, Execution, Failure, Finding, Observation, PlanStep
 from ._values import Malformed, decode_value, encode_value
 
 __all__: list[str] = []
@@ -71,6 +71,7 @@ def _decode_input(raw: Any, _: Any) -> Any:
 #: not use them is stored (and shown by ``--json``) exactly as before they existed.
 _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
+    Observation: ("error_type", "traceback", "started_at", "ended_at"),  # O2
 }  # and Execution.deadline_at (B1), registered below
 
 
@@ -102,6 +103,15 @@ converter.register_unstructure_hook(
         worker_tasks=override(omit_if_default=True),
         worker_trail=override(omit_if_default=True),
         proof_digest=override(omit_if_default=True),
+    ),
+)
+converter.register_unstructure_hook(
+    Failure,
+    make_dict_unstructure_fn(
+        Failure,
+        converter,
+        error_type=override(omit_if_default=True),  # O2: left out while unset
+        traceback=override(omit_if_default=True),
     ),
 )
 _observation_fields = converter.get_structure_hook(Observation)

@@ -42,8 +42,10 @@ __all__ = [
     "EXECUTION_TERMINAL",
     "MAX_COUNTER",
     "MAX_DIAGNOSTICS",
+    "MAX_ERROR_TYPE",
     "MAX_EVIDENCE",
     "MAX_TOUCHED_PATHS",
+    "MAX_TRACEBACK",
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AbsentDimension",
@@ -76,6 +78,10 @@ MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
 MAX_CHECKPOINTS = 5
 MAX_EVIDENCE = 100
+#: How long a kept traceback may be (characters; it is cut to 8 KiB of UTF-8 when made), and
+#: an exception's type name (O2).
+MAX_TRACEBACK = 8192
+MAX_ERROR_TYPE = 200
 
 ExecutionStatus = Literal[
     "planned",
@@ -122,6 +128,16 @@ ObservationCode = Literal[
     "agent-not-enabled",
     "agent-waiting",
 ]
+
+
+def _text_at_most(limit: int) -> Any:
+    """An optional text of at most ``limit`` characters (X2: a read stays bounded)."""
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and (type(value) is not str or len(value) > limit):
+            raise ValueError(f"{attribute.name} must be a text of at most {limit} characters")
+
+    return check
 
 
 # -- plans and observations ----------------------------------------------------------------
@@ -198,6 +214,11 @@ class Observation:
     ``output`` is stored in the typed encoding (``storage/_values.py``), so it reads back as
     the value it was (E10). ``redacted`` says the stored output is not what the step returned:
     redaction masked something in it (E5), so it must not be replayed as if it were.
+
+    A step that raised keeps why (O2): ``error_type`` (the exception's class name) and a
+    bounded, redacted ``traceback``. ``started_at`` and ``ended_at`` say when the step (its
+    last attempt) ran, on the runtime's wall clock; all four are None on observations stored
+    before they were kept, and for steps that never ran (skipped, cancelled).
     """
 
     step_id: str = attrs.field(validator=_id)
@@ -215,6 +236,10 @@ class Observation:
     finding_ids: tuple[str, ...] = attrs.field(default=(), validator=_ids)
     calls_used: int = _counter_field()
     redacted: bool = False
+    error_type: str | None = attrs.field(default=None, validator=_text_at_most(MAX_ERROR_TYPE))
+    traceback: str | None = attrs.field(default=None, validator=_text_at_most(MAX_TRACEBACK))
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 #: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).
@@ -310,10 +335,14 @@ class Finding:
 
 @attrs.frozen(kw_only=True)
 class Failure:
-    """Why an agent task failed: a short code and a human message."""
+    """Why an agent task failed: a short code and a human message; when the agent raised,
+    the exception's class name and a bounded, redacted traceback (O2; None on failures
+    stored before they were kept, and on failures no exception caused)."""
 
     code: str
     message: str
+    error_type: str | None = attrs.field(default=None, validator=_text_at_most(MAX_ERROR_TYPE))
+    traceback: str | None = attrs.field(default=None, validator=_text_at_most(MAX_TRACEBACK))
 
 
 @attrs.frozen(kw_only=True)

@@ -264,9 +264,11 @@ async def test_an_agent_that_raises_fails_its_task_with_the_error(tmp_path: Path
         result = await (await rt.start("g", plan_of(agent("a", "clumsy")))).wait()
         (task,) = tasks_of(stored(rt, result.execution_id))
     assert result.status == "failed"
-    assert task.failure == ms.storage.Failure(
-        code="agent-failed", message="KeyError: 'missing field'"
-    )
+    assert task.failure is not None
+    assert task.failure.code == "agent-failed"
+    assert task.failure.message == "KeyError: 'missing field'"
+    assert task.failure.error_type == "KeyError"  # O2: and where it was raised
+    assert "in clumsy" in (task.failure.traceback or "")
 
 
 async def test_recover_resumes_only_orphaned_running_executions(tmp_path: Path) -> None:

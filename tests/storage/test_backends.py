@@ -663,3 +663,50 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     seen.extend(follower.history(after=last))
     assert seen == list(FileStore(tmp_path / "store").history(limit=10_000))
     assert len(seen) == 1 + 200  # created, then one status change per commit
+
+
+def test_O2_failure_records_round_trip_on_every_backend(make_store: Factory) -> None:
+    """A step's error type, traceback and times, and an agent task failure's traceback, are
+    written and read back as they were; a fresh store object reads them from disk."""
+    store = make_store()
+    observation = ms.storage.Observation(
+        step_id="s", tool="t", ok=False, error="ValueError: bad", error_type="ValueError",
+        traceback='Traceback (most recent call last):\n  File "x.py"\nValueError: bad\n',
+        started_at=1.5, ended_at=2.25,
+    )  # fmt: skip
+    failure = ms.storage.Failure(
+        code="agent-failed", message="RuntimeError: no", error_type="RuntimeError",
+        traceback="Traceback ...\nRuntimeError: no\n",
+    )  # fmt: skip
+    task = ms.storage.AgentTaskRecord(
+        id="t-1", agent_id="a", step_id="s2", state="failed", created_at=1.0, updated_at=2.0,
+        execution_id="ex-1", failure=failure,
+    )  # fmt: skip
+    raw_task = ms.storage.unstructure(task)
+    ex = execution(observations=(observation,), agent_tasks=(raw_task,))
+    assert store.create(ex)
+    for reader in (store, make_store()):
+        back = reader.get("ex-1")
+        assert back is not None
+        assert back.observations == (observation,)
+        (parsed,), dropped = ms.storage.parse_agent_tasks(back)
+        assert dropped == 0
+        assert parsed.failure == failure
+
+
+def test_O2_records_stored_before_failures_were_kept_read_with_defaults() -> None:
+    old_observation = {"step_id": "s", "ok": False, "error": "boom"}
+    back = ms.storage.structure(old_observation, ms.storage.Observation)
+    assert (back.error_type, back.traceback, back.started_at, back.ended_at) == (None,) * 4
+    assert ms.storage.unstructure(back) == ms.storage.unstructure(
+        ms.storage.Observation(step_id="s", ok=False, error="boom")
+    )
+    assert "traceback" not in ms.storage.unstructure(back)  # left out while unset
+    old_failure = ms.storage.structure({"code": "c", "message": "m"}, ms.storage.Failure)
+    assert ms.storage.unstructure(old_failure) == {"code": "c", "message": "m"}
+
+
+def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
+    too_long = {"step_id": "s", "ok": False, "traceback": "x" * 8193}
+    with pytest.raises(ms.storage.RecordError):
+        ms.storage.structure(too_long, ms.storage.Observation)

@@ -1,0 +1,120 @@
+"""Why a step, a planner call or an agent failed: described once, where the exception is
+caught, then kept on the record and logged (O2).
+
+Invariant O2: every failed step attempt, planner call and agent task keeps its exception's
+class name and a bounded (the last ``MAX_FRAMES`` frames of each exception in the chain,
+``MAX_TRACEBACK_BYTES`` of UTF-8), redacted (E5) traceback on the durable record, and is
+logged once under ``mainspring.executions`` with the run's and the step's ids. Nothing is
+printed unless the application configures logging: the ``mainspring`` logger carries a
+``NullHandler`` (O1), so stdlib's last-resort handler never writes to stderr on our behalf.
+
+Formatting a traceback reads source files (the lines it shows): :func:`describe_off_loop`
+does it in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback as tb
+from collections.abc import Mapping
+
+import anyio.to_thread
+import attrs
+
+from ..storage import redact
+
+__all__ = [
+    "LOGGER_NAME",
+    "MAX_FRAMES",
+    "MAX_TRACEBACK_BYTES",
+    "Caught",
+    "describe",
+    "describe_off_loop",
+    "log_failure",
+    "logger",
+]
+
+#: The logger failures of runs are reported on (documented in the README).
+LOGGER_NAME = "mainspring.executions"
+logger = logging.getLogger(LOGGER_NAME)
+
+#: How much of a traceback is kept: the innermost frames of each exception, then the text's
+#: last bytes (the exception's own line is at the end: the part that says most).
+MAX_FRAMES = 50
+MAX_TRACEBACK_BYTES = 8 * 1024
+#: How much of an exception's class name is kept (its qualified name can be long).
+MAX_TYPE_NAME = 200
+_CUT = "[traceback cut: its first {n} bytes are left out]\n"
+
+
+@attrs.frozen(kw_only=True)
+class Caught:
+    """An exception as a failure record keeps it: ``error_type`` its class name, ``message``
+    the ``Type: text`` line (not yet redacted: the caller redacts it where it is stored, as
+    every error text), ``traceback`` already redacted and bounded."""
+
+    error_type: str
+    message: str
+    traceback: str
+
+
+def clamp_traceback(text: str) -> str:
+    """``text`` cut to its last ``MAX_TRACEBACK_BYTES`` bytes of UTF-8, saying so."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= MAX_TRACEBACK_BYTES:
+        return text
+    room = MAX_TRACEBACK_BYTES - len(_CUT.format(n=len(data)).encode())
+    tail = data[len(data) - room :].decode("utf-8", errors="ignore")
+    cut = len(data) - len(tail.encode("utf-8"))
+    return _CUT.format(n=cut) + tail
+
+
+def describe(exc: BaseException) -> Caught:
+    """``exc`` as a failure keeps it (O2): the traceback is redacted (E5) before it is cut,
+    so a cut never leaves part of a secret unmasked. Reads source files: see
+    :func:`describe_off_loop`."""
+    name = type(exc).__name__[:MAX_TYPE_NAME]
+    try:
+        lines = tb.TracebackException.from_exception(exc, limit=-MAX_FRAMES).format()
+        text = "".join(lines)
+    except Exception as problem:  # a broken __str__ or __repr__ of the user's exception
+        text = f"(its traceback could not be formatted: {type(problem).__name__})\n"
+    try:
+        message = f"{name}: {exc}"
+    except Exception:
+        message = f"{name}: (its message could not be read)"
+    return Caught(error_type=name, message=message, traceback=clamp_traceback(redact(text)))
+
+
+async def describe_off_loop(exc: BaseException) -> Caught:
+    """:func:`describe` in a worker thread: formatting reads the source lines it shows."""
+    return await anyio.to_thread.run_sync(describe, exc)
+
+
+def log_failure(
+    what: str,
+    *,
+    execution_id: str,
+    error: str | None,
+    step_id: str | None = None,
+    agent_task_id: str | None = None,
+    traceback: str | None = None,
+    level: int = logging.WARNING,
+) -> None:
+    """Log one failure (O2): ``execution <id>: <what>: <error>``, then its traceback.
+    ``what`` names the failed thing (``step s1 (tool fetch) failed on attempt 2``). The ids
+    are also on the record (``execution_id``, ``step_id``, ``agent_task_id``) for handlers
+    that format them. Everything is redacted again here (E5): a log line is disk too."""
+    if not logger.isEnabledFor(level):
+        return
+    extra: Mapping[str, object] = {
+        "execution_id": execution_id,
+        "step_id": step_id,
+        "agent_task_id": agent_task_id,
+    }
+    text = f"execution {execution_id}: {what}"
+    if error:
+        text += f": {redact(error)}"
+    if traceback:
+        text += "\n" + redact(traceback).rstrip("\n")
+    logger.log(level, "%s", text, extra=extra)

@@ -1,0 +1,250 @@
+"""A failure says why, everywhere (O2): a failed step, attempt, planner call or agent keeps its
+exception's type and a bounded, redacted traceback on the record, the step says when it ran,
+the result lists the failures, and each failure is logged under ``mainspring.executions``
+(silent unless the application configures logging, O1)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import mainspring as ms
+from mainspring.executions._failures import (
+    LOGGER_NAME,
+    MAX_TRACEBACK_BYTES,
+    clamp_traceback,
+    describe,
+)
+from mainspring.storage import RetryPolicy
+
+from ._kit import agent, plan_of, runtime, stored, tasks_of, tool
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "ghp_" + "s" * 36
+QUICK = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.001)
+
+
+async def bad_input(**_: Any) -> int:
+    raise ValueError("bad input 1")
+
+
+def _deep(n: int) -> None:
+    if n == 0:
+        raise RuntimeError("x" * 20_000 + f" and deep down the token is {SECRET}")
+    _deep(n - 1)
+
+
+async def deep_failure(**_: Any) -> None:
+    _deep(200)
+
+
+def _obs(execution: ms.storage.Execution, step_id: str) -> ms.storage.Observation:
+    return next(o for o in execution.observations if o.step_id == step_id)
+
+
+def _store_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+
+def test_O2_a_described_exception_is_redacted_then_cut_to_its_last_bytes() -> None:
+    try:
+        _deep(200)
+    except RuntimeError as exc:
+        caught = describe(exc)
+    assert caught.error_type == "RuntimeError"
+    assert caught.message.endswith(SECRET)  # redacted where it is stored, as every error
+    assert SECRET not in caught.traceback
+    assert len(caught.traceback.encode()) <= MAX_TRACEBACK_BYTES
+    assert caught.traceback.startswith("[traceback cut: ")
+    # the end, the exception's own line, is kept: masked before it was cut
+    assert caught.traceback.rstrip().endswith("the token is [redacted github-token]")
+
+
+def test_O2_a_short_traceback_is_kept_whole_and_a_long_one_says_it_was_cut() -> None:
+    assert clamp_traceback("short\n") == "short\n"
+    cut = clamp_traceback("é" * 10_000)  # two bytes each: cut between characters, never inside
+    assert len(cut.encode()) <= MAX_TRACEBACK_BYTES
+    assert cut.startswith("[traceback cut: its first ")
+
+
+def test_O2_only_the_innermost_frames_are_kept() -> None:
+    def recurse(n: int) -> None:
+        if n == 0:
+            raise KeyError("k")
+        recurse(n - 1)
+
+    try:
+        recurse(120)
+    except KeyError as exc:
+        caught = describe(exc)
+    # 50 frames: 49 calls (three shown, the rest summed up by Python) and the one that raised
+    assert caught.traceback.count("in recurse") == 4
+    assert "[Previous line repeated 46 more times]" in caught.traceback
+    assert "in test_O2_only_the_innermost_frames_are_kept" not in caught.traceback
+
+
+# -- a run -----------------------------------------------------------------------------------
+
+
+async def test_O2_a_failing_tool_is_in_result_failures_and_the_error_says_why(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(tool("ok", "inc"), tool("boom", "boom", "ok"))
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan, execution_id="run1")).wait()
+    assert result.status == "failed"
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind, failure.error_type, failure.attempt) == (
+        "boom",
+        "tool",
+        "ValueError",
+        1,
+    )
+    assert failure.message == "ValueError: bad input 1"
+    assert failure.agent_task_id is None
+    assert failure.traceback is not None
+    assert "bad_input" in failure.traceback
+    assert result.error == "step boom failed: ValueError: bad input 1"
+
+
+async def test_O2_a_traceback_is_bounded_and_redacted_on_disk_in_show_and_in_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from .._cli_kit import run_cli
+
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
+    async with runtime(tmp_path / "s", tools={"deep": deep_failure}) as rt:
+        result = await (await rt.start("g", plan_of(tool("d", "deep")), execution_id="r")).wait()
+        record = stored(rt, "r")
+    observation = _obs(record, "d")
+    assert observation.error_type == "RuntimeError"
+    assert observation.traceback is not None
+    assert len(observation.traceback.encode()) <= MAX_TRACEBACK_BYTES
+    assert observation.traceback.rstrip().endswith("[redacted github-token]")
+    assert result.failures[0].traceback == observation.traceback
+    assert SECRET.encode() not in _store_bytes(tmp_path / "s")
+    code, out = run_cli(
+        "--store", str(tmp_path / "s" / "store.sqlite3"), "show", "--traceback", "r"
+    )
+    assert code == 0
+    assert "[traceback cut: its first" in out
+    assert "[redacted github-token]" in out
+    assert SECRET not in out
+    logged = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert logged
+    assert SECRET not in caplog.text
+    assert {getattr(r, "execution_id", None) for r in logged} == {"r"}
+
+
+async def test_O2_steps_record_when_they_started_and_ended(tmp_path: Path) -> None:
+    plan = plan_of(tool("a", "inc"), tool("b", "boom", "a"))
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+        record = stored(rt, result.execution_id)
+    for step_id in ("a", "b"):
+        observation = _obs(record, step_id)
+        assert observation.started_at is not None
+        assert observation.ended_at is not None
+        assert observation.started_at <= observation.ended_at
+
+
+async def test_O2_each_failed_attempt_keeps_its_traceback_and_start(tmp_path: Path) -> None:
+    plan = plan_of(attrs.evolve(tool("a", "boom"), retry=QUICK))
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan)).wait()
+        record = stored(rt, result.execution_id)
+    attempts = _obs(record, "a").data["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2, 3]
+    for attempt in attempts:
+        assert attempt["error_type"] == "ValueError"
+        assert "bad_input" in attempt["traceback"]
+        assert attempt["started_at"] <= attempt["at"]
+    (failure,) = result.failures
+    assert failure.attempt == 3
+
+
+async def test_O2_a_planner_failure_is_logged_and_kept_with_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        return [][1]  # type: ignore[no-any-return]
+
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="planless")).wait()
+        record = stored(rt, "planless")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "IndexError" in result.error
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind, failure.error_type) == ("plan", "planner", "IndexError")
+    assert failure.traceback is not None
+    assert "in planner" in failure.traceback
+    assert _obs(record, "plan").traceback == failure.traceback
+    (line,) = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert line.levelno == logging.ERROR
+    assert getattr(line, "execution_id", None) == "planless"
+    assert "IndexError" in line.getMessage()
+    assert "in planner" in line.getMessage()
+
+
+async def test_O2_an_agent_failure_keeps_its_traceback_on_the_task(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scout(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("read", lambda: "notes")
+        raise RuntimeError(f"no luck with {SECRET}")
+
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
+    async with runtime(tmp_path, agents={"scout": scout}) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "scout")))).wait()
+        record = stored(rt, result.execution_id)
+    (task,) = tasks_of(record)
+    assert task.failure is not None
+    assert task.failure.error_type == "RuntimeError"
+    assert task.failure.traceback is not None
+    assert "in scout" in task.failure.traceback
+    assert SECRET not in task.failure.traceback
+    (failure,) = result.failures
+    assert (failure.kind, failure.agent_task_id, failure.error_type) == (
+        "agent",
+        task.id,
+        "RuntimeError",
+    )
+    assert failure.traceback == task.failure.traceback
+    observation = _obs(record, "a")
+    assert observation.traceback is None  # E5: kept once, on the task
+    assert observation.started_at is not None
+    assert observation.ended_at is not None
+    steps = [r for r in caplog.records if getattr(r, "agent_task_id", None) == task.id]
+    assert steps
+    assert "in scout" in steps[0].getMessage()
+    assert SECRET not in caplog.text
+
+
+async def test_O1_failures_print_nothing_unless_the_application_configures_logging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed: list[logging.LogRecord] = []
+
+    class Last(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            printed.append(record)
+
+    monkeypatch.setattr(logging, "lastResort", Last(logging.WARNING))
+    # As an application that configured nothing: no handler between ours and the root.
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr(logging.getLogger(LOGGER_NAME), "propagate", True)
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan_of(tool("b", "boom")))).wait()
+    assert result.status == "failed"
+    assert printed == []
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("mainspring").handlers)
