@@ -441,9 +441,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         handles = []
         for execution in listing.executions:
             # A run that waits with an answer stored for it (Runtime.answer) goes on too.
-            answered = execution.status == "waiting_for_clarification" and answer_waiting(
-                execution
-            )
+            answered = execution.status == "waiting_for_clarification" and answer_waiting(execution)
             if execution.id in self._live or (
                 execution.status not in ("running", "planned") and not answered
             ):
