@@ -486,3 +486,28 @@ async def test_e2_a_pause_from_another_host_gives_the_start_back(shared_store: A
             result = await (await rt.resume(run)).wait()
     assert result.status == "completed", result
     assert result.outputs["a"] == 7
+
+
+async def test_s1_a_stop_task_from_another_host_records_the_worker_stopped(
+    shared_store: Any,
+) -> None:
+    """S1 with a worker: the stop request written elsewhere stops the task's worker, which
+    is recorded stopped (``stop-task``) with its history entry, as a stop issued here."""
+    host = ScriptedHost([[ScriptedHost.until_stopped()]])
+    agents = {"coder": WorkerAgent(["scripted"], host=host, grace=0.1)}
+    async with (
+        ms.open_runtime(store=shared_store, agents=agents, **FAST) as rt,
+        ms.open_runtime(store=shared_store, **FAST) as other,
+    ):
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        await _running_worker(rt, run)
+        stop = await other.stop_agent_task(f"{run}:t1")
+        assert stop.ok, stop
+        with anyio.fail_after(60):
+            await handle.wait()
+        seen = await rt.workers(run)
+        history = _worker_history(rt.store, run)
+    (worker,) = seen.workers
+    assert (worker.status, worker.reason) == ("stopped", "stop-task")
+    assert ("stopped", "stop-task") in history
