@@ -152,6 +152,56 @@ def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
     assert "cancel by" in out
 
 
+def test_r8_answer_needs_no_user_code_and_refuses_a_run_not_waiting(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_cli("answer", "ex-2", f"yes {SECRET}", "--store", str(store))
+    assert (code, "ex-2: answer stored" in out) == (EXIT_OK, True)
+    assert SECRET not in out
+    stored = ms.storage.SqliteStore(store)
+    try:
+        record = stored.get("ex-2")
+    finally:
+        stored.close()
+    assert record is not None
+    assert record.status == "waiting_for_clarification"  # stored for the next resume
+    assert [r.answer for r in record.answer_requests] == ["yes [redacted github-token]"]
+    capsys.readouterr()
+    code, out = run_cli("answer", "ex-2", "no", "--store", str(store))
+    assert code == EXIT_BUSY  # one answer per question: a second is refused, not dropped
+    assert "has an answer already" in capsys.readouterr().err
+    assert run_cli("cancel", "ex-1", "--store", str(store))[0] == EXIT_OK
+    capsys.readouterr()
+    code, out = run_cli("answer", "ex-1", "late", "--store", str(store))
+    assert (code, out) == (EXIT_FAILED, "")
+    assert "ex-1 is not waiting for an answer (it is cancelled)" in capsys.readouterr().err
+    code, out = run_cli("answer", "ex-1", "late", "--store", str(store), "--json")
+    assert code == EXIT_FAILED
+    error = json.loads(capsys.readouterr().err)
+    assert error["code"] == EXIT_FAILED
+    assert "not waiting for an answer" in error["error"]
+    assert run_cli("answer", "ex-nope", "x", "--store", str(store))[0] == EXIT_UNKNOWN
+    code, out = run_cli("answer", "ex-1", "x", "--store", str(store))
+    stored = ms.storage.SqliteStore(store)
+    try:
+        record = stored.get("ex-1")
+    finally:
+        stored.close()
+    assert record is not None
+    assert record.answer_requests == ()  # nothing stored on a refusal
+
+
+def test_r8_answer_says_json(store: Path) -> None:
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store), "--json")
+    assert code == EXIT_OK
+    assert json.loads(out) == {
+        "id": "ex-2",
+        "status": "waiting_for_clarification",
+        "answered": True,
+        "live": False,
+    }
+
+
 def test_stop_task_stops_or_cascades_and_the_listings_say_which_steps_were_stopped(
     store: Path,
 ) -> None:

@@ -1,6 +1,6 @@
-"""The control commands: ``pause``, ``cancel`` and ``stop-task`` (out-of-band edits a live
-runner meets at its next heartbeat, no user code needed) and ``resume`` (runs user code, so
-it loads the runtime configuration named by ``--app module:attr``)."""
+"""The control commands: ``pause``, ``cancel``, ``stop-task`` and ``answer`` (out-of-band
+edits a live runner meets at its next heartbeat, no user code needed) and ``resume`` (runs
+user code, so it loads the runtime configuration named by ``--app module:attr``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import attrs
 from ..executions import (
     AgentTaskWaiting,
     ExecutionBusy,
+    NotWaiting,
     Runtime,
     StepFinished,
     UnknownExecution,
@@ -61,6 +62,8 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         return anyio.run(control, store, out, args)
     except UnknownExecution as exc:
         raise CliError(str(exc), EXIT_UNKNOWN) from None
+    except NotWaiting as exc:  # an answer nobody waits for: refused, nothing stored
+        raise CliError(str(exc), EXIT_FAILED) from None
     except ExecutionBusy as exc:
         lease = exc.lease
         until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
@@ -75,6 +78,8 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     async with open_runtime(store=store, **config) as rt:
         if args.command == "prune":
             return await run_prune(rt, out, args)
+        if args.command == "answer":
+            return await _answer(rt, out, args.id, args.text)
         if args.command == "stop-task":
             result = await rt.stop_agent_task(args.id, cascade=args.cascade)
             # A worker-backed task says so, and where its worker is now (read after the stop).
@@ -136,6 +141,25 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
         else:
             out.line(message)
     return EXIT_FAILED if refused or outcome.status == "failed" else EXIT_OK
+
+
+async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
+    """``mainspring answer ID TEXT``: stored for the run wherever it runs or next resumes
+    (never printed back: only its digest is kept in the clear, E5)."""
+    await rt.answer(execution_id, text)
+    record = await rt.get(execution_id)
+    status = record.status if record is not None else "unknown"
+    live = record is not None and record.lease is not None and bool(record.lease.owner)
+    if out.as_json:
+        out.data({"id": execution_id, "status": status, "answered": True, "live": live})
+    else:
+        where = (
+            "its runner takes it at its next heartbeat"
+            if live
+            else "the next resume gives it (or recover, for a run that waits)"
+        )
+        out.line(f"{execution_id}: answer stored; {where}")
+    return EXIT_OK
 
 
 async def _progress(rt: Runtime, out: Out, execution_id: str) -> None:

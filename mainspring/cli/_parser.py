@@ -373,6 +373,13 @@ def make_parser() -> argparse.ArgumentParser:
         type=positive_duration,
         help="a new deadline for the run, from now (30m, 12h, 7d)",
     )
+    answer = commands.add_parser(
+        "answer",
+        parents=[common],
+        help="answer a run's open question (no --app: the run, here or elsewhere, takes it)",
+    )
+    answer.add_argument("id")
+    answer.add_argument("text", help="the answer (stored redacted)")
     stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
     stop.add_argument("id", metavar="TASK_ID")
     stop.add_argument(

@@ -16,6 +16,7 @@ from ._fleet_base import WorkerRefused as WorkerRefused
 from ._handle import ExecutionBusy as ExecutionBusy
 from ._handle import ExecutionExists as ExecutionExists
 from ._handle import ExecutionHandle as ExecutionHandle
+from ._handle import NotWaiting as NotWaiting
 from ._handle import UnknownExecution as UnknownExecution
 from ._host_scripted import ScriptedHost as ScriptedHost
 from ._host_subprocess import SubprocessHost as SubprocessHost
@@ -86,6 +87,7 @@ __all__ = [
     "Memory",
     "MemoryHit",
     "MemorySearch",
+    "NotWaiting",
     "ProgramFailed",
     "ProgramResult",
     "Proof",

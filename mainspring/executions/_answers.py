@@ -6,6 +6,10 @@ holds its lease, so the answer is written to its record instead (an :class:`Answ
 and its runner takes it at its next heartbeat — at once where the store sends notices, or
 where the run is live in this runtime (its actor is told). If the runner ends before taking
 it, the next resume applies the stored request, so an answer is never lost.
+
+``Runtime.answer`` writes the same request whether or not the run is live anywhere (a run
+that waits with nothing live keeps it for its next resume, by hand or by ``recover``), the
+run's own question included (R10).
 """
 
 from __future__ import annotations
@@ -32,14 +36,23 @@ PATIENCE = 1.0
 
 
 async def request_answer(
-    committer: Committer, by: str, execution_id: str, answer: str, runner: ActorRef | None
+    committer: Committer,
+    by: str,
+    execution_id: str,
+    answer: str,
+    runner: ActorRef | None,
+    *,
+    live_only: bool = True,
 ) -> str | None:
     """Write ``answer`` for the task whose question is open on the live run; tell
     ``runner`` (the run's actor, when it is live here). Returns the task's id, or None if
     nothing was written (no agent's question is open, or no lease on the run is live).
-    ExecutionBusy if every open question has an answer waiting already."""
+    Without ``live_only``, written whenever the run waits for an answer, live or not
+    (``Runtime.answer``; see ``answer_request_edit``). ExecutionBusy if every open question
+    has an answer waiting already."""
     asked: list[str] = []
-    written = await committer.edit(execution_id, answer_request_edit(by, answer, asked))
+    edit = answer_request_edit(by, answer, asked, live_only=live_only)
+    written = await committer.edit(execution_id, edit)
     if asked == [""]:
         raise ExecutionBusy(
             execution_id,

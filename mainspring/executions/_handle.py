@@ -1,5 +1,5 @@
 """What the Runtime hands back besides results: the handle of a run, and the errors that
-name an execution (unknown, busy, already there)."""
+name an execution (unknown, busy, already there, not waiting for an answer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from ..actors import MainspringError
 from ..storage import Lease
 from ._results import ExecutionResult
 
-__all__ = ["ExecutionBusy", "ExecutionExists", "ExecutionHandle", "UnknownExecution"]
+__all__ = [
+    "ExecutionBusy",
+    "ExecutionExists",
+    "ExecutionHandle",
+    "NotWaiting",
+    "UnknownExecution",
+]
 
 
 class UnknownExecution(MainspringError, LookupError):
@@ -39,6 +45,24 @@ class ExecutionExists(MainspringError, ValueError):
     def __init__(self, execution_id: str) -> None:
         super().__init__(f"an execution {execution_id} already exists")
         self.execution_id = execution_id
+
+
+class NotWaiting(MainspringError):
+    """An answer was given for an execution that is not waiting for one: it is finished,
+    or no clarification is open on it (it runs, waits for an approval or budget, or is
+    paused with no question). Nothing was stored or changed.
+
+    The caller's fault, or a race the caller lost (the question was answered, or the run
+    was cancelled, meanwhile). ``status`` is the execution's status when it was refused.
+    """
+
+    def __init__(self, execution_id: str, status: str) -> None:
+        super().__init__(
+            f"execution {execution_id} is not waiting for an answer (it is {status}); "
+            "nothing was stored"
+        )
+        self.execution_id = execution_id
+        self.status = status
 
 
 class ExecutionHandle:

@@ -57,9 +57,11 @@ __all__ = [
     "answer_request_edit",
     "answer_waiting",
     "cancel_edit",
+    "outer_answer",
     "pause_edit",
     "prepare_resume",
     "unanswered",
+    "waits_for_answer",
 ]
 
 
@@ -97,9 +99,29 @@ def unanswered(stored: Execution) -> list[AgentTaskRecord]:
     return sorted(waiting, key=lambda task: (task.created_at, task.id))
 
 
+def waits_for_answer(stored: Execution) -> bool:
+    """True if ``stored`` is waiting for an answer: not finished, with a clarification
+    open (an agent's question, R8, or the run's own, R10), whatever its status (waiting,
+    paused while waiting, or running with other steps live)."""
+    pending = stored.pending
+    return not stored.terminal and pending is not None and pending.kind == "clarification"
+
+
+def outer_answer(stored: Execution) -> AnswerRequest | None:
+    """The answer stored for the run's own open question (R10), if any: an
+    :class:`AnswerRequest` whose ``task_id`` is the execution's own id (no agent task has
+    that id: task ids are ``<execution id>:t<n>``)."""
+    pending = stored.pending
+    if pending is None or pending.kind != "clarification" or pending.agent_task_id is not None:
+        return None
+    return next((r for r in stored.answer_requests if r.task_id == stored.id), None)
+
+
 def answer_waiting(stored: Execution) -> bool:
-    """True if an answer written for a task of ``stored`` waits to be given to it: a resume
-    must run, to give it (R8), even with no answer of its own."""
+    """True if an answer written for a task of ``stored`` (or for its own question) waits
+    to be given: a resume must run, to give it (R8, R10), even with no answer of its own."""
+    if outer_answer(stored) is not None:
+        return True
     given = {(r.task_id, r.ask) for r in stored.answer_requests}
     return any(
         task.state == "waiting_for_clarification" and (task.id, next_ask(task)) in given
@@ -107,42 +129,47 @@ def answer_waiting(stored: Execution) -> bool:
     )
 
 
-def answer_request_edit(by: str, answer: str, asked: list[str]) -> Edit:
+def answer_request_edit(by: str, answer: str, asked: list[str], *, live_only: bool = True) -> Edit:
     """R8 for a run live somewhere (here or on another host): the answer is written to the
     record as an :class:`AnswerRequest` for the first task whose question no stored answer
     answers yet (R9), which that run applies at its next heartbeat (at once where the store
-    sends notices). Only while a lease on the run is live and an agent's question is open:
-    otherwise nothing is written (the run is not live; a resume gives the answer itself).
-    ``asked`` gets the task's id, or "" when every open question has an answer waiting
-    already (a second answer is refused, not dropped silently)."""
+    sends notices). With ``live_only`` (a resume's: it gives the answer itself to a run
+    not live), only while a lease on the run is live and an agent's question is open;
+    without it (``Runtime.answer``), whenever the run waits for an answer (R5: the next
+    resume applies it), the run's own question included (R10: stored for the execution's
+    own id, see :func:`outer_answer`). Otherwise nothing is written. ``asked`` gets the
+    task's id (the execution's for its own question), or "" when every open question has
+    an answer waiting already (a second answer is refused, not dropped silently)."""
 
     def change(stored: Execution, now: float) -> Execution | None:
         pending = stored.pending
-        if (
-            stored.terminal
-            or holder(stored.lease, now) is None
-            or pending is None
-            or pending.kind != "clarification"
-            or pending.agent_task_id is None
-        ):
+        if not waits_for_answer(stored) or pending is None:
             return None
-        open_questions = unanswered(stored)
-        if not open_questions:
-            asked.append("")
+        if live_only and (holder(stored.lease, now) is None or pending.agent_task_id is None):
             return None
-        task = open_questions[0]
-        masked, redacted = redact_flagged(answer)
+        if pending.agent_task_id is None:  # R10: the run's own question
+            if outer_answer(stored) is not None:
+                asked.append("")
+                return None
+            task_id, ask = stored.id, None
+        else:
+            open_questions = unanswered(stored)
+            if not open_questions:
+                asked.append("")
+                return None
+            task_id, ask = open_questions[0].id, next_ask(open_questions[0])
+        masked, redacted = redact_flagged(answer)  # E5: redacted before it reaches disk
         digest = answer_digest(answer)
         request = AnswerRequest(
-            task_id=task.id,
-            ask=next_ask(task),
+            task_id=task_id,
+            ask=ask,
             answer=masked,
             redacted=redacted,
             answer_sha256=digest,
             by=by,
             at=now,
         )
-        asked.append(task.id)
+        asked.append(task_id)
         record = attrs.evolve(
             stored, answer_requests=(*stored.answer_requests, request)[-MAX_CONTROLS:]
         )
@@ -178,7 +205,15 @@ def prepare_resume(
         record, _ = stop_task(record, task_id, operation, now, by=by, cascade=cascade)
     replan_goal = False
     pending = record.pending
-    if answer is not None and pending is not None and pending.kind == "clarification":
+    stored_outer = outer_answer(record)
+    if answer is None and stored_outer is not None:
+        # R10: the answer given with Runtime.answer (already redacted and audited then),
+        # taken once: a later question of the planner is not answered by it.
+        goal = f"{record.goal}\n\nClarification: {stored_outer.answer}"
+        requests = tuple(r for r in record.answer_requests if r is not stored_outer)
+        record = attrs.evolve(record, goal=goal, pending=None, answer_requests=requests)
+        replan_goal = True
+    elif answer is not None and pending is not None and pending.kind == "clarification":
         if pending.agent_task_id is not None:
             record = answer_task(record, pending.agent_task_id, answer, now)  # R8, R9
         else:  # R10: an outer clarification answers the goal itself

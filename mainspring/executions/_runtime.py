@@ -48,7 +48,13 @@ from ..storage import (
 from ._answers import answer_elsewhere, request_answer
 from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
-from ._handle import ExecutionBusy, ExecutionExists, ExecutionHandle, UnknownExecution
+from ._handle import (
+    ExecutionBusy,
+    ExecutionExists,
+    ExecutionHandle,
+    NotWaiting,
+    UnknownExecution,
+)
 from ._history_follow import HistoryFollowers, RuntimeEvents
 from ._memory import Memory
 from ._plan import check_plan
@@ -59,6 +65,7 @@ from ._record_controls import (
     cancel_edit,
     pause_edit,
     prepare_resume,
+    waits_for_answer,
 )
 from ._refusals import end_event
 from ._results import (
@@ -321,8 +328,11 @@ class Runtime(RuntimeEvents, WorkerControls):
         not yet passed stands, and one that passed is dropped for a paused or waiting run
         (resuming is the decision to go on) but kept for a run a crash left running, which
         then stops again with ``Timeout`` at once (B1).
-        Raises :class:`UnknownExecution` for an id not stored. Cancelling the caller after the
-        lease was taken leaves it held until its ttl lapses (nothing else changes).
+        Raises :class:`UnknownExecution` for an id not stored, and :class:`NotWaiting` for an
+        ``answer`` to a run that waits for none (finished, or with no clarification open):
+        the answer is never dropped silently, and nothing changes. Cancelling the caller
+        after the lease was taken leaves it held until its ttl lapses (nothing else
+        changes). To answer without running the rest of the run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
@@ -342,6 +352,8 @@ class Runtime(RuntimeEvents, WorkerControls):
     ) -> ExecutionHandle:
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
+        if answer is not None:
+            await self._waiting(execution_id)  # NotWaiting: an answer is never dropped
         live = await self._settled(execution_id)
         if live is not None:
             if answer is not None and not approve and not raises:
@@ -421,13 +433,18 @@ class Runtime(RuntimeEvents, WorkerControls):
 
     async def recover(self) -> list[ExecutionHandle]:
         """Resume every stored execution that was running and that nobody holds a live lease
-        on (e.g. after this process crashed or shut down); returns the handles of the runs
-        this runtime took over. Busy ones, and ones another host finished meanwhile, are
+        on (e.g. after this process crashed or shut down), and every one waiting for an
+        answer that :meth:`answer` stored; returns the handles of the runs this runtime
+        took over. Busy ones, and ones another host finished meanwhile, are
         skipped."""
         listing = await anyio.to_thread.run_sync(self._store.list)
         handles = []
         for execution in listing.executions:
-            if execution.status not in ("running", "planned") or execution.id in self._live:
+            # A run that waits with an answer stored for it (Runtime.answer) goes on too.
+            answered = execution.status == "waiting_for_clarification" and answer_waiting(execution)
+            if execution.id in self._live or (
+                execution.status not in ("running", "planned") and not answered
+            ):
                 continue
             # Whether its lease is live is the store's to decide, on the store's clock (a
             # shared server's, not this host's): acquiring refuses a live one, and exactly
@@ -441,6 +458,47 @@ class Runtime(RuntimeEvents, WorkerControls):
             if handle._ran_here:
                 handles.append(handle)
         return handles
+
+    async def _waiting(self, execution_id: str) -> Execution:
+        stored = await self._require(execution_id)
+        if not waits_for_answer(stored):
+            raise NotWaiting(execution_id, stored.status)
+        return stored
+
+    async def answer(self, execution_id: str, text: str) -> None:
+        """Answer the run's open question without running anything here: the answer is
+        stored (redacted, E5; its sha256 on the ``answer`` audit line) for whichever
+        runtime runs the run or next resumes it.
+
+        A run live in this runtime or on another host (holding the lease) takes it the way
+        it takes a pause: at once here, else at its next heartbeat (at once on PostgreSQL,
+        whose notices wake it); the task that asked gets it (R8, R9). A run that waits with
+        nothing live keeps it: the next :meth:`resume` (by hand, or :meth:`recover`, which
+        picks such runs up) gives it to the task that asked, or, for the run's own
+        question, appends it to the goal (R10). So a server that holds the application
+        can be answered from any process that reaches its store (``mainspring answer ID
+        TEXT``), without the application.
+
+        Raises :class:`NotWaiting` if the run waits for no answer (finished, running with
+        no question open, waiting for an approval or budget), :class:`ExecutionBusy` if
+        every open question has an answer waiting already, :class:`UnknownExecution` for an
+        id not stored; nothing is stored then. Cancelling the caller does not undo an
+        answer already stored.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"an answer must be a string, not {type(text).__name__}")
+        check_id(execution_id)
+        async with self._exclusive(execution_id):
+            await self._waiting(execution_id)
+            live = await self._settled(execution_id)
+            runner = live.ref if live is not None else None
+            owner = self._cfg.owner
+            written = await request_answer(
+                self._committer, owner, execution_id, text, runner, live_only=False
+            )
+            if written is None:  # it stopped waiting between the read and the edit
+                stored = await self._require(execution_id)
+                raise NotWaiting(execution_id, stored.status)
 
     # -- controls --------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import attrs
 
 from ..actors import CancelReason
 from ..storage import (
+    Edit,
     Execution,
     TrailEntry,
     WorkerRecord,
@@ -174,6 +175,22 @@ def worker_changed(execution_id: str, worker: WorkerRecord, at: float) -> Worker
     )
 
 
+def worker_parts_edit(fields: dict[str, Any]) -> Edit:
+    """The edit that writes a stopped runner's worker parts (``fields``: the board's) to
+    its record, paused or cancelled by a control from elsewhere, and nothing else: every
+    other part stays as the control left it (E2). Not applied once anyone runs the record
+    again (its status is theirs then), nor when the parts already say the same."""
+
+    def change(stored: Execution, now: float) -> Execution | None:
+        if stored.status not in ("paused", "cancelled"):
+            return None
+        if all(getattr(stored, key) == value for key, value in fields.items()):
+            return None
+        return attrs.evolve(stored, **fields, updated_at=now)
+
+    return change
+
+
 class WorkerRun(ExecutionCore):
     """The ExecutionActor's side of its workers: the board is built when the record is
     loaded, rides in every snapshot, and a driver's ``WorkerCommit`` goes through the one
@@ -204,9 +221,34 @@ class WorkerRun(ExecutionCore):
     async def _wind_down(self, reason: CancelReason) -> None:
         try:
             await super()._wind_down(reason)
+            if self._refusal is not None and self._board is not None:
+                await self._keep_board(self._board)
         finally:
             if self._board is not None:
                 self._cfg.worker_boards.pop(self._rec.id, None)
+
+    async def _keep_board(self, board: WorkerBoard) -> None:
+        """A control written elsewhere (pause, cancel) refused our saves: the workers our
+        drivers stopped while the run wound down are still written, as the same control
+        issued here writes them, so no worker stays recorded active and a stop that did not
+        fail gives its start back (``NOT_FAILED``). Invariant E2-W: a paused or cancelled
+        record is not the runner's to overwrite; only its worker parts, which no control
+        writes and whose processes this runner held, are (``worker_parts_edit``)."""
+        fields = board.fields()
+        moved = [board.workers[i] for i in board.moved if i in board.workers]
+        try:
+            written = await self._cfg.committer.edit(self._rec.id, worker_parts_edit(fields))
+        except Exception:  # the disk failed: the next resume confirms them dead (R3)
+            return
+        if written is None:
+            return
+        now = time.time()
+        for worker in moved:  # announced once durable, as a commit announces them
+            state = (worker.status, worker.generation)
+            if board.committed.get(worker.id) != state:
+                board.committed[worker.id] = state
+                self._publish(worker_changed(self._rec.id, worker, now))
+        board.moved.clear()
 
     def _snapshot(self, **changes: Any) -> Execution:
         board = self._board

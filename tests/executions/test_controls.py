@@ -96,7 +96,10 @@ async def test_R4_resuming_a_terminal_execution_changes_nothing(tmp_path: Path) 
     async with runtime(tmp_path) as rt:
         result = await (await rt.start("g", linear(2))).wait()
         before = stored(rt, result.execution_id)
-        again = await (await rt.resume(result.execution_id, answer="ignored")).wait()
+        again = await (await rt.resume(result.execution_id)).wait()
+        # An answer is refused, never dropped silently; nothing changes either way.
+        with pytest.raises(ms.executions.NotWaiting):
+            await rt.resume(result.execution_id, answer="ignored")
         assert stored(rt, result.execution_id) == before
     assert again.status == "completed"
     assert again.outputs == {"s0": 1, "s1": 2}

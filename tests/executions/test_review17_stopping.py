@@ -207,3 +207,35 @@ async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
         assert refused is not None
         assert "stdin" in str(refused)
         await rt.cancel(handle.execution_id)
+
+
+async def test_e2_a_pause_from_another_host_stops_a_real_worker_and_gives_its_start_back(
+    tmp_path: Path,
+) -> None:
+    """The pause written by a second runtime (another host) records the subprocess worker
+    stopped (reason ``pause``, a ``stopped`` history entry), as a pause issued here does:
+    with ``max_starts=1`` the resumed step takes it over and delivers."""
+    pids = tmp_path / "pids"
+    agents = {"coder": worker(tmp_path, WAITS, str(pids), max_starts=1)}
+    store = tmp_path / "store.sqlite3"
+    async with runtime(store, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        await busy(rt, run, 1)
+        async with runtime(store, **FAST) as other:
+            await other.pause(run)
+        with anyio.fail_after(60):
+            assert (await handle.wait()).status == "paused"
+        seen = await rt.workers(run)
+        assert (seen.workers[0].status, seen.workers[0].reason) == ("stopped", "pause")
+        history = rt.store.history(run, after=0, limit=10_000)
+        assert any(e.kind == "worker" and e.status == "stopped" for e in history)
+        assert not any(alive(int(pid)) for pid in pids.read_text().split())
+        handle = await rt.resume(run)
+        await busy(rt, run, 2)
+        seen = await rt.workers(run)
+        await rt.repair_worker(run, seen.workers[0].id, "go")
+        with anyio.fail_after(60):
+            result = await handle.wait()
+    assert result.status == "completed", result
+    assert result.outputs["a"] == {"got": "go"}

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import WorkerAgent, WorkerNotLive
+from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 from ._worker_fake import FakeHost, Script
@@ -409,3 +409,105 @@ async def test_max_workers_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_workers"):
         async with runtime(tmp_path, max_workers=0):
             pass
+
+
+# -- controls from another runtime (another host) ---------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Where two runtimes (two hosts) meet: a SQLite file, or a PostgreSQL schema."""
+    from ._memory_kit import store_spec
+
+    yield from (spec.target for spec in store_spec(request.param, tmp_path))
+
+
+async def _running_worker(rt: ms.Runtime, execution_id: str, generation: int = 1) -> None:
+    with anyio.fail_after(60):
+        while True:  # polls the store: a worker's start is not an event
+            seen = await rt.workers(execution_id)
+            if any(w.generation == generation and w.status == "running" for w in seen.workers):
+                return
+            await anyio.sleep(0.02)
+
+
+def _worker_history(store: Any, execution_id: str) -> list[tuple[str | None, str | None]]:
+    return [
+        (event.status, event.reason)
+        for event in store.history(execution_id, after=0, limit=10_000)
+        if event.kind == "worker"
+    ]
+
+
+@pytest.mark.parametrize("control", ["pause", "cancel"])
+async def test_e2_a_control_from_another_host_records_the_worker_stopped(
+    shared_store: Any, control: str
+) -> None:
+    """E2 (worker parts): the runner stopped by a pause or cancel written elsewhere stops
+    its worker and records it stopped, with the reason and a ``stopped`` history entry, as
+    the same control issued on its own host does; no worker is left active."""
+    host = ScriptedHost([[ScriptedHost.until_stopped()]])
+    agents = {"coder": WorkerAgent(["scripted"], host=host, grace=0.1)}
+    async with (
+        ms.open_runtime(store=shared_store, agents=agents, **FAST) as rt,
+        ms.open_runtime(store=shared_store, **FAST) as other,
+    ):
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        await _running_worker(rt, run)
+        await (other.pause(run) if control == "pause" else other.cancel(run))
+        with anyio.fail_after(60):
+            result = await handle.wait()
+        seen = await rt.workers(run)
+        history = _worker_history(rt.store, run)
+    assert result.status == ("paused" if control == "pause" else "cancelled")
+    (worker,) = seen.workers
+    assert (worker.status, worker.reason) == ("stopped", control)
+    assert not worker.active
+    assert ("stopped", control) in history
+    assert host.processes[0].stopped
+
+
+async def test_e2_a_pause_from_another_host_gives_the_start_back(shared_store: Any) -> None:
+    """A pause written elsewhere is not a failed start (NOT_FAILED): with ``max_starts=1``
+    the resumed step takes the worker over and delivers."""
+    host = ScriptedHost([[ScriptedHost.until_stopped()], [{"type": "result", "output": 7}]])
+    agents = {"coder": WorkerAgent(["scripted"], host=host, grace=0.1, max_starts=1)}
+    async with (
+        ms.open_runtime(store=shared_store, agents=agents, **FAST) as rt,
+        ms.open_runtime(store=shared_store, **FAST) as other,
+    ):
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        await _running_worker(rt, run)
+        await other.pause(run)
+        with anyio.fail_after(60):
+            assert (await handle.wait()).status == "paused"
+            result = await (await rt.resume(run)).wait()
+    assert result.status == "completed", result
+    assert result.outputs["a"] == 7
+
+
+async def test_s1_a_stop_task_from_another_host_records_the_worker_stopped(
+    shared_store: Any,
+) -> None:
+    """S1 with a worker: the stop request written elsewhere stops the task's worker, which
+    is recorded stopped (``stop-task``) with its history entry, as a stop issued here."""
+    host = ScriptedHost([[ScriptedHost.until_stopped()]])
+    agents = {"coder": WorkerAgent(["scripted"], host=host, grace=0.1)}
+    async with (
+        ms.open_runtime(store=shared_store, agents=agents, **FAST) as rt,
+        ms.open_runtime(store=shared_store, **FAST) as other,
+    ):
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        run = handle.execution_id
+        await _running_worker(rt, run)
+        stop = await other.stop_agent_task(f"{run}:t1")
+        assert stop.ok, stop
+        with anyio.fail_after(60):
+            await handle.wait()
+        seen = await rt.workers(run)
+        history = _worker_history(rt.store, run)
+    (worker,) = seen.workers
+    assert (worker.status, worker.reason) == ("stopped", "stop-task")
+    assert ("stopped", "stop-task") in history
