@@ -198,11 +198,11 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         now = time.time()
         record = pause_execution(self._snapshot(), self._cfg.owner, now, why)
-        if not await self._commit_record(record):
+        # L5: the lease is released in this same write.
+        if not await self._commit_record(attrs.evolve(record, lease=self._released())):
             self.stop_self(LeaseLost(self._cfg.owner, detail="the pause was refused"))
             return
         self._ended = True
-        await self._release()
         self._publish(ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=0))
         self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
 
@@ -505,10 +505,10 @@ class ExecutionActor(BoundedRun):
 
     async def _wait(self, status: str, pending: Pending) -> None:
         self._watcher.settling()
-        if not await self._commit(status=status, pending=pending):
+        # L5: the lease is released in this same write (L3), not in a second one.
+        if not await self._commit(status=status, pending=pending, lease=self._released()):
             return
         self._ended = True
-        await self._release()
         self._publish(
             ev.ExecutionWaiting(
                 execution_id=self._rec.id,
@@ -529,10 +529,11 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         if error is not None:
             self._obs["plan"] = Observation(step_id="plan", ok=False, error=redact(error))
-        if not await self._commit(status=status, pending=None):
+        # L5: the lease is released in this same write (L3): a crash right after it cannot
+        # leave a finished run held by a dead owner.
+        if not await self._commit(status=status, pending=None, lease=self._released()):
             return
         self._ended = True
-        await self._release()
         now = time.time()
         if status == "completed":
             self._publish(

@@ -262,7 +262,8 @@ def _acknowledged(store: Store) -> list[ms.storage.Execution]:
 
 def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Path) -> None:
     # A crash mid-append leaves a torn last frame: readers see the commit before it, whole,
-    # never a mix, never an error; the next writer cuts the tail off.
+    # never a mix, never an error (a journal with no whole entry at all is unreadable, E7);
+    # the next writer cuts the tail off.
     store = FileStore(tmp_path / "store")
     store.create(execution("bystander"))
     versions = _acknowledged(store)
@@ -275,9 +276,14 @@ def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Pa
     for cut in range(len(data)):
         journal.write_bytes(data[:cut])
         whole = sum(1 for end in ends[1:] if end <= cut)
+        if cut and not whole:
+            # E7: bytes but no whole entry are unreadable, never taken for absent.
+            with pytest.raises(ms.storage.RecordError, match="no whole entry"):
+                FileStore(store.path).get("victim")
+            continue
         got = FileStore(store.path).get("victim")
-        if whole == 0:
-            assert got is None  # nothing of it was ever durable
+        if cut == 0:
+            assert got is None  # nothing of it was ever written
         else:
             # frame 1 is the create, frame 2 the acquire, then one per commit
             assert got == versions[whole - 1]
