@@ -45,12 +45,13 @@ exclusive across processes and hosts):
   not read as a ``Problem`` (never skipped, never deleted); ``get`` raises ``RecordError`` for
   the same record (a journal with bytes but no whole entry included), and ``create`` refuses
   such an id with that error, writing nothing (X2: what is stored and unreadable is never
-  taken for absent). A terminal execution's lease is void: nobody holds a finished run (L5). ``history(execution_id, after=,
-  limit=)`` returns committed entries with a global sequence above ``after``, in that order:
-  an entry is visible only once the commit that made it is durable, and a reader never sees
-  a later sequence before an earlier one is visible (SQLite: transactions are serial; files:
-  readers take the lock shared; a server backend must not expose a sequence until every
-  lower one has committed, e.g. by allocating them under the commit's lock).
+  taken for absent). A terminal execution's lease is void: nobody holds a finished run (L5).
+  ``history(execution_id, after=, limit=)`` returns committed entries with a global
+  sequence above ``after``, in that order: an entry is visible only once the commit that
+  made it is durable, and a reader never sees a later sequence before an earlier one is
+  visible (SQLite: transactions are serial; files: readers take the lock shared; a server
+  backend must not expose a sequence until every lower one has committed, e.g. by
+  allocating them under the commit's lock).
 
 *Durability and failure.* Nothing is acknowledged before it is durable (fsync, or a
 ``synchronous=FULL`` commit); after a failed write the writer forgets what it cached, and

@@ -669,3 +669,80 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     seen.extend(follower.history(after=last))
     assert seen == list(FileStore(tmp_path / "store").history(limit=10_000))
     assert len(seen) == 1 + 200  # created, then one status change per commit
+
+
+def test_L5_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    owner, other = "a:1:x", "b:2:y"
+    store.create(execution())
+    taken = store.acquire("ex-1", owner, ttl=60)
+    assert taken.lease is not None
+    given_up = ms.storage.Lease(owner="", expires_at=0.0, epoch=taken.lease.epoch)
+    final = execution(status="completed", lease=given_up)
+    assert store.commit_progress(final, owner) is CommitOutcome.OK
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.status == "completed"
+    assert stored.lease == given_up  # released by the final write itself, epoch kept
+    assert not store.release("ex-1", owner)  # nothing left for a second write to release
+    # Still decided and fenced as any run's write (E2, L4): a writer that does not hold
+    # the lease releases nothing, and one of another tenure is refused.
+    store.create(execution("ex-2"))
+    held = store.acquire("ex-2", other, ttl=60)
+    assert held.lease is not None
+    refused = execution("ex-2", status="completed", lease=given_up)
+    assert store.commit_progress(refused, owner) is CommitOutcome.FOREIGN_LEASE
+    stale = ms.storage.Lease(owner="", expires_at=0.0, epoch=held.lease.epoch + 1)
+    outcome = store.commit_progress(execution("ex-2", lease=stale), other)
+    assert outcome is CommitOutcome.FOREIGN_LEASE
+    kept = store.get("ex-2")
+    assert kept is not None
+    assert kept.lease == held.lease
+
+
+def _unreadable(make_store: Factory, store: Store, execution_id: str) -> None:
+    """A record that exists and cannot be read: a journal with bytes but no whole entry
+    (files), a header row whose head does not parse (SQLite, PostgreSQL)."""
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        frame = encode_frame(b'{"seq":1,"changes":[]}')
+        (store.path / f"{execution_id}.journal").write_bytes(frame[:-3])  # cut short
+    else:
+        _corrupt(make_store, store, execution_id, b'{"v": 1, "id": ')
+
+
+def _raw_bytes(make_store: Factory, store: Store, execution_id: str) -> Any:
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        return (store.path / f"{execution_id}.journal").read_bytes()
+    if make_store.kind == "postgres":  # type: ignore[attr-defined]
+        import psycopg
+
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(server_url(), autocommit=True) as conn:
+            return conn.execute(
+                f'SELECT seq, head FROM "{store.schema}".executions WHERE id = %s',
+                (execution_id,),
+            ).fetchall()
+    assert isinstance(store, SqliteStore)
+    with sqlite3.connect(store.path) as db:
+        return db.execute(
+            "SELECT seq, head FROM executions WHERE id = ?", (execution_id,)
+        ).fetchall()
+
+
+def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    _unreadable(make_store, store, "ex-1")
+    before = _raw_bytes(make_store, store, "ex-1")
+    assert [p.id for p in store.list().problems] == ["ex-1"]
+    with pytest.raises(ms.storage.RecordError):
+        store.get("ex-1")
+    with pytest.raises(ms.storage.RecordError):
+        store.create(execution("ex-1"))
+    assert _raw_bytes(make_store, store, "ex-1") == before  # nothing written over it
+    assert [p.id for p in store.list().problems] == ["ex-1"]
