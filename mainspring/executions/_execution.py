@@ -131,6 +131,7 @@ class ExecutionActor(BoundedRun):
                     return
                 await self._replan(drift=drift)
                 return
+            self._note_kept_under_new_definitions()  # R7: kept, and said so
         if not await self._commit(status="running"):
             return
         self._publish(

@@ -71,7 +71,7 @@ def _decode_input(raw: Any, _: Any) -> Any:
 #: not use them is stored (and shown by ``--json``) exactly as before they existed.
 _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
-}  # and Execution.deadline_at (B1), registered below
+}  # and Execution.deadline_at (B1), AgentTaskRecord.kept_under_definition, registered below
 
 
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
@@ -102,6 +102,14 @@ converter.register_unstructure_hook(
         worker_tasks=override(omit_if_default=True),
         worker_trail=override(omit_if_default=True),
         proof_digest=override(omit_if_default=True),
+    ),
+)
+converter.register_unstructure_hook(
+    AgentTaskRecord,
+    make_dict_unstructure_fn(
+        AgentTaskRecord,
+        converter,
+        kept_under_definition=override(omit_if_default=True),  # R7 (added later, see above)
     ),
 )
 _observation_fields = converter.get_structure_hook(Observation)
