@@ -4,6 +4,11 @@ second write a crash could fall between."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +16,11 @@ import anyio
 import pytest
 
 import mainspring as ms
+from tests._cli_kit import run_cli
 
 from ._kit import FAST, Gate, Ledger, RecordingSqliteStore, agent, linear, plan_of, runtime, tool
 
-pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _ReleaseCounting(RecordingSqliteStore):
@@ -46,6 +52,7 @@ async def _asker(ctx: ms.AgentContext, input: Any) -> str:
     return await ctx.ask("which one?")
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("ending", ["completed", "failed", "waiting_for_clarification"])
 async def test_L5_a_run_that_finishes_releases_its_lease_in_its_final_write(
     tmp_path: Path, ending: str
@@ -65,6 +72,7 @@ async def test_L5_a_run_that_finishes_releases_its_lease_in_its_final_write(
         store.close()
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("control", ["pause", "cancel"])
 async def test_L5_a_paused_or_cancelled_run_releases_its_lease_in_that_write(
     tmp_path: Path, control: str
@@ -83,3 +91,27 @@ async def test_L5_a_paused_or_cancelled_run_releases_its_lease_in_that_write(
             _ended_in_one_write(store, "ex-1", status)
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_L5_a_run_killed_right_after_its_final_write_is_held_by_nobody(tmp_path: Path) -> None:
+    """A real process, SIGKILLed as soon as its run's final write is durable: the run is
+    completed, its lease already released by that write, and doctor finds nothing."""
+    store = tmp_path / "files"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.executions._final_kill_worker", str(store), "ex-1"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    on_disk = ms.storage.FileStore(store, read_only=True).get("ex-1")
+    assert on_disk is not None
+    assert on_disk.status == "completed"
+    assert on_disk.lease is not None
+    assert on_disk.lease.owner == ""  # released by the final write itself
+    code, out = run_cli("doctor", "--store", str(store), "--json")
+    assert (code, json.loads(out)["findings"]) == (0, [])
