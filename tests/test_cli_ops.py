@@ -329,6 +329,10 @@ def test_E7_every_read_says_an_unreadable_record_is_unreadable(
         err = capsys.readouterr().err
         assert "execution cut cannot be read" in err, command
         assert "no execution" not in err, command
+    for command in ("pause", "cancel"):  # a control too: a problem found, not a lost store
+        code, _ = run_cli(command, "cut", "--store", str(store))
+        assert code == EXIT_FAILED, command
+        assert "a record cannot be read: invalid execution cut" in capsys.readouterr().err
 
 
 def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path) -> None:
