@@ -54,7 +54,7 @@ def _stopped(execution: Execution) -> list[str]:
 
 def _holding(execution: Execution, now: float) -> str | None:
     """Who holds the run's lease now; nobody holds a finished run: a terminal record's lease
-    is void (L5; records written before the final write released it may still name one)."""
+    is void (L3; records written before the final write released it may still name one)."""
     return None if execution.terminal else holder(execution.lease, now)
 
 
@@ -416,7 +416,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "resume it (mainspring resume, or Runtime.recover)",
                 }
             )
-        # L5: a terminal run's lease is void (nobody can write or resume it), whoever it
+        # L3: a terminal run's lease is void (nobody can write or resume it), whoever it
         # still names: not a problem, and nothing to repair.
     if store_kind(args.store_path) == "files":
         for stray in sorted(Path(args.store_path).glob(".tmp-*")):

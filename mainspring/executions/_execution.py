@@ -199,7 +199,7 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         now = time.time()
         record = pause_execution(self._snapshot(), self._cfg.owner, now, why)
-        # L5: the lease is released in this same write.
+        # L3: the lease is released in this same write.
         if not await self._commit_record(attrs.evolve(record, lease=self._released())):
             self.stop_self(LeaseLost(self._cfg.owner, detail="the pause was refused"))
             return
@@ -506,7 +506,7 @@ class ExecutionActor(BoundedRun):
 
     async def _wait(self, status: str, pending: Pending) -> None:
         self._watcher.settling()
-        # L5: the lease is released in this same write (L3), not in a second one.
+        # L3: the lease is released in this same write, not in a second one.
         if not await self._commit(status=status, pending=pending, lease=self._released()):
             return
         self._ended = True
@@ -530,7 +530,7 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         if error is not None:
             self._obs["plan"] = Observation(step_id="plan", ok=False, error=redact(error))
-        # L5: the lease is released in this same write (L3): a crash right after it cannot
+        # L3: the lease is released in this same write : a crash right after it cannot
         # leave a finished run held by a dead owner.
         if not await self._commit(status=status, pending=None, lease=self._released()):
             return

@@ -406,14 +406,14 @@ class ExecutionCore(Actor):
 
     def _released(self) -> Lease | None:
         """Our lease given up, for a final write to carry: the store releases it in that
-        same write (L5), so a crash right after it cannot leave the run held by us."""
+        same write (L3), so a crash right after it cannot leave the run held by us."""
         lease = self._rec.lease
         if lease is None or not lease.owner:
             return lease
         return Lease(owner="", expires_at=0.0, epoch=lease.epoch)
 
     async def _release(self) -> None:
-        # Only where no final write released it (a crash, a refusal): L5.
+        # Only where no final write released it (a crash, a refusal): L3.
         # A failed release is harmless: the lease lapses by itself after its ttl.
         with contextlib.suppress(Exception):
             await self._cfg.committer.release(self._rec.id, self._cfg.owner)
@@ -562,7 +562,7 @@ class ExecutionCore(Actor):
             record, _ = stop_task(
                 record, task_id, stop.operation_id, now, by=stop.by or by, cascade=stop.cascade
             )
-        record = attrs.evolve(record, lease=self._released())  # L5: released in that write
+        record = attrs.evolve(record, lease=self._released())  # L3: released in that write
         released = False
         if isinstance(reason, Pause | Timeout):
             # R1: tasks requeued with interruption pause, saved, lease released. B1: the

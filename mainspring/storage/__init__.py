@@ -34,7 +34,7 @@ exclusive across processes and hosts):
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together; the lease on disk is
   kept, except that a commit whose record carries a released lease (no owner) releases it in
-  that same write (L5: a run's final write, so no crash can leave it held). ``commit_many`` makes
+  that same write (L3: a run's final write, so no crash can leave it held). ``commit_many`` makes
   a batch durable together: one transaction (SQLite, PostgreSQL: a disk error fails the whole
   batch) or one fsynced append per execution (files: the commits before a failure stay). A
   bad record (too large, unstorable) fails only its own commit and writes nothing of it.
@@ -45,7 +45,7 @@ exclusive across processes and hosts):
   not read as a ``Problem`` (never skipped, never deleted); ``get`` raises ``RecordError`` for
   the same record (a journal with bytes but no whole entry included), and ``create`` refuses
   such an id with that error, writing nothing (X2: what is stored and unreadable is never
-  taken for absent). A terminal execution's lease is void: nobody holds a finished run (L5).
+  taken for absent). A terminal execution's lease is void: nobody holds a finished run (L3).
   ``history(execution_id, after=, limit=)`` returns committed entries with a global
   sequence above ``after``, in that order: an entry is visible only once the commit that
   made it is durable, and a reader never sees a later sequence before an earlier one is

@@ -124,7 +124,7 @@ class Store(Protocol):
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is ``OK``, keeping the lease on
         disk, or releasing it in the same write if ``execution`` carries a released lease
-        (L5: a run's final write)."""
+        (L3: a run's final write)."""
         ...
 
     def commit(self, execution: Execution, owner: str) -> bool:
@@ -291,7 +291,7 @@ def released_lease(lease: Lease) -> Lease:
 
 
 def releases(execution: Execution) -> bool:
-    """Invariant L5: a run's write whose record carries a released lease (no owner) gives
+    """Invariant L3: a run's write whose record carries a released lease (no owner) gives
     the lease up in that same write, so a crash right after a run's final write never
     leaves the run held by a dead owner. The write is still decided (E2) and fenced (L4)
     by that lease's epoch; any other write keeps the lease on disk (see with_disk_lease)."""
@@ -500,7 +500,7 @@ class CompareAndSetStore:
             assert stored.lease is not None
             merged = with_disk_lease(execution, stored)
             if releases(execution):
-                # Invariant L5: the final write gives the lease up in the same write; the
+                # Invariant L3: the final write gives the lease up in the same write; the
                 # epoch stays (it only grows).
                 merged = attrs.evolve(merged, lease=released_lease(stored.lease))
             if not self._store_fenced(base, merged, owner, stored.lease.epoch):

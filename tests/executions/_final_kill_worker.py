@@ -1,4 +1,4 @@
-"""Subprocess for test_execution's kill right after a run's final write (L5): no tests here.
+"""Subprocess for test_execution's kill right after a run's final write (L3): no tests here.
 
     python -m tests.executions._final_kill_worker <store directory> <execution id>
 

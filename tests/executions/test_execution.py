@@ -1,5 +1,5 @@
 """How an ExecutionActor's run ends on disk: every final write (completed, failed,
-cancelled, paused, waiting) releases the lease in that same write (L5, L3), never in a
+cancelled, paused, waiting) releases the lease in that same write (L3), never in a
 second write a crash could fall between."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _ended_in_one_write(store: _ReleaseCounting, execution_id: str, status: str)
     last = [v for v in store.versions if v.id == execution_id][-1]
     assert last.status == status
     assert last.lease is not None
-    assert last.lease.owner == ""  # L5: the final write itself gives the lease up
+    assert last.lease.owner == ""  # L3: the final write itself gives the lease up
     assert store.releases == []  # and no second write does
     on_disk = store.get(execution_id)
     assert on_disk is not None
