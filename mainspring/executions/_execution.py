@@ -530,7 +530,7 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         if error is not None:
             self._obs["plan"] = Observation(step_id="plan", ok=False, error=redact(error))
-        # L3: the lease is released in this same write : a crash right after it cannot
+        # L3: the lease is released in this same write: a crash right after it cannot
         # leave a finished run held by a dead owner.
         if not await self._commit(status=status, pending=None, lease=self._released()):
             return
