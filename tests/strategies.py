@@ -200,6 +200,7 @@ agent_tasks = st.builds(
     ),
     execution_id=ids,
     plan_version=counters,
+    kept_under_definition=st.just("") | digests,  # R7: left out of the record while unset
     attempt=st.integers(min_value=1, max_value=1_000_000),
     inner_plan=st.none() | plans(),
     inner_completed=st.lists(ids, max_size=3).map(tuple),

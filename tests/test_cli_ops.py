@@ -23,6 +23,7 @@ from mainspring.cli import (
     EXIT_USAGE,
     main,
 )
+from mainspring.storage._frames import encode_frame
 
 from ._cli_kit import inc, run_cli
 from ._raw import read_raw, write_garbage, write_raw
@@ -344,3 +345,64 @@ def test_no_color_unless_a_terminal_and_no_NO_COLOR(
     out = Tty()
     main(["ls", "--store", str(store)], stdout=out)
     assert "\x1b[" not in out.getvalue()
+
+
+def _plant_unreadable(store: Path, execution_id: str) -> None:
+    """A record that exists and cannot be read: a journal cut short before its first whole
+    entry (files), a header row whose head does not parse (SQLite)."""
+    if store.is_dir():
+        frame = encode_frame(b'{"seq":1,"changes":[]}')
+        (store / f"{execution_id}.journal").write_bytes(frame[:-3])
+    else:
+        write_garbage(store, execution_id, b'{"v": 1, "id": ')
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_E7_every_read_says_an_unreadable_record_is_unreadable(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / ("files" if kind == "files" else "s.sqlite3")
+    _make_store(store)
+    _plant_unreadable(store, "cut")
+    capsys.readouterr()
+    code, _ = run_cli("ls", "--store", str(store))
+    assert code == EXIT_OK
+    assert "unreadable execution cut" in capsys.readouterr().err
+    code, out = run_cli("doctor", "--store", str(store), "--json")
+    assert code == EXIT_FAILED
+    assert {"cut": "unreadable"}.items() <= {
+        f["id"]: f["problem"] for f in json.loads(out)["findings"]
+    }.items()
+    for command in ("show", "tasks", "events"):
+        code, _ = run_cli(command, "cut", "--store", str(store))
+        assert code == EXIT_FAILED, command  # as doctor says: unreadable, not unknown
+        err = capsys.readouterr().err
+        assert "execution cut cannot be read" in err, command
+        assert "no execution" not in err, command
+    for command in ("pause", "cancel"):  # a control too: a problem found, not a lost store
+        code, _ = run_cli(command, "cut", "--store", str(store))
+        assert code == EXIT_FAILED, command
+        assert "a record cannot be read: invalid execution cut" in capsys.readouterr().err
+
+
+def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path) -> None:
+    """Records written before the final write released the lease may still name the owner
+    that finished them: nobody holds a finished run, so doctor finds nothing and ls and
+    show say the lease is free."""
+    files = tmp_path / "files"
+    _make_store(files)
+    for execution_id, expires in (("ex-1", time.time() - 5), ("ex-2", time.time() + 600)):
+        raw = read_raw(files, execution_id)
+        raw["status"] = "completed"
+        raw["pending"] = None
+        raw["lease"] = {"owner": "gone:1:x", "expires_at": expires, "epoch": 1}
+        write_raw(files, execution_id, raw)
+    code, out = run_cli("doctor", "--store", str(files), "--json")
+    assert (code, json.loads(out)["findings"]) == (EXIT_OK, [])
+    code, out = run_cli("ls", "--store", str(files), "--json")
+    assert code == EXIT_OK
+    assert [row["lease_owner"] for row in json.loads(out)] == [None, None]
+    code, out = run_cli("show", "ex-2", "--store", str(files))
+    assert code == EXIT_OK
+    assert "lease:   free" in out
+    assert "gone:1:x" not in out

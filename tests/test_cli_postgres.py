@@ -96,3 +96,31 @@ def test_a_password_in_the_store_url_is_never_shown(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "hunter2secret" not in err
     assert "someone:***@" in err
+
+
+def test_E7_a_row_that_does_not_parse_is_unreadable_to_every_read(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    from ._postgres import server_url
+
+    _make_runs(postgres_url)
+    schema = postgres_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{schema}".executions (id, seq, stamp, status, updated_at, head, '
+            "checkpoints) VALUES ('cut', 1, 1, 'planned', 0, %s, '[]')",
+            (b'{"v": 1, "id": ',),
+        )
+    capsys.readouterr()
+    code, _ = run_cli("ls", "--store", postgres_url)
+    assert code == 0
+    assert "unreadable execution cut" in capsys.readouterr().err
+    code, out = run_cli("doctor", "--json", "--store", postgres_url)
+    assert code == 1
+    assert {"id": "cut", "problem": "unreadable"}.items() <= json.loads(out)["findings"][0].items()
+    for command in ("show", "tasks", "events"):
+        code, _ = run_cli(command, "cut", "--store", postgres_url)
+        assert code == 1, command  # as doctor says: unreadable, not unknown (3)
+        assert "execution cut cannot be read" in capsys.readouterr().err, command

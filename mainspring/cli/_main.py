@@ -15,8 +15,8 @@ from typing import TextIO
 
 import anyio
 
-from ..storage import InvalidId, StorageError, Store, is_postgres_url
-from ._codes import EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
+from ..storage import InvalidId, RecordError, StorageError, Store, TooLarge, is_postgres_url
+from ._codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._console import make_safe
 from ._integrity import report_unusable
 from ._memory import check_memory_args, run_memory
@@ -83,6 +83,10 @@ def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
         return fail(str(exc), exc.code, as_json=as_json)
     except InvalidId as exc:
         return fail(str(exc), EXIT_USAGE, as_json=as_json)
+    except (RecordError, TooLarge) as exc:
+        # E7: a record that is stored but cannot be read is a problem found (as the reads
+        # and doctor say), not an unusable store.
+        return fail(f"a record cannot be read: {exc}", EXIT_FAILED, as_json=as_json)
     except (StorageError, sqlite3.Error) as exc:
         if args.command == "doctor":
             return report_unusable(args, out, f"the store failed: {exc}")

@@ -61,8 +61,14 @@ def _stopped(execution: Execution) -> list[str]:
     return [s.id for s in execution.plan.steps if s.status == "stopped"] if execution.plan else []
 
 
+def _holding(execution: Execution, now: float) -> str | None:
+    """Who holds the run's lease now; nobody holds a finished run: a terminal record's lease
+    is void (L3; records written before the final write released it may still name one)."""
+    return None if execution.terminal else holder(execution.lease, now)
+
+
 def _owner(execution: Execution, now: float) -> str:
-    return holder(execution.lease, now) or "-"
+    return _holding(execution, now) or "-"
 
 
 def _usage_line(execution: Execution) -> str:
@@ -114,7 +120,7 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "stopped_steps": _stopped(e),
                     "calls_used": e.calls_used,
                     "usage": unstructure(e.usage),  # B3: cost as exact decimal text
-                    "lease_owner": holder(e.lease, now),
+                    "lease_owner": _holding(e, now),
                     "updated_at": e.updated_at,
                 }
                 for e in executions
@@ -182,7 +188,7 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     if execution.status == "failed" and why is not None and why.error:
         out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease
-    if lease is not None and holder(lease, now):
+    if lease is not None and _holding(execution, now):
         out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")
     else:
         out.line("lease:   free")
@@ -442,14 +448,8 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "resume it (mainspring resume, or Runtime.recover)",
                 }
             )
-        elif e.lease is not None and e.lease.owner and e.lease.expires_at <= now and e.terminal:
-            findings.append(
-                {
-                    "id": e.id,
-                    "problem": "expired-lease",
-                    "detail": f"held by {e.lease.owner}, lapsed",
-                }
-            )
+        # L3: a terminal run's lease is void (nobody can write or resume it), whoever it
+        # still names: not a problem, and nothing to repair.
     if store_kind(args.store_path) == "files":
         for stray in sorted(Path(args.store_path).glob(".tmp-*")):
             findings.append(

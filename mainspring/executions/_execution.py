@@ -134,6 +134,7 @@ class ExecutionActor(BoundedRun):
                     return
                 await self._replan(drift=drift)
                 return
+            self._note_kept_under_new_definitions()  # R7: kept, and said so
         if not await self._commit(status="running"):
             return
         self._publish(
@@ -201,11 +202,11 @@ class ExecutionActor(BoundedRun):
         self._watcher.settling()
         now = time.time()
         record = pause_execution(self._snapshot(), self._cfg.owner, now, why)
-        if not await self._commit_record(record):
+        # L3: the lease is released in this same write.
+        if not await self._commit_record(attrs.evolve(record, lease=self._released())):
             self.stop_self(LeaseLost(self._cfg.owner, detail="the pause was refused"))
             return
         self._ended = True
-        await self._release()
         self._publish(ev.ExecutionPaused(execution_id=self._rec.id, at=now, requeued=0))
         self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
 
@@ -511,10 +512,10 @@ class ExecutionActor(BoundedRun):
 
     async def _wait(self, status: str, pending: Pending) -> None:
         self._watcher.settling()
-        if not await self._commit(status=status, pending=pending):
+        # L3: the lease is released in this same write, not in a second one.
+        if not await self._commit(status=status, pending=pending, lease=self._released()):
             return
         self._ended = True
-        await self._release()
         self._publish(
             ev.ExecutionWaiting(
                 execution_id=self._rec.id,
@@ -547,7 +548,9 @@ class ExecutionActor(BoundedRun):
                 error_type=caught.error_type if caught is not None else None,
                 traceback=caught.traceback if caught is not None else None,
             )
-        if not await self._commit(status=status, pending=None):
+        # L3: the lease is released in this same write: a crash right after it cannot
+        # leave a finished run held by a dead owner.
+        if not await self._commit(status=status, pending=None, lease=self._released()):
             return
         if status == "failed":
             ids = [step_id for step_id, s in self._sched.status.items() if s == "failed"]
@@ -559,7 +562,6 @@ class ExecutionActor(BoundedRun):
                 level=logging.ERROR,
             )
         self._ended = True
-        await self._release()
         now = time.time()
         if status == "completed":
             self._publish(

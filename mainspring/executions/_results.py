@@ -17,6 +17,7 @@ from ..actors import (
 )
 from ..storage import (
     STEP_FINISHED,
+    AgentTaskRecord,
     Execution,
     Finding,
     Observation,
@@ -69,7 +70,10 @@ class ExecutionResult:
     failed steps' errors) or why a run whose steps all finished did not complete.
     ``failures`` lists each failed step (and a failed planner) with its error type, message,
     attempt and traceback (O2). ``stopped_steps`` are the plan steps whose agent task a user
-    stopped: done without a result (S2).
+    stopped: done without a result (S2). ``stale_steps`` are the completed agent steps a
+    resume kept (R7: not run again) although their agent's definition changed since they
+    ran; each one's task records both hashes (``definition_hash``,
+    ``kept_under_definition``) and says so in its diagnostics.
     """
 
     execution_id: str
@@ -89,6 +93,7 @@ class ExecutionResult:
     error: str | None = None
     stopped_steps: tuple[str, ...] = ()
     failures: tuple[StepFailure, ...] = ()
+    stale_steps: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -247,6 +252,27 @@ def result_from(
         if execution.plan is not None
         else (),
         failures=failures_of(execution),
+        stale_steps=_stale_steps(execution, tasks),
+    )
+
+
+def _stale_steps(execution: Execution, tasks: Iterable[AgentTaskRecord]) -> tuple[str, ...]:
+    """The succeeded steps whose task a resume kept under another agent definition (R7)."""
+    plan = execution.plan
+    if plan is None:
+        return ()
+    stale = {
+        task.id
+        for task in tasks
+        if task.kept_under_definition and task.kept_under_definition != task.definition_hash
+    }
+    if not stale:
+        return ()
+    by_step = {obs.step_id: obs.agent_task_id for obs in execution.observations if obs.ok}
+    return tuple(
+        step.id
+        for step in plan.steps
+        if step.status == "succeeded" and by_step.get(step.id) in stale
     )
 
 

@@ -64,6 +64,36 @@ class TaskClaims(WorkerRun):
         current = self._cfg.agent_hashes.get(task.agent_id, "")
         return bool(task.definition_hash) and task.definition_hash != current
 
+    def _note_kept_under_new_definitions(self) -> None:
+        """R7 on a resume without drift: a completed agent step stays completed and is not
+        run again, even when its agent's definition changed since it ran (R8's hashes).
+        That is said, never silent: its task gets ``kept_under_definition`` (the hash in
+        force now, durable with the next commit) and a diagnostic naming both hashes, which
+        ``mainspring show`` prints and ``ExecutionResult.stale_steps`` derives from. Once
+        per new definition: resuming again under the same one adds nothing."""
+        for step_id, state in self._sched.status.items():
+            observation = self._obs.get(step_id)
+            if state != "succeeded" or observation is None or not observation.agent_task_id:
+                continue
+            task = self._tasks.get(observation.agent_task_id)
+            if task is None or task.state != "completed" or not self._redefined(task):
+                continue
+            current = self._cfg.agent_hashes.get(task.agent_id, "")
+            if not current or task.kept_under_definition == current:
+                continue  # an agent this runtime lacks is not a new definition of it
+            note = (
+                f"step {step_id} kept (R7), not run again, though agent {task.agent_id} "
+                f"changed since: ran under definition {task.definition_hash[:12]}, "
+                f"kept under {current[:12]}"
+            )
+            self._set_task(
+                attrs.evolve(
+                    task,
+                    kept_under_definition=current,
+                    diagnostics=(*task.diagnostics, note)[-MAX_DIAGNOSTICS:],
+                )
+            )
+
     def _new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
         number = len(self._tasks) + len(self._unparsed) + 1
         digest = step_input_hash(step)

@@ -27,6 +27,7 @@ from ..storage import (
     Checkpoint,
     CommitOutcome,
     Execution,
+    Lease,
     Observation,
     Pending,
     PersistenceFailed,
@@ -403,7 +404,16 @@ class ExecutionCore(Actor):
             )
         )
 
+    def _released(self) -> Lease | None:
+        """Our lease given up, for a final write to carry: the store releases it in that
+        same write (L3), so a crash right after it cannot leave the run held by us."""
+        lease = self._rec.lease
+        if lease is None or not lease.owner:
+            return lease
+        return Lease(owner="", expires_at=0.0, epoch=lease.epoch)
+
     async def _release(self) -> None:
+        # Only where no final write released it (a crash, a refusal): L3.
         # A failed release is harmless: the lease lapses by itself after its ttl.
         with contextlib.suppress(Exception):
             await self._cfg.committer.release(self._rec.id, self._cfg.owner)
@@ -552,6 +562,8 @@ class ExecutionCore(Actor):
             record, _ = stop_task(
                 record, task_id, stop.operation_id, now, by=stop.by or by, cascade=stop.cascade
             )
+        record = attrs.evolve(record, lease=self._released())  # L3: released in that write
+        released = False
         if isinstance(reason, Pause | Timeout):
             # R1: tasks requeued with interruption pause, saved, lease released. B1: the
             # run's deadline stops it the same way (resumable), saying so on the controls.
@@ -559,7 +571,7 @@ class ExecutionCore(Actor):
             detail = f"timeout: {reason.detail}" if timeout else reason.detail
             record = pause_execution(record, by, now, detail)
             requeued = sum(1 for r in self._running.values() if r.task_id is not None)
-            if await self._commit_record(record):
+            if released := await self._commit_record(record):
                 self._publish(
                     ev.ExecutionPaused(
                         execution_id=self._rec.id,
@@ -571,7 +583,7 @@ class ExecutionCore(Actor):
         elif isinstance(reason, Cancel):
             cancelled = sum(1 for t in parse_agent_tasks(record)[0] if not t.terminal)
             record = cancel_execution(record, by, now, reason.detail)
-            if await self._commit_record(record):
+            if released := await self._commit_record(record):
                 self._publish(
                     ev.ExecutionCancelled(
                         execution_id=self._rec.id, at=now, cancelled_tasks=cancelled
@@ -580,8 +592,9 @@ class ExecutionCore(Actor):
         elif not isinstance(reason, Crash):
             # A shutdown: what was spent and stopped is saved; the tasks in flight stay as
             # they are, so the next resume requeues them as interrupted (R3).
-            await self._commit_record(record)
-        await self._release()
+            released = await self._commit_record(record)
+        if not released:
+            await self._release()
         if isinstance(reason, Crash):
             self._result = result_from(
                 self._rec, outputs=self._outputs, stopped_by=reason, error=reason.error

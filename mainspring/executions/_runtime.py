@@ -212,8 +212,10 @@ class Runtime(RuntimeEvents, WorkerControls):
         :meth:`resume`.
 
         Raises ``InvalidPlan`` for a plan that is not a runnable DAG (P1),
-        :class:`ExecutionExists` for an id already stored and ``ValueError`` (``InvalidId``)
-        for an invalid one; nothing is stored then. Returns once the execution is
+        :class:`ExecutionExists` for an id already stored, ``RecordError`` (a
+        ``StorageError``) for an id whose stored record cannot be read (a journal cut short
+        included: unreadable is not absent, and it is never written over) and ``ValueError``
+        (``InvalidId``) for an invalid one; nothing is stored then. Returns once the execution is
         durable and its actor started. If the caller is cancelled meanwhile, the execution may
         already be stored (the write itself is never interrupted): ``get`` or ``recover``
         tells.

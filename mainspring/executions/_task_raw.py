@@ -57,8 +57,9 @@ def task_raw(
     for name in _names():
         value = getattr(task, name)
         old = getattr(base, name)
-        if value is old:
-            raw[name] = base_raw[name]
+        if value is old or (name not in base_raw and value == old):
+            if name in base_raw:  # a field left out while unset stays out
+                raw[name] = base_raw[name]
         elif name in _APPENDED and len(value) > len(old):
             if (appended and name in _INNER) or value[: len(old)] == old:
                 # (Compared in C, element by element: identical objects compare at once.)

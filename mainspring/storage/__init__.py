@@ -32,7 +32,9 @@ exclusive across processes and hosts):
   server, the server's).
 - ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
-  commit's), then write the changes and the history entries together. ``commit_many`` makes
+  commit's), then write the changes and the history entries together; the lease on disk is
+  kept, except that a commit whose record carries a released lease (no owner) releases it in
+  that same write (L3: a run's final write, so no crash can leave it held). ``commit_many`` makes
   a batch durable together: one transaction (SQLite, PostgreSQL: a disk error fails the whole
   batch) or one fsynced append per execution (files: the commits before a failure stay). A
   bad record (too large, unstorable) fails only its own commit and writes nothing of it.
@@ -40,12 +42,16 @@ exclusive across processes and hosts):
 - ``edit`` / ``commit``: out-of-run changes (controls); the stored lease is kept.
 - ``delete``: a terminal execution with everything stored about it, history included.
 - ``get`` / ``list`` / ``history``: reads; they never write (E7). ``list`` reports what does
-  not read as a ``Problem`` (never skipped, never deleted). ``history(execution_id, after=,
-  limit=)`` returns committed entries with a global sequence above ``after``, in that order:
-  an entry is visible only once the commit that made it is durable, and a reader never sees
-  a later sequence before an earlier one is visible (SQLite: transactions are serial; files:
-  readers take the lock shared; a server backend must not expose a sequence until every
-  lower one has committed, e.g. by allocating them under the commit's lock).
+  not read as a ``Problem`` (never skipped, never deleted); ``get`` raises ``RecordError`` for
+  the same record (a journal with bytes but no whole entry included), and ``create`` refuses
+  such an id with that error, writing nothing (X2: what is stored and unreadable is never
+  taken for absent). A terminal execution's lease is void: nobody holds a finished run (L3).
+  ``history(execution_id, after=, limit=)`` returns committed entries with a global
+  sequence above ``after``, in that order: an entry is visible only once the commit that
+  made it is durable, and a reader never sees a later sequence before an earlier one is
+  visible (SQLite: transactions are serial; files: readers take the lock shared; a server
+  backend must not expose a sequence until every lower one has committed, e.g. by
+  allocating them under the commit's lock).
 
 *Durability and failure.* Nothing is acknowledged before it is durable (fsync, or a
 ``synchronous=FULL`` commit); after a failed write the writer forgets what it cached, and

@@ -122,7 +122,9 @@ class Store(Protocol):
         ...
 
     def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
-        """A run's write (E2): written only if the outcome is ``OK``."""
+        """A run's write (E2): written only if the outcome is ``OK``, keeping the lease on
+        disk, or releasing it in the same write if ``execution`` carries a released lease
+        (L3: a run's final write)."""
         ...
 
     def commit(self, execution: Execution, owner: str) -> bool:
@@ -280,7 +282,20 @@ def decide_release(stored: Execution | None, owner: str) -> Execution | None:
     """Invariant L3: the owner gives the lease up; the epoch stays, so it keeps growing."""
     if stored is None or stored.lease is None or stored.lease.owner != owner:
         return None
-    return attrs.evolve(stored, lease=Lease(owner="", expires_at=0.0, epoch=stored.lease.epoch))
+    return attrs.evolve(stored, lease=released_lease(stored.lease))
+
+
+def released_lease(lease: Lease) -> Lease:
+    """``lease`` given up (L3): no owner, lapsed, the same epoch (it only grows)."""
+    return Lease(owner="", expires_at=0.0, epoch=lease.epoch)
+
+
+def releases(execution: Execution) -> bool:
+    """Invariant L3: a run's write whose record carries a released lease (no owner) gives
+    the lease up in that same write, so a crash right after a run's final write never
+    leaves the run held by a dead owner. The write is still decided (E2) and fenced (L4)
+    by that lease's epoch; any other write keeps the lease on disk (see with_disk_lease)."""
+    return execution.lease is not None and not execution.lease.owner
 
 
 def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
@@ -484,6 +499,10 @@ class CompareAndSetStore:
             assert stored is not None
             assert stored.lease is not None
             merged = with_disk_lease(execution, stored)
+            if releases(execution):
+                # Invariant L3: the final write gives the lease up in the same write; the
+                # epoch stays (it only grows).
+                merged = attrs.evolve(merged, lease=released_lease(stored.lease))
             if not self._store_fenced(base, merged, owner, stored.lease.epoch):
                 return CommitOutcome.RELEASED  # it lapsed on the server's clock meanwhile
         return outcome

@@ -231,8 +231,14 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
             max_bytes=self.max_record_bytes,
             max_frame=self.max_bytes,
         )
-        if scan is None or not scan.payloads:
-            return None  # nothing whole was ever written: not stored
+        if scan is None or (not scan.payloads and not scan.torn):
+            return None  # no journal, or an empty one: nothing was ever written, not stored
+        if not scan.payloads:
+            # E7, X2: bytes but no whole entry (a creation cut short, or not a journal) are
+            # unreadable, never absent: every reader says so, and create() refuses the id
+            # instead of writing over them.
+            problem = "journal: it holds no whole entry (a creation cut short, or not a journal)"
+            raise RecordError(kind, [problem])
         folded, snapshot_frames, events = _replay(scan.payloads, kind, with_events=with_events)
         execution = fold(folded, kind=kind)
         sizes = [len(payload) + 16 for payload in scan.payloads]
@@ -247,7 +253,8 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
         )
 
     def get(self, execution_id: str) -> Execution | None:
-        """The stored execution, or None. Raises RecordError / TooLarge for a bad journal."""
+        """The stored execution, or None. Raises RecordError / TooLarge for a bad journal,
+        one with bytes but no whole entry included (E7: unreadable, not absent)."""
         read = self._read(execution_id)
         return read.execution if read is not None else None
 
@@ -271,13 +278,6 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
                 continue
             if read is not None:
                 executions.append(read.execution)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                if self._file(execution_id).stat().st_size:  # E7: said, never skipped
-                    error = (
-                        "its journal holds no whole entry (a creation cut short, or not a journal)"
-                    )
-                    problems.append(Problem(id=execution_id, error=error))
         return Listing(executions=tuple(executions), problems=tuple(problems))
 
     def history(

@@ -72,7 +72,7 @@ def _decode_input(raw: Any, _: Any) -> Any:
 _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
     Observation: ("error_type", "traceback", "started_at", "ended_at"),  # O2
-}  # and Execution.deadline_at (B1), registered below
+}  # and Execution.deadline_at (B1), AgentTaskRecord.kept_under_definition, registered below
 
 
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
@@ -112,6 +112,14 @@ converter.register_unstructure_hook(
         converter,
         error_type=override(omit_if_default=True),  # O2: left out while unset
         traceback=override(omit_if_default=True),
+    ),
+)
+converter.register_unstructure_hook(
+    AgentTaskRecord,
+    make_dict_unstructure_fn(
+        AgentTaskRecord,
+        converter,
+        kept_under_definition=override(omit_if_default=True),  # R7 (added later, see above)
     ),
 )
 _observation_fields = converter.get_structure_hook(Observation)

@@ -363,6 +363,10 @@ class AgentTaskRecord:
     plan_version: int = attrs.field(default=1, validator=_counter)
     definition_hash: str = ""
     envelope_hash: str = ""
+    #: The agent definition hash a resume kept this completed task's result under (R7: not
+    #: run again) when it differs from ``definition_hash``, the one it ran under; empty if
+    #: never (stored only when set).
+    kept_under_definition: str = ""
     input_hash: str = ""
     attempt: int = attrs.field(default=1, validator=_counter)
     inner_plan: Plan | None = None

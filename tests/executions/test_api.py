@@ -11,6 +11,7 @@ import pytest
 import mainspring as ms
 from mainspring.executions import ExecutionExists
 from mainspring.storage import open_store, store_kind
+from mainspring.storage._frames import encode_frame
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 
@@ -296,3 +297,84 @@ async def test_a_base_exception_in_the_open_runtime_block_propagates_unwrapped(
     with pytest.raises(type(exit_with)) as raised:  # not a BaseExceptionGroup around it
         await body()
     assert raised.value is exit_with
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite", "postgres"])
+async def test_E7_start_refuses_an_id_whose_record_cannot_be_read(
+    tmp_path: Path, kind: str
+) -> None:
+    """A record stored but unreadable (a journal cut short before its first whole entry, a
+    header row that does not parse) is not absent: start raises ``RecordError`` and writes
+    nothing over it."""
+    schema = ""
+    if kind == "postgres":
+        from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
+
+        schema = fresh_schema()
+        target: Any = with_schema(require_server(), schema)
+    elif kind == "files":
+        target = ms.storage.FileStore(tmp_path / "files")
+    else:
+        target = tmp_path / "s.sqlite3"
+    try:
+        async with runtime(target) as rt:
+            await (await rt.start("g", linear(1), execution_id="seed")).wait()
+            before = _plant_unreadable(rt.store, "cut")
+            with pytest.raises(ms.storage.RecordError):
+                await rt.start("g", linear(1), execution_id="cut")
+            with pytest.raises(ms.storage.RecordError):
+                await rt.get("cut")
+            assert _planted(rt.store, "cut") == before  # nothing written over it
+            assert [p.id for p in rt.store.list().problems] == ["cut"]
+            names = {"files": "FileStore", "sqlite": "SqliteStore", "postgres": "PostgresStore"}
+            assert type(rt.store).__name__ == names[kind]
+    finally:
+        if schema:
+            drop_schema(schema)
+
+
+def _plant_unreadable(store: Any, execution_id: str) -> Any:
+    if isinstance(store, ms.storage.FileStore):
+        frame = encode_frame(b'{"seq":1,"changes":[]}')
+        (store.path / f"{execution_id}.journal").write_bytes(frame[:-3])
+    elif isinstance(store, ms.storage.SqliteStore):
+        import sqlite3
+
+        with sqlite3.connect(store.path) as db:
+            db.execute(
+                "INSERT INTO executions (id, seq, status, updated_at, head, checkpoints) "
+                "VALUES (?, 1, 'planned', 0, ?, '[]')",
+                (execution_id, b'{"v": 1, "id": '),
+            )
+    else:
+        import psycopg
+
+        from tests._postgres import server_url
+
+        with psycopg.connect(server_url(), autocommit=True) as conn:
+            conn.execute(
+                f'INSERT INTO "{store.schema}".executions (id, seq, stamp, status, updated_at, '
+                "head, checkpoints) VALUES (%s, 1, 1, 'planned', 0, %s, '[]')",
+                (execution_id, b'{"v": 1, "id": '),
+            )
+    return _planted(store, execution_id)
+
+
+def _planted(store: Any, execution_id: str) -> Any:
+    if isinstance(store, ms.storage.FileStore):
+        return (store.path / f"{execution_id}.journal").read_bytes()
+    if isinstance(store, ms.storage.SqliteStore):
+        import sqlite3
+
+        with sqlite3.connect(store.path) as db:
+            return db.execute(
+                "SELECT seq, head FROM executions WHERE id = ?", (execution_id,)
+            ).fetchall()
+    import psycopg
+
+    from tests._postgres import server_url
+
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        return conn.execute(
+            f'SELECT seq, head FROM "{store.schema}".executions WHERE id = %s', (execution_id,)
+        ).fetchall()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 
@@ -425,3 +426,61 @@ async def test_R8_a_task_of_a_runtime_with_a_config_is_replayed_when_nothing_cha
     assert result.status == "completed"
     assert inner == ["first"]  # the task's checkpoint compares the config it was taken with
     assert task.attempt == 1
+
+
+@pytest.mark.parametrize("changed", [True, False])
+async def test_R7_a_completed_step_kept_under_a_changed_agent_definition_says_so(
+    tmp_path: Path, changed: bool
+) -> None:
+    """R7 holds (a completed agent step is not run again without drift) even when its
+    agent's code changed; what was kept under which definition is on the task record
+    (both hashes, durable), in its diagnostics (``mainspring show``) and in the result."""
+    from tests._cli_kit import run_cli
+
+    runs: list[str] = []
+    gate = Gate()
+
+    async def analyst(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v1")
+        return "v1"
+
+    async def analyst_v2(ctx: ms.AgentContext, input: Any) -> str:
+        runs.append("v2")
+        return "v2"
+
+    options: dict[str, Any] = {"tools": {"gate": gate}, "agents": {"analyst": analyst}}
+    plan = plan_of(agent("a", "analyst", topic="x"), tool("w", "gate", "a"))
+    async with runtime(tmp_path, **options) as rt:
+        handle = await rt.start("g", plan)
+        await gate.entered.wait()
+        await rt.pause(handle.execution_id)
+        assert (await handle.wait()).status == "paused"
+    gate.opened.set()
+    options["agents"] = {"analyst": analyst_v2 if changed else analyst}
+    async with runtime(tmp_path, **options) as rt:
+        result = await (await rt.resume(handle.execution_id)).wait()
+        (task,) = tasks_of(stored(rt, handle.execution_id))
+        again = await (await rt.resume(handle.execution_id)).wait()  # R4: terminal
+    assert result.status == "completed"
+    assert runs == ["v1"]  # R7: kept, not run again
+    assert result.outputs["a"] == "v1"
+    assert task.definition_hash == agent_hash(analyst)
+    store = str(tmp_path / "store.sqlite3")
+    code, shown = await anyio.to_thread.run_sync(
+        run_cli, "show", handle.execution_id, "--store", store
+    )
+    assert code == 0
+    if not changed:
+        assert (result.stale_steps, again.stale_steps) == ((), ())
+        assert task.kept_under_definition == ""
+        assert task.diagnostics == ()
+        assert "kept (R7)" not in shown
+        return
+    assert result.stale_steps == again.stale_steps == ("a",)
+    assert task.kept_under_definition == agent_hash(analyst_v2)
+    note = (
+        f"step a kept (R7), not run again, though agent analyst changed since: ran under "
+        f"definition {agent_hash(analyst)[:12]}, kept under {agent_hash(analyst_v2)[:12]}"
+    )
+    assert task.diagnostics == (note,)
+    assert f"task {task.id}: {note}" in " ".join(shown.split())

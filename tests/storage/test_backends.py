@@ -262,7 +262,8 @@ def _acknowledged(store: Store) -> list[ms.storage.Execution]:
 
 def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Path) -> None:
     # A crash mid-append leaves a torn last frame: readers see the commit before it, whole,
-    # never a mix, never an error; the next writer cuts the tail off.
+    # never a mix, never an error (a journal with no whole entry at all is unreadable, E7);
+    # the next writer cuts the tail off.
     store = FileStore(tmp_path / "store")
     store.create(execution("bystander"))
     versions = _acknowledged(store)
@@ -275,9 +276,14 @@ def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Pa
     for cut in range(len(data)):
         journal.write_bytes(data[:cut])
         whole = sum(1 for end in ends[1:] if end <= cut)
+        if cut and not whole:
+            # E7: bytes but no whole entry are unreadable, never taken for absent.
+            with pytest.raises(ms.storage.RecordError, match="no whole entry"):
+                FileStore(store.path).get("victim")
+            continue
         got = FileStore(store.path).get("victim")
-        if whole == 0:
-            assert got is None  # nothing of it was ever durable
+        if cut == 0:
+            assert got is None  # nothing of it was ever written
         else:
             # frame 1 is the create, frame 2 the acquire, then one per commit
             assert got == versions[whole - 1]
@@ -710,3 +716,80 @@ def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
     too_long = {"step_id": "s", "ok": False, "traceback": "x" * 8193}
     with pytest.raises(ms.storage.RecordError):
         ms.storage.structure(too_long, ms.storage.Observation)
+
+
+def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    owner, other = "a:1:x", "b:2:y"
+    store.create(execution())
+    taken = store.acquire("ex-1", owner, ttl=60)
+    assert taken.lease is not None
+    given_up = ms.storage.Lease(owner="", expires_at=0.0, epoch=taken.lease.epoch)
+    final = execution(status="completed", lease=given_up)
+    assert store.commit_progress(final, owner) is CommitOutcome.OK
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.status == "completed"
+    assert stored.lease == given_up  # released by the final write itself, epoch kept
+    assert not store.release("ex-1", owner)  # nothing left for a second write to release
+    # Still decided and fenced as any run's write (E2, L4): a writer that does not hold
+    # the lease releases nothing, and one of another tenure is refused.
+    store.create(execution("ex-2"))
+    held = store.acquire("ex-2", other, ttl=60)
+    assert held.lease is not None
+    refused = execution("ex-2", status="completed", lease=given_up)
+    assert store.commit_progress(refused, owner) is CommitOutcome.FOREIGN_LEASE
+    stale = ms.storage.Lease(owner="", expires_at=0.0, epoch=held.lease.epoch + 1)
+    outcome = store.commit_progress(execution("ex-2", lease=stale), other)
+    assert outcome is CommitOutcome.FOREIGN_LEASE
+    kept = store.get("ex-2")
+    assert kept is not None
+    assert kept.lease == held.lease
+
+
+def _unreadable(make_store: Factory, store: Store, execution_id: str) -> None:
+    """A record that exists and cannot be read: a journal with bytes but no whole entry
+    (files), a header row whose head does not parse (SQLite, PostgreSQL)."""
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        frame = encode_frame(b'{"seq":1,"changes":[]}')
+        (store.path / f"{execution_id}.journal").write_bytes(frame[:-3])  # cut short
+    else:
+        _corrupt(make_store, store, execution_id, b'{"v": 1, "id": ')
+
+
+def _raw_bytes(make_store: Factory, store: Store, execution_id: str) -> Any:
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        return (store.path / f"{execution_id}.journal").read_bytes()
+    if make_store.kind == "postgres":  # type: ignore[attr-defined]
+        import psycopg
+
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(server_url(), autocommit=True) as conn:
+            return conn.execute(
+                f'SELECT seq, head FROM "{store.schema}".executions WHERE id = %s',
+                (execution_id,),
+            ).fetchall()
+    assert isinstance(store, SqliteStore)
+    with sqlite3.connect(store.path) as db:
+        return db.execute(
+            "SELECT seq, head FROM executions WHERE id = ?", (execution_id,)
+        ).fetchall()
+
+
+def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
+    make_store: Factory,
+) -> None:
+    store = make_store()
+    _unreadable(make_store, store, "ex-1")
+    before = _raw_bytes(make_store, store, "ex-1")
+    assert [p.id for p in store.list().problems] == ["ex-1"]
+    with pytest.raises(ms.storage.RecordError):
+        store.get("ex-1")
+    with pytest.raises(ms.storage.RecordError):
+        store.create(execution("ex-1"))
+    assert _raw_bytes(make_store, store, "ex-1") == before  # nothing written over it
+    assert [p.id for p in store.list().problems] == ["ex-1"]
