@@ -21,8 +21,8 @@ from ._pg_schema import Address, scrub
 __all__ = [
     "LOCK_NOT_AVAILABLE",
     "Connections",
-    "SessionTimeouts",
     "Lost",
+    "SessionTimeouts",
     "channel_name",
     "is_driver_error",
     "is_lost",

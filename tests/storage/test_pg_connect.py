@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import anyio
 import anyio.to_thread
@@ -50,12 +49,12 @@ def _seed(url: str) -> None:
 
 
 @pytest.fixture
-def seeded(postgres_url: str) -> Iterator[str]:  # noqa: F811
+def seeded(postgres_url: str) -> str:
     _seed(postgres_url)
-    yield postgres_url
+    return postgres_url
 
 
-def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url: str) -> None:  # noqa: F811
+def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url: str) -> None:
     store = PostgresStore(
         postgres_url, session_timeout=3.0, lock_timeout=0.75, statement_timeout=40.0
     )
@@ -78,7 +77,7 @@ def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url:
     }
 
 
-def test_l6_the_url_s_own_options_are_kept_beside_the_store_s_timeouts(postgres_url: str) -> None:  # noqa: F811
+def test_l6_the_url_s_own_options_are_kept_beside_the_store_s_timeouts(postgres_url: str) -> None:
     url = f"{postgres_url}&options=-c%20work_mem%3D8MB%20-c%20lock_timeout%3D5s"
     store = PostgresStore(url)
     try:
