@@ -9,9 +9,11 @@ here depends on how long anything takes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,11 @@ import mainspring as ms
 from mainspring.executions._lease_guard import MIN_MARGIN, LeaseWatch, lease_margin
 from mainspring.storage import RetryPolicy
 
+from .._postgres import postgres_url, require_server
+from .._tcp_proxy import TcpProxy
 from ._kit import Ledger, plan_of, runtime, tool
+
+__all__ = ["postgres_url"]  # the fixture, used by name
 
 pytestmark = pytest.mark.anyio
 
@@ -247,3 +253,75 @@ async def test_l5_a_lease_gone_stale_between_steps_is_renewed_before_the_next_st
     assert renewals_before, "the retry was announced"
     assert store.renewals > renewals_before[0]  # the lease was renewed before the retry
     store.close()
+
+
+# -- on PostgreSQL: the answer to a COMMIT held by the network -------------------------------
+
+STEPS = [f"s{k:02d}" for k in range(4)]
+
+
+def _through(url: str, port: int) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")
+    userinfo = netloc[0] + "@" if netloc[1] else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}127.0.0.1:{port}"))
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    parts = urllib.parse.urlsplit(require_server())
+    tcp = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    yield tcp
+    tcp.close()
+
+
+async def test_l5_a_commit_answered_after_another_host_took_over_never_runs_a_step_twice(
+    postgres_url: str,
+    proxy: TcpProxy,
+) -> None:
+    """Host A (2 s lease) commits step s01's completion; the COMMIT lands, but the network
+    holds its answer. A's lease lapses, host B takes the run over and finishes it; then A
+    gets its "ok". Before L5, A took it and started s02 again (6 of 6 in the report): a
+    committed step ran twice. Now A stops with LeaseLost and every step ran once."""
+    ran: collections.Counter[str] = collections.Counter()
+
+    async def mark(step: str) -> str:
+        ran[step] += 1
+        return f"{step}:done"
+
+    tools = {"mark": mark}
+    plan = ms.Plan(
+        id="held",
+        goal="held answer",
+        steps=tuple(
+            ms.PlanStep(
+                id=step,
+                tool="mark",
+                input={"step": step},
+                depends_on=(STEPS[k - 1],) if k else (),
+            )
+            for k, step in enumerate(STEPS)
+        ),
+    )
+    proxy.hold_answer(b"s01:done")  # the commit of s01's output, by A (through the proxy)
+    async with ms.open_runtime(
+        store=_through(postgres_url, proxy.port), tools=tools, lease_ttl=2.0, owner="host-a"
+    ) as a:
+        handle_a = await a.start("held answer", plan, execution_id="ex-held")
+        assert await anyio.to_thread.run_sync(proxy.holding.wait, 60)
+        async with ms.open_runtime(store=postgres_url, tools=tools, lease_ttl=2.0) as b:
+            with anyio.fail_after(60):  # A's lease lapses on the server's clock
+                while True:
+                    try:
+                        handle_b = await b.resume("ex-held")
+                        break
+                    except ms.ExecutionBusy:
+                        await anyio.sleep(0.1)
+                result_b = await handle_b.wait()
+        assert result_b.status == "completed", result_b.error
+        proxy.release()  # A's "ok" arrives, a whole lease late
+        with anyio.fail_after(60):
+            result_a = await handle_a.wait()
+    assert isinstance(result_a.stopped_by, ms.LeaseLost), result_a.stopped_by
+    assert ran == dict.fromkeys(STEPS, 1)  # nothing committed ran twice
