@@ -373,8 +373,11 @@ class ExecutionCore(Actor):
             self._rec = record
             self._durable_calls = record.calls_used  # as the store has it
             self._durable_usage = record.usage
-            if not self._lease_watch.confirmed(sent):
-                await self._lapsed(sent)  # L5: durable, but nothing more starts on it
+            settled = changes.get("status") not in (None, "running", "planned")
+            if not self._lease_watch.confirmed(sent) and not settled:
+                # L5: durable, but nothing more may start on it. (A run that just ended or
+                # began to wait starts nothing more anyway: its late answer stands.)
+                await self._lapsed(sent)
                 return False
             return True
         await self._refused(outcome)

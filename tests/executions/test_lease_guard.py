@@ -61,6 +61,7 @@ class LateAnswers(ms.storage.SqliteStore):
         self.runner_clock = clock
         self.late_commit = 0.0
         self.late_renewal = 0.0
+        self.late_final = 0.0  # the answer to the commit that completes the run
         self.renewals = 0
 
     def commit_many(
@@ -68,6 +69,8 @@ class LateAnswers(ms.storage.SqliteStore):
     ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
         results = super().commit_many(commits)
         delay, self.late_commit = self.late_commit, 0.0
+        if any(execution.status == "completed" for execution, _ in commits):
+            delay, self.late_final = delay + self.late_final, 0.0
         self.runner_clock.advance(delay)
         return results
 
@@ -152,6 +155,26 @@ async def test_l5_a_commit_answered_after_the_lease_could_lapse_stops_the_run_be
             resumed = await (await other.resume("ex-late")).wait()
     assert resumed.status == "completed", resumed.error
     assert ledger.names() == ["first", "second"]  # each step ran once
+
+
+async def test_l5_a_late_answer_to_the_commit_that_ends_the_run_lets_it_end_as_committed(
+    tmp_path: Path,
+) -> None:
+    """The final commit lands and its answer comes late: nothing more starts after it, so
+    the run ends as committed (completed, stopped by Stop), not with LeaseLost."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    store.late_final = TTL
+    ledger = Ledger()
+    async with runtime(store, ledger, tools=marking(ledger), lease_clock=clock, **QUIET) as rt:
+        handle = await rt.start("late end", chain(), execution_id="ex-end")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert result.status == "completed", result.stopped_by
+    assert isinstance(result.stopped_by, ms.Stop), result.stopped_by
+    assert store.late_final == 0.0  # the late answer did happen
+    assert ledger.names() == ["first", "second"]
+    store.close()
 
 
 async def test_l5_a_heartbeat_answered_too_late_stops_the_run_and_its_running_step(
