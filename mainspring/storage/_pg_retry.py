@@ -35,8 +35,8 @@ class DecideAgain(Retry):
 
 class LockWait(Retry):
     """A row stayed locked by another session for the store's ``lock_timeout`` (L6): the
-    server rolled this transaction back; the call is tried again, for as long as a stalled
-    holder could keep its lock (the server ends it after its idle timeout)."""
+    server rolled this transaction back and the call is tried again. A stalled holder's
+    session is ended by the server after its idle timeout, so the lock comes free."""
 
 
 def retry_loop(
@@ -46,25 +46,24 @@ def retry_loop(
     check: Callable[[], None],
     call: Callable[..., T],
     *args: Any,
-    lock_wait: float = 0.0,
     **kwargs: Any,
 ) -> T:
     """Run ``call`` until it completes: at once when it must be decided again, after a
     growing pause (at most 1 s, checking the pool's connections) while the server at
     ``shown`` is away, until ``deadline`` (``time.monotonic()``). A lock held elsewhere
-    (:class:`LockWait`) is waited for again until ``lock_wait`` seconds have passed (L6),
-    then the call fails with a StorageError (nothing of it was written)."""
+    (:class:`LockWait`) is waited for again, a ``lock_timeout`` at a time, until the same
+    deadline (L6); then the call fails with :class:`StoreUnavailable` (nothing written)."""
     pause = 0.05
     decisions = 0
-    locked_until = time.monotonic() + lock_wait
     while True:
         try:
             return call(*args, **kwargs)
         except LockWait as waited:
-            if time.monotonic() >= min(locked_until, deadline):
-                raise StorageError(
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
                     f"PostgreSQL at {shown}: a row this call needs stayed locked by another "
-                    f"session for {lock_wait:g} s; nothing of this call was written ({waited})"
+                    f"session for {reconnect_timeout:g} s; nothing of this call was written "
+                    f"({waited})"
                 ) from None
             time.sleep(0.01)  # the wait itself was the server's lock_timeout
         except DecideAgain as again:

@@ -89,8 +89,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     its ``idle_in_transaction_session_timeout``, after which the server ends a session whose
     host stopped mid-transaction (frozen, cut off) and its locks go with it;
     ``lock_timeout`` (default 2 s) is how long one statement waits for a lock before the
-    call is tried again, for at most ``session_timeout`` plus two lock timeouts (what a
-    stalled holder can last), then refused with a :class:`StorageError`;
+    call is tried again, within ``reconnect_timeout`` (then :class:`StoreUnavailable`);
     ``statement_timeout`` (default None: the server's) bounds one statement.
     """
 
@@ -119,8 +118,6 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         timeouts = SessionTimeouts(
             idle=session_timeout, lock=lock_timeout, statement=statement_timeout
         )
-        #: How long a call waits, a lock_timeout at a time, for a row locked elsewhere (L6).
-        self.lock_wait = session_timeout + 2 * lock_timeout
         self._test_clock = clock
         self._now: float | None = None
         self._lock = threading.Lock()  # one write transaction at a time from this store
@@ -214,7 +211,6 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 self._connections.check,
                 call,
                 *args,
-                lock_wait=self.lock_wait,
                 **kwargs,
             )
         finally:

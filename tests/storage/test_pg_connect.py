@@ -146,13 +146,13 @@ async def test_l6_a_resume_waiting_for_a_row_lock_is_cancelled_promptly(
 ) -> None:
     """A session outside the library holds the run's row lock and keeps it (no timeout of
     ours applies to it). A resume that waits for it ends as soon as its caller cancels it,
-    and the runtime's writer stops waiting within a bound (its ``lock_timeout`` retried
-    for as long as a frozen holder of the store's could last): the runtime closes."""
+    and the runtime's writer stops waiting within a bound (its ``lock_timeout``, retried
+    within its ``reconnect_timeout``): the runtime closes."""
     holder = psycopg.connect(seeded.split("?")[0])
     schema = seeded.split("schema=")[1]
     holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
     try:
-        store = PostgresStore(seeded, lock_timeout=0.5, session_timeout=1.0)
+        store = PostgresStore(seeded, lock_timeout=0.5, reconnect_timeout=2.0)
         began = time.monotonic()
         async with ms.open_runtime(store=store, lease_ttl=5.0) as b:
             with anyio.move_on_after(1.0) as scope:
