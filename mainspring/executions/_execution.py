@@ -190,6 +190,8 @@ class ExecutionActor(BoundedRun):
             findings=findings_brief(findings) if drift and findings else None,
             drift=drift,
         )
+        if not await self._lease_fresh():
+            return  # L5: no planner call on a lease not known to be live
         ref = await self.spawn(PlannerActor, self.ref, cfg.planner, context)
         self.watch(ref)
         self._by_ref[ref] = ""
@@ -291,6 +293,8 @@ class ExecutionActor(BoundedRun):
                 return
             changed = self._cascade()
             starts, needs_approval, needs_budget = self._pick()
+            if starts and not await self._lease_fresh():
+                return  # L5: our lease is not known to be live; the run is stopping
             finished_at_once = False
             for step, cost in starts:
                 started = await self._start(step, cost)

@@ -10,6 +10,7 @@ is still there, so each releases its lease and stays resumable.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -68,6 +69,7 @@ async def open_runtime(
     organization: str | None = None,
     embedder: Callable[[list[str]], Any] | None = None,
     max_workers: int = 8,
+    lease_clock: Callable[[], float] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -86,7 +88,12 @@ async def open_runtime(
     agent task may spend of what its run has left (None: all of it); past it, the task's
     next model call fails it with ``agent-call-budget``.
     ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
-    ``heartbeat_interval`` (a third of it by default). ``workspace`` is the directory
+    ``heartbeat_interval`` (a third of it by default). A run starts no step, tool, model
+    or planner call unless its last confirmed renewal, timed from when it was sent, is
+    younger than the lease less a margin (a fifth of it, at least 0.25 s); an answer from
+    the store that comes later stops the run with ``LeaseLost`` (L5). ``lease_clock``
+    (monotonic seconds, default :func:`time.monotonic`) is the clock that age is read
+    from; tests pass a fake one. ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
     ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
@@ -113,6 +120,8 @@ async def open_runtime(
     bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
     organization = check_organization(organization)
     embedder = check_embedder(embedder)
+    if lease_clock is not None and not callable(lease_clock):
+        raise TypeError(f"lease_clock must be callable, not {lease_clock!r}")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
         raise ValueError(f"max_workers must be a whole number of at least 1, not {max_workers!r}")
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
@@ -154,6 +163,7 @@ async def open_runtime(
                 memory=Memory(committer, organization=organization, embedder=embedder),
                 max_workers=max_workers,
                 evidence=EvidenceShelf(committer, backend),
+                lease_clock=lease_clock or time.monotonic,
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

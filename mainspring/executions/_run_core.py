@@ -36,10 +36,12 @@ from ..storage import (
     StorageError,
     Usage,
     capture_checkpoint,
+    holder,
     parse_agent_task,
     parse_agent_tasks,
 )
 from . import _run_events as ev
+from ._lease_guard import LeaseWatch
 from ._plan import step_input_hash
 from ._refusals import add_calls, end_event, refusal_reason
 from ._results import (
@@ -120,6 +122,8 @@ class ExecutionCore(Actor):
         self._result: ExecutionResult | None = None  # what the run ended with, once it has
         # The last checkpoint's completed steps and ours, once found to be the same set (E6).
         self._same_set: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        # L5: how old our last confirmed renewal is, on this host's clock.
+        self._lease_watch = LeaseWatch(cfg.lease_ttl, cfg.lease_clock)
         self._load(record)
 
     def _load(self, record: Execution) -> None:
@@ -359,6 +363,7 @@ class ExecutionCore(Actor):
         if checkpoints is not None:
             changes["checkpoints"] = checkpoints
         record = self._snapshot(**changes)  # one record built per commit
+        sent = self._lease_watch.sent()  # L5: a commit renews the lease as of now
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
         except PersistenceFailed:
@@ -369,9 +374,67 @@ class ExecutionCore(Actor):
             self._rec = record
             self._durable_calls = record.calls_used  # as the store has it
             self._durable_usage = record.usage
+            settled = changes.get("status") not in (None, "running", "planned")
+            if not self._lease_watch.confirmed(sent) and not settled:
+                # L5: durable, but nothing more may start on it. (A run that just ended or
+                # began to wait starts nothing more anyway: its late answer stands.)
+                await self._lapsed(sent)
+                return False
             return True
         await self._refused(outcome)
         return False
+
+    async def _lease_fresh(self) -> bool:
+        """L5: whether new work (a step, a tool or model call, a planner) may start now.
+        When the last confirmed renewal is too old the lease is renewed first; False if
+        the run is stopping instead (the renewal was refused or answered too late)."""
+        if self._ended:
+            return False
+        if self._lease_watch.fresh():
+            return True
+        return await self._renew() is not None
+
+    async def _renew(self) -> Execution | None:
+        """Renew the lease (L2); the stored record, or None if the run is stopping (a
+        refusal, E3, or an answer too late to count, L5)."""
+        cfg = self._cfg
+        sent = self._lease_watch.sent()
+        try:
+            lease = self._rec.lease
+            outcome, stored = await cfg.committer.renew(
+                self._rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
+            )
+        except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
+            outcome, stored = CommitOutcome.RELEASED, None
+        if outcome is not CommitOutcome.OK:
+            await self._refused(outcome)
+            return None
+        if not self._lease_watch.confirmed(sent):
+            await self._lapsed(sent)
+            return None
+        assert stored is not None
+        return stored
+
+    async def _lapsed(self, sent: float) -> None:
+        """L5, E3: the store's answer came after our lease could have lapsed; another host
+        may hold the run now. Nothing more is started or written by us: the run stops with
+        ``LeaseLost``, and its result is the record as the store has it now."""
+        age = self._lease_watch.age(sent) or 0.0
+        self._ended = True
+        stored = await self._read_stored()
+        other = holder(stored.lease, time.time()) if stored is not None else None
+        limit = self._lease_watch.limit
+        detail = (
+            f"the store's answer came {age:.1f} s after the request, past the {limit:g} s "
+            "the lease is counted on: another host may hold the run now"
+        )
+        owner = other if other is not None and other != self._cfg.owner else ""
+        reason = LeaseLost(owner, detail=detail, source=self.ref.path)
+        record = stored if stored is not None else self._rec
+        self._result = result_from(record, outputs=self._outputs, stopped_by=reason)
+        for running in self._running.values():
+            running.ref.cancel(for_children(reason, self.ref.path))
+        self.stop_self(reason)
 
     async def _refused(self, outcome: CommitOutcome) -> None:
         self._refusal = outcome
@@ -479,18 +542,9 @@ class ExecutionCore(Actor):
     async def _heartbeat(self) -> None:
         if self._ended:
             return
-        cfg = self._cfg
-        try:
-            lease = self._rec.lease
-            outcome, stored = await cfg.committer.renew(
-                self._rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
-            )
-        except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
-            outcome, stored = CommitOutcome.RELEASED, None
-        if outcome is not CommitOutcome.OK:
-            await self._refused(outcome)
+        stored = await self._renew()
+        if stored is None:
             return
-        assert stored is not None
         # Requests written elsewhere are durable already: no commit is needed to keep them.
         self._rec = attrs.evolve(
             self._rec,

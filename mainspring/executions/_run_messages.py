@@ -84,6 +84,9 @@ class RunConfig:
     evidence: Any = None
     #: The worker boards of the runs live here, by execution id (Runtime.repair_worker).
     worker_boards: dict[str, Any] = attrs.field(factory=dict)
+    #: The holder's clock for its lease's age (L5, ``executions._lease_guard``): monotonic
+    #: seconds; tests pass a fake one.
+    lease_clock: Callable[[], float] = time.monotonic
 
 
 class RunWatcher(Protocol):

@@ -13,12 +13,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
+
 from ._errors import StorageError
 from ._pg_schema import Address, scrub
 
 __all__ = [
+    "LOCK_NOT_AVAILABLE",
     "Connections",
     "Lost",
+    "SessionTimeouts",
     "channel_name",
     "is_driver_error",
     "is_lost",
@@ -107,10 +111,66 @@ def is_refused_data(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
 
 
-def _defaults(conninfo: str, connect_timeout: float, session_timeout: float) -> dict[str, Any]:
-    """Settings a connection gets unless the URL gives its own: a session cut off from its
-    host ends on the server within ``session_timeout`` (its row locks go with it), and a host
-    notices a dead network within ~10 s instead of the kernel's minutes."""
+#: SQLSTATE lock_not_available: ``lock_timeout`` passed while waiting for a lock (L6).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+@attrs.frozen(kw_only=True)
+class SessionTimeouts:
+    """The server-side timeouts every session of a store carries (L6), in seconds.
+
+    ``idle`` is ``idle_in_transaction_session_timeout``: a session whose host stopped
+    talking to it in a transaction (frozen, cut off, crashed) is ended by the server after
+    it, and its row locks go with it. The store syncs every transaction before it does
+    anything else, so a stalled host's session is always *idle* in its transaction, never
+    left "active" mid-pipeline where no timeout applies. ``lock`` is ``lock_timeout``: a
+    statement waits that long for a lock, then the store retries the whole call (so a
+    waiter is never stuck in the server, and its caller can give up between tries).
+    ``statement`` is ``statement_timeout`` (None: the server's own setting).
+    """
+
+    idle: float = 5.0
+    lock: float = 2.0
+    statement: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("idle", "lock", "statement"):
+            value = getattr(self, name)
+            if name == "statement" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"the {name} timeout must be a positive number, not {value!r}")
+
+    def settings(self) -> dict[str, int]:
+        """The server parameters, in milliseconds."""
+        wanted = {
+            "idle_in_transaction_session_timeout": self.idle,
+            "lock_timeout": self.lock,
+            "statement_timeout": self.statement,
+        }
+        return {
+            name: max(1, round(seconds * 1000))
+            for name, seconds in wanted.items()
+            if seconds is not None
+        }
+
+
+def _options(given: str | None, timeouts: SessionTimeouts) -> str:
+    """``-c name=value`` for each timeout the URL's own ``options`` does not set, after
+    those options (kept as they are)."""
+    ours = " ".join(
+        f"-c {name}={millis}"
+        for name, millis in timeouts.settings().items()
+        if not given or name not in given
+    )
+    return " ".join(part for part in (given, ours) if part)
+
+
+def _defaults(conninfo: str, connect_timeout: float, timeouts: SessionTimeouts) -> dict[str, Any]:
+    """Settings a connection gets unless the URL gives its own: the session's server-side
+    timeouts (L6: a session cut off from its host ends on the server, its row locks with
+    it; a wait for a lock is bounded), and a host notices a dead network within ~10 s
+    instead of the kernel's minutes."""
     psycopg, _ = _psycopg()
     given = psycopg.conninfo.conninfo_to_dict(conninfo)
     wanted: dict[str, Any] = {
@@ -123,9 +183,9 @@ def _defaults(conninfo: str, connect_timeout: float, session_timeout: float) -> 
         "application_name": "mainspring",
     }
     settings = {key: value for key, value in wanted.items() if key not in given}
-    if "options" not in given:
-        millis = max(1, round(session_timeout * 1000))
-        settings["options"] = f"-c idle_in_transaction_session_timeout={millis}"
+    options = _options(given.get("options"), timeouts)
+    if options:
+        settings["options"] = options
     return settings
 
 
@@ -133,7 +193,12 @@ class Connections:
     """A pool of autocommit connections (the store opens its transactions itself)."""
 
     def __init__(
-        self, address: Address, *, pool_size: int, connect_timeout: float, session_timeout: float
+        self,
+        address: Address,
+        *,
+        pool_size: int,
+        connect_timeout: float,
+        timeouts: SessionTimeouts,
     ) -> None:
         psycopg, psycopg_pool = _psycopg()
         if not isinstance(pool_size, int) or pool_size < 1:
@@ -146,7 +211,7 @@ class Connections:
         #: Set by ``close``: nothing connects any more (a feed does not reconnect).
         self.closed = False
         try:
-            settings = _defaults(address.conninfo, connect_timeout, session_timeout)
+            settings = _defaults(address.conninfo, connect_timeout, timeouts)
         except psycopg.Error as exc:  # the driver's message may quote the password
             raise StorageError(
                 f"{address.shown} is not a usable PostgreSQL address: {self.scrub(exc)}"

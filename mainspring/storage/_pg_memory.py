@@ -222,12 +222,14 @@ class PostgresMemory:
         # facts forgotten are looked up, and a batch that forgets none saves the round trip.
         ids = sorted({w.fact_id for w in writes if not isinstance(w, RememberFact)})
         if ids:
-            rows = self._conn.execute(
+            cursor = self._conn.execute(
                 f"SELECT DISTINCT f.conflict_group FROM unnest(%s::text[]) AS named (id) "
                 f"JOIN {self._s}.memory_facts f ON f.id = named.id "
                 "WHERE f.conflict_group IS NOT NULL",
                 (ids,),
-            ).fetchall()
+            )
+            self._pipeline.sync()  # L6: never left unsynced while we work
+            rows = cursor.fetchall()
             groups.update(row[0] for row in rows)
         named = sorted(group for group in groups if group is not None)
         for key in sorted({group_lock_key(self.schema, group) for group in named}):

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from ._errors import StorageError
 from ._pg_connect import Lost
 
-__all__ = ["DecideAgain", "Retry", "StoreUnavailable", "retry_loop"]
+__all__ = ["DecideAgain", "LockWait", "Retry", "StoreUnavailable", "retry_loop"]
 
 T = TypeVar("T")
 
@@ -33,6 +33,12 @@ class DecideAgain(Retry):
     broken): run the call again at once, deciding from what is stored now."""
 
 
+class LockWait(Retry):
+    """A row stayed locked by another session for the store's ``lock_timeout`` (L6): the
+    server rolled this transaction back and the call is tried again. A stalled holder's
+    session is ended by the server after its idle timeout, so the lock comes free."""
+
+
 def retry_loop(
     shown: str,
     reconnect_timeout: float,
@@ -44,12 +50,22 @@ def retry_loop(
 ) -> T:
     """Run ``call`` until it completes: at once when it must be decided again, after a
     growing pause (at most 1 s, checking the pool's connections) while the server at
-    ``shown`` is away, until ``deadline`` (``time.monotonic()``)."""
+    ``shown`` is away, until ``deadline`` (``time.monotonic()``). A lock held elsewhere
+    (:class:`LockWait`) is waited for again, a ``lock_timeout`` at a time, until the same
+    deadline (L6); then the call fails with :class:`StoreUnavailable` (nothing written)."""
     pause = 0.05
     decisions = 0
     while True:
         try:
             return call(*args, **kwargs)
+        except LockWait as waited:
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"PostgreSQL at {shown}: a row this call needs stayed locked by another "
+                    f"session for {reconnect_timeout:g} s; nothing of this call was written "
+                    f"({waited})"
+                ) from None
+            time.sleep(0.01)  # the wait itself was the server's lock_timeout
         except DecideAgain as again:
             decisions += 1
             if decisions >= MAX_DECISIONS:

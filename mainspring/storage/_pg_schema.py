@@ -280,6 +280,11 @@ def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
         _refuse_newer(version, schema)
     while version is None or version < to:
         with conn.transaction():
+            # An upgrade waits for other hosts' transactions and for another host's upgrade
+            # as long as they take: the session's lock and statement bounds (L6) are for a
+            # store's own calls, which retry; an upgrade refused half way would not.
+            conn.execute("SET LOCAL lock_timeout = 0")
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
             version = schema_version(conn, schema)  # another host may have gone first
             if version is None:

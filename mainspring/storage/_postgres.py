@@ -45,10 +45,18 @@ from ._fold import Folded, fold
 from ._history import HistoryEvent, check_after, parse_event
 from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
-from ._pg_connect import Connections, channel_name, is_driver_error, is_lost, is_retryable
+from ._pg_connect import (
+    LOCK_NOT_AVAILABLE,
+    Connections,
+    SessionTimeouts,
+    channel_name,
+    is_driver_error,
+    is_lost,
+    is_retryable,
+)
 from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
-from ._pg_retry import DecideAgain, Retry, StoreUnavailable, retry_loop
+from ._pg_retry import DecideAgain, LockWait, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, loads_row, rows_for, size_expr
 from ._records import Execution
@@ -75,6 +83,14 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     never do: they refuse a database without a store). ``clock`` replaces the server's
     clock, for tests only. ``reconnect_timeout`` bounds how long a call waits for a server
     that went away before it fails with :class:`StoreUnavailable`.
+
+    No session of the store holds a row lock past a bound (L6). Each carries server-side
+    timeouts (unless the URL's ``options`` sets them): ``session_timeout`` (default 5 s) is
+    its ``idle_in_transaction_session_timeout``, after which the server ends a session whose
+    host stopped mid-transaction (frozen, cut off) and its locks go with it;
+    ``lock_timeout`` (default 2 s) is how long one statement waits for a lock before the
+    call is tried again, within ``reconnect_timeout`` (then :class:`StoreUnavailable`);
+    ``statement_timeout`` (default None: the server's) bounds one statement.
     """
 
     def __init__(
@@ -90,6 +106,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 30.0,
         session_timeout: float = 5.0,
+        lock_timeout: float = 2.0,
+        statement_timeout: float | None = None,
     ) -> None:
         self.address = parse_address(url, schema)
         self.schema = self.address.schema
@@ -97,6 +115,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         self.max_record_bytes = max_record_bytes
         self.read_only = read_only
         self.reconnect_timeout = reconnect_timeout
+        timeouts = SessionTimeouts(
+            idle=session_timeout, lock=lock_timeout, statement=statement_timeout
+        )
         self._test_clock = clock
         self._now: float | None = None
         self._lock = threading.Lock()  # one write transaction at a time from this store
@@ -118,7 +139,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             self.address,
             pool_size=pool_size,
             connect_timeout=connect_timeout,
-            session_timeout=session_timeout,
+            timeouts=timeouts,
         )
         try:
             with self._connections.direct() as conn:
@@ -200,12 +221,17 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def _loads(self, body: Any, kind: str) -> Any:
         return loads_row(body, kind, self.max_bytes)  # E7, X2
 
-    def _read(self, conn: Any, execution_id: str) -> Base | None:
+    def _read(
+        self, conn: Any, execution_id: str, *, synced: Callable[[], None] | None = None
+    ) -> Base | None:
+        """The execution as stored, read on ``conn``; in a transaction's pipeline,
+        ``synced`` syncs it with the query (L6: never left unsynced while we parse)."""
         execution_id = check_id(execution_id)
         kind = f"execution {execution_id}"
-        rows = conn.execute(
-            self._read_sql, {"id": execution_id, "limit": self.max_record_bytes}
-        ).fetchall()
+        cursor = conn.execute(self._read_sql, {"id": execution_id, "limit": self.max_record_bytes})
+        if synced is not None:
+            synced()
+        rows = cursor.fetchall()
         if not rows:
             return None
         _, _, seq, head, window, size = rows[0]
@@ -335,6 +361,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 conn.execute("ROLLBACK")
             if isinstance(exc, Retry):
                 raise exc
+            if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                # L6: a row stayed locked elsewhere for our lock_timeout; tried again.
+                raise LockWait(self._connections.scrub(exc).splitlines()[0]) from None
             if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a
@@ -375,7 +404,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         conn = self._conn
         if self._txid is None:
             conn.execute("BEGIN")
-        row = conn.execute(self._lock_sql, (wanted,)).fetchone()
+        cursor = conn.execute(self._lock_sql, (wanted,))
+        # L6: synced with the query, not fetched mid-pipeline: while we decide, the server
+        # sees the session idle in its transaction, which its idle timeout ends if we stall
+        # (frozen, cut off). Unsynced it would be "active", and no timeout applies.
+        self._pipeline.sync()
+        row = cursor.fetchone()
         now, txid, locked_ids, stamps = row
         if self._txid is None:
             self._now, self._txid = float(now), txid
@@ -417,8 +451,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         cached = self._cache.get(execution_id)
         if cached is not None and self._stamps.get(execution_id) == stamp:
             return cached  # nobody wrote it since we did: the row lock keeps it so
-        self._pipeline.sync()
-        return self._read(self._conn, execution_id)
+        return self._read(self._conn, execution_id, synced=self._pipeline.sync)
 
     def _dumps(self, value: Any, what: str) -> bytes:
         data = dumps_checked(value)
@@ -533,10 +566,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         return True
 
     def _exact_size(self, execution_id: str) -> int:
-        row = self._conn.execute(
+        cursor = self._conn.execute(
             f"SELECT {size_expr(self.schema)} FROM {self._s}.executions WHERE id = %(id)s",
             {"id": execution_id},
-        ).fetchone()
+        )
+        self._pipeline.sync()  # L6: never left unsynced while we work
+        row = cursor.fetchone()
         return int(row[0]) if row is not None else 0
 
     def delete(self, execution_id: str) -> bool:

@@ -47,7 +47,8 @@ class Host:
         skew: float = 0.0,
         block: bool = True,
     ) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # This checkout's mainspring (not whichever is installed), and the test helpers.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT.parent), str(ROOT)))}
         if block:
             env["MAINSPRING_TEST_BLOCK"] = "1"
         else:

@@ -1,0 +1,350 @@
+"""L5: a runner honours its lease itself, on its own clock, before it starts anything.
+
+The store fences writes (L4), but a tool call is not a write: a runner whose answer from the
+store came after its lease could have lapsed must not start its next step, whoever holds the
+lease now. These tests drive the holder's clock by hand (``open_runtime(lease_clock=...)``)
+and a SQLite store whose answers "arrive late" by moving that clock while it writes: nothing
+here depends on how long anything takes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import mainspring as ms
+from mainspring.executions._lease_guard import MIN_MARGIN, LeaseWatch, lease_margin
+from mainspring.storage import RetryPolicy
+
+from .._postgres import postgres_url, require_server
+from .._tcp_proxy import TcpProxy
+from ._kit import Ledger, plan_of, runtime, tool
+
+__all__ = ["postgres_url"]  # the fixture, used by name
+
+pytestmark = pytest.mark.anyio
+
+TTL = 5.0
+#: No heartbeat during a test: every renewal the run makes is the one the test provokes.
+QUIET = {"lease_ttl": TTL, "heartbeat_interval": 4.9}
+
+
+class FakeClock:
+    """Monotonic seconds that move only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class LateAnswers(ms.storage.SqliteStore):
+    """A SqliteStore whose next answer (to a commit or a heartbeat, once armed) reaches the
+    runner ``delay`` seconds of the runner's clock after its request: the write lands, the
+    answer comes late, as with a network that held it or a frozen host."""
+
+    def __init__(self, path: Path, clock: FakeClock, *, store_clock: Any = time.time) -> None:
+        super().__init__(path, clock=store_clock)
+        self.runner_clock = clock
+        self.late_commit = 0.0
+        self.late_renewal = 0.0
+        self.late_final = 0.0  # the answer to the commit that completes the run
+        self.renewals = 0
+
+    def commit_many(
+        self, commits: Sequence[tuple[ms.storage.Execution, str]]
+    ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
+        results = super().commit_many(commits)
+        delay, self.late_commit = self.late_commit, 0.0
+        if any(execution.status == "completed" for execution, _ in commits):
+            delay, self.late_final = delay + self.late_final, 0.0
+        self.runner_clock.advance(delay)
+        return results
+
+    def renew_many(self, renewals: Any) -> Any:
+        results = super().renew_many(renewals)
+        self.renewals += 1
+        delay, self.late_renewal = self.late_renewal, 0.0
+        self.runner_clock.advance(delay)
+        return results
+
+
+def chain() -> ms.Plan:
+    return plan_of(
+        tool("first", "mark", step="first"), tool("second", "mark", "first", step="second")
+    )
+
+
+def marking(ledger: Ledger, on_first: Any = None) -> dict[str, Any]:
+    async def mark(step: str) -> str:
+        ledger.add("tool", step)
+        if step == "first" and on_first is not None:
+            on_first()
+        return step
+
+    return {"mark": mark}
+
+
+def test_l5_the_margin_is_a_fifth_of_the_lease_and_at_least_a_quarter_second() -> None:
+    assert lease_margin(15.0) == 3.0
+    assert lease_margin(1.0) == MIN_MARGIN
+    assert lease_margin(600.0) == 120.0
+
+
+def test_l5_a_renewal_counts_from_when_it_was_sent_and_a_late_answer_counts_not_at_all() -> None:
+    clock = FakeClock()
+    watch = LeaseWatch(10.0, clock)
+    assert not watch.fresh()  # nothing confirmed yet: the first commit confirms it
+    sent = watch.sent()
+    clock.advance(1.0)
+    assert watch.confirmed(sent)
+    clock.advance(6.9)  # 7.9 s after it was sent: within 10 - 2
+    assert watch.fresh()
+    clock.advance(0.2)  # 8.1 s: stale, a renewal is needed before new work
+    assert not watch.fresh()
+    sent = watch.sent()
+    clock.advance(8.0)  # the answer took the whole usable lease
+    assert not watch.confirmed(sent)
+    assert not watch.fresh()  # and it confirms nothing
+
+
+async def test_l5_a_commit_answered_after_the_lease_could_lapse_stops_the_run_before_its_next_step(
+    tmp_path: Path,
+) -> None:
+    """The completion of ``first`` lands, but its answer comes a whole lease later: the run
+    stops with LeaseLost and ``second`` never starts here; another runtime that takes the
+    run over runs ``second`` once and ``first`` not again."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    ledger = Ledger()
+
+    def answer_late() -> None:
+        store.late_commit = TTL  # the commit of first's completion
+
+    async with runtime(
+        store, ledger, tools=marking(ledger, answer_late), lease_clock=clock, **QUIET
+    ) as rt:
+        handle = await rt.start("late", chain(), execution_id="ex-late")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert isinstance(result.stopped_by, ms.LeaseLost), result.stopped_by
+    assert "answer came" in result.stopped_by.detail
+    assert ledger.names() == ["first"]  # second never started on a lease not known live
+    record = store.get("ex-late")
+    assert record is not None
+    assert record.completed_steps == ("first",)  # what was committed stays committed
+    store.close()
+
+    # Another host, on a store whose clock is past the old lease, takes the run over.
+    later = ms.storage.SqliteStore(tmp_path / "store.sqlite3", clock=lambda: time.time() + 60)
+    async with runtime(later, ledger, tools=marking(ledger)) as other:
+        with anyio.fail_after(30):
+            resumed = await (await other.resume("ex-late")).wait()
+    assert resumed.status == "completed", resumed.error
+    assert ledger.names() == ["first", "second"]  # each step ran once
+
+
+async def test_l5_a_late_answer_to_the_commit_that_ends_the_run_lets_it_end_as_committed(
+    tmp_path: Path,
+) -> None:
+    """The final commit lands and its answer comes late: nothing more starts after it, so
+    the run ends as committed (completed, stopped by Stop), not with LeaseLost."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    store.late_final = TTL
+    ledger = Ledger()
+    async with runtime(store, ledger, tools=marking(ledger), lease_clock=clock, **QUIET) as rt:
+        handle = await rt.start("late end", chain(), execution_id="ex-end")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert result.status == "completed", result.stopped_by
+    assert isinstance(result.stopped_by, ms.Stop), result.stopped_by
+    assert store.late_final == 0.0  # the late answer did happen
+    assert ledger.names() == ["first", "second"]
+    store.close()
+
+
+async def test_l5_a_heartbeat_answered_too_late_stops_the_run_and_its_running_step(
+    tmp_path: Path,
+) -> None:
+    """A step runs; a heartbeat's answer comes a whole lease after it was sent. The run
+    stops with LeaseLost at once: the running step is cancelled and its dependent never
+    starts."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    ledger = Ledger()
+    entered = anyio.Event()
+    reasons: list[ms.CancelReason | None] = []
+
+    async def park(**_: Any) -> str:
+        ledger.add("tool", "park")
+        store.late_renewal = TTL
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        except BaseException:
+            reasons.append(ms.cancel_reason())
+            raise
+        return "unreachable"  # pragma: no cover
+
+    plan = plan_of(tool("park", "park"), tool("after", "inc", "park", x=1))
+    async with runtime(
+        store,
+        ledger,
+        tools={"park": park},
+        lease_clock=clock,
+        lease_ttl=TTL,
+        heartbeat_interval=0.05,
+    ) as rt:
+        handle = await rt.start("late heartbeat", plan, execution_id="ex-hb")
+        with anyio.fail_after(30):
+            await entered.wait()
+            result = await handle.wait()
+    assert isinstance(result.stopped_by, ms.LeaseLost), result.stopped_by
+    assert ledger.names() == ["park"]
+    assert len(reasons) == 1
+    root = reasons[0].root if reasons[0] is not None else None
+    assert isinstance(root, ms.LeaseLost), reasons
+    store.close()
+
+
+async def test_l5_a_lease_gone_stale_between_steps_is_renewed_before_the_next_step_starts(
+    tmp_path: Path,
+) -> None:
+    """A step waits to be retried while no heartbeat comes (the holder's clock jumps past
+    the lease meanwhile, as after a long pause): before the retry starts, the lease is
+    renewed, on time, and the run goes on to complete."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    ledger = Ledger()
+    calls = 0
+    renewals_before: list[int] = []
+
+    async def flaky(**_: Any) -> str:
+        nonlocal calls
+        calls += 1
+        ledger.add("tool", f"flaky:{calls}")
+        if calls == 1:
+            raise ConnectionError("boom")
+        return "ok"
+
+    async def advance_on_retry(rt: ms.Runtime) -> None:
+        async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                if type(event).__name__ == "StepRetrying":
+                    renewals_before.append(store.renewals)
+                    clock.advance(10 * 600.0)  # between the failure's commit and the retry
+                    return
+
+    plan = plan_of(ms.PlanStep(id="f", tool="flaky"))
+    # The backoff (2 s) leaves the watcher ample time to move the clock before the retry.
+    policy = RetryPolicy(max_attempts=2, base_delay=2.0, max_delay=2.0)
+    async with (
+        runtime(
+            store,
+            ledger,
+            tools={"flaky": flaky},
+            lease_clock=clock,
+            retries={"tool": policy},
+            lease_ttl=600.0,
+            heartbeat_interval=500.0,
+        ) as rt,
+        anyio.create_task_group() as tg,
+    ):
+        before = rt._bus.subscribers
+        tg.start_soon(advance_on_retry, rt)
+        while rt._bus.subscribers == before:  # subscribed: nothing published is missed
+            await anyio.lowlevel.checkpoint()
+        handle = await rt.start("stale", plan, execution_id="ex-stale")
+        with anyio.fail_after(60):
+            result = await handle.wait()
+    assert result.status == "completed", (result.status, result.stopped_by)
+    assert ledger.names() == ["flaky:1", "flaky:2"]
+    assert renewals_before, "the retry was announced"
+    assert store.renewals > renewals_before[0]  # the lease was renewed before the retry
+    store.close()
+
+
+# -- on PostgreSQL: the answer to a COMMIT held by the network -------------------------------
+
+STEPS = [f"s{k:02d}" for k in range(4)]
+
+
+def _through(url: str, port: int) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")
+    userinfo = netloc[0] + "@" if netloc[1] else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}127.0.0.1:{port}"))
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    parts = urllib.parse.urlsplit(require_server())
+    tcp = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    yield tcp
+    tcp.close()
+
+
+async def test_l5_a_commit_answered_after_another_host_took_over_never_runs_a_step_twice(
+    postgres_url: str,
+    proxy: TcpProxy,
+) -> None:
+    """Host A (2 s lease) commits step s01's completion; the COMMIT lands, but the network
+    holds its answer. A's lease lapses, host B takes the run over and finishes it; then A
+    gets its "ok". Before L5, A took it and started s02 again (6 of 6 in the report): a
+    committed step ran twice. Now A stops with LeaseLost and every step ran once."""
+    ran: collections.Counter[str] = collections.Counter()
+
+    async def mark(step: str) -> str:
+        ran[step] += 1
+        return f"{step}:done"
+
+    tools = {"mark": mark}
+    plan = ms.Plan(
+        id="held",
+        goal="held answer",
+        steps=tuple(
+            ms.PlanStep(
+                id=step,
+                tool="mark",
+                input={"step": step},
+                depends_on=(STEPS[k - 1],) if k else (),
+            )
+            for k, step in enumerate(STEPS)
+        ),
+    )
+    proxy.hold_answer(b"s01:done")  # the commit of s01's output, by A (through the proxy)
+    async with ms.open_runtime(
+        store=_through(postgres_url, proxy.port), tools=tools, lease_ttl=2.0, owner="host-a"
+    ) as a:
+        handle_a = await a.start("held answer", plan, execution_id="ex-held")
+        assert await anyio.to_thread.run_sync(proxy.holding.wait, 60)
+        async with ms.open_runtime(store=postgres_url, tools=tools, lease_ttl=2.0) as b:
+            with anyio.fail_after(60):  # A's lease lapses on the server's clock
+                while True:
+                    try:
+                        handle_b = await b.resume("ex-held")
+                        break
+                    except ms.ExecutionBusy:
+                        await anyio.sleep(0.1)
+                result_b = await handle_b.wait()
+        assert result_b.status == "completed", result_b.error
+        proxy.release()  # A's "ok" arrives, a whole lease late
+        with anyio.fail_after(60):
+            result_a = await handle_a.wait()
+    assert isinstance(result_a.stopped_by, ms.LeaseLost), result_a.stopped_by
+    assert ran == dict.fromkeys(STEPS, 1)  # nothing committed ran twice

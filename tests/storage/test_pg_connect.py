@@ -1,0 +1,168 @@
+"""L6: no PostgreSQL session of a store holds a row lock past a bound, against the real server.
+
+A store's sessions carry server-side timeouts (``idle_in_transaction_session_timeout``,
+``lock_timeout``, optionally ``statement_timeout``), and every transaction is synced before
+the store does anything else, so a host frozen or cut off mid-transaction is, to the server,
+a session idle in a transaction: it is ended within the bound and its row locks go with it.
+A host waiting for such a lock waits a ``lock_timeout`` at a time and tries again, and the
+caller can give up at any moment.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+
+import mainspring as ms
+from mainspring.storage import Execution, Lease
+from mainspring.storage._postgres import PostgresStore
+from tests._postgres import postgres_url
+
+__all__ = ["postgres_url"]  # the fixture, used by name
+
+pytestmark = pytest.mark.anyio
+
+ID = "ex-locked"
+
+
+def _seed(url: str) -> None:
+    """A running execution whose lease lapsed long ago: any host may take it over."""
+    store = PostgresStore(url)
+    try:
+        now = store.now()
+        record = Execution(
+            id=ID,
+            goal="locked",
+            status="running",
+            lease=Lease(owner="gone:1:x", expires_at=now - 100.0, epoch=1),
+            created_at=now - 200.0,
+            updated_at=now - 200.0,
+        )
+        assert store.create(record)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def seeded(postgres_url: str) -> str:
+    _seed(postgres_url)
+    return postgres_url
+
+
+def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url: str) -> None:
+    store = PostgresStore(
+        postgres_url, session_timeout=3.0, lock_timeout=0.75, statement_timeout=40.0
+    )
+    try:
+        with store._connections.reading() as conn:
+            shown = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in (
+                    "idle_in_transaction_session_timeout",
+                    "lock_timeout",
+                    "statement_timeout",
+                )
+            }
+    finally:
+        store.close()
+    assert shown == {
+        "idle_in_transaction_session_timeout": "3s",
+        "lock_timeout": "750ms",
+        "statement_timeout": "40s",
+    }
+
+
+def test_l6_the_url_s_own_options_are_kept_beside_the_store_s_timeouts(postgres_url: str) -> None:
+    url = f"{postgres_url}&options=-c%20work_mem%3D8MB%20-c%20lock_timeout%3D5s"
+    store = PostgresStore(url)
+    try:
+        with store._connections.reading() as conn:
+            work_mem = conn.execute("SHOW work_mem").fetchone()[0]
+            lock = conn.execute("SHOW lock_timeout").fetchone()[0]
+            idle = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0]
+    finally:
+        store.close()
+    assert (work_mem, lock, idle) == ("8MB", "5s", "5s")  # the URL's lock_timeout wins
+
+
+class Frozen(threading.Thread):
+    """A host frozen mid-transaction: its store locks the execution's row (the first query
+    of a write transaction) and then its thread stops, as in a GC pause or a frozen VM,
+    until ``thaw``."""
+
+    def __init__(self, url: str, session_timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.store = PostgresStore(url, session_timeout=session_timeout)
+        self.locked = threading.Event()
+        self.thawed = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.store._atomic():
+                self.store._prepare([ID])
+                self.locked.set()
+                self.thawed.wait(120)
+        except BaseException as exc:  # the session was ended under it: expected
+            self.error = exc
+
+    def thaw(self) -> None:
+        self.thawed.set()
+        self.join(60)
+        self.store.close()
+
+
+async def test_l6_a_host_frozen_holding_a_row_lock_loses_it_and_another_host_resumes(
+    seeded: str,
+) -> None:
+    """Host A locks the run's row and freezes. On today's pipelined lock the server sees
+    A's session as active (not idle in a transaction), no timeout ends it, and B's resume
+    waits for as long as A is frozen. Synced, A's session is ended after its
+    ``session_timeout`` (1 s) and B takes the run over."""
+    frozen = Frozen(seeded, session_timeout=1.0)
+    frozen.start()
+    try:
+        assert await anyio.to_thread.run_sync(frozen.locked.wait, 30)
+        async with ms.open_runtime(store=seeded, lease_ttl=5.0) as b:
+            with anyio.fail_after(30):  # far beyond the bound; the frozen host waits 120 s
+                handle = await b.resume(ID)
+                result = await handle.wait()
+            record = await b.get(ID)
+    finally:
+        await anyio.to_thread.run_sync(frozen.thaw)
+    assert record is not None
+    assert record.lease is not None
+    assert record.lease.epoch == 2  # B's tenure
+    assert result.execution_id == ID
+
+
+async def test_l6_a_resume_waiting_for_a_row_lock_is_cancelled_promptly(
+    seeded: str,
+) -> None:
+    """A session outside the library holds the run's row lock and keeps it (no timeout of
+    ours applies to it). A resume that waits for it ends as soon as its caller cancels it,
+    and the runtime's writer stops waiting within a bound (its ``lock_timeout``, retried
+    within its ``reconnect_timeout``): the runtime closes."""
+    holder = psycopg.connect(seeded.split("?")[0])
+    schema = seeded.split("schema=")[1]
+    holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
+    try:
+        store = PostgresStore(seeded, lock_timeout=0.5, reconnect_timeout=2.0)
+        began = time.monotonic()
+        async with ms.open_runtime(store=store, lease_ttl=5.0) as b:
+            with anyio.move_on_after(1.0) as scope:
+                await b.resume(ID)
+            assert scope.cancelled_caught
+            cancelled_in = time.monotonic() - began
+        closed_in = time.monotonic() - began
+    finally:
+        holder.close()
+    assert cancelled_in < 20.0, cancelled_in  # promptly: not when the holder lets go
+    # A waiter with no lock_timeout would keep the runtime from closing for as long as
+    # the holder keeps its lock; this one gives up after ~2 s of waits.
+    assert closed_in < 30.0, closed_in
