@@ -163,10 +163,12 @@ async def open_runtime(
                 yield runtime
             finally:
                 with anyio.CancelScope(shield=True):
+                    # Invariant V4: streams end as closing begins, before the runs stop, so
+                    # a consumer nested in this block (a server's response) never holds it.
+                    runtime.close_streams()
                     # Runs stop (and release their leases) while the writer is still there.
                     await executions.stop(Shutdown(detail="the runtime is closing"))
                     await committer.drain()
-                    bus.close()
                     await runtime._followers.close()  # before the store closes
     finally:
         with anyio.CancelScope(shield=True):
