@@ -311,7 +311,6 @@ async def test_a_read_under_way_when_the_runtime_closes_is_followed_by_a_last_on
     assert got == full
 
 
-
 async def _drain(stream: AsyncIterator[Any], into: list[Any], ended: anyio.Event) -> None:
     """Iterate ``stream`` to its end (no exception), then say so."""
     async with contextlib.aclosing(stream):  # type: ignore[type-var]
@@ -342,15 +341,15 @@ async def test_v4_every_stream_ends_when_the_runtime_starts_closing(tmp_path: Pa
     live: list[Any] = []
     history: list[HistoryEvent] = []
     with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            async with runtime(tmp_path, tools={"hold": hold}) as rt:
-                before = rt._bus.subscribers
-                tg.start_soon(_drain, rt.events(), live, live_ended)
-                tg.start_soon(_drain, rt.events(after=0, poll=60), history, follower_ended)
-                while rt._bus.subscribers == before:  # subscribed: nothing is missed
-                    await anyio.lowlevel.checkpoint()
-                await rt.start("g", plan_of(tool("h", "hold")), execution_id="ex-s")
-                await entered.wait()
+        async with anyio.create_task_group() as tg, runtime(tmp_path, tools={"hold": hold}) as rt:
+            before = rt._bus.subscribers
+            tg.start_soon(_drain, rt.events(), live, live_ended)
+            tg.start_soon(_drain, rt.events(after=0, poll=60), history, follower_ended)
+            while rt._bus.subscribers == before:  # subscribed: nothing is missed
+                await anyio.lowlevel.checkpoint()
+            await rt.start("g", plan_of(tool("h", "hold")), execution_id="ex-s")
+            await entered.wait()
+            # Leaving the block closes the runtime while both consumers still iterate.
     assert ended_before_the_runs_stopped == [True]
     assert any(isinstance(e, ms.executions.StepStarted) for e in live)
     assert [e.kind for e in history][:1] == ["created"]
@@ -382,14 +381,17 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
                 rt.close_streams()
                 rt.close_streams()  # twice is harmless
             # The task group ended: every stream finished on its own.
-            assert live_ended.is_set() and follower_ended.is_set() and one_ended.is_set()
+            assert live_ended.is_set()
+            assert follower_ended.is_set()
+            assert one_ended.is_set()
             assert any(isinstance(e, ms.executions.ExecutionStarted) for e in live)
             later: list[Any] = []
             async for event in rt.events():
                 later.append(event)  # pragma: no cover - nothing comes
             async for event in rt.events("ex-k", after=0):
                 later.append(event)  # what is durable now (one page), then the end
-            assert later and all(e.execution_id == "ex-k" for e in later)
+            assert later
+            assert all(e.execution_id == "ex-k" for e in later)
             # The runtime still runs what it started.
             released.set()
             assert (await handle.wait()).status == "completed"
