@@ -163,14 +163,20 @@ def servers() -> Iterator[list[_Server]]:
 
 
 async def _sse(
-    client: Any, url: str, until: Callable[[dict[str, Any]], bool] | None, **headers: str
+    client: Any,
+    url: str,
+    until: Callable[[dict[str, Any]], bool] | None,
+    within: float = 60,
+    **headers: str,
 ) -> list[dict[str, Any]]:
     """Server-sent events from ``url`` (each ``{"id", "event", "data"}``) until one meets
-    ``until`` (then the client hangs up) or the server ends the stream."""
+    ``until`` (then the client hangs up) or the server ends the stream, within ``within``
+    seconds (a stream may be quiet for long: no read timeout)."""
     got: list[dict[str, Any]] = []
     block: dict[str, Any] = {}
-    with anyio.fail_after(60):
-        async with client.stream("GET", url, headers=headers) as response:
+    quiet = httpx.Timeout(30, read=None)
+    with anyio.fail_after(within):
+        async with client.stream("GET", url, headers=headers, timeout=quiet) as response:
             assert response.status_code == 200
             async with contextlib.aclosing(response.aiter_lines()) as lines:
                 async for line in lines:
@@ -274,7 +280,8 @@ async def test_v4_a_real_server_exits_promptly_on_sigint_with_clients_streaming(
 
         async def follow(name: str, stream_url: str) -> None:
             nonlocal ended
-            async with client.stream("GET", stream_url) as response:
+            quiet = httpx.Timeout(30, read=None)
+            async with client.stream("GET", stream_url, timeout=quiet) as response:
                 streams[name] = []
                 if len(streams) == 2:
                     streaming.set()
@@ -333,7 +340,6 @@ async def test_a_run_killed_with_its_server_goes_on_after_a_restart(
         servers.append(again)
         await again.ready(client)
         events = f"{again.url}/executions/{execution_id}/events"
-        with anyio.fail_after(90):
-            await _sse(client, events, _is("status", status="waiting_for_clarification"))
+        await _sse(client, events, _is("status", status="waiting_for_clarification"), 90)
         view = (await client.get(f"{again.url}/executions/{execution_id}")).json()
         assert view["outputs"]["search"] == "3 sources on tide"
