@@ -126,17 +126,17 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
         schedule(rt.close_streams)  # safe from a signal handler, unlike most loop calls
         servers[signum](signum, frame)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(signum)
+    for exit_signal in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(exit_signal)
         if callable(handler):
-            servers[signum] = handler
-            signal.signal(signum, on_exit)
+            servers[exit_signal] = handler
+            signal.signal(exit_signal, on_exit)
     try:
         yield
     finally:
-        for signum, handler in servers.items():
-            if signal.getsignal(signum) is on_exit:
-                signal.signal(signum, handler)
+        for number, server in servers.items():
+            if signal.getsignal(number) is on_exit:
+                signal.signal(number, server)
 
 
 @asynccontextmanager

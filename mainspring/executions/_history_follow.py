@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, overload
 
 import anyio
@@ -83,7 +83,7 @@ class HistoryFollowers:
 
     async def follow(
         self, execution_id: str | None, after: int, poll: float
-    ) -> AsyncIterator[HistoryEvent]:
+    ) -> AsyncGenerator[HistoryEvent, None]:
         """Every committed entry after ``after`` (of one execution, or of all), then every
         one committed later, until :meth:`stop` or the runtime closes."""
         last = after
@@ -121,10 +121,10 @@ class HistoryFollowers:
 
 
 async def _of_one(
-    stream: AsyncIterator[RunEvent | EventsDropped], execution_id: str
-) -> AsyncIterator[RunEvent | EventsDropped]:
+    stream: AsyncGenerator[RunEvent | EventsDropped, None], execution_id: str
+) -> AsyncGenerator[RunEvent | EventsDropped, None]:
     """The live events of one execution (and every ``EventsDropped``: it names none)."""
-    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+    async with contextlib.aclosing(stream):
         async for event in stream:
             if isinstance(event, EventsDropped) or event.execution_id == execution_id:
                 yield event
@@ -144,7 +144,7 @@ class RuntimeEvents:
         after: None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[RunEvent | EventsDropped]: ...
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None]: ...
 
     @overload
     def events(
@@ -154,7 +154,7 @@ class RuntimeEvents:
         after: int,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[HistoryEvent]: ...
+    ) -> AsyncGenerator[HistoryEvent, None]: ...
 
     def events(
         self,
@@ -163,7 +163,7 @@ class RuntimeEvents:
         after: int | None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """Iterate over what happens to executions (V1: ids, states, counts), of one
         execution or of all. Iteration ends, normally, when the runtime begins to close or
         :meth:`close_streams` is called (V4).

@@ -189,7 +189,6 @@ async def _sse(
                     if until is not None and until(got[-1]):
                         return got
     return got
-    return got
 
 
 def _is(kind: str, **fields: Any) -> Callable[[dict[str, Any]], bool]:
@@ -274,7 +273,7 @@ async def test_v4_a_real_server_exits_promptly_on_sigint_with_clients_streaming(
         ).json()["id"]
         run_events = f"{url}/executions/{execution_id}/events"
         await _sse(client, run_events, _is("status", status="waiting_for_clarification"))
-        streams: dict[str, list[dict[str, Any]]] = {}
+        streams: dict[str, list[str]] = {}
         streaming = anyio.Event()
         ended = 0.0
 

@@ -388,8 +388,8 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
             later: list[Any] = []
             async for event in rt.events():
                 later.append(event)  # pragma: no cover - nothing comes
-            async for event in rt.events("ex-k", after=0):
-                later.append(event)  # what is durable now (one page), then the end
+            async for entry in rt.events("ex-k", after=0):
+                later.append(entry)  # what is durable now (one page), then the end
             assert later
             assert all(e.execution_id == "ex-k" for e in later)
             # The runtime still runs what it started.
