@@ -79,6 +79,26 @@ async def test_pause_cancel_stop_and_errors_over_http(client: Any) -> None:
     assert (await client.post("/tasks/nope:t1/stop")).status_code == 404
 
 
+async def test_answer_list_and_the_runs_view_over_http(client: Any) -> None:
+    execution_id = (await client.post("/executions", json={"goal": "research tide"})).json()["id"]
+    await _until(client, execution_id, "waiting_for_clarification")
+    listed = (await client.get("/executions")).json()
+    assert [(e["id"], e["status"]) for e in listed] == [(execution_id, "waiting_for_clarification")]
+    answered = await client.post(f"/executions/{execution_id}/answer", json={"text": "deep"})
+    assert answered.status_code == 202
+    done = await _until(client, execution_id, "completed")
+    assert done["outputs"] == {
+        "search": "3 sources on tide",
+        "sum": "summary of tide",
+        "research": "3 sources on tide, depth: deep",
+    }
+    assert done["errors"] == {}
+    again = await client.post(f"/executions/{execution_id}/answer", json={"text": "more"})
+    assert again.status_code == 409  # not waiting for an answer
+    assert (await client.post("/executions/nope/answer", json={"text": "x"})).status_code == 404
+    assert (await client.get("/executions", params={"limit": 0})).status_code == 422
+
+
 async def test_server_sent_events_carry_ids_and_states(client: Any) -> None:
     async def read() -> str:
         response = await client.get("/events", params={"limit": 4})

@@ -398,3 +398,31 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
             full = await _history(rt.store)
     assert history == full[: len(history)]
     assert of_one == [e for e in history if e.execution_id == "ex-k"]
+
+
+async def test_v2_a_follower_of_one_run_resumes_after_a_restart_from_its_last_seq(
+    store_path: Path,
+) -> None:
+    """A server's client follows one run, the server stops (its streams end, the run stops
+    with it), another server resumes the run and the client comes back with ``after=`` the
+    last seq it got (its ``Last-Event-ID``): every entry of that run, none twice."""
+    released, tools = _gate()
+    plan = plan_of(tool("s0", x=0), tool("g", "gate", "s0"), tool("s1", "inc", "g", x=1))
+    first: list[HistoryEvent] = []
+    second: list[HistoryEvent] = []
+    with anyio.fail_after(60):
+        async with runtime(store_path, tools=tools) as rt:
+            async with contextlib.aclosing(rt.events("ex-1", after=0, poll=60)) as stream:
+                await rt.start("g", plan, execution_id="ex-1")
+                await rt.start("g", linear(2), execution_id="ex-2")  # another run's entries
+                await _until(stream, lambda e: e.step_id == "s0" and e.status == "succeeded", first)
+            rt.close_streams()  # the server stops: its clients' streams end first
+        released.set()
+        async with runtime(store_path, tools=tools) as rt:
+            stream = rt.events("ex-1", after=first[-1].seq, poll=60)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_until, stream, lambda e: _ended(e, "ex-1"), second)
+                assert (await (await rt.resume("ex-1")).wait()).status == "completed"
+            full = [e for e in await _history(rt.store) if e.execution_id == "ex-1"]
+    assert first + second == full[: len(first) + len(second)]
+    assert second[-1] == next(e for e in full if _ended(e, "ex-1"))
