@@ -9,8 +9,8 @@ timeout is what catches commits of other processes on the same store.
 
 Every stream handed out here ends, normally, when the runtime begins to close or when
 :meth:`RuntimeEvents.close_streams` is called (Invariant V4): a server ends its clients'
-streams at its own shutdown, before its lifespan closes the runtime, and a consumer nested
-inside the runtime's block never holds its closing.
+streams at its own shutdown, before its lifespan closes the runtime, and a consumer
+of the runtime never waits for its runs to stop (some take seconds: B2's grace).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class HistoryFollowers:
     def stop(self) -> None:
         """End every follower, now and from now on, while the store stays open: one that
         waits for news (or is reading) reads once more what is durable and ends; one whose
-        consumer is busy elsewhere ends at its next step; one started later reads once and
-        ends. Synchronous and idempotent (Invariant V4)."""
+        consumer is busy elsewhere ends once it has yielded what it read; one started later
+        reads once and ends. Synchronous and idempotent (Invariant V4)."""
         self._closing = True
         for wait in self._waits:
             wait.cancel()

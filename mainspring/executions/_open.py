@@ -163,8 +163,8 @@ async def open_runtime(
                 yield runtime
             finally:
                 with anyio.CancelScope(shield=True):
-                    # Invariant V4: streams end as closing begins, before the runs stop, so
-                    # a consumer nested in this block (a server's response) never holds it.
+                    # Invariant V4: streams end as closing begins, not once the runs have
+                    # stopped (a process tree's grace can take seconds, B2).
                     runtime.close_streams()
                     # Runs stop (and release their leases) while the writer is still there.
                     await executions.stop(Shutdown(detail="the runtime is closing"))
