@@ -42,7 +42,7 @@ import anyio
 import anyio.to_thread
 import attrs
 from fastapi import FastAPI, Header, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 import mainspring as ms
@@ -270,11 +270,12 @@ async def execution_events(
     request: Request,
     last_event_id: Annotated[str | None, Header()] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
-) -> StreamingResponse:
+) -> Response:
     """Server-sent events: every change committed to this run, oldest first, each with
     ``id:`` its sequence number. Resumes after ``Last-Event-ID`` (or ``?after=``): nothing
-    missed, nothing repeated. Ends once the run has finished, and when the server stops
-    (the client reconnects with ``Last-Event-ID`` to the next one)."""
+    missed, nothing repeated. Ends once the run has finished (a reconnection then gets 204
+    No Content, which tells an ``EventSource`` to stop), and when the server stops (the
+    client reconnects with ``Last-Event-ID`` to the next one)."""
     if last_event_id is not None:
         if not last_event_id.isdigit() or len(last_event_id) > 20:
             raise HTTPException(400, "Last-Event-ID must be a sequence number")
@@ -282,10 +283,12 @@ async def execution_events(
     after = after or 0
     rt = _rt(request)
     done = (await _execution(rt, execution_id)).terminal
+    read = functools.partial(rt.store.history, execution_id)
+    if done and not await anyio.to_thread.run_sync(functools.partial(read, after=after)):
+        return Response(status_code=204)  # finished, all sent: EventSource stops reconnecting
 
     async def stored(after: int) -> AsyncIterator[str]:
         """A finished run's entries after ``after``: nothing more will come."""
-        read = functools.partial(rt.store.history, execution_id)
         while page := await anyio.to_thread.run_sync(functools.partial(read, after=after)):
             for entry in page:
                 yield _sse(entry)
