@@ -122,6 +122,38 @@ async def test_server_sent_events_carry_ids_and_states(client: Any) -> None:
     assert "research grid" not in text  # V1: no free text
 
 
+async def test_v4_an_exit_signal_ends_the_streams_then_reaches_the_servers_handler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifespan wraps the server's signal handler (here a stand-in for uvicorn's): the
+    signal ends the open event stream, then reaches the server's handler; leaving the
+    lifespan puts the server's handler back."""
+    monkeypatch.setenv("MAINSPRING_STORE", str(tmp_path / "app.sqlite3"))
+    received: list[int] = []
+
+    def server_handler(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, server_handler)
+    try:
+        app = fastapi_app.app
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                runtime = app.state.runtime
+                with anyio.fail_after(30):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(c.get, "/events")  # returns once the stream ended
+                        while runtime._bus.subscribers == 0:
+                            await anyio.lowlevel.checkpoint()
+                        assert signal.getsignal(signal.SIGTERM) is not server_handler
+                        signal.raise_signal(signal.SIGTERM)
+                assert received == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is server_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # -- a real uvicorn process ----------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
