@@ -1,38 +1,62 @@
-"""mainspring inside a FastAPI app: the runtime lives in the app's lifespan.
+"""mainspring inside a FastAPI app: a template to start from.
 
 Run it with ``uvicorn examples.fastapi_app:app`` (install ``fastapi`` and ``uvicorn``), then:
 
     curl -X POST localhost:8000/executions -d '{"goal": "research wind"}' \\
-         -H 'content-type: application/json'
-    curl localhost:8000/executions/<id>
-    curl -X POST localhost:8000/executions/<id>/resume -d '{"answer": "yes"}' ...
-    curl -N localhost:8000/events            # server-sent events, ids and states only
+         -H 'content-type: application/json'              # 202 {"id": ...}
+    curl localhost:8000/executions                          # the runs, newest first
+    curl localhost:8000/executions/<id>                     # steps, outputs, step errors
+    curl -N localhost:8000/executions/<id>/events           # its history, as server-sent events
+    curl -X POST localhost:8000/executions/<id>/answer -d '{"text": "deep"}' \\
+         -H 'content-type: application/json'              # answer the question it waits on
+    curl -X POST localhost:8000/executions/<id>/pause       # ... /cancel, /resume
+    curl -N localhost:8000/events                           # live events of every run here
+
+The per-run stream sends each committed change with an ``id:`` line (its sequence number);
+a client that reconnects with ``Last-Event-ID`` (browsers' ``EventSource`` do) gets what
+came after it, nothing missed and nothing repeated. Events carry ids, states and counts
+only, never text an agent wrote.
 
 The runtime's store defaults to ``$MAINSPRING_HOME``; set ``MAINSPRING_STORE`` to put it
 elsewhere. Every endpoint returns quickly: runs go on in the background, inside the
-lifespan, and stop (releasing their leases, resumable) when the server shuts down.
+lifespan. On Ctrl-C (or SIGTERM) the event streams end first, so the server does not wait
+for their clients to hang up; then the lifespan closes the runtime and every run stops,
+releasing its lease, resumable by the next start (``rt.recover()``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import os
-from collections.abc import AsyncIterator
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from types import FrameType
+from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 import attrs
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 import mainspring as ms
 
 # -- the agent world: deterministic stand-ins for real tools, models and agents -----------
 
+#: Seconds the stand-in search takes, as a real one would (0 by default).
+SEARCH_LATENCY = float(os.environ.get("EXAMPLE_SEARCH_LATENCY", "0"))
+
 
 async def search(topic: str) -> str:
+    await anyio.sleep(SEARCH_LATENCY)
+    if not topic.isalpha():  # real tools fail too: the run's view shows the step's error
+        raise ValueError(f"nothing to search for in {topic!r}")
     return f"3 sources on {topic}"
 
 
@@ -74,14 +98,56 @@ def runtime_options() -> dict[str, Any]:
 # -- the app ------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
+    """On SIGINT or SIGTERM, end the runtime's event streams, then let the server stop.
+
+    A server (uvicorn, like most) runs the lifespan's exit, where the runtime closes, only
+    once its open responses have finished; an event stream finishes only when the runtime
+    closes its streams. So this wraps the server's own signal handlers: each first asks the
+    event loop to call ``rt.close_streams()`` (every ``async for`` over ``rt.events()`` then
+    ends normally), then hands the signal to the server. Signals whose handler is not a
+    Python callable (not a server's), and any thread but the main one, are left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        schedule: Callable[[Callable[[], None]], Any] = (
+            asyncio.get_running_loop().call_soon_threadsafe
+        )
+    except RuntimeError:  # not asyncio: trio (hypercorn's trio worker)
+        import trio
+
+        schedule = trio.lowlevel.current_trio_token().run_sync_soon
+    servers: dict[int, Callable[[int, FrameType | None], Any]] = {}
+
+    def on_exit(signum: int, frame: FrameType | None) -> None:
+        schedule(rt.close_streams)  # safe from a signal handler, unlike most loop calls
+        servers[signum](signum, frame)
+
+    for exit_signal in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(exit_signal)
+        if callable(handler):
+            servers[exit_signal] = handler
+            signal.signal(exit_signal, on_exit)
+    try:
+        yield
+    finally:
+        for number, server in servers.items():
+            if signal.getsignal(number) is on_exit:
+                signal.signal(number, server)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = os.environ.get("MAINSPRING_STORE")
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt
-        # Runs the last shutdown (or crash) interrupted go on, here.
-        await rt.recover()
-        yield
+        with streams_end_on_exit_signal(rt):
+            # Runs the last shutdown (or crash) interrupted go on, here.
+            await rt.recover()
+            yield
 
 
 app = FastAPI(title="mainspring example", lifespan=lifespan)
@@ -92,8 +158,17 @@ async def invalid_id(request: Request, exc: ms.storage.InvalidId) -> JSONRespons
     return JSONResponse({"detail": "invalid id"}, status_code=400)
 
 
+@app.exception_handler(ms.UnknownExecution)
+async def unknown_execution(request: Request, exc: ms.UnknownExecution) -> JSONResponse:
+    return JSONResponse({"detail": "no such execution"}, status_code=404)
+
+
 class StartBody(BaseModel):
     goal: str
+
+
+class AnswerBody(BaseModel):
+    text: str
 
 
 class ResumeBody(BaseModel):
@@ -106,14 +181,36 @@ def _rt(request: Request) -> ms.Runtime:
     return runtime
 
 
+async def _execution(rt: ms.Runtime, execution_id: str) -> ms.storage.Execution:
+    execution = await rt.get(execution_id)
+    if execution is None:
+        raise HTTPException(404, "no such execution")
+    return execution
+
+
 def _view(execution: ms.storage.Execution) -> dict[str, Any]:
+    """A run as its owner sees it. What is stored was redacted before it reached disk: an
+    output or error holding a secret shows it masked."""
     plan = execution.plan
+    outputs: dict[str, Any] = {}
+    errors: dict[str, dict[str, Any]] = {}
+    for obs in execution.observations:  # the last one of a step wins (retries, resumes)
+        if obs.ok:
+            outputs[obs.step_id] = obs.output
+            errors.pop(obs.step_id, None)
+        else:
+            errors[obs.step_id] = {"error": obs.error, "code": obs.code}
+            outputs.pop(obs.step_id, None)
     return {
         "id": execution.id,
         "status": execution.status,
+        "goal": execution.goal,
         "steps": {s.id: s.status for s in plan.steps} if plan else {},
+        "outputs": outputs,
+        "errors": errors,
         "pending": execution.pending.question if execution.pending else None,
         "calls_used": execution.calls_used,
+        "updated_at": execution.updated_at,
     }
 
 
@@ -127,45 +224,126 @@ async def start(body: StartBody, request: Request) -> dict[str, str]:
     return {"id": handle.execution_id}
 
 
+@app.get("/executions")
+async def list_executions(
+    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[dict[str, Any]]:
+    """The stored runs, most recently changed first (at most ``limit``)."""
+    found = sorted(await _rt(request).executions(), key=lambda e: e.updated_at, reverse=True)
+    return [
+        {
+            "id": e.id,
+            "status": e.status,
+            "steps_done": sum(1 for s in e.plan.steps if s.status in ms.storage.STEP_FINISHED)
+            if e.plan
+            else 0,
+            "steps_total": len(e.plan.steps) if e.plan else 0,
+            "updated_at": e.updated_at,
+        }
+        for e in found[:limit]
+    ]
+
+
 @app.get("/executions/{execution_id}")
 async def show(execution_id: str, request: Request) -> dict[str, Any]:
-    execution = await _rt(request).get(execution_id)
-    if execution is None:
-        raise HTTPException(404, "no such execution")
-    return _view(execution)
+    return _view(await _execution(_rt(request), execution_id))
 
 
 @app.get("/executions/{execution_id}/tasks")
 async def tasks(execution_id: str, request: Request) -> list[dict[str, Any]]:
+    records = await _rt(request).agent_tasks(execution_id)
+    return [{"id": t.id, "state": t.state, "step": t.step_id} for t in records]
+
+
+def _sse(entry: ms.storage.HistoryEvent) -> str:
+    data = {k: v for k, v in attrs.asdict(entry).items() if v is not None}
+    return f"id: {entry.seq}\nevent: {entry.kind}\ndata: {json.dumps(data)}\n\n"
+
+
+def _finished(entry: ms.storage.HistoryEvent) -> bool:
+    return entry.kind == "status" and entry.status in ms.storage.EXECUTION_TERMINAL
+
+
+@app.get("/executions/{execution_id}/events")
+async def execution_events(
+    execution_id: str,
+    request: Request,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """Server-sent events: every change committed to this run, oldest first, each with
+    ``id:`` its sequence number. Resumes after ``Last-Event-ID`` (or ``?after=``): nothing
+    missed, nothing repeated. Ends once the run has finished (a reconnection then gets 204
+    No Content, which tells an ``EventSource`` to stop), and when the server stops (the
+    client reconnects with ``Last-Event-ID`` to the next one)."""
+    if last_event_id is not None:
+        if not last_event_id.isdigit() or len(last_event_id) > 20:
+            raise HTTPException(400, "Last-Event-ID must be a sequence number")
+        after = int(last_event_id)
+    after = after or 0
+    rt = _rt(request)
+    done = (await _execution(rt, execution_id)).terminal
+    read = functools.partial(rt.store.history, execution_id)
+    if done and not await anyio.to_thread.run_sync(functools.partial(read, after=after)):
+        return Response(status_code=204)  # finished, all sent: EventSource stops reconnecting
+
+    async def stored(after: int) -> AsyncIterator[str]:
+        """A finished run's entries after ``after``: nothing more will come."""
+        while page := await anyio.to_thread.run_sync(functools.partial(read, after=after)):
+            for entry in page:
+                yield _sse(entry)
+            after = page[-1].seq
+
+    async def followed(after: int) -> AsyncIterator[str]:
+        # Ends when the server stops too: rt.close_streams() (see streams_end_on_exit_signal).
+        async with contextlib.aclosing(rt.events(execution_id, after=after)) as entries:
+            async for entry in entries:
+                yield _sse(entry)
+                after = entry.seq
+                if _finished(entry):
+                    break
+            else:
+                return
+        # The rest of the commit that finished it (its steps, tasks...) is durable with it.
+        async for text in stored(after):
+            yield text
+
+    stream = stored(after) if done else followed(after)
+    return StreamingResponse(stream, media_type="text/event-stream")
+
+
+@app.post("/executions/{execution_id}/answer", status_code=202)
+async def answer(execution_id: str, body: AnswerBody, request: Request) -> dict[str, str]:
+    """Answer the question the run waits on; 409 if it waits on none.
+
+    ``rt.answer`` stores the answer durably (or refuses with ``NotWaiting``); a run live in
+    another process takes it at its next heartbeat, a stored one continues here."""
+    rt = _rt(request)
     try:
-        records = await _rt(request).agent_tasks(execution_id)
+        await rt.answer(execution_id, body.text)
+    except ms.executions.NotWaiting as exc:
+        raise HTTPException(409, str(exc)) from None
     except ms.UnknownExecution:
         raise HTTPException(404, "no such execution") from None
-    return [{"id": t.id, "state": t.state, "step": t.step_id} for t in records]
+    with contextlib.suppress(ms.ExecutionBusy):  # live elsewhere: that runner takes it
+        await rt.resume(execution_id)
+    return {"id": execution_id}
 
 
 @app.post("/executions/{execution_id}/pause")
 async def pause(execution_id: str, request: Request) -> dict[str, Any]:
-    try:
-        return _result(await _rt(request).pause(execution_id, reason="paused over HTTP"))
-    except ms.UnknownExecution:
-        raise HTTPException(404, "no such execution") from None
+    return _result(await _rt(request).pause(execution_id, reason="paused over HTTP"))
 
 
 @app.post("/executions/{execution_id}/cancel")
 async def cancel(execution_id: str, request: Request) -> dict[str, Any]:
-    try:
-        return _result(await _rt(request).cancel(execution_id, reason="cancelled over HTTP"))
-    except ms.UnknownExecution:
-        raise HTTPException(404, "no such execution") from None
+    return _result(await _rt(request).cancel(execution_id, reason="cancelled over HTTP"))
 
 
 @app.post("/executions/{execution_id}/resume", status_code=202)
 async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[str, str]:
     try:
         handle = await _rt(request).resume(execution_id, answer=body.answer, approve=body.approve)
-    except ms.UnknownExecution:
-        raise HTTPException(404, "no such execution") from None
     except ms.ExecutionBusy as exc:
         raise HTTPException(409, str(exc)) from None
     return {"id": handle.execution_id}
@@ -183,8 +361,9 @@ async def stop_task(task_id: str, request: Request, cascade: bool = False) -> di
 
 @app.get("/events")
 async def events(request: Request, limit: int = 0) -> StreamingResponse:
-    """Server-sent events: every runtime event (ids, states, counts only). ``limit`` ends
-    the stream after that many events (0: never)."""
+    """Server-sent events: the live events of every run in this process (ids, states,
+    counts only). ``limit`` ends the stream after that many events (0: never); it ends
+    when the server stops too."""
     rt = _rt(request)
 
     async def stream() -> AsyncIterator[str]:

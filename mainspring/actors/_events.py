@@ -8,7 +8,7 @@ slow consumer can never stall the runtime (or grow its memory) and never silentl
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -69,7 +69,7 @@ class EventBus(Generic[E]):
                 sub.wake.set()
                 sub.wake = None
 
-    async def subscribe(self, buffer: int) -> AsyncIterator[E | EventsDropped]:
+    async def subscribe(self, buffer: int) -> AsyncGenerator[E | EventsDropped, None]:
         """Iterate over events published from the first ``__anext__`` on."""
         if buffer < 1:
             raise ValueError(f"buffer must be at least 1, not {buffer}")

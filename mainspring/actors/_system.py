@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -208,7 +208,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
             raise MainspringError(f"supervisor {cell.path} failed to start: {cell.final_reason()}")
         return cell.ref
 
-    def events(self, *, buffer: int = 1000) -> AsyncIterator[object]:
+    def events(self, *, buffer: int = 1000) -> AsyncGenerator[object, None]:
         """Iterate over supervision events (child started, restarted, failed, ...).
 
         Events carry names, paths, reasons and counts only. Each iterator keeps up to

@@ -6,6 +6,11 @@ entries are committed in sequence order (V2), so it never yields one twice and n
 one. Between reads it waits until this process's writer made a write durable
 (:class:`~mainspring.storage.Durable`) or ``poll`` seconds passed, whichever comes first: the
 timeout is what catches commits of other processes on the same store.
+
+Every stream handed out here ends, normally, when the runtime begins to close or when
+:meth:`RuntimeEvents.close_streams` is called (Invariant V4): a server ends its clients'
+streams at its own shutdown, before its lifespan closes the runtime, and a consumer
+of the runtime never waits for its runs to stop (some take seconds: B2's grace).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, overload
 
 import anyio
@@ -42,11 +47,21 @@ class HistoryFollowers:
         self._closing = False
         self._closed = False  # the store may be gone: nobody reads any more
         self._idle: anyio.Event | None = None
+        self._waits: set[anyio.CancelScope] = set()  # the waits of parked followers
+
+    def stop(self) -> None:
+        """End every follower, now and from now on, while the store stays open: one that
+        waits for news (or is reading) reads once more what is durable and ends; one whose
+        consumer is busy elsewhere ends once it has yielded what it read; one started later
+        reads once and ends. Synchronous and idempotent (Invariant V4)."""
+        self._closing = True
+        for wait in self._waits:
+            wait.cancel()
 
     async def close(self) -> None:
-        """End every follower: those waiting read what is durable now and stop; those
-        not waiting stop at their next step. Returns once no read is under way."""
-        self._closing = True
+        """End every follower (:meth:`stop`) and return once no read is under way: the
+        store may close then."""
+        self.stop()
         self._durable.close()
         while self._reads or self._parked:
             self._idle = anyio.Event()
@@ -68,9 +83,9 @@ class HistoryFollowers:
 
     async def follow(
         self, execution_id: str | None, after: int, poll: float
-    ) -> AsyncIterator[HistoryEvent]:
+    ) -> AsyncGenerator[HistoryEvent, None]:
         """Every committed entry after ``after`` (of one execution, or of all), then every
-        one committed later, until the runtime closes."""
+        one committed later, until :meth:`stop` or the runtime closes."""
         last = after
         durable = self._durable
         while not self._closed:
@@ -92,8 +107,12 @@ class HistoryFollowers:
                 continue
             self._parked += 1
             try:
-                with anyio.move_on_after(poll):
-                    await durable.wait_past(mark)
+                with anyio.move_on_after(poll) as wait:
+                    self._waits.add(wait)  # stop() ends it (V4)
+                    try:
+                        await durable.wait_past(mark)
+                    finally:
+                        self._waits.discard(wait)
             finally:
                 # No checkpoint from here to the next read's start: close() counts us
                 # as parked, then as reading, and so waits for our last read.
@@ -102,10 +121,10 @@ class HistoryFollowers:
 
 
 async def _of_one(
-    stream: AsyncIterator[RunEvent | EventsDropped], execution_id: str
-) -> AsyncIterator[RunEvent | EventsDropped]:
+    stream: AsyncGenerator[RunEvent | EventsDropped, None], execution_id: str
+) -> AsyncGenerator[RunEvent | EventsDropped, None]:
     """The live events of one execution (and every ``EventsDropped``: it names none)."""
-    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+    async with contextlib.aclosing(stream):
         async for event in stream:
             if isinstance(event, EventsDropped) or event.execution_id == execution_id:
                 yield event
@@ -125,7 +144,7 @@ class RuntimeEvents:
         after: None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[RunEvent | EventsDropped]: ...
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None]: ...
 
     @overload
     def events(
@@ -135,7 +154,7 @@ class RuntimeEvents:
         after: int,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[HistoryEvent]: ...
+    ) -> AsyncGenerator[HistoryEvent, None]: ...
 
     def events(
         self,
@@ -144,9 +163,10 @@ class RuntimeEvents:
         after: int | None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """Iterate over what happens to executions (V1: ids, states, counts), of one
-        execution or of all. Iteration ends when the runtime closes.
+        execution or of all. Iteration ends, normally, when the runtime begins to close or
+        :meth:`close_streams` is called (V4).
 
         Without ``after``: the runtime's live events, one of the :data:`RunEvent` classes
         each, from the first ``__anext__`` on, of the runs in this process only. A
@@ -161,8 +181,9 @@ class RuntimeEvents:
         can start again with ``after=`` the last ``seq`` it saw and misses nothing. When the
         runtime closes, a follower that waits for news (or is reading) reads once more what
         is durable (up to 1,000 entries) and ends; one whose consumer is busy elsewhere ends
-        at its next step; the rest is there for a follower started with ``after=`` its last
-        ``seq``. ``buffer`` applies to live events only.
+        once it has yielded the entries it read; the rest is there for a follower started
+        with ``after=`` its last ``seq`` (a server's ``Last-Event-ID``). ``buffer`` applies
+        to live events only.
 
         Raises ``ValueError`` for a bad id, an ``after`` that is not a whole number >= 0, a
         ``poll`` that is not a positive finite number or a ``buffer`` below 1 (at the call).
@@ -186,3 +207,20 @@ class RuntimeEvents:
             return self._followers.follow(execution_id, after, float(poll))
         stream = self._bus.subscribe(buffer)
         return stream if execution_id is None else _of_one(stream, execution_id)
+
+    def close_streams(self) -> None:
+        """End every stream :meth:`events` handed out, and every one it hands out from now
+        on, while the runtime goes on running (V4).
+
+        For a server's shutdown: a server waits for its open responses before it runs its
+        lifespan's exit, where the runtime closes, so a streaming response (server-sent
+        events) would hold the server until its client gave up. Call this when the server
+        begins to stop; each ``async for`` then finishes normally: a live stream once it has
+        yielded what it already holds, a history follower once it has read what is durable
+        (at most 1,000 entries; a client resumes with ``after=`` the last ``seq`` it got,
+        missing nothing, V2). A stream asked for later ends at once (live) or after one read
+        (history). Runs, controls and reads are untouched. Synchronous (call it on the
+        event loop's thread), idempotent; the runtime calls it when it begins to close.
+        """
+        self._bus.close()
+        self._followers.stop()

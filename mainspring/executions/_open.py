@@ -173,10 +173,12 @@ async def open_runtime(
                 yield runtime
             finally:
                 with anyio.CancelScope(shield=True):
+                    # Invariant V4: streams end as closing begins, not once the runs have
+                    # stopped (a process tree's grace can take seconds, B2).
+                    runtime.close_streams()
                     # Runs stop (and release their leases) while the writer is still there.
                     await executions.stop(Shutdown(detail="the runtime is closing"))
                     await committer.drain()
-                    bus.close()
                     await runtime._followers.close()  # before the store closes
     finally:
         with anyio.CancelScope(shield=True):

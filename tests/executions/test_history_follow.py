@@ -309,3 +309,120 @@ async def test_a_read_under_way_when_the_runtime_closes_is_followed_by_a_last_on
         store.close()
     assert full
     assert got == full
+
+
+async def _drain(stream: AsyncIterator[Any], into: list[Any], ended: anyio.Event) -> None:
+    """Iterate ``stream`` to its end (no exception), then say so."""
+    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async for event in stream:
+            into.append(event)
+    ended.set()
+
+
+async def test_v4_every_stream_ends_when_the_runtime_starts_closing(tmp_path: Path) -> None:
+    """Streams end as soon as the runtime begins to close, before its runs have stopped: a
+    step here holds the runs' shutdown until both streams have ended, so streams that
+    ended only once the runs stopped would make it wait out its 10 s and say so."""
+    live_ended, follower_ended = anyio.Event(), anyio.Event()
+    ended_before_the_runs_stopped: list[bool] = []
+    entered = anyio.Event()
+
+    async def hold(**_: Any) -> int:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await live_ended.wait()
+                await follower_ended.wait()
+            ended_before_the_runs_stopped.append(live_ended.is_set() and follower_ended.is_set())
+        return 0  # pragma: no cover - never reached
+
+    live: list[Any] = []
+    history: list[HistoryEvent] = []
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg, runtime(tmp_path, tools={"hold": hold}) as rt:
+            before = rt._bus.subscribers
+            tg.start_soon(_drain, rt.events(), live, live_ended)
+            tg.start_soon(_drain, rt.events(after=0, poll=60), history, follower_ended)
+            while rt._bus.subscribers == before:  # subscribed: nothing is missed
+                await anyio.lowlevel.checkpoint()
+            await rt.start("g", plan_of(tool("h", "hold")), execution_id="ex-s")
+            await entered.wait()
+            # Leaving the block closes the runtime while both consumers still iterate.
+    assert ended_before_the_runs_stopped == [True]
+    assert any(isinstance(e, ms.executions.StepStarted) for e in live)
+    assert [e.kind for e in history][:1] == ["created"]
+
+
+async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
+    store_path: Path,
+) -> None:
+    """A server ends its clients' streams at its own shutdown, before its lifespan closes
+    the runtime: the ``async for`` loops finish normally (a live one after what it already
+    holds), streams asked for later end at once, and runs go on."""
+    released, tools = _gate()
+    live_ended, follower_ended, one_ended = anyio.Event(), anyio.Event(), anyio.Event()
+    live: list[Any] = []
+    history: list[HistoryEvent] = []
+    of_one: list[HistoryEvent] = []
+    with anyio.fail_after(60):
+        async with runtime(store_path, tools=tools) as rt:
+            async with anyio.create_task_group() as tg:
+                before = rt._bus.subscribers
+                tg.start_soon(_drain, rt.events(), live, live_ended)
+                while rt._bus.subscribers == before:  # subscribed: nothing is missed
+                    await anyio.lowlevel.checkpoint()
+                handle = await rt.start("g", plan_of(tool("g", "gate")), execution_id="ex-k")
+                tg.start_soon(_drain, rt.events(after=0, poll=60), history, follower_ended)
+                tg.start_soon(_drain, rt.events("ex-k", after=0, poll=60), of_one, one_ended)
+                while len(of_one) < 2 or len(history) < 2 or not live:  # all under way
+                    await anyio.lowlevel.checkpoint()
+                rt.close_streams()
+                rt.close_streams()  # twice is harmless
+            # The task group ended: every stream finished on its own.
+            assert live_ended.is_set()
+            assert follower_ended.is_set()
+            assert one_ended.is_set()
+            assert any(isinstance(e, ms.executions.ExecutionStarted) for e in live)
+            later: list[Any] = []
+            async for event in rt.events():
+                later.append(event)  # pragma: no cover - nothing comes
+            async for entry in rt.events("ex-k", after=0):
+                later.append(entry)  # what is durable now (one page), then the end
+            assert later
+            assert all(e.execution_id == "ex-k" for e in later)
+            # The runtime still runs what it started.
+            released.set()
+            assert (await handle.wait()).status == "completed"
+            full = await _history(rt.store)
+    assert history == full[: len(history)]
+    assert of_one == [e for e in history if e.execution_id == "ex-k"]
+
+
+async def test_v2_a_follower_of_one_run_resumes_after_a_restart_from_its_last_seq(
+    store_path: Path,
+) -> None:
+    """A server's client follows one run, the server stops (its streams end, the run stops
+    with it), another server resumes the run and the client comes back with ``after=`` the
+    last seq it got (its ``Last-Event-ID``): every entry of that run, none twice."""
+    released, tools = _gate()
+    plan = plan_of(tool("s0", x=0), tool("g", "gate", "s0"), tool("s1", "inc", "g", x=1))
+    first: list[HistoryEvent] = []
+    second: list[HistoryEvent] = []
+    with anyio.fail_after(60):
+        async with runtime(store_path, tools=tools) as rt:
+            async with contextlib.aclosing(rt.events("ex-1", after=0, poll=60)) as stream:
+                await rt.start("g", plan, execution_id="ex-1")
+                await rt.start("g", linear(2), execution_id="ex-2")  # another run's entries
+                await _until(stream, lambda e: e.step_id == "s0" and e.status == "succeeded", first)
+            rt.close_streams()  # the server stops: its clients' streams end first
+        released.set()
+        async with runtime(store_path, tools=tools) as rt:
+            stream = rt.events("ex-1", after=first[-1].seq, poll=60)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_until, stream, lambda e: _ended(e, "ex-1"), second)
+                assert (await (await rt.resume("ex-1")).wait()).status == "completed"
+            full = [e for e in await _history(rt.store) if e.execution_id == "ex-1"]
+    assert first + second == full[: len(first) + len(second)]
+    assert second[-1] == next(e for e in full if _ended(e, "ex-1"))
