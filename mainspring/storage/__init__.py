@@ -29,7 +29,8 @@ exclusive across processes and hosts):
 - ``acquire`` / ``heartbeat`` / ``release`` (L1-L3): take the lease unless another owner's is
   live (a lapsed one is taken over and the epoch grows), extend the holder's live lease,
   give it up keeping the epoch. The lease's clock is the backend's (``clock``; for a shared
-  server, the server's).
+  server, the server's). ``acquire(..., gone=lease)`` also takes over a live lease whose
+  owner process the caller found gone (``owner_gone``, L5), if it is still that lease.
 - ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together. ``commit_many`` makes
@@ -79,7 +80,8 @@ from ._backend import Notifying as Notifying
 from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import holder as holder
-from ._backend import new_owner_id as new_owner_id
+from ._owners import new_owner_id as new_owner_id
+from ._owners import owner_gone as owner_gone
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import hash_files as hash_files
@@ -308,6 +310,7 @@ __all__ = [
     "migrate_store",
     "new_fact_id",
     "new_owner_id",
+    "owner_gone",
     "open_committer",
     "open_store",
     "parse_agent_task",
