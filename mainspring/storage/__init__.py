@@ -80,8 +80,6 @@ from ._backend import Notifying as Notifying
 from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import holder as holder
-from ._owners import new_owner_id as new_owner_id
-from ._owners import owner_gone as owner_gone
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import hash_files as hash_files
@@ -122,6 +120,8 @@ from ._migrate import MigrationError as MigrationError
 from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
+from ._owners import new_owner_id as new_owner_id
+from ._owners import owner_gone as owner_gone
 from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
@@ -310,9 +310,9 @@ __all__ = [
     "migrate_store",
     "new_fact_id",
     "new_owner_id",
-    "owner_gone",
     "open_committer",
     "open_store",
+    "owner_gone",
     "parse_agent_task",
     "parse_agent_tasks",
     "parse_worker_tasks",
