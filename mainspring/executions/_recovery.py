@@ -81,15 +81,16 @@ class RecoveryReport(list[ExecutionHandle]):
 class Recovery:
     """The Runtime's collaborator that takes orphaned runs over (see the module docstring).
 
-    ``take(id)`` resumes one run (the runtime's ``resume``); ``live`` is the runtime's map of
-    runs live here. ``rescan`` bounds how long the watcher goes without listing the store.
+    ``take(id)`` resumes one run if it still is one to recover, or answers the status that
+    makes it not one; ``live`` is the runtime's map of runs live here. ``rescan`` bounds
+    how long the watcher goes without listing the store.
     """
 
     def __init__(
         self,
         store: Store,
         live: Mapping[str, Any],
-        take: Callable[[str], Awaitable[ExecutionHandle]],
+        take: Callable[[str], Awaitable[ExecutionHandle | str]],
         *,
         rescan: float,
     ) -> None:
@@ -101,6 +102,7 @@ class Recovery:
         self._watched: frozenset[str] = frozenset()  # owners of this host seen holding leases
         self._taken: dict[str, ExecutionHandle] = {}  # by the watcher, not yet reported
         self._reported: weakref.WeakSet[ExecutionHandle] = weakref.WeakSet()
+        self._sweeping = anyio.Lock()  # one sweep at a time: recover() and the watcher
 
     def notice(self) -> None:
         """The store says something changed out of run (a lease may have been released):
@@ -124,6 +126,10 @@ class Recovery:
         """List the store once and take over every orphan; returns what was taken and
         skipped, and how long (seconds) until a lease seen live lapses (at most ``rescan``).
         """
+        async with self._sweeping:
+            return await self._sweep()
+
+    async def _sweep(self) -> tuple[RecoveryReport, float]:
         listing = await anyio.to_thread.run_sync(self._store.list)
         now = await anyio.to_thread.run_sync(self._store.now)
         skipped = [SkippedRun(id=problem.id, reason="unreadable") for problem in listing.problems]
@@ -158,7 +164,9 @@ class Recovery:
                 continue
             except UnknownExecution:
                 continue  # deleted meanwhile
-            if handle._ran_here:
+            if isinstance(handle, str):  # it changed since the listing: not one to recover
+                skipped.append(SkippedRun(id=execution.id, reason=handle))
+            elif handle._ran_here:
                 resumed.append(handle)
             else:  # finished elsewhere since the listing: its result, not ours to run
                 skipped.append(SkippedRun(id=execution.id, reason="terminal"))

@@ -137,7 +137,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         # L6: finds runs nobody runs (here on request, and all along once open_runtime
         # starts its watch).
         self._recovery = Recovery(
-            committer.store, self._live, self.resume, rescan=cfg.heartbeat_interval
+            committer.store, self._live, self._recover_one, rescan=cfg.heartbeat_interval
         )
         # One control at a time per execution in this runtime: two resumes of one id must
         # not both spawn it, a stop must not interleave with a resume.
@@ -451,6 +451,18 @@ class Runtime(RuntimeEvents, WorkerControls):
         each run (L1). Cancelling the caller leaves a lease it had just taken held until
         its ttl lapses."""
         return await self._recovery.recover()
+
+    async def _recover_one(self, execution_id: str) -> ExecutionHandle | str:
+        """Resume ``execution_id`` if it is still a run to recover (running or planned, not
+        live here), under its control lock; else the status that made it not one."""
+        async with self._exclusive(execution_id):
+            live = await self._settled(execution_id)
+            if live is not None:
+                return live.handle
+            stored = await self._require(execution_id)
+            if stored.status not in ("running", "planned"):
+                return "terminal" if stored.terminal else stored.status
+            return await self._resume(execution_id, None, False, None)
 
     # -- controls --------------------------------------------------------------------------
 

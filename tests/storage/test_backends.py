@@ -383,8 +383,9 @@ def test_files_are_0600_and_directories_0700_even_under_umask_000(
 
 def test_owner_ids_are_host_pid_random() -> None:
     owner = new_owner_id()
-    host, pid, token = owner.split(":")
+    host, pid, token, process = owner.split(":")  # process: start time, boot id, pid ns (L5)
     assert host
+    assert process.count(".") == 2
     assert int(pid) == os.getpid()
     assert len(token) == 8
     assert new_owner_id() != owner
