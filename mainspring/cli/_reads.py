@@ -22,6 +22,7 @@ from ..storage import (
     Notifying,
     Store,
     holder,
+    owner_gone,
     parse_agent_tasks,
     parse_worker_tasks,
     parse_workers,
@@ -408,6 +409,18 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "problem": "orphaned",
                     "detail": "running with no live lease: its owner is gone; "
                     "resume it (mainspring resume, or Runtime.recover)",
+                }
+            )
+        elif (
+            e.status in ("running", "planned") and e.lease is not None and owner_gone(e.lease.owner)
+        ):
+            # L5: its lease looks live, but the process holding it (on this host) is gone.
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "dead-owner",
+                    "detail": f"held by {e.lease.owner}, a process of this host that is "
+                    "gone; an open runtime takes it over at once (or Runtime.recover)",
                 }
             )
         elif e.lease is not None and e.lease.owner and e.lease.expires_at <= now and e.terminal:
