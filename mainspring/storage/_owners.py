@@ -118,7 +118,8 @@ def owner_gone(owner: str) -> bool:
 
     False whenever in doubt: another host (hostname, boot id or pid namespace differ), a
     system without ``/proc`` (no boot id or namespace to compare), an owner id of another
-    form, a pid alive with the same start time, or an owner whose start time was unknown."""
+    form, a pid alive with the same start time, or a live pid when the owner's start time
+    was not known."""
     process = owner_process(owner)
     if process is None or process.pid <= 0:
         return False

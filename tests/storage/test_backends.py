@@ -664,3 +664,30 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     seen.extend(follower.history(after=last))
     assert seen == list(FileStore(tmp_path / "store").history(limit=10_000))
     assert len(seen) == 1 + 200  # created, then one status change per commit
+
+
+def test_L5_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    dead, a, b = "host:9:dead", "host:1:aaaa", "host:2:bbbb"
+    seen = store.acquire("ex-1", dead, ttl=60).lease
+    assert seen is not None
+    # Without ``gone`` the live lease stands (L1); with a lease other than the one on disk
+    # (another epoch) too.
+    assert not store.acquire("ex-1", a, ttl=10).acquired
+    assert not store.acquire(
+        "ex-1", a, ttl=10, gone=attrs.evolve(seen, epoch=seen.epoch + 1)
+    ).acquired
+    # Two takers acting on one sighting: the first wins, with a new epoch (L4); the second
+    # meets the winner's live lease.
+    won = store.acquire("ex-1", a, ttl=10, gone=seen)
+    assert won.acquired
+    assert won.lease is not None
+    assert (won.lease.owner, won.lease.epoch) == (a, seen.epoch + 1)
+    lost = store.acquire("ex-1", b, ttl=10, gone=seen)
+    assert not lost.acquired
+    assert lost.lease == won.lease
+    assert store.commit_progress(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
