@@ -79,7 +79,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = os.environ.get("MAINSPRING_STORE")
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt
-        # Runs the last shutdown (or crash) interrupted go on, here.
+        # Runs the last shutdown (or crash) interrupted go on here: the runtime takes them
+        # over by itself (at once if their process on this host is gone, else once their
+        # lease lapses); recover() does a pass now and says what it left alone.
         await rt.recover()
         yield
 
