@@ -28,7 +28,7 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor
-from ..storage import Store, holder, owner_gone
+from ..storage import Store, holder, owner_gone, owner_here
 from ._handle import ExecutionBusy, ExecutionHandle, UnknownExecution
 
 __all__ = ["PROBE", "Recovery", "RecoveryReport", "RecoveryWatch", "SkippedRun"]
@@ -49,7 +49,8 @@ class SkippedRun:
     ``lease-live:<owner>`` (another owner holds a live lease and is not known to be gone),
     ``paused`` or another waiting status (``waiting_for_input``, ``waiting_for_approval``
     ...: a resume is a decision, not a recovery), ``terminal`` (it finished elsewhere
-    meanwhile) or ``unreadable`` (its record does not read: see ``mainspring doctor``)."""
+    meanwhile), ``unreadable`` (its record does not read: see ``mainspring doctor``) or
+    ``failed:<error class>`` (resuming it raised; the error is logged)."""
 
     id: str
     reason: str
@@ -152,7 +153,8 @@ class Recovery:
                 assert execution.lease is not None
                 skipped.append(SkippedRun(id=execution.id, reason=f"lease-live:{current}"))
                 wake = min(wake, max(0.0, execution.lease.expires_at - now))
-                watched.add(current)
+                if owner_here(current):  # L5: found gone by /proc, no store read
+                    watched.add(current)
                 continue
             # Taking it is the store's compare-and-set (L1, L5): of runtimes sweeping at
             # once, one wins; the others see its live lease.
@@ -164,6 +166,10 @@ class Recovery:
                 continue
             except UnknownExecution:
                 continue  # deleted meanwhile
+            except Exception as exc:  # one bad run must not stop the others' recovery
+                _log.warning("could not recover %s", execution.id, exc_info=True)
+                skipped.append(SkippedRun(id=execution.id, reason=f"failed:{type(exc).__name__}"))
+                continue
             if isinstance(handle, str):  # it changed since the listing: not one to recover
                 skipped.append(SkippedRun(id=execution.id, reason=handle))
             elif handle._ran_here:

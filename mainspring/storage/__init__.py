@@ -122,6 +122,7 @@ from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
 from ._owners import new_owner_id as new_owner_id
 from ._owners import owner_gone as owner_gone
+from ._owners import owner_here as owner_here
 from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
@@ -313,6 +314,7 @@ __all__ = [
     "open_committer",
     "open_store",
     "owner_gone",
+    "owner_here",
     "parse_agent_task",
     "parse_agent_tasks",
     "parse_worker_tasks",

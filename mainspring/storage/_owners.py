@@ -26,7 +26,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["OwnerProcess", "new_owner_id", "owner_gone", "owner_process"]
+__all__ = ["OwnerProcess", "new_owner_id", "owner_gone", "owner_here", "owner_process"]
 
 _PROC = Path("/proc")
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
@@ -112,6 +112,18 @@ def owner_process(owner: str) -> OwnerProcess | None:
     )
 
 
+def owner_here(owner: str) -> bool:
+    """Whether ``owner`` names a process of this host (same hostname, boot id and pid
+    namespace): only such an owner can be found gone. Reads nothing but a cache."""
+    process = owner_process(owner)
+    host, boot, ns = _this_host()
+    return (
+        process is not None
+        and bool(boot and ns)
+        and (process.host, process.boot, process.ns) == (host, boot, ns)
+    )
+
+
 def owner_gone(owner: str) -> bool:
     """Whether ``owner`` is a process of this host that is gone (L5). Blocking: reads
     ``/proc`` (call it from a worker thread).
@@ -121,10 +133,7 @@ def owner_gone(owner: str) -> bool:
     form, a pid alive with the same start time, or a live pid when the owner's start time
     was not known."""
     process = owner_process(owner)
-    if process is None or process.pid <= 0:
-        return False
-    host, boot, ns = _this_host()
-    if (process.host, process.boot, process.ns) != (host, boot, ns) or not boot or not ns:
+    if process is None or process.pid <= 0 or not owner_here(owner):
         return False
     stat = _start_ticks(process.pid)
     if stat is not None:

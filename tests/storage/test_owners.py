@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import mainspring as ms
-from mainspring.storage import new_owner_id, owner_gone
+from mainspring.storage import new_owner_id, owner_gone, owner_here
 from mainspring.storage._owners import owner_process
 
 REPO = Path(ms.__file__).resolve().parent.parent
@@ -60,3 +60,12 @@ def test_l5_an_owner_of_another_host_or_of_an_older_form_is_never_gone() -> None
     assert not owner_gone(f"{host}:{pid}:{token}")  # before owner ids named their process
     assert not owner_gone("")
     assert not owner_gone("gone:1:x")
+
+
+def test_l5_owner_here_is_this_host_only() -> None:
+    mine = new_owner_id()
+    assert owner_here(mine)
+    assert owner_here(exited_owner())
+    host, pid, token, process = mine.split(":")
+    assert not owner_here(f"elsewhere-{host}:{pid}:{token}:{process}")
+    assert not owner_here(f"{host}:{pid}:{token}")
