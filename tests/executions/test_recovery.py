@@ -40,6 +40,11 @@ def crash_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stor
     yield from store_spec(request.param, tmp_path)
 
 
+@pytest.fixture
+def pg_store(tmp_path: Path) -> Iterator[StoreSpec]:
+    yield from store_spec("postgres", tmp_path)
+
+
 @contextlib.contextmanager
 def backend(spec: StoreSpec) -> Iterator[ms.storage.Store]:
     """A second handle on the test's store, for planting and reading records (blocking:
@@ -267,3 +272,32 @@ async def test_l6_recover_reports_what_it_took_and_what_it_skipped_and_why(
         again = await rt.recover()
         assert list(again) == []  # each handle is reported once
         assert {s.id for s in again.skipped} == set(expected)
+
+
+async def test_l6_on_postgresql_a_release_is_taken_over_at_its_notice(
+    pg_store: StoreSpec,
+) -> None:
+    """A runtime that closes releases its runs' leases; another open on the same server
+    hears of it (LISTEN/NOTIFY) and takes them over at once, not at its next sweep (its
+    60 s lease: a sweep every 20 s)."""
+    spec = pg_store
+    parked = anyio.Event()
+
+    async def gate(**_: Any) -> int:
+        parked.set()
+        await anyio.sleep_forever()
+        return 0
+
+    gate.__qualname__ = "gate"
+    calls: list[str] = []
+    ran, tools = gate_tool(calls, "second")
+    async with ms.open_runtime(store=spec.target, tools=tools, lease_ttl=60) as second:
+        async with ms.open_runtime(store=spec.target, tools={"gate": gate}, lease_ttl=60) as first:
+            await first.start("g", PLAN, execution_id="ex-handed")
+            with anyio.fail_after(30):
+                await parked.wait()
+        # ``first`` closed: the run stopped with Shutdown and its lease was released.
+        with anyio.fail_after(15):
+            await ran.wait()
+            await completed(second, "ex-handed")
+    assert calls == ["second"]
