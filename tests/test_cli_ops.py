@@ -237,7 +237,7 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
 
 
 def test_doctor_names_a_dead_owner_apart_from_an_orphan(tmp_path: Path) -> None:
-    """L5: a run whose lease looks live but whose owner, a process of this host, is gone
+    """L7: a run whose lease looks live but whose owner, a process of this host, is gone
     (``kill -9``) is a problem of its own; right after the kill it is no lapsed lease yet."""
     files = tmp_path / "files"
     _make_store(files)

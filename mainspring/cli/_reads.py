@@ -414,7 +414,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
         elif (
             e.status in ("running", "planned") and e.lease is not None and owner_gone(e.lease.owner)
         ):
-            # L5: its lease looks live, but the process holding it (on this host) is gone.
+            # L7: its lease looks live, but the process holding it (on this host) is gone.
             findings.append(
                 {
                     "id": e.id,

@@ -106,9 +106,9 @@ async def open_runtime(
     at most min(``max_parallel_steps``, ``max_workers``).
 
     ``recover`` (default True): while the block runs, the runtime takes over every run
-    that nobody runs, without anyone calling :meth:`Runtime.recover` (L6): one whose lease
+    that nobody runs, without anyone calling :meth:`Runtime.recover` (L8): one whose lease
     was released or lapsed (on the store's clock; PostgreSQL also tells of a release at
-    once), and one whose owner is a process of this host that is gone (L5: a ``kill -9``
+    once), and one whose owner is a process of this host that is gone (L7: a ``kill -9``
     and a restart, within about a quarter second). A lease of another host is taken only
     once it lapses. ``recover=False`` turns this off: runs are then taken over only by
     :meth:`Runtime.recover` or :meth:`Runtime.resume`.
@@ -175,7 +175,7 @@ async def open_runtime(
                 notice = recovery.notice if recover else None
                 await watch_store(system, backend, runtime._live, committer.durable, notice)
             watch = None
-            if recover:  # L6: runs nobody runs are taken over while the runtime is open
+            if recover:  # L8: runs nobody runs are taken over while the runtime is open
                 watch = await system.spawn(RecoveryWatch, recovery, name="recovery")
             try:
                 yield runtime

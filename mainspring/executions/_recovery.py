@@ -2,12 +2,12 @@
 
 A stored run that is ``running`` or ``planned`` is an orphan when nobody holds its lease
 (released, or lapsed on the store's clock) or when its owner is a process of this host that
-is gone (L5, ``storage._owners``). :meth:`Recovery.sweep` lists the store once and resumes
+is gone (L7, ``storage._owners``). :meth:`Recovery.sweep` lists the store once and resumes
 every orphan through the runtime's own ``resume`` (the lease's compare-and-set decides, so of
-several runtimes sweeping at once exactly one takes each run: L1, L5); it is what
+several runtimes sweeping at once exactly one takes each run: L1, L7); it is what
 :meth:`Runtime.recover` does.
 
-Invariant L6: while a runtime is open (``open_runtime(recover=True)``, the default) its
+Invariant L8: while a runtime is open (``open_runtime(recover=True)``, the default) its
 :meth:`Recovery.watch` loop sweeps again, without anyone asking: at the first lapse of a
 lease it saw live (on the store's clock), when an owner on this host that it saw holding a
 lease is gone (probed every ``PROBE`` s by ``/proc``, no store read), when the store says a
@@ -153,10 +153,10 @@ class Recovery:
                 assert execution.lease is not None
                 skipped.append(SkippedRun(id=execution.id, reason=f"lease-live:{current}"))
                 wake = min(wake, max(0.0, execution.lease.expires_at - now))
-                if owner_here(current):  # L5: found gone by /proc, no store read
+                if owner_here(current):  # L7: found gone by /proc, no store read
                     watched.add(current)
                 continue
-            # Taking it is the store's compare-and-set (L1, L5): of runtimes sweeping at
+            # Taking it is the store's compare-and-set (L1, L7): of runtimes sweeping at
             # once, one wins; the others see its live lease.
             try:
                 handle = await self._take(execution.id)
@@ -180,7 +180,7 @@ class Recovery:
         return RecoveryReport(resumed, skipped), wake
 
     async def watch(self) -> None:
-        """Sweep for as long as the runtime is open (L6); cancel to stop. A sweep that fails
+        """Sweep for as long as the runtime is open (L8); cancel to stop. A sweep that fails
         (the store away) is tried again after ``rescan`` seconds; the failure is logged."""
         while True:
             self._wake = anyio.Event()  # a notice during the sweep makes the next one at once
@@ -212,7 +212,7 @@ class Recovery:
 
 
 def _gone(owners: Iterable[str | None]) -> set[str]:
-    """The owners among ``owners`` that are processes of this host that are gone (L5).
+    """The owners among ``owners`` that are processes of this host that are gone (L7).
     Blocking: reads ``/proc``."""
     return {owner for owner in owners if owner is not None and owner_gone(owner)}
 
@@ -223,7 +223,7 @@ class _Watch:
 
 
 class RecoveryWatch(Actor):
-    """Runs :meth:`Recovery.watch` in its own actor task for as long as it lives (L6); the
+    """Runs :meth:`Recovery.watch` in its own actor task for as long as it lives (L8); the
     runtime cancels it before its runs stop on close."""
 
     def __init__(self, recovery: Recovery) -> None:

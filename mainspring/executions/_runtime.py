@@ -134,7 +134,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         self._bus = bus
         self._followers = HistoryFollowers(committer.store, committer.durable)
         self._live: dict[str, _Live] = {}
-        # L6: finds runs nobody runs (here on request, and all along once open_runtime
+        # L8: finds runs nobody runs (here on request, and all along once open_runtime
         # starts its watch).
         self._recovery = Recovery(
             committer.store, self._live, self._recover_one, rescan=cfg.heartbeat_interval
@@ -388,7 +388,7 @@ class Runtime(RuntimeEvents, WorkerControls):
             and gone.owner
             and await anyio.to_thread.run_sync(owner_gone, gone.owner)
         ):
-            # L5: its owner is a process of this host that is gone. Taken over only if the
+            # L7: its owner is a process of this host that is gone. Taken over only if the
             # lease on disk is still the one seen (owner and epoch): one resumer wins.
             acquired = await self._committer.acquire(
                 execution_id, cfg.owner, cfg.lease_ttl, gone=gone
@@ -441,7 +441,7 @@ class Runtime(RuntimeEvents, WorkerControls):
     async def recover(self) -> RecoveryReport:
         """Resume every stored execution that was running and that nobody runs: its lease
         released or lapsed (on the store's clock), or held by a process of this host that is
-        gone (L5: e.g. after this process was killed and restarted at once).
+        gone (L7: e.g. after this process was killed and restarted at once).
 
         Returns a :class:`RecoveryReport`: a list of the handles of the runs this runtime
         took over (by this call, or by its background recovery since the last call: see

@@ -6,7 +6,7 @@ as a refused renewal or a stop request (E2, V3) within one round trip instead of
 heartbeat interval. A ``("history", seq)`` notice wakes this runtime's history followers.
 A ``("lost", "")`` notice (notices may have been missed) does both for everything. A control
 notice for a run not live here (a release, among others), and a lost one, also go to
-``others`` (the runtime's recovery: L6). The heartbeat stays the backstop: a lost notice
+``others`` (the runtime's recovery: L8). The heartbeat stays the backstop: a lost notice
 costs latency, never correctness.
 """
 

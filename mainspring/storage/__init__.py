@@ -30,7 +30,7 @@ exclusive across processes and hosts):
   live (a lapsed one is taken over and the epoch grows), extend the holder's live lease,
   give it up keeping the epoch. The lease's clock is the backend's (``clock``; for a shared
   server, the server's). ``acquire(..., gone=lease)`` also takes over a live lease whose
-  owner process the caller found gone (``owner_gone``, L5), if it is still that lease.
+  owner process the caller found gone (``owner_gone``, L7), if it is still that lease.
 - ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together. ``commit_many`` makes

@@ -110,7 +110,7 @@ class Store(Protocol):
         self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
     ) -> LeaseResult:
         """L1: take the lease unless another owner's is live; takes over a lapsed one, and
-        ``gone`` (a lease whose owner process the caller found gone: L5) if it is still on
+        ``gone`` (a lease whose owner process the caller found gone: L7) if it is still on
         disk as it was seen."""
         ...
 
@@ -239,7 +239,7 @@ def decide_acquire(
 ) -> tuple[LeaseResult, Execution | None]:
     """Invariant L1: refuse while another owner's lease is live, take over a lapsed one.
 
-    L5: ``gone`` is a lease the caller found held by a process that is gone (see
+    L7: ``gone`` is a lease the caller found held by a process that is gone (see
     ``_owners.owner_gone``); it is taken over, live or not, only if it is still exactly that
     lease on disk (same owner, same epoch): of two callers acting on one sighting, one wins.
     """
@@ -258,7 +258,7 @@ def decide_acquire(
         and (stored.lease.owner, stored.lease.epoch) == (gone.owner, gone.epoch)
         and current != owner
     ):
-        current = None  # L5: its owner is gone; a new tenure begins (the epoch grows)
+        current = None  # L7: its owner is gone; a new tenure begins (the epoch grows)
     if current is not None and current != owner:
         assert stored.lease is not None
         reason = f"held by {current} until {stored.lease.expires_at:.3f}"
@@ -450,7 +450,7 @@ class CompareAndSetStore:
         self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
     ) -> LeaseResult:
         """L1: refused while another owner's lease is live; takes over a lapsed one, and
-        ``gone`` if it is still the lease on disk (L5)."""
+        ``gone`` if it is still the lease on disk (L7)."""
         with self._atomic():
             base = self._load(execution_id)
             stored = base.execution if base is not None else None

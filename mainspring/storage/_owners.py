@@ -6,7 +6,7 @@ random token (unique per runtime), and the process's start time (clock ticks aft
 first 12 hex digits) and its pid namespace (containers sharing a kernel and a hostname are
 told apart). A suffix after another ``:`` (``:ops``) names a helper of the same process.
 
-Invariant L5: a lease whose owner is a process of *this* host (same hostname, boot id and pid
+Invariant L7: a lease whose owner is a process of *this* host (same hostname, boot id and pid
 namespace) that is gone -- no such pid, a zombie, or a pid reused by a process that started
 at another time -- is free at once. A lease of another host, of an owner id this module
 cannot read (older records, ids given by hand), or of a process alive with the same start
@@ -87,7 +87,7 @@ def _this_host() -> tuple[str, str, str]:
 
 def new_owner_id() -> str:
     """``host:pid:random:started.boot.ns``: unique per runtime, readable in listings, and
-    enough for another runtime on this host to tell whether the process is gone (L5)."""
+    enough for another runtime on this host to tell whether the process is gone (L7)."""
     host, boot, ns = _this_host()
     pid = os.getpid()
     stat = _start_ticks(pid)
@@ -125,7 +125,7 @@ def owner_here(owner: str) -> bool:
 
 
 def owner_gone(owner: str) -> bool:
-    """Whether ``owner`` is a process of this host that is gone (L5). Blocking: reads
+    """Whether ``owner`` is a process of this host that is gone (L7). Blocking: reads
     ``/proc`` (call it from a worker thread).
 
     False whenever in doubt: another host (hostname, boot id or pid namespace differ), a

@@ -454,7 +454,7 @@ class Committer:
     async def acquire(
         self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
     ) -> LeaseResult:
-        """The store's ``acquire`` (L1; ``gone``: L5), run by the writer in order with its
+        """The store's ``acquire`` (L1; ``gone``: L7), run by the writer in order with its
         flushes."""
         if gone is None:
             return await self._call(self.store.acquire, execution_id, owner, ttl)  # type: ignore[no-any-return]

@@ -1,5 +1,5 @@
-"""Recovery needs nobody: an open runtime takes over the runs nobody runs (L6), at once when
-their owner was a process of this host that is gone (L5), once their lease lapses when the
+"""Recovery needs nobody: an open runtime takes over the runs nobody runs (L8), at once when
+their owner was a process of this host that is gone (L7), once their lease lapses when the
 owner is elsewhere; ``recover()`` says what it left alone and why."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ async def start_and_kill(spec: StoreSpec, execution_id: str, ttl: float) -> ms.s
 
 
 @pytest.mark.parametrize("when", ["restart", "open-before"])
-async def test_l6_a_run_of_a_killed_process_on_this_host_is_taken_over_without_recover(
+async def test_l8_a_run_of_a_killed_process_on_this_host_is_taken_over_without_recover(
     crash_store: StoreSpec, when: str
 ) -> None:
     """``kill -9`` of the process running a run: a runtime of this host (started after the
@@ -165,7 +165,7 @@ async def test_l6_a_run_of_a_killed_process_on_this_host_is_taken_over_without_r
             rt = await stack.enter_async_context(opening())
         with anyio.fail_after(45):
             await ran.wait()
-        # L5: taken because its owner is gone, not because its lease lapsed.
+        # L7: taken because its owner is gone, not because its lease lapsed.
         assert taken_at[0] < lease.expires_at
         assert calls == [""]
         with anyio.fail_after(30):
@@ -176,7 +176,7 @@ async def test_l6_a_run_of_a_killed_process_on_this_host_is_taken_over_without_r
         assert stored.lease.epoch > lease.epoch  # a new tenure (L4)
 
 
-async def test_l6_a_lease_of_another_host_is_not_taken_before_it_lapses_and_is_after(
+async def test_l8_a_lease_of_another_host_is_not_taken_before_it_lapses_and_is_after(
     store: StoreSpec,
 ) -> None:
     far = await plant(store, "ex-far", owner=FOREIGN, ttl=2.0)
@@ -198,7 +198,7 @@ async def test_l6_a_lease_of_another_host_is_not_taken_before_it_lapses_and_is_a
     assert calls == [""]
 
 
-async def test_l6_two_runtimes_racing_for_lapsed_runs_run_each_exactly_once(
+async def test_l8_two_runtimes_racing_for_lapsed_runs_run_each_exactly_once(
     store: StoreSpec,
 ) -> None:
     calls: list[str] = []
@@ -223,7 +223,7 @@ async def test_l6_two_runtimes_racing_for_lapsed_runs_run_each_exactly_once(
     assert sorted(reported) == sorted(ids)  # each reported by the runtime that won it
 
 
-async def test_l6_open_runtime_recover_false_takes_nothing_over_by_itself(
+async def test_l8_open_runtime_recover_false_takes_nothing_over_by_itself(
     store: StoreSpec,
 ) -> None:
     await plant(store, "ex-left")
@@ -245,7 +245,7 @@ async def test_l6_open_runtime_recover_false_takes_nothing_over_by_itself(
             pass
 
 
-async def test_l6_recover_reports_what_it_took_and_what_it_skipped_and_why(
+async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
     store: StoreSpec,
 ) -> None:
     await plant(store, "ex-orphan")
@@ -274,7 +274,7 @@ async def test_l6_recover_reports_what_it_took_and_what_it_skipped_and_why(
         assert {s.id for s in again.skipped} == set(expected)
 
 
-async def test_l6_on_postgresql_a_release_is_taken_over_at_its_notice(
+async def test_l8_on_postgresql_a_release_is_taken_over_at_its_notice(
     pg_store: StoreSpec,
 ) -> None:
     """A runtime that closes releases its runs' leases; another open on the same server

@@ -383,7 +383,7 @@ def test_files_are_0600_and_directories_0700_even_under_umask_000(
 
 def test_owner_ids_are_host_pid_random() -> None:
     owner = new_owner_id()
-    host, pid, token, process = owner.split(":")  # process: start time, boot id, pid ns (L5)
+    host, pid, token, process = owner.split(":")  # process: start time, boot id, pid ns (L7)
     assert host
     assert process.count(".") == 2
     assert int(pid) == os.getpid()
@@ -666,7 +666,7 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     assert len(seen) == 1 + 200  # created, then one status change per commit
 
 
-def test_L5_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
+def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     make_store: Factory,
 ) -> None:
     clock = Clock()

@@ -1,5 +1,5 @@
 """Lease owner ids name their process; a gone process of this host is told apart from every
-owner that may still be alive (L5: ``storage._owners``)."""
+owner that may still be alive (L7: ``storage._owners``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def exited_owner() -> str:
     return out.stdout.decode().strip()
 
 
-def test_l5_an_owner_that_exited_on_this_host_is_gone() -> None:
+def test_l7_an_owner_that_exited_on_this_host_is_gone() -> None:
     owner = exited_owner()
     process = owner_process(owner)
     assert process is not None
@@ -36,11 +36,11 @@ def test_l5_an_owner_that_exited_on_this_host_is_gone() -> None:
     assert owner_gone(owner + ":ops")  # a helper of that process went with it
 
 
-def test_l5_a_live_owner_is_not_gone() -> None:
+def test_l7_a_live_owner_is_not_gone() -> None:
     assert not owner_gone(new_owner_id())
 
 
-def test_l5_a_reused_pid_with_another_start_time_is_gone() -> None:
+def test_l7_a_reused_pid_with_another_start_time_is_gone() -> None:
     host, pid, token, process = new_owner_id().split(":")
     started, boot, ns = process.split(".")
     assert int(pid) == os.getpid()
@@ -50,7 +50,7 @@ def test_l5_a_reused_pid_with_another_start_time_is_gone() -> None:
     assert not owner_gone(f"{host}:{pid}:{token}:0.{boot}.{ns}")
 
 
-def test_l5_an_owner_of_another_host_or_of_an_older_form_is_never_gone() -> None:
+def test_l7_an_owner_of_another_host_or_of_an_older_form_is_never_gone() -> None:
     host, pid, token, process = exited_owner().split(":")
     started, boot, ns = process.split(".")
     assert not owner_gone(f"elsewhere-{host}:{pid}:{token}:{process}")
@@ -62,7 +62,7 @@ def test_l5_an_owner_of_another_host_or_of_an_older_form_is_never_gone() -> None
     assert not owner_gone("gone:1:x")
 
 
-def test_l5_owner_here_is_this_host_only() -> None:
+def test_l7_owner_here_is_this_host_only() -> None:
     mine = new_owner_id()
     assert owner_here(mine)
     assert owner_here(exited_owner())
