@@ -176,8 +176,9 @@ async def test_an_answer_for_a_run_whose_host_died_is_kept_and_given_by_the_resu
     tmp_path: Path, asking_a: subprocess.Popen[str]
 ) -> None:
     """A (on another host, as far as its lease says) asks while another step keeps its run
-    live, then dies (SIGKILL) holding the lease. B's answer is kept on the record for A's runner (B is told the run is busy); once A's
-    lease lapses, B's resume gives the stored answer to the task, once (R8)."""
+    live, then dies (SIGKILL) holding the lease. B's answer is kept on the record for A's
+    runner (B is told the run is busy); once A's lease lapses, B's resume gives the stored
+    answer to the task, once (R8)."""
     a = asking_a
     assert a.stdout is not None
     with anyio.fail_after(60):
