@@ -176,7 +176,8 @@ class Runtime(RuntimeEvents, WorkerControls):
 
     @property
     def owner(self) -> str:
-        """This runtime's lease owner id (``host:pid:random``)."""
+        """This runtime's lease owner id (``host:pid:random:started.boot.ns``, see
+        ``storage.new_owner_id``)."""
         return self._cfg.owner
 
     @property
