@@ -145,7 +145,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt
         with streams_end_on_exit_signal(rt):
-            # Runs the last shutdown (or crash) interrupted go on, here.
+            # Runs the last shutdown (or crash) interrupted go on here: the runtime takes
+            # them over by itself (at once if their process on this host is gone, else once
+            # their lease lapses); recover() does a pass now and says what it left alone.
             await rt.recover()
             yield
 

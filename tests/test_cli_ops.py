@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -282,6 +285,36 @@ def test_doctor_reports_without_changing_anything(tmp_path: Path) -> None:
     problems = {f["problem"] for f in json.loads(out)["findings"]}
     assert problems == {"unreadable", "orphaned", "stray-temp-file"}
     assert {p.name: p.read_bytes() for p in files.iterdir()} == before  # read-only
+
+
+def test_doctor_names_a_dead_owner_apart_from_an_orphan(tmp_path: Path) -> None:
+    """L7: a run whose lease looks live but whose owner, a process of this host, is gone
+    (``kill -9``) is a problem of its own; right after the kill it is no lapsed lease yet."""
+    files = tmp_path / "files"
+    _make_store(files)
+    child = subprocess.run(
+        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
+    )
+    dead = child.stdout.decode().strip()
+    store = ms.storage.FileStore(files)
+    stored = store.get("ex-2")
+    assert stored is not None
+    assert stored.lease is not None
+    raw = read_raw(files, "ex-2")
+    raw["status"] = "running"
+    raw["lease"] = attrs.asdict(
+        attrs.evolve(stored.lease, owner=dead, expires_at=time.time() + 3600)
+    )
+    write_raw(files, "ex-2", raw)
+    code, out = run_cli("doctor", "--store", str(files), "--json")
+    assert code == EXIT_FAILED
+    findings = json.loads(out)["findings"]
+    assert [(f["id"], f["problem"]) for f in findings] == [("ex-2", "dead-owner")]
+    assert dead in findings[0]["detail"]
 
 
 def _entry(event: ms.storage.HistoryEvent) -> dict[str, Any]:

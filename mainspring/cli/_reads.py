@@ -23,6 +23,7 @@ from ..storage import (
     PlanStep,
     Store,
     holder,
+    owner_gone,
     parse_agent_tasks,
     parse_worker_tasks,
     parse_workers,
@@ -446,6 +447,18 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "problem": "orphaned",
                     "detail": "running with no live lease: its owner is gone; "
                     "resume it (mainspring resume, or Runtime.recover)",
+                }
+            )
+        elif (
+            e.status in ("running", "planned") and e.lease is not None and owner_gone(e.lease.owner)
+        ):
+            # L7: its lease looks live, but the process holding it (on this host) is gone.
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "dead-owner",
+                    "detail": f"held by {e.lease.owner}, a process of this host that is "
+                    "gone; an open runtime takes it over at once (or Runtime.recover)",
                 }
             )
         # L3: a terminal run's lease is void (nobody can write or resume it), whoever it

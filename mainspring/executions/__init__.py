@@ -38,6 +38,8 @@ from ._programs import ProgramResult as ProgramResult
 from ._programs import run_program as run_program
 from ._prune import PruneReport as PruneReport
 from ._prune import PruneSkip as PruneSkip
+from ._recovery import RecoveryReport as RecoveryReport
+from ._recovery import SkippedRun as SkippedRun
 from ._results import ExecutionResult as ExecutionResult
 from ._results import StepFailure as StepFailure
 from ._results import StopResult as StopResult
@@ -93,12 +95,14 @@ __all__ = [
     "Proof",
     "PruneReport",
     "PruneSkip",
+    "RecoveryReport",
     "Report",
     "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",
     "ScriptedHost",
     "Seen",
+    "SkippedRun",
     "StaleWorker",
     "StepFailure",
     "StepFinished",

@@ -26,6 +26,7 @@ from ..supervision import RootSupervisor
 from ._evidence import EvidenceShelf
 from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
+from ._recovery import RecoveryWatch
 from ._results import agent_hash, envelope_hash, tool_hash
 from ._run_events import RunEventBus
 from ._run_messages import RunConfig
@@ -70,6 +71,7 @@ async def open_runtime(
     embedder: Callable[[list[str]], Any] | None = None,
     max_workers: int = 8,
     lease_clock: Callable[[], float] | None = None,
+    recover: bool = True,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -110,9 +112,18 @@ async def open_runtime(
     ``max_workers`` is the most active external workers (``WorkerAgent``) one run has:
     at most min(``max_parallel_steps``, ``max_workers``).
 
+    ``recover`` (default True): while the block runs, the runtime takes over every run
+    that nobody runs, without anyone calling :meth:`Runtime.recover` (L8): one whose lease
+    was released or lapsed (on the store's clock; PostgreSQL also tells of a release at
+    once), and one whose owner is a process of this host that is gone (L7: a ``kill -9``
+    and a restart, within about a quarter second). A lease of another host is taken only
+    once it lapses. ``recover=False`` turns this off: runs are then taken over only by
+    :meth:`Runtime.recover` or :meth:`Runtime.resume`.
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
-    picks it up, re-running only the steps that were in flight.
+    picks it up, re-running only the steps that were in flight; another runtime open on
+    the same store takes them over by itself.
     """
     interval = check_options(max_parallel_steps, max_calls, lease_ttl, heartbeat_interval)
     tools, skills, agents = check_registries(tools, skills, agents)
@@ -122,6 +133,8 @@ async def open_runtime(
     embedder = check_embedder(embedder)
     if lease_clock is not None and not callable(lease_clock):
         raise TypeError(f"lease_clock must be callable, not {lease_clock!r}")
+    if not isinstance(recover, bool):
+        raise TypeError(f"recover must be True or False, not {recover!r}")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
         raise ValueError(f"max_workers must be a whole number of at least 1, not {max_workers!r}")
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
@@ -167,12 +180,23 @@ async def open_runtime(
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)
+            recovery = runtime._recovery
             if isinstance(backend, Notifying):  # controls from other hosts, at once
-                await watch_store(system, backend, runtime._live, committer.durable)
+                notice = recovery.notice if recover else None
+                await watch_store(system, backend, runtime._live, committer.durable, notice)
+            watch = None
+            if recover:  # L8: runs nobody runs are taken over while the runtime is open
+                watch = await system.spawn(RecoveryWatch, recovery, name="recovery")
             try:
                 yield runtime
             finally:
                 with anyio.CancelScope(shield=True):
+                    if watch is not None:
+                        # Before the runs here stop: their released leases are not this
+                        # runtime's own recovery's to take back.
+                        reason = Shutdown(detail="the runtime is closing")
+                        watch.cancel(reason)
+                        await watch.stop(reason)
                     # Invariant V4: streams end as closing begins, not once the runs have
                     # stopped (a process tree's grace can take seconds, B2).
                     runtime.close_streams()

@@ -42,6 +42,7 @@ from ..storage import (
     Store,
     check_id,
     holder,
+    owner_gone,
     parse_agent_tasks,
     redact,
 )
@@ -67,6 +68,7 @@ from ._record_controls import (
     prepare_resume,
     waits_for_answer,
 )
+from ._recovery import Recovery, RecoveryReport, recoverable
 from ._refusals import end_event
 from ._results import (
     ExecutionResult,
@@ -139,6 +141,11 @@ class Runtime(RuntimeEvents, WorkerControls):
         self._bus = bus
         self._followers = HistoryFollowers(committer.store, committer.durable)
         self._live: dict[str, _Live] = {}
+        # L8: finds runs nobody runs (here on request, and all along once open_runtime
+        # starts its watch).
+        self._recovery = Recovery(
+            committer.store, self._live, self._recover_one, rescan=cfg.heartbeat_interval
+        )
         # One control at a time per execution in this runtime: two resumes of one id must
         # not both spawn it, a stop must not interleave with a resume.
         self._locks: dict[str, list[Any]] = {}
@@ -176,7 +183,8 @@ class Runtime(RuntimeEvents, WorkerControls):
 
     @property
     def owner(self) -> str:
-        """This runtime's lease owner id (``host:pid:random``)."""
+        """This runtime's lease owner id (``host:pid:random:started.boot.ns``, see
+        ``storage.new_owner_id``)."""
         return self._cfg.owner
 
     @property
@@ -388,6 +396,18 @@ class Runtime(RuntimeEvents, WorkerControls):
             return handle
         cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
+        gone = acquired.lease
+        if (
+            not acquired.acquired
+            and gone is not None
+            and gone.owner
+            and await anyio.to_thread.run_sync(owner_gone, gone.owner)
+        ):
+            # L7: its owner is a process of this host that is gone. Taken over only if the
+            # lease on disk is still the one seen (owner and epoch): one resumer wins.
+            acquired = await self._committer.acquire(
+                execution_id, cfg.owner, cfg.lease_ttl, gone=gone
+            )
         if not acquired.acquired:
             if answer is not None and not approve and not raises:
                 # R8 across hosts: the run is live elsewhere; its runner takes the answer.
@@ -433,33 +453,31 @@ class Runtime(RuntimeEvents, WorkerControls):
             planned = None
         return await self._spawn(record, planned, begins[-1])
 
-    async def recover(self) -> list[ExecutionHandle]:
-        """Resume every stored execution that was running and that nobody holds a live lease
-        on (e.g. after this process crashed or shut down), and every one waiting for an
-        answer that :meth:`answer` stored; returns the handles of the runs this runtime
-        took over. Busy ones, and ones another host finished meanwhile, are
-        skipped."""
-        listing = await anyio.to_thread.run_sync(self._store.list)
-        handles = []
-        for execution in listing.executions:
-            # A run that waits with an answer stored for it (Runtime.answer) goes on too.
-            answered = execution.status == "waiting_for_clarification" and answer_waiting(execution)
-            if execution.id in self._live or (
-                execution.status not in ("running", "planned") and not answered
-            ):
-                continue
-            # Whether its lease is live is the store's to decide, on the store's clock (a
-            # shared server's, not this host's): acquiring refuses a live one, and exactly
-            # one of the hosts recovering at once wins each execution.
-            try:
-                handle = await self.resume(execution.id)
-            except ExecutionBusy:
-                continue
-            # Another host may have taken it over and finished it since the listing: a
-            # resume then returns its result without running it here, and it is not ours.
-            if handle._ran_here:
-                handles.append(handle)
-        return handles
+    async def recover(self) -> RecoveryReport:
+        """Resume every stored execution that was running and that nobody runs: its lease
+        released or lapsed (on the store's clock), or held by a process of this host that is
+        gone (L7: e.g. after this process was killed and restarted at once).
+
+        Returns a :class:`RecoveryReport`: a list of the handles of the runs this runtime
+        took over (by this call, or by its background recovery since the last call: see
+        ``open_runtime(recover=...)``), with ``skipped`` naming each unfinished run left
+        alone and why (another owner's live lease, paused or waiting, finished elsewhere
+        meanwhile, unreadable). Of several runtimes recovering at once, exactly one takes
+        each run (L1). Cancelling the caller leaves a lease it had just taken held until
+        its ttl lapses."""
+        return await self._recovery.recover()
+
+    async def _recover_one(self, execution_id: str) -> ExecutionHandle | str:
+        """Resume ``execution_id`` if it is still a run to recover (running or planned, not
+        live here), under its control lock; else the status that made it not one."""
+        async with self._exclusive(execution_id):
+            live = await self._settled(execution_id)
+            if live is not None:
+                return live.handle
+            stored = await self._require(execution_id)
+            if not recoverable(stored):
+                return "terminal" if stored.terminal else stored.status
+            return await self._resume(execution_id, None, False, None)
 
     async def _waiting(self, execution_id: str) -> Execution:
         stored = await self._require(execution_id)

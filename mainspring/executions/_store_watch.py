@@ -4,8 +4,10 @@ A pause, cancel, stop request or answer that another host writes to a shared sto
 ``("control", id)`` notice: the run live here for that id heartbeats now, and meets the change
 as a refused renewal or a stop request (E2, V3) within one round trip instead of one
 heartbeat interval. A ``("history", seq)`` notice wakes this runtime's history followers.
-A ``("lost", "")`` notice (notices may have been missed) does both for everything. The
-heartbeat stays the backstop: a lost notice costs latency, never correctness.
+A ``("lost", "")`` notice (notices may have been missed) does both for everything. A control
+notice for a run not live here (a release, among others), and a lost one, also go to
+``others`` (the runtime's recovery: L8). The heartbeat stays the backstop: a lost notice
+costs latency, never correctness.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class _Next:
 
 class StoreWatcher(Actor):
     """Reads ``feed`` in a worker thread, one wait at a time, and pokes the live runs named
-    (``live(id)`` -> the run's actor or None; ``every()`` -> all of them)."""
+    (``live(id)`` -> the run's actor or None; ``every()`` -> all of them), and calls
+    ``others()`` for a control notice of a run not live here or a lost notice."""
 
     def __init__(
         self,
@@ -43,11 +46,13 @@ class StoreWatcher(Actor):
         live: Callable[[str], ActorRef | None],
         every: Callable[[], list[ActorRef]],
         durable: Durable,
+        others: Callable[[], None] | None = None,
     ) -> None:
         self._feed = feed
         self._live = live
         self._every = every
         self._durable = durable
+        self._others = others
 
     async def on_start(self) -> None:
         self.ref.tell_nowait(_Next())
@@ -56,18 +61,22 @@ class StoreWatcher(Actor):
         if not isinstance(message, _Next):
             raise TypeError(f"the store watcher takes no {type(message).__name__}")
         notes = await anyio.to_thread.run_sync(self._feed.wait, WAIT, abandon_on_cancel=True)
-        history = False
+        history = others = False
         for kind, value in notes:
             if kind == "control":
-                self._poke(self._live(value))
+                ref = self._live(value)
+                others = others or ref is None
+                self._poke(ref)
             elif kind == "history":
                 history = True
             elif kind == "lost":
-                history = True
+                history = others = True
                 for ref in self._every():
                     self._poke(ref)
         if history:
             self._durable.notify()
+        if others and self._others is not None:
+            self._others()
         with contextlib.suppress(ActorDeadError):  # the system is closing: no next wait
             self.ref.tell_nowait(_Next())
 
@@ -88,10 +97,15 @@ class _HasRef(Protocol):
 
 
 async def watch_store(
-    system: ActorSystem, store: Notifying, live: Mapping[str, _HasRef], durable: Durable
+    system: ActorSystem,
+    store: Notifying,
+    live: Mapping[str, _HasRef],
+    durable: Durable,
+    others: Callable[[], None] | None = None,
 ) -> ActorRef:
     """Start a :class:`StoreWatcher` on ``store`` for the runs in ``live`` (id -> entry
-    with a ``ref``), under ``system``: it stops with the system."""
+    with a ``ref``), under ``system``: it stops with the system. ``others()`` is told of
+    changes to runs not live here."""
     feed = await anyio.to_thread.run_sync(store.listen)
 
     def one(execution_id: str) -> ActorRef | None:
@@ -101,4 +115,4 @@ async def watch_store(
     def every() -> list[ActorRef]:
         return [entry.ref for entry in live.values()]
 
-    return await system.spawn(StoreWatcher, feed, one, every, durable, name="store-watch")
+    return await system.spawn(StoreWatcher, feed, one, every, durable, others, name="store-watch")

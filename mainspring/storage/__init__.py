@@ -29,7 +29,8 @@ exclusive across processes and hosts):
 - ``acquire`` / ``heartbeat`` / ``release`` (L1-L3): take the lease unless another owner's is
   live (a lapsed one is taken over and the epoch grows), extend the holder's live lease,
   give it up keeping the epoch. The lease's clock is the backend's (``clock``; for a shared
-  server, the server's).
+  server, the server's). ``acquire(..., gone=lease)`` also takes over a live lease whose
+  owner process the caller found gone (``owner_gone``, L7), if it is still that lease.
 - ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together; the lease on disk is
@@ -85,7 +86,6 @@ from ._backend import Notifying as Notifying
 from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import holder as holder
-from ._backend import new_owner_id as new_owner_id
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import hash_files as hash_files
@@ -126,6 +126,9 @@ from ._migrate import MigrationError as MigrationError
 from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
+from ._owners import new_owner_id as new_owner_id
+from ._owners import owner_gone as owner_gone
+from ._owners import owner_here as owner_here
 from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
@@ -316,6 +319,8 @@ __all__ = [
     "new_owner_id",
     "open_committer",
     "open_store",
+    "owner_gone",
+    "owner_here",
     "parse_agent_task",
     "parse_agent_tasks",
     "parse_worker_tasks",

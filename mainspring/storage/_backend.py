@@ -12,10 +12,6 @@ import collections
 import contextlib
 import enum
 import math
-import os
-import re
-import secrets
-import socket
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +20,7 @@ import attrs
 from ._errors import StorageError
 from ._history import HistoryEvent
 from ._journal import Base
+from ._owners import new_owner_id
 from ._records import MAX_CONTROLS, Execution, Lease
 
 __all__ = [
@@ -109,8 +106,12 @@ class Store(Protocol):
         clock (a lease's times are the store's, never a host's: L1)."""
         ...
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
-        """L1: take the lease unless another owner's is live; takes over a lapsed one."""
+    def acquire(
+        self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
+    ) -> LeaseResult:
+        """L1: take the lease unless another owner's is live; takes over a lapsed one, and
+        ``gone`` (a lease whose owner process the caller found gone: L7) if it is still on
+        disk as it was seen."""
         ...
 
     def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
@@ -194,15 +195,6 @@ class Notifying(Protocol):
         ...
 
 
-_HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
-
-
-def new_owner_id() -> str:
-    """``host:pid:random``: unique per process start, readable in listings."""
-    host = _HOST_CHARS.sub("-", socket.gethostname())[:64] or "host"
-    return f"{host}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
 def holder(lease: Lease | None, now: float) -> str | None:
     """The owner holding ``lease`` at ``now``, or None if it is released or lapsed."""
     if lease is None or not lease.owner or lease.expires_at <= now:
@@ -245,9 +237,14 @@ def decide_commit(
 
 
 def decide_acquire(
-    stored: Execution | None, owner: str, ttl: float, now: float
+    stored: Execution | None, owner: str, ttl: float, now: float, *, gone: Lease | None = None
 ) -> tuple[LeaseResult, Execution | None]:
-    """Invariant L1: refuse while another owner's lease is live, take over a lapsed one."""
+    """Invariant L1: refuse while another owner's lease is live, take over a lapsed one.
+
+    L7: ``gone`` is a lease the caller found held by a process that is gone (see
+    ``_owners.owner_gone``); it is taken over, live or not, only if it is still exactly that
+    lease on disk (same owner, same epoch): of two callers acting on one sighting, one wins.
+    """
     _check_ttl(ttl)
     if stored is None:
         return LeaseResult(acquired=False, reason="no such execution"), None
@@ -256,6 +253,14 @@ def decide_acquire(
             acquired=False, lease=stored.lease, reason=f"it is {stored.status}"
         ), None
     current = holder(stored.lease, now)
+    if (
+        current is not None
+        and gone is not None
+        and stored.lease is not None
+        and (stored.lease.owner, stored.lease.epoch) == (gone.owner, gone.epoch)
+        and current != owner
+    ):
+        current = None  # L7: its owner is gone; a new tenure begins (the epoch grows)
     if current is not None and current != owner:
         assert stored.lease is not None
         reason = f"held by {current} until {stored.lease.expires_at:.3f}"
@@ -456,12 +461,15 @@ class CompareAndSetStore:
             self._store(None, execution)
             return True
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
-        """L1: refused while another owner's lease is live; takes over a lapsed one."""
+    def acquire(
+        self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
+    ) -> LeaseResult:
+        """L1: refused while another owner's lease is live; takes over a lapsed one, and
+        ``gone`` if it is still the lease on disk (L7)."""
         with self._atomic():
             base = self._load(execution_id)
             stored = base.execution if base is not None else None
-            result, updated = decide_acquire(stored, owner, ttl, self._clock())
+            result, updated = decide_acquire(stored, owner, ttl, self._clock(), gone=gone)
             if updated is not None:
                 self._store(base, updated)
             return result

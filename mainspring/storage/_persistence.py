@@ -30,7 +30,7 @@ from ._errors import StorageError
 from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
 from ._postgres import CommitUnknown
-from ._records import Execution
+from ._records import Execution, Lease
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
 
@@ -451,9 +451,15 @@ class Committer:
         answers: tuple[Fact | bool | Exception, ...] = ticket.outcome
         return answers
 
-    async def acquire(self, execution_id: str, owner: str, ttl: float) -> LeaseResult:
-        """The store's ``acquire`` (L1), run by the writer in order with its flushes."""
-        return await self._call(self.store.acquire, execution_id, owner, ttl)  # type: ignore[no-any-return]
+    async def acquire(
+        self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
+    ) -> LeaseResult:
+        """The store's ``acquire`` (L1; ``gone``: L7), run by the writer in order with its
+        flushes."""
+        if gone is None:
+            return await self._call(self.store.acquire, execution_id, owner, ttl)  # type: ignore[no-any-return]
+        take = functools.partial(self.store.acquire, gone=gone)
+        return await self._call(take, execution_id, owner, ttl)  # type: ignore[no-any-return]
 
     async def renew(
         self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None

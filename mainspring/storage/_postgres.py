@@ -59,7 +59,7 @@ from ._pg_memory import PostgresMemory
 from ._pg_retry import DecideAgain, LockWait, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, loads_row, rows_for, size_expr
-from ._records import Execution
+from ._records import Execution, Lease
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -597,8 +597,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
         return self._retrying(super().create, execution, lease_ttl=lease_ttl)
 
-    def acquire(self, execution_id: str, owner: str, ttl: float) -> Any:
-        return self._retrying(super().acquire, execution_id, owner, ttl)
+    def acquire(
+        self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
+    ) -> Any:
+        return self._retrying(super().acquire, execution_id, owner, ttl, gone=gone)
 
     def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
         return self._retrying(super().heartbeat, execution_id, owner, ttl)

@@ -79,7 +79,12 @@ async def main(
     store: str, execution_id: str, options: str = "default", plan: str = "cross"
 ) -> None:
     chosen = SLOW_HEARTBEAT if options == "slow-heartbeat" else OPTIONS
-    async with ms.open_runtime(store=store, tools=TOOLS, agents=AGENTS, **chosen) as rt:
+    # "other-host": A's lease names another host, whose death no runtime here can see (L7):
+    # its lease is free only once it lapses.
+    owner = "other-host:4242:0123abcd:1.abc.1" if options == "other-host" else None
+    async with ms.open_runtime(
+        store=store, tools=TOOLS, agents=AGENTS, owner=owner, **chosen
+    ) as rt:
         run = ASKING if plan == "asking" else PLAN
         handle = await rt.start("cross-process", run, execution_id=execution_id)
         result = await handle.wait()

@@ -158,7 +158,7 @@ def asking_a(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MAINSPRING_TEST_BLOCK": "1"}
     store = tmp_path / "store.sqlite3"
     a = subprocess.Popen(
-        [sys.executable, "-c", _RUN_A, str(store), "ex-cross", "default", "asking"],
+        [sys.executable, "-c", _RUN_A, str(store), "ex-cross", "other-host", "asking"],
         stdout=subprocess.PIPE,
         cwd=ROOT,
         env=env,
@@ -175,9 +175,10 @@ def asking_a(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 async def test_an_answer_for_a_run_whose_host_died_is_kept_and_given_by_the_resume(
     tmp_path: Path, asking_a: subprocess.Popen[str]
 ) -> None:
-    """A asks while another step keeps its run live, then dies (SIGKILL) holding the lease.
-    B's answer is kept on the record for A's runner (B is told the run is busy); once A's
-    lease lapses, B's resume gives the stored answer to the task, once (R8)."""
+    """A (on another host, as far as its lease says) asks while another step keeps its run
+    live, then dies (SIGKILL) holding the lease. B's answer is kept on the record for A's
+    runner (B is told the run is busy); once A's lease lapses, B's resume gives the stored
+    answer to the task, once (R8)."""
     a = asking_a
     assert a.stdout is not None
     with anyio.fail_after(60):

@@ -389,8 +389,9 @@ def test_files_are_0600_and_directories_0700_even_under_umask_000(
 
 def test_owner_ids_are_host_pid_random() -> None:
     owner = new_owner_id()
-    host, pid, token = owner.split(":")
+    host, pid, token, process = owner.split(":")  # process: start time, boot id, pid ns (L7)
     assert host
+    assert process.count(".") == 2
     assert int(pid) == os.getpid()
     assert len(token) == 8
     assert new_owner_id() != owner
@@ -793,3 +794,30 @@ def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
         store.create(execution("ex-1"))
     assert _raw_bytes(make_store, store, "ex-1") == before  # nothing written over it
     assert [p.id for p in store.list().problems] == ["ex-1"]
+
+
+def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    store.create(execution())
+    dead, a, b = "host:9:dead", "host:1:aaaa", "host:2:bbbb"
+    seen = store.acquire("ex-1", dead, ttl=60).lease
+    assert seen is not None
+    # Without ``gone`` the live lease stands (L1); with a lease other than the one on disk
+    # (another epoch) too.
+    assert not store.acquire("ex-1", a, ttl=10).acquired
+    assert not store.acquire(
+        "ex-1", a, ttl=10, gone=attrs.evolve(seen, epoch=seen.epoch + 1)
+    ).acquired
+    # Two takers acting on one sighting: the first wins, with a new epoch (L4); the second
+    # meets the winner's live lease.
+    won = store.acquire("ex-1", a, ttl=10, gone=seen)
+    assert won.acquired
+    assert won.lease is not None
+    assert (won.lease.owner, won.lease.epoch) == (a, seen.epoch + 1)
+    lost = store.acquire("ex-1", b, ttl=10, gone=seen)
+    assert not lost.acquired
+    assert lost.lease == won.lease
+    assert store.commit_progress(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK

@@ -1,0 +1,303 @@
+"""Recovery needs nobody: an open runtime takes over the runs nobody runs (L8), at once when
+their owner was a process of this host that is gone (L7), once their lease lapses when the
+owner is elsewhere; ``recover()`` says what it left alone and why."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.storage import open_store
+
+from ._memory_kit import StoreSpec, store_spec
+
+WORKER = Path(__file__).with_name("_recovery_worker.py")
+REPO = Path(ms.__file__).resolve().parent.parent
+#: An owner id of the form this library writes, of a host that is not this one.
+FOREIGN = "elsewhere-host:4242:0123abcd:1.abc.1"
+pytestmark = pytest.mark.anyio
+
+PLAN = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+
+
+@pytest.fixture(params=["sqlite", "files", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
+    yield from store_spec(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def crash_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
+    yield from store_spec(request.param, tmp_path)
+
+
+@pytest.fixture
+def pg_store(tmp_path: Path) -> Iterator[StoreSpec]:
+    yield from store_spec("postgres", tmp_path)
+
+
+@contextlib.contextmanager
+def backend(spec: StoreSpec) -> Iterator[ms.storage.Store]:
+    """A second handle on the test's store, for planting and reading records (blocking:
+    use it in a worker thread)."""
+    opened, close = open_store(spec.target)
+    try:
+        yield opened
+    finally:
+        close()
+
+
+def store_clock(spec: StoreSpec) -> float:
+    with backend(spec) as opened:
+        return opened.now()
+
+
+def stored(spec: StoreSpec, execution_id: str) -> ms.storage.Execution | None:
+    with backend(spec) as opened:
+        return opened.get(execution_id)
+
+
+async def plant(spec: StoreSpec, execution_id: str, **options: Any) -> ms.storage.Execution:
+    """:func:`planted`, off the event loop."""
+    return await anyio.to_thread.run_sync(lambda: planted(spec, execution_id, **options))
+
+
+def planted(
+    spec: StoreSpec, execution_id: str, *, owner: str = "", ttl: float | None = None, **fields: Any
+) -> ms.storage.Execution:
+    """Store a run as a crashed process leaves it: ``running`` with its plan, the lease
+    ``owner``'s for ``ttl`` s on the store's clock (released when ``owner`` is empty)."""
+    now = time.time()
+    record = ms.storage.Execution(
+        id=execution_id,
+        goal="g",
+        status=fields.pop("status", "running"),
+        plan=PLAN,
+        plan_version=1,
+        lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+    with backend(spec) as opened:
+        assert opened.create(record, lease_ttl=ttl if owner else None)
+        stored = opened.get(execution_id)
+    assert stored is not None
+    return stored
+
+
+def gate_tool(
+    calls: list[str], who: str = "", stamps: list[float] | None = None, clock: Any = time.time
+) -> tuple[anyio.Event, dict[str, Any]]:
+    """The ``gate`` tool: here it returns at once, noting who ran it and when (``clock()``,
+    called in a worker thread)."""
+    ran = anyio.Event()
+
+    async def gate(**_: Any) -> int:
+        calls.append(who)
+        if stamps is not None:
+            stamps.append(await anyio.to_thread.run_sync(clock))
+        ran.set()
+        return 1
+
+    gate.__qualname__ = "gate"  # the worker's, so that a resume here sees no drift (R6)
+    return ran, {"gate": gate}
+
+
+async def completed(rt: ms.Runtime, execution_id: str) -> None:
+    """Until the run's completion is durable (the history says so)."""
+    async with contextlib.aclosing(rt.events(execution_id, after=0, poll=0.1)) as stream:
+        async for event in stream:
+            if event.kind == "status" and event.status == "completed":
+                return
+
+
+async def start_and_kill(spec: StoreSpec, execution_id: str, ttl: float) -> ms.storage.Lease:
+    """A worker process starts a run and is killed with SIGKILL mid-step; the lease it
+    left on disk (still live: ``ttl`` s)."""
+    command = [sys.executable, str(WORKER), spec.target, execution_id, "-", str(ttl)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    async with await anyio.open_process(command, env=env, stderr=None) as child:
+        assert child.stdout is not None
+        with anyio.fail_after(60):
+            line = b""
+            while b"ready" not in line:
+                chunk = await child.stdout.receive()
+                line += chunk
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    left = await anyio.to_thread.run_sync(stored, spec, execution_id)
+    assert left is not None
+    assert left.status == "running"
+    assert left.lease is not None
+    assert left.lease.owner
+    return left.lease
+
+
+@pytest.mark.parametrize("when", ["restart", "open-before"])
+async def test_l8_a_run_of_a_killed_process_on_this_host_is_taken_over_without_recover(
+    crash_store: StoreSpec, when: str
+) -> None:
+    """``kill -9`` of the process running a run: a runtime of this host (started after the
+    kill, or open all along) takes it over long before the dead owner's lease lapses, and
+    nobody calls ``recover()``."""
+    calls: list[str] = []
+    taken_at: list[float] = []
+    ran, tools = gate_tool(calls, stamps=taken_at)
+
+    def opening() -> Any:
+        return ms.open_runtime(store=crash_store.target, tools=tools, lease_ttl=3)
+
+    async with contextlib.AsyncExitStack() as stack:
+        if when == "open-before":  # its sweeps see the worker's live lease, then its death
+            rt = await stack.enter_async_context(opening())
+        lease = await start_and_kill(crash_store, "ex-killed", ttl=60)
+        if when == "restart":  # at once, as systemd, Kubernetes or --reload would
+            rt = await stack.enter_async_context(opening())
+        with anyio.fail_after(45):
+            await ran.wait()
+        # L7: taken because its owner is gone, not because its lease lapsed.
+        assert taken_at[0] < lease.expires_at
+        assert calls == [""]
+        with anyio.fail_after(30):
+            await completed(rt, "ex-killed")
+        stored = await rt.get("ex-killed")
+        assert stored is not None
+        assert stored.lease is not None
+        assert stored.lease.epoch > lease.epoch  # a new tenure (L4)
+
+
+async def test_l8_a_lease_of_another_host_is_not_taken_before_it_lapses_and_is_after(
+    store: StoreSpec,
+) -> None:
+    far = await plant(store, "ex-far", owner=FOREIGN, ttl=2.0)
+    assert far.lease is not None
+    calls: list[str] = []
+    taken_at: list[float] = []
+    ran, tools = gate_tool(calls, stamps=taken_at, clock=lambda: store_clock(store))
+    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3) as rt:
+        report = await rt.recover()
+        if not taken_at:  # looked at before the lease lapsed: left alone, and why
+            assert [s.reason for s in report.skipped if s.id == "ex-far"] in (
+                [f"lease-live:{FOREIGN}"],
+                [],  # the watcher took it between the listing and now
+            )
+        with anyio.fail_after(60):
+            await ran.wait()
+            await completed(rt, "ex-far")
+    assert taken_at[0] >= far.lease.expires_at  # by the store's clock
+    assert calls == [""]
+
+
+async def test_l8_two_runtimes_racing_for_lapsed_runs_run_each_exactly_once(
+    store: StoreSpec,
+) -> None:
+    calls: list[str] = []
+    _, first = gate_tool(calls, "first")
+    _, second = gate_tool(calls, "second")
+    ids = [f"ex-race-{n}" for n in range(6)]
+    async with (
+        ms.open_runtime(store=store.target, tools=first, lease_ttl=3) as a,
+        ms.open_runtime(store=store.target, tools=second, lease_ttl=3) as b,
+    ):
+        # Both runtimes are open (and sweeping) before the runs exist; both see the leases
+        # and wake when they lapse, together.
+        for execution_id in ids:
+            await plant(store, execution_id, owner=FOREIGN, ttl=1.5)
+        with anyio.fail_after(90):
+            for execution_id in ids:
+                await completed(a, execution_id)
+        reported = [h.execution_id for h in await a.recover()] + [
+            h.execution_id for h in await b.recover()
+        ]
+    assert len(calls) == len(ids)  # each ran once, by one of the two
+    assert sorted(reported) == sorted(ids)  # each reported by the runtime that won it
+
+
+async def test_l8_open_runtime_recover_false_takes_nothing_over_by_itself(
+    store: StoreSpec,
+) -> None:
+    await plant(store, "ex-left")
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3, recover=False) as rt:
+        with anyio.move_on_after(1.5):  # several sweeps of a recovering runtime
+            await ran.wait()
+        assert calls == []
+        stored = await rt.get("ex-left")
+        assert stored is not None
+        assert stored.status == "running"
+        assert rt.live() == []
+        (handle,) = await rt.recover()  # only when asked
+        assert (await handle.wait()).status == "completed"
+    assert calls == [""]
+    with pytest.raises(TypeError, match="recover must be True or False"):
+        async with ms.open_runtime(store=store.target, recover="yes"):  # type: ignore[arg-type]
+            pass
+
+
+async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
+    store: StoreSpec,
+) -> None:
+    await plant(store, "ex-orphan")
+    await plant(store, "ex-held", owner=FOREIGN, ttl=600)
+    await plant(store, "ex-paused", status="paused")
+    await plant(store, "ex-done", status="completed")
+    if store.kind != "postgres":
+        from tests._raw import write_garbage
+
+        write_garbage(store.target, "ex-broken", b"{not json")
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    async with ms.open_runtime(store=store.target, tools=tools, recover=False) as rt:
+        report = await rt.recover()
+        assert isinstance(report, ms.executions.RecoveryReport)
+        assert [h.execution_id for h in report] == ["ex-orphan"]
+        assert report.resumed == tuple(report)
+        await report[0].wait()
+        skipped = {s.id: s.reason for s in report.skipped}
+        expected = {"ex-held": f"lease-live:{FOREIGN}", "ex-paused": "paused"}
+        if store.kind != "postgres":
+            expected["ex-broken"] = "unreadable"
+        assert skipped == expected  # a finished run is not a skipped one
+        again = await rt.recover()
+        assert list(again) == []  # each handle is reported once
+        assert {s.id for s in again.skipped} == set(expected)
+
+
+async def test_l8_on_postgresql_a_release_is_taken_over_at_its_notice(
+    pg_store: StoreSpec,
+) -> None:
+    """A runtime that closes releases its runs' leases; another open on the same server
+    hears of it (LISTEN/NOTIFY) and takes them over at once, not at its next sweep (its
+    60 s lease: a sweep every 20 s)."""
+    spec = pg_store
+    parked = anyio.Event()
+
+    async def gate(**_: Any) -> int:
+        parked.set()
+        await anyio.sleep_forever()
+        return 0
+
+    gate.__qualname__ = "gate"
+    calls: list[str] = []
+    ran, tools = gate_tool(calls, "second")
+    async with ms.open_runtime(store=spec.target, tools=tools, lease_ttl=60) as second:
+        async with ms.open_runtime(store=spec.target, tools={"gate": gate}, lease_ttl=60) as first:
+            await first.start("g", PLAN, execution_id="ex-handed")
+            with anyio.fail_after(30):
+                await parked.wait()
+        # ``first`` closed: the run stopped with Shutdown and its lease was released.
+        with anyio.fail_after(15):
+            await ran.wait()
+            await completed(second, "ex-handed")
+    assert calls == ["second"]
