@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
+from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem, releases
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
@@ -548,7 +548,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             conn.execute("RELEASE SAVEPOINT bound")
             size = exact
         self._events.extend(event_rows)
-        if fence is None and base is not None:
+        # Edits out of run tell its runner; a run's write that gives its lease up (L3) and
+        # leaves it unfinished tells every other host's recovery that it is free (L8).
+        if base is not None and (fence is None or (releases(execution) and not execution.terminal)):
             self._touched.add(execution_id)
         self._locked[execution_id] = stamp
         if base is None:

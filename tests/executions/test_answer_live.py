@@ -93,6 +93,7 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     yield from (spec.target for spec in store_spec(request.param, tmp_path))
 
 
+_ROOT = Path(__file__).resolve().parents[2]
 FAST = {"lease_ttl": 5.0, "heartbeat_interval": 0.05}
 
 
@@ -157,7 +158,11 @@ async def test_r5_an_answer_stored_for_a_waiting_run_is_used_by_the_next_resume(
         return answer
 
     plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="ask", agent="asker"),))
-    async with ms.open_runtime(store=shared_store, agents={"asker": asker}, **FAST) as rt:
+    # recover=False: the resume or recover() here is what gives the answer (with its own
+    # recovery on, the runtime would take the answered run over by itself: see below).
+    async with ms.open_runtime(
+        store=shared_store, agents={"asker": asker}, recover=False, **FAST
+    ) as rt:
         first = await (await rt.start("g", plan, execution_id="ex-w")).wait()
         assert first.status == "waiting_for_clarification"
         async with ms.open_runtime(store=shared_store, **FAST) as other:
@@ -255,3 +260,55 @@ async def test_r4_an_answer_to_a_run_not_waiting_is_refused_and_nothing_is_store
         assert record is not None
         assert record.answer_requests == ()
         assert "answer" not in [c.action for c in record.controls]
+
+
+@pytest.mark.parametrize("shared_store", ["sqlite", "postgres"], indirect=True)
+async def test_r8_l8_an_answer_from_the_shell_to_a_waiting_run_goes_on_by_itself(
+    shared_store: Any,
+) -> None:
+    """The server's runtime holds the app; an operator answers from the shell
+    (`mainspring answer`, another process, no --app): the run waiting in the server goes on
+    with that answer, no request to the server needed (its recovery takes it, L8)."""
+    import os
+    import subprocess
+    import sys
+
+    answered = anyio.Event()
+    answers: list[str] = []
+
+    async def asker(ctx: ms.AgentContext, input: Any) -> str:
+        answers.append(await ctx.ask("which city?"))
+        answered.set()
+        return answers[-1]
+
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="ask", agent="asker"),))
+    async with ms.open_runtime(store=shared_store, agents={"asker": asker}, **FAST) as rt:
+        first = await (await rt.start("g", plan, execution_id="ex-sh")).wait()
+        assert first.status == "waiting_for_clarification"
+        where = str(shared_store)
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "mainspring.cli",
+                    "answer",
+                    "ex-sh",
+                    "Oslo",
+                    "--store",
+                    where,
+                ],
+                env={**os.environ, "PYTHONPATH": str(_ROOT)},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        )
+        assert done.returncode == 0, done.stderr
+        with anyio.fail_after(60):
+            await answered.wait()  # taken over by the runtime's own recovery
+            (handle,) = await rt.recover()  # what it took since: reported once
+            result = await handle.wait()
+    assert answers == ["Oslo"]
+    assert result.status == "completed"
+    assert result.outputs == {"ask": "Oslo"}
