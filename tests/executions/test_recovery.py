@@ -5,6 +5,7 @@ owner is elsewhere; ``recover()`` says what it left alone and why."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -301,3 +302,60 @@ async def test_l8_on_postgresql_a_release_is_taken_over_at_its_notice(
             await ran.wait()
             await completed(second, "ex-handed")
     assert calls == ["second"]
+
+
+#: A credential of a shape ``redact`` masks, in a store error's text.
+SECRET = "sk-ant-api03-" + "Q" * 40
+
+
+class _Flaky(ms.storage.SqliteStore):
+    """A SQLite store whose first listing and first acquire fail with an error whose text
+    holds a credential (a store error quoting what it was given)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.fail_list = 1
+        self.fail_acquire = 1
+
+    def list(self) -> ms.storage.Listing:
+        if self.fail_list:
+            self.fail_list -= 1
+            raise ms.storage.StorageError(f"listing failed near {SECRET}")
+        return super().list()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        if self.fail_acquire:
+            self.fail_acquire -= 1
+            raise ms.storage.StorageError(f"acquire failed near {SECRET}")
+        return super().acquire(*args, **kwargs)
+
+
+async def test_l8_failed_sweeps_and_recoveries_are_logged_redacted_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = str(tmp_path / "flaky.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-flaky")
+    flaky = _Flaky(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    caplog.set_level(logging.WARNING, logger="mainspring.executions")
+    try:
+        async with ms.open_runtime(store=flaky, tools=tools, lease_ttl=3) as rt:
+            with anyio.fail_after(60):  # the watcher's first sweep fails, a later one takes it
+                await ran.wait()
+                await completed(rt, "ex-flaky")
+            report = await rt.recover()
+    finally:
+        flaky.close()
+    assert calls == [""]
+    assert [h.execution_id for h in report] == ["ex-flaky"]
+    logged = "\n".join(
+        record.getMessage() + (caplog.handler.format(record) if record.exc_info else "")
+        for record in caplog.records
+    )
+    assert "recovery sweep failed" in logged
+    assert "could not recover ex-flaky" in logged
+    assert "[redacted anthropic-key]" in logged
+    assert SECRET not in logged
+    assert SECRET not in caplog.text
