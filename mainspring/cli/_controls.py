@@ -75,6 +75,10 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
     config = _load_app(args.app) if getattr(args, "app", None) else {}
+    # L8: a command acts on the run it names only. Recovering would take over every run
+    # nobody runs (a server's, to be picked up by it) into this short-lived process, run
+    # it with whatever tools the command has, and stop it again on exit.
+    config["recover"] = False
     async with open_runtime(store=store, **config) as rt:
         if args.command == "prune":
             return await run_prune(rt, out, args)
