@@ -10,6 +10,7 @@ an execution in ``_handle``; the default home and store selection live in storag
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Collection
@@ -341,8 +342,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         Raises :class:`UnknownExecution` for an id not stored, and :class:`NotWaiting` for an
         ``answer`` to a run that waits for none (finished, or with no clarification open):
         the answer is never dropped silently, and nothing changes. Cancelling the caller
-        after the lease was taken leaves it held until its ttl lapses (nothing else
-        changes). To answer without running the rest of the run here, see :meth:`answer`.
+        before the run is started here lets go of a lease it had taken (the resume's edit
+        may have landed: the run is then one to recover). To answer without running the
+        rest of the run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
@@ -395,6 +397,36 @@ class Runtime(RuntimeEvents, WorkerControls):
             handle._resolve(result_from(stored))  # R4, R5: nothing changes
             return handle
         cfg = self._cfg
+        spawning: list[bool] = []
+        try:
+            return await self._take_and_run(
+                execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
+                spawning,
+            )  # fmt: skip
+        except BaseException:
+            # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
+            # the lease may have been taken and before a run was asked to hold it: let it
+            # go, so that no lease is left held by nobody for its ttl (a no-op unless it is
+            # ours: L3). Once the run's actor may exist, the lease is its own to release.
+            if not spawning:
+                with anyio.move_on_after(cfg.lease_ttl, shield=True):
+                    with contextlib.suppress(Exception):
+                        await self._committer.release(execution_id, cfg.owner)
+            raise
+
+    async def _take_and_run(
+        self,
+        execution_id: str,
+        answer: str | None,
+        approve: bool,
+        max_calls: int | None,
+        limits: tuple[int | None, Decimal | None],
+        deadline: float | None,
+        raises: bool,
+        handle: ExecutionHandle,
+        spawning: list[bool],
+    ) -> ExecutionHandle:
+        cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         gone = acquired.lease
         if (
@@ -415,6 +447,7 @@ class Runtime(RuntimeEvents, WorkerControls):
                     self._committer, cfg.owner, execution_id, answer, cfg, acquired
                 )
                 if how == "released":  # it ended first: the stored answer goes with a resume
+                    spawning.append(True)  # the inner resume lets go of what it takes
                     return await self._resume(execution_id, None, False, None)
                 if how == "taken":
                     handle._resolve(result_from(await self._require(execution_id)))
@@ -451,6 +484,7 @@ class Runtime(RuntimeEvents, WorkerControls):
             or (planned.id, planned.version) != (record.plan.id, record.plan.version)
         ):
             planned = None
+        spawning.append(True)
         return await self._spawn(record, planned, begins[-1])
 
     async def recover(self) -> RecoveryReport:
@@ -463,8 +497,8 @@ class Runtime(RuntimeEvents, WorkerControls):
         ``open_runtime(recover=...)``), with ``skipped`` naming each unfinished run left
         alone and why (another owner's live lease, paused or waiting, finished elsewhere
         meanwhile, unreadable). Of several runtimes recovering at once, exactly one takes
-        each run (L1). Cancelling the caller leaves a lease it had just taken held until
-        its ttl lapses."""
+        each run (L1). Cancelling the caller lets go of a lease it had just taken for a
+        run not yet started (a runtime closing mid-sweep leaves no lease held)."""
         return await self._recovery.recover()
 
     async def _recover_one(self, execution_id: str) -> ExecutionHandle | str:

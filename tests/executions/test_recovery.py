@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -359,3 +360,46 @@ async def test_l8_failed_sweeps_and_recoveries_are_logged_redacted_and_retried(
     assert "[redacted anthropic-key]" in logged
     assert SECRET not in logged
     assert SECRET not in caplog.text
+
+
+class _SlowTake(ms.storage.SqliteStore):
+    """A SQLite store whose first lease taken lands and then answers late (a loaded
+    server): ``taken`` is set once it has landed."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.taken = threading.Event()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        result = super().acquire(*args, **kwargs)
+        if not self.taken.is_set():
+            self.taken.set()
+            threading.Event().wait(5)  # the answer is late; the runtime closes meanwhile
+        return result
+
+
+async def test_l8_a_runtime_closing_mid_takeover_leaves_no_lease_held(tmp_path: Path) -> None:
+    """The runtime closes while its recovery waits for the lease it took: the run is not
+    started here, and its lease is let go at once, not held by a closed runtime for its
+    ttl (another runtime, here or elsewhere, takes the run over without waiting)."""
+    target = str(tmp_path / "slow.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-mid")
+    slow = _SlowTake(target)
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    try:
+        async with ms.open_runtime(store=slow, tools=tools, lease_ttl=60) as rt:
+            with anyio.fail_after(60):
+                await anyio.to_thread.run_sync(slow.taken.wait)
+            owner = rt.owner
+    finally:
+        slow.close()
+    left = await anyio.to_thread.run_sync(stored, spec, "ex-mid")
+    assert left is not None
+    assert left.status == "running"
+    assert left.lease is not None
+    assert left.lease.owner == ""  # released, not held by a closed runtime for 60 s
+    assert left.lease.epoch == 2  # it had been taken once
+    assert calls in ([], [""])
+    assert owner
