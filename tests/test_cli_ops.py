@@ -494,3 +494,37 @@ def test_l8_a_command_takes_over_no_run_but_the_one_it_is_told_to(
     assert other.lease is not None
     assert (other.lease.owner, other.lease.epoch) == ("", 1)  # never taken
     assert [event.kind for event in history] == ["created", "plan"]
+
+
+def test_l7_an_owner_id_read_from_the_store_never_drives_the_terminal(tmp_path: Path) -> None:
+    """An owner id is text anyone who can write the store chose: ``ls``, ``show`` and
+    ``doctor``'s dead-owner finding show its control characters as escapes."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        capture_output=True, check=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    owner = out.stdout.decode().strip() + ":\x1b[2J\x1b]0;owned\x07"  # a gone process's
+    path = tmp_path / "h.sqlite3"
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        now = time.time()
+        plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+        record = ms.storage.Execution(
+            id="ex-h", goal="g", status="running", plan=plan, plan_version=1,
+            lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+        assert sqlite.create(record, lease_ttl=600)
+    finally:
+        sqlite.close()
+    outputs = {
+        command: run_cli(command, *extra, "--store", str(path))
+        for command, *extra in (("ls",), ("show", "ex-h"), ("doctor",))
+    }
+    assert outputs["doctor"][0] == EXIT_FAILED
+    assert "dead-owner" in outputs["doctor"][1]
+    for command, (_, text) in outputs.items():
+        assert "\x1b" not in text, command
+        assert "\x07" not in text, command
+        assert "\\x1b[2J\\x1b]0;owned\\x07" in text, command

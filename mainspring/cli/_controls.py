@@ -25,7 +25,7 @@ from ..executions import (
 from ..storage import Store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
-from ._output import Out, when
+from ._output import Out, printable, when
 from ._workers import worker_line, worker_of
 
 
@@ -69,7 +69,7 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
         owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
         message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
-        raise CliError(message, EXIT_BUSY) from None
+        raise CliError(printable(message), EXIT_BUSY) from None  # an owner id is anyone's
 
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
