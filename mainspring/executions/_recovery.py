@@ -28,7 +28,7 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor
-from ..storage import Execution, Store, holder, owner_gone, owner_here
+from ..storage import Execution, Store, Unfinished, holder, owner_gone, owner_here
 from ._failures import describe_off_loop
 from ._handle import ExecutionBusy, ExecutionHandle, UnknownExecution
 from ._record_controls import answer_waiting
@@ -133,7 +133,11 @@ class Recovery:
             return await self._sweep()
 
     async def _sweep(self) -> tuple[RecoveryReport, float]:
-        listing = await anyio.to_thread.run_sync(self._store.list)
+        # L8: only what may be unfinished is read: a store keeps its finished runs, and a
+        # sweep every few seconds must not read them all each time.
+        store = self._store
+        lister = store.unfinished if isinstance(store, Unfinished) else store.list
+        listing = await anyio.to_thread.run_sync(lister)
         now = await anyio.to_thread.run_sync(self._store.now)
         skipped = [SkippedRun(id=problem.id, reason="unreadable") for problem in listing.problems]
         candidates = []

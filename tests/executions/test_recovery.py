@@ -318,11 +318,11 @@ class _Flaky(ms.storage.SqliteStore):
         self.fail_list = 1
         self.fail_acquire = 1
 
-    def list(self) -> ms.storage.Listing:
+    def unfinished(self) -> ms.storage.Listing:  # what recovery lists
         if self.fail_list:
             self.fail_list -= 1
             raise ms.storage.StorageError(f"listing failed near {SECRET}")
-        return super().list()
+        return super().unfinished()
 
     def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
         if self.fail_acquire:
@@ -403,3 +403,34 @@ async def test_l8_a_runtime_closing_mid_takeover_leaves_no_lease_held(tmp_path: 
     assert left.lease.epoch == 2  # it had been taken once
     assert calls in ([], [""])
     assert owner
+
+
+class _NoWholeListing(ms.storage.SqliteStore):
+    """A SQLite store that refuses to be listed whole: a sweep must not read every run."""
+
+    def list(self) -> ms.storage.Listing:
+        raise AssertionError("recovery listed the whole store")
+
+
+async def test_l8_a_sweep_reads_only_unfinished_runs(tmp_path: Path) -> None:
+    """Recovery sweeps every few seconds for as long as a runtime is open: it lists the
+    unfinished runs only (``storage.Unfinished``), whatever number of finished ones the
+    store keeps, and still takes an orphan over."""
+    target = str(tmp_path / "big.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    for n in range(20):
+        await plant(spec, f"ex-done-{n}", status="completed")
+    await plant(spec, "ex-orphan")
+    quiet = _NoWholeListing(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    try:
+        async with ms.open_runtime(store=quiet, tools=tools, lease_ttl=3) as rt:
+            with anyio.fail_after(30):
+                await ran.wait()
+                await completed(rt, "ex-orphan")
+            report = await rt.recover()
+    finally:
+        quiet.close()
+    assert [h.execution_id for h in report] == ["ex-orphan"]
+    assert report.skipped == ()  # finished runs are not looked at, nor reported
