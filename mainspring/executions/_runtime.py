@@ -397,18 +397,19 @@ class Runtime(RuntimeEvents, WorkerControls):
             handle._resolve(result_from(stored))  # R4, R5: nothing changes
             return handle
         cfg = self._cfg
-        spawning: list[bool] = []
+        handed: list[bool] = []
         try:
             return await self._take_and_run(
                 execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
-                spawning,
+                handed,
             )  # fmt: skip
         except BaseException:
             # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
             # the lease may have been taken and before a run was asked to hold it: let it
             # go, so that no lease is left held by nobody for its ttl (a no-op unless it is
-            # ours: L3). Once the run's actor may exist, the lease is its own to release.
-            if not spawning:
+            # ours: L3). Refused, nothing was taken; once the run's actor may exist, the lease
+            # is its own to release.
+            if not handed:
                 with anyio.move_on_after(cfg.lease_ttl, shield=True):
                     with contextlib.suppress(Exception):
                         await self._committer.release(execution_id, cfg.owner)
@@ -424,8 +425,10 @@ class Runtime(RuntimeEvents, WorkerControls):
         deadline: float | None,
         raises: bool,
         handle: ExecutionHandle,
-        spawning: list[bool],
+        handed: list[bool],
     ) -> ExecutionHandle:
+        """The rest of :meth:`_resume`: take the lease, edit, run. ``handed`` gets an item
+        once no lease of ours is left to let go on failure (refused, or the run spawned)."""
         cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         gone = acquired.lease
@@ -441,13 +444,13 @@ class Runtime(RuntimeEvents, WorkerControls):
                 execution_id, cfg.owner, cfg.lease_ttl, gone=gone
             )
         if not acquired.acquired:
+            handed.append(True)  # refused: there is no lease of ours to let go
             if answer is not None and not approve and not raises:
                 # R8 across hosts: the run is live elsewhere; its runner takes the answer.
                 how = await answer_elsewhere(
                     self._committer, cfg.owner, execution_id, answer, cfg, acquired
                 )
                 if how == "released":  # it ended first: the stored answer goes with a resume
-                    spawning.append(True)  # the inner resume lets go of what it takes
                     return await self._resume(execution_id, None, False, None)
                 if how == "taken":
                     handle._resolve(result_from(await self._require(execution_id)))
@@ -484,7 +487,7 @@ class Runtime(RuntimeEvents, WorkerControls):
             or (planned.id, planned.version) != (record.plan.id, record.plan.version)
         ):
             planned = None
-        spawning.append(True)
+        handed.append(True)
         return await self._spawn(record, planned, begins[-1])
 
     async def recover(self) -> RecoveryReport:
