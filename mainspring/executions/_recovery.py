@@ -176,6 +176,8 @@ class Recovery:
                 await _warn(f"could not recover {execution.id}", exc, execution.id)
                 skipped.append(SkippedRun(id=execution.id, reason=f"failed:{type(exc).__name__}"))
                 continue
+            if handle == "live":  # resumed here by hand meanwhile: not taken over, not left
+                continue
             if isinstance(handle, str):  # it changed since the listing: not one to recover
                 skipped.append(SkippedRun(id=execution.id, reason=handle))
             elif handle._ran_here:

@@ -506,11 +506,12 @@ class Runtime(RuntimeEvents, WorkerControls):
 
     async def _recover_one(self, execution_id: str) -> ExecutionHandle | str:
         """Resume ``execution_id`` if it is still a run to recover (running or planned, not
-        live here), under its control lock; else the status that made it not one."""
+        live here), under its control lock; else the status that made it not one (``live``:
+        it is live here, resumed by hand meanwhile: not recovery's to report)."""
         async with self._exclusive(execution_id):
             live = await self._settled(execution_id)
             if live is not None:
-                return live.handle
+                return "live"
             stored = await self._require(execution_id)
             if not recoverable(stored):
                 return "terminal" if stored.terminal else stored.status

@@ -434,3 +434,70 @@ async def test_l8_a_sweep_reads_only_unfinished_runs(tmp_path: Path) -> None:
         quiet.close()
     assert [h.execution_id for h in report] == ["ex-orphan"]
     assert report.skipped == ()  # finished runs are not looked at, nor reported
+
+
+class _HeldResume(ms.storage.SqliteStore):
+    """A SQLite store on which the first lease taken waits for ``gate`` (a hand resume under
+    way), and whose clock read, which follows recovery's listing, sets ``listed``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.acquiring = threading.Event()
+        self.gate = threading.Event()
+        self.listed = threading.Event()
+        self.sweeping = False
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        if not self.acquiring.is_set():
+            self.acquiring.set()
+            self.gate.wait(60)
+        return super().acquire(*args, **kwargs)
+
+    def unfinished(self) -> ms.storage.Listing:
+        self.sweeping = True
+        return super().unfinished()
+
+    def now(self) -> float:
+        if self.sweeping:
+            self.listed.set()
+        return super().now()
+
+
+async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recovered(
+    tmp_path: Path,
+) -> None:
+    """``recover()`` lists a run nobody runs while a hand ``resume`` of it is under way: the
+    resume wins, and the report does not claim the run as taken over by recovery (nor as
+    left alone)."""
+    target = str(tmp_path / "held.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-hand")
+    held = _HeldResume(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    report: list[ms.executions.RecoveryReport] = []
+    try:
+        async with ms.open_runtime(store=held, tools=tools, recover=False) as rt:
+            handles: list[ms.ExecutionHandle] = []
+
+            async def by_hand() -> None:
+                handles.append(await rt.resume("ex-hand"))
+
+            async def recovering() -> None:
+                report.append(await rt.recover())
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(by_hand)
+                    await anyio.to_thread.run_sync(held.acquiring.wait)
+                    tg.start_soon(recovering)
+                    await anyio.to_thread.run_sync(held.listed.wait)
+                    held.gate.set()
+                await ran.wait()
+                assert (await handles[0].wait()).status == "completed"
+    finally:
+        held.gate.set()
+        held.close()
+    assert calls == [""]
+    assert list(report[0]) == []
+    assert report[0].skipped == ()
