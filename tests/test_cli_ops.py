@@ -439,3 +439,92 @@ def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path
     assert code == EXIT_OK
     assert "lease:   free" in out
     assert "gone:1:x" not in out
+
+
+ORPHAN_APP = """
+import anyio
+
+async def gate():
+    await anyio.sleep(1.5)  # the command stays open a while, as a real step does
+    return 1
+
+def config():
+    return {"tools": {"gate": gate}, "lease_ttl": 3, "recover": True}
+"""
+
+
+def _orphan(sqlite: ms.storage.SqliteStore, execution_id: str) -> None:
+    """A run as a crashed process leaves it: running, its lease released."""
+    now = time.time()
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+    record = ms.storage.Execution(
+        id=execution_id, goal="g", status="running", plan=plan, plan_version=1,
+        lease=ms.storage.Lease(owner="", expires_at=0.0, epoch=1),
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+    assert sqlite.create(record)
+
+
+def test_l8_a_command_takes_over_no_run_but_the_one_it_is_told_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A control from the shell (even ``resume --app`` with an app that asks for recovery)
+    touches only the run it names: other runs nobody runs are left to the servers."""
+    (tmp_path / "orphanapp.py").write_text(ORPHAN_APP)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "o.sqlite3"
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        _orphan(sqlite, "ex-mine")
+        _orphan(sqlite, "ex-other")
+    finally:
+        sqlite.close()
+    code, out = run_cli("resume", "ex-mine", "--store", str(path), "--app", "orphanapp:config")
+    assert code == EXIT_OK
+    assert "ex-mine: completed" in out
+    code, _ = run_cli("cancel", "ex-mine", "--store", str(path))  # finished: nothing to do
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        other = sqlite.get("ex-other")
+        history = sqlite.history("ex-other")
+    finally:
+        sqlite.close()
+    assert other is not None
+    assert other.status == "running"
+    assert other.lease is not None
+    assert (other.lease.owner, other.lease.epoch) == ("", 1)  # never taken
+    assert [event.kind for event in history] == ["created", "plan"]
+
+
+def test_l7_an_owner_id_read_from_the_store_never_drives_the_terminal(tmp_path: Path) -> None:
+    """An owner id is text anyone who can write the store chose: ``ls``, ``show`` and
+    ``doctor``'s dead-owner finding show its control characters as escapes."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        capture_output=True, check=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    owner = out.stdout.decode().strip() + ":\x1b[2J\x1b]0;owned\x07"  # a gone process's
+    path = tmp_path / "h.sqlite3"
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        now = time.time()
+        plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+        record = ms.storage.Execution(
+            id="ex-h", goal="g", status="running", plan=plan, plan_version=1,
+            lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+        assert sqlite.create(record, lease_ttl=600)
+    finally:
+        sqlite.close()
+    outputs = {
+        command: run_cli(command, *extra, "--store", str(path))
+        for command, *extra in (("ls",), ("show", "ex-h"), ("doctor",))
+    }
+    assert outputs["doctor"][0] == EXIT_FAILED
+    assert "dead-owner" in outputs["doctor"][1]
+    for command, (_, text) in outputs.items():
+        assert "\x1b" not in text, command
+        assert "\x07" not in text, command
+        assert "\\x1b[2J\\x1b]0;owned\\x07" in text, command

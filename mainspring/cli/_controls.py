@@ -25,7 +25,7 @@ from ..executions import (
 from ..storage import Store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
-from ._output import Out, when
+from ._output import Out, printable, when
 from ._workers import worker_line, worker_of
 
 
@@ -69,12 +69,16 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
         owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
         message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
-        raise CliError(message, EXIT_BUSY) from None
+        raise CliError(printable(message), EXIT_BUSY) from None  # an owner id is anyone's
 
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
     config = _load_app(args.app) if getattr(args, "app", None) else {}
+    # L8: a command acts on the run it names only. Recovering would take over every run
+    # nobody runs (a server's, to be picked up by it) into this short-lived process, run
+    # it with whatever tools the command has, and stop it again on exit.
+    config["recover"] = False
     async with open_runtime(store=store, **config) as rt:
         if args.command == "prune":
             return await run_prune(rt, out, args)

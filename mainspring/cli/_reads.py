@@ -35,7 +35,7 @@ from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._failures import duration, failure_lines, step_counts
 from ._integrity import integrity_findings
 from ._memory import nothing_remembered
-from ._output import Out, clamp, when
+from ._output import Out, clamp, printable, when
 from ._store import get_execution, open_store, shown
 from ._workers import run_workers
 
@@ -69,7 +69,7 @@ def _holding(execution: Execution, now: float) -> str | None:
 
 
 def _owner(execution: Execution, now: float) -> str:
-    return _holding(execution, now) or "-"
+    return printable(_holding(execution, now) or "-")  # an owner id on disk is anyone's
 
 
 def _usage_line(execution: Execution) -> str:
@@ -190,7 +190,8 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease
     if lease is not None and _holding(execution, now):
-        out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")
+        until = f"until {when(lease.expires_at)} (epoch {lease.epoch})"
+        out.line(f"lease:   {printable(lease.owner)} {until}")
     else:
         out.line("lease:   free")
     deadline = deadline_line(execution, now)  # B1
@@ -484,7 +485,8 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
     else:
         out.line(f"{len(listing.executions)} executions read, {len(findings)} findings")
         for finding in findings:
-            out.line(f"  {finding['problem']:<20} {finding['id']}: {finding['detail']}")
+            detail = printable(finding["detail"])  # it may quote an owner id, a store error
+            out.line(f"  {finding['problem']:<20} {printable(finding['id'])}: {detail}")
         if not findings:
             out.line("all well")
     return EXIT_OK if not findings else EXIT_FAILED

@@ -59,7 +59,7 @@ from ._pg_memory import PostgresMemory
 from ._pg_retry import DecideAgain, LockWait, Retry, StoreUnavailable, retry_loop
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, loads_row, rows_for, size_expr
-from ._records import Execution, Lease
+from ._records import EXECUTION_TERMINAL, Execution, Lease
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -265,7 +265,14 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
 
     def list(self) -> Listing:
         """Every execution that reads, and a problem for each that does not (E7)."""
-        ids = self._retrying(self._ids)
+        return self._listing(self._retrying(self._ids))
+
+    def unfinished(self) -> Listing:
+        """``list`` of the executions whose status is not a finished one (``Unfinished``):
+        finished rows are not read (L8: recovery's sweeps cost what is unfinished)."""
+        return self._listing(self._retrying(self._unfinished_ids))
+
+    def _listing(self, ids: builtins.list[str]) -> Listing:
         executions: list[Execution] = []
         problems: list[Problem] = []
         for execution_id in ids:
@@ -283,6 +290,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def _ids(self) -> builtins.list[str]:
         with self._connections.reading() as conn:
             rows = conn.execute(f"SELECT id FROM {self._s}.executions ORDER BY id")
+            return [row[0] for row in rows]
+
+    def _unfinished_ids(self) -> builtins.list[str]:
+        query = f"SELECT id FROM {self._s}.executions WHERE status <> ALL(%s) ORDER BY id"
+        with self._connections.reading() as conn:
+            rows = conn.execute(query, (sorted(EXECUTION_TERMINAL),))
             return [row[0] for row in rows]
 
     def history(
