@@ -26,8 +26,10 @@ from ..storage import redact
 __all__ = [
     "LOGGER_NAME",
     "MAX_FRAMES",
+    "MAX_MESSAGE",
     "MAX_TRACEBACK_BYTES",
     "Caught",
+    "clamp_message",
     "describe",
     "describe_off_loop",
     "log_failure",
@@ -44,7 +46,27 @@ MAX_FRAMES = 50
 MAX_TRACEBACK_BYTES = 8 * 1024
 #: How much of an exception's class name is kept (its qualified name can be long).
 MAX_TYPE_NAME = 200
+#: How much of an exception's ``Type: text`` line is kept (its start: the part that says most),
+#: on the record and in a log line; a message can be megabytes (a dumped response body).
+MAX_MESSAGE = 4096
 _CUT = "[traceback cut: its first {n} bytes are left out]\n"
+_MESSAGE_CUT = " [cut: {n} more characters]"
+
+
+def _storable(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (undecodable bytes that ``os`` or a
+    ``surrogateescape`` decode let through) becomes its ``\\udcff`` escape. Without this the
+    record could not be encoded, and the failure would be stored as "its result could not be
+    stored" with its type and traceback lost."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def clamp_message(text: str) -> str:
+    """``text`` cut to its first ``MAX_MESSAGE`` characters, saying how many were left out.
+    Cut only after redaction: a cut through a secret could leave a part no pattern knows."""
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return text[:MAX_MESSAGE] + _MESSAGE_CUT.format(n=len(text) - MAX_MESSAGE)
 
 
 @attrs.frozen(kw_only=True)
@@ -70,10 +92,10 @@ def clamp_traceback(text: str) -> str:
 
 
 def describe(exc: BaseException) -> Caught:
-    """``exc`` as a failure keeps it (O2): the traceback is redacted (E5) before it is cut,
-    so a cut never leaves part of a secret unmasked. Reads source files: see
-    :func:`describe_off_loop`."""
-    name = type(exc).__name__[:MAX_TYPE_NAME]
+    """``exc`` as a failure keeps it (O2): the message and the traceback are redacted (E5)
+    before they are cut, so a cut never leaves part of a secret unmasked, and made valid
+    UTF-8. Reads source files: see :func:`describe_off_loop`."""
+    name = _storable(type(exc).__name__[:MAX_TYPE_NAME])
     try:
         lines = tb.TracebackException.from_exception(exc, limit=-MAX_FRAMES).format()
         text = "".join(lines)
@@ -83,7 +105,11 @@ def describe(exc: BaseException) -> Caught:
         message = f"{name}: {exc}"
     except Exception:
         message = f"{name}: (its message could not be read)"
-    return Caught(error_type=name, message=message, traceback=clamp_traceback(redact(text)))
+    return Caught(
+        error_type=name,
+        message=clamp_message(redact(_storable(message))),
+        traceback=clamp_traceback(redact(_storable(text))),
+    )
 
 
 async def describe_off_loop(exc: BaseException) -> Caught:
@@ -114,7 +140,7 @@ def log_failure(
     }
     text = f"execution {execution_id}: {what}"
     if error:
-        text += f": {redact(error)}"
+        text += f": {clamp_message(redact(_storable(error)))}"
     if traceback:
-        text += "\n" + redact(traceback).rstrip("\n")
+        text += "\n" + clamp_traceback(redact(_storable(traceback))).rstrip("\n")
     logger.log(level, "%s", text, extra=extra)

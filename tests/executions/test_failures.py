@@ -15,6 +15,7 @@ import pytest
 import mainspring as ms
 from mainspring.executions._failures import (
     LOGGER_NAME,
+    MAX_MESSAGE,
     MAX_TRACEBACK_BYTES,
     clamp_traceback,
     describe,
@@ -60,7 +61,9 @@ def test_O2_a_described_exception_is_redacted_then_cut_to_its_last_bytes() -> No
     except RuntimeError as exc:
         caught = describe(exc)
     assert caught.error_type == "RuntimeError"
-    assert caught.message.endswith(SECRET)  # redacted where it is stored, as every error
+    # the message is redacted, then cut to its start (the secret was at its end)
+    assert SECRET not in caught.message
+    assert caught.message.endswith("more characters]")
     assert SECRET not in caught.traceback
     assert len(caught.traceback.encode()) <= MAX_TRACEBACK_BYTES
     assert caught.traceback.startswith("[traceback cut: ")
@@ -248,3 +251,67 @@ async def test_O1_failures_print_nothing_unless_the_application_configures_loggi
     assert result.status == "failed"
     assert printed == []
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("mainspring").handlers)
+
+
+# -- hostile exceptions ----------------------------------------------------------------------
+
+
+async def surrogate_failure(**_: Any) -> None:
+    raise ValueError("undecodable \udcff byte")
+
+
+async def huge_failure(**_: Any) -> None:
+    raise ValueError(f"token {SECRET} " + "x" * 2_000_000)
+
+
+async def test_O2_an_error_with_undecodable_text_is_kept_with_its_type_and_traceback(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(tool("u", "bad"))
+    async with runtime(tmp_path, tools={"bad": surrogate_failure}) as rt:
+        result = await (await rt.start("g", plan, execution_id="u")).wait()
+        record = stored(rt, "u")
+    (failure,) = result.failures
+    assert failure.error_type == "ValueError"
+    assert failure.message == "ValueError: undecodable \\udcff byte"
+    assert failure.traceback is not None
+    assert "surrogate_failure" in failure.traceback
+    assert _obs(record, "u").error_type == "ValueError"
+
+
+async def test_O2_a_huge_error_is_bounded_on_disk_in_the_result_and_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    plan = plan_of(tool("h", "huge"))
+    async with runtime(tmp_path / "s", tools={"huge": huge_failure}) as rt:
+        result = await (await rt.start("g", plan, execution_id="h")).wait()
+        record = stored(rt, "h")
+    observation = _obs(record, "h")
+    assert observation.error is not None
+    assert len(observation.error) <= MAX_MESSAGE + 100
+    assert observation.error.startswith("ValueError: token [redacted github-token] xxx")
+    assert observation.error.endswith("more characters]")
+    (failure,) = result.failures
+    assert failure.message == observation.error
+    assert len(_store_bytes(tmp_path / "s")) < 1_000_000
+    logged = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert logged
+    for line in logged:
+        assert len(line.getMessage()) <= MAX_MESSAGE + MAX_TRACEBACK_BYTES + 1_000
+    assert SECRET not in caplog.text
+
+
+async def test_O2_a_planner_failure_says_why_in_the_result_without_its_secrets(
+    tmp_path: Path,
+) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        raise IndexError(f"no plan for token {SECRET}")
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="p")).wait()
+    assert result.status == "failed"
+    assert (
+        result.error == "the planner failed: IndexError: no plan for token [redacted github-token]"
+    )
+    assert result.failures[0].message == result.error
