@@ -32,7 +32,7 @@ from ..storage import (
 )
 from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
-from ._failures import duration, failure_lines, step_counts
+from ._failures import duration, failure_lines, run_observation, step_counts
 from ._integrity import integrity_findings
 from ._memory import nothing_remembered
 from ._output import Out, clamp, when
@@ -185,7 +185,7 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     out.line(f"usage:   {_usage_line(execution)}")
     if _stopped(execution):
         out.line(f"stopped: {', '.join(_stopped(execution))} (done without a result)")
-    why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+    why = run_observation(execution)
     if execution.status == "failed" and why is not None and why.error:
         out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease

@@ -143,6 +143,22 @@ def shortfall(steps: Iterable[PlanStep], status: Mapping[str, str]) -> str | Non
     return None
 
 
+def run_failure(observations: Iterable[Observation]) -> Observation | None:
+    """The run's own failed observation (why the planner or the run failed), or None. It is
+    stored under the id ``plan`` and names no tool, skill or agent: a plan step may be called
+    ``plan`` too, and its observation always names what it ran (O2: never reported as the
+    planner, never taken for why the run failed)."""
+    return next(
+        (
+            o
+            for o in observations
+            if o.step_id == "plan" and not o.ok and o.tool is None and o.skill is None
+            and o.agent is None
+        ),
+        None,
+    )  # fmt: skip
+
+
 def failed_steps_error(observations: Iterable[Observation], failed: Iterable[str]) -> str | None:
     """``step a failed: ValueError: ...`` for the first of the ``failed`` steps (and how many
     more failed), from their observations; None when none failed."""
@@ -191,8 +207,8 @@ def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
                 traceback=traceback,
             )
         )
-    plan = by_id.get("plan")
-    if plan is not None and not plan.ok and plan.error_type is not None:
+    plan = run_failure(execution.observations)
+    if plan is not None and plan.error_type is not None:
         found.append(
             StepFailure(
                 step_id="plan",
@@ -216,7 +232,7 @@ def result_from(
     summary, done, total = summarize(execution)
     if error is None and execution.status == "failed":
         # Why the run failed is on the record (the "plan" observation), for every reader.
-        why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+        why = run_failure(execution.observations)
         error = why.error if why is not None else None
         if error is None and execution.plan is not None:  # O2: which steps failed, and why
             failed = [step.id for step in execution.plan.steps if step.status == "failed"]

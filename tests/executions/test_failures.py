@@ -20,6 +20,7 @@ from mainspring.executions._failures import (
     clamp_traceback,
     describe,
 )
+from mainspring.executions._results import result_from
 from mainspring.storage import RetryPolicy
 
 from ._kit import agent, plan_of, runtime, stored, tasks_of, tool
@@ -315,3 +316,16 @@ async def test_O2_a_planner_failure_says_why_in_the_result_without_its_secrets(
         result.error == "the planner failed: IndexError: no plan for token [redacted github-token]"
     )
     assert result.failures[0].message == result.error
+
+
+async def test_O2_a_step_called_plan_fails_as_a_step_never_as_the_planner(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan_of(tool("plan", "boom")), execution_id="r")).wait()
+        record = stored(rt, "r")
+    assert result.error == "step plan failed: ValueError: bad input 1"
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind) == ("plan", "tool")
+    assert result_from(record).failures == result.failures
+    assert result_from(record).error == result.error
