@@ -101,15 +101,50 @@ def describe(exc: BaseException) -> Caught:
         text = "".join(lines)
     except Exception as problem:  # a broken __str__ or __repr__ of the user's exception
         text = f"(its traceback could not be formatted: {type(problem).__name__})\n"
-    try:
-        message = f"{name}: {exc}"
-    except Exception:
-        message = f"{name}: (its message could not be read)"
+    message = _line(exc, name)
+    if isinstance(exc, BaseExceptionGroup):
+        # "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)" says nothing
+        # of why: the errors inside are named too (a tool that runs a task group fails so).
+        leaves = _leaves(exc)
+        named = leaves[:_GROUP_LEAVES]
+        inner = "; ".join(_line(leaf, type(leaf).__name__[:MAX_TYPE_NAME]) for leaf in named)
+        more = len(leaves) - len(named)
+        message += f": {inner}" + (f"; and {more} more" if more > 0 else "")
     return Caught(
         error_type=name,
         message=clamp_message(redact(_storable(message))),
         traceback=clamp_traceback(redact(_storable(text))),
     )
+
+
+def _line(exc: BaseException, name: str) -> str:
+    try:
+        return f"{name}: {exc}"
+    except Exception:
+        return f"{name}: (its message could not be read)"
+
+
+#: How many of an exception group's errors its message names, and how many it counts.
+_GROUP_LEAVES = 5
+_GROUP_COUNT = 10_000
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The group's errors that are not groups, depth first, at most ``_GROUP_COUNT`` (a
+    group may nest deeply or hold many)."""
+    found: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    seen: set[int] = set()
+    while pending and len(found) < _GROUP_COUNT:
+        exc = pending.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(reversed(exc.exceptions))
+        else:
+            found.append(exc)
+    return found
 
 
 async def describe_off_loop(exc: BaseException) -> Caught:

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 
@@ -329,3 +330,28 @@ async def test_O2_a_step_called_plan_fails_as_a_step_never_as_the_planner(
     assert (failure.step_id, failure.kind) == ("plan", "tool")
     assert result_from(record).failures == result.failures
     assert result_from(record).error == result.error
+
+
+async def task_group_failure(**_: Any) -> None:
+    async def child() -> None:
+        raise ValueError("the child's own reason")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(child)
+
+
+async def test_O2_a_task_groups_failure_names_the_errors_inside_it(tmp_path: Path) -> None:
+    async with runtime(tmp_path, tools={"tg": task_group_failure}) as rt:
+        result = await (await rt.start("g", plan_of(tool("t", "tg")), execution_id="r")).wait()
+    (failure,) = result.failures
+    assert failure.error_type == "ExceptionGroup"
+    assert failure.message.endswith("(1 sub-exception): ValueError: the child's own reason")
+    assert result.error is not None
+    assert "ValueError: the child's own reason" in result.error
+
+
+def test_O2_a_large_exception_group_names_its_first_errors_and_counts_the_rest() -> None:
+    group = ExceptionGroup("many", [ValueError(i) for i in range(20)])
+    message = describe(ExceptionGroup("outer", [group, KeyError("k")])).message
+    assert message.startswith("ExceptionGroup: outer (2 sub-exceptions): ValueError: 0; ")
+    assert message.endswith("ValueError: 4; and 16 more")
