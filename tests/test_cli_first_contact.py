@@ -273,6 +273,22 @@ def test_u4_a_bad_since_is_a_usage_error(
     assert str(error["error"]).startswith("argument --since: ")
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--interval", v) for v in ("nan", "-1", "0", "inf", "1e20", "x")]
+    + [("--max-polls", v) for v in ("-1", "x")],
+)
+def test_u4_a_bad_follow_interval_is_a_usage_error(
+    home: Path, option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to be a traceback from time.sleep (NaN, negative, out of range for time_t).
+    argv = ["events", "--follow", "--max-polls", "1", f"{option}={value}"]
+    assert run_cli(*argv, "--json") == (EXIT_USAGE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_USAGE
+    assert str(error["error"]).startswith(f"argument {option}: ")
+
+
 def test_u4_a_good_deadline_passes_parsing(home: Path) -> None:
     # Parsed, then the id is unknown on an empty home: the duration was not the problem.
     for value in ("1s", "30m", "11d", "1000000s"):

@@ -176,6 +176,35 @@ def _fraction(text: str) -> float:
     return value
 
 
+#: The longest pause ``events --follow --interval`` takes between two looks (seconds).
+_MAX_INTERVAL = 3600.0
+
+
+def _interval(text: str) -> float:
+    """An ``events --interval``: seconds between two looks, more than 0 and at most an hour
+    (a usage error otherwise: NaN, a negative or a huge number would end in a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= _MAX_INTERVAL:  # NaN fails this too
+        raise argparse.ArgumentTypeError(
+            f"not an interval (seconds, more than 0 and at most {_MAX_INTERVAL:g}): {text}"
+        )
+    return value
+
+
+def _polls(text: str) -> int:
+    """An ``events --max-polls``: how many looks before ``--follow`` stops, 0 for no limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of polls (a whole number >= 0): {text}")
+    return value
+
+
 def _page_size(text: str) -> int:
     """A ``--limit``: a whole number in 1..MAX_SEARCH_LIMIT (a usage error otherwise)."""
     from ..storage import MAX_SEARCH_LIMIT
@@ -415,8 +444,8 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="SEQ",
         help="only entries after this sequence number (the first column; default 0: all)",
     )
-    events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
-    events.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
+    events.add_argument("--interval", type=_interval, default=0.5, help=argparse.SUPPRESS)
+    events.add_argument("--max-polls", type=_polls, default=0, help=argparse.SUPPRESS)
     commands.add_parser("doctor", parents=[common], help="check every record, read-only")
     commands.add_parser(
         "migrate",
