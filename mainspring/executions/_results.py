@@ -181,7 +181,7 @@ def _attempt_of(obs: Observation) -> int:
 
 
 def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
-    """Every failed plan step of ``execution`` (in plan order), then a failed planner (O2).
+    """Every failed plan step of ``execution`` (in plan order), then the run's own failure (O2).
     An agent step's traceback is its task's (the task record keeps it)."""
     by_id = {obs.step_id: obs for obs in execution.observations}
     tasks, _ = parse_agent_tasks(execution)
@@ -207,8 +207,11 @@ def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
                 traceback=traceback,
             )
         )
+    # The run's own failure (the planner's, a plan it returned that is not runnable, a
+    # planner timeout, a run that could not go on): listed whether or not an exception
+    # caused it, so a failed run never has an empty list.
     plan = run_failure(execution.observations)
-    if plan is not None and plan.error_type is not None:
+    if plan is not None:
         found.append(
             StepFailure(
                 step_id="plan",

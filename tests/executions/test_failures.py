@@ -355,3 +355,25 @@ def test_O2_a_large_exception_group_names_its_first_errors_and_counts_the_rest()
     message = describe(ExceptionGroup("outer", [group, KeyError("k")])).message
     assert message.startswith("ExceptionGroup: outer (2 sub-exceptions): ValueError: 0; ")
     assert message.endswith("ValueError: 4; and 16 more")
+
+
+@pytest.mark.parametrize(
+    ("returned", "says"),
+    [
+        ({"not": "a plan"}, "the planner failed: it returned dict, not a Plan"),
+        (plan_of(tool("a", "nope")), "plan p v1: step a names unknown tool nope"),
+    ],
+    ids=["not-a-plan", "not-runnable"],
+)
+async def test_O2_a_run_its_planner_failed_without_raising_lists_that_failure(
+    tmp_path: Path, returned: object, says: str
+) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> object:
+        return returned
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="r")).wait()
+    assert result.status == "failed"
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind, failure.error_type) == ("plan", "planner", None)
+    assert failure.message == says == result.error
