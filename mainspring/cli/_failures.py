@@ -79,7 +79,13 @@ def _traceback(text: str) -> list[str]:
     """A kept traceback as lines to print: indented, redacted again, every character a
     terminal would act on shown as its escape (stored text is anyone's), bounded."""
     lines: list[str] = []
-    for raw in redact(text).splitlines()[:_MAX_LINES]:
+    kept = redact(text).splitlines()
+    if len(kept) > _MAX_LINES:  # its end is kept: the exception's own line says most
+        lines.append(
+            f"      [traceback cut: its first {len(kept) - _MAX_LINES} lines are left out]"
+        )
+        kept = kept[-_MAX_LINES:]
+    for raw in kept:
         body = raw.lstrip(" ")
         indent = " " * min(len(raw) - len(body), 40)
         shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in body)
