@@ -162,7 +162,8 @@ def log_failure(
     traceback: str | None = None,
     level: int = logging.WARNING,
 ) -> None:
-    """Log one failure (O2): ``execution <id>: <what>: <error>``, then its traceback.
+    """Log one failure (O2): ``execution <id>: <what>: <error>`` on one line, then its
+    traceback indented, characters a terminal would act on shown as escapes.
     ``what`` names the failed thing (``step s1 (tool fetch) failed on attempt 2``). The ids
     are also on the record (``execution_id``, ``step_id``, ``agent_task_id``) for handlers
     that format them. Everything is redacted again here (E5): a log line is disk too."""
@@ -174,8 +175,20 @@ def log_failure(
         "agent_task_id": agent_task_id,
     }
     text = f"execution {execution_id}: {what}"
-    if error:
-        text += f": {clamp_message(redact(_storable(error)))}"
+    if error:  # on the first line: its line breaks too are shown as escapes
+        text += f": {_inert(clamp_message(redact(_storable(error))), keep='')}"
     if traceback:
-        text += "\n" + clamp_traceback(redact(_storable(traceback))).rstrip("\n")
+        # Indented: no line of it (an error's text spans lines too) can pass for a record.
+        kept = _inert(clamp_traceback(redact(_storable(traceback))).rstrip("\n"))
+        text += "".join(f"\n  {line}" for line in kept.split("\n"))
     logger.log(level, "%s", text, extra=extra)
+
+
+def _inert(text: str, keep: str = "\n\t") -> str:
+    """``text`` with every character a terminal acts on (escape sequences, carriage
+    returns, bells, bidi overrides) shown as its escape: an error's text is anyone's (a
+    server's response), and a log is often read on a terminal. Characters in ``keep`` stay:
+    a traceback's lines stay lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)

@@ -377,3 +377,24 @@ async def test_O2_a_run_its_planner_failed_without_raising_lists_that_failure(
     (failure,) = result.failures
     assert (failure.step_id, failure.kind, failure.error_type) == ("plan", "planner", None)
     assert failure.message == says == result.error
+
+
+async def escaping_failure(**_: Any) -> None:
+    raise ValueError("evil \x1b[31mred\x07\r\nWARNING:mainspring.executions:forged line")
+
+
+async def test_O2_a_logged_failure_cannot_drive_a_terminal_or_forge_a_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
+    async with runtime(tmp_path, tools={"esc": escaping_failure}) as rt:
+        await (await rt.start("g", plan_of(tool("e", "esc")), execution_id="r")).wait()
+    logged = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
+    assert logged
+    for message in logged:
+        assert "\x1b" not in message
+        assert "\x07" not in message
+        assert "\r" not in message
+        assert not any(line.startswith("WARNING:") for line in message.splitlines())
+    first = logged[0].splitlines()[0]
+    assert first.endswith("evil \\x1b[31mred\\x07\\r\\nWARNING:mainspring.executions:forged line")
