@@ -285,9 +285,11 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line("")
         out.line("controls")
         for control in execution.controls:
-            reason = f": {control.reason}" if control.reason else ""
+            # Stored text is anyone's: never raw to the terminal (escapes, bidi, bells).
+            reason = f": {clamp(control.reason, 300)}" if control.reason else ""
             digest = f" (sha256 {control.answer_sha256[:16]})" if control.answer_sha256 else ""
-            out.line(f"  {when(control.at)}  {control.action} by {control.by}{digest}{reason}")
+            by = clamp(control.by, 200)
+            out.line(f"  {when(control.at)}  {control.action} by {by}{digest}{reason}")
     return EXIT_OK
 
 
@@ -346,7 +348,7 @@ def _event_line(event: HistoryEvent) -> str:
     if event.generation is not None:
         parts.append(f"generation {event.generation}")
     if event.reason is not None:
-        parts.append(f"reason {event.reason}")
+        parts.append(f"reason {clamp(event.reason, 200)}")
     if event.agent_id is not None:
         parts.append(f"agent {event.agent_id}")
     for value in (event.state, event.action):
@@ -484,7 +486,8 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
     else:
         out.line(f"{len(listing.executions)} executions read, {len(findings)} findings")
         for finding in findings:
-            out.line(f"  {finding['problem']:<20} {finding['id']}: {finding['detail']}")
+            detail = clamp(finding["detail"], 500)
+            out.line(f"  {finding['problem']:<20} {clamp(finding['id'], 200)}: {detail}")
         if not findings:
             out.line("all well")
     return EXIT_OK if not findings else EXIT_FAILED
