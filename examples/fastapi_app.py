@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import signal
 import threading
@@ -139,8 +140,31 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
                 signal.signal(number, server)
 
 
+def log_failures_with_the_server() -> None:
+    """Let a step, planner or agent that fails say so in the server's log.
+
+    mainspring logs each failure, with its run's and step's ids and traceback, under
+    ``mainspring.executions``, and prints nothing unless the application configures
+    logging. uvicorn configures its own loggers only: so, unless logging was configured
+    otherwise (a root handler, or one on ``mainspring``), mainspring's records go where
+    uvicorn's errors go. Under another server this does nothing; configure logging there.
+    """
+    ours = logging.getLogger("mainspring")
+    if logging.getLogger().handlers or any(
+        not isinstance(handler, logging.NullHandler) for handler in ours.handlers
+    ):
+        return  # the application configured logging: its choice stands
+    for name in ("uvicorn.error", "uvicorn"):  # uvicorn's error log writes through these
+        for handler in logging.getLogger(name).handlers:
+            if handler not in ours.handlers:
+                ours.addHandler(handler)
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)  # a retried attempt is INFO, a failed step WARNING
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    log_failures_with_the_server()
     store = os.environ.get("MAINSPRING_STORE")
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt

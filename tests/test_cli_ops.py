@@ -156,6 +156,19 @@ def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
     assert "cancel by" in out
 
 
+def test_show_prints_a_controls_reason_with_its_control_characters_escaped(store: Path) -> None:
+    # A reason is anyone's text (a server passes its user's): it must not drive the terminal.
+    reason = "evil \x1b[31mred\x07 \u202e end"
+    code, _ = run_cli("pause", "ex-1", "--store", str(store), "--reason", reason)
+    assert code == EXIT_OK
+    code, out = run_cli("show", "ex-1", "--store", str(store))
+    assert code == EXIT_OK
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "\u202e" not in out
+    assert ": evil \\x1b[31mred\\x07 \\u202e end" in out
+
+
 def test_r8_answer_needs_no_user_code_and_refuses_a_run_not_waiting(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

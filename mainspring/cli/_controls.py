@@ -25,7 +25,7 @@ from ..executions import (
 from ..storage import Store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
-from ._output import Out, printable, when
+from ._output import Out, clamp, printable, when
 from ._workers import worker_line, worker_of
 
 
@@ -135,9 +135,9 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     else:
         out.line(f"{outcome.execution_id}: {outcome.summary}")
         if outcome.pending is not None:
-            out.line(f"pending {outcome.pending.kind}: {outcome.pending.question}")
+            out.line(f"pending {outcome.pending.kind}: {clamp(outcome.pending.question, 300)}")
         if outcome.error:
-            out.line(f"why: {outcome.error}")
+            out.line(f"why: {clamp(outcome.error, 300)}")  # O2: anyone's text, escaped
     if refused:  # said on stderr with --json, so stdout stays one JSON document
         message = f"nothing to {args.command}: the execution is {outcome.status}"
         if out.as_json:

@@ -545,10 +545,12 @@ class ExecutionActor(BoundedRun):
         observation)."""
         self._watcher.settling()
         if error is not None:
+            # E5: the result says why as the record does, never with a secret the record masks.
+            error = redact(error)
             self._obs["plan"] = Observation(
                 step_id="plan",
                 ok=False,
-                error=redact(error),
+                error=error,
                 error_type=caught.error_type if caught is not None else None,
                 traceback=caught.traceback if caught is not None else None,
             )

@@ -394,3 +394,27 @@ async def test_l7_l8_a_run_killed_with_its_server_goes_on_after_a_restart(
         await _sse(client, events, _is("status", status="waiting_for_clarification"), 90)
         view = (await client.get(f"{again.url}/executions/{execution_id}")).json()
         assert view["outputs"]["search"] == "3 sources on tide"
+
+
+@_HANGS_UP
+async def test_o2_a_real_servers_log_says_why_a_step_failed(
+    tmp_path: Path, servers: list[_Server]
+) -> None:
+    """A failing step is a line in uvicorn's log, with its run, its step and its traceback:
+    before, mainspring's records met only its NullHandler (uvicorn configures its own
+    loggers only) and the server's log said nothing."""
+    server = _Server(tmp_path)
+    servers.append(server)
+    async with httpx.AsyncClient(timeout=30) as client:
+        await server.ready(client)
+        url = server.url
+        execution_id = (
+            await client.post(f"{url}/executions", json={"goal": "research wind-2"})
+        ).json()["id"]
+        events = f"{url}/executions/{execution_id}/events"
+        await _sse(client, events, _is("status", status="failed"))
+    # Logged before the failure was committed, so before the stream said "failed".
+    output = server.output()
+    line = f"execution {execution_id}: step search (tool search) failed: ValueError: "
+    assert line + "nothing to search for in 'wind-2'" in output, output
+    assert "in search\n" in output
