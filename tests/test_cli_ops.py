@@ -439,3 +439,90 @@ def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path
     assert code == EXIT_OK
     assert "lease:   free" in out
     assert "gone:1:x" not in out
+
+
+TAKEOVER_APP = """
+import anyio
+
+STATE = {"building": False, "started": [], "wake": None, "taken": None}
+
+
+async def _hold(name):
+    STATE["started"].append(name)
+    STATE["wake"].set()
+    await anyio.sleep_forever()
+
+
+async def orphan_step():
+    if STATE["building"]:
+        await _hold("orphan_step")
+    STATE["taken"].set()  # the command's runtime runs a run it was not asked about
+    return "ran in the shell"
+
+
+async def gate():
+    if STATE["building"]:
+        await _hold("gate")
+    with anyio.move_on_after(5):  # long enough for a takeover to show
+        await STATE["taken"].wait()
+    return "done"
+
+
+def config():
+    STATE["building"] = False
+    STATE["taken"] = anyio.Event()
+    return {"tools": {"orphan_step": orphan_step, "gate": gate}}
+"""
+
+
+def test_L8_a_command_never_takes_over_the_stores_other_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run nobody runs is a server's to recover (it has the application): ``mainspring
+    resume ID``, ``answer``, ``pause``... act on the run they name, never on the others."""
+    (tmp_path / "takeover_app.py").write_text(TAKEOVER_APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "takeover_app", raising=False)
+    import takeover_app as app  # type: ignore[import-not-found]
+
+    path = tmp_path / "s.sqlite3"
+
+    async def build() -> None:
+        app.STATE["building"] = True
+        tools = {"orphan_step": app.orphan_step, "gate": app.gate}
+        async with ms.open_runtime(store=path, tools=tools, recover=False) as rt:
+            one = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="orphan_step"),))
+            two = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="gate"),))
+            await rt.start("orphan", one, execution_id="orph")
+            await rt.start("paused", two, execution_id="held")
+            while len(app.STATE["started"]) < 2:
+                app.STATE["wake"] = anyio.Event()
+                with anyio.fail_after(30):
+                    await app.STATE["wake"].wait()
+            assert (await rt.pause("held")).status == "paused"
+        # Leaving the block left "orph" running with its lease released: an orphan.
+
+    anyio.run(build)
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        before = sqlite.get("orph")
+    finally:
+        sqlite.close()
+    assert before is not None and before.status == "running"
+    code, out = run_cli("answer", "held", "x", "--store", str(path))
+    assert code == EXIT_FAILED  # not waiting for an answer
+    code, out = run_cli("resume", "held", "--store", str(path), "--app", "takeover_app:config")
+    assert (code, "held: completed" in out) == (EXIT_OK, True)
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        after = sqlite.get("orph")
+    finally:
+        sqlite.close()
+    assert after is not None
+    assert after.lease == before.lease  # never taken: no other owner, no new epoch
+    assert (after.status, after.plan, after.completed_steps) == (
+        before.status,
+        before.plan,
+        before.completed_steps,
+    )

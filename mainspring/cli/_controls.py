@@ -75,6 +75,10 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
     config = _load_app(args.app) if getattr(args, "app", None) else {}
+    # A command acts on the one run it names: it never takes over the store's other runs
+    # (L8's recovery is a server's, which has the application; a shell's runtime has none,
+    # or runs only the run it resumes, and ends with the command).
+    config["recover"] = False
     async with open_runtime(store=store, **config) as rt:
         if args.command == "prune":
             return await run_prune(rt, out, args)
