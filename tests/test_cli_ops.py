@@ -526,3 +526,26 @@ def test_L8_a_command_never_takes_over_the_stores_other_runs(
         before.plan,
         before.completed_steps,
     )
+
+
+def test_r8_an_answer_with_undecodable_bytes_is_a_usage_error(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which
+    no store can hold: a usage error (exit 2, JSON with --json), not a traceback."""
+    bad = os.fsdecode(b"caf\xe9")
+    code, out = run_cli("answer", "ex-2", bad, "--store", str(store))
+    assert (code, out) == (EXIT_USAGE, "")
+    assert "valid UTF-8" in capsys.readouterr().err
+    code, out = run_cli("answer", "ex-2", bad, "--store", str(store), "--json")
+    assert code == EXIT_USAGE
+    assert json.loads(capsys.readouterr().err)["code"] == EXIT_USAGE
+    code, _ = run_cli("resume", "ex-2", "--store", str(store), "--app", "x:y", "--answer", bad)
+    assert code == EXIT_USAGE
+    stored = ms.storage.SqliteStore(store)
+    try:
+        record = stored.get("ex-2")
+    finally:
+        stored.close()
+    assert record is not None and record.answer_requests == ()
+    assert record.lease is not None and not record.lease.owner

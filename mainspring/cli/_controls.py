@@ -22,7 +22,7 @@ from ..executions import (
     UnknownExecution,
     open_runtime,
 )
-from ..storage import Store
+from ..storage import Store, TooLarge
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
 from ._output import Out, when
@@ -74,6 +74,13 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
+    text = args.text if args.command == "answer" else getattr(args, "answer", None)
+    if text is not None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes on the command line: never storable
+            message = "the answer must be valid UTF-8 text (it has undecodable bytes)"
+            raise CliError(message, EXIT_USAGE) from None
     config = _load_app(args.app) if getattr(args, "app", None) else {}
     # A command acts on the one run it names: it never takes over the store's other runs
     # (L8's recovery is a server's, which has the application; a shell's runtime has none,
@@ -150,7 +157,10 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
 async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
     """``mainspring answer ID TEXT``: stored for the run wherever it runs or next resumes
     (never printed back: only its digest is kept in the clear, E5)."""
-    await rt.answer(execution_id, text)
+    try:
+        await rt.answer(execution_id, text)
+    except TooLarge as exc:  # the run's record cannot take it: nothing was stored
+        raise CliError(f"the answer cannot be stored: {exc}", EXIT_FAILED) from None
     record = await rt.get(execution_id)
     status = record.status if record is not None else "unknown"
     live = record is not None and record.lease is not None and bool(record.lease.owner)

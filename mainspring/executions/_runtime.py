@@ -10,6 +10,7 @@ an execution in ``_handle``; the default home and store selection live in storag
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Collection
@@ -46,7 +47,7 @@ from ..storage import (
     parse_agent_tasks,
     redact,
 )
-from ._answers import answer_elsewhere, request_answer
+from ._answers import answer_elsewhere, check_answer, request_answer
 from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import (
@@ -346,6 +347,8 @@ class Runtime(RuntimeEvents, WorkerControls):
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        if answer is not None:
+            check_answer(answer)
         limits = check_limits(max_tokens, max_cost)
         deadline = check_deadline(deadline)
         async with self._exclusive(execution_id):
@@ -436,7 +439,15 @@ class Runtime(RuntimeEvents, WorkerControls):
 
         # Un-pausing and answering are the resumer's own out-of-band edit: a paused record
         # is not a runner's to overwrite through the commit funnel (E2).
-        record = await self._committer.edit(execution_id, change)
+        try:
+            record = await self._committer.edit(execution_id, change)
+        except BaseException:
+            # The edit was refused (a record grown past the store's limit by the answer,
+            # the store away): nothing changed, so the lease just taken is given back,
+            # not left to block every other resume until it lapses.
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self._committer.release(execution_id, cfg.owner)
+            raise
         if record is None:
             await self._committer.release(execution_id, cfg.owner)
             stored = await self._require(execution_id)
@@ -505,8 +516,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         id not stored; nothing is stored then. Cancelling the caller does not undo an
         answer already stored.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"an answer must be a string, not {type(text).__name__}")
+        check_answer(text)
         check_id(execution_id)
         async with self._exclusive(execution_id):
             await self._waiting(execution_id)

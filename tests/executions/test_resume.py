@@ -468,3 +468,34 @@ async def test_max_replans_counts_across_resumes(tmp_path: Path) -> None:
     assert result.status == "failed"
     assert record.replans == 1
     assert len(calls) == 2  # the one replan allowed; the counter is on the record
+
+
+async def _asks(ctx: ms.AgentContext, input: Any) -> str:
+    return await ctx.ask("which city?")
+
+
+async def test_R8_a_resume_whose_answer_cannot_be_stored_gives_the_lease_back(
+    tmp_path: Path,
+) -> None:
+    """An answer that makes the record too large (or one with no UTF-8 form) is refused,
+    and the lease the resume took is given back at once: another host's resume with a
+    good answer is not told ``ExecutionBusy`` until the lease lapses."""
+    path = tmp_path / "s.sqlite3"
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asks"),))
+    agents = {"asks": _asks}
+    async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as rt:
+        result = await (await rt.start("g", plan, execution_id="ex-big")).wait()
+        assert result.status == "waiting_for_clarification"
+        before = await rt.get("ex-big")
+        with pytest.raises(ValueError, match="UTF-8"):
+            await rt.resume("ex-big", answer="caf\udce9")  # undecodable bytes, as argv has them
+        assert await rt.get("ex-big") == before  # refused before anything was taken
+        with pytest.raises(ms.storage.TooLarge):
+            await rt.resume("ex-big", answer="x" * (17 * 1024 * 1024))
+        after = await rt.get("ex-big")
+    assert after is not None and after.status == "waiting_for_clarification"
+    assert after.lease is not None and not after.lease.owner  # given back, not left held
+    async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as elsewhere:
+        with anyio.fail_after(30):
+            done = await (await elsewhere.resume("ex-big", answer="Lisbon")).wait()
+    assert (done.status, done.outputs) == ("completed", {"a": "Lisbon"})
