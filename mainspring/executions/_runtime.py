@@ -64,6 +64,7 @@ from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
     StoredTaskStop,
     answer_waiting,
+    question_answered,
     cancel_edit,
     pause_edit,
     prepare_resume,
@@ -123,6 +124,10 @@ class _Live:
     ref: ActorRef
     handle: ExecutionHandle
     settling: bool = False  # its final or waiting state is being written
+
+
+#: Why an answer to a question that has one stored already is refused.
+_ANSWERED = "its open question has an answer already, waiting for its task to take it"
 
 
 class Runtime(RuntimeEvents, WorkerControls):
@@ -341,7 +346,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         then stops again with ``Timeout`` at once (B1).
         Raises :class:`UnknownExecution` for an id not stored, and :class:`NotWaiting` for an
         ``answer`` to a run that waits for none (finished, or with no clarification open):
-        the answer is never dropped silently, and nothing changes. Cancelling the caller
+        the answer is never dropped silently, and nothing changes; likewise
+        :class:`ExecutionBusy` for an ``answer`` to a question that has one stored already
+        (by :meth:`answer`). Cancelling the caller
         after the lease was taken leaves it held until its ttl lapses (nothing else
         changes). To answer without running the rest of the run here, see :meth:`answer`.
         """
@@ -366,7 +373,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
         if answer is not None:
-            await self._waiting(execution_id)  # NotWaiting: an answer is never dropped
+            waiting = await self._waiting(execution_id)  # NotWaiting: never dropped
+            if question_answered(waiting):
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
         live = await self._settled(execution_id)
         if live is not None:
             if answer is not None and not approve and not raises:
@@ -430,6 +439,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
+            if answer is not None and question_answered(stored):
+                # Answered by Runtime.answer since the check above: refused, not dropped
+                # (the lease is given back as for any refused edit).
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
             record, begin = prepare_resume(
                 stored, cfg.owner, answer, approve, max_calls, limits=limits
             )

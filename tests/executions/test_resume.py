@@ -499,3 +499,48 @@ async def test_R8_a_resume_whose_answer_cannot_be_stored_gives_the_lease_back(
         with anyio.fail_after(30):
             done = await (await elsewhere.resume("ex-big", answer="Lisbon")).wait()
     assert (done.status, done.outputs) == ("completed", {"a": "Lisbon"})
+
+
+async def test_R8_a_resumes_answer_to_a_question_answered_already_is_refused_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """``Runtime.answer`` stored "A"; ``resume(answer="B")`` then neither drops "B" in
+    silence (the task got "A") nor, for the run's own question, leaves "A" stored to
+    answer the planner's next question by itself: it is refused, as a second
+    ``Runtime.answer`` is, and nothing changes."""
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asks"),))
+    goals: list[str] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        goals.append(goal)
+        if goal.count("Clarification") < 2:
+            raise ms.ClarificationNeeded(f"question {goal.count('Clarification')}?")
+        return plan
+
+    path = tmp_path / "s.sqlite3"
+    async with ms.open_runtime(store=path, agents={"asks": _asks}, planner=planner) as rt:
+        inner = await (await rt.start("g", plan, execution_id="ex-inner")).wait()
+        outer = await (await rt.start("book", execution_id="ex-outer")).wait()
+        assert inner.status == outer.status == "waiting_for_clarification"
+        for execution_id in ("ex-inner", "ex-outer"):
+            await rt.answer(execution_id, "A")
+            before = await rt.get(execution_id)
+            with pytest.raises(ms.ExecutionBusy, match="has an answer already"):
+                await rt.resume(execution_id, answer="B")
+            after = await rt.get(execution_id)
+            assert after is not None and before is not None
+            assert (after.answer_requests, after.goal, after.status, after.lease) == (
+                before.answer_requests,
+                before.goal,
+                before.status,
+                before.lease,
+            )
+        with anyio.fail_after(30):
+            done = await (await rt.resume("ex-inner")).wait()
+            asked_again = await (await rt.resume("ex-outer")).wait()
+        record = await rt.get("ex-outer")
+    assert (done.status, done.outputs) == ("completed", {"a": "A"})
+    # The planner's second question waits for its own answer: "A" answered the first only.
+    assert asked_again.status == "waiting_for_clarification"
+    assert record is not None and record.answer_requests == ()
+    assert record.goal == "book\n\nClarification: A"
