@@ -509,7 +509,8 @@ def test_L8_a_command_never_takes_over_the_stores_other_runs(
         before = sqlite.get("orph")
     finally:
         sqlite.close()
-    assert before is not None and before.status == "running"
+    assert before is not None
+    assert before.status == "running"
     code, out = run_cli("answer", "held", "x", "--store", str(path))
     assert code == EXIT_FAILED  # not waiting for an answer
     code, out = run_cli("resume", "held", "--store", str(path), "--app", "takeover_app:config")
@@ -547,5 +548,7 @@ def test_r8_an_answer_with_undecodable_bytes_is_a_usage_error(
         record = stored.get("ex-2")
     finally:
         stored.close()
-    assert record is not None and record.answer_requests == ()
-    assert record.lease is not None and not record.lease.owner
+    assert record is not None
+    assert record.answer_requests == ()
+    assert record.lease is not None
+    assert not record.lease.owner

@@ -64,10 +64,10 @@ from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
     StoredTaskStop,
     answer_waiting,
-    question_answered,
     cancel_edit,
     pause_edit,
     prepare_resume,
+    question_answered,
     waits_for_answer,
 )
 from ._recovery import Recovery, RecoveryReport, recoverable

@@ -493,8 +493,10 @@ async def test_R8_a_resume_whose_answer_cannot_be_stored_gives_the_lease_back(
         with pytest.raises(ms.storage.TooLarge):
             await rt.resume("ex-big", answer="x" * (17 * 1024 * 1024))
         after = await rt.get("ex-big")
-    assert after is not None and after.status == "waiting_for_clarification"
-    assert after.lease is not None and not after.lease.owner  # given back, not left held
+    assert after is not None
+    assert after.status == "waiting_for_clarification"
+    assert after.lease is not None
+    assert not after.lease.owner
     async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as elsewhere:
         with anyio.fail_after(30):
             done = await (await elsewhere.resume("ex-big", answer="Lisbon")).wait()
@@ -528,7 +530,8 @@ async def test_R8_a_resumes_answer_to_a_question_answered_already_is_refused_not
             with pytest.raises(ms.ExecutionBusy, match="has an answer already"):
                 await rt.resume(execution_id, answer="B")
             after = await rt.get(execution_id)
-            assert after is not None and before is not None
+            assert after is not None
+            assert before is not None
             assert (after.answer_requests, after.goal, after.status, after.lease) == (
                 before.answer_requests,
                 before.goal,
@@ -542,5 +545,6 @@ async def test_R8_a_resumes_answer_to_a_question_answered_already_is_refused_not
     assert (done.status, done.outputs) == ("completed", {"a": "A"})
     # The planner's second question waits for its own answer: "A" answered the first only.
     assert asked_again.status == "waiting_for_clarification"
-    assert record is not None and record.answer_requests == ()
+    assert record is not None
+    assert record.answer_requests == ()
     assert record.goal == "book\n\nClarification: A"
