@@ -552,3 +552,27 @@ def test_r8_an_answer_with_undecodable_bytes_is_a_usage_error(
     assert record.answer_requests == ()
     assert record.lease is not None
     assert not record.lease.owner
+
+
+def test_r8_answer_calls_a_run_live_only_while_its_lease_has_not_lapsed(
+    store: Path,
+) -> None:
+    """``answer`` says a runner takes the answer only if one holds a live lease: a lease
+    left by a crashed runner, lapsed on the store's clock, is no runner."""
+    raw = read_raw(store, "ex-2")
+    epoch = raw["lease"]["epoch"] + 1
+    raw["lease"] = {"owner": "elsewhere:1:abcd", "expires_at": time.time() - 60, "epoch": epoch}
+    write_raw(store, "ex-2", raw)
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store), "--json")
+    assert code == EXIT_OK
+    assert json.loads(out)["live"] is False
+    code, out = run_cli("answer", "ex-2", "no", "--store", str(store))
+    assert code == EXIT_BUSY  # answered already
+    sqlite = ms.storage.SqliteStore(store)
+    try:
+        assert sqlite.acquire("ex-1", "elsewhere:2:abcd", ttl=600).acquired
+    finally:
+        sqlite.close()
+    code, out = run_cli("answer", "ex-1", "yes", "--store", str(store), "--json")
+    assert code == EXIT_OK
+    assert json.loads(out)["live"] is True  # its runner takes it at its next heartbeat

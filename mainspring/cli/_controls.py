@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import attrs
 
 from ..executions import (
@@ -22,7 +23,7 @@ from ..executions import (
     UnknownExecution,
     open_runtime,
 )
-from ..storage import Store, TooLarge
+from ..storage import Store, TooLarge, holder
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
 from ._output import Out, when
@@ -163,7 +164,10 @@ async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
         raise CliError(f"the answer cannot be stored: {exc}", EXIT_FAILED) from None
     record = await rt.get(execution_id)
     status = record.status if record is not None else "unknown"
-    live = record is not None and record.lease is not None and bool(record.lease.owner)
+    # Live: a lease that has not lapsed, on the store's clock (a crashed runner's lapsed
+    # lease names an owner that takes nothing: the next resume or recovery gives it).
+    now = await anyio.to_thread.run_sync(rt.store.now)
+    live = record is not None and holder(record.lease, now) is not None
     if out.as_json:
         out.data({"id": execution_id, "status": status, "answered": True, "live": live})
     else:
