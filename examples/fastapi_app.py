@@ -327,6 +327,8 @@ async def answer(execution_id: str, body: AnswerBody, request: Request) -> dict[
         await rt.answer(execution_id, body.text)
     except (ms.executions.NotWaiting, ms.ExecutionBusy) as exc:
         raise HTTPException(409, str(exc)) from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
     except ValueError as exc:  # no UTF-8 form (JSON can carry a lone surrogate)
         raise HTTPException(422, str(exc)) from None
     except ms.storage.TooLarge as exc:
@@ -356,6 +358,8 @@ async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[
         handle = await _rt(request).resume(execution_id, answer=body.answer, approve=body.approve)
     except (ms.ExecutionBusy, ms.executions.NotWaiting) as exc:
         raise HTTPException(409, str(exc)) from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
     except ValueError as exc:  # an answer with no UTF-8 form
         raise HTTPException(422, str(exc)) from None
     except ms.storage.TooLarge as exc:
