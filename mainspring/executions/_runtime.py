@@ -454,11 +454,12 @@ class Runtime(RuntimeEvents, WorkerControls):
         # is not a runner's to overwrite through the commit funnel (E2).
         try:
             record = await self._committer.edit(execution_id, change)
-        except BaseException:
+        except Exception:
             # The edit was refused (a record grown past the store's limit by the answer,
             # the store away): nothing changed, so the lease just taken is given back,
-            # not left to block every other resume until it lapses.
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            # not left to block every other resume until it lapses. (A cancelled caller
+            # leaves it held, as documented: the edit may have landed.)
+            with contextlib.suppress(Exception):
                 await self._committer.release(execution_id, cfg.owner)
             raise
         if record is None:
