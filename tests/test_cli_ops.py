@@ -576,3 +576,12 @@ def test_r8_answer_calls_a_run_live_only_while_its_lease_has_not_lapsed(
     code, out = run_cli("answer", "ex-1", "yes", "--store", str(store), "--json")
     assert code == EXIT_OK
     assert json.loads(out)["live"] is True  # its runner takes it at its next heartbeat
+
+
+def test_r8_answer_to_a_paused_run_says_only_its_resume_gives_it(store: Path) -> None:
+    """A paused run is not recovered by anyone (L8 leaves it alone): ``answer`` does not
+    promise that recovery will pick it up."""
+    assert run_cli("pause", "ex-2", "--store", str(store))[0] == EXIT_OK
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store))
+    assert code == EXIT_OK
+    assert "ex-2: answer stored; the run is paused: its resume gives it" in out

@@ -171,11 +171,12 @@ async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
     if out.as_json:
         out.data({"id": execution_id, "status": status, "answered": True, "live": live})
     else:
-        where = (
-            "its runner takes it at its next heartbeat"
-            if live
-            else "the next resume gives it (or recover, for a run that waits)"
-        )
+        if live:
+            where = "its runner takes it at its next heartbeat"
+        elif status == "paused":  # recovery leaves a paused run alone: a resume is a decision
+            where = "the run is paused: its resume gives it"
+        else:
+            where = "the next resume gives it (or recover, for a run that waits)"
         out.line(f"{execution_id}: answer stored; {where}")
     return EXIT_OK
 
