@@ -340,19 +340,29 @@ async def execution_events(
 
 @app.post("/executions/{execution_id}/answer", status_code=202)
 async def answer(execution_id: str, body: AnswerBody, request: Request) -> dict[str, str]:
-    """Answer the question the run waits on; 409 if it waits on none.
+    """Answer the question the run waits on; 409 if it waits on none or has its answer
+    already, 422 for text that cannot be stored.
 
-    ``rt.answer`` stores the answer durably (or refuses with ``NotWaiting``); a run live in
-    another process takes it at its next heartbeat, a stored one continues here."""
+    ``rt.answer`` stores the answer durably (or refuses); a run live in another process
+    takes it at its next heartbeat, a waiting one continues here. A paused run keeps the
+    answer for its resume: answering does not undo a pause."""
     rt = _rt(request)
     try:
         await rt.answer(execution_id, body.text)
-    except ms.executions.NotWaiting as exc:
+    except (ms.executions.NotWaiting, ms.ExecutionBusy) as exc:
         raise HTTPException(409, str(exc)) from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
+    except ValueError as exc:  # no UTF-8 form (JSON can carry a lone surrogate)
+        raise HTTPException(422, str(exc)) from None
+    except ms.storage.TooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
     except ms.UnknownExecution:
         raise HTTPException(404, "no such execution") from None
-    with contextlib.suppress(ms.ExecutionBusy):  # live elsewhere: that runner takes it
-        await rt.resume(execution_id)
+    stored = await rt.get(execution_id)
+    if stored is not None and stored.status == "waiting_for_clarification":
+        with contextlib.suppress(ms.ExecutionBusy):  # live elsewhere: that runner takes it
+            await rt.resume(execution_id)
     return {"id": execution_id}
 
 
@@ -370,8 +380,14 @@ async def cancel(execution_id: str, request: Request) -> dict[str, Any]:
 async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[str, str]:
     try:
         handle = await _rt(request).resume(execution_id, answer=body.answer, approve=body.approve)
-    except ms.ExecutionBusy as exc:
+    except (ms.ExecutionBusy, ms.executions.NotWaiting) as exc:
         raise HTTPException(409, str(exc)) from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
+    except ValueError as exc:  # an answer with no UTF-8 form
+        raise HTTPException(422, str(exc)) from None
+    except ms.storage.TooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
     return {"id": handle.execution_id}
 
 

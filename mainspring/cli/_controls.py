@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import attrs
 
 from ..executions import (
@@ -22,7 +23,7 @@ from ..executions import (
     UnknownExecution,
     open_runtime,
 )
-from ..storage import Store
+from ..storage import Store, TooLarge, holder
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
 from ._output import Out, clamp, printable, when
@@ -74,6 +75,13 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
+    text = args.text if args.command == "answer" else getattr(args, "answer", None)
+    if text is not None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes on the command line: never storable
+            message = "the answer must be valid UTF-8 text (it has undecodable bytes)"
+            raise CliError(message, EXIT_USAGE) from None
     config = _load_app(args.app) if getattr(args, "app", None) else {}
     # L8: a command acts on the run it names only. Recovering would take over every run
     # nobody runs (a server's, to be picked up by it) into this short-lived process, run
@@ -150,18 +158,25 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
 async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
     """``mainspring answer ID TEXT``: stored for the run wherever it runs or next resumes
     (never printed back: only its digest is kept in the clear, E5)."""
-    await rt.answer(execution_id, text)
+    try:
+        await rt.answer(execution_id, text)
+    except TooLarge as exc:  # the run's record cannot take it: nothing was stored
+        raise CliError(f"the answer cannot be stored: {exc}", EXIT_FAILED) from None
     record = await rt.get(execution_id)
     status = record.status if record is not None else "unknown"
-    live = record is not None and record.lease is not None and bool(record.lease.owner)
+    # Live: a lease that has not lapsed, on the store's clock (a crashed runner's lapsed
+    # lease names an owner that takes nothing: the next resume or recovery gives it).
+    now = await anyio.to_thread.run_sync(rt.store.now)
+    live = record is not None and holder(record.lease, now) is not None
     if out.as_json:
         out.data({"id": execution_id, "status": status, "answered": True, "live": live})
     else:
-        where = (
-            "its runner takes it at its next heartbeat"
-            if live
-            else "the next resume gives it (or recover, for a run that waits)"
-        )
+        if live:
+            where = "its runner takes it at its next heartbeat"
+        elif status == "paused":  # recovery leaves a paused run alone: a resume is a decision
+            where = "the run is paused: its resume gives it"
+        else:
+            where = "the next resume gives it (or recover, for a run that waits)"
         out.line(f"{execution_id}: answer stored; {where}")
     return EXIT_OK
 

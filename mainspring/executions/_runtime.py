@@ -47,7 +47,7 @@ from ..storage import (
     parse_agent_tasks,
     redact,
 )
-from ._answers import answer_elsewhere, request_answer
+from ._answers import answer_elsewhere, check_answer, request_answer
 from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import (
@@ -67,6 +67,7 @@ from ._record_controls import (
     cancel_edit,
     pause_edit,
     prepare_resume,
+    question_answered,
     waits_for_answer,
 )
 from ._recovery import Recovery, RecoveryReport, recoverable
@@ -123,6 +124,10 @@ class _Live:
     ref: ActorRef
     handle: ExecutionHandle
     settling: bool = False  # its final or waiting state is being written
+
+
+#: Why an answer to a question that has one stored already is refused.
+_ANSWERED = "its open question has an answer already, waiting for its task to take it"
 
 
 class Runtime(RuntimeEvents, WorkerControls):
@@ -341,13 +346,16 @@ class Runtime(RuntimeEvents, WorkerControls):
         then stops again with ``Timeout`` at once (B1).
         Raises :class:`UnknownExecution` for an id not stored, and :class:`NotWaiting` for an
         ``answer`` to a run that waits for none (finished, or with no clarification open):
-        the answer is never dropped silently, and nothing changes. Cancelling the caller
-        before the run is started here lets go of a lease it had taken (the resume's edit
-        may have landed: the run is then one to recover). To answer without running the
-        rest of the run here, see :meth:`answer`.
+        the answer is never dropped silently, and nothing changes; likewise
+        :class:`ExecutionBusy` for an ``answer`` to a question that has one stored already
+        (by :meth:`answer`). Cancelling the caller before the run is started here lets go of
+        a lease it had taken (the resume's edit may have landed: the run is then one to
+        recover). To answer without running the rest of the run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        if answer is not None:
+            check_answer(answer)
         limits = check_limits(max_tokens, max_cost)
         deadline = check_deadline(deadline)
         async with self._exclusive(execution_id):
@@ -365,7 +373,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
         if answer is not None:
-            await self._waiting(execution_id)  # NotWaiting: an answer is never dropped
+            waiting = await self._waiting(execution_id)  # NotWaiting: never dropped
+            if question_answered(waiting):
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
         live = await self._settled(execution_id)
         if live is not None:
             if answer is not None and not approve and not raises:
@@ -463,6 +473,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
+            if answer is not None and question_answered(stored):
+                # Answered by Runtime.answer since the check above: refused, not dropped
+                # (the lease is given back as for any refused edit).
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
             record, begin = prepare_resume(
                 stored, cfg.owner, answer, approve, max_calls, limits=limits
             )
@@ -472,7 +486,16 @@ class Runtime(RuntimeEvents, WorkerControls):
 
         # Un-pausing and answering are the resumer's own out-of-band edit: a paused record
         # is not a runner's to overwrite through the commit funnel (E2).
-        record = await self._committer.edit(execution_id, change)
+        try:
+            record = await self._committer.edit(execution_id, change)
+        except Exception:
+            # The edit was refused (a record grown past the store's limit by the answer,
+            # the store away): nothing changed, so the lease just taken is given back,
+            # not left to block every other resume until it lapses. (A cancelled caller
+            # leaves it held, as documented: the edit may have landed.)
+            with contextlib.suppress(Exception):
+                await self._committer.release(execution_id, cfg.owner)
+            raise
         if record is None:
             await self._committer.release(execution_id, cfg.owner)
             stored = await self._require(execution_id)
@@ -543,8 +566,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         id not stored; nothing is stored then. Cancelling the caller does not undo an
         answer already stored.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"an answer must be a string, not {type(text).__name__}")
+        check_answer(text)
         check_id(execution_id)
         async with self._exclusive(execution_id):
             await self._waiting(execution_id)

@@ -418,3 +418,31 @@ async def test_o2_a_real_servers_log_says_why_a_step_failed(
     line = f"execution {execution_id}: step search (tool search) failed: ValueError: "
     assert line + "nothing to search for in 'wind-2'" in output, output
     assert "in search\n" in output
+
+
+async def test_r8_the_answer_endpoint_refuses_what_it_cannot_store_and_keeps_a_pause(
+    client: Any,
+) -> None:
+    """An answer to a paused run is kept for its resume (the pause is a decision: the
+    answer does not undo it); a second answer, one with no UTF-8 form, and an answer to a
+    run not waiting are refused with 4xx, never a 500."""
+    execution_id = (await client.post("/executions", json={"goal": "research reef"})).json()["id"]
+    await _until(client, execution_id, "waiting_for_clarification")
+    assert (await client.post(f"/executions/{execution_id}/pause")).json()["status"] == "paused"
+    bad = await client.post(
+        f"/executions/{execution_id}/answer",
+        content=b'{"text": "caf\\udce9"}',
+        headers={"content-type": "application/json"},
+    )
+    assert bad.status_code == 422
+    answered = await client.post(f"/executions/{execution_id}/answer", json={"text": "deep"})
+    assert answered.status_code == 202
+    assert (await client.get(f"/executions/{execution_id}")).json()["status"] == "paused"
+    again = await client.post(f"/executions/{execution_id}/answer", json={"text": "more"})
+    assert again.status_code == 409  # answered already: refused, not a 500
+    resumed = await client.post(f"/executions/{execution_id}/resume", json={})
+    assert resumed.status_code == 202
+    done = await _until(client, execution_id, "completed")
+    assert done["outputs"]["research"] == "3 sources on reef, depth: deep"
+    late = await client.post(f"/executions/{execution_id}/resume", json={"answer": "x"})
+    assert late.status_code == 409  # NotWaiting: the run is finished
