@@ -639,7 +639,7 @@ def test_r8_an_answer_with_undecodable_bytes_is_a_usage_error(
     bad = os.fsdecode(b"caf\xe9")
     code, out = run_cli("answer", "ex-2", bad, "--store", str(store))
     assert (code, out) == (EXIT_USAGE, "")
-    assert "valid UTF-8" in capsys.readouterr().err
+    assert "not UTF-8 text" in capsys.readouterr().err  # U4: the parser's usage error
     code, out = run_cli("answer", "ex-2", bad, "--store", str(store), "--json")
     assert code == EXIT_USAGE
     assert json.loads(capsys.readouterr().err)["code"] == EXIT_USAGE

@@ -75,13 +75,6 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
-    text = args.text if args.command == "answer" else getattr(args, "answer", None)
-    if text is not None:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # undecodable bytes on the command line: never storable
-            message = "the answer must be valid UTF-8 text (it has undecodable bytes)"
-            raise CliError(message, EXIT_USAGE) from None
     config = _load_app(args.app) if getattr(args, "app", None) else {}
     # L8: a command acts on the run it names only. Recovering would take over every run
     # nobody runs (a server's, to be picked up by it) into this short-lived process, run
