@@ -5,18 +5,24 @@ call, a model call or any other side effect is not a write: a runner that starts
 its lease lapsed does it while another host may already be doing the same work. So the
 holder decides too, before it starts anything (invariant L5):
 
-- A renewal (a heartbeat, a commit) is timed from when its request was **sent**, on the
-  holder's monotonic clock: the store extends the lease on its own clock when it receives
-  the request, which is after it was sent, so the lease runs at least until
-  ``sent + ttl`` — whatever the network or the server did meanwhile.
+- A renewal is timed from when its request was **sent**, on the holder's monotonic clock:
+  the store extends the lease on its own clock when it receives the request, which is after
+  it was sent, so the lease runs at least until ``sent + ttl`` — whatever the network or
+  the server did meanwhile. Only a renewal (a heartbeat, or the renewal made before new
+  work) counts: a commit keeps the lease on disk as it is (``with_disk_lease``), so its
+  answer says the lease was live when it landed, never how long it runs on.
 - The lease is *fresh* while the last confirmed renewal is younger than
   ``ttl - margin`` (:func:`lease_margin`: a fifth of the lease, at least
   :data:`MIN_MARGIN`), which leaves the margin for the time between this check and the
   side effect actually starting, and for clocks that run at slightly different rates.
 - An answer that arrives after that point (the answer to a COMMIT held by the network, a
   long GC pause, a frozen VM) is *late*: what it confirms is true of the past only; another
-  host may have taken the run over since. The runner stops with ``LeaseLost`` before
-  anything else runs (E3), and leaves the record to whoever holds the lease now.
+  host may have taken the run over since. Nothing else runs until a renewal answered in
+  time shows the store still holds the lease for this tenure (the renewal is fenced by the
+  lease's epoch, and a lapsed lease is never renewed, so its success proves nobody took the
+  run meanwhile: a busy event loop or a loaded machine is not a lost lease). If the store
+  refuses it, or its answers keep coming late, the runner stops with ``LeaseLost`` (E3) and
+  leaves the record to whoever holds the lease now.
 
 The clock is the runtime's ``lease_clock`` (default :func:`time.monotonic`); tests pass a
 fake one.
@@ -42,10 +48,11 @@ def lease_margin(ttl: float) -> float:
 class LeaseWatch:
     """The age of one runner's lease as the holder knows it (L5), on ``clock``.
 
-    ``sent()`` stamps a request that renews the lease (a heartbeat or a commit);
+    ``sent()`` stamps a request (a renewal, a commit);
     ``confirmed(stamp)`` records its positive answer and says whether it came in time;
+    ``in_time(stamp)`` says whether a commit's answer came in time (it confirms nothing);
     ``fresh()`` says whether new work may start now. Before any confirmation the lease is
-    not fresh: the first commit of a run confirms it.
+    not fresh: the first renewal confirms it.
     """
 
     __slots__ = ("_clock", "_confirmed", "limit", "ttl")
@@ -70,6 +77,11 @@ class LeaseWatch:
         if self._confirmed is None or stamp > self._confirmed:
             self._confirmed = stamp
         return True
+
+    def in_time(self, stamp: float) -> bool:
+        """Whether the answer to the request stamped ``stamp`` (a commit, which renews
+        nothing) came while a lease confirmed at ``stamp`` would still be counted on."""
+        return self._clock() - stamp < self.limit
 
     def fresh(self) -> bool:
         """Whether the last confirmed renewal is young enough for new work to start (L5)."""
