@@ -50,6 +50,7 @@ from ._pg_connect import (
     Connections,
     SessionTimeouts,
     channel_name,
+    check_seconds,
     is_driver_error,
     is_lost,
     is_retryable,
@@ -109,6 +110,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         lock_timeout: float = 2.0,
         statement_timeout: float | None = None,
     ) -> None:
+        connect_timeout = check_seconds("connect_timeout", connect_timeout)
+        reconnect_timeout = check_seconds("reconnect_timeout", reconnect_timeout)
+        for name, limit in (("max_bytes", max_bytes), ("max_record_bytes", max_record_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be a positive whole number, not {limit!r}")
         self.address = parse_address(url, schema)
         self.schema = self.address.schema
         self.max_bytes = max_bytes
