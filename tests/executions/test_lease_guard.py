@@ -473,3 +473,52 @@ async def test_l5_answers_that_keep_coming_late_stop_the_run_with_lease_lost(
     assert "answer came" in result.stopped_by.detail
     assert ledger.names() == ["first"]
     store.close()
+
+
+@pytest.mark.parametrize("call", ["tool", "skill", "step"])
+async def test_l5_an_agent_starts_no_side_effect_after_its_runs_lease_lapsed(
+    tmp_path: Path, call: str
+) -> None:
+    """An agent's first tool call takes longer than the lease (no save meanwhile, no
+    heartbeat): the lease lapses on the store's clock too. Its next tool call, model call
+    or durable step must not start; the run stops with LeaseLost. Before, nothing between
+    an agent's saves looked at the lease."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock, store_clock=moving_with(clock))
+    ledger = Ledger()
+
+    async def slow(**_: Any) -> str:
+        ledger.add("tool", "slow")
+        clock.advance(TTL + 1.0)  # a long call: the lease lapses on every clock
+        return "slow"
+
+    async def after(**_: Any) -> str:
+        ledger.add("tool", "after")
+        return "after"
+
+    async def worker(ctx: ms.AgentContext, _input: Any) -> str:
+        await ctx.call_tool("slow")
+        if call == "tool":
+            await ctx.call_tool("after")
+        elif call == "skill":
+            await ctx.call_skill("after")
+        else:
+            await ctx.step("after", after)
+        return "done"
+
+    plan = plan_of(ms.PlanStep(id="a", agent="worker"))
+    async with runtime(
+        store,
+        ledger,
+        tools={"slow": slow, "after": after},
+        skills={"after": after},
+        agents={"worker": worker},
+        lease_clock=clock,
+        **QUIET,
+    ) as rt:
+        handle = await rt.start("agent", plan, execution_id="ex-agent")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert ledger.names() == ["slow"], ledger.names()  # nothing started on the lapsed lease
+    assert isinstance(result.stopped_by, ms.LeaseLost), (result.status, result.stopped_by)
+    store.close()
