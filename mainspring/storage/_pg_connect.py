@@ -23,6 +23,7 @@ from ._pg_schema import Address, scrub
 
 __all__ = [
     "LOCK_NOT_AVAILABLE",
+    "QUERY_CANCELED",
     "Connections",
     "Lost",
     "SessionTimeouts",
@@ -117,6 +118,10 @@ def is_refused_data(exc: BaseException) -> bool:
 
 #: SQLSTATE lock_not_available: ``lock_timeout`` passed while waiting for a lock (L6).
 LOCK_NOT_AVAILABLE = "55P03"
+
+#: SQLSTATE query_canceled: ``statement_timeout`` passed (or the statement was cancelled);
+#: the server rolled the transaction back.
+QUERY_CANCELED = "57014"
 
 
 #: The longest server-side timeout PostgreSQL accepts (its INT_MAX milliseconds), seconds.

@@ -47,6 +47,7 @@ from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import (
     LOCK_NOT_AVAILABLE,
+    QUERY_CANCELED,
     Connections,
     SessionTimeouts,
     channel_name,
@@ -57,7 +58,14 @@ from ._pg_connect import (
 )
 from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
-from ._pg_retry import DecideAgain, LockWait, Retry, StoreUnavailable, retry_loop
+from ._pg_retry import (
+    DecideAgain,
+    LockWait,
+    Retry,
+    StatementTimedOut,
+    StoreUnavailable,
+    retry_loop,
+)
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, loads_row, rows_for, size_expr
 from ._records import Execution, Lease
@@ -370,6 +378,21 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
                 # L6: a row stayed locked elsewhere for our lock_timeout; tried again.
                 raise LockWait(self._connections.scrub(exc).splitlines()[0]) from None
+            if getattr(exc, "sqlstate", None) == QUERY_CANCELED:
+                # L6: past our statement_timeout (a lock wait ends so too when it is the
+                # shorter one). Not a refusal of the data: tried again, within a bound.
+                if committing and txid is not None:
+                    status = self._connections.settle(txid, pid, self.reconnect_timeout)
+                    if status == "committed":
+                        return  # it landed after all: the call's answers stand
+                    if status != "aborted":
+                        raise CommitUnknown(
+                            f"COMMIT at {self.address.shown} was cancelled and the server "
+                            f"could not be asked whether it committed; nothing is "
+                            f"acknowledged: {self._connections.scrub(exc)}"
+                        ) from None
+                why = self._connections.scrub(exc).splitlines()[0]
+                raise StatementTimedOut(why) from None
             if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a

@@ -227,3 +227,44 @@ def test_l6_postgres_store_refuses_a_bad_bound_before_it_connects(
     OverflowError, a StorageError "cannot reach PostgreSQL", or a store that never waited."""
     with pytest.raises(error, match=option):
         PostgresStore("postgresql://nobody@127.0.0.1:1/none", **{option: value})
+
+
+def test_l6_a_statement_timeout_shorter_than_a_lock_wait_is_waited_out_not_a_refusal(
+    seeded: str,
+) -> None:
+    """With ``statement_timeout`` shorter than ``lock_timeout``, a wait for a row lock ends
+    by the statement timeout (SQLSTATE 57014), not ``lock_not_available``. The transaction
+    was rolled back, so the call is tried again like any lock wait; before, it was taken
+    for the server refusing the write (StorageError: a runner's record "unstorable")."""
+    holder = psycopg.connect(seeded.split("?")[0])
+    schema = seeded.split("schema=")[1]
+    holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
+    let_go = threading.Timer(1.5, holder.commit)
+    store = PostgresStore(seeded, statement_timeout=0.3, lock_timeout=2.0, reconnect_timeout=30)
+    try:
+        let_go.start()
+        result = store.acquire(ID, "host-b", 5.0)
+    finally:
+        let_go.join()
+        holder.close()
+        store.close()
+    assert result.acquired, result
+
+
+def test_l6_a_statement_timeout_that_never_clears_is_store_unavailable_in_bound(
+    seeded: str,
+) -> None:
+    """A lock held past ``reconnect_timeout`` under a short ``statement_timeout``: the call
+    gives up within its bound with StoreUnavailable (nothing written), never a refusal."""
+    holder = psycopg.connect(seeded.split("?")[0])
+    schema = seeded.split("schema=")[1]
+    holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
+    store = PostgresStore(seeded, statement_timeout=0.2, lock_timeout=2.0, reconnect_timeout=1.0)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ms.storage.StoreUnavailable, match="statement_timeout"):
+            store.acquire(ID, "host-b", 5.0)
+        assert time.monotonic() - began < 20
+    finally:
+        holder.close()
+        store.close()
