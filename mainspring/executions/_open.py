@@ -91,9 +91,11 @@ async def open_runtime(
     next model call fails it with ``agent-call-budget``.
     ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
     ``heartbeat_interval`` (a third of it by default). A run starts no step, tool, model
-    or planner call unless its last confirmed renewal, timed from when it was sent, is
-    younger than the lease less a margin (a fifth of it, at least 0.25 s); an answer from
-    the store that comes later stops the run with ``LeaseLost`` (L5). ``lease_clock``
+    or planner call (an agent's included) unless its last confirmed renewal, timed from
+    when it was sent, is younger than the lease less a margin (a fifth of it, at least
+    0.25 s); otherwise it renews first. An answer from the store that comes later is
+    vouched for by a renewal (granted only while the lease is still the run's, same
+    tenure); refused, or late again, the run stops with ``LeaseLost`` (L5). ``lease_clock``
     (monotonic seconds, default :func:`time.monotonic`) is the clock that age is read
     from; tests pass a fake one. ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.

@@ -99,7 +99,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     host stopped mid-transaction (frozen, cut off) and its locks go with it;
     ``lock_timeout`` (default 2 s) is how long one statement waits for a lock before the
     call is tried again, within ``reconnect_timeout`` (then :class:`StoreUnavailable`);
-    ``statement_timeout`` (default None: the server's) bounds one statement.
+    ``statement_timeout`` (default None: the server's) bounds one statement; a call
+    whose statement ran past it is tried again like a lock wait, within
+    ``reconnect_timeout``. The timeouts are positive seconds, at most 2,147,483 (the
+    server's limit). A URL's ``options`` (or ``PGOPTIONS``) setting one of them wins.
     """
 
     def __init__(
