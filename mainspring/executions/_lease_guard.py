@@ -30,13 +30,25 @@ fake one.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
-__all__ = ["MIN_MARGIN", "LeaseWatch", "lease_margin"]
+__all__ = ["MIN_MARGIN", "LeaseWatch", "check_lease_clock", "lease_margin"]
 
 #: The least margin kept before a lease's end (seconds), whatever the lease's length.
 MIN_MARGIN = 0.25
+
+
+def check_lease_clock(clock: object) -> None:
+    """TypeError unless ``clock`` is a callable that answers seconds as a finite number
+    (read once, at once): a clock that answers anything else (a datetime, None) would
+    otherwise crash every run at its first renewal, long after the runtime opened."""
+    if not callable(clock):
+        raise TypeError(f"lease_clock must be callable, not {clock!r}")
+    now = clock()
+    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        raise TypeError(f"lease_clock must return seconds as a finite number, not {now!r}")
 
 
 def lease_margin(ttl: float) -> float:

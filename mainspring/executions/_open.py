@@ -24,6 +24,7 @@ from ..actors import Shutdown, open_system
 from ..storage import Notifying, RetryPolicy, Store, new_owner_id, open_committer, open_store
 from ..supervision import RootSupervisor
 from ._evidence import EvidenceShelf
+from ._lease_guard import check_lease_clock
 from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
 from ._recovery import RecoveryWatch
@@ -133,8 +134,8 @@ async def open_runtime(
     bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
     organization = check_organization(organization)
     embedder = check_embedder(embedder)
-    if lease_clock is not None and not callable(lease_clock):
-        raise TypeError(f"lease_clock must be callable, not {lease_clock!r}")
+    if lease_clock is not None:
+        check_lease_clock(lease_clock)
     if not isinstance(recover, bool):
         raise TypeError(f"recover must be True or False, not {recover!r}")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:

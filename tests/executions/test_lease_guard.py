@@ -522,3 +522,19 @@ async def test_l5_an_agent_starts_no_side_effect_after_its_runs_lease_lapsed(
     assert ledger.names() == ["slow"], ledger.names()  # nothing started on the lapsed lease
     assert isinstance(result.stopped_by, ms.LeaseLost), (result.status, result.stopped_by)
     store.close()
+
+
+@pytest.mark.parametrize(
+    "clock",
+    [lambda: None, lambda: "1.0", lambda: float("nan"), lambda: True, 5],
+    ids=["none", "text", "nan", "bool", "not-callable"],
+)
+async def test_l5_a_lease_clock_that_does_not_answer_seconds_is_refused_at_open(
+    tmp_path: Path, clock: Any
+) -> None:
+    """A lease clock that answers something other than a finite number of seconds (a
+    datetime, None, NaN) is refused when the runtime opens; before, only its type was
+    checked (callable), and every run crashed at its first renewal."""
+    with pytest.raises(TypeError, match="lease_clock"):
+        async with runtime(tmp_path, lease_clock=clock):
+            pass  # pragma: no cover - refused before
