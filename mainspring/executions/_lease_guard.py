@@ -24,20 +24,39 @@ holder decides too, before it starts anything (invariant L5):
   refuses it, or its answers keep coming late, the runner stops with ``LeaseLost`` (E3) and
   leaves the record to whoever holds the lease now.
 
-The clock is the runtime's ``lease_clock`` (default :func:`time.monotonic`); tests pass a
-fake one.
+The clock is the runtime's ``lease_clock``; tests pass a fake one. The default,
+:func:`lease_clock`, counts time the machine spent suspended (``CLOCK_BOOTTIME`` where the
+system has it): :func:`time.monotonic` stands still through a suspend, so a laptop or a VM
+resumed after an hour would find its lease "fresh" and start work on a lease that lapsed
+an hour ago, perhaps taken over by another host meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
 
-__all__ = ["MIN_MARGIN", "LeaseWatch", "check_lease_clock", "lease_margin"]
+__all__ = ["MIN_MARGIN", "LeaseWatch", "check_lease_clock", "lease_clock", "lease_margin"]
 
 #: The least margin kept before a lease's end (seconds), whatever the lease's length.
 MIN_MARGIN = 0.25
+
+
+def _boottime() -> Callable[[], float] | None:
+    clock_id = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock_id is None:
+        return None
+    try:
+        time.clock_gettime(clock_id)
+    except OSError:  # pragma: no cover - a kernel without it
+        return None
+    return functools.partial(time.clock_gettime, clock_id)
+
+
+#: The default lease clock (L5): monotonic seconds that go on while the machine sleeps.
+lease_clock: Callable[[], float] = _boottime() or time.monotonic
 
 
 def check_lease_clock(clock: object) -> None:
@@ -69,7 +88,7 @@ class LeaseWatch:
 
     __slots__ = ("_clock", "_confirmed", "limit", "ttl")
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float, clock: Callable[[], float] = lease_clock) -> None:
         self.ttl = ttl
         #: How old the last confirmed renewal may be when new work starts (seconds).
         self.limit = ttl - lease_margin(ttl)

@@ -10,7 +10,6 @@ is still there, so each releases its lease and stays resumable.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -25,6 +24,7 @@ from ..storage import Notifying, RetryPolicy, Store, new_owner_id, open_committe
 from ..supervision import RootSupervisor
 from ._evidence import EvidenceShelf
 from ._lease_guard import check_lease_clock
+from ._lease_guard import lease_clock as default_lease_clock
 from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
 from ._recovery import RecoveryWatch
@@ -97,8 +97,9 @@ async def open_runtime(
     0.25 s); otherwise it renews first. An answer from the store that comes later is
     vouched for by a renewal (granted only while the lease is still the run's, same
     tenure); refused, or late again, the run stops with ``LeaseLost`` (L5). ``lease_clock``
-    (monotonic seconds, default :func:`time.monotonic`) is the clock that age is read
-    from; tests pass a fake one. ``workspace`` is the directory
+    (monotonic seconds; by default ``CLOCK_BOOTTIME`` where the system has it, which goes
+    on while the machine is suspended, else :func:`time.monotonic`) is the clock that age
+    is read from; tests pass a fake one. ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
     ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
@@ -179,7 +180,7 @@ async def open_runtime(
                 memory=Memory(committer, organization=organization, embedder=embedder),
                 max_workers=max_workers,
                 evidence=EvidenceShelf(committer, backend),
-                lease_clock=lease_clock or time.monotonic,
+                lease_clock=lease_clock or default_lease_clock,
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

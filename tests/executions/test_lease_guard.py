@@ -538,3 +538,19 @@ async def test_l5_a_lease_clock_that_does_not_answer_seconds_is_refused_at_open(
     with pytest.raises(TypeError, match="lease_clock"):
         async with runtime(tmp_path, lease_clock=clock):
             pass  # pragma: no cover - refused before
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="no CLOCK_BOOTTIME here")
+async def test_l5_the_default_lease_clock_goes_on_while_the_machine_is_suspended(
+    tmp_path: Path,
+) -> None:
+    """time.monotonic stands still through a suspend: a laptop or VM resumed an hour later
+    would find its lease "fresh" and start its next step on a lease that lapsed an hour
+    ago. The runtime's default lease clock is CLOCK_BOOTTIME, which counts the suspend."""
+    from mainspring.executions import _lease_guard
+
+    stamp = _lease_guard.lease_clock()
+    assert abs(stamp - time.clock_gettime(time.CLOCK_BOOTTIME)) < 5.0
+    assert LeaseWatch(5.0)._clock is _lease_guard.lease_clock
+    async with runtime(tmp_path) as rt:
+        assert rt._cfg.lease_clock is _lease_guard.lease_clock
