@@ -35,8 +35,8 @@ called; ``DBOS()`` constructed) and from that having returned (``DBOS.launch()``
 the first includes starting Python and importing the library. A first open of each store
 (which creates its tables) is done before the trials and not counted; it also compiles the
 libraries' bytecode into a cache in the temp dir that every later process reads, as a
-deployed server's would (even where ``PYTHONDONTWRITEBYTECODE`` is set). Prints the median and worst of
-``--samples`` kills per row and the medians' ratio to the store's open floor; the load
+deployed server's would (even where ``PYTHONDONTWRITEBYTECODE`` is set). Prints the median
+and worst of ``--samples`` kills per row and the medians' ratio to the store's open floor; the load
 average at the start and the end.
 """
 
