@@ -123,3 +123,17 @@ async def test_O2_show_traceback_keeps_the_end_of_a_long_traceback(tmp_path: Pat
     assert code == 0
     assert "the last line says most" in out
     assert "[traceback cut: its first " in out
+
+
+async def test_O2_ls_counts_a_failed_step_as_failed_never_as_done(tmp_path: Path) -> None:
+    """``ls``'s steps cell is succeeded of all, then the failed and skipped ones: the
+    reproduction's failed run read "2/2" (its failed step counted as done)."""
+    plan = plan_of(tool("ok", "inc"), tool("boom", "boom", "ok"), tool("after", "inc", "boom"))
+    store = await _failed_run(tmp_path, plan)
+    code, out = run_cli("--store", store, "ls")
+    (row,) = [line for line in out.splitlines() if line.startswith("run1")]
+    assert (code, "1/3 (1 failed, 1 skipped)" in row) == (0, True), row
+    code, out = run_cli("--store", store, "ls", "--json")
+    assert code == 0
+    (listed,) = json.loads(out)
+    assert (listed["steps_succeeded"], listed["steps_failed"], listed["steps_total"]) == (1, 1, 3)

@@ -231,7 +231,7 @@ def test_stop_task_stops_or_cascades_and_the_listings_say_which_steps_were_stopp
     assert stopped == {"ex-1": [], "ex-2": ["a"]}  # S2: the cascade cancelled ex-1's step
     code, out = run_cli("ls", "--store", str(store))
     (row,) = [line for line in out.splitlines() if line.startswith("ex-2")]
-    assert "2/2 (1 stopped)" in row
+    assert "1/2 (1 stopped)" in row  # succeeded of all: a stopped step is no success
     code, out = run_cli("show", "ex-2", "--store", str(store))
     assert "stopped: a (done without a result)" in out
     code, out = run_cli("show", "ex-1", "--store", str(store), "--json")

@@ -53,6 +53,25 @@ def _steps(execution: Execution) -> tuple[int, int]:
     return done, len(plan.steps)
 
 
+def _count(execution: Execution, status: str) -> int:
+    plan = execution.plan
+    return 0 if plan is None else sum(1 for s in plan.steps if s.status == status)
+
+
+def _outcomes(execution: Execution) -> str:
+    """``ls``'s steps cell: succeeded of all, then the failed, skipped and stopped ones (a
+    failed step is never counted as done)."""
+    plan = execution.plan
+    if plan is None:
+        return "0/0"
+    counts: dict[str, int] = {}
+    for step in plan.steps:
+        counts[step.status] = counts.get(step.status, 0) + 1
+    cell = f"{counts.get('succeeded', 0)}/{len(plan.steps)}"
+    extra = [f"{counts[s]} {s}" for s in ("failed", "skipped", "stopped") if counts.get(s)]
+    return f"{cell} ({', '.join(extra)})" if extra else cell
+
+
 def _after(step: PlanStep) -> str:
     return ", ".join(step.depends_on) or "-"
 
@@ -118,6 +137,8 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "goal": e.goal,
                     "steps_done": _steps(e)[0],
                     "steps_total": _steps(e)[1],
+                    "steps_succeeded": _count(e, "succeeded"),
+                    "steps_failed": _count(e, "failed"),
                     "stopped_steps": _stopped(e),
                     "calls_used": e.calls_used,
                     "usage": unstructure(e.usage),  # B3: cost as exact decimal text
@@ -133,8 +154,7 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                 e.id,
                 e.status,
                 clamp(e.goal, _GOAL_MOST, out.ellipsis),  # cut again to fit the terminal
-                "{}/{}".format(*_steps(e))
-                + (f" ({len(_stopped(e))} stopped)" if _stopped(e) else ""),
+                _outcomes(e),
                 str(e.calls_used),
                 f"{e.usage.tokens:,}",
                 f"{e.usage.cost:f}",
