@@ -235,7 +235,7 @@ class WorkerRun(ExecutionCore):
         """A control written elsewhere (pause, cancel) refused our saves: the workers our
         drivers stopped while the run wound down are still written, as the same control
         issued here writes them, so no worker stays recorded active and a stop that did not
-        fail gives its start back (``NOT_FAILED``). Invariant E2-W: a paused or cancelled
+        fail gives its start back (``NOT_FAILED``). Invariant E11: a paused or cancelled
         record is not the runner's to overwrite; only its worker parts, which no control
         writes and whose processes this runner held, are (``worker_parts_edit``)."""
         fields = board.fields()

@@ -440,7 +440,7 @@ def _worker_history(store: Any, execution_id: str) -> list[tuple[str | None, str
 
 
 @pytest.mark.parametrize("control", ["pause", "cancel"])
-async def test_e2_a_control_from_another_host_records_the_worker_stopped(
+async def test_e11_a_control_from_another_host_records_the_worker_stopped(
     shared_store: Any, control: str
 ) -> None:
     """E2 (worker parts): the runner stopped by a pause or cancel written elsewhere stops
@@ -468,7 +468,7 @@ async def test_e2_a_control_from_another_host_records_the_worker_stopped(
     assert host.processes[0].stopped
 
 
-async def test_e2_a_pause_from_another_host_gives_the_start_back(shared_store: Any) -> None:
+async def test_e11_a_pause_from_another_host_gives_the_start_back(shared_store: Any) -> None:
     """A pause written elsewhere is not a failed start (NOT_FAILED): with ``max_starts=1``
     the resumed step takes the worker over and delivers."""
     host = ScriptedHost([[ScriptedHost.until_stopped()], [{"type": "result", "output": 7}]])
@@ -513,10 +513,10 @@ async def test_s1_a_stop_task_from_another_host_records_the_worker_stopped(
     assert ("stopped", "stop-task") in history
 
 
-async def test_e2_w_a_stopped_runners_worker_edit_never_overwrites_a_later_tenure(
+async def test_e11_a_stopped_runners_worker_edit_never_overwrites_a_later_tenure(
     tmp_path: Path,
 ) -> None:
-    """E2-W: the runner stopped by a pause from another host writes its stopped workers
+    """E11: the runner stopped by a pause from another host writes its stopped workers
     after it gave its lease up. If that host resumed the run (a new lease tenure, a new
     worker generation) and paused it again before that write lands, the write is not
     applied: the record keeps the later tenure's workers."""

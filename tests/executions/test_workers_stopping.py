@@ -1,4 +1,4 @@
-"""Review #17: stopping worker-backed steps served by real subprocesses: a pause is not a
+"""Stopping worker-backed steps served by real subprocesses: a pause is not a
 failure (it does not use up the task's starts), a stop-task from another runtime stops the
 orphaned process of a crashed runtime before anything is recorded stopped, and a repair to
 a worker that never reads its stdin does not block its caller forever."""
@@ -209,7 +209,7 @@ async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
         await rt.cancel(handle.execution_id)
 
 
-async def test_e2_a_pause_from_another_host_stops_a_real_worker_and_gives_its_start_back(
+async def test_e11_a_pause_from_another_host_stops_a_real_worker_and_gives_its_start_back(
     tmp_path: Path,
 ) -> None:
     """The pause written by a second runtime (another host) records the subprocess worker
