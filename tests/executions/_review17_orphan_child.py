@@ -1,4 +1,4 @@
-"""Subprocess for test_review17_stopping.py:
+"""Subprocess for test_workers_stopping.py:
 
     python _review17_orphan_child.py <store> <worker script> <pid dir>
 
