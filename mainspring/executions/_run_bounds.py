@@ -10,8 +10,10 @@
 - The execution that armed a timeout decides what its child's end is, not the child: once
   its timer fired for an attempt, whatever that attempt reports (a value its blocking code
   returned late, a failure while it unwound, an agent's result or question, a plan) is the
-  timeout failure above, retried when the step's policy retries timeouts. A report that
-  reached the execution before the timer's message wins: its value is recorded (B1).
+  timeout failure above, retried when the step's policy retries timeouts; so is a report
+  handled once the timeout passed by the clock although the timer's message was not handled
+  yet (a plain call blocked the event loop past it). A report handled before the timeout
+  passed wins: its value is recorded (B1).
 - A failed tool or skill step whose retry policy allows another attempt is not failed: the
   failed attempt is committed on its observation (so a crash keeps the count), the step
   waits for its backoff without holding a slot (its timer sends ``RetryDue``; other steps
@@ -28,6 +30,7 @@ import logging
 import time
 from typing import Any
 
+import anyio
 import attrs
 
 from ..actors import ActorRef, Terminated, Timeout, Timer
@@ -72,6 +75,10 @@ class BoundedRun(TaskEvents):
         #: Children whose timeout fired and that were cancelled with ``Timeout``, until they
         #: end: what they report from then on is the timeout, never a success (B1).
         self._fired: set[ActorRef] = set()
+        #: Each child's timeout as a time on the event loop's clock, and what its timer
+        #: says when it fires: a report handled once it passed is late even if the timer's
+        #: message was not handled yet (B1: see ``_overdue``).
+        self._due: dict[ActorRef, tuple[float, str]] = {}
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -99,12 +106,16 @@ class BoundedRun(TaskEvents):
         if seconds is not None:
             message = StepTimedOut(running.step.id, running.ref, seconds)
             self._timers[running.ref] = self.send_after(seconds, message)
+            detail = f"step {running.step.id} ran past its timeout of {seconds:g} s"
+            self._due[running.ref] = (anyio.current_time() + seconds, detail)
 
     def _arm_planner(self, ref: ActorRef) -> None:
         seconds = self._cfg.bounds.planner_timeout
         self._planner_timeout = seconds
         if seconds is not None:
             self._timers[ref] = self.send_after(seconds, PlannerTimedOut(ref, seconds))
+            detail = f"the planner ran past its timeout of {seconds:g} s"
+            self._due[ref] = (anyio.current_time() + seconds, detail)
 
     # -- the timers' messages ----------------------------------------------------------------
 
@@ -149,10 +160,25 @@ class BoundedRun(TaskEvents):
 
     # -- children reporting after their timeout fired (B1) --------------------------------------
 
+    def _overdue(self, ref: ActorRef) -> bool:
+        """B1: whether child ``ref``'s timeout has passed, by the clock, whether or not its
+        timer's message was handled yet. One that passed is fired now, as the timer would:
+        a report handled after a child's timeout is late even when the timer could not run
+        in time (a plain tool blocking the event loop past its timeout, a loaded machine),
+        so the run decides the same way whichever of the two it handles first."""
+        if ref in self._fired:
+            return True
+        due = self._due.get(ref)
+        if due is None or anyio.current_time() < due[0]:
+            return False
+        self._fired.add(ref)
+        ref.cancel(Timeout(detail=due[1], source=self.ref.path))
+        return True
+
     def _late(self, running: Running) -> bool:
-        """B1: ``running``'s timer fired (its child was cancelled with ``Timeout``) before
+        """B1: ``running``'s timeout passed (its child is cancelled with ``Timeout``) before
         its report was handled: the report is the timeout, whatever it says."""
-        return running.ref in self._fired and running.task_id not in self._stopping_tasks
+        return running.task_id not in self._stopping_tasks and self._overdue(running.ref)
 
     async def _step_done_late(self, running: Running) -> bool:
         """B1: a tool or skill step reported after its timeout fired (blocking code in a
@@ -189,12 +215,15 @@ class BoundedRun(TaskEvents):
     def _planned_late(self) -> bool:
         """B1: the planner's timeout fired before its plan (or question) was handled: it is
         not used; the planner's end, with ``Timeout``, fails the run."""
-        return any(self._by_ref.get(ref) == "" for ref in self._fired)
+        return any(
+            step_id == "" and self._overdue(ref) for ref, step_id in list(self._by_ref.items())
+        )
 
     # -- children ending -----------------------------------------------------------------------
 
     async def _child_ended(self, notice: Terminated) -> None:
         self._fired.discard(notice.ref)
+        self._due.pop(notice.ref, None)
         timer = self._timers.pop(notice.ref, None)
         if timer is not None:
             timer.cancel()

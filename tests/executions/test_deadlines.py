@@ -489,3 +489,94 @@ async def test_B1_a_planner_returning_after_its_timeout_fails_the_run(tmp_path: 
     assert record.status == "failed"
     assert result.error == "the planner timed out after 0.05 s"
     assert ledger.names() == []  # the late plan never ran
+
+
+# -- a timeout that passed while the event loop was blocked (B1) --------------------------
+
+BLOCKED = 0.15  # a plain call blocking the event loop (under the loop guard's limit)
+
+
+def _blocking_on_the_loop() -> str:
+    """A plain (non-async) call, run on the event loop as the README says, that blocks it
+    past its caller's timeout: no timer can fire meanwhile, so the value it returns is
+    handled before the timer's message, with the timeout already passed."""
+    time.sleep(BLOCKED)
+    return "late"
+
+
+async def test_B1_a_plain_tool_blocking_past_its_timeout_fails_step_timeout(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(attrs.evolve(tool("slow", "block"), timeout=SHORT), tool("after", "inc", "slow"))
+    ledger = Ledger()
+    tools = {"block": lambda **_: _blocking_on_the_loop()}
+    async with runtime(tmp_path, ledger, tools=tools) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "slow")
+    assert not observation.ok
+    assert observation.code == "step-timeout"
+    assert observation.output is None
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+    assert ledger.names() == []  # its dependent never ran on the late value
+
+
+async def test_B1_a_plain_tool_blocking_past_its_timeout_is_retried_when_its_policy_says_so(
+    tmp_path: Path,
+) -> None:
+    calls: list[int] = []
+
+    def block_once(**_: Any) -> str:
+        calls.append(1)
+        return _blocking_on_the_loop() if len(calls) == 1 else "ok"
+
+    policy = ms.storage.RetryPolicy(
+        max_attempts=2, base_delay=0.001, max_delay=0.001, retry_timeouts=True
+    )
+    plan = plan_of(attrs.evolve(tool("a", "block_once"), timeout=SHORT, retry=policy))
+    async with runtime(tmp_path, tools={"block_once": block_once}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert len(calls) == 2
+    assert result.status == "completed"
+    assert result.outputs["a"] == "ok"
+    (first,) = _obs(record, "a").data["attempts"]
+    assert first["timed_out"] is True
+
+
+async def test_B1_an_agent_blocking_past_its_timeout_fails_agent_timeout(tmp_path: Path) -> None:
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        return _blocking_on_the_loop()
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "a")
+    assert observation.code == "agent-timeout"
+    (task,) = tasks_of(record)
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-timeout"
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+
+
+async def test_B1_a_plain_planner_blocking_past_its_timeout_fails_the_run(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        _blocking_on_the_loop()
+        return plan_of(tool("a", "inc", x=1))
+
+    options: dict[str, Any] = {"planner": planner, "timeouts": {"planner": SHORT}}
+    async with runtime(tmp_path, ledger, **options) as rt:
+        handle = await rt.start("plan something")
+        result = await handle.wait()
+    assert result.status == "failed"
+    assert result.error == "the planner timed out after 0.05 s"
+    assert ledger.names() == []  # the late plan never ran
