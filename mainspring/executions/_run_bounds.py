@@ -199,8 +199,8 @@ class BoundedRun(TaskEvents):
             running is not None
             and running.task_id == task.id
             and task.state != "running"
-            and self._late(running)
             and not self._ended
+            and self._late(running)
         ):
             # B1: an agent whose timeout fired ends with ``agent-timeout`` whatever it
             # reports now (a result, a failure, a question, a wait for budget). Its inner
