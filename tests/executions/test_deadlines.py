@@ -580,3 +580,28 @@ async def test_B1_a_plain_planner_blocking_past_its_timeout_fails_the_run(tmp_pa
     assert result.status == "failed"
     assert result.error == "the planner timed out after 0.05 s"
     assert ledger.names() == []  # the late plan never ran
+
+
+async def test_B1_an_inner_step_returning_after_its_agents_timeout_is_not_recorded(
+    tmp_path: Path,
+) -> None:
+    # ctx.step: "a cancellation while fn runs leaves the step unrecorded". An inner step
+    # whose blocking code returns after its agent's timeout fired is not recorded done.
+    async def late_inner() -> str:
+        return await anyio.to_thread.run_sync(lambda: (_block_until_stopped(), "late")[1])
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: 1)
+        await ctx.step("second", late_inner)
+        return "done"
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert _obs(record, "a").code == "agent-timeout"
+    (task,) = tasks_of(record)
+    assert task.inner_completed == ("first",)
+    assert [o.step_id for o in task.inner_observations] == ["first"]
