@@ -605,3 +605,46 @@ async def test_B1_an_inner_step_returning_after_its_agents_timeout_is_not_record
     (task,) = tasks_of(record)
     assert task.inner_completed == ("first",)
     assert [o.step_id for o in task.inner_observations] == ["first"]
+
+
+@pytest.mark.parametrize("call", ["call_tool", "call_skill", "step", "run"])
+async def test_B1_an_agent_whose_timeout_fired_starts_no_new_call(
+    tmp_path: Path, call: str
+) -> None:
+    # Its blocking code returns after its timeout fired, and the agent goes on to its next
+    # call: that call never starts (a plain function would run whole, after the deadline).
+    made: list[str] = []
+    marker = tmp_path / "ran"
+
+    def side_effect(**_: Any) -> str:
+        made.append(call)
+        return "made"
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await anyio.to_thread.run_sync(_block_until_stopped)
+        if call == "call_tool":
+            await ctx.call_tool("effect")
+        elif call == "call_skill":
+            await ctx.call_skill("effect")
+        elif call == "step":
+            await ctx.step("effect", side_effect)
+        else:
+            await ctx.run(["touch", str(marker)])
+        return "late"
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    tools = {"effect": side_effect}
+    skills = {"effect": side_effect}
+    async with runtime(
+        tmp_path, agents={"worker": worker}, tools=tools, skills=skills, **options
+    ) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert _obs(record, "a").code == "agent-timeout"
+    assert made == []
+    assert not marker.exists()
+    (task,) = tasks_of(record)
+    assert task.calls_used == 0
+    assert task.tool_calls_used == 0
