@@ -13,7 +13,9 @@
   timeout failure above, retried when the step's policy retries timeouts; so is a report
   handled once the timeout passed by the clock although the timer's message was not handled
   yet (a plain call blocked the event loop past it). A report handled before the timeout
-  passed wins: its value is recorded (B1).
+  passed wins: its value is recorded (B1). A child that has not ended ``UNWIND`` seconds
+  after its timeout fired (code that cannot be interrupted) is not waited for: its timeout
+  is recorded then, as if it had ended; it stays a child until it ends.
 - A failed tool or skill step whose retry policy allows another attempt is not failed: the
   failed attempt is committed on its observation (so a crash keeps the count), the step
   waits for its backoff without holding a slot (its timer sends ``RetryDue``; other steps
@@ -38,11 +40,13 @@ from ..storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy,
 from . import _run_events as ev
 from ._agent import TaskSave
 from ._deadlines import (
+    UNWIND,
     Attempt,
     DeadlinePassed,
     PlannerTimedOut,
     RetryDue,
     StepTimedOut,
+    UnwindOver,
     attempts_data,
     attempts_of,
     new_attempt,
@@ -58,7 +62,14 @@ from ._worker_run import WORKER_MESSAGES
 __all__ = ["BOUNDS_MESSAGES", "BoundedRun"]
 
 # (and the messages of worker drivers, #17: ``_worker_run``)
-BOUNDS_MESSAGES = (StepTimedOut, PlannerTimedOut, RetryDue, DeadlinePassed, *WORKER_MESSAGES)
+BOUNDS_MESSAGES = (
+    StepTimedOut,
+    PlannerTimedOut,
+    UnwindOver,
+    RetryDue,
+    DeadlinePassed,
+    *WORKER_MESSAGES,
+)
 
 
 class BoundedRun(TaskEvents):
@@ -79,6 +90,9 @@ class BoundedRun(TaskEvents):
         #: says when it fires: a report handled once it passed is late even if the timer's
         #: message was not handled yet (B1: see ``_overdue``).
         self._due: dict[ActorRef, tuple[float, str]] = {}
+        #: Steps whose timeout was recorded while their child still unwound (``UnwindOver``),
+        #: by child: what it reports as it ends (its usage) is charged then (B3).
+        self._unwinding: dict[ActorRef, Running] = {}
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -138,11 +152,15 @@ class BoundedRun(TaskEvents):
                 detail = f"step {message.step_id} ran past its timeout of {message.seconds:g} s"
                 self._fired.add(message.ref)  # B1: from now on its reports are the timeout
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+                self._bound_unwind(message.step_id, message.ref)
         elif type(message) is PlannerTimedOut:
             if self._planning and self._by_ref.get(message.ref) == "":
                 detail = f"the planner ran past its timeout of {message.seconds:g} s"
                 self._fired.add(message.ref)  # B1: a plan it sends now is not used
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+                self._bound_unwind("", message.ref)
+        elif type(message) is UnwindOver:
+            await self._unwind_over(message)
         elif type(message) is RetryDue:
             if self._backoff.get(message.step_id) != message.attempt:
                 return
@@ -157,6 +175,47 @@ class BoundedRun(TaskEvents):
                 self.stop_self(self._deadline_reason(at))
             elif at is not None:  # the timer woke a little early: wait for the rest
                 self._arm_deadline()
+
+    # -- children that do not end when their timeout fired (B1) -------------------------------
+
+    def _bound_unwind(self, step_id: str, ref: ActorRef) -> None:
+        """B1: child ``ref`` was cancelled by its timeout; if it has not ended in
+        ``UNWIND`` seconds (more for a worker-backed agent, whose process gets its grace),
+        its timeout is recorded without it."""
+        seconds = UNWIND
+        running = self._running.get(step_id) if step_id else None
+        if running is not None and running.task_id is not None:
+            grace = getattr(self._cfg.agents.get(running.step.target), "grace", 0.0)
+            if isinstance(grace, int | float) and not isinstance(grace, bool):
+                seconds += 2 * float(grace)
+        self.send_after(seconds, UnwindOver(step_id, ref))
+
+    async def _unwind_over(self, message: UnwindOver) -> None:
+        """B1: a child cancelled by its timeout is still running (code that cannot be
+        interrupted: blocking code in a worker thread): its step fails with its timeout now,
+        or the run with the planner's, and its retry policy applies, as if it had ended. It
+        stays a child until it ends (a wind-down cancels and awaits it); nothing it reports
+        is taken (it is cancelled with ``Timeout``), and what it spent is charged as it ends."""
+        if message.ref not in self._fired:
+            return  # it ended meanwhile: its end was recorded as usual
+        if message.step_id == "":
+            if self._planning and self._by_ref.get(message.ref) == "":
+                self._planning = False
+                seconds = self._planner_timeout or 0.0
+                await self._finish("failed", error=f"the planner timed out after {seconds:g} s")
+            return
+        running = self._running.get(message.step_id)
+        if running is None or running.ref is not message.ref:
+            return
+        if running.task_id in self._stopping_tasks:
+            return
+        del self._running[running.step.id]
+        self._unwinding[message.ref] = running
+        seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
+        if running.task_id is not None:
+            await self._agent_timed_out(running, seconds)
+        else:
+            await self._step_timed_out(running, seconds)
 
     # -- children reporting after their timeout fired (B1) --------------------------------------
 
@@ -224,6 +283,9 @@ class BoundedRun(TaskEvents):
     async def _child_ended(self, notice: Terminated) -> None:
         self._fired.discard(notice.ref)
         self._due.pop(notice.ref, None)
+        unwound = self._unwinding.pop(notice.ref, None)
+        if unwound is not None:  # B3: what it spent while it unwound still counts
+            self._charge_unsaved(unwound)
         timer = self._timers.pop(notice.ref, None)
         if timer is not None:
             timer.cancel()

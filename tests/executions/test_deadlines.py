@@ -8,16 +8,19 @@ code that must expire waits forever (a hang guard bounds it), or huge where they
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _agent
+from mainspring.executions import _agent, _run_bounds
 
 from ._kit import (
     Ledger,
@@ -648,3 +651,88 @@ async def test_B1_an_agent_whose_timeout_fired_starts_no_new_call(
     (task,) = tasks_of(record)
     assert task.calls_used == 0
     assert task.tool_calls_used == 0
+
+
+# -- a child that does not end when its timeout fires (B1) --------------------------------
+
+
+class Stuck:
+    """Blocking code in a worker thread that ignores its cancellation altogether (a call
+    with no timeout of its own), until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def block(self) -> str:
+        self.release.wait(120)  # a hang guard: the test sets it before it ends
+        return "late"
+
+
+async def _until_the_run_ends(rt: ms.Runtime, execution_id: str) -> object:
+    """The event that says the run ended (its final write is durable): the run's children
+    may still be running (a wind-down waits for them), so its handle is not awaited."""
+    async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
+        async for event in stream:
+            ended = (ms.executions.ExecutionCompleted, ms.executions.ExecutionFailed)
+            if isinstance(event, ended) and event.execution_id == execution_id:
+                return event
+    raise AssertionError("the events ended first")  # pragma: no cover
+
+
+@pytest.fixture
+def quick_unwind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_run_bounds, "UNWIND", SHORT)
+
+
+@pytest.mark.usefixtures("quick_unwind")
+@pytest.mark.parametrize("kind", ["tool", "agent", "planner"])
+async def test_B1_a_child_stuck_past_its_timeout_fails_without_waiting_for_it(
+    tmp_path: Path, kind: str
+) -> None:
+    stuck = Stuck()
+
+    async def tool_fn(**_: Any) -> str:
+        return await anyio.to_thread.run_sync(stuck.block)
+
+    async def agent_fn(ctx: ms.AgentContext, input: Any) -> str:
+        return await anyio.to_thread.run_sync(stuck.block)
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        await anyio.to_thread.run_sync(stuck.block)
+        return plan_of(tool("a", "inc", x=1))
+
+    options: dict[str, Any] = {"tools": {"stuck": tool_fn}, "agents": {"worker": agent_fn}}
+    if kind == "planner":
+        options.update(planner=planner, timeouts={"planner": SHORT})
+        plan = None
+    elif kind == "agent":
+        options.update(timeouts={"agent": SHORT})
+        plan = plan_of(agent("a", "worker"))
+    else:
+        plan = plan_of(attrs.evolve(tool("a", "stuck"), timeout=SHORT))
+    async with runtime(tmp_path, **options) as rt:
+        try:
+            # Bounded well below the hang guard: without the fix, the run ended only when
+            # the blocking code returned.
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    before = rt._bus.subscribers
+                    tg.start_soon(_until_the_run_ends, rt, "ex-stuck")
+                    while rt._bus.subscribers == before:  # subscribed: its end is not missed
+                        await anyio.lowlevel.checkpoint()
+                    handle = await rt.start("g", plan, execution_id="ex-stuck")
+            # The run ended, its step (or planner) failed with its timeout, while the
+            # blocking code still blocks.
+            assert not stuck.release.is_set()
+            record = stored(rt, handle.execution_id)
+            assert record.status == "failed"
+            if kind != "planner":
+                code = "agent-timeout" if kind == "agent" else "step-timeout"
+                assert _obs(record, "a").code == code
+        finally:
+            stuck.release.set()  # before the runtime closes: it awaits the thread
+        result = await handle.wait()
+    assert result.status == "failed"
+    if kind == "planner":
+        assert result.error == "the planner timed out after 0.05 s"
