@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
@@ -379,6 +380,12 @@ class AgentTaskActor(Actor):
     async def record_inner(
         self, name: str, stored: Stored, paths: tuple[str, ...] = (), *, rerun: bool = False
     ) -> None:
+        if _timed_out():
+            # B1: the task's timeout fired while the inner step ran (blocking code in a
+            # worker thread returns whatever the cancellation): its late value is not
+            # recorded as done (``ctx.step``: a cancellation while ``fn`` runs leaves the
+            # step unrecorded). The cancellation goes on from here.
+            await anyio.lowlevel.checkpoint()
         root = self._workspace
         hashes: dict[str, str] = {}
         if paths and root is not None:  # before reading the record: steps may run in parallel

@@ -9,6 +9,8 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio.lowlevel
+
 from ..actors import CancelReason, cancel_reason
 from ..storage import Finding, Usage, check_id
 from ._memory import AgentMemory
@@ -34,6 +36,15 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+async def _no_new_call() -> None:
+    """B1: a task that was cancelled (its timeout fired, a pause, a cancel) starts no new
+    call: its code may still run on after a cancellation it did not see (blocking code in a
+    worker thread returns whatever the cancellation), and the call it starts next (a plain
+    tool or step function, which never awaits) would run whole, its side effects and its
+    spend after the deadline. The cancellation is raised here instead."""
+    await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 class AgentContext:
@@ -94,6 +105,7 @@ class AgentContext:
         defaults), returning the :class:`~mainspring.executions.ProgramResult`. Not durable
         by itself: a resume runs it again unless it is inside ``ctx.step``. If this task is
         stopped, the program's whole process tree is stopped with it."""
+        await _no_new_call()
         await self._actor.live_lease()  # L5
         return await run_program_result(argv, **options)
 
@@ -145,6 +157,7 @@ class AgentContext:
             # E10: the stored result is masked, not what fn returned: run it again.
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
+        await _no_new_call()
         await self._actor.live_lease()  # L5: nothing new starts on a lease not known live
         # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
         result, usage = split_usage(await call(fn, *args))
@@ -199,6 +212,7 @@ class AgentContext:
         the run's ``max_tokens`` or ``max_cost`` is reached, before the call is made. A skill
         that returns ``WithUsage`` has its usage added to this task's and the run's, and
         this returns its value alone."""
+        await _no_new_call()
         await self._actor.live_lease()  # L5
         await self._actor.chargecall()
         value, usage = split_usage(await call(self._actor.skills[name], *args, **kwargs))
@@ -217,6 +231,7 @@ class AgentContext:
         """Call a tool: free in calls, but counted against the per-task tool limit. A tool
         that returns ``WithUsage`` is taken as a tool step takes it (B3): this returns its
         value and its usage is added to this task's and the run's."""
+        await _no_new_call()
         self._actor.charge_tool()
         await self._actor.live_lease()  # L5
         value, usage = split_usage(await call(self._actor.tools[name], *args, **kwargs))

@@ -44,12 +44,14 @@ from ..storage import (
 
 __all__ = [
     "MAX_ATTEMPT_ERROR",
+    "UNWIND",
     "Attempt",
     "Bounds",
     "DeadlinePassed",
     "PlannerTimedOut",
     "RetryDue",
     "StepTimedOut",
+    "UnwindOver",
     "attempts_data",
     "attempts_of",
     "check_bounds",
@@ -191,6 +193,23 @@ class StepTimedOut:
 class PlannerTimedOut:
     ref: ActorRef
     seconds: float
+
+
+@attrs.frozen
+class UnwindOver:
+    """Child ``ref`` (of step ``step_id``; ``""``: the planner), cancelled when its timeout
+    fired, had its time to unwind (``UNWIND``): if it has not ended, its timeout is recorded
+    without it (B1)."""
+
+    step_id: str
+    ref: ActorRef
+
+
+#: How long a child cancelled by its timeout may take to end (its ``finally`` blocks, a
+#: program's tree stopped) before its timeout is recorded without waiting for it: code that
+#: cannot be interrupted (blocking code in a worker thread) would otherwise keep its step,
+#: or the planner, running past its timeout for as long as it blocks (B1).
+UNWIND = 5.0
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
@@ -440,6 +441,9 @@ async def _run(spec: _Spec) -> ProgramResult:
             "mainspring runs programs on POSIX systems only: stopping a program's whole "
             "process tree needs process groups and sessions"
         )
+    # A checkpoint (as documented): a caller already cancelled starts no program (B1: a
+    # step or agent whose timeout fired while its blocking code ran starts nothing more).
+    await anyio.lowlevel.checkpoint_if_cancelled()
     started = time.monotonic()
     try:
         # Shielded: a cancellation that landed after the fork but before the process object

@@ -10,8 +10,12 @@
 - The execution that armed a timeout decides what its child's end is, not the child: once
   its timer fired for an attempt, whatever that attempt reports (a value its blocking code
   returned late, a failure while it unwound, an agent's result or question, a plan) is the
-  timeout failure above, retried when the step's policy retries timeouts. A report that
-  reached the execution before the timer's message wins: its value is recorded (B1).
+  timeout failure above, retried when the step's policy retries timeouts; so is a report
+  handled once the timeout passed by the clock although the timer's message was not handled
+  yet (a plain call blocked the event loop past it). A report handled before the timeout
+  passed wins: its value is recorded (B1). A child that has not ended ``UNWIND`` seconds
+  after its timeout fired (code that cannot be interrupted) is not waited for: its timeout
+  is recorded then, as if it had ended; it stays a child until it ends.
 - A failed tool or skill step whose retry policy allows another attempt is not failed: the
   failed attempt is committed on its observation (so a crash keeps the count), the step
   waits for its backoff without holding a slot (its timer sends ``RetryDue``; other steps
@@ -28,6 +32,7 @@ import logging
 import time
 from typing import Any
 
+import anyio
 import attrs
 
 from ..actors import ActorRef, Terminated, Timeout, Timer
@@ -35,11 +40,13 @@ from ..storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy,
 from . import _run_events as ev
 from ._agent import TaskSave
 from ._deadlines import (
+    UNWIND,
     Attempt,
     DeadlinePassed,
     PlannerTimedOut,
     RetryDue,
     StepTimedOut,
+    UnwindOver,
     attempts_data,
     attempts_of,
     new_attempt,
@@ -55,7 +62,14 @@ from ._worker_run import WORKER_MESSAGES
 __all__ = ["BOUNDS_MESSAGES", "BoundedRun"]
 
 # (and the messages of worker drivers, #17: ``_worker_run``)
-BOUNDS_MESSAGES = (StepTimedOut, PlannerTimedOut, RetryDue, DeadlinePassed, *WORKER_MESSAGES)
+BOUNDS_MESSAGES = (
+    StepTimedOut,
+    PlannerTimedOut,
+    UnwindOver,
+    RetryDue,
+    DeadlinePassed,
+    *WORKER_MESSAGES,
+)
 
 
 class BoundedRun(TaskEvents):
@@ -72,6 +86,13 @@ class BoundedRun(TaskEvents):
         #: Children whose timeout fired and that were cancelled with ``Timeout``, until they
         #: end: what they report from then on is the timeout, never a success (B1).
         self._fired: set[ActorRef] = set()
+        #: Each child's timeout as a time on the event loop's clock, and what its timer
+        #: says when it fires: a report handled once it passed is late even if the timer's
+        #: message was not handled yet (B1: see ``_overdue``).
+        self._due: dict[ActorRef, tuple[float, str]] = {}
+        #: Steps whose timeout was recorded while their child still unwound (``UnwindOver``),
+        #: by child: what it reports as it ends (its usage) is charged then (B3).
+        self._unwinding: dict[ActorRef, Running] = {}
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -99,12 +120,16 @@ class BoundedRun(TaskEvents):
         if seconds is not None:
             message = StepTimedOut(running.step.id, running.ref, seconds)
             self._timers[running.ref] = self.send_after(seconds, message)
+            detail = f"step {running.step.id} ran past its timeout of {seconds:g} s"
+            self._due[running.ref] = (anyio.current_time() + seconds, detail)
 
     def _arm_planner(self, ref: ActorRef) -> None:
         seconds = self._cfg.bounds.planner_timeout
         self._planner_timeout = seconds
         if seconds is not None:
             self._timers[ref] = self.send_after(seconds, PlannerTimedOut(ref, seconds))
+            detail = f"the planner ran past its timeout of {seconds:g} s"
+            self._due[ref] = (anyio.current_time() + seconds, detail)
 
     # -- the timers' messages ----------------------------------------------------------------
 
@@ -127,11 +152,15 @@ class BoundedRun(TaskEvents):
                 detail = f"step {message.step_id} ran past its timeout of {message.seconds:g} s"
                 self._fired.add(message.ref)  # B1: from now on its reports are the timeout
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+                self._bound_unwind(message.step_id, message.ref)
         elif type(message) is PlannerTimedOut:
             if self._planning and self._by_ref.get(message.ref) == "":
                 detail = f"the planner ran past its timeout of {message.seconds:g} s"
                 self._fired.add(message.ref)  # B1: a plan it sends now is not used
                 message.ref.cancel(Timeout(detail=detail, source=self.ref.path))  # B1
+                self._bound_unwind("", message.ref)
+        elif type(message) is UnwindOver:
+            await self._unwind_over(message)
         elif type(message) is RetryDue:
             if self._backoff.get(message.step_id) != message.attempt:
                 return
@@ -147,12 +176,68 @@ class BoundedRun(TaskEvents):
             elif at is not None:  # the timer woke a little early: wait for the rest
                 self._arm_deadline()
 
+    # -- children that do not end when their timeout fired (B1) -------------------------------
+
+    def _bound_unwind(self, step_id: str, ref: ActorRef) -> None:
+        """B1: child ``ref`` was cancelled by its timeout; if it has not ended in
+        ``UNWIND`` seconds (more for a worker-backed agent, whose process gets its grace),
+        its timeout is recorded without it."""
+        seconds = UNWIND
+        running = self._running.get(step_id) if step_id else None
+        if running is not None and running.task_id is not None:
+            grace = getattr(self._cfg.agents.get(running.step.target), "grace", 0.0)
+            if isinstance(grace, int | float) and not isinstance(grace, bool):
+                seconds += 2 * float(grace)
+        self.send_after(seconds, UnwindOver(step_id, ref))
+
+    async def _unwind_over(self, message: UnwindOver) -> None:
+        """B1: a child cancelled by its timeout is still running (code that cannot be
+        interrupted: blocking code in a worker thread): its step fails with its timeout now,
+        or the run with the planner's, and its retry policy applies, as if it had ended. It
+        stays a child until it ends (a wind-down cancels and awaits it); nothing it reports
+        is taken (it is cancelled with ``Timeout``), and what it spent is charged as it ends."""
+        if message.ref not in self._fired:
+            return  # it ended meanwhile: its end was recorded as usual
+        if message.step_id == "":
+            if self._planning and self._by_ref.get(message.ref) == "":
+                self._planning = False
+                seconds = self._planner_timeout or 0.0
+                await self._finish("failed", error=f"the planner timed out after {seconds:g} s")
+            return
+        running = self._running.get(message.step_id)
+        if running is None or running.ref is not message.ref:
+            return
+        if running.task_id in self._stopping_tasks:
+            return
+        del self._running[running.step.id]
+        self._unwinding[message.ref] = running
+        seconds = self._cfg.bounds.timeout_for(running.step) or 0.0
+        if running.task_id is not None:
+            await self._agent_timed_out(running, seconds)
+        else:
+            await self._step_timed_out(running, seconds)
+
     # -- children reporting after their timeout fired (B1) --------------------------------------
 
+    def _overdue(self, ref: ActorRef) -> bool:
+        """B1: whether child ``ref``'s timeout has passed, by the clock, whether or not its
+        timer's message was handled yet. One that passed is fired now, as the timer would:
+        a report handled after a child's timeout is late even when the timer could not run
+        in time (a plain tool blocking the event loop past its timeout, a loaded machine),
+        so the run decides the same way whichever of the two it handles first."""
+        if ref in self._fired:
+            return True
+        due = self._due.get(ref)
+        if due is None or anyio.current_time() < due[0]:
+            return False
+        self._fired.add(ref)
+        ref.cancel(Timeout(detail=due[1], source=self.ref.path))
+        return True
+
     def _late(self, running: Running) -> bool:
-        """B1: ``running``'s timer fired (its child was cancelled with ``Timeout``) before
+        """B1: ``running``'s timeout passed (its child is cancelled with ``Timeout``) before
         its report was handled: the report is the timeout, whatever it says."""
-        return running.ref in self._fired and running.task_id not in self._stopping_tasks
+        return running.task_id not in self._stopping_tasks and self._overdue(running.ref)
 
     async def _step_done_late(self, running: Running) -> bool:
         """B1: a tool or skill step reported after its timeout fired (blocking code in a
@@ -173,8 +258,8 @@ class BoundedRun(TaskEvents):
             running is not None
             and running.task_id == task.id
             and task.state != "running"
-            and self._late(running)
             and not self._ended
+            and self._late(running)
         ):
             # B1: an agent whose timeout fired ends with ``agent-timeout`` whatever it
             # reports now (a result, a failure, a question, a wait for budget). Its inner
@@ -189,12 +274,18 @@ class BoundedRun(TaskEvents):
     def _planned_late(self) -> bool:
         """B1: the planner's timeout fired before its plan (or question) was handled: it is
         not used; the planner's end, with ``Timeout``, fails the run."""
-        return any(self._by_ref.get(ref) == "" for ref in self._fired)
+        return any(
+            step_id == "" and self._overdue(ref) for ref, step_id in list(self._by_ref.items())
+        )
 
     # -- children ending -----------------------------------------------------------------------
 
     async def _child_ended(self, notice: Terminated) -> None:
         self._fired.discard(notice.ref)
+        self._due.pop(notice.ref, None)
+        unwound = self._unwinding.pop(notice.ref, None)
+        if unwound is not None:  # B3: what it spent while it unwound still counts
+            self._charge_unsaved(unwound)
         timer = self._timers.pop(notice.ref, None)
         if timer is not None:
             timer.cancel()

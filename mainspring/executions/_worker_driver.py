@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
-from ..actors import cancel_reason
+from ..actors import Timeout, cancel_reason
 from ..storage import (
     ACTIVE_WORKER,
     StopIntent,
@@ -75,6 +76,7 @@ class Driver(DriverBase, Spending):
             if worker.status == "handing-off":
                 await self.confirm_dead(worker, takeover=False)
                 worker = self.board.workers[worker.id]
+                await self.not_late(worker)
                 worker, task = fleet.fence(
                     worker, self.task(), fleet.expect(worker), confirmed_dead=True, now=time.time()
                 )
@@ -449,7 +451,9 @@ class Driver(DriverBase, Spending):
         lets go of it, and it is no longer held."""
         process, self.process = self.process, None
         if process is not None:
-            with anyio.move_on_after(max(self.agent.grace, 1.0)):
+            # Shielded, bounded: a cancellation arriving now must not skip what follows a
+            # confirmed death (recording it, B1); the wait only collects an exit status.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(max(self.agent.grace, 1.0)):
                 await process.wait()
 
     async def exited(self, process: WorkerProcess) -> None:
@@ -505,6 +509,7 @@ class Driver(DriverBase, Spending):
         await self.save()
         await self.stop_confirmed(worker)
         worker = self.board.workers[worker.id]
+        await self.not_late(worker)
         worker, task = fleet.fence(
             worker,
             self.task(),
@@ -514,6 +519,30 @@ class Driver(DriverBase, Spending):
         )
         self.board.put(worker, task, "fenced")  # committed with the delivery (deliver)
         return await self.deliver(worker, output)
+
+    async def not_late(self, worker: WorkerRecord) -> None:
+        """B1: the step's own timeout fired while its worker handed off (the process was
+        being stopped): the delivery came too late and is not recorded. The worker, whose
+        process was confirmed dead, is recorded stopped (``timeout``) with its task, as a
+        timeout outside a handoff leaves them; the cancellation then ends the driver, and
+        the execution fails the step ``agent-timeout`` with the board as it is here. A
+        record saying ``handing-off`` (active) or ``delivered`` under a step that failed
+        would contradict it for good."""
+        if not isinstance(cancel_reason(), Timeout):
+            return
+        reason, state = why(cancel_reason())
+        worker, task = fleet.mark_stopped(
+            worker,
+            self.task(),
+            fleet.expect(worker, "handing-off"),
+            confirmed_dead=True,
+            reason=reason,
+            task_state=state,
+            now=time.time(),
+        )
+        self.board.put(worker, task, "stopped", reason)
+        await anyio.lowlevel.checkpoint()  # cancelled: raises, nothing after it runs
+        raise AssertionError("unreachable: the step's scope is cancelled")  # pragma: no cover
 
     async def deliver(self, worker: WorkerRecord, *output: Any) -> Any:
         assert worker.intent is not None

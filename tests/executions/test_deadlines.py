@@ -8,16 +8,19 @@ code that must expire waits forever (a hang guard bounds it), or huge where they
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _agent
+from mainspring.executions import _agent, _run_bounds
 
 from ._kit import (
     Ledger,
@@ -489,3 +492,247 @@ async def test_B1_a_planner_returning_after_its_timeout_fails_the_run(tmp_path: 
     assert record.status == "failed"
     assert result.error == "the planner timed out after 0.05 s"
     assert ledger.names() == []  # the late plan never ran
+
+
+# -- a timeout that passed while the event loop was blocked (B1) --------------------------
+
+BLOCKED = 0.15  # a plain call blocking the event loop (under the loop guard's limit)
+
+
+def _blocking_on_the_loop() -> str:
+    """A plain (non-async) call, run on the event loop as the README says, that blocks it
+    past its caller's timeout: no timer can fire meanwhile, so the value it returns is
+    handled before the timer's message, with the timeout already passed."""
+    time.sleep(BLOCKED)
+    return "late"
+
+
+async def test_B1_a_plain_tool_blocking_past_its_timeout_fails_step_timeout(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(attrs.evolve(tool("slow", "block"), timeout=SHORT), tool("after", "inc", "slow"))
+    ledger = Ledger()
+    tools = {"block": lambda **_: _blocking_on_the_loop()}
+    async with runtime(tmp_path, ledger, tools=tools) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "slow")
+    assert not observation.ok
+    assert observation.code == "step-timeout"
+    assert observation.output is None
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+    assert ledger.names() == []  # its dependent never ran on the late value
+
+
+async def test_B1_a_plain_tool_blocking_past_its_timeout_is_retried_when_its_policy_says_so(
+    tmp_path: Path,
+) -> None:
+    calls: list[int] = []
+
+    def block_once(**_: Any) -> str:
+        calls.append(1)
+        return _blocking_on_the_loop() if len(calls) == 1 else "ok"
+
+    policy = ms.storage.RetryPolicy(
+        max_attempts=2, base_delay=0.001, max_delay=0.001, retry_timeouts=True
+    )
+    plan = plan_of(attrs.evolve(tool("a", "block_once"), timeout=SHORT, retry=policy))
+    async with runtime(tmp_path, tools={"block_once": block_once}) as rt:
+        handle = await rt.start("g", plan)
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert len(calls) == 2
+    assert result.status == "completed"
+    assert result.outputs["a"] == "ok"
+    (first,) = _obs(record, "a").data["attempts"]
+    assert first["timed_out"] is True
+
+
+async def test_B1_an_agent_blocking_past_its_timeout_fails_agent_timeout(tmp_path: Path) -> None:
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        return _blocking_on_the_loop()
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    observation = _obs(record, "a")
+    assert observation.code == "agent-timeout"
+    (task,) = tasks_of(record)
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-timeout"
+    assert result.status == "failed"
+    assert "late" not in result.outputs.values()
+
+
+async def test_B1_a_plain_planner_blocking_past_its_timeout_fails_the_run(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        _blocking_on_the_loop()
+        return plan_of(tool("a", "inc", x=1))
+
+    options: dict[str, Any] = {"planner": planner, "timeouts": {"planner": SHORT}}
+    async with runtime(tmp_path, ledger, **options) as rt:
+        handle = await rt.start("plan something")
+        result = await handle.wait()
+    assert result.status == "failed"
+    assert result.error == "the planner timed out after 0.05 s"
+    assert ledger.names() == []  # the late plan never ran
+
+
+async def test_B1_an_inner_step_returning_after_its_agents_timeout_is_not_recorded(
+    tmp_path: Path,
+) -> None:
+    # ctx.step: "a cancellation while fn runs leaves the step unrecorded". An inner step
+    # whose blocking code returns after its agent's timeout fired is not recorded done.
+    async def late_inner() -> str:
+        return await anyio.to_thread.run_sync(lambda: (_block_until_stopped(), "late")[1])
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await ctx.step("first", lambda: 1)
+        await ctx.step("second", late_inner)
+        return "done"
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    async with runtime(tmp_path, agents={"worker": worker}, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert _obs(record, "a").code == "agent-timeout"
+    (task,) = tasks_of(record)
+    assert task.inner_completed == ("first",)
+    assert [o.step_id for o in task.inner_observations] == ["first"]
+
+
+@pytest.mark.parametrize("call", ["call_tool", "call_skill", "step", "run"])
+async def test_B1_an_agent_whose_timeout_fired_starts_no_new_call(
+    tmp_path: Path, call: str
+) -> None:
+    # Its blocking code returns after its timeout fired, and the agent goes on to its next
+    # call: that call never starts (a plain function would run whole, after the deadline).
+    made: list[str] = []
+    marker = tmp_path / "ran"
+
+    def side_effect(**_: Any) -> str:
+        made.append(call)
+        return "made"
+
+    async def worker(ctx: ms.AgentContext, input: Any) -> str:
+        await anyio.to_thread.run_sync(_block_until_stopped)
+        if call == "call_tool":
+            await ctx.call_tool("effect")
+        elif call == "call_skill":
+            await ctx.call_skill("effect")
+        elif call == "step":
+            await ctx.step("effect", side_effect)
+        else:
+            await ctx.run(["touch", str(marker)])
+        return "late"
+
+    options: dict[str, Any] = {"timeouts": {"agent": SHORT}}
+    tools = {"effect": side_effect}
+    skills = {"effect": side_effect}
+    async with runtime(
+        tmp_path, agents={"worker": worker}, tools=tools, skills=skills, **options
+    ) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "worker")))
+        result = await handle.wait()
+        record = stored(rt, handle.execution_id)
+    assert result.status == "failed"
+    assert _obs(record, "a").code == "agent-timeout"
+    assert made == []
+    assert not marker.exists()
+    (task,) = tasks_of(record)
+    assert task.calls_used == 0
+    assert task.tool_calls_used == 0
+
+
+# -- a child that does not end when its timeout fires (B1) --------------------------------
+
+
+class Stuck:
+    """Blocking code in a worker thread that ignores its cancellation altogether (a call
+    with no timeout of its own), until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def block(self) -> str:
+        self.release.wait(120)  # a hang guard: the test sets it before it ends
+        return "late"
+
+
+async def _until_the_run_ends(rt: ms.Runtime, execution_id: str) -> object:
+    """The event that says the run ended (its final write is durable): the run's children
+    may still be running (a wind-down waits for them), so its handle is not awaited."""
+    async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
+        async for event in stream:
+            ended = (ms.executions.ExecutionCompleted, ms.executions.ExecutionFailed)
+            if isinstance(event, ended) and event.execution_id == execution_id:
+                return event
+    raise AssertionError("the events ended first")  # pragma: no cover
+
+
+@pytest.fixture
+def quick_unwind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_run_bounds, "UNWIND", SHORT)
+
+
+@pytest.mark.usefixtures("quick_unwind")
+@pytest.mark.parametrize("kind", ["tool", "agent", "planner"])
+async def test_B1_a_child_stuck_past_its_timeout_fails_without_waiting_for_it(
+    tmp_path: Path, kind: str
+) -> None:
+    stuck = Stuck()
+
+    async def tool_fn(**_: Any) -> str:
+        return await anyio.to_thread.run_sync(stuck.block)
+
+    async def agent_fn(ctx: ms.AgentContext, input: Any) -> str:
+        return await anyio.to_thread.run_sync(stuck.block)
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        await anyio.to_thread.run_sync(stuck.block)
+        return plan_of(tool("a", "inc", x=1))
+
+    options: dict[str, Any] = {"tools": {"stuck": tool_fn}, "agents": {"worker": agent_fn}}
+    if kind == "planner":
+        options.update(planner=planner, timeouts={"planner": SHORT})
+        plan = None
+    elif kind == "agent":
+        options.update(timeouts={"agent": SHORT})
+        plan = plan_of(agent("a", "worker"))
+    else:
+        plan = plan_of(attrs.evolve(tool("a", "stuck"), timeout=SHORT))
+    async with runtime(tmp_path, **options) as rt:
+        try:
+            # Bounded well below the hang guard: without the fix, the run ended only when
+            # the blocking code returned.
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    before = rt._bus.subscribers
+                    tg.start_soon(_until_the_run_ends, rt, "ex-stuck")
+                    while rt._bus.subscribers == before:  # subscribed: its end is not missed
+                        await anyio.lowlevel.checkpoint()
+                    handle = await rt.start("g", plan, execution_id="ex-stuck")
+            # The run ended, its step (or planner) failed with its timeout, while the
+            # blocking code still blocks.
+            assert not stuck.release.is_set()
+            record = stored(rt, handle.execution_id)
+            assert record.status == "failed"
+            if kind != "planner":
+                code = "agent-timeout" if kind == "agent" else "step-timeout"
+                assert _obs(record, "a").code == code
+        finally:
+            stuck.release.set()  # before the runtime closes: it awaits the thread
+        result = await handle.wait()
+    assert result.status == "failed"
+    if kind == "planner":
+        assert result.error == "the planner timed out after 0.05 s"

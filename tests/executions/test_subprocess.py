@@ -295,3 +295,20 @@ async def test_B2_without_proc_the_process_group_is_stopped(
         pids = await tree.started()
         tg.cancel_scope.cancel()
     assert survivors(pids) == []
+
+
+@pytest.mark.parametrize("form", ["run_program", "run_program_result"])
+async def test_B1_a_caller_already_cancelled_starts_no_program(tmp_path: Path, form: str) -> None:
+    # run_program is a checkpoint: called in a cancelled scope (a step whose timeout fired
+    # while its blocking code ran, and that goes on to run a program) it raises the
+    # cancellation before anything starts; the program used to run first.
+    from mainspring.executions._programs import run_program_result
+
+    marker = tmp_path / "ran"
+    run = run_program if form == "run_program" else run_program_result
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await run(["touch", str(marker)])
+        raise AssertionError("not cancelled")  # pragma: no cover
+    assert scope.cancelled_caught
+    assert not marker.exists()

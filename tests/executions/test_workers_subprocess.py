@@ -105,3 +105,47 @@ async def test_a_worker_ignoring_sigterm_is_killed_before_it_is_recorded_stopped
         os.kill(pid, 0)
     assert seen.workers[0].status == "stopped"
     assert seen.workers[0].reason == "pause"
+
+
+#: A worker that delivers at once, then ignores SIGTERM: its handoff's stop lasts the grace.
+DELIVERS_THEN_LINGERS = """
+import json, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+print(json.dumps({"type": "result", "output": {"late": True}}), flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+async def test_B1_a_worker_handing_off_past_its_steps_timeout_is_recorded_stopped_not_delivered(
+    tmp_path: Path,
+) -> None:
+    # The result arrives long before the step's timeout; stopping the worker for its handoff
+    # takes the whole grace (SIGTERM ignored), past the timeout. The step fails
+    # agent-timeout, and its worker must say so: stopped (its process killed and confirmed
+    # dead) with the timeout as the reason, never handing-off (active, for good, under a
+    # failed step) nor delivered. A result that came late (a loaded machine) ends the same.
+    pidfile = tmp_path / "pid"
+    agents = {"coder": worker(tmp_path, DELIVERS_THEN_LINGERS, str(pidfile), grace=3.0)}
+    options: dict[str, Any] = {**FAST, "timeouts": {"agent": 1.5}}
+    async with runtime(tmp_path, agents=agents, **options) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(60):
+            result = await handle.wait()
+        seen = await rt.workers(handle.execution_id)
+        record = rt.store.get(handle.execution_id)
+    assert result.status == "failed"
+    assert result.outputs == {}
+    assert record is not None
+    (observation,) = record.observations
+    assert observation.code == "agent-timeout"
+    (only,) = seen.workers
+    assert only.status == "stopped"
+    assert only.reason == "timeout"
+    (task,) = record.worker_tasks
+    assert task["state"] == "ready"
+    assert task["delivery_digest"] is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
