@@ -55,7 +55,9 @@ async def test_prune_deletes_old_finished_runs_with_their_history_and_nothing_el
     store: Store,
 ) -> None:
     seed(store)
-    async with ms.open_runtime(store=store, tools={"inc": inc}, **FAST) as rt:
+    # recover=False: the seeded unfinished runs are what prune must leave alone, not runs
+    # for this runtime to take over (L8).
+    async with ms.open_runtime(store=store, tools={"inc": inc}, recover=False, **FAST) as rt:
         done = await (await rt.start("count", linear(2), execution_id="fresh")).wait()
         assert done.status == "completed"
         assert store.history("fresh")
@@ -78,7 +80,7 @@ async def test_a_dry_run_names_what_would_go_and_deletes_nothing(store: Store) -
     seed(store)
     before = store.list()
     history = store.history()
-    async with ms.open_runtime(store=store, **FAST) as rt:
+    async with ms.open_runtime(store=store, recover=False, **FAST) as rt:
         report = await rt.prune(older_than=60, statuses=("failed", "completed"), dry_run=True)
     assert report.dry_run
     assert report.deleted == ("old-done", "old-failed")
@@ -104,7 +106,7 @@ async def test_prune_refuses_statuses_that_are_not_finished_and_bad_ages(
 ) -> None:
     seed(store)
     before = store.list()
-    async with ms.open_runtime(store=store, **FAST) as rt:
+    async with ms.open_runtime(store=store, recover=False, **FAST) as rt:
         with pytest.raises(error):
             await rt.prune(**({"older_than": 60} | options))
     assert store.list() == before
@@ -114,7 +116,7 @@ async def test_unreadable_records_are_skipped_never_deleted(tmp_path: Path) -> N
     store = FileStore(tmp_path / "store")
     seed(store)
     (tmp_path / "store" / "broken.journal").write_bytes(encode_frame(b"{not json"))
-    async with ms.open_runtime(store=store, **FAST) as rt:
+    async with ms.open_runtime(store=store, recover=False, **FAST) as rt:
         report = await rt.prune(older_than=60)
     assert [s.id for s in report.skipped] == ["broken"]
     assert "never deleted" in report.skipped[0].reason
