@@ -396,9 +396,7 @@ async def stop_task(task_id: str, request: Request, cascade: bool = False) -> di
 
 
 @app.get("/events")
-async def events(
-    request: Request, limit: Annotated[int, Query(ge=0)] = 0
-) -> StreamingResponse:
+async def events(request: Request, limit: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
     """Server-sent events: the live events of every run in this process (ids, states,
     counts only). ``limit`` ends the stream after that many events (0: never); it ends
     when the server stops too."""
