@@ -400,6 +400,38 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
     assert of_one == [e for e in history if e.execution_id == "ex-k"]
 
 
+async def test_v4_a_live_stream_ends_after_what_it_held_when_streams_closed(
+    store_path: Path,
+) -> None:
+    """``close_streams`` ends a live stream once it has yielded what it held then: events
+    of runs that go on afterwards are not added to it, so a consumer that is slower than
+    the runs (a stalled client) cannot keep its stream, and the server, going."""
+    got: list[Any] = []
+    go, ended = anyio.Event(), anyio.Event()
+
+    async def consume() -> None:
+        async with contextlib.aclosing(rt.events()) as stream:
+            async for event in stream:
+                got.append(event)
+                await go.wait()  # a consumer busy elsewhere
+        ended.set()
+
+    with anyio.fail_after(60):
+        async with runtime(store_path) as rt, anyio.create_task_group() as tg:
+            before = rt._bus.subscribers
+            tg.start_soon(consume)
+            while rt._bus.subscribers == before:  # subscribed: nothing is missed
+                await anyio.lowlevel.checkpoint()
+            await (await rt.start("g", linear(2), execution_id="ex-a")).wait()
+            rt.close_streams()
+            await (await rt.start("g", linear(2), execution_id="ex-b")).wait()
+            go.set()
+            await ended.wait()
+    ids = {e.execution_id for e in got if not isinstance(e, ms.actors.EventsDropped)}
+    assert ids == {"ex-a"}
+    assert isinstance(got[-1], ms.executions.ExecutionCompleted)
+
+
 async def test_v2_a_follower_of_one_run_resumes_after_a_restart_from_its_last_seq(
     store_path: Path,
 ) -> None:
