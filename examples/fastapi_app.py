@@ -21,7 +21,9 @@ The runtime's store defaults to ``$MAINSPRING_HOME``; set ``MAINSPRING_STORE`` t
 elsewhere. Every endpoint returns quickly: runs go on in the background, inside the
 lifespan. On Ctrl-C (or SIGTERM) the event streams end first, so the server does not wait
 for their clients to hang up; then the lifespan closes the runtime and every run stops,
-releasing its lease, resumable by the next start (``rt.recover()``).
+releasing its lease, resumable by the next start (``rt.recover()``). A client that stopped
+reading while its socket's buffers were full holds its response, and so the server's exit,
+until it reads again: run uvicorn with ``--timeout-graceful-shutdown 5`` to bound that.
 """
 
 from __future__ import annotations
