@@ -111,6 +111,12 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
     event loop to call ``rt.close_streams()`` (every ``async for`` over ``rt.events()`` then
     ends normally), then hands the signal to the server. Signals whose handler is not a
     Python callable (not a server's), and any thread but the main one, are left alone.
+
+    That is uvicorn's way (its own process takes the signal). Hypercorn's command instead
+    tells its worker processes to stop through an event from its parent, with the signals
+    ignored in the workers: there this wraps nothing, and hypercorn cancels responses still
+    open once its ``graceful_timeout`` has passed. A server stopped some other way can call
+    ``rt.close_streams()`` itself where its shutdown begins.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -119,7 +125,7 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
         schedule: Callable[[Callable[[], None]], Any] = (
             asyncio.get_running_loop().call_soon_threadsafe
         )
-    except RuntimeError:  # not asyncio: trio (hypercorn's trio worker)
+    except RuntimeError:  # not asyncio: trio (a trio server run in this process)
         import trio
 
         schedule = trio.lowlevel.current_trio_token().run_sync_soon
