@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import signal
 import threading
@@ -148,8 +149,31 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
                 signal.signal(number, server)
 
 
+def log_failures_with_the_server() -> None:
+    """Let a step, planner or agent that fails say so in the server's log.
+
+    mainspring logs each failure, with its run's and step's ids and traceback, under
+    ``mainspring.executions``, and prints nothing unless the application configures
+    logging. uvicorn configures its own loggers only: so, unless logging was configured
+    otherwise (a root handler, or one on ``mainspring``), mainspring's records go where
+    uvicorn's errors go. Under another server this does nothing; configure logging there.
+    """
+    ours = logging.getLogger("mainspring")
+    if logging.getLogger().handlers or any(
+        not isinstance(handler, logging.NullHandler) for handler in ours.handlers
+    ):
+        return  # the application configured logging: its choice stands
+    for name in ("uvicorn.error", "uvicorn"):  # uvicorn's error log writes through these
+        for handler in logging.getLogger(name).handlers:
+            if handler not in ours.handlers:
+                ours.addHandler(handler)
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)  # a retried attempt is INFO, a failed step WARNING
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    log_failures_with_the_server()
     store = os.environ.get("MAINSPRING_STORE")
     async with ms.open_runtime(store=store, **runtime_options()) as rt:
         app.state.runtime = rt
@@ -191,7 +215,7 @@ def _storable(text: str) -> str:
     return text
 
 
-#: What a client may send as a goal or an answer: bounded, storable text (else 422).
+#: What a client may send as a goal: bounded, storable text (else 422).
 Text = Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(_storable)]
 
 
@@ -200,11 +224,11 @@ class StartBody(BaseModel):
 
 
 class AnswerBody(BaseModel):
-    text: Text
+    text: str
 
 
 class ResumeBody(BaseModel):
-    answer: Text | None = None
+    answer: str | None = None
     approve: bool = False
 
 
@@ -352,21 +376,27 @@ async def execution_events(
 
 @app.post("/executions/{execution_id}/answer", status_code=202)
 async def answer(execution_id: str, body: AnswerBody, request: Request) -> dict[str, str]:
-    """Answer the question the run waits on; 409 if it waits on none.
+    """Answer the question the run waits on; 409 if it waits on none or has its answer
+    already, 422 for text that cannot be stored.
 
-    ``rt.answer`` stores the answer durably (or refuses with ``NotWaiting``); a run live in
-    another process takes it at its next heartbeat, a stored one continues here."""
+    ``rt.answer`` stores the answer durably (or refuses); a run live in another process
+    takes it at its next heartbeat, a waiting one continues here. A paused run keeps the
+    answer for its resume: answering does not undo a pause."""
     rt = _rt(request)
     try:
         await rt.answer(execution_id, body.text)
-    except ms.executions.NotWaiting as exc:
+    except (ms.executions.NotWaiting, ms.ExecutionBusy) as exc:
         raise HTTPException(409, str(exc)) from None
-    except ms.ExecutionBusy:  # every open question has an answer waiting already
-        raise HTTPException(409, "the question is answered already") from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
+    except ValueError as exc:  # no UTF-8 form (JSON can carry a lone surrogate)
+        raise HTTPException(422, str(exc)) from None
+    except ms.storage.TooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
     except ms.UnknownExecution:
         raise HTTPException(404, "no such execution") from None
-    # A run paused while it waited stays paused: its answer waits for /resume.
-    if (await _execution(rt, execution_id)).status == "waiting_for_clarification":
+    stored = await rt.get(execution_id)
+    if stored is not None and stored.status == "waiting_for_clarification":
         with contextlib.suppress(ms.ExecutionBusy):  # live elsewhere: that runner takes it
             await rt.resume(execution_id)
     return {"id": execution_id}
@@ -390,6 +420,12 @@ async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[
         raise HTTPException(409, str(exc)) from None
     except ms.ExecutionBusy:  # its message names the owner (host, pid): not the client's
         raise HTTPException(409, "the run is live in another process") from None
+    except ms.storage.InvalidId:
+        raise  # 400, by its handler
+    except ValueError as exc:  # an answer with no UTF-8 form
+        raise HTTPException(422, str(exc)) from None
+    except ms.storage.TooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
     return {"id": handle.execution_id}
 
 

@@ -131,3 +131,17 @@ async def test_demo_leaves_nothing_running() -> None:
     await run_reasons_demo(io.StringIO(), steps=1)
     assert len(anyio.get_running_tasks()) == before
     assert ms.cancel_reason() is None
+
+
+@pytest.mark.parametrize("json", [False, True], ids=["text", "json"])
+def test_the_demo_on_a_store_dir_it_cannot_use_is_one_line_and_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], json: bool
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    for store_dir in (taken, taken / "below"):  # it used to be a traceback from mkdir
+        argv = [*(["--json"] if json else []), "demo", "--store-dir", str(store_dir)]
+        assert main(argv) == 5
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert f"cannot use --store-dir {store_dir}" in err

@@ -392,3 +392,49 @@ async def test_fastapi_example_accepts_an_answer_once_get_says_waiting(fastapi_a
                 f"/executions/{execution_id}/resume", json={"answer": "deep"}
             )
             assert resumed.status_code == 202, resumed.text  # it used to: 409 "busy"
+
+
+ESCAPING_APP_SOURCE = """
+async def inc(x=0):
+    return x + 1
+
+async def boom(**_):
+    raise ValueError("evil \\x1b[31mred\\x07")
+
+async def asker(ctx, input):
+    return await ctx.ask("go \\x1b[2Jon?")
+
+def config():
+    return {"tools": {"inc": inc, "boom": boom}, "agents": {"asker": asker}}
+"""
+
+
+def test_resume_prints_why_a_run_failed_with_its_control_characters_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "escapingapp.py").write_text(ESCAPING_APP_SOURCE)
+    script: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(ESCAPING_APP_SOURCE, str(tmp_path / "escapingapp.py"), "exec"), script)
+    store = tmp_path / "s.sqlite3"
+    plan = ms.Plan(
+        id="p",
+        goal="g",
+        steps=(
+            ms.PlanStep(id="a", agent="asker"),
+            ms.PlanStep(id="b", tool="boom", depends_on=("a",)),
+        ),
+    )
+
+    async def start() -> str:
+        async with ms.open_runtime(store=store, **script["config"]()) as rt:
+            return (await (await rt.start("g", plan, execution_id="ex-1")).wait()).status
+
+    assert anyio.run(start) == "waiting_for_clarification"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "escapingapp", raising=False)
+    _, out = run_cli(
+        "resume", "ex-1", "--store", str(store), "--app", "escapingapp:config", "--answer", "y"
+    )
+    assert "why: step b failed: ValueError: evil \\x1b[31mred\\x07" in out, out
+    assert "\x1b" not in out
+    assert "\x07" not in out

@@ -101,3 +101,25 @@ async def test_O2_show_traceback_prints_where_the_planner_failed(tmp_path: Path)
     assert "why:     the planner failed: IndexError: no plan today" in out
     assert "  planner: the planner failed: IndexError: no plan today" in out
     assert "in planner" in out
+
+
+async def test_O2_show_never_takes_a_step_called_plan_for_the_planner(tmp_path: Path) -> None:
+    store = await _failed_run(tmp_path, plan_of(tool("plan", "boom")))
+    code, out = run_cli("--store", store, "show", "run1")
+    assert code == 0
+    assert "  step plan (tool boom): ValueError: bad input 1" in out
+    assert "planner:" not in out
+
+
+async def many_lines(**_: Any) -> int:
+    raise ValueError("first\n" + "line\n" * 400 + "the last line says most")
+
+
+async def test_O2_show_traceback_keeps_the_end_of_a_long_traceback(tmp_path: Path) -> None:
+    async with runtime(tmp_path, tools={"many": many_lines}) as rt:
+        await (await rt.start("g", plan_of(tool("m", "many")), execution_id="run1")).wait()
+    store = str(tmp_path / "store.sqlite3")
+    code, out = run_cli("--store", store, "show", "--traceback", "run1")
+    assert code == 0
+    assert "the last line says most" in out
+    assert "[traceback cut: its first " in out

@@ -273,6 +273,44 @@ def test_u4_a_bad_since_is_a_usage_error(
     assert str(error["error"]).startswith("argument --since: ")
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--interval", v) for v in ("nan", "-1", "0", "inf", "1e20", "x")]
+    + [("--max-polls", v) for v in ("-1", "x")],
+)
+def test_u4_a_bad_follow_interval_is_a_usage_error(
+    home: Path, option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to be a traceback from time.sleep (NaN, negative, out of range for time_t).
+    argv = ["events", "--follow", "--max-polls", "1", f"{option}={value}"]
+    assert run_cli(*argv, "--json") == (EXIT_USAGE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_USAGE
+    assert str(error["error"]).startswith(f"argument {option}: ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["answer", "ex-1", "yes \udcff"],
+        ["pause", "ex-1", "--reason", "\udcff"],
+        ["cancel", "ex-1", "--reason", "\udcff"],
+        ["resume", "ex-1", "--app", "nowhere:config", "--answer", "\udcff"],
+        ["memory", "search", "\udcff"],
+    ],
+    ids=["answer", "pause", "cancel", "resume", "search"],
+)
+def test_u1_text_that_is_not_utf8_is_a_usage_error(
+    home: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Bytes from a non-UTF-8 shell reach Python as lone surrogates; no record can store
+    # them. It used to be a traceback from the store's encoder (exit 1).
+    assert run_cli(*argv, "--json") == (EXIT_USAGE, "")
+    error = _error(capsys)
+    assert error["code"] == EXIT_USAGE
+    assert "not UTF-8 text" in str(error["error"])
+
+
 def test_u4_a_good_deadline_passes_parsing(home: Path) -> None:
     # Parsed, then the id is unknown on an empty home: the duration was not the problem.
     for value in ("1s", "30m", "11d", "1000000s"):

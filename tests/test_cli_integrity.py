@@ -5,6 +5,7 @@ also when the store is too damaged to open."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import anyio
@@ -112,3 +113,19 @@ def test_u3_no_store_at_all_stays_exit_5(tmp_path: Path) -> None:
 
 def test_the_memory_file_name_is_storages() -> None:
     assert MEMORY_FILE == STORAGE_MEMORY_FILE
+
+
+def test_u3_a_database_that_cannot_be_opened_here_is_not_called_corrupt(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a read-only mount does to a WAL store: SQLite cannot open (or create) its -wal,
+    # SQLITE_CANTOPEN. Its pages are sound; that it was not checked is said, not "corrupt".
+    Path(f"{store}-wal").unlink(missing_ok=True)
+    Path(f"{store}-wal").mkdir()
+    code, out = run_cli("doctor", "--store", str(store), "--json")
+    report = json.loads(out)
+    assert "corrupt" not in {f["problem"] for f in report["findings"]}
+    assert "not checked for damage" in capsys.readouterr().err
+    assert code == EXIT_FAILED  # the store cannot be read here: said, with exit 1
+    with pytest.raises(sqlite3.OperationalError):
+        quick_check(store)

@@ -156,6 +156,19 @@ def test_pause_cancel_and_stop_task_need_no_user_code(store: Path) -> None:
     assert "cancel by" in out
 
 
+def test_show_prints_a_controls_reason_with_its_control_characters_escaped(store: Path) -> None:
+    # A reason is anyone's text (a server passes its user's): it must not drive the terminal.
+    reason = "evil \x1b[31mred\x07 \u202e end"
+    code, _ = run_cli("pause", "ex-1", "--store", str(store), "--reason", reason)
+    assert code == EXIT_OK
+    code, out = run_cli("show", "ex-1", "--store", str(store))
+    assert code == EXIT_OK
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "\u202e" not in out
+    assert ": evil \\x1b[31mred\\x07 \\u202e end" in out
+
+
 def test_r8_answer_needs_no_user_code_and_refuses_a_run_not_waiting(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -439,3 +452,238 @@ def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path
     assert code == EXIT_OK
     assert "lease:   free" in out
     assert "gone:1:x" not in out
+
+
+ORPHAN_APP = """
+import anyio
+
+async def gate():
+    await anyio.sleep(1.5)  # the command stays open a while, as a real step does
+    return 1
+
+def config():
+    return {"tools": {"gate": gate}, "lease_ttl": 3, "recover": True}
+"""
+
+
+def _orphan(sqlite: ms.storage.SqliteStore, execution_id: str) -> None:
+    """A run as a crashed process leaves it: running, its lease released."""
+    now = time.time()
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+    record = ms.storage.Execution(
+        id=execution_id, goal="g", status="running", plan=plan, plan_version=1,
+        lease=ms.storage.Lease(owner="", expires_at=0.0, epoch=1),
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+    assert sqlite.create(record)
+
+
+def test_l8_a_command_takes_over_no_run_but_the_one_it_is_told_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A control from the shell (even ``resume --app`` with an app that asks for recovery)
+    touches only the run it names: other runs nobody runs are left to the servers."""
+    (tmp_path / "orphanapp.py").write_text(ORPHAN_APP)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "o.sqlite3"
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        _orphan(sqlite, "ex-mine")
+        _orphan(sqlite, "ex-other")
+    finally:
+        sqlite.close()
+    code, out = run_cli("resume", "ex-mine", "--store", str(path), "--app", "orphanapp:config")
+    assert code == EXIT_OK
+    assert "ex-mine: completed" in out
+    code, _ = run_cli("cancel", "ex-mine", "--store", str(path))  # finished: nothing to do
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        other = sqlite.get("ex-other")
+        history = sqlite.history("ex-other")
+    finally:
+        sqlite.close()
+    assert other is not None
+    assert other.status == "running"
+    assert other.lease is not None
+    assert (other.lease.owner, other.lease.epoch) == ("", 1)  # never taken
+    assert [event.kind for event in history] == ["created", "plan"]
+
+
+def test_l7_an_owner_id_read_from_the_store_never_drives_the_terminal(tmp_path: Path) -> None:
+    """An owner id is text anyone who can write the store chose: ``ls``, ``show`` and
+    ``doctor``'s dead-owner finding show its control characters as escapes."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        capture_output=True, check=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    owner = out.stdout.decode().strip() + ":\x1b[2J\x1b]0;owned\x07"  # a gone process's
+    path = tmp_path / "h.sqlite3"
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        now = time.time()
+        plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="gate", input={}),))
+        record = ms.storage.Execution(
+            id="ex-h", goal="g", status="running", plan=plan, plan_version=1,
+            lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+        assert sqlite.create(record, lease_ttl=600)
+    finally:
+        sqlite.close()
+    outputs = {
+        command: run_cli(command, *extra, "--store", str(path))
+        for command, *extra in (("ls",), ("show", "ex-h"), ("doctor",))
+    }
+    assert outputs["doctor"][0] == EXIT_FAILED
+    assert "dead-owner" in outputs["doctor"][1]
+    for command, (_, text) in outputs.items():
+        assert "\x1b" not in text, command
+        assert "\x07" not in text, command
+        assert "\\x1b[2J\\x1b]0;owned\\x07" in text, command
+
+
+TAKEOVER_APP = """
+import anyio
+
+STATE = {"building": False, "started": [], "wake": None, "taken": None}
+
+
+async def _hold(name):
+    STATE["started"].append(name)
+    STATE["wake"].set()
+    await anyio.sleep_forever()
+
+
+async def orphan_step():
+    if STATE["building"]:
+        await _hold("orphan_step")
+    STATE["taken"].set()  # the command's runtime runs a run it was not asked about
+    return "ran in the shell"
+
+
+async def gate():
+    if STATE["building"]:
+        await _hold("gate")
+    with anyio.move_on_after(5):  # long enough for a takeover to show
+        await STATE["taken"].wait()
+    return "done"
+
+
+def config():
+    STATE["building"] = False
+    STATE["taken"] = anyio.Event()
+    return {"tools": {"orphan_step": orphan_step, "gate": gate}}
+"""
+
+
+def test_L8_a_command_never_takes_over_the_stores_other_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run nobody runs is a server's to recover (it has the application): ``mainspring
+    resume ID``, ``answer``, ``pause``... act on the run they name, never on the others."""
+    (tmp_path / "takeover_app.py").write_text(TAKEOVER_APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "takeover_app", raising=False)
+    import takeover_app as app  # type: ignore[import-not-found]
+
+    path = tmp_path / "s.sqlite3"
+
+    async def build() -> None:
+        app.STATE["building"] = True
+        tools = {"orphan_step": app.orphan_step, "gate": app.gate}
+        async with ms.open_runtime(store=path, tools=tools, recover=False) as rt:
+            one = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="orphan_step"),))
+            two = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="gate"),))
+            await rt.start("orphan", one, execution_id="orph")
+            await rt.start("paused", two, execution_id="held")
+            while len(app.STATE["started"]) < 2:
+                app.STATE["wake"] = anyio.Event()
+                with anyio.fail_after(30):
+                    await app.STATE["wake"].wait()
+            assert (await rt.pause("held")).status == "paused"
+        # Leaving the block left "orph" running with its lease released: an orphan.
+
+    anyio.run(build)
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        before = sqlite.get("orph")
+    finally:
+        sqlite.close()
+    assert before is not None
+    assert before.status == "running"
+    code, out = run_cli("answer", "held", "x", "--store", str(path))
+    assert code == EXIT_FAILED  # not waiting for an answer
+    code, out = run_cli("resume", "held", "--store", str(path), "--app", "takeover_app:config")
+    assert (code, "held: completed" in out) == (EXIT_OK, True)
+    sqlite = ms.storage.SqliteStore(path)
+    try:
+        after = sqlite.get("orph")
+    finally:
+        sqlite.close()
+    assert after is not None
+    assert after.lease == before.lease  # never taken: no other owner, no new epoch
+    assert (after.status, after.plan, after.completed_steps) == (
+        before.status,
+        before.plan,
+        before.completed_steps,
+    )
+
+
+def test_r8_an_answer_with_undecodable_bytes_is_a_usage_error(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which
+    no store can hold: a usage error (exit 2, JSON with --json), not a traceback."""
+    bad = os.fsdecode(b"caf\xe9")
+    code, out = run_cli("answer", "ex-2", bad, "--store", str(store))
+    assert (code, out) == (EXIT_USAGE, "")
+    assert "not UTF-8 text" in capsys.readouterr().err  # U4: the parser's usage error
+    code, out = run_cli("answer", "ex-2", bad, "--store", str(store), "--json")
+    assert code == EXIT_USAGE
+    assert json.loads(capsys.readouterr().err)["code"] == EXIT_USAGE
+    code, _ = run_cli("resume", "ex-2", "--store", str(store), "--app", "x:y", "--answer", bad)
+    assert code == EXIT_USAGE
+    stored = ms.storage.SqliteStore(store)
+    try:
+        record = stored.get("ex-2")
+    finally:
+        stored.close()
+    assert record is not None
+    assert record.answer_requests == ()
+    assert record.lease is not None
+    assert not record.lease.owner
+
+
+def test_r8_answer_calls_a_run_live_only_while_its_lease_has_not_lapsed(
+    store: Path,
+) -> None:
+    """``answer`` says a runner takes the answer only if one holds a live lease: a lease
+    left by a crashed runner, lapsed on the store's clock, is no runner."""
+    raw = read_raw(store, "ex-2")
+    epoch = raw["lease"]["epoch"] + 1
+    raw["lease"] = {"owner": "elsewhere:1:abcd", "expires_at": time.time() - 60, "epoch": epoch}
+    write_raw(store, "ex-2", raw)
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store), "--json")
+    assert code == EXIT_OK
+    assert json.loads(out)["live"] is False
+    code, out = run_cli("answer", "ex-2", "no", "--store", str(store))
+    assert code == EXIT_BUSY  # answered already
+    sqlite = ms.storage.SqliteStore(store)
+    try:
+        assert sqlite.acquire("ex-1", "elsewhere:2:abcd", ttl=600).acquired
+    finally:
+        sqlite.close()
+    code, out = run_cli("answer", "ex-1", "yes", "--store", str(store), "--json")
+    assert code == EXIT_OK
+    assert json.loads(out)["live"] is True  # its runner takes it at its next heartbeat
+
+
+def test_r8_answer_to_a_paused_run_says_only_its_resume_gives_it(store: Path) -> None:
+    """A paused run is not recovered by anyone (L8 leaves it alone): ``answer`` does not
+    promise that recovery will pick it up."""
+    assert run_cli("pause", "ex-2", "--store", str(store))[0] == EXIT_OK
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store))
+    assert code == EXIT_OK
+    assert "ex-2: answer stored; the run is paused: its resume gives it" in out

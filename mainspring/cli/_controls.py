@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import attrs
 
 from ..executions import (
@@ -22,10 +23,10 @@ from ..executions import (
     UnknownExecution,
     open_runtime,
 )
-from ..storage import Store
+from ..storage import Store, TooLarge, holder
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
-from ._output import Out, when
+from ._output import Out, clamp, printable, when
 from ._workers import worker_line, worker_of
 
 
@@ -69,12 +70,16 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
         owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
         message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
-        raise CliError(message, EXIT_BUSY) from None
+        raise CliError(printable(message), EXIT_BUSY) from None  # an owner id is anyone's
 
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
     config = _load_app(args.app) if getattr(args, "app", None) else {}
+    # L8: a command acts on the run it names only. Recovering would take over every run
+    # nobody runs (a server's, to be picked up by it) into this short-lived process, run
+    # it with whatever tools the command has, and stop it again on exit.
+    config["recover"] = False
     async with open_runtime(store=store, **config) as rt:
         if args.command == "prune":
             return await run_prune(rt, out, args)
@@ -131,9 +136,9 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     else:
         out.line(f"{outcome.execution_id}: {outcome.summary}")
         if outcome.pending is not None:
-            out.line(f"pending {outcome.pending.kind}: {outcome.pending.question}")
+            out.line(f"pending {outcome.pending.kind}: {clamp(outcome.pending.question, 300)}")
         if outcome.error:
-            out.line(f"why: {outcome.error}")
+            out.line(f"why: {clamp(outcome.error, 300)}")  # O2: anyone's text, escaped
     if refused:  # said on stderr with --json, so stdout stays one JSON document
         message = f"nothing to {args.command}: the execution is {outcome.status}"
         if out.as_json:
@@ -146,18 +151,25 @@ async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
 async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
     """``mainspring answer ID TEXT``: stored for the run wherever it runs or next resumes
     (never printed back: only its digest is kept in the clear, E5)."""
-    await rt.answer(execution_id, text)
+    try:
+        await rt.answer(execution_id, text)
+    except TooLarge as exc:  # the run's record cannot take it: nothing was stored
+        raise CliError(f"the answer cannot be stored: {exc}", EXIT_FAILED) from None
     record = await rt.get(execution_id)
     status = record.status if record is not None else "unknown"
-    live = record is not None and record.lease is not None and bool(record.lease.owner)
+    # Live: a lease that has not lapsed, on the store's clock (a crashed runner's lapsed
+    # lease names an owner that takes nothing: the next resume or recovery gives it).
+    now = await anyio.to_thread.run_sync(rt.store.now)
+    live = record is not None and holder(record.lease, now) is not None
     if out.as_json:
         out.data({"id": execution_id, "status": status, "answered": True, "live": live})
     else:
-        where = (
-            "its runner takes it at its next heartbeat"
-            if live
-            else "the next resume gives it (or recover, for a run that waits)"
-        )
+        if live:
+            where = "its runner takes it at its next heartbeat"
+        elif status == "paused":  # recovery leaves a paused run alone: a resume is a decision
+            where = "the run is paused: its resume gives it"
+        else:
+            where = "the next resume gives it (or recover, for a run that waits)"
         out.line(f"{execution_id}: answer stored; {where}")
     return EXIT_OK
 

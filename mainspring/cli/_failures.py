@@ -12,7 +12,7 @@ from typing import Any
 from ..storage import AgentTaskRecord, Execution, Observation, redact
 from ._output import clamp
 
-__all__ = ["duration", "failure_lines", "span", "step_counts"]
+__all__ = ["duration", "failure_lines", "run_observation", "span", "step_counts"]
 
 #: How the counts are ordered; statuses not listed here come last.
 _ORDER = ("succeeded", "failed", "skipped", "cancelled", "stopped", "running", "pending")
@@ -38,6 +38,16 @@ def step_counts(execution: Execution) -> str:
 def _finite(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
+    return None
+
+
+def run_observation(execution: Execution) -> Observation | None:
+    """The run's own failed observation (why the planner or the run failed): kept under the
+    id ``plan``, naming no tool, skill or agent. A plan step may be called ``plan`` too; its
+    observation names what it ran, and it is never shown as the planner's."""
+    for obs in execution.observations:
+        if obs.step_id == "plan" and not obs.ok and obs.tool is obs.skill is obs.agent is None:
+            return obs
     return None
 
 
@@ -69,7 +79,13 @@ def _traceback(text: str) -> list[str]:
     """A kept traceback as lines to print: indented, redacted again, every character a
     terminal would act on shown as its escape (stored text is anyone's), bounded."""
     lines: list[str] = []
-    for raw in redact(text).splitlines()[:_MAX_LINES]:
+    kept = redact(text).splitlines()
+    if len(kept) > _MAX_LINES:  # its end is kept: the exception's own line says most
+        lines.append(
+            f"      [traceback cut: its first {len(kept) - _MAX_LINES} lines are left out]"
+        )
+        kept = kept[-_MAX_LINES:]
+    for raw in kept:
         body = raw.lstrip(" ")
         indent = " " * min(len(raw) - len(body), 40)
         shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in body)
@@ -119,9 +135,9 @@ def failure_lines(
         if not kept and text:
             kept = _traceback(text)
         lines += kept or ["    (no traceback was kept: no exception caused it)"]
-    plan = by_id.get("plan")
+    plan = run_observation(execution)
     # A planner that raised (the run's other errors are on the "why:" line).
-    if plan is not None and not plan.ok and plan.error_type is not None:
+    if plan is not None and plan.error_type is not None:
         lines.append(f"  planner: {clamp(plan.error or plan.error_type, 300)}")
         if tracebacks and plan.traceback:
             lines += _traceback(plan.traceback)

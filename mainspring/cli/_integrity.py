@@ -41,10 +41,22 @@ def sqlite_files(store: str) -> list[Path]:
         return []
 
 
+#: SQLite's result codes that mean the file itself is damaged (extended codes such as
+#: ``SQLITE_CORRUPT_INDEX`` start with these). Any other error (a file or its ``-wal`` that
+#: cannot be opened on a read-only mount, a permission, a lock, an I/O error) says nothing
+#: about the file's pages: it was not checked, which is not the same as damaged.
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _damage(exc: sqlite3.Error) -> bool:
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(_DAMAGED)
+
+
 def quick_check(path: Path) -> str | None:
     """None if SQLite finds the database at ``path`` sound, else what it says is wrong (at
     most ``_MOST_LINES`` lines, one line of text). Opened read-only: nothing is changed.
-    A database another process holds locked raises ``sqlite3.OperationalError``."""
+    Raises ``sqlite3.Error`` when the check could not be made (a database another process
+    holds locked, one that cannot be opened here): that is not damage (U3)."""
     try:
         db = sqlite3.connect(
             f"{path.resolve().as_uri()}?mode=ro",
@@ -53,16 +65,16 @@ def quick_check(path: Path) -> str | None:
             isolation_level=None,
         )
     except sqlite3.Error as exc:
-        return f"cannot be opened: {exc}"
+        if _damage(exc):
+            return f"cannot be opened: {exc}"
+        raise
     try:
         # The bound is a constant of ours, not input: PRAGMA takes no bound parameters.
         rows = db.execute(f"PRAGMA quick_check({_MOST_LINES})").fetchmany(_MOST_LINES)
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
-            raise
-        return str(exc)
-    except sqlite3.DatabaseError as exc:  # "database disk image is malformed", "not a database"
-        return str(exc)
+    except sqlite3.Error as exc:  # "database disk image is malformed", "not a database"
+        if _damage(exc):
+            return str(exc)
+        raise
     finally:
         db.close()
     lines = [str(row[0]) for row in rows]

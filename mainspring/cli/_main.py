@@ -165,6 +165,20 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .._demos import run_durable_demo, run_reasons_demo
 
     if args.command == "demo":
+        if args.store_dir is not None:
+            # A file there, a directory it may not create: one line and exit 5, as for any
+            # store it cannot use, not a traceback from mkdir.
+            try:
+                Path(args.store_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:
+                why = exc.strerror or type(exc).__name__
+                if Path(args.store_dir).exists() and not Path(args.store_dir).is_dir():
+                    why = "a file is there, not a directory"
+                return fail(
+                    f"cannot use --store-dir {args.store_dir}: {why}",
+                    EXIT_NO_STORE,
+                    as_json=bool(getattr(args, "json", False)),
+                )
         return run_durable_demo(sys.stdout, backend=args.backend, store_dir=args.store_dir)
     if not 1 <= args.steps <= 1000:
         parser.error("--steps must be between 1 and 1000")

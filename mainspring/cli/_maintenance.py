@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..storage import MigrationError, StorageError, StoreInUse, migrate_store
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, CliError
-from ._output import Out
+from ._output import Out, clamp
 
 if TYPE_CHECKING:  # migrate does not load the execution layer
     from ..executions import Runtime
@@ -46,7 +46,8 @@ def run_migrate(path: Path, out: Out) -> int:
             f"the 0.1 store is kept at {report.backup_path}"
         )
         for problem in report.problems:
-            out.line(f"  not migrated (it stays in the backup): {problem.id}: {problem.error}")
+            error = clamp(problem.error, 500)
+            out.line(f"  not migrated (it stays in the backup): {problem.id}: {error}")
     return EXIT_FAILED if report.problems else EXIT_OK
 
 
@@ -67,7 +68,7 @@ async def run_prune(rt: Runtime, out: Out, args: argparse.Namespace) -> int:
     for execution_id in report.deleted:
         out.line(f"{verb} {execution_id}")
     for skip in report.skipped:
-        out.line(f"kept {skip.id}: {skip.reason}")
+        out.line(f"kept {skip.id}: {clamp(skip.reason, 300)}")
     count = len(report.deleted)
     if report.dry_run:
         out.line(f"{count} would be deleted (dry run: nothing was deleted)")

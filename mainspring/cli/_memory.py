@@ -204,7 +204,10 @@ def _forget(store: Any, out: Out, args: argparse.Namespace) -> int:
     writable, close = open_store(args.store_path, write=True)
 
     async def forget() -> bool:
-        async with open_runtime(store=writable, organization=args.organization) as rt:
+        # recover=False: forgetting a fact must not take over runs nobody runs (L8).
+        async with open_runtime(
+            store=writable, organization=args.organization, recover=False
+        ) as rt:
             forgotten: bool = await rt.memory.forget(args.fact_id)
             return forgotten
 

@@ -108,6 +108,13 @@ def clamp(text: str, width: int, ellipsis: str = "\u2026") -> str:
     return text if len(text) <= width else text[: width - len(ellipsis)] + ellipsis
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as its escape (as
+    :func:`clamp` does, without cutting it): for text read from a store (an owner id, a
+    finding's detail) that is printed whole."""
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
 def _escaped(char: str) -> str:
     return ascii(char)[1:-1]  # \x1b, \u202e: what the character is, in plain ASCII
 

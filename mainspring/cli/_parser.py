@@ -176,6 +176,48 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _text(text: str) -> str:
+    """Free text from the command line (an answer, a reason, a query): it must be text. A
+    shell or terminal not in UTF-8 passes bytes Python keeps as lone surrogates, which no
+    record can store; refused here as a usage error, not a traceback from the store (U1)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            "not UTF-8 text (the terminal or shell passed bytes in another encoding)"
+        ) from None
+    return text
+
+
+#: The longest pause ``events --follow --interval`` takes between two looks (seconds).
+_MAX_INTERVAL = 3600.0
+
+
+def _interval(text: str) -> float:
+    """An ``events --interval``: seconds between two looks, more than 0 and at most an hour
+    (a usage error otherwise: NaN, a negative or a huge number would end in a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= _MAX_INTERVAL:  # NaN fails this too
+        raise argparse.ArgumentTypeError(
+            f"not an interval (seconds, more than 0 and at most {_MAX_INTERVAL:g}): {text}"
+        )
+    return value
+
+
+def _polls(text: str) -> int:
+    """An ``events --max-polls``: how many looks before ``--follow`` stops, 0 for no limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of polls (a whole number >= 0): {text}")
+    return value
+
+
 def _page_size(text: str) -> int:
     """A ``--limit``: a whole number in 1..MAX_SEARCH_LIMIT (a usage error otherwise)."""
     from ..storage import MAX_SEARCH_LIMIT
@@ -274,7 +316,7 @@ def _add_memory(commands: Any, common: argparse.ArgumentParser) -> None:
     search = actions.add_parser(
         "search", parents=[common, which, filters], help="facts matching a text query, best first"
     )
-    search.add_argument("query", metavar="QUERY")
+    search.add_argument("query", type=_text, metavar="QUERY")
     search.add_argument("--limit", type=_page_size, default=10, help="at most this many (10)")
     forget = actions.add_parser("forget", parents=[common, which], help="delete one fact")
     forget.add_argument("fact_id", metavar="FACT_ID")
@@ -359,10 +401,10 @@ def make_parser() -> argparse.ArgumentParser:
     ):
         control = commands.add_parser(name, parents=[common], help=help_text)
         control.add_argument("id")
-        control.add_argument("--reason", default="", help="recorded in the audit")
+        control.add_argument("--reason", type=_text, default="", help="recorded in the audit")
     resume = commands.add_parser("resume", parents=[common], help="resume a run (needs --app)")
     resume.add_argument("id")
-    resume.add_argument("--answer", help="the answer to the pending question")
+    resume.add_argument("--answer", type=_text, help="the answer to the pending question")
     resume.add_argument("--approve", action="store_true", help="approve what waits for approval")
     resume.add_argument("--app", required=True, help="module:attr giving open_runtime's options")
     resume.add_argument("--max-calls", type=_budget("calls"), help="the run's call budget")
@@ -379,7 +421,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="answer a run's open question (no --app: the run, here or elsewhere, takes it)",
     )
     answer.add_argument("id")
-    answer.add_argument("text", help="the answer (stored redacted)")
+    answer.add_argument("text", type=_text, help="the answer (stored redacted)")
     stop = commands.add_parser("stop-task", parents=[common], help="stop one agent task")
     stop.add_argument("id", metavar="TASK_ID")
     stop.add_argument(
@@ -415,8 +457,8 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="SEQ",
         help="only entries after this sequence number (the first column; default 0: all)",
     )
-    events.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
-    events.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
+    events.add_argument("--interval", type=_interval, default=0.5, help=argparse.SUPPRESS)
+    events.add_argument("--max-polls", type=_polls, default=0, help=argparse.SUPPRESS)
     commands.add_parser("doctor", parents=[common], help="check every record, read-only")
     commands.add_parser(
         "migrate",

@@ -32,10 +32,10 @@ from ..storage import (
 )
 from ._attempts import attempt_lines, deadline_line
 from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
-from ._failures import duration, failure_lines, step_counts
+from ._failures import duration, failure_lines, run_observation, step_counts
 from ._integrity import integrity_findings
 from ._memory import nothing_remembered
-from ._output import Out, clamp, when
+from ._output import Out, clamp, printable, when
 from ._store import get_execution, open_store, shown
 from ._workers import run_workers
 
@@ -69,7 +69,7 @@ def _holding(execution: Execution, now: float) -> str | None:
 
 
 def _owner(execution: Execution, now: float) -> str:
-    return _holding(execution, now) or "-"
+    return printable(_holding(execution, now) or "-")  # an owner id on disk is anyone's
 
 
 def _usage_line(execution: Execution) -> str:
@@ -185,12 +185,13 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     out.line(f"usage:   {_usage_line(execution)}")
     if _stopped(execution):
         out.line(f"stopped: {', '.join(_stopped(execution))} (done without a result)")
-    why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+    why = run_observation(execution)
     if execution.status == "failed" and why is not None and why.error:
         out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease
     if lease is not None and _holding(execution, now):
-        out.line(f"lease:   {lease.owner} until {when(lease.expires_at)} (epoch {lease.epoch})")
+        until = f"until {when(lease.expires_at)} (epoch {lease.epoch})"
+        out.line(f"lease:   {printable(lease.owner)} {until}")
     else:
         out.line("lease:   free")
     deadline = deadline_line(execution, now)  # B1
@@ -285,9 +286,11 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
         out.line("")
         out.line("controls")
         for control in execution.controls:
-            reason = f": {control.reason}" if control.reason else ""
+            # Stored text is anyone's: never raw to the terminal (escapes, bidi, bells).
+            reason = f": {clamp(control.reason, 300)}" if control.reason else ""
             digest = f" (sha256 {control.answer_sha256[:16]})" if control.answer_sha256 else ""
-            out.line(f"  {when(control.at)}  {control.action} by {control.by}{digest}{reason}")
+            by = clamp(control.by, 200)
+            out.line(f"  {when(control.at)}  {control.action} by {by}{digest}{reason}")
     return EXIT_OK
 
 
@@ -346,7 +349,7 @@ def _event_line(event: HistoryEvent) -> str:
     if event.generation is not None:
         parts.append(f"generation {event.generation}")
     if event.reason is not None:
-        parts.append(f"reason {event.reason}")
+        parts.append(f"reason {clamp(event.reason, 200)}")
     if event.agent_id is not None:
         parts.append(f"agent {event.agent_id}")
     for value in (event.state, event.action):
@@ -484,7 +487,8 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
     else:
         out.line(f"{len(listing.executions)} executions read, {len(findings)} findings")
         for finding in findings:
-            out.line(f"  {finding['problem']:<20} {finding['id']}: {finding['detail']}")
+            detail = clamp(finding["detail"], 500)
+            out.line(f"  {finding['problem']:<20} {clamp(finding['id'], 200)}: {detail}")
         if not findings:
             out.line("all well")
     return EXIT_OK if not findings else EXIT_FAILED

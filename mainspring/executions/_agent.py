@@ -58,6 +58,7 @@ __all__ = [
     "AgentContext",
     "AgentTaskActor",
     "ClarificationNeeded",
+    "LeaseCheck",
     "Meter",
     "PlannerActor",
     "PlannerContext",
@@ -101,6 +102,12 @@ class TaskSave:
     #: False when ``output`` is itself a masked copy read back from disk (E10): it is not
     #: given to the caller as what the agent returned; the stored, marked one is.
     live: bool = True
+
+
+@attrs.frozen
+class LeaseCheck:
+    """An agent asks its execution whether new work may start (L5): answered True at once
+    while the lease is fresh, else after a renewal; False if the run is stopping."""
 
 
 @attrs.frozen
@@ -289,8 +296,11 @@ class AgentTaskActor(Actor):
         exhausted: Callable[[], str | None] | None = None,
         allowance: Allowance | None = None,
         memory: Memory | None = None,
+        lease_fresh: Callable[[], bool] | None = None,
     ) -> None:
         self.memory = memory  # the runtime's (ctx.memory is made from it)
+        # L5: whether the execution's lease is known to be live now (read, never awaited)
+        self._lease_fresh = lease_fresh
         self._execution = execution
         self._exhausted = exhausted  # the run's token or cost budget that ran out, if any
         self._allowance = allowance  # what this task may spend of tokens and cost (P4)
@@ -334,6 +344,21 @@ class AgentTaskActor(Actor):
             raise SaveRefused("the execution is stopping") from exc
         if not accepted:
             raise SaveRefused("the execution refused the save: it is stopping")
+
+    async def live_lease(self) -> None:
+        """L5: before a tool call, a model call, a program or a durable step starts, the
+        run's lease must be known to be live (a renewal answered in time, younger than the
+        lease minus its margin); when it is not, the execution renews it first. An agent
+        long at work between saves (a slow model call) never starts its next side effect on
+        a lease that lapsed meanwhile. ``SaveRefused`` if the run is stopping instead."""
+        if self._lease_fresh is None or self._lease_fresh():
+            return
+        try:
+            live = await self._execution.ask(LeaseCheck())
+        except (ActorDeadError, ActorFailed) as exc:
+            raise SaveRefused("the execution is stopping") from exc
+        if not live:
+            raise SaveRefused("the execution is stopping: its lease is not known to be live")
 
     async def declared(self, paths: Iterable[str]) -> tuple[str, ...]:
         """``paths`` checked (X1: in the workspace, through symlinks too) and within the

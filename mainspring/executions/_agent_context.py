@@ -94,6 +94,7 @@ class AgentContext:
         defaults), returning the :class:`~mainspring.executions.ProgramResult`. Not durable
         by itself: a resume runs it again unless it is inside ``ctx.step``. If this task is
         stopped, the program's whole process tree is stopped with it."""
+        await self._actor.live_lease()  # L5
         return await run_program_result(argv, **options)
 
     async def step(
@@ -144,6 +145,7 @@ class AgentContext:
             # E10: the stored result is masked, not what fn returned: run it again.
         elif len(self._actor.record.inner_completed) >= MAX_INNER_STEPS:
             raise ValueError(f"an agent task keeps at most {MAX_INNER_STEPS} durable steps")
+        await self._actor.live_lease()  # L5: nothing new starts on a lease not known live
         # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
         result, usage = split_usage(await call(fn, *args))
         self._actor.add_usage(usage)  # the call was made: charged even if unstorable
@@ -197,6 +199,7 @@ class AgentContext:
         the run's ``max_tokens`` or ``max_cost`` is reached, before the call is made. A skill
         that returns ``WithUsage`` has its usage added to this task's and the run's, and
         this returns its value alone."""
+        await self._actor.live_lease()  # L5
         await self._actor.chargecall()
         value, usage = split_usage(await call(self._actor.skills[name], *args, **kwargs))
         self._actor.add_usage(usage)
@@ -215,6 +218,7 @@ class AgentContext:
         that returns ``WithUsage`` is taken as a tool step takes it (B3): this returns its
         value and its usage is added to this task's and the run's."""
         self._actor.charge_tool()
+        await self._actor.live_lease()  # L5
         value, usage = split_usage(await call(self._actor.tools[name], *args, **kwargs))
         self._actor.add_usage(usage)
         return value

@@ -27,12 +27,25 @@ from ._handle import ExecutionBusy
 from ._record_controls import answer_request_edit
 from ._run_messages import Heartbeat, RunConfig
 
-__all__ = ["answer_elsewhere", "request_answer", "wait_taken"]
+__all__ = ["answer_elsewhere", "check_answer", "request_answer", "wait_taken"]
 
 #: How often a resumer looks whether the runner elsewhere took the answer.
 POLL = 0.1
 #: How long a resumer waits for the runner elsewhere to take the answer.
 PATIENCE = 1.0
+
+
+def check_answer(text: object) -> str:
+    """``text`` if it can be an answer: a string with a UTF-8 form (a lone surrogate, as a
+    command line's undecodable bytes become, has none and could never be stored).
+    TypeError / ValueError otherwise, before anything is read or written."""
+    if not isinstance(text, str):
+        raise TypeError(f"an answer must be a string, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("an answer must be valid UTF-8 text (it has undecodable bytes)") from None
+    return text
 
 
 async def request_answer(

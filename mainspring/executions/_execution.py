@@ -49,6 +49,7 @@ from ..storage import (
 from . import _run_events as ev
 from ._agent import (
     AgentTaskActor,
+    LeaseCheck,
     Meter,
     Planned,
     PlannerActor,
@@ -107,6 +108,8 @@ class ExecutionActor(BoundedRun):
             return await self._begin(message)
         if type(message) is StopTask:
             return await self._stop_task(message)
+        if type(message) is LeaseCheck:  # L5: an agent's next side effect waits for it
+            return await self._lease_fresh()
         if type(message) in BOUNDS_MESSAGES:  # B1: timeouts, retries, the run's deadline
             return await self._bounds_message(message)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
@@ -448,6 +451,7 @@ class ExecutionActor(BoundedRun):
                 (cfg.token_reservation, cfg.cost_reservation),
             ),
             cfg.memory,
+            self._lease_watch.fresh,  # L5: read by the agent before each side effect
         )
         if ref is None:
             return None
@@ -545,10 +549,12 @@ class ExecutionActor(BoundedRun):
         observation)."""
         self._watcher.settling()
         if error is not None:
+            # E5: the result says why as the record does, never with a secret the record masks.
+            error = redact(error)
             self._obs["plan"] = Observation(
                 step_id="plan",
                 ok=False,
-                error=redact(error),
+                error=error,
                 error_type=caught.error_type if caught is not None else None,
                 traceback=caught.traceback if caught is not None else None,
             )

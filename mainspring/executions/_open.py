@@ -10,7 +10,6 @@ is still there, so each releases its lease and stays resumable.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -24,6 +23,8 @@ from ..actors import Shutdown, open_system
 from ..storage import Notifying, RetryPolicy, Store, new_owner_id, open_committer, open_store
 from ..supervision import RootSupervisor
 from ._evidence import EvidenceShelf
+from ._lease_guard import check_lease_clock
+from ._lease_guard import lease_clock as default_lease_clock
 from ._memory import Memory, check_embedder, check_organization
 from ._options import check_options, check_registries, check_step_limits
 from ._recovery import RecoveryWatch
@@ -91,11 +92,14 @@ async def open_runtime(
     next model call fails it with ``agent-call-budget``.
     ``lease_ttl`` is the lease's length (1 s to 10 min), renewed every
     ``heartbeat_interval`` (a third of it by default). A run starts no step, tool, model
-    or planner call unless its last confirmed renewal, timed from when it was sent, is
-    younger than the lease less a margin (a fifth of it, at least 0.25 s); an answer from
-    the store that comes later stops the run with ``LeaseLost`` (L5). ``lease_clock``
-    (monotonic seconds, default :func:`time.monotonic`) is the clock that age is read
-    from; tests pass a fake one. ``workspace`` is the directory
+    or planner call (an agent's included) unless its last confirmed renewal, timed from
+    when it was sent, is younger than the lease less a margin (a fifth of it, at least
+    0.25 s); otherwise it renews first. An answer from the store that comes later is
+    vouched for by a renewal (granted only while the lease is still the run's, same
+    tenure); refused, or late again, the run stops with ``LeaseLost`` (L5). ``lease_clock``
+    (monotonic seconds; by default ``CLOCK_BOOTTIME`` where the system has it, which goes
+    on while the machine is suspended, else :func:`time.monotonic`) is the clock that age
+    is read from; tests pass a fake one. ``workspace`` is the directory
     checkpoints hash (R6); ``config`` any JSON value whose change counts as drift.
 
     ``timeouts`` and ``retries`` bound each step (B1): keys are a kind (``"tool"``,
@@ -131,8 +135,8 @@ async def open_runtime(
     bounds = check_step_limits(timeouts, retries, (tools, skills, agents))
     organization = check_organization(organization)
     embedder = check_embedder(embedder)
-    if lease_clock is not None and not callable(lease_clock):
-        raise TypeError(f"lease_clock must be callable, not {lease_clock!r}")
+    if lease_clock is not None:
+        check_lease_clock(lease_clock)
     if not isinstance(recover, bool):
         raise TypeError(f"recover must be True or False, not {recover!r}")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
@@ -176,7 +180,7 @@ async def open_runtime(
                 memory=Memory(committer, organization=organization, embedder=embedder),
                 max_workers=max_workers,
                 evidence=EvidenceShelf(committer, backend),
-                lease_clock=lease_clock or time.monotonic,
+                lease_clock=lease_clock or default_lease_clock,
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, committer, executions, bus)

@@ -60,6 +60,7 @@ __all__ = [
     "outer_answer",
     "pause_edit",
     "prepare_resume",
+    "question_answered",
     "unanswered",
     "waits_for_answer",
 ]
@@ -127,6 +128,18 @@ def answer_waiting(stored: Execution) -> bool:
         task.state == "waiting_for_clarification" and (task.id, next_ask(task)) in given
         for task in parse_agent_tasks(stored)[0]
     )
+
+
+def question_answered(stored: Execution) -> bool:
+    """True if every open question of ``stored`` has an answer stored for it already (by
+    :meth:`Runtime.answer`, waiting for the next resume): a further answer would be dropped,
+    or kept to answer a later question it was never meant for, so it is refused."""
+    pending = stored.pending
+    if not waits_for_answer(stored) or pending is None:
+        return False
+    if pending.agent_task_id is None:  # R10: the run's own question
+        return outer_answer(stored) is not None
+    return not unanswered(stored)
 
 
 def answer_request_edit(by: str, answer: str, asked: list[str], *, live_only: bool = True) -> Edit:

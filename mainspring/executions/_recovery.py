@@ -28,7 +28,8 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor
-from ..storage import Execution, Store, holder, owner_gone, owner_here
+from ..storage import Execution, Store, Unfinished, holder, owner_gone, owner_here
+from ._failures import describe_off_loop
 from ._handle import ExecutionBusy, ExecutionHandle, UnknownExecution
 from ._record_controls import answer_waiting
 
@@ -132,7 +133,11 @@ class Recovery:
             return await self._sweep()
 
     async def _sweep(self) -> tuple[RecoveryReport, float]:
-        listing = await anyio.to_thread.run_sync(self._store.list)
+        # L8: only what may be unfinished is read: a store keeps its finished runs, and a
+        # sweep every few seconds must not read them all each time.
+        store = self._store
+        lister = store.unfinished if isinstance(store, Unfinished) else store.list
+        listing = await anyio.to_thread.run_sync(lister)
         now = await anyio.to_thread.run_sync(self._store.now)
         skipped = [SkippedRun(id=problem.id, reason="unreadable") for problem in listing.problems]
         candidates = []
@@ -168,8 +173,10 @@ class Recovery:
             except UnknownExecution:
                 continue  # deleted meanwhile
             except Exception as exc:  # one bad run must not stop the others' recovery
-                _log.warning("could not recover %s", execution.id, exc_info=True)
+                await _warn(f"could not recover {execution.id}", exc, execution.id)
                 skipped.append(SkippedRun(id=execution.id, reason=f"failed:{type(exc).__name__}"))
+                continue
+            if handle == "live":  # resumed here by hand meanwhile: not taken over, not left
                 continue
             if isinstance(handle, str):  # it changed since the listing: not one to recover
                 skipped.append(SkippedRun(id=execution.id, reason=handle))
@@ -187,8 +194,8 @@ class Recovery:
             self._wake = anyio.Event()  # a notice during the sweep makes the next one at once
             try:
                 report, wait = await self.sweep()
-            except Exception:
-                _log.warning("recovery sweep failed; trying again", exc_info=True)
+            except Exception as exc:
+                await _warn("recovery sweep failed; trying again", exc)
                 wait = self._rescan
             else:
                 for handle in report:
@@ -210,6 +217,17 @@ class Recovery:
                 gone = await anyio.to_thread.run_sync(_gone, list(self._watched))
                 if gone:
                     return
+
+
+async def _warn(text: str, exc: Exception, execution_id: str | None = None) -> None:
+    """Log a failed recovery or sweep with its traceback, redacted (E5: a store error may
+    quote what it was given) and bounded (O2), never through ``exc_info``, which would
+    write the exception's text as it is."""
+    if not _log.isEnabledFor(logging.WARNING):
+        return
+    caught = await describe_off_loop(exc)
+    extra = {"execution_id": execution_id}
+    _log.warning("%s\n%s", text, caught.traceback.rstrip("\n"), extra=extra)
 
 
 def _gone(owners: Iterable[str | None]) -> set[str]:

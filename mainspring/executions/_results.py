@@ -143,6 +143,22 @@ def shortfall(steps: Iterable[PlanStep], status: Mapping[str, str]) -> str | Non
     return None
 
 
+def run_failure(observations: Iterable[Observation]) -> Observation | None:
+    """The run's own failed observation (why the planner or the run failed), or None. It is
+    stored under the id ``plan`` and names no tool, skill or agent: a plan step may be called
+    ``plan`` too, and its observation always names what it ran (O2: never reported as the
+    planner, never taken for why the run failed)."""
+    return next(
+        (
+            o
+            for o in observations
+            if o.step_id == "plan" and not o.ok and o.tool is None and o.skill is None
+            and o.agent is None
+        ),
+        None,
+    )  # fmt: skip
+
+
 def failed_steps_error(observations: Iterable[Observation], failed: Iterable[str]) -> str | None:
     """``step a failed: ValueError: ...`` for the first of the ``failed`` steps (and how many
     more failed), from their observations; None when none failed."""
@@ -165,7 +181,7 @@ def _attempt_of(obs: Observation) -> int:
 
 
 def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
-    """Every failed plan step of ``execution`` (in plan order), then a failed planner (O2).
+    """Every failed plan step of ``execution`` (in plan order), then the run's own failure (O2).
     An agent step's traceback is its task's (the task record keeps it)."""
     by_id = {obs.step_id: obs for obs in execution.observations}
     tasks, _ = parse_agent_tasks(execution)
@@ -191,8 +207,11 @@ def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
                 traceback=traceback,
             )
         )
-    plan = by_id.get("plan")
-    if plan is not None and not plan.ok and plan.error_type is not None:
+    # The run's own failure (the planner's, a plan it returned that is not runnable, a
+    # planner timeout, a run that could not go on): listed whether or not an exception
+    # caused it, so a failed run never has an empty list.
+    plan = run_failure(execution.observations)
+    if plan is not None:
         found.append(
             StepFailure(
                 step_id="plan",
@@ -216,7 +235,7 @@ def result_from(
     summary, done, total = summarize(execution)
     if error is None and execution.status == "failed":
         # Why the run failed is on the record (the "plan" observation), for every reader.
-        why = next((o for o in execution.observations if o.step_id == "plan" and not o.ok), None)
+        why = run_failure(execution.observations)
         error = why.error if why is not None else None
         if error is None and execution.plan is not None:  # O2: which steps failed, and why
             failed = [step.id for step in execution.plan.steps if step.status == "failed"]

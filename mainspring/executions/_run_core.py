@@ -74,6 +74,13 @@ from ._transitions import (
     stop_task,
 )
 
+#: L5: how many renewals in a row may be answered too late before the run stops with
+#: LeaseLost (each one granted proves the lease was still ours when the store answered).
+LATE_RENEWALS = 3
+
+#: Refusals that mean our lease lapsed or another holds it (not an operator's control).
+_LAPSED = (CommitOutcome.RELEASED, CommitOutcome.FOREIGN_LEASE)
+
 
 class ExecutionCore(Actor):
     """One execution's state and its one commit path (E2): the record kept in memory and
@@ -363,7 +370,7 @@ class ExecutionCore(Actor):
         if checkpoints is not None:
             changes["checkpoints"] = checkpoints
         record = self._snapshot(**changes)  # one record built per commit
-        sent = self._lease_watch.sent()  # L5: a commit renews the lease as of now
+        sent = self._lease_watch.sent()  # L5: when the answer comes is checked
         try:
             outcome = await self._cfg.committer.commit(record, self._cfg.owner)
         except PersistenceFailed:
@@ -375,11 +382,11 @@ class ExecutionCore(Actor):
             self._durable_calls = record.calls_used  # as the store has it
             self._durable_usage = record.usage
             settled = changes.get("status") not in (None, "running", "planned")
-            if not self._lease_watch.confirmed(sent) and not settled:
-                # L5: durable, but nothing more may start on it. (A run that just ended or
-                # began to wait starts nothing more anyway: its late answer stands.)
-                await self._lapsed(sent)
-                return False
+            if not self._lease_watch.in_time(sent) and not settled:
+                # L5: durable, but nothing more may start until a renewal answered in time
+                # shows the lease is still ours. (A run that just ended or began to wait
+                # starts nothing more anyway: its late answer stands.)
+                return await self._renew(late=sent) is not None
             return True
         await self._refused(outcome)
         return False
@@ -394,26 +401,39 @@ class ExecutionCore(Actor):
             return True
         return await self._renew() is not None
 
-    async def _renew(self) -> Execution | None:
+    async def _renew(self, late: float | None = None) -> Execution | None:
         """Renew the lease (L2); the stored record, or None if the run is stopping (a
-        refusal, E3, or an answer too late to count, L5)."""
+        refusal, E3, or answers too late to count, L5). ``late``: the stamp of a request
+        whose answer came too late, which this renewal is to vouch for.
+
+        L5: an answer that comes late is not taken for a lost lease at once: a renewal is
+        fenced by the lease's epoch and a lapsed lease is never renewed, so a renewal the
+        store grants proves nobody took the run over meanwhile, and one answered in time
+        shows the lease runs on (a busy event loop, a loaded machine). The renewal is asked
+        again, at most :data:`LATE_RENEWALS` times, while its answers keep coming late."""
         cfg = self._cfg
-        sent = self._lease_watch.sent()
-        try:
-            lease = self._rec.lease
-            outcome, stored = await cfg.committer.renew(
-                self._rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
-            )
-        except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
-            outcome, stored = CommitOutcome.RELEASED, None
-        if outcome is not CommitOutcome.OK:
-            await self._refused(outcome)
-            return None
-        if not self._lease_watch.confirmed(sent):
-            await self._lapsed(sent)
-            return None
-        assert stored is not None
-        return stored
+        for _ in range(LATE_RENEWALS):
+            sent = self._lease_watch.sent()
+            try:
+                lease = self._rec.lease
+                outcome, stored = await cfg.committer.renew(
+                    self._rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
+                )
+            except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
+                outcome, stored = CommitOutcome.RELEASED, None
+            if outcome is not CommitOutcome.OK:
+                if late is not None and outcome in _LAPSED:
+                    await self._lapsed(late)  # the late answer was right to be doubted
+                else:
+                    await self._refused(outcome)
+                return None
+            if self._lease_watch.confirmed(sent):
+                assert stored is not None
+                return stored
+            late = sent
+        assert late is not None
+        await self._lapsed(late)
+        return None
 
     async def _lapsed(self, sent: float) -> None:
         """L5, E3: the store's answer came after our lease could have lapsed; another host

@@ -27,6 +27,7 @@ from ..storage import (
     sha256_hex,
 )
 from ._deadlines import Bounds
+from ._lease_guard import lease_clock as default_lease_clock
 from ._results import ExecutionResult
 from ._run_events import RunEvent
 from ._usage import Meter
@@ -85,8 +86,9 @@ class RunConfig:
     #: The worker boards of the runs live here, by execution id (Runtime.repair_worker).
     worker_boards: dict[str, Any] = attrs.field(factory=dict)
     #: The holder's clock for its lease's age (L5, ``executions._lease_guard``): monotonic
-    #: seconds; tests pass a fake one.
-    lease_clock: Callable[[], float] = time.monotonic
+    #: seconds that go on through a suspend (``_lease_guard.lease_clock``); tests pass a
+    #: fake one.
+    lease_clock: Callable[[], float] = default_lease_clock
 
 
 class RunWatcher(Protocol):

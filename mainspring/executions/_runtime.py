@@ -10,6 +10,7 @@ an execution in ``_handle``; the default home and store selection live in storag
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Collection
@@ -46,7 +47,7 @@ from ..storage import (
     parse_agent_tasks,
     redact,
 )
-from ._answers import answer_elsewhere, request_answer
+from ._answers import answer_elsewhere, check_answer, request_answer
 from ._deadlines import check_deadline, resumed_deadline
 from ._execution import ExecutionActor
 from ._handle import (
@@ -66,6 +67,7 @@ from ._record_controls import (
     cancel_edit,
     pause_edit,
     prepare_resume,
+    question_answered,
     waits_for_answer,
 )
 from ._recovery import Recovery, RecoveryReport, recoverable
@@ -122,6 +124,10 @@ class _Live:
     ref: ActorRef
     handle: ExecutionHandle
     settling: bool = False  # its final or waiting state is being written
+
+
+#: Why an answer to a question that has one stored already is refused.
+_ANSWERED = "its open question has an answer already, waiting for its task to take it"
 
 
 class Runtime(RuntimeEvents, WorkerControls):
@@ -340,12 +346,16 @@ class Runtime(RuntimeEvents, WorkerControls):
         then stops again with ``Timeout`` at once (B1).
         Raises :class:`UnknownExecution` for an id not stored, and :class:`NotWaiting` for an
         ``answer`` to a run that waits for none (finished, or with no clarification open):
-        the answer is never dropped silently, and nothing changes. Cancelling the caller
-        after the lease was taken leaves it held until its ttl lapses (nothing else
-        changes). To answer without running the rest of the run here, see :meth:`answer`.
+        the answer is never dropped silently, and nothing changes; likewise
+        :class:`ExecutionBusy` for an ``answer`` to a question that has one stored already
+        (by :meth:`answer`). Cancelling the caller before the run is started here lets go of
+        a lease it had taken (the resume's edit may have landed: the run is then one to
+        recover). To answer without running the rest of the run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
+        if answer is not None:
+            check_answer(answer)
         limits = check_limits(max_tokens, max_cost)
         deadline = check_deadline(deadline)
         async with self._exclusive(execution_id):
@@ -363,7 +373,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
         if answer is not None:
-            await self._waiting(execution_id)  # NotWaiting: an answer is never dropped
+            waiting = await self._waiting(execution_id)  # NotWaiting: never dropped
+            if question_answered(waiting):
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
         live = await self._settled(execution_id)
         if live is not None:
             if answer is not None and not approve and not raises:
@@ -395,6 +407,39 @@ class Runtime(RuntimeEvents, WorkerControls):
             handle._resolve(result_from(stored))  # R4, R5: nothing changes
             return handle
         cfg = self._cfg
+        handed: list[bool] = []
+        try:
+            return await self._take_and_run(
+                execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
+                handed,
+            )  # fmt: skip
+        except BaseException:
+            # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
+            # the lease may have been taken and before a run was asked to hold it: let it
+            # go, so that no lease is left held by nobody for its ttl (a no-op unless it is
+            # ours: L3). Refused, nothing was taken; once the run's actor may exist, the lease
+            # is its own to release.
+            if not handed:
+                with anyio.move_on_after(cfg.lease_ttl, shield=True):
+                    with contextlib.suppress(Exception):
+                        await self._committer.release(execution_id, cfg.owner)
+            raise
+
+    async def _take_and_run(
+        self,
+        execution_id: str,
+        answer: str | None,
+        approve: bool,
+        max_calls: int | None,
+        limits: tuple[int | None, Decimal | None],
+        deadline: float | None,
+        raises: bool,
+        handle: ExecutionHandle,
+        handed: list[bool],
+    ) -> ExecutionHandle:
+        """The rest of :meth:`_resume`: take the lease, edit, run. ``handed`` gets an item
+        once no lease of ours is left to let go on failure (refused, or the run spawned)."""
+        cfg = self._cfg
         acquired = await self._committer.acquire(execution_id, cfg.owner, cfg.lease_ttl)
         gone = acquired.lease
         if (
@@ -409,6 +454,7 @@ class Runtime(RuntimeEvents, WorkerControls):
                 execution_id, cfg.owner, cfg.lease_ttl, gone=gone
             )
         if not acquired.acquired:
+            handed.append(True)  # refused: there is no lease of ours to let go
             if answer is not None and not approve and not raises:
                 # R8 across hosts: the run is live elsewhere; its runner takes the answer.
                 how = await answer_elsewhere(
@@ -427,6 +473,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
+            if answer is not None and question_answered(stored):
+                # Answered by Runtime.answer since the check above: refused, not dropped
+                # (the lease is given back as for any refused edit).
+                raise ExecutionBusy(execution_id, None, _ANSWERED)
             record, begin = prepare_resume(
                 stored, cfg.owner, answer, approve, max_calls, limits=limits
             )
@@ -436,7 +486,16 @@ class Runtime(RuntimeEvents, WorkerControls):
 
         # Un-pausing and answering are the resumer's own out-of-band edit: a paused record
         # is not a runner's to overwrite through the commit funnel (E2).
-        record = await self._committer.edit(execution_id, change)
+        try:
+            record = await self._committer.edit(execution_id, change)
+        except Exception:
+            # The edit was refused (a record grown past the store's limit by the answer,
+            # the store away): nothing changed, so the lease just taken is given back,
+            # not left to block every other resume until it lapses. (A cancelled caller
+            # leaves it held, as documented: the edit may have landed.)
+            with contextlib.suppress(Exception):
+                await self._committer.release(execution_id, cfg.owner)
+            raise
         if record is None:
             await self._committer.release(execution_id, cfg.owner)
             stored = await self._require(execution_id)
@@ -451,6 +510,7 @@ class Runtime(RuntimeEvents, WorkerControls):
             or (planned.id, planned.version) != (record.plan.id, record.plan.version)
         ):
             planned = None
+        handed.append(True)
         return await self._spawn(record, planned, begins[-1])
 
     async def recover(self) -> RecoveryReport:
@@ -463,17 +523,18 @@ class Runtime(RuntimeEvents, WorkerControls):
         ``open_runtime(recover=...)``), with ``skipped`` naming each unfinished run left
         alone and why (another owner's live lease, paused or waiting, finished elsewhere
         meanwhile, unreadable). Of several runtimes recovering at once, exactly one takes
-        each run (L1). Cancelling the caller leaves a lease it had just taken held until
-        its ttl lapses."""
+        each run (L1). Cancelling the caller lets go of a lease it had just taken for a
+        run not yet started (a runtime closing mid-sweep leaves no lease held)."""
         return await self._recovery.recover()
 
     async def _recover_one(self, execution_id: str) -> ExecutionHandle | str:
         """Resume ``execution_id`` if it is still a run to recover (running or planned, not
-        live here), under its control lock; else the status that made it not one."""
+        live here), under its control lock; else the status that made it not one (``live``:
+        it is live here, resumed by hand meanwhile: not recovery's to report)."""
         async with self._exclusive(execution_id):
             live = await self._settled(execution_id)
             if live is not None:
-                return live.handle
+                return "live"
             stored = await self._require(execution_id)
             if not recoverable(stored):
                 return "terminal" if stored.terminal else stored.status
@@ -505,8 +566,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         id not stored; nothing is stored then. Cancelling the caller does not undo an
         answer already stored.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"an answer must be a string, not {type(text).__name__}")
+        check_answer(text)
         check_id(execution_id)
         async with self._exclusive(execution_id):
             await self._waiting(execution_id)

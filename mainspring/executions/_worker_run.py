@@ -175,15 +175,19 @@ def worker_changed(execution_id: str, worker: WorkerRecord, at: float) -> Worker
     )
 
 
-def worker_parts_edit(fields: dict[str, Any]) -> Edit:
+def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:
     """The edit that writes a stopped runner's worker parts (``fields``: the board's) to
     its record, paused or cancelled by a control from elsewhere, and nothing else: every
     other part stays as the control left it (E2). Not applied once anyone runs the record
-    again (its status is theirs then), nor when the parts already say the same."""
+    again (its status is theirs then), nor once anyone took the lease after the runner's
+    tenure (``epoch``: a run resumed and paused again meanwhile has workers of its own),
+    nor when the parts already say the same."""
 
     def change(stored: Execution, now: float) -> Execution | None:
         if stored.status not in ("paused", "cancelled"):
             return None
+        if epoch is not None and stored.lease is not None and stored.lease.epoch != epoch:
+            return None  # another tenure since ours: its worker parts are not ours
         if all(getattr(stored, key) == value for key, value in fields.items()):
             return None
         return attrs.evolve(stored, **fields, updated_at=now)
@@ -237,7 +241,9 @@ class WorkerRun(ExecutionCore):
         fields = board.fields()
         moved = [board.workers[i] for i in board.moved if i in board.workers]
         try:
-            written = await self._cfg.committer.edit(self._rec.id, worker_parts_edit(fields))
+            lease = self._rec.lease
+            edit = worker_parts_edit(fields, lease.epoch if lease is not None else None)
+            written = await self._cfg.committer.edit(self._rec.id, edit)
         except Exception:  # the disk failed: the next resume confirms them dead (R3)
             return
         if written is None:

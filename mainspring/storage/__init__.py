@@ -85,6 +85,7 @@ from ._backend import Listing as Listing
 from ._backend import Notifying as Notifying
 from ._backend import Problem as Problem
 from ._backend import Store as Store
+from ._backend import Unfinished as Unfinished
 from ._backend import holder as holder
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
@@ -289,6 +290,7 @@ __all__ = [
     "TextHit",
     "TooLarge",
     "TrailEntry",
+    "Unfinished",
     "Usage",
     "UsageEpoch",
     "WorkerFailure",

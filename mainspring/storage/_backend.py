@@ -195,6 +195,18 @@ class Notifying(Protocol):
         ...
 
 
+@runtime_checkable
+class Unfinished(Protocol):
+    """A store that lists its unfinished executions without reading its finished ones:
+    what a runtime's recovery looks at every few seconds (L8), whose cost must not grow
+    with the finished runs a store keeps. A store without it is listed whole."""
+
+    def unfinished(self) -> Listing:
+        """Every execution that is not finished (completed, failed or cancelled), and a
+        problem for each that may be one and does not read (E7)."""
+        ...
+
+
 def holder(lease: Lease | None, now: float) -> str | None:
     """The owner holding ``lease`` at ``now``, or None if it is released or lapsed."""
     if lease is None or not lease.owner or lease.expires_at <= now:

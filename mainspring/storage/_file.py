@@ -178,6 +178,9 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
         self._cache = OwnWrites()
         self._tails: dict[str, _Tail] = {}
         self._seen: dict[str, _Seen] = {}  # history readers' progress, per journal
+        # Journals read as finished, by their file's identity then (finished is for good:
+        # ``unfinished`` reads them again only once they changed).
+        self._finished: dict[str, tuple[int, int, int, int]] = {}
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
         self._memory = MemoryFile(self.path / MEMORY_FILE, clock=clock, read_only=read_only)
@@ -278,6 +281,40 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
                 continue
             if read is not None:
                 executions.append(read.execution)
+        return Listing(executions=tuple(executions), problems=tuple(problems))
+
+    def unfinished(self) -> Listing:
+        """``list`` of the executions that are not finished (``Unfinished``): a journal read
+        as finished is not read again until its file changes (L8: recovery's sweeps cost
+        what is unfinished, not every journal the store keeps)."""
+        executions: list[Execution] = []
+        problems: list[Problem] = []
+        ids = self._ids()
+        with self._thread_lock:
+            finished = dict(self._finished)
+        seen: dict[str, tuple[int, int, int, int]] = {}
+        for execution_id in ids:
+            try:
+                info = os.stat(self._file(execution_id), follow_symlinks=False)
+            except OSError:
+                continue  # deleted since the scan
+            mark = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            if finished.get(execution_id) == mark:
+                seen[execution_id] = mark
+                continue
+            try:
+                read = self._read(execution_id)
+            except (StorageError, OSError) as exc:
+                problems.append(Problem(id=execution_id, error=str(exc)))
+                continue
+            if read is None:
+                continue
+            if read.execution.terminal:  # sticky: read again only if the file changes
+                seen[execution_id] = mark
+                continue
+            executions.append(read.execution)
+        with self._thread_lock:
+            self._finished = seen
         return Listing(executions=tuple(executions), problems=tuple(problems))
 
     def history(

@@ -60,18 +60,43 @@ def _read(path: Path, limit: int) -> str:
         return ""
 
 
+class _Unknown(Exception):
+    """``/proc`` could not say (out of file descriptors, denied, an odd read)."""
+
+
 def _start_ticks(pid: int) -> tuple[str, int] | None:
-    """``(state, start time)`` of ``pid`` from ``/proc/<pid>/stat``, or None if it is gone
-    or unreadable. The command name may hold spaces and parentheses: fields are counted after
+    """``(state, start time)`` of ``pid`` from ``/proc/<pid>/stat``, or None if there is no
+    such process. Raises :class:`_Unknown` when that cannot be told (L7: in doubt, an owner
+    is alive). The command name may hold spaces and parentheses: fields are counted after
     its last ``)``. Blocking (one small read)."""
-    raw = _read(_PROC / str(pid) / "stat", 4096)
-    if not raw:
-        return None
+    try:
+        with (_PROC / str(pid) / "stat").open("rb") as file:
+            raw = file.read(4096).decode("ascii", "replace").strip()
+    except (FileNotFoundError, ProcessLookupError):
+        if _no_such_pid(pid):
+            return None
+        raise _Unknown("the process is there but /proc does not show it") from None
+    except OSError as exc:
+        raise _Unknown(str(exc)) from None
     rest = raw[raw.rfind(")") + 2 :].split()
     try:
         return rest[0], int(rest[19])
     except (IndexError, ValueError):
-        return None
+        raise _Unknown("unreadable stat") from None
+
+
+def _no_such_pid(pid: int) -> bool:
+    """Whether the kernel has no process ``pid`` in our pid namespace: ``/proc`` can hide
+    processes of other users (``hidepid``) that ``kill(pid, 0)`` still finds."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OverflowError:
+        return True  # past any pid the kernel hands out
+    except OSError:
+        return False  # EPERM: it exists, another user's
+    return False
 
 
 @functools.cache
@@ -90,7 +115,10 @@ def new_owner_id() -> str:
     enough for another runtime on this host to tell whether the process is gone (L7)."""
     host, boot, ns = _this_host()
     pid = os.getpid()
-    stat = _start_ticks(pid)
+    try:
+        stat = _start_ticks(pid)
+    except _Unknown:
+        stat = None
     started = stat[1] if stat is not None else 0
     return f"{host}:{pid}:{secrets.token_hex(4)}:{started}.{boot}.{ns}"
 
@@ -130,17 +158,21 @@ def owner_gone(owner: str) -> bool:
 
     False whenever in doubt: another host (hostname, boot id or pid namespace differ), a
     system without ``/proc`` (no boot id or namespace to compare), an owner id of another
-    form, a pid alive with the same start time, or a live pid when the owner's start time
-    was not known."""
+    form, a pid alive with the same start time, a live pid when the owner's start time
+    was not known, or a process ``/proc`` cannot tell about (no file descriptor left, access
+    denied, hidden by ``hidepid``: the kernel is asked with ``kill(pid, 0)``)."""
     process = owner_process(owner)
     if process is None or process.pid <= 0 or not owner_here(owner):
         return False
-    stat = _start_ticks(process.pid)
+    try:
+        stat = _start_ticks(process.pid)
+    except _Unknown:
+        return False  # /proc could not say (no descriptor left, denied): in doubt, alive
     if stat is not None:
         state, started = stat
         if state in ("Z", "X"):
             return True  # it exited; only its exit status is left
         # A pid reused by a later process is another process: the owner is gone.
         return process.started != 0 and started != process.started
-    # /proc works here (the boot id was read from it) and has no such pid.
+    # /proc works here (the boot id was read from it) and the kernel has no such pid.
     return True

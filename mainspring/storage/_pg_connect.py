@@ -8,6 +8,9 @@ psycopg and psycopg_pool are imported here only (the ``postgres`` extra): import
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -20,10 +23,12 @@ from ._pg_schema import Address, scrub
 
 __all__ = [
     "LOCK_NOT_AVAILABLE",
+    "QUERY_CANCELED",
     "Connections",
     "Lost",
     "SessionTimeouts",
     "channel_name",
+    "check_seconds",
     "is_driver_error",
     "is_lost",
     "is_refused_data",
@@ -114,6 +119,24 @@ def is_refused_data(exc: BaseException) -> bool:
 #: SQLSTATE lock_not_available: ``lock_timeout`` passed while waiting for a lock (L6).
 LOCK_NOT_AVAILABLE = "55P03"
 
+#: SQLSTATE query_canceled: ``statement_timeout`` passed (or the statement was cancelled);
+#: the server rolled the transaction back.
+QUERY_CANCELED = "57014"
+
+
+#: The longest server-side timeout PostgreSQL accepts (its INT_MAX milliseconds), seconds.
+MAX_SESSION_TIMEOUT = 2_147_483.0
+
+
+def check_seconds(name: str, value: object) -> float:
+    """``value`` if it is a finite, positive number of seconds; ValueError (TypeError for
+    what is not a number) naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+    return float(value)
+
 
 @attrs.frozen(kw_only=True)
 class SessionTimeouts:
@@ -134,12 +157,24 @@ class SessionTimeouts:
     statement: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("idle", "lock", "statement"):
+        # Named as PostgresStore takes them.
+        for name, option in (
+            ("idle", "session_timeout"),
+            ("lock", "lock_timeout"),
+            ("statement", "statement_timeout"),
+        ):
             value = getattr(self, name)
             if name == "statement" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"the {name} timeout must be a positive number, not {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= MAX_SESSION_TIMEOUT
+            ):
+                raise ValueError(
+                    f"{option} must be a number of seconds in "
+                    f"(0, {MAX_SESSION_TIMEOUT:.0f}], not {value!r}"
+                )
 
     def settings(self) -> dict[str, int]:
         """The server parameters, in milliseconds."""
@@ -155,13 +190,23 @@ class SessionTimeouts:
         }
 
 
+#: A setting named in libpq's ``options`` (``-c name=value``, ``-cname=value`` or
+#: ``--name=value``; the server takes a dash in a name for an underscore, in any case).
+_SETTING = re.compile(r"(?:^|\s)(?:-c\s*|--)([A-Za-z0-9_.\-]+)=")
+
+
+def _named(options: str) -> set[str]:
+    """The server settings ``options`` sets, by their canonical name."""
+    return {name.lower().replace("-", "_") for name in _SETTING.findall(options)}
+
+
 def _options(given: str | None, timeouts: SessionTimeouts) -> str:
     """``-c name=value`` for each timeout the URL's own ``options`` does not set, after
-    those options (kept as they are)."""
+    those options (kept as they are). A name is matched whole: ``deadlock_timeout`` is not
+    ``lock_timeout``."""
+    named = _named(given) if given else set()
     ours = " ".join(
-        f"-c {name}={millis}"
-        for name, millis in timeouts.settings().items()
-        if not given or name not in given
+        f"-c {name}={millis}" for name, millis in timeouts.settings().items() if name not in named
     )
     return " ".join(part for part in (given, ours) if part)
 
@@ -183,7 +228,9 @@ def _defaults(conninfo: str, connect_timeout: float, timeouts: SessionTimeouts) 
         "application_name": "mainspring",
     }
     settings = {key: value for key, value in wanted.items() if key not in given}
-    options = _options(given.get("options"), timeouts)
+    # libpq takes PGOPTIONS only when no options are given: ours would drop it, so it is
+    # kept as the URL's own would be.
+    options = _options(given.get("options", os.environ.get("PGOPTIONS")), timeouts)
     if options:
         settings["options"] = options
     return settings
@@ -201,7 +248,7 @@ class Connections:
         timeouts: SessionTimeouts,
     ) -> None:
         psycopg, psycopg_pool = _psycopg()
-        if not isinstance(pool_size, int) or pool_size < 1:
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be a positive whole number, not {pool_size!r}")
         self.address = address
         self.connect_timeout = connect_timeout

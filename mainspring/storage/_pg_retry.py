@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 from ._errors import StorageError
 from ._pg_connect import Lost
 
-__all__ = ["DecideAgain", "LockWait", "Retry", "StoreUnavailable", "retry_loop"]
+__all__ = [
+    "DecideAgain",
+    "LockWait",
+    "Retry",
+    "StatementTimedOut",
+    "StoreUnavailable",
+    "retry_loop",
+]
 
 T = TypeVar("T")
 
@@ -37,6 +44,12 @@ class LockWait(Retry):
     """A row stayed locked by another session for the store's ``lock_timeout`` (L6): the
     server rolled this transaction back and the call is tried again. A stalled holder's
     session is ended by the server after its idle timeout, so the lock comes free."""
+
+
+class StatementTimedOut(Retry):
+    """A statement ran past the store's ``statement_timeout`` (L6), waiting for a lock
+    or working: the server rolled this transaction back and the call is tried again, within
+    the same bound as a lock wait."""
 
 
 def retry_loop(
@@ -66,6 +79,14 @@ def retry_loop(
                     f"({waited})"
                 ) from None
             time.sleep(0.01)  # the wait itself was the server's lock_timeout
+        except StatementTimedOut as timed_out:
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"PostgreSQL at {shown}: a statement of this call ran past the store's "
+                    f"statement_timeout on every try for {reconnect_timeout:g} s; nothing of "
+                    f"this call was written ({timed_out})"
+                ) from None
+            time.sleep(0.01)  # the wait itself was the server's statement_timeout
         except DecideAgain as again:
             decisions += 1
             if decisions >= MAX_DECISIONS:

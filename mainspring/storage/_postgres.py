@@ -47,19 +47,28 @@ from ._ids import check_id
 from ._journal import Base, diff, snapshot_changes
 from ._pg_connect import (
     LOCK_NOT_AVAILABLE,
+    QUERY_CANCELED,
     Connections,
     SessionTimeouts,
     channel_name,
+    check_seconds,
     is_driver_error,
     is_lost,
     is_retryable,
 )
 from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
-from ._pg_retry import DecideAgain, LockWait, Retry, StoreUnavailable, retry_loop
+from ._pg_retry import (
+    DecideAgain,
+    LockWait,
+    Retry,
+    StatementTimedOut,
+    StoreUnavailable,
+    retry_loop,
+)
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
 from ._pg_sql import Statements, loads_row, rows_for, size_expr
-from ._records import Execution, Lease
+from ._records import EXECUTION_TERMINAL, Execution, Lease
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -90,7 +99,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     host stopped mid-transaction (frozen, cut off) and its locks go with it;
     ``lock_timeout`` (default 2 s) is how long one statement waits for a lock before the
     call is tried again, within ``reconnect_timeout`` (then :class:`StoreUnavailable`);
-    ``statement_timeout`` (default None: the server's) bounds one statement.
+    ``statement_timeout`` (default None: the server's) bounds one statement; a call
+    whose statement ran past it is tried again like a lock wait, within
+    ``reconnect_timeout``. The timeouts are positive seconds, at most 2,147,483 (the
+    server's limit). A URL's ``options`` (or ``PGOPTIONS``) setting one of them wins.
     """
 
     def __init__(
@@ -109,6 +121,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         lock_timeout: float = 2.0,
         statement_timeout: float | None = None,
     ) -> None:
+        connect_timeout = check_seconds("connect_timeout", connect_timeout)
+        reconnect_timeout = check_seconds("reconnect_timeout", reconnect_timeout)
+        for name, limit in (("max_bytes", max_bytes), ("max_record_bytes", max_record_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be a positive whole number, not {limit!r}")
         self.address = parse_address(url, schema)
         self.schema = self.address.schema
         self.max_bytes = max_bytes
@@ -265,7 +282,14 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
 
     def list(self) -> Listing:
         """Every execution that reads, and a problem for each that does not (E7)."""
-        ids = self._retrying(self._ids)
+        return self._listing(self._retrying(self._ids))
+
+    def unfinished(self) -> Listing:
+        """``list`` of the executions whose status is not a finished one (``Unfinished``):
+        finished rows are not read (L8: recovery's sweeps cost what is unfinished)."""
+        return self._listing(self._retrying(self._unfinished_ids))
+
+    def _listing(self, ids: builtins.list[str]) -> Listing:
         executions: list[Execution] = []
         problems: list[Problem] = []
         for execution_id in ids:
@@ -283,6 +307,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def _ids(self) -> builtins.list[str]:
         with self._connections.reading() as conn:
             rows = conn.execute(f"SELECT id FROM {self._s}.executions ORDER BY id")
+            return [row[0] for row in rows]
+
+    def _unfinished_ids(self) -> builtins.list[str]:
+        query = f"SELECT id FROM {self._s}.executions WHERE status <> ALL(%s) ORDER BY id"
+        with self._connections.reading() as conn:
+            rows = conn.execute(query, (sorted(EXECUTION_TERMINAL),))
             return [row[0] for row in rows]
 
     def history(
@@ -364,6 +394,21 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
                 # L6: a row stayed locked elsewhere for our lock_timeout; tried again.
                 raise LockWait(self._connections.scrub(exc).splitlines()[0]) from None
+            if getattr(exc, "sqlstate", None) == QUERY_CANCELED:
+                # L6: past our statement_timeout (a lock wait ends so too when it is the
+                # shorter one). Not a refusal of the data: tried again, within a bound.
+                if committing and txid is not None:
+                    status = self._connections.settle(txid, pid, self.reconnect_timeout)
+                    if status == "committed":
+                        return  # it landed after all: the call's answers stand
+                    if status != "aborted":
+                        raise CommitUnknown(
+                            f"COMMIT at {self.address.shown} was cancelled and the server "
+                            f"could not be asked whether it committed; nothing is "
+                            f"acknowledged: {self._connections.scrub(exc)}"
+                        ) from None
+                why = self._connections.scrub(exc).splitlines()[0]
+                raise StatementTimedOut(why) from None
             if getattr(exc, "sqlstate", None) == NOT_WRITTEN or is_retryable(exc):
                 # A lease lapsed on the server's clock between the decision and the write
                 # (L4), or another host created the same id, or the server broke a

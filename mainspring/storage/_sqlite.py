@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from ._journal import Base, diff, snapshot_changes
 from ._memory_local import OnSqlite
 from ._memory_sqlite import MEMORY_SCHEMA, SqliteMemory
 from ._platform import O_CLOEXEC
-from ._records import Execution
+from ._records import EXECUTION_TERMINAL, Execution
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
 
@@ -315,10 +315,22 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
 
     def list(self) -> Listing:
         """Every execution that reads, and a problem for each that does not (E7)."""
-        executions: list[Execution] = []
-        problems: list[Problem] = []
         with self._lock:
             ids = [row[0] for row in self._db.execute("SELECT id FROM executions ORDER BY id")]
+        return self._listing(ids)
+
+    def unfinished(self) -> Listing:
+        """``list`` of the executions whose status is not a finished one (``Unfinished``):
+        finished rows are not read (L8: recovery's sweeps cost what is unfinished)."""
+        marks = ", ".join("?" * len(EXECUTION_TERMINAL))
+        query = f"SELECT id FROM executions WHERE status NOT IN ({marks}) ORDER BY id"
+        with self._lock:
+            ids = [row[0] for row in self._db.execute(query, sorted(EXECUTION_TERMINAL))]
+        return self._listing(ids)
+
+    def _listing(self, ids: Iterable[str]) -> Listing:
+        executions: list[Execution] = []
+        problems: list[Problem] = []
         for execution_id in ids:
             try:
                 with self._lock:

@@ -99,28 +99,6 @@ async def test_answer_list_and_the_runs_view_over_http(client: Any) -> None:
     assert (await client.get("/executions", params={"limit": 0})).status_code == 422
 
 
-async def test_r5_r8_an_answer_to_a_paused_run_waits_for_its_resume(client: Any) -> None:
-    """Answering a run that was paused while it waited stores the answer and leaves the run
-    paused (the pause was someone's decision); /resume then gives it the answer. A second
-    answer, and a resume with an answer for a finished run, are 409s, not 500s."""
-    execution_id = (await client.post("/executions", json={"goal": "research moon"})).json()["id"]
-    await _until(client, execution_id, "waiting_for_clarification")
-    assert (await client.post(f"/executions/{execution_id}/pause")).status_code == 200
-    answered = await client.post(f"/executions/{execution_id}/answer", json={"text": "deep"})
-    assert answered.status_code == 202
-    assert (await client.get(f"/executions/{execution_id}")).json()["status"] == "paused"
-    again = await client.post(f"/executions/{execution_id}/answer", json={"text": "more"})
-    assert again.status_code == 409
-    assert "answered already" in again.json()["detail"]
-    resumed = await client.post(f"/executions/{execution_id}/resume", json={})
-    assert resumed.status_code == 202
-    done = await _until(client, execution_id, "completed")
-    assert done["outputs"]["research"] == "3 sources on moon, depth: deep"
-    late = await client.post(f"/executions/{execution_id}/resume", json={"answer": "late"})
-    assert late.status_code == 409
-    assert "not waiting for an answer" in late.json()["detail"]
-
-
 async def test_v2_a_position_that_names_no_event_of_the_run_is_refused(client: Any) -> None:
     """``Last-Event-ID`` (or ``?after=``) must be 0 or one of this run's event ids: one from
     the future (past 64 bits too) or of another run is a 400, never a 500 or a stream that
@@ -457,3 +435,55 @@ async def test_l7_l8_a_run_killed_with_its_server_goes_on_after_a_restart(
         await _sse(client, events, _is("status", status="waiting_for_clarification"), 90)
         view = (await client.get(f"{again.url}/executions/{execution_id}")).json()
         assert view["outputs"]["search"] == "3 sources on tide"
+
+
+@_HANGS_UP
+async def test_o2_a_real_servers_log_says_why_a_step_failed(
+    tmp_path: Path, servers: list[_Server]
+) -> None:
+    """A failing step is a line in uvicorn's log, with its run, its step and its traceback:
+    before, mainspring's records met only its NullHandler (uvicorn configures its own
+    loggers only) and the server's log said nothing."""
+    server = _Server(tmp_path)
+    servers.append(server)
+    async with httpx.AsyncClient(timeout=30) as client:
+        await server.ready(client)
+        url = server.url
+        execution_id = (
+            await client.post(f"{url}/executions", json={"goal": "research wind-2"})
+        ).json()["id"]
+        events = f"{url}/executions/{execution_id}/events"
+        await _sse(client, events, _is("status", status="failed"))
+    # Logged before the failure was committed, so before the stream said "failed".
+    output = server.output()
+    line = f"execution {execution_id}: step search (tool search) failed: ValueError: "
+    assert line + "nothing to search for in 'wind-2'" in output, output
+    assert "in search\n" in output
+
+
+async def test_r8_the_answer_endpoint_refuses_what_it_cannot_store_and_keeps_a_pause(
+    client: Any,
+) -> None:
+    """An answer to a paused run is kept for its resume (the pause is a decision: the
+    answer does not undo it); a second answer, one with no UTF-8 form, and an answer to a
+    run not waiting are refused with 4xx, never a 500."""
+    execution_id = (await client.post("/executions", json={"goal": "research reef"})).json()["id"]
+    await _until(client, execution_id, "waiting_for_clarification")
+    assert (await client.post(f"/executions/{execution_id}/pause")).json()["status"] == "paused"
+    bad = await client.post(
+        f"/executions/{execution_id}/answer",
+        content=b'{"text": "caf\\udce9"}',
+        headers={"content-type": "application/json"},
+    )
+    assert bad.status_code == 422
+    answered = await client.post(f"/executions/{execution_id}/answer", json={"text": "deep"})
+    assert answered.status_code == 202
+    assert (await client.get(f"/executions/{execution_id}")).json()["status"] == "paused"
+    again = await client.post(f"/executions/{execution_id}/answer", json={"text": "more"})
+    assert again.status_code == 409  # answered already: refused, not a 500
+    resumed = await client.post(f"/executions/{execution_id}/resume", json={})
+    assert resumed.status_code == 202
+    done = await _until(client, execution_id, "completed")
+    assert done["outputs"]["research"] == "3 sources on reef, depth: deep"
+    late = await client.post(f"/executions/{execution_id}/resume", json={"answer": "x"})
+    assert late.status_code == 409  # NotWaiting: the run is finished

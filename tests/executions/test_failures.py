@@ -9,16 +9,19 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 
 import mainspring as ms
 from mainspring.executions._failures import (
     LOGGER_NAME,
+    MAX_MESSAGE,
     MAX_TRACEBACK_BYTES,
     clamp_traceback,
     describe,
 )
+from mainspring.executions._results import result_from
 from mainspring.storage import RetryPolicy
 
 from ._kit import agent, plan_of, runtime, stored, tasks_of, tool
@@ -60,7 +63,9 @@ def test_O2_a_described_exception_is_redacted_then_cut_to_its_last_bytes() -> No
     except RuntimeError as exc:
         caught = describe(exc)
     assert caught.error_type == "RuntimeError"
-    assert caught.message.endswith(SECRET)  # redacted where it is stored, as every error
+    # the message is redacted, then cut to its start (the secret was at its end)
+    assert SECRET not in caught.message
+    assert caught.message.endswith("more characters]")
     assert SECRET not in caught.traceback
     assert len(caught.traceback.encode()) <= MAX_TRACEBACK_BYTES
     assert caught.traceback.startswith("[traceback cut: ")
@@ -248,3 +253,148 @@ async def test_O1_failures_print_nothing_unless_the_application_configures_loggi
     assert result.status == "failed"
     assert printed == []
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("mainspring").handlers)
+
+
+# -- hostile exceptions ----------------------------------------------------------------------
+
+
+async def surrogate_failure(**_: Any) -> None:
+    raise ValueError("undecodable \udcff byte")
+
+
+async def huge_failure(**_: Any) -> None:
+    raise ValueError(f"token {SECRET} " + "x" * 2_000_000)
+
+
+async def test_O2_an_error_with_undecodable_text_is_kept_with_its_type_and_traceback(
+    tmp_path: Path,
+) -> None:
+    plan = plan_of(tool("u", "bad"))
+    async with runtime(tmp_path, tools={"bad": surrogate_failure}) as rt:
+        result = await (await rt.start("g", plan, execution_id="u")).wait()
+        record = stored(rt, "u")
+    (failure,) = result.failures
+    assert failure.error_type == "ValueError"
+    assert failure.message == "ValueError: undecodable \\udcff byte"
+    assert failure.traceback is not None
+    assert "surrogate_failure" in failure.traceback
+    assert _obs(record, "u").error_type == "ValueError"
+
+
+async def test_O2_a_huge_error_is_bounded_on_disk_in_the_result_and_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    plan = plan_of(tool("h", "huge"))
+    async with runtime(tmp_path / "s", tools={"huge": huge_failure}) as rt:
+        result = await (await rt.start("g", plan, execution_id="h")).wait()
+        record = stored(rt, "h")
+    observation = _obs(record, "h")
+    assert observation.error is not None
+    assert len(observation.error) <= MAX_MESSAGE + 100
+    assert observation.error.startswith("ValueError: token [redacted github-token] xxx")
+    assert observation.error.endswith("more characters]")
+    (failure,) = result.failures
+    assert failure.message == observation.error
+    assert len(_store_bytes(tmp_path / "s")) < 1_000_000
+    logged = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert logged
+    for line in logged:
+        assert len(line.getMessage()) <= MAX_MESSAGE + MAX_TRACEBACK_BYTES + 1_000
+    assert SECRET not in caplog.text
+
+
+async def test_O2_a_planner_failure_says_why_in_the_result_without_its_secrets(
+    tmp_path: Path,
+) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        raise IndexError(f"no plan for token {SECRET}")
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="p")).wait()
+    assert result.status == "failed"
+    assert (
+        result.error == "the planner failed: IndexError: no plan for token [redacted github-token]"
+    )
+    assert result.failures[0].message == result.error
+
+
+async def test_O2_a_step_called_plan_fails_as_a_step_never_as_the_planner(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path, tools={"boom": bad_input}) as rt:
+        result = await (await rt.start("g", plan_of(tool("plan", "boom")), execution_id="r")).wait()
+        record = stored(rt, "r")
+    assert result.error == "step plan failed: ValueError: bad input 1"
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind) == ("plan", "tool")
+    assert result_from(record).failures == result.failures
+    assert result_from(record).error == result.error
+
+
+async def task_group_failure(**_: Any) -> None:
+    async def child() -> None:
+        raise ValueError("the child's own reason")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(child)
+
+
+async def test_O2_a_task_groups_failure_names_the_errors_inside_it(tmp_path: Path) -> None:
+    async with runtime(tmp_path, tools={"tg": task_group_failure}) as rt:
+        result = await (await rt.start("g", plan_of(tool("t", "tg")), execution_id="r")).wait()
+    (failure,) = result.failures
+    assert failure.error_type == "ExceptionGroup"
+    assert failure.message.endswith("(1 sub-exception): ValueError: the child's own reason")
+    assert result.error is not None
+    assert "ValueError: the child's own reason" in result.error
+
+
+def test_O2_a_large_exception_group_names_its_first_errors_and_counts_the_rest() -> None:
+    group = ExceptionGroup("many", [ValueError(i) for i in range(20)])
+    message = describe(ExceptionGroup("outer", [group, KeyError("k")])).message
+    assert message.startswith("ExceptionGroup: outer (2 sub-exceptions): ValueError: 0; ")
+    assert message.endswith("ValueError: 4; and 16 more")
+
+
+@pytest.mark.parametrize(
+    ("returned", "says"),
+    [
+        ({"not": "a plan"}, "the planner failed: it returned dict, not a Plan"),
+        (plan_of(tool("a", "nope")), "plan p v1: step a names unknown tool nope"),
+    ],
+    ids=["not-a-plan", "not-runnable"],
+)
+async def test_O2_a_run_its_planner_failed_without_raising_lists_that_failure(
+    tmp_path: Path, returned: object, says: str
+) -> None:
+    def planner(goal: str, context: ms.PlannerContext) -> object:
+        return returned
+
+    async with runtime(tmp_path, planner=planner) as rt:
+        result = await (await rt.start("g", execution_id="r")).wait()
+    assert result.status == "failed"
+    (failure,) = result.failures
+    assert (failure.step_id, failure.kind, failure.error_type) == ("plan", "planner", None)
+    assert failure.message == says == result.error
+
+
+async def escaping_failure(**_: Any) -> None:
+    raise ValueError("evil \x1b[31mred\x07\r\nWARNING:mainspring.executions:forged line")
+
+
+async def test_O2_a_logged_failure_cannot_drive_a_terminal_or_forge_a_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
+    async with runtime(tmp_path, tools={"esc": escaping_failure}) as rt:
+        await (await rt.start("g", plan_of(tool("e", "esc")), execution_id="r")).wait()
+    logged = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
+    assert logged
+    for message in logged:
+        assert "\x1b" not in message
+        assert "\x07" not in message
+        assert "\r" not in message
+        assert not any(line.startswith("WARNING:") for line in message.splitlines())
+    first = logged[0].splitlines()[0]
+    assert first.endswith("evil \\x1b[31mred\\x07\\r\\nWARNING:mainspring.executions:forged line")

@@ -51,6 +51,17 @@ class FakeClock:
         self.now += seconds
 
 
+def moving_with(clock: FakeClock) -> Any:
+    """A store clock (wall seconds) that moves as the holder's does: a late answer is late
+    for everyone (a frozen host, a held network), so a lease lapses on the store too."""
+    start = time.time() - clock.now
+
+    def now() -> float:
+        return start + clock.now
+
+    return now
+
+
 class LateAnswers(ms.storage.SqliteStore):
     """A SqliteStore whose next answer (to a commit or a heartbeat, once armed) reaches the
     runner ``delay`` seconds of the runner's clock after its request: the write lands, the
@@ -128,7 +139,7 @@ async def test_l5_a_commit_answered_after_the_lease_could_lapse_stops_the_run_be
     stops with LeaseLost and ``second`` never starts here; another runtime that takes the
     run over runs ``second`` once and ``first`` not again."""
     clock = FakeClock()
-    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    store = LateAnswers(tmp_path / "store.sqlite3", clock, store_clock=moving_with(clock))
     ledger = Ledger()
 
     def answer_late() -> None:
@@ -184,7 +195,7 @@ async def test_l5_a_heartbeat_answered_too_late_stops_the_run_and_its_running_st
     stops with LeaseLost at once: the running step is cancelled and its dependent never
     starts."""
     clock = FakeClock()
-    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    store = LateAnswers(tmp_path / "store.sqlite3", clock, store_clock=moving_with(clock))
     ledger = Ledger()
     entered = anyio.Event()
     reasons: list[ms.CancelReason | None] = []
@@ -348,3 +359,198 @@ async def test_l5_a_commit_answered_after_another_host_took_over_never_runs_a_st
             result_a = await handle_a.wait()
     assert isinstance(result_a.stopped_by, ms.LeaseLost), result_a.stopped_by
     assert ran == dict.fromkeys(STEPS, 1)  # nothing committed ran twice
+
+
+async def test_l5_a_commit_is_no_renewal_so_a_step_never_starts_after_the_stores_lease_lapsed(
+    tmp_path: Path,
+) -> None:
+    """A commit keeps the lease on disk as it is (only a heartbeat extends it), so its answer
+    proves nothing of the lease's end. A step fails 3 s into a 5 s lease (its failure is
+    committed on time); its retry waits until the lease lapsed on the store's clock too. The
+    retry must not start: before L5 counted commits as renewals it ran on a lapsed lease."""
+    clock = FakeClock()
+    store_clock = moving_with(clock)
+    store = LateAnswers(tmp_path / "store.sqlite3", clock, store_clock=store_clock)
+    ledger = Ledger()
+    live_at_start: list[bool] = []
+
+    async def flaky(**_: Any) -> str:
+        record = store.get("ex-commit")
+        assert record is not None
+        live_at_start.append(ms.storage.holder(record.lease, store_clock()) is not None)
+        ledger.add("tool", f"flaky:{len(live_at_start)}")
+        if len(live_at_start) == 1:
+            clock.advance(3.0)  # a slow first attempt, well within the lease
+            raise ConnectionError("boom")
+        return "ok"
+
+    async def advance_on_retry(rt: ms.Runtime) -> None:
+        async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                if type(event).__name__ == "StepRetrying":
+                    clock.advance(2.5)  # the backoff outlasts the lease (5 s from its renewal)
+                    return
+
+    plan = plan_of(ms.PlanStep(id="f", tool="flaky"))
+    policy = RetryPolicy(max_attempts=2, base_delay=1.0, max_delay=1.0)
+    async with (
+        runtime(
+            store,
+            ledger,
+            tools={"flaky": flaky},
+            lease_clock=clock,
+            retries={"tool": policy},
+            **QUIET,
+        ) as rt,
+        anyio.create_task_group() as tg,
+    ):
+        before = rt._bus.subscribers
+        tg.start_soon(advance_on_retry, rt)
+        while rt._bus.subscribers == before:
+            await anyio.lowlevel.checkpoint()
+        handle = await rt.start("commit", plan, execution_id="ex-commit")
+        with anyio.fail_after(60):
+            result = await handle.wait()
+    assert all(live_at_start), live_at_start  # no attempt ever started on a lapsed lease
+    assert isinstance(result.stopped_by, ms.LeaseLost), (result.status, result.stopped_by)
+    assert ledger.names() == ["flaky:1"]
+    store.close()
+
+
+async def test_l5_a_late_answer_while_the_store_still_holds_the_lease_lets_the_run_go_on(
+    tmp_path: Path,
+) -> None:
+    """The answer to first's commit reaches a busy holder a whole lease after it was sent
+    (a blocked event loop, a loaded machine), but on the store's clock the lease never
+    lapsed. A renewal, fenced by the lease's epoch, proves nobody took the run meanwhile:
+    the run goes on and completes instead of failing with a LeaseLost nobody caused."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)  # the store's clock: wall time
+    ledger = Ledger()
+
+    def answer_late() -> None:
+        store.late_commit = TTL  # the commit of first's completion
+
+    async with runtime(
+        store, ledger, tools=marking(ledger, answer_late), lease_clock=clock, **QUIET
+    ) as rt:
+        handle = await rt.start("busy", chain(), execution_id="ex-busy")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert result.status == "completed", (result.status, result.stopped_by)
+    assert ledger.names() == ["first", "second"]
+    store.close()
+
+
+async def test_l5_answers_that_keep_coming_late_stop_the_run_with_lease_lost(
+    tmp_path: Path,
+) -> None:
+    """Every renewal is answered a whole lease late (the holder's clock only): the store
+    grants them, but none can be counted on, so after a few tries the run stops with
+    LeaseLost before its next step; it never loops on renewals."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock)
+    ledger = Ledger()
+
+    def answer_late() -> None:
+        store.late_commit = TTL
+
+    original = store.renew_many
+
+    def late_renewals(renewals: Any) -> Any:
+        if store.late_commit == 0.0 and ledger.names():  # after first's late commit
+            store.late_renewal = TTL
+        return original(renewals)
+
+    store.renew_many = late_renewals  # type: ignore[method-assign]
+    async with runtime(
+        store, ledger, tools=marking(ledger, answer_late), lease_clock=clock, **QUIET
+    ) as rt:
+        handle = await rt.start("late", chain(), execution_id="ex-always")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert isinstance(result.stopped_by, ms.LeaseLost), (result.status, result.stopped_by)
+    assert "answer came" in result.stopped_by.detail
+    assert ledger.names() == ["first"]
+    store.close()
+
+
+@pytest.mark.parametrize("call", ["tool", "skill", "step"])
+async def test_l5_an_agent_starts_no_side_effect_after_its_runs_lease_lapsed(
+    tmp_path: Path, call: str
+) -> None:
+    """An agent's first tool call takes longer than the lease (no save meanwhile, no
+    heartbeat): the lease lapses on the store's clock too. Its next tool call, model call
+    or durable step must not start; the run stops with LeaseLost. Before, nothing between
+    an agent's saves looked at the lease."""
+    clock = FakeClock()
+    store = LateAnswers(tmp_path / "store.sqlite3", clock, store_clock=moving_with(clock))
+    ledger = Ledger()
+
+    async def slow(**_: Any) -> str:
+        ledger.add("tool", "slow")
+        clock.advance(TTL + 1.0)  # a long call: the lease lapses on every clock
+        return "slow"
+
+    async def after(**_: Any) -> str:
+        ledger.add("tool", "after")
+        return "after"
+
+    async def worker(ctx: ms.AgentContext, _input: Any) -> str:
+        await ctx.call_tool("slow")
+        if call == "tool":
+            await ctx.call_tool("after")
+        elif call == "skill":
+            await ctx.call_skill("after")
+        else:
+            await ctx.step("after", after)
+        return "done"
+
+    plan = plan_of(ms.PlanStep(id="a", agent="worker"))
+    async with runtime(
+        store,
+        ledger,
+        tools={"slow": slow, "after": after},
+        skills={"after": after},
+        agents={"worker": worker},
+        lease_clock=clock,
+        **QUIET,
+    ) as rt:
+        handle = await rt.start("agent", plan, execution_id="ex-agent")
+        with anyio.fail_after(30):
+            result = await handle.wait()
+    assert ledger.names() == ["slow"], ledger.names()  # nothing started on the lapsed lease
+    assert isinstance(result.stopped_by, ms.LeaseLost), (result.status, result.stopped_by)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "clock",
+    [lambda: None, lambda: "1.0", lambda: float("nan"), lambda: True, 5],
+    ids=["none", "text", "nan", "bool", "not-callable"],
+)
+async def test_l5_a_lease_clock_that_does_not_answer_seconds_is_refused_at_open(
+    tmp_path: Path, clock: Any
+) -> None:
+    """A lease clock that answers something other than a finite number of seconds (a
+    datetime, None, NaN) is refused when the runtime opens; before, only its type was
+    checked (callable), and every run crashed at its first renewal."""
+    with pytest.raises(TypeError, match="lease_clock"):
+        async with runtime(tmp_path, lease_clock=clock):
+            pass  # pragma: no cover - refused before
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="no CLOCK_BOOTTIME here")
+async def test_l5_the_default_lease_clock_goes_on_while_the_machine_is_suspended(
+    tmp_path: Path,
+) -> None:
+    """time.monotonic stands still through a suspend: a laptop or VM resumed an hour later
+    would find its lease "fresh" and start its next step on a lease that lapsed an hour
+    ago. The runtime's default lease clock is CLOCK_BOOTTIME, which counts the suspend."""
+    from mainspring.executions import _lease_guard
+
+    stamp = _lease_guard.lease_clock()
+    assert abs(stamp - time.clock_gettime(time.CLOCK_BOOTTIME)) < 5.0
+    assert LeaseWatch(5.0)._clock is _lease_guard.lease_clock
+    async with runtime(tmp_path) as rt:
+        assert rt._cfg.lease_clock is _lease_guard.lease_clock

@@ -5,9 +5,11 @@ owner is elsewhere; ``recover()`` says what it left alone and why."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,3 +303,201 @@ async def test_l8_on_postgresql_a_release_is_taken_over_at_its_notice(
             await ran.wait()
             await completed(second, "ex-handed")
     assert calls == ["second"]
+
+
+#: A credential of a shape ``redact`` masks, in a store error's text.
+SECRET = "sk-ant-api03-" + "Q" * 40
+
+
+class _Flaky(ms.storage.SqliteStore):
+    """A SQLite store whose first listing and first acquire fail with an error whose text
+    holds a credential (a store error quoting what it was given)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.fail_list = 1
+        self.fail_acquire = 1
+
+    def unfinished(self) -> ms.storage.Listing:  # what recovery lists
+        if self.fail_list:
+            self.fail_list -= 1
+            raise ms.storage.StorageError(f"listing failed near {SECRET}")
+        return super().unfinished()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        if self.fail_acquire:
+            self.fail_acquire -= 1
+            raise ms.storage.StorageError(f"acquire failed near {SECRET}")
+        return super().acquire(*args, **kwargs)
+
+
+async def test_l8_failed_sweeps_and_recoveries_are_logged_redacted_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = str(tmp_path / "flaky.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-flaky")
+    flaky = _Flaky(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    caplog.set_level(logging.WARNING, logger="mainspring.executions")
+    try:
+        async with ms.open_runtime(store=flaky, tools=tools, lease_ttl=3) as rt:
+            with anyio.fail_after(60):  # the watcher's first sweep fails, a later one takes it
+                await ran.wait()
+                await completed(rt, "ex-flaky")
+            report = await rt.recover()
+    finally:
+        flaky.close()
+    assert calls == [""]
+    assert [h.execution_id for h in report] == ["ex-flaky"]
+    logged = "\n".join(
+        record.getMessage() + (caplog.handler.format(record) if record.exc_info else "")
+        for record in caplog.records
+    )
+    assert "recovery sweep failed" in logged
+    assert "could not recover ex-flaky" in logged
+    assert "[redacted anthropic-key]" in logged
+    assert SECRET not in logged
+    assert SECRET not in caplog.text
+
+
+class _SlowTake(ms.storage.SqliteStore):
+    """A SQLite store whose first lease taken lands and then answers late (a loaded
+    server): ``taken`` is set once it has landed."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.taken = threading.Event()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        result = super().acquire(*args, **kwargs)
+        if not self.taken.is_set():
+            self.taken.set()
+            threading.Event().wait(5)  # the answer is late; the runtime closes meanwhile
+        return result
+
+
+async def test_l8_a_runtime_closing_mid_takeover_leaves_no_lease_held(tmp_path: Path) -> None:
+    """The runtime closes while its recovery waits for the lease it took: the run is not
+    started here, and its lease is let go at once, not held by a closed runtime for its
+    ttl (another runtime, here or elsewhere, takes the run over without waiting)."""
+    target = str(tmp_path / "slow.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-mid")
+    slow = _SlowTake(target)
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    try:
+        async with ms.open_runtime(store=slow, tools=tools, lease_ttl=60) as rt:
+            with anyio.fail_after(60):
+                await anyio.to_thread.run_sync(slow.taken.wait)
+            owner = rt.owner
+    finally:
+        slow.close()
+    left = await anyio.to_thread.run_sync(stored, spec, "ex-mid")
+    assert left is not None
+    assert left.status == "running"
+    assert left.lease is not None
+    assert left.lease.owner == ""  # released, not held by a closed runtime for 60 s
+    assert left.lease.epoch == 2  # it had been taken once
+    assert calls in ([], [""])
+    assert owner
+
+
+class _NoWholeListing(ms.storage.SqliteStore):
+    """A SQLite store that refuses to be listed whole: a sweep must not read every run."""
+
+    def list(self) -> ms.storage.Listing:
+        raise AssertionError("recovery listed the whole store")
+
+
+async def test_l8_a_sweep_reads_only_unfinished_runs(tmp_path: Path) -> None:
+    """Recovery sweeps every few seconds for as long as a runtime is open: it lists the
+    unfinished runs only (``storage.Unfinished``), whatever number of finished ones the
+    store keeps, and still takes an orphan over."""
+    target = str(tmp_path / "big.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    for n in range(20):
+        await plant(spec, f"ex-done-{n}", status="completed")
+    await plant(spec, "ex-orphan")
+    quiet = _NoWholeListing(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    try:
+        async with ms.open_runtime(store=quiet, tools=tools, lease_ttl=3) as rt:
+            with anyio.fail_after(30):
+                await ran.wait()
+                await completed(rt, "ex-orphan")
+            report = await rt.recover()
+    finally:
+        quiet.close()
+    assert [h.execution_id for h in report] == ["ex-orphan"]
+    assert report.skipped == ()  # finished runs are not looked at, nor reported
+
+
+class _HeldResume(ms.storage.SqliteStore):
+    """A SQLite store on which the first lease taken waits for ``gate`` (a hand resume under
+    way), and whose clock read, which follows recovery's listing, sets ``listed``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.acquiring = threading.Event()
+        self.gate = threading.Event()
+        self.listed = threading.Event()
+        self.sweeping = False
+
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+        if not self.acquiring.is_set():
+            self.acquiring.set()
+            self.gate.wait(60)
+        return super().acquire(*args, **kwargs)
+
+    def unfinished(self) -> ms.storage.Listing:
+        self.sweeping = True
+        return super().unfinished()
+
+    def now(self) -> float:
+        if self.sweeping:
+            self.listed.set()
+        return super().now()
+
+
+async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recovered(
+    tmp_path: Path,
+) -> None:
+    """``recover()`` lists a run nobody runs while a hand ``resume`` of it is under way: the
+    resume wins, and the report does not claim the run as taken over by recovery (nor as
+    left alone)."""
+    target = str(tmp_path / "held.db")
+    spec = StoreSpec("sqlite", target, tmp_path, None)
+    await plant(spec, "ex-hand")
+    held = _HeldResume(target)
+    calls: list[str] = []
+    ran, tools = gate_tool(calls)
+    report: list[ms.executions.RecoveryReport] = []
+    try:
+        async with ms.open_runtime(store=held, tools=tools, recover=False) as rt:
+            handles: list[ms.ExecutionHandle] = []
+
+            async def by_hand() -> None:
+                handles.append(await rt.resume("ex-hand"))
+
+            async def recovering() -> None:
+                report.append(await rt.recover())
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(by_hand)
+                    await anyio.to_thread.run_sync(held.acquiring.wait)
+                    tg.start_soon(recovering)
+                    await anyio.to_thread.run_sync(held.listed.wait)
+                    held.gate.set()
+                await ran.wait()
+                assert (await handles[0].wait()).status == "completed"
+    finally:
+        held.gate.set()
+        held.close()
+    assert calls == [""]
+    assert list(report[0]) == []
+    assert report[0].skipped == ()

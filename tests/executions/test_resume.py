@@ -468,3 +468,83 @@ async def test_max_replans_counts_across_resumes(tmp_path: Path) -> None:
     assert result.status == "failed"
     assert record.replans == 1
     assert len(calls) == 2  # the one replan allowed; the counter is on the record
+
+
+async def _asks(ctx: ms.AgentContext, input: Any) -> str:
+    return await ctx.ask("which city?")
+
+
+async def test_R8_a_resume_whose_answer_cannot_be_stored_gives_the_lease_back(
+    tmp_path: Path,
+) -> None:
+    """An answer that makes the record too large (or one with no UTF-8 form) is refused,
+    and the lease the resume took is given back at once: another host's resume with a
+    good answer is not told ``ExecutionBusy`` until the lease lapses."""
+    path = tmp_path / "s.sqlite3"
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asks"),))
+    agents = {"asks": _asks}
+    async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as rt:
+        result = await (await rt.start("g", plan, execution_id="ex-big")).wait()
+        assert result.status == "waiting_for_clarification"
+        before = await rt.get("ex-big")
+        with pytest.raises(ValueError, match="UTF-8"):
+            await rt.resume("ex-big", answer="caf\udce9")  # undecodable bytes, as argv has them
+        assert await rt.get("ex-big") == before  # refused before anything was taken
+        with pytest.raises(ms.storage.TooLarge):
+            await rt.resume("ex-big", answer="x" * (17 * 1024 * 1024))
+        after = await rt.get("ex-big")
+    assert after is not None
+    assert after.status == "waiting_for_clarification"
+    assert after.lease is not None
+    assert not after.lease.owner
+    async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as elsewhere:
+        with anyio.fail_after(30):
+            done = await (await elsewhere.resume("ex-big", answer="Lisbon")).wait()
+    assert (done.status, done.outputs) == ("completed", {"a": "Lisbon"})
+
+
+async def test_R8_a_resumes_answer_to_a_question_answered_already_is_refused_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """``Runtime.answer`` stored "A"; ``resume(answer="B")`` then neither drops "B" in
+    silence (the task got "A") nor, for the run's own question, leaves "A" stored to
+    answer the planner's next question by itself: it is refused, as a second
+    ``Runtime.answer`` is, and nothing changes."""
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asks"),))
+    goals: list[str] = []
+
+    def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        goals.append(goal)
+        if goal.count("Clarification") < 2:
+            raise ms.ClarificationNeeded(f"question {goal.count('Clarification')}?")
+        return plan
+
+    path = tmp_path / "s.sqlite3"
+    async with ms.open_runtime(store=path, agents={"asks": _asks}, planner=planner) as rt:
+        inner = await (await rt.start("g", plan, execution_id="ex-inner")).wait()
+        outer = await (await rt.start("book", execution_id="ex-outer")).wait()
+        assert inner.status == outer.status == "waiting_for_clarification"
+        for execution_id in ("ex-inner", "ex-outer"):
+            await rt.answer(execution_id, "A")
+            before = await rt.get(execution_id)
+            with pytest.raises(ms.ExecutionBusy, match="has an answer already"):
+                await rt.resume(execution_id, answer="B")
+            after = await rt.get(execution_id)
+            assert after is not None
+            assert before is not None
+            assert (after.answer_requests, after.goal, after.status, after.lease) == (
+                before.answer_requests,
+                before.goal,
+                before.status,
+                before.lease,
+            )
+        with anyio.fail_after(30):
+            done = await (await rt.resume("ex-inner")).wait()
+            asked_again = await (await rt.resume("ex-outer")).wait()
+        record = await rt.get("ex-outer")
+    assert (done.status, done.outputs) == ("completed", {"a": "A"})
+    # The planner's second question waits for its own answer: "A" answered the first only.
+    assert asked_again.status == "waiting_for_clarification"
+    assert record is not None
+    assert record.answer_requests == ()
+    assert record.goal == "book\n\nClarification: A"

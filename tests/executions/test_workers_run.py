@@ -511,3 +511,54 @@ async def test_s1_a_stop_task_from_another_host_records_the_worker_stopped(
     (worker,) = seen.workers
     assert (worker.status, worker.reason) == ("stopped", "stop-task")
     assert ("stopped", "stop-task") in history
+
+
+async def test_e2_w_a_stopped_runners_worker_edit_never_overwrites_a_later_tenure(
+    tmp_path: Path,
+) -> None:
+    """E2-W: the runner stopped by a pause from another host writes its stopped workers
+    after it gave its lease up. If that host resumed the run (a new lease tenure, a new
+    worker generation) and paused it again before that write lands, the write is not
+    applied: the record keeps the later tenure's workers."""
+    import threading
+
+    arrived, go = threading.Event(), threading.Event()
+
+    class SlowWorkerEdits(ms.storage.SqliteStore):
+        def edit(self, execution_id: str, change: Any) -> Any:
+            if "worker_parts_edit" in getattr(change, "__qualname__", ""):
+                arrived.set()
+                go.wait(60)  # held until the other host resumed and paused the run
+            return super().edit(execution_id, change)
+
+    path = tmp_path / "s.sqlite3"
+    first = ScriptedHost([[ScriptedHost.until_stopped()]])
+    second = ScriptedHost([[ScriptedHost.until_stopped()]])
+    store = SlowWorkerEdits(path)
+    try:
+        async with (
+            ms.open_runtime(store=store, agents={"coder": WorkerAgent(["scripted"], host=first,
+                            grace=0.1)}, recover=False, **FAST) as rt,
+            ms.open_runtime(store=path, agents={"coder": WorkerAgent(["scripted"], host=second,
+                            grace=0.1)}, recover=False, **FAST) as other,
+        ):  # fmt: skip
+            handle = await rt.start("g", plan_of(agent("a", "coder")))
+            run = handle.execution_id
+            await _running_worker(rt, run)
+            await other.pause(run)
+            with anyio.fail_after(60):
+                await anyio.to_thread.run_sync(arrived.wait)
+                resumed = await other.resume(run)
+                await _running_worker(other, run, generation=2)
+                assert (await other.pause(run)).status == "paused"
+                assert (await resumed.wait()).status == "paused"
+            before = await other.workers(run)
+            go.set()
+            with anyio.fail_after(60):
+                assert (await handle.wait()).status == "paused"
+            after = await other.workers(run)
+    finally:
+        go.set()
+        store.close()
+    assert [(w.generation, w.status) for w in before.workers] == [(2, "stopped")]
+    assert after.workers == before.workers

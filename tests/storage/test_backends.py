@@ -833,3 +833,37 @@ def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     assert not lost.acquired
     assert lost.lease == won.lease
     assert store.commit_progress(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
+
+
+def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twice(
+    make_store: Factory,
+) -> None:
+    """What recovery sweeps (``Unfinished``): every run not completed, failed or
+    cancelled, problems for those that do not read; a run that finishes drops out, and a
+    finished run is not read again (a file store's finished journal, once read, is
+    skipped until it changes)."""
+    store = make_store()
+    assert isinstance(store, ms.storage.Unfinished)
+    statuses = ["running", "planned", "paused", "waiting_for_clarification"]
+    statuses += ["completed", "failed", "cancelled"]
+    for status in statuses:
+        assert store.create(execution(f"ex-{status}", status=status))
+    _corrupt(make_store, store, "broken", b'{"v": 1, "id": ')
+    listing = store.unfinished()
+    assert [e.id for e in listing.executions] == sorted(f"ex-{s}" for s in statuses[:4])
+    assert [p.id for p in listing.problems] == ["broken"]
+    assert store.edit("ex-running", lambda e, now: attrs.evolve(e, status="completed"))
+    assert [e.id for e in store.unfinished().executions] == sorted(f"ex-{s}" for s in statuses[1:4])
+    assert store.unfinished() == store.unfinished()  # reading changes nothing
+    if make_store.kind == "file":  # type: ignore[attr-defined]
+        assert isinstance(store, FileStore)
+        calls: list[str] = []
+        read = store._read
+
+        def counted(execution_id: str, **kwargs: Any) -> Any:
+            calls.append(execution_id)
+            return read(execution_id, **kwargs)
+
+        store._read = counted  # type: ignore[method-assign]
+        store.unfinished()
+        assert sorted(calls) == sorted(["broken", *(f"ex-{s}" for s in statuses[1:4])])

@@ -69,3 +69,26 @@ def test_l7_owner_here_is_this_host_only() -> None:
     host, pid, token, process = mine.split(":")
     assert not owner_here(f"elsewhere-{host}:{pid}:{token}:{process}")
     assert not owner_here(f"{host}:{pid}:{token}")
+
+
+def test_l7_an_owner_whose_process_cannot_be_looked_at_is_not_gone() -> None:
+    """Out of file descriptors (a loaded server at its limit), ``/proc`` cannot be read:
+    that says nothing about the owner, which is alive and must not be judged gone."""
+    import resource
+
+    mine = new_owner_id()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    opened: list[int] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+        try:
+            while True:
+                opened.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass  # EMFILE: no descriptor left
+        assert not owner_gone(mine)
+    finally:
+        for fd in opened:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not owner_gone(mine)

@@ -166,3 +166,105 @@ async def test_l6_a_resume_waiting_for_a_row_lock_is_cancelled_promptly(
     # A waiter with no lock_timeout would keep the runtime from closing for as long as
     # the holder keeps its lock; this one gives up after ~2 s of waits.
     assert closed_in < 30.0, closed_in
+
+
+def test_l6_a_url_setting_deadlock_timeout_keeps_the_store_s_lock_timeout(
+    postgres_url: str,
+) -> None:
+    """A setting is matched by its whole name: ``deadlock_timeout`` in the URL's options
+    once passed for ``lock_timeout`` (a substring), and the lock wait was left unbounded."""
+    url = f"{postgres_url}&options=-c%20deadlock_timeout%3D2s"
+    store = PostgresStore(url, lock_timeout=0.75)
+    try:
+        with store._connections.reading() as conn:
+            deadlock = conn.execute("SHOW deadlock_timeout").fetchone()[0]
+            lock = conn.execute("SHOW lock_timeout").fetchone()[0]
+    finally:
+        store.close()
+    assert (deadlock, lock) == ("2s", "750ms")
+
+
+def test_l6_pgoptions_from_the_environment_are_kept_beside_the_store_s_timeouts(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq reads PGOPTIONS only when no options are given; the store's own options once
+    replaced it, silently dropping what the operator set (and a lock_timeout set there)."""
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=8MB -c lock_timeout=5s")
+    store = PostgresStore(postgres_url)
+    try:
+        with store._connections.reading() as conn:
+            work_mem = conn.execute("SHOW work_mem").fetchone()[0]
+            lock = conn.execute("SHOW lock_timeout").fetchone()[0]
+            idle = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0]
+    finally:
+        store.close()
+    assert (work_mem, lock, idle) == ("8MB", "5s", "5s")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        ("lock_timeout", float("inf"), ValueError),
+        ("lock_timeout", 1e10, ValueError),  # past the server's INT_MAX milliseconds
+        ("session_timeout", float("nan"), ValueError),
+        ("statement_timeout", float("inf"), ValueError),
+        ("connect_timeout", float("nan"), ValueError),
+        ("connect_timeout", -1, ValueError),
+        ("connect_timeout", "3", TypeError),
+        ("reconnect_timeout", -5, ValueError),
+        ("reconnect_timeout", float("nan"), ValueError),
+        ("reconnect_timeout", float("inf"), ValueError),
+        ("pool_size", True, ValueError),
+        ("max_bytes", -1, ValueError),
+        ("max_record_bytes", 0, ValueError),
+    ],
+)
+def test_l6_postgres_store_refuses_a_bad_bound_before_it_connects(
+    option: str, value: object, error: type[Exception]
+) -> None:
+    """A bound that cannot hold (infinite, not a number, negative, beyond what the server
+    accepts) is a typed error naming it, raised before any connection: once an
+    OverflowError, a StorageError "cannot reach PostgreSQL", or a store that never waited."""
+    with pytest.raises(error, match=option):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", **{option: value})
+
+
+def test_l6_a_statement_timeout_shorter_than_a_lock_wait_is_waited_out_not_a_refusal(
+    seeded: str,
+) -> None:
+    """With ``statement_timeout`` shorter than ``lock_timeout``, a wait for a row lock ends
+    by the statement timeout (SQLSTATE 57014), not ``lock_not_available``. The transaction
+    was rolled back, so the call is tried again like any lock wait; before, it was taken
+    for the server refusing the write (StorageError: a runner's record "unstorable")."""
+    holder = psycopg.connect(seeded.split("?")[0])
+    schema = seeded.split("schema=")[1]
+    holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
+    let_go = threading.Timer(1.5, holder.commit)
+    store = PostgresStore(seeded, statement_timeout=0.3, lock_timeout=2.0, reconnect_timeout=30)
+    try:
+        let_go.start()
+        result = store.acquire(ID, "host-b", 5.0)
+    finally:
+        let_go.join()
+        holder.close()
+        store.close()
+    assert result.acquired, result
+
+
+def test_l6_a_statement_timeout_that_never_clears_is_store_unavailable_in_bound(
+    seeded: str,
+) -> None:
+    """A lock held past ``reconnect_timeout`` under a short ``statement_timeout``: the call
+    gives up within its bound with StoreUnavailable (nothing written), never a refusal."""
+    holder = psycopg.connect(seeded.split("?")[0])
+    schema = seeded.split("schema=")[1]
+    holder.execute(f'SELECT 1 FROM "{schema}".executions WHERE id = %s FOR UPDATE', (ID,))
+    store = PostgresStore(seeded, statement_timeout=0.2, lock_timeout=2.0, reconnect_timeout=1.0)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ms.storage.StoreUnavailable, match="statement_timeout"):
+            store.acquire(ID, "host-b", 5.0)
+        assert time.monotonic() - began < 20
+    finally:
+        holder.close()
+        store.close()
