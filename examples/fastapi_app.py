@@ -21,7 +21,9 @@ The runtime's store defaults to ``$MAINSPRING_HOME``; set ``MAINSPRING_STORE`` t
 elsewhere. Every endpoint returns quickly: runs go on in the background, inside the
 lifespan. On Ctrl-C (or SIGTERM) the event streams end first, so the server does not wait
 for their clients to hang up; then the lifespan closes the runtime and every run stops,
-releasing its lease, resumable by the next start (``rt.recover()``).
+releasing its lease, resumable by the next start (``rt.recover()``). A client that stopped
+reading while its socket's buffers were full holds its response, and so the server's exit,
+until it reads again: run uvicorn with ``--timeout-graceful-shutdown 5`` to bound that.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ import anyio
 import anyio.to_thread
 import attrs
 from fastapi import FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, Field
 
 import mainspring as ms
 
@@ -109,6 +112,12 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
     event loop to call ``rt.close_streams()`` (every ``async for`` over ``rt.events()`` then
     ends normally), then hands the signal to the server. Signals whose handler is not a
     Python callable (not a server's), and any thread but the main one, are left alone.
+
+    That is uvicorn's way (its own process takes the signal). Hypercorn's command instead
+    tells its worker processes to stop through an event from its parent, with the signals
+    ignored in the workers: there this wraps nothing, and hypercorn cancels responses still
+    open once its ``graceful_timeout`` has passed. A server stopped some other way can call
+    ``rt.close_streams()`` itself where its shutdown begins.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -117,7 +126,7 @@ def streams_end_on_exit_signal(rt: ms.Runtime) -> Iterator[None]:
         schedule: Callable[[Callable[[], None]], Any] = (
             asyncio.get_running_loop().call_soon_threadsafe
         )
-    except RuntimeError:  # not asyncio: trio (hypercorn's trio worker)
+    except RuntimeError:  # not asyncio: trio (a trio server run in this process)
         import trio
 
         schedule = trio.lowlevel.current_trio_token().run_sync_soon
@@ -179,6 +188,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 app = FastAPI(title="mainspring example", lifespan=lifespan)
 
 
+@app.exception_handler(RequestValidationError)
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A 422 that says what is wrong without echoing the input, as FastAPI's own does: a
+    goal may be large, hold a secret, or not even encode."""
+    errors = [{"loc": e["loc"], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
 @app.exception_handler(ms.storage.InvalidId)
 async def invalid_id(request: Request, exc: ms.storage.InvalidId) -> JSONResponse:
     return JSONResponse({"detail": "invalid id"}, status_code=400)
@@ -189,8 +206,21 @@ async def unknown_execution(request: Request, exc: ms.UnknownExecution) -> JSONR
     return JSONResponse({"detail": "no such execution"}, status_code=404)
 
 
+def _storable(text: str) -> str:
+    """JSON may carry lone surrogates (``"\\ud800"``); a store keeps UTF-8 only."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid UTF-8 text") from None
+    return text
+
+
+#: What a client may send as a goal: bounded, storable text (else 422).
+Text = Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(_storable)]
+
+
 class StartBody(BaseModel):
-    goal: str
+    goal: Text
 
 
 class AnswerBody(BaseModel):
@@ -301,16 +331,22 @@ async def execution_events(
     ``id:`` its sequence number. Resumes after ``Last-Event-ID`` (or ``?after=``): nothing
     missed, nothing repeated. Ends once the run has finished (a reconnection then gets 204
     No Content, which tells an ``EventSource`` to stop), and when the server stops (the
-    client reconnects with ``Last-Event-ID`` to the next one)."""
+    client reconnects with ``Last-Event-ID`` to the next one). A position that is neither 0
+    nor the id of one of this run's events (another store's, one from the future) is a 400:
+    the stream could never reach the run's end from there."""
     if last_event_id is not None:
-        if not last_event_id.isdigit() or len(last_event_id) > 20:
+        if not last_event_id.isdigit() or len(last_event_id) > 19:
             raise HTTPException(400, "Last-Event-ID must be a sequence number")
         after = int(last_event_id)
     after = after or 0
     rt = _rt(request)
     done = (await _execution(rt, execution_id)).terminal
     read = functools.partial(rt.store.history, execution_id)
-    if done and not await anyio.to_thread.run_sync(functools.partial(read, after=after)):
+    if after:  # it must name one of this run's events
+        found = await anyio.to_thread.run_sync(functools.partial(read, after=after - 1, limit=1))
+        if not found or found[0].seq != after:
+            raise HTTPException(400, "no event of this run has that id")
+    if done and not await anyio.to_thread.run_sync(functools.partial(read, after=after, limit=1)):
         return Response(status_code=204)  # finished, all sent: EventSource stops reconnecting
 
     async def stored(after: int) -> AsyncIterator[str]:
@@ -380,8 +416,10 @@ async def cancel(execution_id: str, request: Request) -> dict[str, Any]:
 async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[str, str]:
     try:
         handle = await _rt(request).resume(execution_id, answer=body.answer, approve=body.approve)
-    except (ms.ExecutionBusy, ms.executions.NotWaiting) as exc:
+    except ms.executions.NotWaiting as exc:  # an answer for a run that waits for none
         raise HTTPException(409, str(exc)) from None
+    except ms.ExecutionBusy:  # its message names the owner (host, pid): not the client's
+        raise HTTPException(409, "the run is live in another process") from None
     except ms.storage.InvalidId:
         raise  # 400, by its handler
     except ValueError as exc:  # an answer with no UTF-8 form
@@ -402,7 +440,7 @@ async def stop_task(task_id: str, request: Request, cascade: bool = False) -> di
 
 
 @app.get("/events")
-async def events(request: Request, limit: int = 0) -> StreamingResponse:
+async def events(request: Request, limit: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
     """Server-sent events: the live events of every run in this process (ids, states,
     counts only). ``limit`` ends the stream after that many events (0: never); it ends
     when the server stops too."""

@@ -7,6 +7,7 @@ is the same one the FastAPI example uses; only the event loop differs.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -40,16 +41,13 @@ PLAN = ms.Plan(
 
 async def watch(rt: ms.Runtime, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Print every step and agent task as it ends (events carry ids and states only)."""
-    events = rt.events()
-    try:
+    async with contextlib.aclosing(rt.events()) as events:
         task_status.started()
         async for event in events:
             if isinstance(event, ms.executions.StepFinished):
                 print(f"  step {event.step_id}: {event.state} ({event.done}/{event.total})")
             elif isinstance(event, ms.executions.AgentTaskWaiting):
                 print(f"  task {event.task_id} asks a question")
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
 
 
 async def main(store: str) -> list[str]:

@@ -51,7 +51,12 @@ class EventBus(Generic[E]):
         return len(self._subscribers)
 
     def publish(self, event: E) -> None:
-        """Hand ``event`` to every subscriber (synchronously; never blocks)."""
+        """Hand ``event`` to every subscriber (synchronously; never blocks). Once the bus
+        is closed nothing more is handed out: a subscription ends after what it held at
+        :meth:`close` (Invariant V4), however much its owner goes on publishing and however
+        slowly its consumer drains."""
+        if self._closed:
+            return
         for sub in self._subscribers:
             if len(sub.items) >= sub.buffer:
                 sub.items.popleft()

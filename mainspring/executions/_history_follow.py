@@ -32,6 +32,11 @@ __all__ = ["HistoryFollowers", "RuntimeEvents"]
 
 #: Entries read per ``store.history`` call.
 PAGE = 1_000
+#: Followers' store reads under way at once, per runtime. Every follower reads after each
+#: durable write, whatever run it follows: with a server's hundreds of clients streaming,
+#: unlimited reads would take every worker thread and the store's lock from the runtime's
+#: own writer (its commits and lease renewals), and runs would crawl or lose their leases.
+READERS = 4
 
 
 class HistoryFollowers:
@@ -48,6 +53,7 @@ class HistoryFollowers:
         self._closed = False  # the store may be gone: nobody reads any more
         self._idle: anyio.Event | None = None
         self._waits: set[anyio.CancelScope] = set()  # the waits of parked followers
+        self._readers = anyio.CapacityLimiter(READERS)  # never the writer's threads
 
     def stop(self) -> None:
         """End every follower, now and from now on, while the store stays open: one that
@@ -76,7 +82,7 @@ class HistoryFollowers:
         self._reads += 1  # before the first checkpoint: close() sees this read from now on
         try:
             read = functools.partial(self._store.history, execution_id, after=after, limit=PAGE)
-            return await anyio.to_thread.run_sync(read)
+            return await anyio.to_thread.run_sync(read, limiter=self._readers)
         finally:
             self._reads -= 1
             self._settle()

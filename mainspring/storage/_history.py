@@ -88,11 +88,17 @@ class HistoryEvent:
     reason: str | None = None
 
 
+#: The largest sequence number a store can hold (SQLite's and PostgreSQL's 64-bit integers).
+MAX_SEQ = 2**63 - 1
+
+
 def check_after(after: Any) -> int:
-    """``after`` as a sequence number: a whole number >= 0."""
+    """``after`` as a sequence number: a whole number >= 0. One past every sequence number
+    a store can hold (a client's ``Last-Event-ID`` from far in the future) reads as the
+    largest one: nothing comes after it, rather than an overflow in the database driver."""
     if type(after) is not int or after < 0:
         raise ValueError(f"after must be a sequence number (a whole number >= 0), not {after!r}")
-    return after
+    return min(after, MAX_SEQ)
 
 
 def parse_event(seq: int, execution_seq: int, raw: Any) -> HistoryEvent:

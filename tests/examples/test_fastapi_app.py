@@ -99,6 +99,47 @@ async def test_answer_list_and_the_runs_view_over_http(client: Any) -> None:
     assert (await client.get("/executions", params={"limit": 0})).status_code == 422
 
 
+async def test_v2_a_position_that_names_no_event_of_the_run_is_refused(client: Any) -> None:
+    """``Last-Event-ID`` (or ``?after=``) must be 0 or one of this run's event ids: one from
+    the future (past 64 bits too) or of another run is a 400, never a 500 or a stream that
+    cannot reach the run's end; a real one resumes after it."""
+    first = (await client.post("/executions", json={"goal": "research reef"})).json()["id"]
+    await _until(client, first, "waiting_for_clarification")
+    other = (await client.post("/executions", json={"goal": "research 42"})).json()["id"]
+    await _until(client, other, "failed")
+    runtime = fastapi_app.app.state.runtime
+    mine = [e.seq for e in runtime.store.history(first)]
+    theirs = runtime.store.history(other)[0].seq
+    events = f"/executions/{other}/events"
+    for position in (str(mine[0]), str(theirs + 10**6), str(2**63 - 1), str(2**63)):
+        refused = await client.get(events, headers={"Last-Event-ID": position})
+        assert refused.status_code == 400, position
+        assert (await client.get(events, params={"after": position})).status_code == 400
+    resumed = await client.get(events, headers={"Last-Event-ID": str(theirs)})
+    assert resumed.status_code == 200
+    assert f"id: {theirs}\n" not in resumed.text
+    assert resumed.text.startswith("id: ")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"goal": "research \\ud800"}',  # a lone surrogate: valid JSON, not storable text
+        b'{"goal": ""}',
+        b'{"goal": "' + b"a" * 100_001 + b'"}',
+    ],
+)
+async def test_x2_a_goal_that_cannot_be_stored_is_a_422(client: Any, body: bytes) -> None:
+    started = await client.post(
+        "/executions", content=body, headers={"content-type": "application/json"}
+    )
+    assert started.status_code == 422
+    assert "research" not in started.text  # the input is not echoed back
+    assert (await client.get("/executions")).json() == []
+    bad_limit = await client.get("/events", params={"limit": -1})
+    assert bad_limit.status_code == 422
+
+
 async def test_server_sent_events_carry_ids_and_states(client: Any) -> None:
     async def read() -> str:
         response = await client.get("/events", params={"limit": 4})

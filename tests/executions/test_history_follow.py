@@ -400,6 +400,80 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
     assert of_one == [e for e in history if e.execution_id == "ex-k"]
 
 
+async def test_v4_a_live_stream_ends_after_what_it_held_when_streams_closed(
+    store_path: Path,
+) -> None:
+    """``close_streams`` ends a live stream once it has yielded what it held then: events
+    of runs that go on afterwards are not added to it, so a consumer that is slower than
+    the runs (a stalled client) cannot keep its stream, and the server, going."""
+    got: list[Any] = []
+    go, ended = anyio.Event(), anyio.Event()
+
+    async def consume() -> None:
+        async with contextlib.aclosing(rt.events()) as stream:
+            async for event in stream:
+                got.append(event)
+                await go.wait()  # a consumer busy elsewhere
+        ended.set()
+
+    with anyio.fail_after(60):
+        async with runtime(store_path) as rt, anyio.create_task_group() as tg:
+            before = rt._bus.subscribers
+            tg.start_soon(consume)
+            while rt._bus.subscribers == before:  # subscribed: nothing is missed
+                await anyio.lowlevel.checkpoint()
+            await (await rt.start("g", linear(2), execution_id="ex-a")).wait()
+            rt.close_streams()
+            await (await rt.start("g", linear(2), execution_id="ex-b")).wait()
+            go.set()
+            await ended.wait()
+    ids = {e.execution_id for e in got if not isinstance(e, ms.actors.EventsDropped)}
+    assert ids == {"ex-a"}
+    assert isinstance(got[-1], ms.executions.ExecutionCompleted)
+
+
+async def test_v2_followers_stuck_in_store_reads_never_starve_the_runs_writes(
+    store_path: Path,
+) -> None:
+    """A server's many clients follow runs (here 30, their reads stuck, as on a slow
+    disk): the followers' reads take a few worker threads of their own, never the ones the
+    runtime's writer commits and renews leases with, so the runs go on."""
+    followers = 30
+    release = threading.Event()
+    in_flight = 0
+    count = threading.Lock()
+    threads = anyio.to_thread.current_default_thread_limiter()
+    tokens = threads.total_tokens
+    threads.total_tokens = 6  # a small pool makes starving it quick to see
+    try:
+        with anyio.fail_after(60):
+            async with runtime(store_path) as rt:
+                read = rt.store.history
+
+                def stuck(*args: Any, **kwargs: Any) -> tuple[HistoryEvent, ...]:
+                    nonlocal in_flight
+                    with count:
+                        in_flight += 1
+                    release.wait(60)
+                    return read(*args, **kwargs)
+
+                rt.store.history = stuck  # type: ignore[method-assign]
+                async with anyio.create_task_group() as tg:
+                    try:
+                        for _ in range(followers):
+                            tg.start_soon(_drain, rt.events(after=0), [], anyio.Event())
+                        while rt._followers._reads < followers or in_flight < 1:
+                            await anyio.lowlevel.checkpoint()
+                        handle = await rt.start("g", linear(3), execution_id="ex-w")
+                        with anyio.fail_after(20):
+                            assert (await handle.wait()).status == "completed"
+                        rt.close_streams()
+                    finally:
+                        release.set()  # the stuck reads end, and the followers with them
+    finally:
+        threads.total_tokens = tokens
+
+
 async def test_v2_a_follower_of_one_run_resumes_after_a_restart_from_its_last_seq(
     store_path: Path,
 ) -> None:

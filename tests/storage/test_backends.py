@@ -597,6 +597,18 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
         store.history(after=-1)
 
 
+@pytest.mark.parametrize("after", [2**63 - 1, 2**63, 10**30])
+def test_V2_an_after_past_every_sequence_number_reads_nothing(
+    make_store: Factory, after: int
+) -> None:
+    """A sequence number past what a 64-bit column holds (a client's Last-Event-ID from far
+    in the future) reads as nothing after it, on every store, not as a driver's overflow."""
+    store = make_store()
+    store.create(execution("a"))
+    assert store.history(after=after) == ()
+    assert store.history("a", after=after) == ()
+
+
 def test_delete_removes_only_a_finished_execution_with_its_history(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("done", status="completed"))
