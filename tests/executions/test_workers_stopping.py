@@ -146,8 +146,13 @@ async def test_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
     try:
         assert alive(worker_pid)
         assert alive(grandchild)
+        # recover=False: an operator's runtime stopping the orphaned task, not one taking the
+        # run over (L8 would resume it at once: its owner is a gone process of this host).
         async with ms.open_runtime(
-            store=str(store), agents=agents_of(str(script), str(tmp_path)), lease_ttl=1.0
+            store=str(store),
+            agents=agents_of(str(script), str(tmp_path)),
+            lease_ttl=1.0,
+            recover=False,
         ) as rt:
             (task,) = await rt.agent_tasks(EXECUTION)
             session = (await rt.workers(EXECUTION)).workers[0].session
