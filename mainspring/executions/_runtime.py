@@ -130,6 +130,15 @@ class _Live:
 _ANSWERED = "its open question has an answer already, waiting for its task to take it"
 
 
+class _NotOrphaned(Exception):
+    """Recovery's resume found, under the store's lock, a run that is no longer one to
+    recover (paused, or waiting, from elsewhere since it was read): its status."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class Runtime(RuntimeEvents, WorkerControls):
     """Start, steer and watch durable executions; see :func:`open_runtime`."""
 
@@ -369,6 +378,8 @@ class Runtime(RuntimeEvents, WorkerControls):
         max_calls: int | None,
         limits: tuple[int | None, Decimal | None] = (None, None),
         deadline: float | None = None,
+        *,
+        recovering: bool = False,
     ) -> ExecutionHandle:
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
@@ -411,7 +422,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         try:
             return await self._take_and_run(
                 execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
-                handed,
+                handed, recovering,
             )  # fmt: skip
         except BaseException:
             # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
@@ -436,6 +447,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         raises: bool,
         handle: ExecutionHandle,
         handed: list[bool],
+        recovering: bool,
     ) -> ExecutionHandle:
         """The rest of :meth:`_resume`: take the lease, edit, run. ``handed`` gets an item
         once no lease of ours is left to let go on failure (refused, or the run spawned)."""
@@ -473,6 +485,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
                 return None
+            if recovering and not recoverable(stored):
+                # L8: paused (or set waiting) from elsewhere since recovery read it: a
+                # takeover must not undo that control; only a resume by hand decides to go on.
+                return None
             if answer is not None and question_answered(stored):
                 # Answered by Runtime.answer since the check above: refused, not dropped
                 # (the lease is given back as for any refused edit).
@@ -502,6 +518,8 @@ class Runtime(RuntimeEvents, WorkerControls):
             if stored.terminal:
                 handle._resolve(result_from(stored))
                 return handle
+            if recovering and not recoverable(stored):
+                raise _NotOrphaned(stored.status)
             raise ExecutionBusy(execution_id, stored.lease, "the lease was lost while resuming")
         # E10: a plan planned here runs with its real inputs, whatever disk holds of them.
         planned = cfg.live_plans.get(execution_id)
@@ -538,7 +556,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             stored = await self._require(execution_id)
             if not recoverable(stored):
                 return "terminal" if stored.terminal else stored.status
-            return await self._resume(execution_id, None, False, None)
+            try:
+                return await self._resume(execution_id, None, False, None, recovering=True)
+            except _NotOrphaned as changed:
+                return changed.status
 
     async def _waiting(self, execution_id: str) -> Execution:
         stored = await self._require(execution_id)

@@ -501,3 +501,38 @@ async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recove
     assert calls == [""]
     assert list(report[0]) == []
     assert report[0].skipped == ()
+
+
+async def test_l8_a_run_paused_from_elsewhere_during_a_takeover_stays_paused(
+    tmp_path: Path,
+) -> None:
+    """Runtime B pauses an orphan after runtime C's recovery read it as ``running`` and
+    before C took its lease: C's takeover must not undo the pause (run it to the end);
+    it reports the run skipped as ``paused`` and leaves no lease held."""
+    path = tmp_path / "store.db"
+    spec = StoreSpec("sqlite", str(path), tmp_path, None)
+    await plant(spec, "ex-paused-mid")
+    pauser: list[ms.Runtime] = []
+
+    class PausedBeforeTheTake(ms.storage.SqliteStore):
+        def acquire(self, execution_id: str, owner: str, ttl: float, **kw: Any) -> Any:
+            if pauser:  # the pause from elsewhere lands just before the take
+                anyio.from_thread.run(pauser.pop().pause, execution_id)
+            return super().acquire(execution_id, owner, ttl, **kw)
+
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    async with (
+        ms.open_runtime(store=str(path), tools=tools, recover=False) as b,
+        ms.open_runtime(store=PausedBeforeTheTake(path), tools=tools, recover=False) as c,
+    ):
+        pauser.append(b)
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [("ex-paused-mid", "paused")]
+        assert c.live() == []
+    assert calls == []
+    left = await anyio.to_thread.run_sync(stored, spec, "ex-paused-mid")
+    assert left is not None
+    assert left.status == "paused"
+    assert left.lease is None or not left.lease.owner
