@@ -59,7 +59,7 @@ from ._handle import (
 )
 from ._history_follow import HistoryFollowers, RuntimeEvents
 from ._memory import Memory
-from ._plan import check_plan
+from ._plan import InvalidPlan, check_plan, unrunnable
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
     StoredTaskStop,
@@ -357,9 +357,11 @@ class Runtime(RuntimeEvents, WorkerControls):
         ``answer`` to a run that waits for none (finished, or with no clarification open):
         the answer is never dropped silently, and nothing changes; likewise
         :class:`ExecutionBusy` for an ``answer`` to a question that has one stored already
-        (by :meth:`answer`). Cancelling the caller before the run is started here lets go of
-        a lease it had taken (the resume's edit may have landed: the run is then one to
-        recover). To answer without running the rest of the run here, see :meth:`answer`.
+        (by :meth:`answer`), and :class:`InvalidPlan` for a run whose unfinished steps name
+        a tool, skill or agent this runtime does not have. Cancelling the caller before the
+        run is started here lets go of a lease it had taken (the resume's edit may have
+        landed: the run is then one to recover). To answer without running the rest of the
+        run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
@@ -478,6 +480,13 @@ class Runtime(RuntimeEvents, WorkerControls):
                     handle._resolve(result_from(await self._require(execution_id)))
                     return handle
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
+        stored = await self._require(execution_id)
+        missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+        if missing:  # P1: refused, the lease given back (by _resume), nothing else changes
+            raise InvalidPlan(
+                f"execution {execution_id} cannot run here: its plan names "
+                + ", ".join(f"unknown {name}" for name in missing)
+            )
         begins: list[Begin] = []
 
         def change(stored: Execution, now: float) -> Execution | None:
@@ -556,6 +565,10 @@ class Runtime(RuntimeEvents, WorkerControls):
             stored = await self._require(execution_id)
             if not recoverable(stored):
                 return "terminal" if stored.terminal else stored.status
+            cfg = self._cfg
+            missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+            if missing:  # left to a runtime that has them, not crashed at the step
+                return "missing:" + ",".join(name.replace(" ", ":") for name in missing)
             try:
                 return await self._resume(execution_id, None, False, None, recovering=True)
             except _NotOrphaned as changed:

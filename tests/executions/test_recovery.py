@@ -536,3 +536,39 @@ async def test_l8_a_run_paused_from_elsewhere_during_a_takeover_stays_paused(
     assert left is not None
     assert left.status == "paused"
     assert left.lease is None or not left.lease.owner
+
+
+async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
+    store: StoreSpec,
+) -> None:
+    """A runtime open on the store without the tool an orphan's next step needs neither
+    takes it over (it crashed at the step with a bare ``KeyError`` and left it ``running``,
+    and its watcher took it again and again, a new lease tenure each time) nor resumes it
+    by hand (``InvalidPlan``, nothing changes); a runtime with the tool then runs it."""
+    planted_run = await plant(store, "ex-other-tools")
+    assert planted_run.lease is not None
+    async with ms.open_runtime(store=store.target, tools={"other": lambda: 1}, lease_ttl=1) as c:
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [
+            ("ex-other-tools", "missing:tool:gate")
+        ]
+        await anyio.sleep(1.5)  # several of its watcher's sweeps: nothing is taken
+        left = await c.get("ex-other-tools")
+        assert left is not None
+        assert left.lease is not None
+        assert left.lease.epoch == planted_run.lease.epoch
+        with pytest.raises(ms.executions.InvalidPlan, match="unknown tool gate"):
+            await c.resume("ex-other-tools")
+        left = await c.get("ex-other-tools")
+        assert left is not None
+        assert left.status == "running"
+        assert left.lease is not None
+        assert not left.lease.owner  # the lease the resume took is given back
+        assert c.live() == []
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3) as rt:
+        with anyio.fail_after(60):
+            await completed(rt, "ex-other-tools")
+    assert calls == [""]
