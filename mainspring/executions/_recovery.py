@@ -53,7 +53,8 @@ class SkippedRun:
     ...: a resume is a decision, not a recovery), ``terminal`` (it finished elsewhere
     meanwhile), ``unreadable`` (its record does not read: see ``mainspring doctor``),
     ``missing:<kind>:<name>,...`` (its unfinished steps name a tool, skill or agent this
-    runtime does not have: left to one that has them) or ``failed:<error class>``
+    runtime does not have, or ``missing:planner``: it has no plan yet and this runtime no
+    planner; left to one that has them) or ``failed:<error class>``
     (resuming it raised; the error is logged)."""
 
     id: str

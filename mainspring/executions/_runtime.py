@@ -567,6 +567,8 @@ class Runtime(RuntimeEvents, WorkerControls):
                 return "terminal" if stored.terminal else stored.status
             cfg = self._cfg
             missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+            if stored.plan is None and cfg.planner is None:
+                missing.append("planner")  # not planned yet: failed here for want of one
             if missing:  # left to a runtime that has them, not crashed at the step
                 return "missing:" + ",".join(name.replace(" ", ":") for name in missing)
             try:

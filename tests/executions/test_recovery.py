@@ -83,8 +83,8 @@ def planted(
         id=execution_id,
         goal="g",
         status=fields.pop("status", "running"),
-        plan=PLAN,
-        plan_version=1,
+        plan=fields.pop("plan", PLAN),
+        plan_version=fields.pop("plan_version", 1),
         lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
         created_at=now,
         updated_at=now,
@@ -571,4 +571,31 @@ async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
     async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3) as rt:
         with anyio.fail_after(60):
             await completed(rt, "ex-other-tools")
+    assert calls == [""]
+
+
+async def test_l8_a_runtime_without_a_planner_leaves_an_unplanned_run_to_one_that_has_it(
+    store: StoreSpec,
+) -> None:
+    """A run started with a planner whose runner died before its plan was made: a runtime
+    without a planner does not take it over (it failed the run for good: "no plan was
+    given and the runtime has no planner"); one with a planner then plans and runs it."""
+    await plant(store, "ex-unplanned", status="planned", plan=None, plan_version=0)
+    async with ms.open_runtime(store=store.target, tools={"gate": lambda: 1}, lease_ttl=1) as c:
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [("ex-unplanned", "missing:planner")]
+        left = await c.get("ex-unplanned")
+        assert left is not None
+        assert left.status == "planned"
+        assert c.live() == []
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+
+    def planner(goal: str, context: Any) -> ms.Plan:
+        return PLAN
+
+    async with ms.open_runtime(store=store.target, tools=tools, planner=planner, lease_ttl=3) as rt:
+        with anyio.fail_after(60):
+            await completed(rt, "ex-unplanned")
     assert calls == [""]
