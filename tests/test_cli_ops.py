@@ -255,6 +255,28 @@ def test_resume_runs_user_code_named_by_app(
     assert run_cli("resume", "ex-1", "--store", str(store), "--app", "missing:x")[0] == EXIT_USAGE
 
 
+def test_p1_resume_with_an_app_lacking_a_runs_agent_is_a_usage_error_and_changes_nothing(
+    store: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "toolsonly.py").write_text(
+        "async def inc(x=0):\n    return x + 1\n\n"
+        "def config():\n    return {'tools': {'inc': inc}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli("resume", "ex-2", "--store", str(store), "--app", "toolsonly:config",
+                     "--answer", "yes", "--json")  # fmt: skip
+    assert code == EXIT_USAGE
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error.endswith("its plan names unknown agent asker")
+    code, out = run_cli("show", "ex-2", "--store", str(store), "--json")
+    shown = json.loads(out)
+    assert shown["status"] == "waiting_for_clarification"
+    assert shown["lease"] is None or not shown["lease"]["owner"]
+
+
 def test_a_busy_execution_is_reported_with_its_owner(
     store: Path,
     tmp_path: Path,

@@ -17,6 +17,7 @@ import attrs
 from ..executions import (
     AgentTaskWaiting,
     ExecutionBusy,
+    InvalidPlan,
     NotWaiting,
     Runtime,
     StepFinished,
@@ -65,6 +66,8 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_UNKNOWN) from None
     except NotWaiting as exc:  # an answer nobody waits for: refused, nothing stored
         raise CliError(str(exc), EXIT_FAILED) from None
+    except InvalidPlan as exc:  # --app lacks a tool the run needs: nothing ran, nothing changed
+        raise CliError(printable(str(exc)), EXIT_USAGE) from None
     except ExecutionBusy as exc:
         lease = exc.lease
         until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""

@@ -7,7 +7,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..actors import MainspringError
-from ..storage import Finding, Observation, Plan, PlanStep, encode_value, redact, sha256_hex
+from ..storage import (
+    STEP_FINISHED,
+    Finding,
+    Observation,
+    Plan,
+    PlanStep,
+    encode_value,
+    redact,
+    sha256_hex,
+)
 
 __all__ = [
     "InvalidPlan",
@@ -16,6 +25,7 @@ __all__ = [
     "findings_brief",
     "observe",
     "step_input_hash",
+    "unrunnable",
 ]
 
 MAX_BRIEF_FINDINGS = 10
@@ -61,6 +71,28 @@ def check_plan(
             problems.append("the plan has a cycle: " + " -> ".join(cycle))
     if problems:
         raise InvalidPlan(f"plan {plan.id} v{plan.version}: " + "; ".join(problems))
+
+
+def unrunnable(
+    plan: Plan | None,
+    *,
+    tools: Mapping[str, Any],
+    skills: Mapping[str, Any],
+    agents: Mapping[str, Any],
+) -> list[str]:
+    """The targets (``"tool gate"``) that unfinished steps of a stored ``plan`` name and this
+    runtime does not have (P1 on resume: a runtime with another tool set must not take the
+    run up only to crash at the step)."""
+    if plan is None:
+        return []
+    missing: list[str] = []
+    for step in plan.steps:
+        registry = {"tool": tools, "skill": skills, "agent": agents}[step.kind]
+        named = f"{step.kind} {step.target}"
+        unfinished = step.status not in STEP_FINISHED
+        if unfinished and step.target not in registry and named not in missing:
+            missing.append(named)
+    return missing
 
 
 def _find_cycle(steps: Iterable[PlanStep]) -> list[str]:

@@ -51,8 +51,11 @@ class SkippedRun:
     ``lease-live:<owner>`` (another owner holds a live lease and is not known to be gone),
     ``paused`` or another waiting status (``waiting_for_input``, ``waiting_for_approval``
     ...: a resume is a decision, not a recovery), ``terminal`` (it finished elsewhere
-    meanwhile), ``unreadable`` (its record does not read: see ``mainspring doctor``) or
-    ``failed:<error class>`` (resuming it raised; the error is logged)."""
+    meanwhile), ``unreadable`` (its record does not read: see ``mainspring doctor``),
+    ``missing:<kind>:<name>,...`` (its unfinished steps name a tool, skill or agent this
+    runtime does not have, or ``missing:planner``: it has no plan yet and this runtime no
+    planner; left to one that has them) or ``failed:<error class>``
+    (resuming it raised; the error is logged)."""
 
     id: str
     reason: str

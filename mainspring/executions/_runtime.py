@@ -59,7 +59,7 @@ from ._handle import (
 )
 from ._history_follow import HistoryFollowers, RuntimeEvents
 from ._memory import Memory
-from ._plan import check_plan
+from ._plan import InvalidPlan, check_plan, unrunnable
 from ._prune import PRUNABLE, PruneReport, prune
 from ._record_controls import (
     StoredTaskStop,
@@ -128,6 +128,15 @@ class _Live:
 
 #: Why an answer to a question that has one stored already is refused.
 _ANSWERED = "its open question has an answer already, waiting for its task to take it"
+
+
+class _NotOrphaned(Exception):
+    """Recovery's resume found, under the store's lock, a run that is no longer one to
+    recover (paused, or waiting, from elsewhere since it was read): its status."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
 
 
 class Runtime(RuntimeEvents, WorkerControls):
@@ -348,9 +357,11 @@ class Runtime(RuntimeEvents, WorkerControls):
         ``answer`` to a run that waits for none (finished, or with no clarification open):
         the answer is never dropped silently, and nothing changes; likewise
         :class:`ExecutionBusy` for an ``answer`` to a question that has one stored already
-        (by :meth:`answer`). Cancelling the caller before the run is started here lets go of
-        a lease it had taken (the resume's edit may have landed: the run is then one to
-        recover). To answer without running the rest of the run here, see :meth:`answer`.
+        (by :meth:`answer`), and :class:`InvalidPlan` for a run whose unfinished steps name
+        a tool, skill or agent this runtime does not have. Cancelling the caller before the
+        run is started here lets go of a lease it had taken (the resume's edit may have
+        landed: the run is then one to recover). To answer without running the rest of the
+        run here, see :meth:`answer`.
         """
         if max_calls is not None and not 0 <= max_calls <= MAX_COUNTER:
             raise ValueError(f"max_calls must be within 0..{MAX_COUNTER:,}")
@@ -369,6 +380,8 @@ class Runtime(RuntimeEvents, WorkerControls):
         max_calls: int | None,
         limits: tuple[int | None, Decimal | None] = (None, None),
         deadline: float | None = None,
+        *,
+        recovering: bool = False,
     ) -> ExecutionHandle:
         # A budget or a deadline is set: not something an answer to a live run can carry.
         raises = max_calls is not None or limits != (None, None) or deadline is not None
@@ -411,7 +424,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         try:
             return await self._take_and_run(
                 execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
-                handed,
+                handed, recovering,
             )  # fmt: skip
         except BaseException:
             # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
@@ -436,6 +449,7 @@ class Runtime(RuntimeEvents, WorkerControls):
         raises: bool,
         handle: ExecutionHandle,
         handed: list[bool],
+        recovering: bool,
     ) -> ExecutionHandle:
         """The rest of :meth:`_resume`: take the lease, edit, run. ``handed`` gets an item
         once no lease of ours is left to let go on failure (refused, or the run spawned)."""
@@ -466,12 +480,23 @@ class Runtime(RuntimeEvents, WorkerControls):
                     handle._resolve(result_from(await self._require(execution_id)))
                     return handle
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
+        stored = await self._require(execution_id)
+        missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+        if missing:  # P1: refused, the lease given back (by _resume), nothing else changes
+            raise InvalidPlan(
+                f"execution {execution_id} cannot run here: its plan names "
+                + ", ".join(f"unknown {name}" for name in missing)
+            )
         begins: list[Begin] = []
 
         def change(stored: Execution, now: float) -> Execution | None:
             # Under the store's lock: still ours, still not terminal (someone may have
             # cancelled it between our acquire and now).
             if holder(stored.lease, now) != cfg.owner or stored.terminal:
+                return None
+            if recovering and not recoverable(stored):
+                # L8: paused (or set waiting) from elsewhere since recovery read it: a
+                # takeover must not undo that control; only a resume by hand decides to go on.
                 return None
             if answer is not None and question_answered(stored):
                 # Answered by Runtime.answer since the check above: refused, not dropped
@@ -502,6 +527,8 @@ class Runtime(RuntimeEvents, WorkerControls):
             if stored.terminal:
                 handle._resolve(result_from(stored))
                 return handle
+            if recovering and not recoverable(stored):
+                raise _NotOrphaned(stored.status)
             raise ExecutionBusy(execution_id, stored.lease, "the lease was lost while resuming")
         # E10: a plan planned here runs with its real inputs, whatever disk holds of them.
         planned = cfg.live_plans.get(execution_id)
@@ -538,7 +565,16 @@ class Runtime(RuntimeEvents, WorkerControls):
             stored = await self._require(execution_id)
             if not recoverable(stored):
                 return "terminal" if stored.terminal else stored.status
-            return await self._resume(execution_id, None, False, None)
+            cfg = self._cfg
+            missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+            if stored.plan is None and cfg.planner is None:
+                missing.append("planner")  # not planned yet: failed here for want of one
+            if missing:  # left to a runtime that has them, not crashed at the step
+                return "missing:" + ",".join(name.replace(" ", ":") for name in missing)
+            try:
+                return await self._resume(execution_id, None, False, None, recovering=True)
+            except _NotOrphaned as changed:
+                return changed.status
 
     async def _waiting(self, execution_id: str) -> Execution:
         stored = await self._require(execution_id)

@@ -83,8 +83,8 @@ def planted(
         id=execution_id,
         goal="g",
         status=fields.pop("status", "running"),
-        plan=PLAN,
-        plan_version=1,
+        plan=fields.pop("plan", PLAN),
+        plan_version=fields.pop("plan_version", 1),
         lease=ms.storage.Lease(owner=owner, expires_at=0.0, epoch=1),
         created_at=now,
         updated_at=now,
@@ -501,3 +501,101 @@ async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recove
     assert calls == [""]
     assert list(report[0]) == []
     assert report[0].skipped == ()
+
+
+async def test_l8_a_run_paused_from_elsewhere_during_a_takeover_stays_paused(
+    tmp_path: Path,
+) -> None:
+    """Runtime B pauses an orphan after runtime C's recovery read it as ``running`` and
+    before C took its lease: C's takeover must not undo the pause (run it to the end);
+    it reports the run skipped as ``paused`` and leaves no lease held."""
+    path = tmp_path / "store.db"
+    spec = StoreSpec("sqlite", str(path), tmp_path, None)
+    await plant(spec, "ex-paused-mid")
+    pauser: list[ms.Runtime] = []
+
+    class PausedBeforeTheTake(ms.storage.SqliteStore):
+        def acquire(self, execution_id: str, owner: str, ttl: float, **kw: Any) -> Any:
+            if pauser:  # the pause from elsewhere lands just before the take
+                anyio.from_thread.run(pauser.pop().pause, execution_id)
+            return super().acquire(execution_id, owner, ttl, **kw)
+
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    async with (
+        ms.open_runtime(store=str(path), tools=tools, recover=False) as b,
+        ms.open_runtime(store=PausedBeforeTheTake(path), tools=tools, recover=False) as c,
+    ):
+        pauser.append(b)
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [("ex-paused-mid", "paused")]
+        assert c.live() == []
+    assert calls == []
+    left = await anyio.to_thread.run_sync(stored, spec, "ex-paused-mid")
+    assert left is not None
+    assert left.status == "paused"
+    assert left.lease is None or not left.lease.owner
+
+
+async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
+    store: StoreSpec,
+) -> None:
+    """A runtime open on the store without the tool an orphan's next step needs neither
+    takes it over (it crashed at the step with a bare ``KeyError`` and left it ``running``,
+    and its watcher took it again and again, a new lease tenure each time) nor resumes it
+    by hand (``InvalidPlan``, nothing changes); a runtime with the tool then runs it."""
+    planted_run = await plant(store, "ex-other-tools")
+    assert planted_run.lease is not None
+    async with ms.open_runtime(store=store.target, tools={"other": lambda: 1}, lease_ttl=1) as c:
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [
+            ("ex-other-tools", "missing:tool:gate")
+        ]
+        await anyio.sleep(1.5)  # several of its watcher's sweeps: nothing is taken
+        left = await c.get("ex-other-tools")
+        assert left is not None
+        assert left.lease is not None
+        assert left.lease.epoch == planted_run.lease.epoch
+        with pytest.raises(ms.executions.InvalidPlan, match="unknown tool gate"):
+            await c.resume("ex-other-tools")
+        left = await c.get("ex-other-tools")
+        assert left is not None
+        assert left.status == "running"
+        assert left.lease is not None
+        assert not left.lease.owner  # the lease the resume took is given back
+        assert c.live() == []
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3) as rt:
+        with anyio.fail_after(60):
+            await completed(rt, "ex-other-tools")
+    assert calls == [""]
+
+
+async def test_l8_a_runtime_without_a_planner_leaves_an_unplanned_run_to_one_that_has_it(
+    store: StoreSpec,
+) -> None:
+    """A run started with a planner whose runner died before its plan was made: a runtime
+    without a planner does not take it over (it failed the run for good: "no plan was
+    given and the runtime has no planner"); one with a planner then plans and runs it."""
+    await plant(store, "ex-unplanned", status="planned", plan=None, plan_version=0)
+    async with ms.open_runtime(store=store.target, tools={"gate": lambda: 1}, lease_ttl=1) as c:
+        report = await c.recover()
+        assert list(report) == []
+        assert [(s.id, s.reason) for s in report.skipped] == [("ex-unplanned", "missing:planner")]
+        left = await c.get("ex-unplanned")
+        assert left is not None
+        assert left.status == "planned"
+        assert c.live() == []
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+
+    def planner(goal: str, context: Any) -> ms.Plan:
+        return PLAN
+
+    async with ms.open_runtime(store=store.target, tools=tools, planner=planner, lease_ttl=3) as rt:
+        with anyio.fail_after(60):
+            await completed(rt, "ex-unplanned")
+    assert calls == [""]
