@@ -67,9 +67,11 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_FAILED) from None
     except ExecutionBusy as exc:
         lease = exc.lease
-        until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
-        owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
-        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
+        if lease is not None and lease.owner:
+            until = f" until {when(lease.expires_at)}"
+            message = f"{exc.execution_id} is busy: held by {lease.owner}{until} ({exc})"
+        else:  # busy for another cause (an answer stored already): no holder to name
+            message = str(exc)
         raise CliError(printable(message), EXIT_BUSY) from None  # an owner id is anyone's
 
 
