@@ -222,6 +222,13 @@ def test_r8_a_second_answer_is_busy_without_naming_a_holder_it_does_not_have(
     assert "held" not in err
 
 
+def test_l8_answer_to_a_waiting_run_says_an_open_runtime_takes_it_up(store: Path) -> None:
+    # Nobody needs to resume by hand: a runtime open on the store recovers the answered run.
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store))
+    assert code == EXIT_OK
+    assert "a runtime open on this store takes the run up" in out
+
+
 def test_r8_answer_says_json(store: Path) -> None:
     code, out = run_cli("answer", "ex-2", "yes", "--store", str(store), "--json")
     assert code == EXIT_OK

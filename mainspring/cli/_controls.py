@@ -171,7 +171,8 @@ async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
         elif status == "paused":  # recovery leaves a paused run alone: a resume is a decision
             where = "the run is paused: its resume gives it"
         else:
-            where = "the next resume gives it (or recover, for a run that waits)"
+            # L8: a runtime open on the store (a server's) takes such a run up by itself.
+            where = "a runtime open on this store takes the run up (else its next resume)"
         out.line(f"{execution_id}: answer stored; {where}")
     return EXIT_OK
 
