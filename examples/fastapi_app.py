@@ -413,7 +413,10 @@ async def cancel(execution_id: str, request: Request) -> dict[str, Any]:
 
 
 @app.post("/executions/{execution_id}/resume", status_code=202)
-async def resume(execution_id: str, body: ResumeBody, request: Request) -> dict[str, str]:
+async def resume(
+    execution_id: str, request: Request, body: ResumeBody | None = None
+) -> dict[str, str]:
+    body = body or ResumeBody()  # no body: resume with no answer and no approval
     try:
         handle = await _rt(request).resume(execution_id, answer=body.answer, approve=body.approve)
     except ms.executions.NotWaiting as exc:  # an answer for a run that waits for none

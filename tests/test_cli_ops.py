@@ -208,6 +208,27 @@ def test_r8_answer_needs_no_user_code_and_refuses_a_run_not_waiting(
     assert record.answer_requests == ()  # nothing stored on a refusal
 
 
+def test_r8_a_second_answer_is_busy_without_naming_a_holder_it_does_not_have(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The run waits with its lease free: the refusal is about the stored answer, so the
+    # message must not say the run is "held" by anyone.
+    assert run_cli("answer", "ex-2", "yes", "--store", str(store))[0] == EXIT_OK
+    capsys.readouterr()
+    code, _ = run_cli("answer", "ex-2", "no", "--store", str(store))
+    assert code == EXIT_BUSY
+    err = capsys.readouterr().err
+    assert "has an answer already" in err
+    assert "held" not in err
+
+
+def test_l8_answer_to_a_waiting_run_says_an_open_runtime_takes_it_up(store: Path) -> None:
+    # Nobody needs to resume by hand: a runtime open on the store recovers the answered run.
+    code, out = run_cli("answer", "ex-2", "yes", "--store", str(store))
+    assert code == EXIT_OK
+    assert "a runtime open on this store takes the run up" in out
+
+
 def test_r8_answer_says_json(store: Path) -> None:
     code, out = run_cli("answer", "ex-2", "yes", "--store", str(store), "--json")
     assert code == EXIT_OK

@@ -70,9 +70,11 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
         raise CliError(printable(str(exc)), EXIT_USAGE) from None
     except ExecutionBusy as exc:
         lease = exc.lease
-        until = f" until {when(lease.expires_at)}" if lease is not None and lease.owner else ""
-        owner = f" by {lease.owner}" if lease is not None and lease.owner else ""
-        message = f"{exc.execution_id} is busy: held{owner}{until} ({exc})"
+        if lease is not None and lease.owner:
+            until = f" until {when(lease.expires_at)}"
+            message = f"{exc.execution_id} is busy: held by {lease.owner}{until} ({exc})"
+        else:  # busy for another cause (an answer stored already): no holder to name
+            message = str(exc)
         raise CliError(printable(message), EXIT_BUSY) from None  # an owner id is anyone's
 
 
@@ -172,7 +174,8 @@ async def _answer(rt: Runtime, out: Out, execution_id: str, text: str) -> int:
         elif status == "paused":  # recovery leaves a paused run alone: a resume is a decision
             where = "the run is paused: its resume gives it"
         else:
-            where = "the next resume gives it (or recover, for a run that waits)"
+            # L8: a runtime open on the store (a server's) takes such a run up by itself.
+            where = "a runtime open on this store takes the run up (else its next resume)"
         out.line(f"{execution_id}: answer stored; {where}")
     return EXIT_OK
 

@@ -340,8 +340,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="mainspring",
         description="An embedded actor runtime for durable agent executions.",
         epilog="exit codes: 0 ok, 1 refused or problems found, 2 usage, 3 unknown id, "
-        "4 busy (lease held elsewhere), 5 no usable store, 130 interrupted (Ctrl-C). NO_COLOR "
-        "is honoured.",
+        "4 busy (lease held elsewhere, or answered already), 5 no usable store, "
+        "130 interrupted (Ctrl-C). NO_COLOR is honoured.",
         parents=[common],
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")

@@ -487,3 +487,17 @@ async def test_r8_the_answer_endpoint_refuses_what_it_cannot_store_and_keeps_a_p
     assert done["outputs"]["research"] == "3 sources on reef, depth: deep"
     late = await client.post(f"/executions/{execution_id}/resume", json={"answer": "x"})
     assert late.status_code == 409  # NotWaiting: the run is finished
+
+
+async def test_r1_resume_takes_no_body_as_the_docstring_shows(client: Any) -> None:
+    """``curl -X POST .../resume`` (the module's docstring, no body) resumes a paused run:
+    the answer and the approval are optional, and so is the body that carries them."""
+    execution_id = (await client.post("/executions", json={"goal": "research kelp"})).json()["id"]
+    await _until(client, execution_id, "waiting_for_clarification")
+    assert (await client.post(f"/executions/{execution_id}/pause")).json()["status"] == "paused"
+    answered = await client.post(f"/executions/{execution_id}/answer", json={"text": "deep"})
+    assert answered.status_code == 202  # kept for the resume: an answer does not undo a pause
+    resumed = await client.post(f"/executions/{execution_id}/resume")
+    assert resumed.status_code == 202, resumed.text
+    done = await _until(client, execution_id, "completed")
+    assert done["outputs"]["research"] == "3 sources on kelp, depth: deep"
