@@ -59,6 +59,19 @@ async def busy(rt: ms.Runtime, execution_id: str, generation: int) -> ms.executi
             await anyio.sleep(0.02)
 
 
+async def wrote_pids(pids: Path, count: int) -> list[int]:
+    """Until ``count`` workers have written their pid to ``pids``: a worker is recorded
+    running as soon as its process exists, before its interpreter has run a line (on a
+    loaded machine a stop can come first, and nothing would be written)."""
+    with anyio.fail_after(60):
+        while True:
+            file = anyio.Path(pids)
+            written = (await file.read_text()).split() if await file.exists() else []
+            if len(written) >= count:
+                return [int(pid) for pid in written]
+            await anyio.sleep(0.02)  # polls a file: no event says a process wrote it
+
+
 async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     agents = {"coder": worker(tmp_path, WAITS, str(pids), max_starts=1)}
@@ -67,6 +80,7 @@ async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None
         run = handle.execution_id
         for generation in (1, 2, 3):
             await busy(rt, run, generation)
+            await wrote_pids(pids, generation)
             if generation == 3:
                 break
             await rt.pause(run)
@@ -82,7 +96,7 @@ async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None
     assert result.status == "completed", result
     assert result.outputs["a"] == {"got": "go"}
     assert seen.tasks[0].attempts == 1
-    assert not any(alive(int(pid)) for pid in pids.read_text().split())
+    assert not any(alive(pid) for pid in await wrote_pids(pids, 3))
 
 
 #: Ignores SIGTERM, starts a grandchild that ignores it too (and outlives its parent: it is
@@ -227,6 +241,7 @@ async def test_e11_a_pause_from_another_host_stops_a_real_worker_and_gives_its_s
         handle = await rt.start("g", plan_of(agent("a", "coder")))
         run = handle.execution_id
         await busy(rt, run, 1)
+        await wrote_pids(pids, 1)
         async with runtime(store, **FAST) as other:
             await other.pause(run)
         with anyio.fail_after(60):
@@ -235,7 +250,7 @@ async def test_e11_a_pause_from_another_host_stops_a_real_worker_and_gives_its_s
         assert (seen.workers[0].status, seen.workers[0].reason) == ("stopped", "pause")
         history = rt.store.history(run, after=0, limit=10_000)
         assert any(e.kind == "worker" and e.status == "stopped" for e in history)
-        assert not any(alive(int(pid)) for pid in pids.read_text().split())
+        assert not any(alive(pid) for pid in await wrote_pids(pids, 1))
         handle = await rt.resume(run)
         await busy(rt, run, 2)
         seen = await rt.workers(run)
