@@ -344,7 +344,9 @@ async def test_l5_a_commit_answered_after_another_host_took_over_never_runs_a_st
     ) as a:
         handle_a = await a.start("held answer", plan, execution_id="ex-held")
         assert await anyio.to_thread.run_sync(proxy.holding.wait, 60)
-        async with ms.open_runtime(store=postgres_url, tools=tools, lease_ttl=2.0) as b:
+        # B's lease is long: only A's has to lapse, and B must not lose its own to a
+        # loaded machine before it finishes.
+        async with ms.open_runtime(store=postgres_url, tools=tools, lease_ttl=10.0) as b:
             with anyio.fail_after(60):  # A's lease lapses on the server's clock
                 while True:
                     try:
