@@ -12,7 +12,7 @@ import collections
 import contextlib
 import enum
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -201,9 +201,11 @@ class Unfinished(Protocol):
     what a runtime's recovery looks at every few seconds (L8), whose cost must not grow
     with the finished runs a store keeps. A store without it is listed whole."""
 
-    def unfinished(self) -> Listing:
+    def unfinished(self, skip: Collection[str] = ()) -> Listing:
         """Every execution that is not finished (completed, failed or cancelled), and a
-        problem for each that may be one and does not read (E7)."""
+        problem for each that may be one and does not read (E7); the ids in ``skip`` (the
+        caller's own live runs) are not read at all: a long run live here must not be
+        folded whole at every sweep, under the lock its commits need."""
         ...
 
 

@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -283,13 +283,13 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
                 executions.append(read.execution)
         return Listing(executions=tuple(executions), problems=tuple(problems))
 
-    def unfinished(self) -> Listing:
+    def unfinished(self, skip: Collection[str] = ()) -> Listing:
         """``list`` of the executions that are not finished (``Unfinished``): a journal read
         as finished is not read again until its file changes (L8: recovery's sweeps cost
         what is unfinished, not every journal the store keeps)."""
         executions: list[Execution] = []
         problems: list[Problem] = []
-        ids = self._ids()
+        ids = [i for i in self._ids() if i not in skip]
         with self._thread_lock:
             finished = dict(self._finished)
         seen: dict[str, tuple[int, int, int, int]] = {}

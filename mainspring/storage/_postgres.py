@@ -33,7 +33,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem, releases
@@ -284,10 +284,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         """Every execution that reads, and a problem for each that does not (E7)."""
         return self._listing(self._retrying(self._ids))
 
-    def unfinished(self) -> Listing:
+    def unfinished(self, skip: Collection[str] = ()) -> Listing:
         """``list`` of the executions whose status is not a finished one (``Unfinished``):
         finished rows are not read (L8: recovery's sweeps cost what is unfinished)."""
-        return self._listing(self._retrying(self._unfinished_ids))
+        ids = self._retrying(self._unfinished_ids)
+        return self._listing([i for i in ids if i not in skip])
 
     def _listing(self, ids: builtins.list[str]) -> Listing:
         executions: list[Execution] = []

@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -319,14 +319,14 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             ids = [row[0] for row in self._db.execute("SELECT id FROM executions ORDER BY id")]
         return self._listing(ids)
 
-    def unfinished(self) -> Listing:
+    def unfinished(self, skip: Collection[str] = ()) -> Listing:
         """``list`` of the executions whose status is not a finished one (``Unfinished``):
         finished rows are not read (L8: recovery's sweeps cost what is unfinished)."""
         marks = ", ".join("?" * len(EXECUTION_TERMINAL))
         query = f"SELECT id FROM executions WHERE status NOT IN ({marks}) ORDER BY id"
         with self._lock:
             ids = [row[0] for row in self._db.execute(query, sorted(EXECUTION_TERMINAL))]
-        return self._listing(ids)
+        return self._listing(i for i in ids if i not in skip)
 
     def _listing(self, ids: Iterable[str]) -> Listing:
         executions: list[Execution] = []

@@ -24,8 +24,8 @@ class _FinishedMeanwhile(ms.storage.SqliteStore):
     """A store on which another host takes ``ex-gone`` over and finishes it right after
     this host listed it as recoverable."""
 
-    def unfinished(self) -> Any:  # what recovery lists
-        listing = super().unfinished()
+    def unfinished(self, skip: Any = ()) -> Any:  # what recovery lists
+        listing = super().unfinished(skip)
         self.edit(
             "ex-gone", lambda stored, now: attrs.evolve(stored, status="completed", updated_at=now)
         )

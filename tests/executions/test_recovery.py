@@ -318,11 +318,11 @@ class _Flaky(ms.storage.SqliteStore):
         self.fail_list = 1
         self.fail_acquire = 1
 
-    def unfinished(self) -> ms.storage.Listing:  # what recovery lists
+    def unfinished(self, skip: Any = ()) -> ms.storage.Listing:  # what recovery lists
         if self.fail_list:
             self.fail_list -= 1
             raise ms.storage.StorageError(f"listing failed near {SECRET}")
-        return super().unfinished()
+        return super().unfinished(skip)
 
     def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
         if self.fail_acquire:
@@ -453,9 +453,9 @@ class _HeldResume(ms.storage.SqliteStore):
             self.gate.wait(60)
         return super().acquire(*args, **kwargs)
 
-    def unfinished(self) -> ms.storage.Listing:
+    def unfinished(self, skip: Any = ()) -> ms.storage.Listing:
         self.sweeping = True
-        return super().unfinished()
+        return super().unfinished(skip)
 
     def now(self) -> float:
         if self.sweeping:
