@@ -482,7 +482,9 @@ class Runtime(RuntimeEvents, WorkerControls):
             raise ExecutionBusy(execution_id, acquired.lease, acquired.reason)
         stored = await self._require(execution_id)
         missing = unrunnable(stored.plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
-        if missing:  # P1: refused, the lease given back (by _resume), nothing else changes
+        # With a planner, a vanished tool is drift and the run replans (R6); without one,
+        # P1: refused, the lease given back (by _resume), nothing else changes.
+        if missing and cfg.planner is None:
             raise InvalidPlan(
                 f"execution {execution_id} cannot run here: its plan names "
                 + ", ".join(f"unknown {name}" for name in missing)
