@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from mainspring.executions import run_program
-from mainspring.executions._programs import run_program_result
+from mainspring.executions._programs.programs import run_program_result
 
 ROWS: dict[str, Callable[[], Awaitable[Any]]] = {
     'anyio.run_process(["true"])': lambda: anyio.run_process(["true"]),

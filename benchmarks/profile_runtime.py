@@ -260,7 +260,7 @@ def one(
     # re-check every id of every tuple (storage's part, measured apart).
     attrs.validators.set_disabled(not validators)
     if inner_cap is not None:  # to measure code whose cap is below the case's size
-        import mainspring.executions._agent as agent_module
+        import mainspring.executions._steps.children as agent_module
 
         agent_module.MAX_INNER_STEPS = inner_cap
     return dict(anyio.run(run_case, case, limit, backend=backend))

@@ -64,6 +64,6 @@ def test_no_private_module_of_another_package_and_dependencies_point_inward(
 
 
 def test_the_rule_sees_relative_imports() -> None:
-    example = ROOT / "executions" / "_runtime.py"
+    example = ROOT / "executions" / "_facade" / "runtime.py"
     names = {name for _, name in _imports(example)}
     assert any(name.startswith("mainspring.storage") for name in names)

@@ -46,8 +46,15 @@ from ..storage import (
     reconcile,
     redact,
 )
-from . import _run_events as ev
-from ._agent import (
+from ._rules.plan import InvalidPlan, check_plan, fence, findings_brief, observe
+from ._rules.scheduler import pick
+from ._rules.transitions import clamp_count, pause_execution
+from ._rules.usage import allowance, budget_reason, exhausted, needed_calls
+from ._run import events as ev
+from ._run.messages import Begin, Heartbeat, Running, StopTask, Unstorable, for_children
+from ._run.results import failed_steps_error, result_from, shortfall
+from ._run_bounds import BOUNDS_MESSAGES, BoundedRun
+from ._steps.children import (
     AgentTaskActor,
     LeaseCheck,
     Meter,
@@ -58,25 +65,7 @@ from ._agent import (
     StepDone,
     TaskSave,
 )
-from ._failures import Caught, log_failure
-from ._plan import InvalidPlan, check_plan, fence, findings_brief, observe
-from ._results import (
-    failed_steps_error,
-    result_from,
-    shortfall,
-)
-from ._run_bounds import BOUNDS_MESSAGES, BoundedRun
-from ._run_messages import (
-    Begin,
-    Heartbeat,
-    Running,
-    StopTask,
-    Unstorable,
-    for_children,
-)
-from ._scheduler import pick
-from ._transitions import clamp_count, pause_execution
-from ._usage import allowance, budget_reason, exhausted, needed_calls
+from ._steps.failures import Caught, log_failure
 
 __all__ = ["ExecutionActor"]
 

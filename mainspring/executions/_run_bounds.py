@@ -37,9 +37,7 @@ import attrs
 
 from ..actors import ActorRef, Terminated, Timeout, Timer
 from ..storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy, redact
-from . import _run_events as ev
-from ._agent import TaskSave
-from ._deadlines import (
+from ._rules.deadlines import (
     UNWIND,
     Attempt,
     DeadlinePassed,
@@ -51,12 +49,14 @@ from ._deadlines import (
     attempts_of,
     new_attempt,
 )
-from ._failures import Caught, log_failure
-from ._plan import observe
-from ._run_messages import Running, Unstorable
+from ._rules.plan import observe
+from ._rules.status import task_move
+from ._rules.transitions import clamp_count
+from ._run import events as ev
+from ._run.messages import Running, Unstorable
 from ._run_tasks import TaskEvents
-from ._status import task_move
-from ._transitions import clamp_count
+from ._steps.children import TaskSave
+from ._steps.failures import Caught, log_failure
 from ._worker_run import WORKER_MESSAGES
 
 __all__ = ["BOUNDS_MESSAGES", "BoundedRun"]

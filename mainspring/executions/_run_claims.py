@@ -14,9 +14,9 @@ from ..storage import (
     reconcile,
     redact,
 )
-from ._plan import step_input_hash
-from ._run_messages import keep_secret_input, real_input_hash
-from ._transitions import ASK_PREFIX, clamp_count
+from ._rules.plan import step_input_hash
+from ._rules.transitions import ASK_PREFIX, clamp_count
+from ._run.messages import keep_secret_input, real_input_hash
 from ._worker_run import WorkerRun
 
 

@@ -40,19 +40,22 @@ from ..storage import (
     parse_agent_task,
     parse_agent_tasks,
 )
-from . import _run_events as ev
-from ._lease_guard import LeaseWatch
-from ._plan import step_input_hash
-from ._refusals import add_calls, end_event, refusal_reason
-from ._results import (
-    ExecutionResult,
-    StopResult,
-    config_hash,
-    masked_inputs,
-    redact_plan,
-    result_from,
+from ._rules.plan import step_input_hash
+from ._rules.scheduler import SATISFIED, Schedule
+from ._rules.status import execution_move, task_move
+from ._rules.task_raw import task_raw
+from ._rules.transitions import (
+    answered,
+    cancel_execution,
+    clamp_count,
+    parse_stop_requests,
+    pause_execution,
+    stop_askers,
+    stop_task,
 )
-from ._run_messages import (
+from ._run import events as ev
+from ._run.lease_guard import LeaseWatch
+from ._run.messages import (
     RunConfig,
     Running,
     RunWatcher,
@@ -61,17 +64,14 @@ from ._run_messages import (
     for_children,
     keep_live_plan,
 )
-from ._scheduler import SATISFIED, Schedule
-from ._status import execution_move, task_move
-from ._task_raw import task_raw
-from ._transitions import (
-    answered,
-    cancel_execution,
-    clamp_count,
-    parse_stop_requests,
-    pause_execution,
-    stop_askers,
-    stop_task,
+from ._run.refusals import add_calls, end_event, refusal_reason
+from ._run.results import (
+    ExecutionResult,
+    StopResult,
+    config_hash,
+    masked_inputs,
+    redact_plan,
+    result_from,
 )
 
 #: L5: how many renewals in a row may be answered too late before the run stops with

@@ -19,23 +19,15 @@ from ..storage import (
     PlanStep,
     redact,
 )
-from . import _run_events as ev
-from ._agent import (
-    TaskSave,
-)
-from ._failures import log_failure
-from ._plan import observe, step_input_hash
-from ._results import (
-    StopResult,
-)
+from ._rules.plan import observe, step_input_hash
+from ._rules.status import task_move
+from ._rules.transitions import clamp_count, stop_request, stop_task
+from ._run import events as ev
+from ._run.messages import Running, StopTask, Unstorable
+from ._run.results import StopResult
 from ._run_claims import TaskClaims
-from ._run_messages import (
-    Running,
-    StopTask,
-    Unstorable,
-)
-from ._status import task_move
-from ._transitions import clamp_count, stop_request, stop_task
+from ._steps.children import TaskSave
+from ._steps.failures import log_failure
 
 _CODES = frozenset(typing.get_args(ObservationCode))
 _PROGRAM_ENDING = frozenset({("builtins", "SystemExit"), ("builtins", "KeyboardInterrupt")})

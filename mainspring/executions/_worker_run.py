@@ -34,10 +34,10 @@ from ..storage import (
     parse_workers,
     unstructure,
 )
-from . import _fleet as fleet
-from ._evidence import EvidenceShelf
+from ._run.events import WorkerChanged
 from ._run_core import ExecutionCore
-from ._run_events import WorkerChanged
+from ._workers import fleet as fleet
+from ._workers.evidence import EvidenceShelf
 
 __all__ = ["LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin", "WorkerRun"]
 

@@ -537,7 +537,7 @@ class Execution:
     workers: tuple[dict[str, Any], ...] = ()
     worker_tasks: tuple[dict[str, Any], ...] = ()
     worker_trail: tuple[dict[str, Any], ...] = ()
-    # The sha256 of the run's sealed proof, once it was finalized (executions._fleet).
+    # The sha256 of the run's sealed proof, once it was finalized (executions._workers.fleet).
     proof_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     created_at: float
     updated_at: float

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import attrs
 
-from mainspring.executions._hosts import Report, Seen, WorkerSpec, WorkerStartFailed
+from mainspring.executions._workers.hosts import Report, Seen, WorkerSpec, WorkerStartFailed
 from mainspring.storage import ProcessIdentity
 
 

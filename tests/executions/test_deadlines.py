@@ -20,7 +20,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _agent, _run_bounds
+from mainspring.executions import _run_bounds
+from mainspring.executions._steps import children as _agent
 
 from ._kit import (
     Ledger,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from mainspring.executions._results import agent_hash
+from mainspring.executions._run.results import agent_hash
 
 from ._definitions import AGENTS
 
@@ -16,7 +16,7 @@ from ._definitions import AGENTS
 def _hashes_in_a_process(seed: str) -> str:
     code = (
         "from tests.executions._definitions import AGENTS;"
-        "from mainspring.executions._results import agent_hash;"
+        "from mainspring.executions._run.results import agent_hash;"
         "print(sorted((k, agent_hash(v)) for k, v in AGENTS.items()))"
     )
     env = {**os.environ, "PYTHONHASHSEED": seed}
@@ -91,7 +91,7 @@ def test_R8_a_plain_function_keeps_the_hash_it_had_before_bindings_counted() -> 
     # Tasks stored by earlier versions compare unchanged for agents that bind nothing.
     import hashlib
 
-    from mainspring.executions._results import _code_digest
+    from mainspring.executions._run.results import _code_digest
 
     async def plain(ctx: Any, input: Any) -> int:
         return 1

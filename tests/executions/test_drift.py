@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions._results import agent_hash
+from mainspring.executions._run.results import agent_hash
 
 from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 from ._shared import blocker
@@ -134,7 +134,7 @@ def test_R8_an_agent_hash_follows_its_code_not_its_place_or_process() -> None:
     # Another process, with another string-hash seed, computes the same hash.
     code = (
         "from tests.executions._shared import blocker;"
-        "from mainspring.executions._results import agent_hash;"
+        "from mainspring.executions._run.results import agent_hash;"
         "print(agent_hash(blocker))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

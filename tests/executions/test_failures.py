@@ -14,14 +14,14 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions._failures import (
+from mainspring.executions._run.results import result_from
+from mainspring.executions._steps.failures import (
     LOGGER_NAME,
     MAX_MESSAGE,
     MAX_TRACEBACK_BYTES,
     clamp_traceback,
     describe,
 )
-from mainspring.executions._results import result_from
 from mainspring.storage import RetryPolicy
 
 from ._kit import agent, plan_of, runtime, stored, tasks_of, tool

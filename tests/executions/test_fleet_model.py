@@ -20,8 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from mainspring.executions import _fleet as fleet
-from mainspring.executions._fleet import Expect, StaleWorker, WorkerRefused
+from mainspring.executions._workers import fleet as fleet
+from mainspring.executions._workers.fleet import Expect, StaleWorker, WorkerRefused
 from mainspring.storage import (
     ProcessIdentity,
     StopIntent,

@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 import pytest
 
-from mainspring.executions import _fleet as fleet
-from mainspring.executions._fleet import Expect, Proof, StaleWorker, WorkerRefused, expect
+from mainspring.executions._workers import fleet as fleet
+from mainspring.executions._workers.fleet import Expect, Proof, StaleWorker, WorkerRefused, expect
 from mainspring.storage import (
     MAX_TRAIL,
     ProcessIdentity,

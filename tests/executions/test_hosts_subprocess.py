@@ -21,8 +21,8 @@ from mainspring.executions import (
     WorkerSpec,
     WorkerStartFailed,
 )
-from mainspring.executions._host_subprocess import process_stat
-from mainspring.executions._hosts import MAX_REPORT_LINE
+from mainspring.executions._workers.hosts import MAX_REPORT_LINE
+from mainspring.executions._workers.subprocess_host import process_stat
 from mainspring.storage import ProcessIdentity
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ import anyio.lowlevel
 import pytest
 
 import mainspring as ms
-from mainspring.executions._lease_guard import MIN_MARGIN, LeaseWatch, lease_margin
+from mainspring.executions._run.lease_guard import MIN_MARGIN, LeaseWatch, lease_margin
 from mainspring.storage import RetryPolicy
 
 from .._postgres import postgres_url, require_server
@@ -549,7 +549,7 @@ async def test_l5_the_default_lease_clock_goes_on_while_the_machine_is_suspended
     """time.monotonic stands still through a suspend: a laptop or VM resumed an hour later
     would find its lease "fresh" and start its next step on a lease that lapsed an hour
     ago. The runtime's default lease clock is CLOCK_BOOTTIME, which counts the suspend."""
-    from mainspring.executions import _lease_guard
+    from mainspring.executions._run import lease_guard as _lease_guard
 
     stamp = _lease_guard.lease_clock()
     assert abs(stamp - time.clock_gettime(time.CLOCK_BOOTTIME)) < 5.0

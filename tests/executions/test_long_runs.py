@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _agent_context as _agent
+from mainspring.executions._steps import context as _agent
 
 from ._kit import Gate, MemoryStore, agent, plan_of, runtime, stored, tasks_of, tool
 

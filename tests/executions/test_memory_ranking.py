@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import mainspring as ms
 from mainspring.executions import MemorySearch
-from mainspring.executions._memory_rank import (
+from mainspring.executions._memory.rank import (
     EMBED_BATCH,
     VectorCache,
     cosine,

@@ -168,7 +168,7 @@ async def test_B1_an_error_inside_a_task_group_is_retried_by_its_own_name(tmp_pa
 
 
 def test_B1_a_group_is_retried_only_when_every_error_in_it_is_named() -> None:
-    from mainspring.executions._deadlines import error_types
+    from mainspring.executions._rules.deadlines import error_types
 
     policy = RetryPolicy(retry_on=("ConnectionError",))
     both = ExceptionGroup("g", [ConnectionError("a"), ValueError("b")])

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from mainspring.executions import ProgramFailed, run_program
-from mainspring.executions._proctree import alive, stop_tree
+from mainspring.executions._programs.proctree import alive, stop_tree
 from mainspring.storage import register_secret
 
 from ._kit import plan_of, runtime, tool
@@ -167,7 +167,7 @@ async def test_a_large_tool_output_is_redacted_off_the_event_loop(
 ) -> None:
     # Redacting a megabyte of output (what run_program's tool form may return) takes about
     # a quarter of a second: done on the event loop it stalls every run's heartbeats.
-    from mainspring.executions import _outputs
+    from mainspring.executions._steps import outputs as _outputs
 
     where: list[bool] = []
     real = _outputs.redact_flagged

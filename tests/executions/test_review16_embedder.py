@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions._memory_rank import MAX_EMBEDDER_THREADS
+from mainspring.executions._memory.rank import MAX_EMBEDDER_THREADS
 
 from ._memory_kit import StoreSpec, bag_of_words
 

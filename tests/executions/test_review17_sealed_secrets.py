@@ -147,7 +147,7 @@ async def test_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(tmp_pa
         handle = await rt.start("g", plan_of(agent("a", "coder")))
         with anyio.fail_after(30):
             assert (await handle.wait()).status == "completed"
-        with pytest.raises(ms.executions._fleet.WorkerRefused, match="secret"):
+        with pytest.raises(ms.executions._workers.fleet.WorkerRefused, match="secret"):
             await rt.finalize(handle.execution_id, proof)
         assert stored(rt, handle.execution_id).proof_digest is None
     assert TOKEN.encode() not in _files(tmp_path / "fs")  # E5

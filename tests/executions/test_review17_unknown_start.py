@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from mainspring.executions import SubprocessHost
-from mainspring.executions._proctree import HAVE_PROC
+from mainspring.executions._programs.proctree import HAVE_PROC
 from mainspring.storage import ProcessIdentity
 
 pytestmark = [

@@ -98,7 +98,7 @@ async def test_two_finalizes_racing_with_different_proofs_never_overwrite(
         async def finalize(receipt: dict[str, Any]) -> None:
             try:
                 answers.append(await rt.finalize(handle.execution_id, _proof(receipt)))
-            except ms.executions._fleet.WorkerRefused as exc:
+            except ms.executions._workers.fleet.WorkerRefused as exc:
                 answers.append(exc.code)
 
         async with anyio.create_task_group() as tg:

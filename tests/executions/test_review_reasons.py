@@ -290,7 +290,7 @@ async def test_a_cancel_committed_during_the_final_write_is_told_as_that_cancel(
             for execution, _ in commits:
                 if self.armed and execution.status == "completed":
                     self.armed = False
-                    from mainspring.executions._record_controls import cancel_edit
+                    from mainspring.executions._facade.record_controls import cancel_edit
 
                     self.edit(execution.id, cancel_edit("other:9:z", "late cancel"))
             return super().commit_many(commits)
@@ -330,7 +330,7 @@ async def test_a_local_cancel_racing_a_pause_from_elsewhere_is_not_dropped(
     """rt.cancel is final. Another process's pause lands just before this runtime writes
     the cancel: the cancel must still be applied (a paused record can be cancelled), never
     silently dropped while cancel() returns as if it had worked."""
-    from mainspring.executions._record_controls import pause_edit
+    from mainspring.executions._facade.record_controls import pause_edit
 
     gate = Gate()
     store = _store_landing(tmp_path / "s.sqlite3", "cancelled", pause_edit("other:9:z", "hold"))
@@ -348,7 +348,7 @@ async def test_a_local_pause_racing_a_cancel_from_elsewhere_reports_the_cancel(
 ) -> None:
     """The other process's cancel wins on disk (E4); pause() must not report the run as
     still running."""
-    from mainspring.executions._record_controls import cancel_edit
+    from mainspring.executions._facade.record_controls import cancel_edit
 
     gate = Gate()
     store = _store_landing(tmp_path / "s.sqlite3", "paused", cancel_edit("other:9:z", "drop"))
@@ -364,7 +364,7 @@ async def test_a_local_pause_racing_a_cancel_from_elsewhere_reports_the_cancel(
 async def test_a_pause_landing_during_the_final_write_is_told_as_that_pause(
     tmp_path: Path,
 ) -> None:
-    from mainspring.executions._record_controls import pause_edit
+    from mainspring.executions._facade.record_controls import pause_edit
 
     store = _store_landing(tmp_path / "s.sqlite3", "completed", pause_edit("other:9:z", "wait"))
     async with runtime(store) as rt:

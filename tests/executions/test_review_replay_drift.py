@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions._results import agent_hash
+from mainspring.executions._run.results import agent_hash
 
 from .._exact import same
 from .._raw import stored_bytes

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions._plan import fence, findings_brief
+from mainspring.executions._rules.plan import fence, findings_brief
 
 from ._kit import (
     Gate,
@@ -461,7 +461,7 @@ async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> Non
 def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
     import typing
 
-    from mainspring.executions import _run_events
+    from mainspring.executions._run import events as _run_events
 
     classes = {
         value
@@ -475,7 +475,7 @@ def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
 
 
 async def test_V1_a_subscriber_that_falls_behind_is_told_what_it_lost() -> None:
-    from mainspring.executions._run_events import RunEventBus
+    from mainspring.executions._run.events import RunEventBus
 
     bus = RunEventBus(anyio.Event)
     with pytest.raises(ValueError, match="at least 1"):

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.executions._results import shortfall
-from mainspring.executions._scheduler import Schedule, approval_key, cost, pick
-from mainspring.executions._status import IllegalTransition
+from mainspring.executions._rules.scheduler import Schedule, approval_key, cost, pick
+from mainspring.executions._rules.status import IllegalTransition
+from mainspring.executions._run.results import shortfall
 from tests._examples import examples
 
 

@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 
 import mainspring as ms
-from mainspring.executions._status import (
+from mainspring.executions._rules.status import (
     EXECUTION_MOVES,
     STEP_MOVES,
     TASK_MOVES,

@@ -13,8 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _transitions as tr
-from mainspring.executions._plan import step_input_hash
+from mainspring.executions._rules import transitions as tr
+from mainspring.executions._rules.plan import step_input_hash
 
 from ._kit import FAST, Gate, agent, plan_of, runtime, statuses, stored, tasks_of, tool
 

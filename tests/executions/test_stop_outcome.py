@@ -210,7 +210,7 @@ async def test_S2_a_stop_request_met_at_the_runners_heartbeat_ends_the_same_way(
 
 
 def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> None:
-    from mainspring.executions._transitions import parse_stop_requests, stop_request
+    from mainspring.executions._rules.transitions import parse_stop_requests, stop_request
 
     requests = (
         stop_request("op-1", "ex-1:t1"),
@@ -236,7 +236,7 @@ def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> No
 def test_a_stop_request_round_trips_and_is_a_valid_id(
     operation: str, task_id: str, cascade: bool
 ) -> None:
-    from mainspring.executions._transitions import parse_stop_requests, stop_request
+    from mainspring.executions._rules.transitions import parse_stop_requests, stop_request
 
     request = stop_request(operation, task_id, cascade=cascade)
     ms.storage.check_id(request)

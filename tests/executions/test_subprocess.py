@@ -286,7 +286,7 @@ async def test_B2_without_proc_the_process_group_is_stopped(
 ) -> None:
     # Other POSIX systems have no /proc to walk: killpg on the program's group stops the
     # tree (the orphan included: it left its parent, not its group).
-    from mainspring.executions import _proctree
+    from mainspring.executions._programs import proctree as _proctree
 
     monkeypatch.setattr(_proctree, "HAVE_PROC", False)
     tree = Tree(tmp_path)
@@ -302,7 +302,7 @@ async def test_B1_a_caller_already_cancelled_starts_no_program(tmp_path: Path, f
     # run_program is a checkpoint: called in a cancelled scope (a step whose timeout fired
     # while its blocking code ran, and that goes on to run a program) it raises the
     # cancellation before anything starts; the program used to run first.
-    from mainspring.executions._programs import run_program_result
+    from mainspring.executions._programs.programs import run_program_result
 
     marker = tmp_path / "ran"
     run = run_program if form == "run_program" else run_program_result

@@ -16,7 +16,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import WorkerAgent, WorkerSpec
-from mainspring.executions import _worker_driver as driver_module
+from mainspring.executions._workers import driver as driver_module
 from mainspring.storage import ProcessIdentity, parse_workers
 
 from ._kit import FAST, agent, plan_of, runtime, stored

@@ -165,7 +165,7 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     assert result.status == "completed"
     assert result.outputs["a"] == live.outputs["a"]  # E10: the sealed delivery
     assert len(host.starts) == 1  # never run again
-    view = ms.executions._worker_api.view_of(record)
+    view = ms.executions._facade.workers.view_of(record)
     assert view.workers[0].status == "delivered"
     assert view.tasks[0].state == "delivered"
     trail = [e for e, _ in events(record)]

@@ -92,7 +92,7 @@ async def test_an_orphan_is_recorded_stopped_only_after_it_is_confirmed_dead(
     assert done.state == "cancelled"
     assert not host.processes[0].alive
     assert host.stored_at_stop == ["running"]  # the stop came before the record
-    view = ms.executions._worker_api.view_of(record)
+    view = ms.executions._facade.workers.view_of(record)
     (worker,) = view.workers
     assert worker.status == "stopped"
     assert worker.reason == "stop-task"

@@ -300,7 +300,7 @@ async def test_a_repair_reaches_the_worker_and_only_its_digest_is_kept(tmp_path:
         record = stored(rt, handle.execution_id)
         assert "fix the test" not in repr(record)
         assert (await view(rt, handle.execution_id)).workers[0].repair_digest == digest
-        with pytest.raises(ms.executions._fleet.WorkerRefused):
+        with pytest.raises(ms.executions._workers.fleet.WorkerRefused):
             await rt.repair_worker(handle.execution_id, worker_id, "   ")
         with pytest.raises(WorkerNotLive):
             await rt.repair_worker(handle.execution_id, "nobody", "x")
@@ -328,7 +328,7 @@ async def test_finalize_seals_the_proof_once(tmp_path: Path) -> None:
         assert stored(rt, handle.execution_id).proof_digest == digest
         sealed = await rt._cfg.evidence.read(digest)
         assert sealed == _proof().plain()
-        with pytest.raises(ms.executions._fleet.WorkerRefused):
+        with pytest.raises(ms.executions._workers.fleet.WorkerRefused):
             await rt.finalize(handle.execution_id, _proof({"tests": "other"}))
 
 
@@ -336,7 +336,7 @@ async def test_finalize_is_refused_while_a_worker_is_active(tmp_path: Path) -> N
     host = FakeHost([Script()])
     async with runtime(tmp_path, agents=coder(host), **FAST) as rt:
         handle = await _running(rt, host)
-        with pytest.raises(ms.executions._fleet.WorkerRefused) as refused:
+        with pytest.raises(ms.executions._workers.fleet.WorkerRefused) as refused:
             await rt.finalize(handle.execution_id, _proof())
         assert refused.value.code == "active-writer"
         await rt.cancel(handle.execution_id)

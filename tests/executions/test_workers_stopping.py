@@ -208,7 +208,7 @@ while True:
 async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mainspring.executions import _worker_api
+    from mainspring.executions._facade import workers as _worker_api
 
     monkeypatch.setattr(_worker_api, "REPAIR_SEND_TIMEOUT", 0.5)
     agents = {"coder": worker(tmp_path, DEAF)}

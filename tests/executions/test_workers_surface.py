@@ -16,8 +16,8 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import ScriptedHost, SubprocessHost, WorkerAgent, WorkerNotLive
-from mainspring.executions._evidence import EvidenceShelf
-from mainspring.executions._worker_find import find_start, host_of
+from mainspring.executions._workers.evidence import EvidenceShelf
+from mainspring.executions._workers.find import find_start, host_of
 from mainspring.storage import (
     MAX_EVIDENCE_BYTES,
     EvidenceError,
@@ -121,7 +121,7 @@ async def test_a_view_counts_trail_entries_that_do_not_parse(tmp_path: Path) -> 
     import attrs
 
     broken = attrs.evolve(record, worker_trail=(*record.worker_trail, {"seq": "x"}))
-    view = ms.executions._worker_api.view_of(broken)
+    view = ms.executions._facade.workers.view_of(broken)
     assert view.dropped == 1
     assert len(view.trail) == len(record.worker_trail)  # the good entries are kept
 

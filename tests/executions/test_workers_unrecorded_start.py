@@ -106,7 +106,7 @@ async def test_stop_task_finds_the_unrecorded_start_by_session_and_stops_it(
     assert result.ok
     assert proc.returncode is not None
     assert proc.returncode < 0  # by a signal
-    view = ms.executions._worker_api.view_of(record)
+    view = ms.executions._facade.workers.view_of(record)
     assert view.workers[0].status == "stopped"
     assert view.workers[0].reason == "stop-task"
     assert tasks_of(record)[0].state == "cancelled"
@@ -129,7 +129,7 @@ async def test_a_resume_stops_the_unrecorded_start_before_taking_over(tmp_path: 
     assert proc.returncode < 0  # by a signal
     assert result.status == "completed"
     assert result.outputs["a"] == {"ok": True}
-    view = ms.executions._worker_api.view_of(record)
+    view = ms.executions._facade.workers.view_of(record)
     assert ("takeover", "start-searched") in [(e.event, e.detail) for e in view.trail]
     assert view.workers[0].generation == 2
 

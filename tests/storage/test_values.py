@@ -334,7 +334,7 @@ def _holds_tag_key(value: Any) -> bool:
 @given(value=json_values)
 @settings(max_examples=examples(200), deadline=None)
 def test_the_hash_of_a_plain_input_is_what_it_always_was(value: Any) -> None:
-    from mainspring.executions._plan import step_input_hash
+    from mainspring.executions._rules.plan import step_input_hash
 
     # A dict holding the reserved key "$ms" is escaped by the typed encoding (documented):
     # it is not plain JSON as stored, so its hash is not the plain one.
@@ -346,7 +346,7 @@ def test_the_hash_of_a_plain_input_is_what_it_always_was(value: Any) -> None:
 def test_the_hash_of_a_tagged_input_is_the_same_in_every_process() -> None:
     code = (
         "from mainspring.storage import PlanStep\n"
-        "from mainspring.executions._plan import step_input_hash\n"
+        "from mainspring.executions._rules.plan import step_input_hash\n"
         "words = {'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'}\n"
         "print(step_input_hash(PlanStep(id='s', agent='a', input={'w': words, "
         "'k': {frozenset(words): (1, b'x')}})))\n"

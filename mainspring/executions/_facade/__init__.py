@@ -1,0 +1,1 @@
+"""_facade of the executions package (see ARCHITECTURE.md)."""

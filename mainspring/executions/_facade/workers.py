@@ -1,0 +1,187 @@
+"""The Runtime's worker methods: a read-only view of a run's workers, repair instructions
+for a live worker, and finalizing a run with its proof (#17)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from ...actors import MainspringError
+from ...storage import (
+    Committer,
+    Execution,
+    Store,
+    TrailEntry,
+    WorkerRecord,
+    WorkerTask,
+    check_id,
+    parse_worker_tasks,
+    parse_workers,
+    redact_flagged,
+    structure,
+)
+from .._run.messages import RunConfig
+from .._worker_run import WorkerJoin
+from .._workers import fleet as fleet
+from .handle import UnknownExecution
+
+__all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
+
+#: How long a repair instruction may wait for a worker to read its stdin (seconds): a
+#: worker that never reads (its pipe full) must not block the caller forever (STYLE 5).
+REPAIR_SEND_TIMEOUT = 30.0
+
+
+class WorkerNotLive(MainspringError):
+    """The worker is not a live process of this runtime (unknown, stopped, or held by
+    another runtime): a repair instruction cannot reach it."""
+
+
+@attrs.frozen(kw_only=True)
+class WorkersView:
+    """An execution's workers as stored: the records that parse, the tasks they serve,
+    the diagnostic trail, and how many records did not parse (E7, E8)."""
+
+    execution_id: str
+    workers: tuple[WorkerRecord, ...]
+    tasks: tuple[WorkerTask, ...]
+    trail: tuple[TrailEntry, ...]
+    dropped: int
+    proof_digest: str | None
+
+
+def view_of(record: Execution) -> WorkersView:
+    workers, bad_workers = parse_workers(record.workers)
+    tasks, bad_tasks = parse_worker_tasks(record.worker_tasks)
+    trail: list[TrailEntry] = []
+    bad_trail = 0
+    for raw in record.worker_trail:
+        try:
+            trail.append(structure(raw, TrailEntry))
+        except Exception:
+            bad_trail += 1
+    return WorkersView(
+        execution_id=record.id,
+        workers=tuple(workers),
+        tasks=tuple(tasks),
+        trail=tuple(trail),
+        dropped=bad_workers + bad_tasks + bad_trail,
+        proof_digest=record.proof_digest,
+    )
+
+
+class WorkerControls:
+    """Mixed into :class:`Runtime`."""
+
+    _cfg: RunConfig
+    _committer: Committer
+    _store: Store
+    _live: dict[str, Any]  # the runs live in this runtime (their actor refs)
+
+    async def workers(self, execution_id: str) -> WorkersView:
+        """The execution's workers, their tasks and the trail, read from the store (it
+        never writes, E7); ``UnknownExecution`` if it is not stored."""
+        check_id(execution_id)
+        record = await anyio.to_thread.run_sync(self._store.get, execution_id)
+        if record is None:
+            raise UnknownExecution(execution_id)
+        return view_of(record)
+
+    async def repair_worker(self, execution_id: str, worker_id: str, text: str) -> str:
+        """Send a repair instruction to a live worker of this runtime (one JSON line
+        ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
+        (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or it
+        ended before the line reached it, or did not read it within
+        :data:`REPAIR_SEND_TIMEOUT`), ``StaleWorker`` if the worker moved on while the line
+        was on its way."""
+        check_id(execution_id)
+        check_id(worker_id)
+        board = self._cfg.worker_boards.get(execution_id)
+        live = board.live.get(worker_id) if board is not None else None
+        if board is None or live is None or board.commit is None:
+            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
+        belief = fleet.expect(board.workers[worker_id], "running", "idle")
+        _, trimmed, digest = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
+        try:
+            with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
+                await live.host.send(live.process, {"type": "repair", "text": trimmed})
+        except ProcessLookupError as exc:
+            raise WorkerNotLive(f"worker {worker_id}'s process no longer reads") from exc
+        if waited.cancelled_caught:
+            raise WorkerNotLive(f"worker {worker_id} does not read its stdin: not delivered")
+        # V2: the driver may have recorded something while the line was on its way (a
+        # failure, idle, a handoff): the repair is counted on the worker as it is now
+        # (StaleWorker if it is no longer that generation, running or idle), never on the
+        # copy read before the send.
+        worker, _, _ = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
+        board.put(worker, None, "repair", digest)
+        if not await board.commit():
+            raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
+        return digest
+
+    async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
+        """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
+        review passed, every worker task delivered, the receipt's digest its own, no worker
+        active; a receipt holding a secret is refused too). The proof is sealed as evidence
+        and its digest recorded (``proof_digest``, through the run's commit funnel when it
+        is live here). Finalizing again with the same proof answers the same digest;
+        another proof is refused (``proof``)."""
+        check_id(execution_id)
+        if not isinstance(proof, fleet.Proof):
+            raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
+        record = await anyio.to_thread.run_sync(self._store.get, execution_id)
+        if record is None:
+            raise UnknownExecution(execution_id)
+        board = self._cfg.worker_boards.get(execution_id)
+        live = self._live.get(execution_id)
+        if board is None and live is not None:
+            # Live here with no worker yet: through its board, so its next commit carries
+            # the proof and its drivers see it (a store edit would be undone by the run).
+            with contextlib.suppress(Exception):
+                board = await live.ref.ask(WorkerJoin())
+        if board is not None:
+            workers, tasks = list(board.workers.values()), list(board.tasks.values())
+            current = board.proof_digest
+        else:
+            workers = parse_workers(record.workers)[0]
+            tasks = parse_worker_tasks(record.worker_tasks)[0]
+            current = record.proof_digest
+        digest = fleet.finalize(tasks, workers, proof)
+        if redact_flagged(proof.plain())[1]:  # E5: sealed as it is, it cannot be masked
+            raise fleet.WorkerRefused("proof", "the receipt holds a secret: ids and digests only")
+        if current == digest:
+            return digest
+        if current is not None:
+            raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+        sealed = await self._cfg.evidence.seal(proof.plain())
+        if sealed != digest:  # pragma: no cover - one canonical form on both sides
+            raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
+        if board is not None and board.commit is not None:
+            # Checked again after the seal's await: a finalize that ran meanwhile (another
+            # proof) or a worker that became active is never overwritten nor ignored.
+            fleet.finalize(board.tasks.values(), board.workers.values(), proof)
+            if board.proof_digest not in (None, digest):
+                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+            board.proof_digest = digest
+            if not await board.commit():
+                raise WorkerNotLive("the run is stopping: finalize it once it stopped")
+            return digest
+
+        def change(stored: Execution, now: float) -> Execution | None:
+            if stored.proof_digest == digest:
+                return None
+            if stored.proof_digest is not None:
+                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+            fleet.finalize(
+                parse_worker_tasks(stored.worker_tasks)[0], parse_workers(stored.workers)[0], proof
+            )
+            return attrs.evolve(stored, proof_digest=digest, updated_at=now)
+
+        await self._committer.edit(execution_id, change)
+        return digest

@@ -1,0 +1,1 @@
+"""_memory of the executions package (see ARCHITECTURE.md)."""

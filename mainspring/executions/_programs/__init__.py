@@ -1,0 +1,1 @@
+"""_programs of the executions package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""_rules of the executions package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""_run of the executions package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""_steps of the executions package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""_workers of the executions package (see ARCHITECTURE.md)."""

@@ -1,0 +1,544 @@
+"""The worker lifecycle as pure functions: every rule of the fleet, without an event loop.
+
+Each function takes the records as they are, what the caller believes about the worker
+(:class:`Expect`: its id, generation and status), and returns the new records; it changes
+nothing it is given. A caller whose belief is out of date gets :class:`StaleWorker`, never a
+silent overwrite: the check on (worker id, generation, status) is what makes two writers
+about one worker safe. A move the lifecycle does not allow is :class:`WorkerRefused`, with a
+code that says which rule refused it.
+
+The lifecycle (``WORKER_MOVES``)::
+
+    assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
+    any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
+    stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
+
+and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting-delivery ->
+delivered, back to ready when its process ended unexpectedly or failed to start, blocked when
+it made no progress or was stopped for good.
+
+Two rules need a fact only the host can give: a process is *confirmed dead* (inspected, not
+assumed). The functions that need it (:func:`takeover`, :func:`fence`, :func:`mark_stopped`,
+:func:`block`) take ``confirmed_dead`` and refuse without it.
+
+Every function checks in one order, so a caller learns the most basic thing wrong first: the
+belief (:class:`StaleWorker`), that the task is the worker's (``wrong-task``), that the worker's
+status allows the move (``illegal-move`` / ``not-live``), the task's state and the run's
+capacity, and last the host's fact (``not-dead``). Only the function's own rule decides which
+statuses a move leaves from: a belief that names a status the move does not leave from is
+refused, never obeyed. The handoff's steps repeated (same id and generation) are answered
+before the status is checked: the same digests change nothing, others are ``digest-mismatch``.
+
+A run finalizes (:func:`finalize`) with no active worker and a :class:`Proof` that holds; the
+diagnostic trail is kept bounded by :func:`trail_append`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any, Literal
+
+import attrs
+
+from ...storage import (
+    ACTIVE_WORKER,
+    LEASE_DEFAULT,
+    MAX_USAGE_EPOCHS,
+    ProcessIdentity,
+    StopIntent,
+    UsageEpoch,
+    WorkerFailure,
+    WorkerRecord,
+    WorkerStatus,
+    WorkerTask,
+    check_cost,
+    check_digest,
+    check_lease,
+    check_tokens,
+)
+from .proof import Proof as Proof  # finalize and the trail: one namespace of rules
+from .proof import finalize as finalize
+from .proof import next_trail_seq as next_trail_seq
+from .proof import trail_append as trail_append
+from .vocabulary import (
+    MAX_REPAIR,
+    NOT_FAILED,
+    WORKER_MOVES,
+    Expect,
+    Observed,
+    StaleWorker,
+    WorkerRefused,
+)
+from .vocabulary import check as _check
+from .vocabulary import expect as expect
+
+__all__ = [
+    "MAX_REPAIR",
+    "WORKER_MOVES",
+    "Expect",
+    "Observed",
+    "Proof",
+    "StaleWorker",
+    "WorkerRefused",
+    "add_usage",
+    "assign",
+    "begin_handoff",
+    "block",
+    "capacity",
+    "deliver",
+    "expect",
+    "fence",
+    "finalize",
+    "heartbeat",
+    "mark_started",
+    "mark_starting",
+    "mark_stopped",
+    "next_trail_seq",
+    "observe",
+    "progress",
+    "repair",
+    "report_failure",
+    "start_failed",
+    "takeover",
+    "trail_append",
+]
+
+
+def _own(worker: WorkerRecord, task: WorkerTask) -> None:
+    """A write never changes another task than the one its worker serves now."""
+    if task.id != worker.task_id or task.worker_id != worker.id:
+        raise WorkerRefused("wrong-task", f"task {task.id} is not served by worker {worker.id}")
+
+
+def _from(
+    worker: WorkerRecord, statuses: Iterable[WorkerStatus], code: str = "illegal-move"
+) -> None:
+    if worker.status not in statuses:
+        raise WorkerRefused(code, f"worker {worker.id} is {worker.status}")
+
+
+def _dead(worker: WorkerRecord, confirmed_dead: bool) -> None:
+    if confirmed_dead is not True:
+        raise WorkerRefused("not-dead", f"worker {worker.id}'s process is not confirmed dead")
+
+
+def _same(worker: WorkerRecord, belief: Expect) -> bool:  # the idempotent repeats' check
+    return worker.id == belief.worker_id and worker.generation == belief.generation
+
+
+def _move(worker: WorkerRecord, new: WorkerStatus, now: float, **changes: object) -> WorkerRecord:
+    if new not in WORKER_MOVES[worker.status]:
+        raise WorkerRefused("illegal-move", f"worker {worker.id}: {worker.status} -> {new}")
+    return attrs.evolve(worker, status=new, updated_at=now, **changes)  # type: ignore[arg-type]
+
+
+def _task(task: WorkerTask, now: float, **changes: object) -> WorkerTask:
+    return attrs.evolve(task, updated_at=now, **changes)  # type: ignore[arg-type]
+
+
+def _active(workers: Iterable[WorkerRecord], task_id: str, *, limit: int, but: str = "") -> None:
+    active = [w for w in workers if w.active and w.id != but]
+    if any(w.task_id == task_id for w in active):
+        raise WorkerRefused("task-busy", f"task {task_id} already has an active worker")
+    if len(active) >= _limit(limit):
+        raise WorkerRefused("capacity", f"the run has {limit} active workers already")
+
+
+def _limit(value: Any, what: str = "limit") -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{what} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+# -- assignment and start ------------------------------------------------------------------
+
+
+def capacity(jobs: int, maximum: int) -> int:
+    """How many workers of a run may be active at once: min(its jobs, the global maximum)."""
+    return min(_limit(jobs, "jobs"), _limit(maximum, "maximum"))
+
+
+def assign(
+    task: WorkerTask,
+    workers: Iterable[WorkerRecord],
+    worker_id: str,
+    *,
+    agent_id: str,
+    limit: int,
+    now: float,
+    lease: float = LEASE_DEFAULT,
+) -> tuple[WorkerTask, WorkerRecord]:
+    """A new worker (generation 1, ``assigned``) for a ``ready`` task: refused while the
+    task has an active worker (``task-busy``) or the run has ``limit`` active workers
+    (``capacity``: the limit is :func:`capacity`, min(jobs, the global maximum))."""
+    workers = list(workers)
+    if task.state != "ready":
+        raise WorkerRefused("task-busy", f"task {task.id} is {task.state}, not ready")
+    if any(w.id == worker_id for w in workers):
+        raise WorkerRefused("illegal-move", f"worker {worker_id} exists already")
+    _active(workers, task.id, limit=limit)
+    worker = WorkerRecord(
+        id=worker_id,
+        task_id=task.id,
+        step_id=task.step_id,
+        agent_id=agent_id,
+        lease=check_lease(lease),
+        reason="assigned",
+        created_at=now,
+        updated_at=now,
+    )
+    return _task(task, now, worker_id=worker_id, reason="assigned"), worker
+
+
+def mark_starting(
+    worker: WorkerRecord, belief: Expect, *, session: str, job: str, now: float
+) -> WorkerRecord:
+    """Phase one of a start: ``starting`` with a lease, a new session, the job; recorded
+    before the process is started, so a crash now is seen as a start in progress. Only an
+    ``assigned`` worker starts: a worker found ``starting`` may have a process nobody
+    recorded, and only a :func:`takeover` (once it is confirmed dead) starts it again."""
+    _check(worker, belief)
+    _from(worker, ("assigned",))
+    return _move(
+        worker,
+        "starting",
+        now,
+        session=session,
+        job=job,
+        lease_expires_at=now + worker.lease,
+        process=None,
+        reason="starting",
+    )
+
+
+def mark_started(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    process: ProcessIdentity,
+    *,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """Phase two: the process exists; its identity is recorded, the worker runs and so
+    does its task (one more attempt). A worker no longer ``starting`` (the run was stopped
+    meanwhile) raises :class:`StaleWorker`: the caller stops the new process and keeps the
+    error."""
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("starting",))
+    worker = _move(
+        worker, "running", now, process=process, lease_expires_at=now + worker.lease, reason=""
+    )
+    attempts = min(task.attempts + 1, 1_000_000)
+    return worker, _task(task, now, state="running", reason="", attempts=attempts)
+
+
+def start_failed(
+    worker: WorkerRecord, task: WorkerTask, belief: Expect, *, now: float, digest: str | None
+) -> tuple[WorkerRecord, WorkerTask]:
+    """The process could not be started: the ``starting`` worker is ``blocked`` with
+    failure class ``native-start`` (``digest``: of the error text, which is not stored) and
+    the task is ready again."""
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("starting",))
+    failure = WorkerFailure(
+        failure_class="native-start",
+        fingerprint=digest or hashlib.sha256(b"native-start").hexdigest(),
+        diagnostic_digest=digest,
+        phase="start",
+        at=now,
+    )
+    worker = _move(
+        worker, "blocked", now, failure=failure, lease_expires_at=None, reason="native-start"
+    )
+    return worker, _task(task, now, state="ready", reason="native-start")
+
+
+# -- while it runs ----------------------------------------------------------------------
+
+
+def heartbeat(
+    worker: WorkerRecord, belief: Expect, *, now: float, lease: float | None = None
+) -> WorkerRecord:
+    """Renew the worker's lease (``lease`` seconds from now, 1 s .. 10 min; its own length
+    when not given, 30 s unless set)."""
+    _check(worker, belief)
+    _from(worker, ACTIVE_WORKER, "not-live")
+    length = worker.lease if lease is None else check_lease(lease)
+    return attrs.evolve(worker, lease=length, lease_expires_at=now + length, updated_at=now)
+
+
+_SEEN = frozenset({"running", "idle", "exited", "unknown"})
+
+
+def observe(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    seen: Observed,
+    *,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """Map what the host sees of a running or idle worker's process to its status: running
+    or idle as seen; ``exited`` (unexpectedly: a delivery goes through the handoff) stops
+    the worker and puts its task back to ready, reason ``native-process-exited`` (an
+    exited process is dead: it was inspected). ``unknown`` changes nothing."""
+    if seen not in _SEEN:
+        raise ValueError(f"a process is seen {', '.join(sorted(_SEEN))}, not {seen!r}")
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("running", "idle"), "not-live")
+    if seen == worker.status:
+        return attrs.evolve(worker, updated_at=now), task
+    if seen in ("running", "idle"):
+        return _move(worker, seen, now), task
+    if seen == "exited":
+        reason = "native-process-exited"
+        worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
+        return worker, _task(task, now, state="ready", reason=reason)
+    return worker, task
+
+
+def takeover(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    *,
+    workers: Iterable[WorkerRecord],
+    limit: int,
+    confirmed_dead: bool,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """A new generation of the worker, ``assigned``, for its task (still ready or running):
+    only once the old process is confirmed dead (``not-dead``: a live one blocks takeover).
+    An active worker (its owner crashed) or a stopped one may be taken over; a stopped one
+    becomes active again, so the run's ``workers`` count against ``limit`` as in assign;
+    one stopped without failing (``NOT_FAILED``) gives its task's attempt back."""
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("stopped", *ACTIVE_WORKER))
+    if task.state not in ("ready", "running"):
+        raise WorkerRefused("illegal-move", f"task {task.id} is {task.state}: no takeover")
+    if not worker.active:
+        _active(workers, task.id, limit=limit, but=worker.id)
+    _dead(worker, confirmed_dead)
+    # A start stopped without failing (pause, deadline, lease loss) is given back.
+    back = worker.status == "stopped" and worker.reason in NOT_FAILED and task.attempts > 0
+    worker = attrs.evolve(
+        worker,
+        generation=worker.generation + 1,
+        status="assigned",
+        process=None,
+        session=None,
+        job=None,
+        lease_expires_at=None,
+        intent=None,
+        reason="takeover",
+        updated_at=now,
+    )
+    attempts = task.attempts - 1 if back else task.attempts
+    return worker, _task(task, now, state="ready", reason="takeover", attempts=attempts)
+
+
+def report_failure(
+    worker: WorkerRecord, belief: Expect, failure: WorkerFailure, *, now: float
+) -> tuple[WorkerRecord, bool]:
+    """Record a failure the worker reported; True when the no-progress rule says to stop
+    it: the same failure twice in a row without useful progress. The caller then stops the
+    process and, once it is confirmed dead, :func:`block`\\ s the worker with
+    ``no-progress:<class>``."""
+    _check(worker, belief)
+    _from(worker, ("running", "idle"), "not-live")
+    if not isinstance(failure, WorkerFailure):
+        raise TypeError(f"a failure is a WorkerFailure, not {type(failure).__name__}")
+    previous = worker.failure
+    if failure.useful_progress:
+        repeats = 0
+    elif previous is not None and failure.same_as(previous) and not previous.useful_progress:
+        repeats = worker.repeats + 1
+    else:
+        repeats = 1
+    worker = attrs.evolve(worker, failure=failure, repeats=min(repeats, 1_000_000), updated_at=now)
+    return worker, repeats >= 2
+
+
+def progress(worker: WorkerRecord, belief: Expect, *, now: float) -> WorkerRecord:
+    """The worker reported useful progress: the no-progress rule starts over (the next
+    failure is the first in a row, even if it is the same as the last)."""
+    _check(worker, belief)
+    _from(worker, ("running", "idle"), "not-live")
+    return attrs.evolve(worker, repeats=0, updated_at=now) if worker.repeats else worker
+
+
+def repair(
+    worker: WorkerRecord, belief: Expect, text: str, *, now: float
+) -> tuple[WorkerRecord, str, str]:
+    """A repair instruction for a live worker: trimmed, 1..16,384 characters, no NUL, UTF-8.
+    Returns the worker (only the sha256 of the text is kept, V1), the trimmed text (to
+    send), and its digest."""
+    _check(worker, belief)
+    _from(worker, ("running", "idle"), "not-live")
+    trimmed = text.strip() if isinstance(text, str) else ""
+    try:
+        encoded = trimmed.encode("utf-8")
+    except UnicodeEncodeError:
+        encoded = b""
+    if not 1 <= len(trimmed) <= MAX_REPAIR or "\x00" in trimmed or not encoded:
+        raise WorkerRefused(
+            "bad-repair",
+            f"a repair instruction must be UTF-8 text of 1..{MAX_REPAIR:,} characters once "
+            "trimmed, without NUL",
+        )
+    digest = hashlib.sha256(encoded).hexdigest()
+    worker = attrs.evolve(
+        worker,
+        repair_digest=digest,
+        repairs=min(worker.repairs + 1, 1_000_000),
+        updated_at=now,
+    )
+    return worker, trimmed, digest
+
+
+def add_usage(
+    worker: WorkerRecord,
+    *,
+    generation: int,
+    session: str,
+    job: str,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cost: Decimal = Decimal(0),
+    now: float,
+) -> WorkerRecord:
+    """Add usage to the worker's (generation, session, job) epoch: refused
+    (``stale-usage``) unless all three still match the worker's. Counts are whole and not
+    negative, the cost a non-negative Decimal (ValueError / TypeError otherwise)."""
+    check_tokens(input_tokens, "input_tokens")
+    check_tokens(output_tokens, "output_tokens")
+    if check_cost(cost) != cost:
+        raise ValueError("cost has more decimal places than a cost keeps")
+    if (generation, session, job) != (worker.generation, worker.session, worker.job):
+        raise WorkerRefused("stale-usage", f"usage for an epoch worker {worker.id} is no longer in")
+    epochs = list(worker.usage)
+    key = (generation, session, job)
+    index = next(
+        (i for i, e in enumerate(epochs) if (e.generation, e.session, e.job) == key), len(epochs)
+    )
+    if index == len(epochs):
+        epochs.append(UsageEpoch(generation=generation, session=session, job=job))
+    epoch = epochs[index]
+    epochs[index] = attrs.evolve(
+        epoch,
+        input_tokens=epoch.input_tokens + input_tokens,
+        output_tokens=epoch.output_tokens + output_tokens,
+        total_tokens=epoch.total_tokens + input_tokens + output_tokens,
+        cost=epoch.cost + check_cost(cost),
+    )
+    return attrs.evolve(worker, usage=tuple(epochs[-MAX_USAGE_EPOCHS:]), updated_at=now)
+
+
+# -- handoff, stop, block -------------------------------------------------------------------
+
+
+def begin_handoff(worker: WorkerRecord, belief: Expect, intent: StopIntent) -> WorkerRecord:
+    """Begin delivering: record the stop intent (``handing-off``). Beginning again with the
+    same digests changes nothing; with other digests it is refused (``digest-mismatch``)."""
+    if _same(worker, belief) and worker.status in ("handing-off", "fenced", "delivered"):
+        if worker.intent is not None and worker.intent.same_digests(intent):
+            return worker  # idempotent
+        raise WorkerRefused(
+            "digest-mismatch", f"worker {worker.id} is handing off another delivery"
+        )
+    _check(worker, belief)
+    _from(worker, ("running", "idle"), "not-live")
+    return _move(worker, "handing-off", intent.at, intent=intent, reason="handoff")
+
+
+def fence(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    *,
+    confirmed_dead: bool,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """The handing-off worker's process is confirmed dead: ``fenced``, its task
+    ``awaiting-delivery``. Fencing a worker already fenced (or delivered) changes nothing."""
+    if _same(worker, belief) and worker.status in ("fenced", "delivered"):
+        return worker, task
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("handing-off",))
+    _dead(worker, confirmed_dead)
+    worker = _move(worker, "fenced", now, lease_expires_at=None, reason="fenced")
+    return worker, _task(task, now, state="awaiting-delivery", reason="")
+
+
+def deliver(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    *,
+    delivery_digest: str,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """Publish the fenced worker's delivery (sealed as evidence named ``delivery_digest``,
+    which must be the intent's): ``delivered``, and so is its task. Delivering again with
+    the same digest changes nothing; another digest is refused (``digest-mismatch``)."""
+    check_digest(delivery_digest, "delivery_digest")
+    if _same(worker, belief) and worker.status == "delivered":
+        if worker.delivered_digest == delivery_digest:
+            return worker, task  # idempotent
+        raise WorkerRefused("digest-mismatch", f"worker {worker.id} delivered something else")
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ("fenced",))
+    if worker.intent is None or worker.intent.delivery_digest != delivery_digest:
+        raise WorkerRefused("digest-mismatch", f"worker {worker.id} did not intend to deliver that")
+    worker = _move(worker, "delivered", now, delivered_digest=delivery_digest, reason="")
+    task = _task(task, now, state="delivered", reason="", delivery_digest=delivery_digest)
+    return worker, task
+
+
+def mark_stopped(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    *,
+    confirmed_dead: bool,
+    reason: str,
+    task_state: Literal["ready", "blocked"] = "ready",
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """Stopped (pause, cancel, stop-task, lease loss: ``reason``), recorded only once its
+    process is confirmed dead; the task goes to ``task_state`` (ready: it may run again)."""
+    if task_state not in ("ready", "blocked"):
+        raise ValueError(f"a stopped worker's task is ready or blocked, not {task_state!r}")
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ACTIVE_WORKER)
+    _dead(worker, confirmed_dead)
+    worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
+    return worker, _task(task, now, state=task_state, reason=reason)
+
+
+def block(
+    worker: WorkerRecord,
+    task: WorkerTask,
+    belief: Expect,
+    *,
+    confirmed_dead: bool,
+    reason: str,
+    now: float,
+) -> tuple[WorkerRecord, WorkerTask]:
+    """The worker is ``blocked`` and so is its task, with ``reason`` (for the no-progress
+    rule ``no-progress:<class>``): only once its process is confirmed dead."""
+    _check(worker, belief)
+    _own(worker, task)
+    _from(worker, ACTIVE_WORKER)
+    _dead(worker, confirmed_dead)
+    worker = _move(worker, "blocked", now, lease_expires_at=None, reason=reason)
+    return worker, _task(task, now, state="blocked", reason=reason)
