@@ -33,6 +33,7 @@ __all__ = [
     "Problem",
     "Store",
     "decide_commit",
+    "epoch_of",
     "new_owner_id",
 ]
 
@@ -221,7 +222,8 @@ def _check_ttl(ttl: float) -> None:
         raise ValueError(f"ttl must be a positive finite number of seconds, not {ttl!r}")
 
 
-def _epoch(execution: Execution) -> int | None:
+def epoch_of(execution: Execution) -> int | None:
+    """The lease epoch a record was made under (L4), or None if it holds no lease."""
     return execution.lease.epoch if execution.lease is not None else None
 
 
@@ -515,7 +517,7 @@ class CompareAndSetStore:
     def _commit_one(self, execution: Execution, owner: str, now: float) -> CommitOutcome:
         base = self._load(execution.id)
         stored = base.execution if base is not None else None
-        outcome = decide_commit(stored, owner, now, epoch=_epoch(execution))
+        outcome = decide_commit(stored, owner, now, epoch=epoch_of(execution))
         if outcome is CommitOutcome.OK:
             assert base is not None
             assert stored is not None

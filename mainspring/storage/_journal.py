@@ -128,6 +128,10 @@ class Base:
     #: The stored worker records by key: what a worker was before a commit replaced it, so
     #: the history finds its transitions at the cost of what changed (V2).
     workers: dict[str, Any] = attrs.field(factory=dict)
+    #: Per part, the index of the item the last diff found replaced in place: the next
+    #: diff looks there first (a run marks its plan steps done one after another). A
+    #: guess, always checked: it may come from a diff whose write failed.
+    hints: dict[str, int] = attrs.field(factory=dict)
 
     @classmethod
     def of(
@@ -289,10 +293,15 @@ def _encode_task(raw: dict[str, Any], split: bool) -> Any:
 
 
 def _encode_checkpoint(checkpoint: Checkpoint, done: tuple[str, ...]) -> Any:
-    raw: dict[str, Any] = _unstructure(checkpoint)
-    if checkpoint.completed_steps and checkpoint.completed_steps == done:
+    steps = checkpoint.completed_steps
+    if steps and (steps is done or steps == done):
+        # A reference to the execution's own completed steps: they are not unstructured
+        # (the checkpoint would cost the length of the run at every step).
+        raw: dict[str, Any] = _unstructure(attrs.evolve(checkpoint, completed_steps=()))
         raw["completed_steps"] = {DONE_REF: len(done)}
-    return raw
+        return raw
+    whole: dict[str, Any] = _unstructure(checkpoint)
+    return whole
 
 
 def snapshot_changes(execution: Execution) -> list[Change]:
@@ -326,6 +335,7 @@ class _Diff:
         self.base = base
         self.out: list[Change] = []
         self.next_pos = dict(base.next_pos)
+        self.hints: dict[str, int] = {}
 
     def put(self, part: str, key: str, value: Any, *, new: bool) -> None:
         pos = 0
@@ -344,9 +354,12 @@ class _Diff:
     ) -> bool:
         """The changes of one part; False if the part had to be rewritten whole."""
         positional = part in self.base.positional
-        grown = _grown(old, new, key) if not positional else None
+        hint = self.base.hints.get(part)
+        grown = _grown(old, new, key, hint) if not positional else None
         if grown is not None:
             replaced, start = grown
+            if replaced:
+                self.hints[part] = replaced[-1]
             fresh = [key(item) for item in new[start:]]
             known = self.base.keys[part]
             if len(set(fresh)) == len(fresh) and not any(k in known for k in fresh):
@@ -533,4 +546,6 @@ def diff(base: Base, new: Execution) -> list[Change]:
     for part in RAW_PARTS:
         work.raw(part, getattr(old, part), getattr(new, part))
     work.checkpoints(old, new, not done_kept)
+    # Only a guess for the next diff, checked there: kept even if this write then fails.
+    base.hints.update(work.hints)
     return work.out

@@ -78,16 +78,41 @@ def _equal(a: Any, b: Any) -> bool:
 _STRICT_UP_TO = 1_000
 
 
+def _one_replaced(old: tuple[Any, ...], new: Sequence[Any], hint: int) -> list[int] | None:
+    """The replaced indexes of ``new`` (as long as ``old``) if at most the item at ``hint``
+    or the one after it is another object, else None. The rest is compared in C, identity
+    first, in two slices: no Python ``__eq__`` runs for an item that is the same object,
+    so a commit that replaced one plan step costs one pass of pointer compares, not a
+    search by halves with a record comparison at each level."""
+    at = hint if old[hint] is not new[hint] else hint + 1
+    if at >= len(old) or old[at] is new[at]:
+        return [] if old == new else None
+    if old[:at] != new[:at] or old[at + 1 :] != new[at + 1 :]:
+        return None  # more than one changed: the general search
+    return [] if _equal(old[at], new[at]) else [at]
+
+
 def _grown(
-    old: Sequence[Any], new: Sequence[Any], key: Callable[[Any], str]
+    old: Sequence[Any],
+    new: Sequence[Any],
+    key: Callable[[Any], str],
+    hint: int | None = None,
 ) -> tuple[list[int], int] | None:
     """``(replaced indexes, first appended index)`` if ``new`` is ``old`` with some items
-    replaced under the same key and some appended; None otherwise (the part is rewritten)."""
+    replaced under the same key and some appended; None otherwise (the part is rewritten).
+    ``hint``: where the last commit replaced an item (the next is likely there or just
+    after it), tried first."""
     n_old = len(old)
     if len(new) < n_old:
         return None
     replaced: list[int] = []
     common = new[:n_old] if len(new) > n_old else new
+    if hint is not None and type(old) is tuple and 0 <= hint < n_old:
+        one = _one_replaced(old, common, hint)
+        if one is not None:
+            if one and key(old[one[0]]) != key(common[one[0]]):
+                return None
+            return one, n_old
     if n_old <= _STRICT_UP_TO and type(old) is list:
         # Raw data (agent tasks' inner steps): Python's == takes 1 for True, so a short list
         # is compared item by item, types included. A long one is compared with == by

@@ -363,6 +363,53 @@ class Connections:
         with self._borrowed() as conn:
             yield conn
 
+    def settle_by_stamps(
+        self,
+        pid: int,
+        table: str,
+        written: dict[str, int],
+        before: dict[str, int],
+        timeout: float,
+    ) -> str | None:
+        """What became of a transaction whose connection (to backend ``pid``) was lost
+        before its transaction id came back (a commit sent in one round trip): its session
+        is ended if it is still there, then the header rows it guarded say. Every row holds
+        the stamp the transaction wrote: ``"committed"``; every row still holds the stamp it
+        was guarded on: ``"aborted"``; anything else (another writer came after), or no
+        answer within ``timeout``: None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = self.connect()
+            except Lost:
+                conn = None
+            if conn is not None:
+                try:
+                    while time.monotonic() < deadline:
+                        alive = conn.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s",
+                            (pid,),
+                        ).fetchall()
+                        if not alive:
+                            ids = sorted(written)
+                            rows = conn.execute(
+                                f"SELECT id, stamp FROM {table} WHERE id = ANY(%s)", (ids,)
+                            ).fetchall()
+                            stamps = dict(rows)
+                            if all(stamps.get(i) == stamp for i, stamp in written.items()):
+                                return "committed"
+                            if all(stamps.get(i) == stamp for i, stamp in before.items()):
+                                return "aborted"
+                            return None
+                        time.sleep(0.02)
+                except self._psycopg.Error:
+                    pass
+                finally:
+                    conn.close()
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
     def settle(self, txid: int, pid: int, timeout: float) -> str | None:
         """What became of transaction ``txid`` whose connection (to backend ``pid``) was
         lost: ``"committed"`` or ``"aborted"``, or None if the server could not be asked

@@ -10,6 +10,13 @@ Why it is safe across hosts:
   (``SELECT ... FOR UPDATE``; a batch locks its rows in id order, so two hosts' batches
   never deadlock). The own-write cache is trusted only while the row's ``stamp`` (a random
   number each write sets) is the one this store wrote.
+* A run's commit whose rows are all cached, and whose decision on the cached versions (and
+  the server's clock as last read, moved on by this host's monotonic clock) is OK, takes
+  one round trip: BEGIN, the same row locks, the writes, the history entries and COMMIT go
+  together, and each header UPDATE is guarded by the stamp the cache was taken at (``AND
+  stamp = ...``) besides the lease fence. A row another host wrote meanwhile writes nothing
+  and fails the transaction, which is decided again with the rows locked first (a miss
+  costs a retry; a hit costs no lock wait on the client).
 * L4 fencing is in the statement that writes: a runner's commit or heartbeat updates the
   header ``WHERE seq = ... AND lease_owner = ... AND lease_epoch = ... AND lease_expires >
   <the server's clock>``; a lease that lapsed meanwhile writes nothing. Lease times are the
@@ -18,8 +25,9 @@ Why it is safe across hosts:
 * A connection lost before COMMIT is retried on a new one (the server rolled the
   transaction back); one lost during COMMIT is reconciled by asking the server what became
   of the transaction id (``txid_status``), after ending the old session if it is still
-  there. What cannot be decided raises :class:`CommitUnknown`: never acknowledged, never
-  applied twice.
+  there; a one-round-trip commit whose transaction id never came back is reconciled by the
+  stamps its header rows hold. What cannot be decided raises :class:`CommitUnknown`: never
+  acknowledged, never applied twice.
 
 Synchronous psycopg 3 from the persistence actor's worker thread, as with SQLite: it works
 the same under asyncio and trio, and psycopg's async API would tie the store to asyncio.
@@ -36,7 +44,17 @@ import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem, releases
+from ._backend import (
+    Clock,
+    CommitOutcome,
+    CompareAndSetStore,
+    Listing,
+    OwnWrites,
+    Problem,
+    decide_commit,
+    epoch_of,
+    releases,
+)
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._commit_events import events_for
 from ._errors import RecordError, StorageError, TooLarge
@@ -147,6 +165,15 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         self._pipeline: Any = None
         self._events: list[tuple[str, int, bytes]] = []
         self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
+        # The one-round-trip commit (see the module docstring): whether this attempt may
+        # take it, the lock query sent without waiting for it, and per row the stamp the
+        # UPDATE is guarded on and the one it writes (to settle a lost COMMIT by them).
+        self._lock_free = False
+        self._deferred: Any = None
+        self._guards: dict[str, int] = {}
+        self._wrote: dict[str, int] = {}
+        # The server's clock minus this host's monotonic clock, as of the last row lock.
+        self._skew: float | None = None
         self._conn: Any = None  # the connection of the transaction under way
         self._feeds: weakref.WeakSet[Feed] = weakref.WeakSet()
         sql = Statements(self.schema)
@@ -201,7 +228,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         if self._test_clock is not None:
             return self._test_clock()
         if self._conn is not None:  # in a transaction: read with its first row locks
-            if self._txid is None:
+            if not self._began():
                 self._lock_rows(())
             assert self._now is not None
             return self._now
@@ -359,6 +386,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             self._txid = None
             self._events = []
             self._touched = set()
+            self._deferred = None
+            self._guards = {}
+            self._wrote = {}
             pid = conn.info.backend_pid
             committing = False
             try:
@@ -371,17 +401,30 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                     committing = True
                     conn.execute("COMMIT")
                     pipeline.sync()
+                    if self._deferred is not None:
+                        self._took_locks(self._deferred.fetchone())
             except BaseException as exc:
                 self._forget()  # nothing of this transaction is remembered
+                if self._deferred is not None and self._txid is None:
+                    with contextlib.suppress(Exception):  # its answer may have come back
+                        self._took_locks(self._deferred.fetchone())
                 self._settle_failure(exc, conn, pid, committing)
             finally:
                 self._conn = None
                 self._pipeline = None
                 self._now = None
                 self._locked = {}
+                self._deferred = None
 
     def _began(self) -> bool:
-        return self._txid is not None
+        return self._txid is not None or self._deferred is not None
+
+    def _took_locks(self, row: Any) -> None:
+        """The lock query's answer: the transaction id, and the server's clock (kept as a
+        skew from this host's monotonic clock, for the next one-round-trip decision)."""
+        now, txid, _, _ = row
+        self._txid = txid
+        self._skew = float(now) - time.monotonic()
 
     def _settle_failure(self, exc: BaseException, conn: Any, pid: int, committing: bool) -> None:
         """Re-raise what ended a transaction as what it means: retry, refusal or unknown.
@@ -419,6 +462,25 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 why = self._connections.scrub(exc)
                 raise StorageError(f"PostgreSQL refused the write: {why}") from None
             raise exc
+        if txid is None and self._deferred is not None:
+            # One round trip, lost before the transaction id came back: its session is
+            # ended, then the stamps its header rows hold say what became of it.
+            status = self._connections.settle_by_stamps(
+                pid,
+                f"{self._s}.executions",
+                self._wrote,
+                self._guards,
+                self.reconnect_timeout,
+            )
+            if status == "committed" and committing:
+                return  # it landed: the call's answers stand
+            if status == "aborted" or not committing:
+                raise Retry(self._connections.scrub(exc)) from None
+            raise CommitUnknown(
+                f"the connection to {self.address.shown} was lost during COMMIT and the "
+                f"server could not be asked whether it committed; nothing is "
+                f"acknowledged: {self._connections.scrub(exc)}"
+            ) from None
         if txid is None or not committing:
             # COMMIT was never sent: the server rolls the transaction back. Its session may
             # live on (a cut network) holding row locks: it is ended before the retry,
@@ -459,6 +521,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         now, txid, locked_ids, stamps = row
         if self._txid is None:
             self._now, self._txid = float(now), txid
+            self._skew = self._now - time.monotonic()
         self._locked.update(dict.fromkeys(wanted))
         self._locked.update(zip(locked_ids, stamps, strict=True))
 
@@ -485,7 +548,55 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         return self._transaction()
 
     def _prepare(self, execution_ids: Sequence[str]) -> None:
+        if self._lock_free and self._txid is None and self._deferred is None:
+            self._lock_later(execution_ids)
+            return
         self._lock_rows([i for i in execution_ids if isinstance(i, str) and _valid(i)])
+
+    def _lock_later(self, execution_ids: Sequence[str]) -> None:
+        """The one-round-trip commit's start: BEGIN and the row locks are sent and not
+        waited for; the rows are taken as holding the stamps cached for them, which every
+        header UPDATE checks (``_write``), and the clock as estimated (``_lock_free``)."""
+        wanted = sorted(set(execution_ids))
+        conn = self._conn
+        conn.execute("BEGIN")
+        self._deferred = conn.execute(self._lock_sql, (wanted,))
+        self._guards = {i: self._stamps[i] for i in wanted}
+        self._locked.update(self._guards)
+        self._now = self._estimated_now()
+
+    def _estimated_now(self) -> float:
+        assert self._skew is not None
+        return time.monotonic() + self._skew
+
+    def _may_skip_locks(self, commits: Sequence[tuple[Execution, str]]) -> bool:
+        """Whether a batch of run commits can be written in one round trip: every row is
+        cached with its stamp, no id repeats, and each commit is decided OK on the cached
+        version at the estimated server time. Any other answer (a refusal, a lease near its
+        end) is decided with the rows locked first, on the server's clock (L1, L4, E2)."""
+        if self._test_clock is None and self._skew is None:
+            return False
+        ids = [execution.id for execution, _ in commits]
+        if len(set(ids)) != len(ids):
+            return False
+        now = self._test_clock() if self._test_clock is not None else self._estimated_now()
+        for execution, owner in commits:
+            if execution.id not in self._stamps:
+                return False
+            cached = self._cache.get(execution.id)
+            if cached is None:
+                return False
+            outcome = decide_commit(cached.execution, owner, now, epoch=epoch_of(execution))
+            if outcome is not CommitOutcome.OK:
+                return False
+        return True
+
+    def _commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
+        self._lock_free = self._may_skip_locks(commits)
+        try:
+            return super().commit_many(commits)
+        finally:
+            self._lock_free = False
 
     def _load(self, execution_id: str) -> Base | None:
         execution_id = check_id(execution_id)
@@ -571,6 +682,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 "head = %s, checkpoints = %s WHERE id = %s AND seq = %s"
             )
             args: tuple[Any, ...] = (*header, execution_id, base.seq)
+            guard = self._guards.get(execution_id)
+            if guard is not None and execution_id not in self._wrote:
+                # Sent without waiting for the row lock: the row must still be the cached
+                # version, or nothing is written and the commit is decided again, locked.
+                sql += " AND stamp = %s"
+                args = (*args, guard)
             if fence is not None:
                 # L4, in the statement that writes: this owner's tenure, live on the
                 # server's clock (or the test clock) at this moment. A header not written
@@ -599,6 +716,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         if base is not None and (fence is None or (releases(execution) and not execution.terminal)):
             self._touched.add(execution_id)
         self._locked[execution_id] = stamp
+        if execution_id in self._guards:
+            self._wrote[execution_id] = stamp
         if base is None:
             base = Base.of(execution, seq, window=window)
         else:
@@ -660,7 +779,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         return self._retrying(super().commit_progress, execution, owner)
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
-        return self._retrying(super().commit_many, commits)
+        return self._retrying(self._commit_many, commits)
 
     def renew(self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None) -> Any:
         return self._retrying(super().renew, execution_id, owner, ttl, epoch=epoch)

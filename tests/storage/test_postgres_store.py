@@ -152,3 +152,105 @@ def test_a_row_whose_lease_columns_contradict_its_record_is_refused_not_retried_
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"
+
+
+# -- a run's commit in one round trip while the cached stamp is current -------------------
+
+
+def _count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Round trips to the server from now on: pipeline syncs, and statements sent outside
+    a pipeline (each waits for its answer)."""
+    trips = [0]
+    sync = psycopg.Pipeline.sync
+    execute = psycopg.Connection.execute
+
+    def counted_sync(self: psycopg.Pipeline) -> None:
+        trips[0] += 1
+        sync(self)
+
+    def counted_execute(
+        self: psycopg.Connection[object], *args: object, **kwargs: object
+    ) -> object:
+        if self._pipeline is None:
+            trips[0] += 1
+        return execute(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
+    monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
+    return trips
+
+
+def _running(store: ms.storage.PostgresStore) -> ms.storage.Execution:
+    store.create(_execution())
+    assert store.acquire("ex-1", "host-a:1:x", 60.0).acquired
+    live = store.get("ex-1")
+    assert live is not None
+    return attrs.evolve(live, status="running")
+
+
+def test_a_run_commit_takes_one_round_trip_while_the_cached_stamp_is_current(
+    store: ms.storage.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live = _running(store)
+    trips = _count_round_trips(monkeypatch)
+    for n in range(1, 6):
+        live = attrs.evolve(live, calls_used=n)
+        assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    # BEGIN, the row lock, the writes, the history entries and COMMIT: one round trip each.
+    assert trips[0] == 5
+    monkeypatch.undo()
+    fresh = ms.storage.PostgresStore(store.address.conninfo, schema=store.schema)
+    try:
+        stored = fresh.get("ex-1")
+        assert stored is not None
+        assert stored.calls_used == 5
+        assert [e.execution_seq for e in fresh.history("ex-1")] == sorted(
+            e.execution_seq for e in fresh.history("ex-1")
+        )
+    finally:
+        fresh.close()
+
+
+def test_E2_a_one_round_trip_commit_over_a_row_another_host_wrote_is_decided_again_locked(
+    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host B pauses the run behind host A's cache: A's commit goes out in one round trip,
+    its stamp guard writes nothing, and the commit is decided again with the row locked:
+    ``paused`` (E2), and B's pause stands."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    try:
+        assert other.edit("ex-1", lambda e, now: attrs.evolve(e, status="paused"))
+    finally:
+        other.close()
+    trips = _count_round_trips(monkeypatch)
+    outcome = store.commit_many([(attrs.evolve(live, goal="overwrite"), "host-a:1:x")])
+    assert outcome == (ms.storage.CommitOutcome.PAUSED,)
+    assert trips[0] > 1  # the guarded try, then the locked decision (and the read)
+    monkeypatch.undo()
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert (stored.status, stored.goal) == ("paused", "g")
+    # Then A is current again: one round trip per commit once more.
+    assert store.commit_many([(stored, "host-a:1:x")]) == (ms.storage.CommitOutcome.PAUSED,)
+
+
+def test_L4_a_one_round_trip_commit_is_fenced_by_the_servers_clock(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """The cache holds the lease live and the stamp is unchanged, so the commit goes out
+    without locking first; the lease lapsed on the server: the UPDATE's fence writes
+    nothing, and the commit, decided again, is refused."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    _sql(
+        store,
+        "UPDATE {table} SET lease_expires = 0, head = convert_to(jsonb_set(convert_from("
+        "head, 'UTF8')::jsonb, '{lease,expires_at}', '0.0')::text, 'UTF8') WHERE id = 'ex-1'",
+    )
+    outcome = store.commit_many([(attrs.evolve(live, goal="stale write"), "host-a:1:x")])
+    assert outcome == (ms.storage.CommitOutcome.RELEASED,)
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "g"
