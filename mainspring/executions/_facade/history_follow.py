@@ -1,5 +1,6 @@
-"""``Runtime.events``: the live run events of this process, or the durable history (V2)
-replayed from a sequence number and then followed.
+"""The event streams a runtime hands out (``Runtime.events``): the live run events of this
+process, or the durable history (V2) replayed from a sequence number and then followed.
+:class:`EventStreams` picks one for a call; :class:`HistoryFollowers` follows the history.
 
 A follower reads ``store.history`` a page at a time from the last sequence number it yielded;
 entries are committed in sequence order (V2), so it never yields one twice and never skips
@@ -8,7 +9,7 @@ one. Between reads it waits until this process's writer made a write durable
 timeout is what catches commits of other processes on the same store.
 
 Every stream handed out here ends, normally, when the runtime begins to close or when
-:meth:`RuntimeEvents.close_streams` is called (Invariant V4): a server ends its clients'
+:meth:`EventStreams.close` is called (Invariant V4): a server ends its clients'
 streams at its own shutdown, before its lifespan closes the runtime, and a consumer
 of the runtime never waits for its runs to stop (some take seconds: B2's grace).
 """
@@ -19,7 +20,7 @@ import contextlib
 import functools
 import math
 from collections.abc import AsyncGenerator
-from typing import Any, overload
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -28,7 +29,7 @@ from ...actors import EventsDropped
 from ...storage import Durable, HistoryEvent, Store, check_id
 from .._run.events import RunEvent, RunEventBus
 
-__all__ = ["HistoryFollowers", "RuntimeEvents"]
+__all__ = ["EventStreams", "HistoryFollowers"]
 
 #: Entries read per ``store.history`` call.
 PAGE = 1_000
@@ -136,64 +137,20 @@ async def _of_one(
                 yield event
 
 
-class RuntimeEvents:
-    """The ``events`` method of :class:`~mainspring.Runtime` (kept apart from running)."""
+class EventStreams:
+    """The streams of one runtime: its live event bus, and its history followers. Both end
+    together (V4); each method is the work of the :class:`~mainspring.Runtime` method of the
+    same job."""
 
-    _bus: RunEventBus
-    _followers: HistoryFollowers
+    def __init__(self, bus: RunEventBus, followers: HistoryFollowers) -> None:
+        self._bus = bus
+        self._followers = followers
 
-    @overload
-    def events(
-        self,
-        execution_id: str | None = None,
-        *,
-        after: None = None,
-        buffer: int = 1000,
-        poll: float = 0.5,
-    ) -> AsyncGenerator[RunEvent | EventsDropped, None]: ...
-
-    @overload
-    def events(
-        self,
-        execution_id: str | None = None,
-        *,
-        after: int,
-        buffer: int = 1000,
-        poll: float = 0.5,
-    ) -> AsyncGenerator[HistoryEvent, None]: ...
-
-    def events(
-        self,
-        execution_id: str | None = None,
-        *,
-        after: int | None = None,
-        buffer: int = 1000,
-        poll: float = 0.5,
+    def open(
+        self, execution_id: str | None, *, after: int | None, buffer: int, poll: float
     ) -> AsyncGenerator[Any, None]:
-        """Iterate over what happens to executions (V1: ids, states, counts), of one
-        execution or of all. Iteration ends, normally, when the runtime begins to close or
-        :meth:`close_streams` is called (V4).
-
-        Without ``after``: the runtime's live events, one of the :data:`RunEvent` classes
-        each, from the first ``__anext__`` on, of the runs in this process only. A
-        subscriber that falls more than ``buffer`` events behind gets an ``EventsDropped``
-        instead of stalling the runtime.
-
-        With ``after=seq`` (0 for everything): the durable history (V2), as
-        :class:`~mainspring.storage.HistoryEvent` objects, every committed entry with a
-        sequence number above ``seq`` and then each one as it is committed, by this process
-        (seen as soon as its write is durable) or by another one on the same store (seen
-        within ``poll`` seconds). None is yielded twice or skipped; a follower that stops
-        can start again with ``after=`` the last ``seq`` it saw and misses nothing. When the
-        runtime closes, a follower that waits for news (or is reading) reads once more what
-        is durable (up to 1,000 entries) and ends; one whose consumer is busy elsewhere ends
-        once it has yielded the entries it read; the rest is there for a follower started
-        with ``after=`` its last ``seq`` (a server's ``Last-Event-ID``). ``buffer`` applies
-        to live events only.
-
-        Raises ``ValueError`` for a bad id, an ``after`` that is not a whole number >= 0, a
-        ``poll`` that is not a positive finite number or a ``buffer`` below 1 (at the call).
-        """
+        """``Runtime.events``: the arguments checked at the call, then a history follower
+        (``after`` given) or a subscription to the live bus, of one execution or of all."""
         if execution_id is not None:
             check_id(execution_id)
         if type(buffer) is not int or buffer < 1:
@@ -214,19 +171,8 @@ class RuntimeEvents:
         stream = self._bus.subscribe(buffer)
         return stream if execution_id is None else _of_one(stream, execution_id)
 
-    def close_streams(self) -> None:
-        """End every stream :meth:`events` handed out, and every one it hands out from now
-        on, while the runtime goes on running (V4).
-
-        For a server's shutdown: a server waits for its open responses before it runs its
-        lifespan's exit, where the runtime closes, so a streaming response (server-sent
-        events) would hold the server until its client gave up. Call this when the server
-        begins to stop; each ``async for`` then finishes normally: a live stream once it has
-        yielded what it already holds, a history follower once it has read what is durable
-        (at most 1,000 entries; a client resumes with ``after=`` the last ``seq`` it got,
-        missing nothing, V2). A stream asked for later ends at once (live) or after one read
-        (history). Runs, controls and reads are untouched. Synchronous (call it on the
-        event loop's thread), idempotent; the runtime calls it when it begins to close.
-        """
+    def close(self) -> None:
+        """``Runtime.close_streams``: end every stream handed out, and every one handed out
+        from now on (V4). Synchronous, idempotent."""
         self._bus.close()
         self._followers.stop()

@@ -13,16 +13,25 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from decimal import Decimal
-from typing import Any
+from typing import Any, overload
 
 import anyio
 import anyio.to_thread
 import attrs
 
-from ...actors import Actor, ActorDeadError, ActorRef, Cancel, CancelReason, NameTaken, Pause
+from ...actors import (
+    Actor,
+    ActorDeadError,
+    ActorRef,
+    Cancel,
+    CancelReason,
+    EventsDropped,
+    NameTaken,
+    Pause,
+)
 from ...storage import (
     EXECUTION_TERMINAL,
     MAX_COUNTER,
@@ -30,6 +39,7 @@ from ...storage import (
     Committer,
     Edit,
     Execution,
+    HistoryEvent,
     Lease,
     Plan,
     Store,
@@ -45,13 +55,14 @@ from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable
 from .._rules.transitions import bounded_reason
 from .._rules.usage import check_limits
-from .._run.events import RunEventBus
+from .._run.events import RunEvent, RunEventBus
 from .._run.messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from .._run.refusals import end_event
 from .._run.results import ExecutionResult, StopResult, masked_inputs, redact_plan, result_from
+from .._workers import fleet
 from .answers import answer_elsewhere, check_answer, request_answer
 from .handle import ExecutionBusy, ExecutionExists, ExecutionHandle, NotWaiting, UnknownExecution
-from .history_follow import HistoryFollowers, RuntimeEvents
+from .history_follow import EventStreams, HistoryFollowers
 from .prune import PRUNABLE, PruneReport, prune
 from .record_controls import (
     StoredTaskStop,
@@ -63,7 +74,7 @@ from .record_controls import (
     waits_for_answer,
 )
 from .recovery import Recovery, RecoveryReport, recoverable
-from .workers import WorkerControls
+from .workers import WorkerControls, WorkersView
 
 __all__ = ["Executions", "Runtime"]
 
@@ -119,7 +130,7 @@ class _NotOrphaned(Exception):
         self.status = status
 
 
-class Runtime(RuntimeEvents, WorkerControls):
+class Runtime:
     """Start, steer and watch durable executions; see :func:`open_runtime`."""
 
     def __init__(
@@ -135,7 +146,9 @@ class Runtime(RuntimeEvents, WorkerControls):
         self._executions = executions
         self._bus = bus
         self._followers = HistoryFollowers(committer.store, committer.durable)
+        self._streams = EventStreams(bus, self._followers)
         self._live: dict[str, _Live] = {}
+        self._workers = WorkerControls(cfg, committer, self._live)
         # L8: finds runs nobody runs (here on request, and all along once open_runtime
         # starts its watch).
         self._recovery = Recovery(
@@ -714,3 +727,101 @@ class Runtime(RuntimeEvents, WorkerControls):
     def live(self) -> list[str]:
         """Ids of the executions running in this process now."""
         return list(self._live)
+
+    # -- events --------------------------------------------------------------------------------
+
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: None = None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None]: ...
+
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncGenerator[HistoryEvent, None]: ...
+
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int | None = None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncGenerator[Any, None]:
+        """Iterate over what happens to executions (V1: ids, states, counts), of one
+        execution or of all. Iteration ends, normally, when the runtime begins to close or
+        :meth:`close_streams` is called (V4).
+
+        Without ``after``: the runtime's live events, one of the :data:`RunEvent` classes
+        each, from the first ``__anext__`` on, of the runs in this process only. A
+        subscriber that falls more than ``buffer`` events behind gets an ``EventsDropped``
+        instead of stalling the runtime.
+
+        With ``after=seq`` (0 for everything): the durable history (V2), as
+        :class:`~mainspring.storage.HistoryEvent` objects, every committed entry with a
+        sequence number above ``seq`` and then each one as it is committed, by this process
+        (seen as soon as its write is durable) or by another one on the same store (seen
+        within ``poll`` seconds). None is yielded twice or skipped; a follower that stops
+        can start again with ``after=`` the last ``seq`` it saw and misses nothing. When the
+        runtime closes, a follower that waits for news (or is reading) reads once more what
+        is durable (up to 1,000 entries) and ends; one whose consumer is busy elsewhere ends
+        once it has yielded the entries it read; the rest is there for a follower started
+        with ``after=`` its last ``seq`` (a server's ``Last-Event-ID``). ``buffer`` applies
+        to live events only.
+
+        Raises ``ValueError`` for a bad id, an ``after`` that is not a whole number >= 0, a
+        ``poll`` that is not a positive finite number or a ``buffer`` below 1 (at the call).
+        """
+        return self._streams.open(execution_id, after=after, buffer=buffer, poll=poll)
+
+    def close_streams(self) -> None:
+        """End every stream :meth:`events` handed out, and every one it hands out from now
+        on, while the runtime goes on running (V4).
+
+        For a server's shutdown: a server waits for its open responses before it runs its
+        lifespan's exit, where the runtime closes, so a streaming response (server-sent
+        events) would hold the server until its client gave up. Call this when the server
+        begins to stop; each ``async for`` then finishes normally: a live stream once it has
+        yielded what it already holds, a history follower once it has read what is durable
+        (at most 1,000 entries; a client resumes with ``after=`` the last ``seq`` it got,
+        missing nothing, V2). A stream asked for later ends at once (live) or after one read
+        (history). Runs, controls and reads are untouched. Synchronous (call it on the
+        event loop's thread), idempotent; the runtime calls it when it begins to close.
+        """
+        self._streams.close()
+
+    # -- workers -------------------------------------------------------------------------------
+
+    async def workers(self, execution_id: str) -> WorkersView:
+        """The execution's workers, their tasks and the trail, read from the store (it
+        never writes, E7); ``UnknownExecution`` if it is not stored."""
+        return await self._workers.view(execution_id)
+
+    async def repair_worker(self, execution_id: str, worker_id: str, text: str) -> str:
+        """Send a repair instruction to a live worker of this runtime (one JSON line
+        ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
+        (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
+        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or it
+        ended before the line reached it, or did not read it within
+        :data:`REPAIR_SEND_TIMEOUT`), ``StaleWorker`` if the worker moved on while the line
+        was on its way."""
+        return await self._workers.repair(execution_id, worker_id, text)
+
+    async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
+        """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
+        review passed, every worker task delivered, the receipt's digest its own, no worker
+        active; a receipt holding a secret is refused too). The proof is sealed as evidence
+        and its digest recorded (``proof_digest``, through the run's commit funnel when it
+        is live here). Finalizing again with the same proof answers the same digest;
+        another proof is refused (``proof``)."""
+        return await self._workers.finalize(execution_id, proof)

@@ -1,21 +1,22 @@
-"""The Runtime's worker methods: a read-only view of a run's workers, repair instructions
-for a live worker, and finalizing a run with its proof (#17)."""
+"""The Runtime's worker controls: a read-only view of a run's workers, repair instructions
+for a live worker, and finalizing a run with its proof (#17). :class:`WorkerControls` does
+that work for :class:`~mainspring.Runtime`, which holds one and states the contracts."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
 import attrs
 
-from ...actors import MainspringError
+from ...actors import ActorRef, MainspringError
 from ...storage import (
     Committer,
     Execution,
-    Store,
     TrailEntry,
     WorkerRecord,
     WorkerTask,
@@ -75,31 +76,32 @@ def view_of(record: Execution) -> WorkersView:
     )
 
 
+class _HasRef(Protocol):
+    ref: ActorRef
+
+
 class WorkerControls:
-    """Mixed into :class:`Runtime`."""
+    """The worker controls of one runtime, over its options (the live runs' worker boards,
+    the evidence store), its committer and its runs live here (id -> entry with a ``ref``).
+    Each method is the work of the :class:`~mainspring.Runtime` method of the same job."""
 
-    _cfg: RunConfig
-    _committer: Committer
-    _store: Store
-    _live: dict[str, Any]  # the runs live in this runtime (their actor refs)
+    def __init__(self, cfg: RunConfig, committer: Committer, live: Mapping[str, _HasRef]) -> None:
+        self._cfg = cfg
+        self._committer = committer
+        self._store = committer.store
+        self._live = live
 
-    async def workers(self, execution_id: str) -> WorkersView:
-        """The execution's workers, their tasks and the trail, read from the store (it
-        never writes, E7); ``UnknownExecution`` if it is not stored."""
+    async def view(self, execution_id: str) -> WorkersView:
+        """``Runtime.workers``: the stored record's workers (E7: a read)."""
         check_id(execution_id)
         record = await anyio.to_thread.run_sync(self._store.get, execution_id)
         if record is None:
             raise UnknownExecution(execution_id)
         return view_of(record)
 
-    async def repair_worker(self, execution_id: str, worker_id: str, text: str) -> str:
-        """Send a repair instruction to a live worker of this runtime (one JSON line
-        ``{"type": "repair", "text": ...}`` on its stdin); only its sha256 is persisted
-        (V1). Returns the digest. ``WorkerRefused`` (``bad-repair``, ``not-live``) if the
-        rules refuse it, :class:`WorkerNotLive` if no live process of it is held here (or it
-        ended before the line reached it, or did not read it within
-        :data:`REPAIR_SEND_TIMEOUT`), ``StaleWorker`` if the worker moved on while the line
-        was on its way."""
+    async def repair(self, execution_id: str, worker_id: str, text: str) -> str:
+        """``Runtime.repair_worker``: the line sent to the live process, then counted on the
+        worker through its run's commit funnel."""
         check_id(execution_id)
         check_id(worker_id)
         board = self._cfg.worker_boards.get(execution_id)
@@ -126,12 +128,8 @@ class WorkerControls:
         return digest
 
     async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
-        """Finalize the run with its :class:`Proof` (``fleet.finalize``: verification and
-        review passed, every worker task delivered, the receipt's digest its own, no worker
-        active; a receipt holding a secret is refused too). The proof is sealed as evidence
-        and its digest recorded (``proof_digest``, through the run's commit funnel when it
-        is live here). Finalizing again with the same proof answers the same digest;
-        another proof is refused (``proof``)."""
+        """``Runtime.finalize``: checked by ``fleet.finalize``, sealed, then recorded through
+        the live run's board, or by a store edit when nothing runs it here."""
         check_id(execution_id)
         if not isinstance(proof, fleet.Proof):
             raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
