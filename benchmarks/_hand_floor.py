@@ -231,10 +231,10 @@ async def _minimal_loop(executions: int, steps: int) -> float:
             done = anyio.Event()
             await send.send((execution, step, record, done))  # the one actor hop ...
             await done.wait()  # ... and its answer
-            for after in dependents[step]:
-                waiting[after].discard(step)
-                if not waiting[after]:
-                    ready.append(after)
+            for next_step in dependents[step]:
+                waiting[next_step].discard(step)
+                if not waiting[next_step]:
+                    ready.append(next_step)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(store)

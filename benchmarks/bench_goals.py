@@ -586,8 +586,8 @@ def _microseconds(figures: dict[str, Figure]) -> None:
         if ours is None or theirs is None:
             print(f"| {what} | n/a | n/a | | |")
             continue
-        shown = alone and mine.endswith("-1-20")  # beside a store's step, one at a time
-        runtime = f"{1e6 / alone:,.0f}" if shown else ""
+        shown = alone is not None and mine.endswith("-1-20")  # beside a store's step
+        runtime = f"{1e6 / alone:,.0f}" if alone is not None and shown else ""
         print(f"| {what} | {ours:,.0f} | {theirs:,.0f} | {ours - theirs:,.0f} | {runtime} |")
     for name, what in (("limit-fsync", "the disk"), ("limit-postgres", "the server")):
         cost = us(name)
