@@ -28,14 +28,16 @@ def in_subprocess(
     *,
     extra: Sequence[str] = (),
     timeout: float = 900,
+    python: str | None = None,
 ) -> Any:
     """Run ``script --one measure backend n *extra`` and return the JSON it prints last.
 
+    ``python`` is the interpreter (default this one; the peers' own for DBOS and LangGraph).
     ``subprocess.TimeoutExpired`` past ``timeout`` seconds (the child is killed first);
     ``RuntimeError`` with the end of its stderr if it fails.
     """
     done = subprocess.run(
-        [sys.executable, script, "--one", measure, backend, str(n), *extra],
+        [python or sys.executable, script, "--one", measure, backend, str(n), *extra],
         capture_output=True,
         text=True,
         check=False,
@@ -44,6 +46,27 @@ def in_subprocess(
     if done.returncode != 0:
         raise RuntimeError(f"{measure} on {backend} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def peers_python(given: str | None, module: str = "dbos") -> str | None:
+    """The interpreter that runs the peers: ``given``, else ``.venv-peers/bin/python`` at the
+    repository's root, else this one; the first that can import ``module``, or None.
+
+    The peers live in a virtual environment of their own so that they never enter the
+    project's: ``python -m venv .venv-peers && .venv-peers/bin/pip install dbos langgraph
+    langgraph-checkpoint-sqlite 'psycopg[binary]'``.
+    """
+    root = Path(__file__).resolve().parent.parent
+    candidates = (
+        [given] if given else [str(root / ".venv-peers" / "bin" / "python"), sys.executable]
+    )
+    for python in candidates:
+        if not Path(python).exists():
+            continue
+        found = subprocess.run([python, "-c", f"import {module}"], capture_output=True, check=False)
+        if found.returncode == 0:
+            return python
+    return None
 
 
 def store_path(kind: str, where: Path) -> Path:

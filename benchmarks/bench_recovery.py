@@ -277,21 +277,6 @@ def dbos_one(python: str, database: str, n: int) -> tuple[float, ...]:
     return _after(_spawn(python, "dbos", "restart", database, workflow_id), killed, "resumed")
 
 
-def _peers_python(given: str | None) -> str | None:
-    candidates = (
-        [given] if given else [str(ROOT / ".venv-peers" / "bin" / "python"), sys.executable]
-    )
-    for python in candidates:
-        found = (
-            subprocess.run([python, "-c", "import dbos"], capture_output=True, check=False)
-            if Path(python).exists()
-            else None
-        )
-        if found is not None and found.returncode == 0:
-            return python
-    return None
-
-
 def _admin(sql: str) -> None:
     import psycopg
 
@@ -339,7 +324,9 @@ def main() -> None:
     args = parser.parse_args()
     began = time.monotonic()
     load_before = os.getloadavg()
-    peers = _peers_python(args.peers_python)
+    from _harness import peers_python  # imported here: this file's top imports nothing of ours
+
+    peers = peers_python(args.peers_python)
     if peers is None:
         print("(DBOS rows skipped: no interpreter with dbos; see the top of this file)",
               file=sys.stderr)  # fmt: skip
