@@ -56,8 +56,10 @@ from ._steps.children import PlannerContext as PlannerContext
 from ._steps.children import SaveRefused as SaveRefused
 from ._steps.context import AgentContext as AgentContext
 from ._workers.agent import WorkerAgent as WorkerAgent
-from ._workers.driver_base import WorkerStepFailed as WorkerStepFailed
+from ._workers.driver import WorkerStepFailed as WorkerStepFailed
 from ._workers.fleet import Proof as Proof
+from ._workers.fleet import StaleWorker as StaleWorker
+from ._workers.fleet import WorkerRefused as WorkerRefused
 from ._workers.hosts import Report as Report
 from ._workers.hosts import Seen as Seen
 from ._workers.hosts import WorkerHost as WorkerHost
@@ -66,8 +68,6 @@ from ._workers.hosts import WorkerSpec as WorkerSpec
 from ._workers.hosts import WorkerStartFailed as WorkerStartFailed
 from ._workers.scripted import ScriptedHost as ScriptedHost
 from ._workers.subprocess_host import SubprocessHost as SubprocessHost
-from ._workers.vocabulary import StaleWorker as StaleWorker
-from ._workers.vocabulary import WorkerRefused as WorkerRefused
 
 __all__ = [
     "AgentMemory",

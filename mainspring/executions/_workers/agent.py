@@ -3,7 +3,7 @@
 A ``WorkerAgent`` is registered like any agent (``agents={"coder": WorkerAgent([...])}``)
 and runs in the step's AgentTaskActor, so pause, cancel, stop-task, lease loss and the
 deadline reach it as that actor's cancellation, with their reasons. The driver takes every
-worker record through ``_fleet`` (never edited otherwise), puts it on the execution's board
+worker record through ``fleet.py`` (never edited otherwise), puts it on the execution's board
 (``_worker_run``) and commits it through the execution's funnel (E2) before the next side
 effect: a phase a crash must resume from is durable before the process is started,
 signalled or its delivery published. Phases with nothing outside the record between them

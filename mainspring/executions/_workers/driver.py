@@ -1,18 +1,37 @@
 """The driver of a worker-backed agent step: one run of one agent task's workers, as
-``_worker_agent`` describes (the rules are there; this is how they are carried out)."""
+``agent.py`` describes (the rules are the fleet's, ``fleet.py``; this is how they are carried
+out).
+
+A :class:`Driver` holds what it works with: the agent (its host and limits), the task's
+actor, the run's worker board (joined through the execution, whose funnel every save goes
+through, E2), the process it started, and a :class:`~.spending.SpendingLedger` that charges
+what its workers report spending (B3). At the end of the module: what a worker's reports and
+stops become on their way to disk (masked words, digests, a sealed delivery, a stop's
+reason)."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ...actors import Timeout, cancel_reason
+from ...actors import (
+    ActorDeadError,
+    ActorFailed,
+    BudgetExhausted,
+    Cancel,
+    LeaseLost,
+    ParentCancel,
+    Pause,
+    Timeout,
+    cancel_reason,
+)
 from ...storage import (
     ACTIVE_WORKER,
     StopIntent,
@@ -21,16 +40,17 @@ from ...storage import (
     WorkerTask,
     redact_flagged,
 )
-from .._steps.children import CodedFailure
+from .._steps.children import CodedFailure, SaveRefused
 from .._steps.outputs import keep_result
-from .._worker_run import LiveWorker, WorkerJoin
+from .._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
 from . import fleet as fleet
-from .driver_base import DriverBase, WorkerStepFailed
 from .find import find_start, host_of
 from .hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
-from .spend import Spending
-from .vocabulary import NOT_FAILED
-from .words import MISSING, digest_of, sha, unsealed, why, word
+from .spending import SpendingLedger
+
+if TYPE_CHECKING:
+    from .._steps.context import AgentContext
+    from .agent import WorkerAgent
 
 __all__ = ["Driver", "WorkerStepFailed", "sha"]
 
@@ -39,13 +59,61 @@ __all__ = ["Driver", "WorkerStepFailed", "sha"]
 _FLUSH = 0.1
 
 
-class Driver(DriverBase, Spending):
+class WorkerStepFailed(CodedFailure):
+    """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
+    ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
+    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``worker-finalized``,
+    ``agent-call-budget``)."""
+
+
+class Driver:
     """Drives the workers of one agent task (one run of it)."""
 
+    board: WorkerBoard  # the run's, joined when the driver runs
+    spending: SpendingLedger  # charges usage reports to the board and the task (B3)
     unsaved: anyio.Event  # set: chatter on the board waits for the flusher
+
+    def __init__(self, agent: WorkerAgent, ctx: AgentContext, input: Any) -> None:
+        self.agent = agent
+        self.actor = ctx._actor
+        self.input = input if isinstance(input, Mapping) else {}
+        record = self.actor.record
+        self.task_id = record.id
+        self.step_id = record.step_id
+        self.agent_id = record.agent_id
+        self.contract = sha(f"{record.agent_id}\n{record.input_hash}")
+        self.process: WorkerProcess | None = None  # the live process this driver holds
+        self.failed: str | None = None  # the code of the failure that ends the step
+
+    # -- the funnel (E2) and the board -----------------------------------------------------
+
+    async def commit(self) -> bool:
+        """Commit the board through the execution's funnel; False when it was refused (the
+        run is stopping) or the execution is gone."""
+        try:
+            return bool(await self.actor._execution.ask(WorkerCommit()))
+        except (ActorDeadError, ActorFailed):
+            return False
+
+    async def save(self) -> None:
+        """Commit the board, or raise :class:`SaveRefused`: the run is stopping."""
+        if not await self.commit():
+            raise SaveRefused("the execution refused the save: it is stopping")
+
+    def worker(self) -> WorkerRecord | None:
+        """The task's worker as the board has it now (None before the first is assigned)."""
+        task = self.board.tasks[self.task_id]
+        return self.board.workers.get(task.worker_id) if task.worker_id else None
+
+    def task(self) -> WorkerTask:
+        """The task as the board has it now."""
+        return self.board.tasks[self.task_id]
+
+    # -- serving the task ------------------------------------------------------------------
 
     async def run(self) -> Any:
         self.board = await self.actor._execution.ask(WorkerJoin())
+        self.spending = SpendingLedger(self.actor, self.board)
         if self.task_id not in self.board.tasks:
             now = time.time()
             self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
@@ -120,7 +188,7 @@ class Driver(DriverBase, Spending):
     async def start_gone(self, worker: WorkerRecord) -> bool:
         """A start whose process was never recorded: on the machine that made it (its
         trail says which), its processes are found by session and stopped; True once none
-        is alive (see ``_worker_find``)."""
+        is alive (see ``find.py``)."""
         here = host_of(self.agent.host)
         made = f"host={here}"[:256]
         starts = [
@@ -192,7 +260,9 @@ class Driver(DriverBase, Spending):
         )
         worker = self.worker()
         # Its takeover (next) gives back a start stopped without failing: not counted now.
-        back = worker is not None and worker.status == "stopped" and worker.reason in NOT_FAILED
+        back = (
+            worker is not None and worker.status == "stopped" and worker.reason in fleet.NOT_FAILED
+        )
         return max(self.task().attempts - back, 0) + failed
 
     async def assigned(self) -> WorkerRecord:
@@ -304,6 +374,8 @@ class Driver(DriverBase, Spending):
         await self.save()
         return process
 
+    # -- supervising a live process --------------------------------------------------------
+
     async def supervise(self, process: WorkerProcess) -> tuple[str, Any]:
         errors: list[Exception] = []
         self.unsaved = anyio.Event()
@@ -378,7 +450,8 @@ class Driver(DriverBase, Spending):
                 self.board.put(worker, task, report.type)
                 self.unsaved.set()
             elif report.type == "usage":
-                over = await self.usage(worker, report)
+                over = self.spending.charge(worker, report)
+                self.unsaved.set()  # committed with the next flush, or by over_budget at once
                 if over is not None:
                     return ("budget", over)
             elif report.type == "failure":
@@ -435,6 +508,32 @@ class Driver(DriverBase, Spending):
         await self.save()
         raise WorkerStepFailed(code, f"worker {worker.id} reported the same failure twice")
 
+    async def over_budget(self, over: tuple[str, str]) -> None:
+        """B3, P4, as for a Python agent whose usage reached a budget: the process is
+        stopped and confirmed dead, then the run's budget (tokens, cost) puts the task back
+        to ready and the run waits for budget with the work kept (a resume with more
+        budget takes the worker over); the task's own reservation fails the step
+        ``agent-call-budget``."""
+        budget, why = over
+        worker = self.worker()
+        assert worker is not None
+        await self.stop_confirmed(worker)
+        worker = self.board.workers[worker.id]
+        worker, task = fleet.mark_stopped(
+            worker,
+            self.task(),
+            fleet.expect(worker),
+            confirmed_dead=True,
+            reason="budget" if budget != "task" else "agent-call-budget",
+            task_state="ready" if budget != "task" else "blocked",
+            now=time.time(),
+        )
+        self.board.put(worker, task, "stopped", f"budget:{budget}")
+        await self.save()
+        if budget == "task":
+            raise WorkerStepFailed("agent-call-budget", why)
+        await self.actor.wait_for_budget(budget)
+
     async def stop_confirmed(self, worker: WorkerRecord) -> None:
         """Stop the held process; it must be confirmed dead (``worker-not-dead`` else)."""
         assert worker.process is not None
@@ -477,6 +576,8 @@ class Driver(DriverBase, Spending):
         # generation 2 starts (V2); a crash before it finds the process dead again (R3).
         self.board.put(worker, task, "exited", "native-process-exited")
         await self.save()
+
+    # -- handing off and delivering --------------------------------------------------------
 
     async def handoff(self, data: Mapping[str, Any]) -> Any:
         output = data.get("output")
@@ -616,3 +717,63 @@ class Driver(DriverBase, Spending):
         )
         self.board.put(worker, task, "stopped", reason)
         await self.commit()  # refused while the run stops: the board carries it
+
+
+# -- what a worker's reports and stops become on their way to disk -------------------------
+#
+# Words shaped like secrets masked (E5, V1), text replaced by its digest, a sealed delivery's
+# output and whether it was masked (E10), a stop's reason as the worker's.
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def why(reason: Any, failed: str | None = None) -> tuple[str, Any]:
+    """The stop's reason as a worker reason, and the task state it leaves: a step that
+    failed (``failed``, its code) leaves its task blocked, saying why."""
+    if reason is None and failed is not None:
+        return failed, "blocked"
+    root = reason.root if isinstance(reason, ParentCancel) else reason
+    if isinstance(reason, Cancel):  # the task itself was cancelled: stop-task
+        return "stop-task", "blocked"
+    if isinstance(root, Cancel):
+        return "cancel", "blocked"
+    if isinstance(root, Pause):
+        return "pause", "ready"
+    if isinstance(root, Timeout):
+        return "timeout", "ready"
+    if isinstance(root, BudgetExhausted):
+        return "budget", "ready"
+    if isinstance(root, LeaseLost):
+        return "lease-lost", "ready"
+    if reason is None:
+        return "stopping", "ready"
+    return "shutdown", "ready"
+
+
+MISSING = object()  # a kept result that is not there
+
+
+def unsealed(document: Any) -> tuple[Any, bool]:
+    """A sealed delivery's output and whether it was masked (E5, E10)."""
+    if (
+        type(document) is dict
+        and document.keys() == {"output", "redacted"}
+        and type(document["redacted"]) is bool
+    ):
+        return document["output"], document["redacted"]
+    return document, False  # sealed whole, before deliveries said whether they were masked
+
+
+def word(value: Any) -> Any:
+    """A class, id or phase as a worker reported it, or ``redacted`` if it has the shape of
+    a secret (an AWS key fits an id, an OpenAI key a class): words are stored as they are,
+    so one that is a secret must not be (E5, V1). Not the fingerprint: it is a digest."""
+    if type(value) is str and redact_flagged(value)[1]:
+        return "redacted"
+    return value
+
+
+def digest_of(text: Any) -> str | None:
+    return sha(text) if isinstance(text, str) and text else None

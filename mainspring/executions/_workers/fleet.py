@@ -36,18 +36,22 @@ diagnostic trail is kept bounded by :func:`trail_append`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import types
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 
+from ...actors import MainspringError
 from ...storage import (
     ACTIVE_WORKER,
     LEASE_DEFAULT,
+    MAX_TRAIL,
     MAX_USAGE_EPOCHS,
     ProcessIdentity,
     StopIntent,
+    TrailEntry,
     UsageEpoch,
     WorkerFailure,
     WorkerRecord,
@@ -57,25 +61,13 @@ from ...storage import (
     check_digest,
     check_lease,
     check_tokens,
+    sha256_hex,
+    unstructure,
 )
-from .proof import Proof as Proof  # finalize and the trail: one namespace of rules
-from .proof import finalize as finalize
-from .proof import next_trail_seq as next_trail_seq
-from .proof import trail_append as trail_append
-from .vocabulary import (
-    MAX_REPAIR,
-    NOT_FAILED,
-    WORKER_MOVES,
-    Expect,
-    Observed,
-    StaleWorker,
-    WorkerRefused,
-)
-from .vocabulary import check as _check
-from .vocabulary import expect as expect
 
 __all__ = [
     "MAX_REPAIR",
+    "NOT_FAILED",
     "WORKER_MOVES",
     "Expect",
     "Observed",
@@ -104,6 +96,88 @@ __all__ = [
     "takeover",
     "trail_append",
 ]
+
+
+# -- the vocabulary: moves, what a host observes, beliefs, refusals -----------------------
+
+
+#: A repair instruction is 1..MAX_REPAIR characters once trimmed.
+MAX_REPAIR = 16_384
+
+WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
+    "assigned": frozenset({"starting", "stopped", "blocked"}),
+    "starting": frozenset({"running", "idle", "stopped", "blocked"}),
+    "running": frozenset({"idle", "handing-off", "stopped", "blocked"}),
+    "idle": frozenset({"running", "handing-off", "stopped", "blocked"}),
+    "handing-off": frozenset({"fenced", "stopped", "blocked"}),
+    "fenced": frozenset({"delivered"}),
+    "delivered": frozenset(),
+    # A stopped worker (its process confirmed dead) may be taken over: generation + 1.
+    "stopped": frozenset({"assigned"}),
+    "blocked": frozenset(),
+}
+
+#: Why a worker may be stopped without having failed: the run was paused, met its deadline,
+#: ran out of budget (B3: it waits for more), lost its lease or shut down. A start that
+#: ended so does not count against the task's start limit (its takeover gives the attempt
+#: back): a paused run resumed any number of times keeps its starts for real failures.
+NOT_FAILED = frozenset({"pause", "timeout", "budget", "lease-lost", "shutdown", "stopping"})
+
+#: What a host can say about a process: alive and working, alive and waiting for input,
+#: gone (with its exit status when known), or not knowable from here (another host).
+Observed = Literal["running", "idle", "exited", "unknown"]
+
+
+class StaleWorker(MainspringError):
+    """A write about a worker was made from an out-of-date view of it: the worker's id,
+    generation or status is not what the caller expected. Nothing was changed."""
+
+    def __init__(self, worker_id: str, expected: str, found: str) -> None:
+        super().__init__(f"worker {worker_id} is {found}, not {expected}: the caller is stale")
+        self.worker_id = worker_id
+        self.expected = expected
+        self.found = found
+
+
+class WorkerRefused(MainspringError):
+    """A worker move that the fleet's rules do not allow now; ``code`` says which rule
+    (``capacity``, ``task-busy``, ``not-dead``, ``digest-mismatch``, ``not-live``,
+    ``bad-repair``, ``illegal-move``, ``wrong-task``, ``stale-usage``, ``proof``,
+    ``active-writer``). Nothing was changed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@attrs.frozen
+class Expect:
+    """What a caller believes about a worker: its id, generation, and status (one of
+    ``statuses``)."""
+
+    worker_id: str
+    generation: int
+    statuses: frozenset[WorkerStatus]
+
+
+def expect(worker: WorkerRecord, *statuses: WorkerStatus) -> Expect:
+    """The belief matching ``worker`` now (in ``statuses``, or exactly its status)."""
+    return Expect(worker.id, worker.generation, frozenset(statuses or (worker.status,)))
+
+
+def _check(worker: WorkerRecord, belief: Expect) -> None:
+    """Refuse (:class:`StaleWorker`) a write made from an out-of-date belief about ``worker``."""
+    if worker.id != belief.worker_id or worker.generation != belief.generation:
+        raise StaleWorker(
+            worker.id,
+            f"{belief.worker_id} generation {belief.generation}",
+            f"{worker.id} generation {worker.generation}",
+        )
+    if worker.status not in belief.statuses:
+        raise StaleWorker(worker.id, " or ".join(sorted(belief.statuses)), worker.status)
+
+
+# -- the checks every move makes, in one order --------------------------------------------
 
 
 def _own(worker: WorkerRecord, task: WorkerTask) -> None:
@@ -152,7 +226,7 @@ def _limit(value: Any, what: str = "limit") -> int:
     return value
 
 
-# -- assignment and start ------------------------------------------------------------------
+# -- assignment and start -----------------------------------------------------------------
 
 
 def capacity(jobs: int, maximum: int) -> int:
@@ -257,7 +331,7 @@ def start_failed(
     return worker, _task(task, now, state="ready", reason="native-start")
 
 
-# -- while it runs ----------------------------------------------------------------------
+# -- while it runs ------------------------------------------------------------------------
 
 
 def heartbeat(
@@ -440,7 +514,7 @@ def add_usage(
     return attrs.evolve(worker, usage=tuple(epochs[-MAX_USAGE_EPOCHS:]), updated_at=now)
 
 
-# -- handoff, stop, block -------------------------------------------------------------------
+# -- handoff, stop, block -----------------------------------------------------------------
 
 
 def begin_handoff(worker: WorkerRecord, belief: Expect, intent: StopIntent) -> WorkerRecord:
@@ -542,3 +616,86 @@ def block(
     _dead(worker, confirmed_dead)
     worker = _move(worker, "blocked", now, lease_expires_at=None, reason=reason)
     return worker, _task(task, now, state="blocked", reason=reason)
+
+
+# -- finalizing a run (its proof) and the bounded diagnostic trail ------------------------
+#
+# The rules that look at a run's workers together rather than at one worker.
+
+
+Verdict = Literal["passed", "failed"]
+
+
+def _verdict(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in ("passed", "failed"):
+        raise ValueError(f"{attribute.name} is passed or failed, not {value!r}")
+
+
+def _receipt(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a receipt is a mapping, not {type(value).__name__}")
+    return types.MappingProxyType(dict(value))
+
+
+@attrs.frozen(kw_only=True)
+class Proof:
+    """What finalizing a run needs: verification and review passed, and a receipt (a JSON
+    mapping of ids and digests) with the sha256 of its canonical JSON."""
+
+    verification: Verdict = attrs.field(validator=_verdict)
+    review: Verdict = attrs.field(validator=_verdict)
+    receipt: Mapping[str, Any] = attrs.field(converter=_receipt, hash=False)
+    receipt_digest: str = attrs.field(validator=lambda _, a, v: check_digest(v, a.name))
+
+    def plain(self) -> dict[str, Any]:
+        """The proof as plain JSON data (what its digest is of)."""
+        return {
+            "receipt": dict(self.receipt),
+            "receipt_digest": self.receipt_digest,
+            "review": self.review,
+            "verification": self.verification,
+        }
+
+
+def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof: Proof) -> str:
+    """The digest of the proof (sha256 of its canonical JSON) that lets the run finalize:
+    refused while a worker is active (``active-writer``), or when the proof does not hold
+    (``proof``: verification or review not passed, no worker task, a task not delivered, a
+    receipt whose digest is not its own)."""
+    live = sorted(w.id for w in workers if w.active)
+    if live:
+        raise WorkerRefused("active-writer", f"workers still active: {', '.join(live[:8])}")
+    if proof.verification != "passed" or proof.review != "passed":
+        raise WorkerRefused(
+            "proof", f"verification {proof.verification}, review {proof.review}: not passed"
+        )
+    if not (tasks := list(tasks)):  # "the task complete" never holds vacuously
+        raise WorkerRefused("proof", "the run has no worker task: nothing was delivered")
+    open_tasks = sorted(t.id for t in tasks if t.state != "delivered")
+    if open_tasks:
+        raise WorkerRefused("proof", f"tasks not delivered: {', '.join(open_tasks[:8])}")
+    if sha256_hex(dict(proof.receipt)) != proof.receipt_digest:
+        raise WorkerRefused("proof", "the receipt's digest is not the receipt's")
+    return sha256_hex(proof.plain())
+
+
+def next_trail_seq(trail: tuple[dict[str, Any], ...]) -> int:
+    """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first)."""
+    seqs = [e.get("seq") for e in trail if isinstance(e, dict)]
+    return max((s for s in seqs if type(s) is int), default=0) + 1
+
+
+def trail_append(
+    trail: tuple[dict[str, Any], ...], entry: TrailEntry, *, next_seq: int | None = None
+) -> tuple[dict[str, Any], ...]:
+    """``trail`` with ``entry`` (unstructured) appended, keeping the last :data:`MAX_TRAIL`
+    entries; ``entry.seq`` must come after every seq in the trail (ValueError).
+
+    ``next_seq`` is ``next_trail_seq(trail)`` when the caller keeps it as the trail grows
+    (a run's board does): the trail is then not scanned again on every append."""
+    if not isinstance(entry, TrailEntry):
+        raise TypeError(f"a trail entry is a TrailEntry, not {type(entry).__name__}")
+    if entry.seq < (next_trail_seq(trail) if next_seq is None else next_seq):
+        raise ValueError(f"trail seq {entry.seq} does not come after the trail's")
+    raw: dict[str, Any] = unstructure(entry)
+    return (*trail[-(MAX_TRAIL - 1) :], raw)
