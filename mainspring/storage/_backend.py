@@ -448,10 +448,13 @@ class CompareAndSetStore:
         self._store(base, execution)
         return True
 
-    def _prepare(self, execution_ids: Sequence[str]) -> None:
-        """Called first in a batch (``commit_many``, ``renew_many``) with the ids it touches:
-        a server backend locks their rows here, in one order, so that two hosts' batches
-        never deadlock."""
+    def _prepare(
+        self, execution_ids: Sequence[str], commits: Sequence[tuple[Execution, str]] = ()
+    ) -> None:
+        """Called first in a batch (``commit_many``, ``renew_many``) with the ids it touches,
+        and ``commit_many``'s commits: a server backend locks their rows here, in one order,
+        so that two hosts' batches never deadlock, or decides here (inside ``_atomic``, so
+        on its own transaction's state) that a batch of cached rows needs no lock first."""
 
     def now(self) -> float:
         """The clock this store times leases by (see ``Store.now``)."""
@@ -541,7 +544,7 @@ class CompareAndSetStore:
         """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
         results: list[CommitResult] = []
         with self._atomic():
-            self._prepare([execution.id for execution, _ in commits])
+            self._prepare([execution.id for execution, _ in commits], commits)
             now = self._clock()  # after the rows are locked: a server's clock is read then
             for index, (execution, owner) in enumerate(commits):
                 try:

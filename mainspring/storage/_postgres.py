@@ -111,6 +111,14 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     clock, for tests only. ``reconnect_timeout`` bounds how long a call waits for a server
     that went away before it fails with :class:`StoreUnavailable`.
 
+    Any thread may call any method (the Store contract: the persistence actor writes from
+    one worker thread while recovery reads the clock and lists from another). Write
+    transactions take the store's lock one at a time, and a transaction's state (its
+    connection, pipeline, locked rows, clock, and whether it skips its row locks) is the
+    lock holder's alone: it is set, read and decided only holding the lock, and a call
+    outside a transaction (``now``, ``get``, ``list``, ``history``) never looks at it but
+    reads on a connection of its own.
+
     No session of the store holds a row lock past a bound (L6). Each carries server-side
     timeouts (unless the URL's ``options`` sets them): ``session_timeout`` (default 5 s) is
     its ``idle_in_transaction_session_timeout``, after which the server ends a session whose
@@ -156,6 +164,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         self._test_clock = clock
         self._now: float | None = None
         self._lock = threading.Lock()  # one write transaction at a time from this store
+        # Everything below down to ``_conn`` is the state of the transaction under way:
+        # touched only by the thread holding ``_lock`` (see the class docstring).
+        self._holder: int | None = None  # that thread's id
         self._cache = OwnWrites()
         self._stamps: dict[str, int] = {}  # execution id -> the stamp of the cached version
         # The transaction under way: rows it locked (id -> stamp, None if not stored), its
@@ -165,10 +176,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         self._pipeline: Any = None
         self._events: list[tuple[str, int, bytes]] = []
         self._touched: set[str] = set()  # edited out of run: their runners are told (NOTIFY)
-        # The one-round-trip commit (see the module docstring): whether this attempt may
-        # take it, the lock query sent without waiting for it, and per row the stamp the
-        # UPDATE is guarded on and the one it writes (to settle a lost COMMIT by them).
-        self._lock_free = False
+        # The one-round-trip commit (see the module docstring): the lock query sent without
+        # waiting for it, and per row the stamp the UPDATE is guarded on and the one it
+        # writes (to settle a lost COMMIT by them).
         self._deferred: Any = None
         self._guards: dict[str, int] = {}
         self._wrote: dict[str, int] = {}
@@ -225,20 +235,28 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     # -- the clock and retries -------------------------------------------------------------
 
     def _clock(self) -> float:
+        """The clock a transaction decides by: the server's as read with its first row
+        locks (or the test clock). Only the transaction's own thread calls it."""
         if self._test_clock is not None:
             return self._test_clock()
-        if self._conn is not None:  # in a transaction: read with its first row locks
-            if not self._began():
-                self._lock_rows(())
-            assert self._now is not None
-            return self._now
+        assert self._holder == threading.get_ident(), "the clock of another's transaction"
+        if not self._began():
+            self._lock_rows(())
+        assert self._now is not None
+        return self._now
+
+    def now(self) -> float:
+        """The server's clock (``clock_timestamp()``), or the test clock. From any thread,
+        in a transaction or not: read on a connection of its own, never through a
+        transaction under way (another thread's, whose connection is not this call's)."""
+        if self._test_clock is not None:
+            return self._test_clock()
+        return self._retrying(self._server_clock)
+
+    def _server_clock(self) -> float:
         with self._connections.reading() as conn:
             row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         return float(row[0])
-
-    def now(self) -> float:
-        """The server's clock (``clock_timestamp()``), or the test clock."""
-        return self._retrying(self._clock)
 
     def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``call`` until it completes, while the server is away for at most
@@ -381,6 +399,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         commit in it go in one round trip, and the history entries, the notices and COMMIT
         in one more."""
         with self._lock, self._connections.writing() as conn:
+            self._holder = threading.get_ident()
             self._conn = conn
             self._locked = {}
             self._txid = None
@@ -415,6 +434,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 self._now = None
                 self._locked = {}
                 self._deferred = None
+                self._holder = None
 
     def _began(self) -> bool:
         return self._txid is not None or self._deferred is not None
@@ -547,8 +567,14 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             raise StorageError(f"{self.address.shown} was opened read-only")
         return self._transaction()
 
-    def _prepare(self, execution_ids: Sequence[str]) -> None:
-        if self._lock_free and self._txid is None and self._deferred is None:
+    def _prepare(
+        self, execution_ids: Sequence[str], commits: Sequence[tuple[Execution, str]] = ()
+    ) -> None:
+        # Decided here, holding the store's lock, on this transaction's own batch: a
+        # decision made before the lock (or by another thread) went stale meanwhile, or
+        # leaked into another thread's transaction, which then skipped locking rows it had
+        # no cached stamp for.
+        if commits and not self._began() and self._may_skip_locks(commits):
             self._lock_later(execution_ids)
             return
         self._lock_rows([i for i in execution_ids if isinstance(i, str) and _valid(i)])
@@ -556,7 +582,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def _lock_later(self, execution_ids: Sequence[str]) -> None:
         """The one-round-trip commit's start: BEGIN and the row locks are sent and not
         waited for; the rows are taken as holding the stamps cached for them, which every
-        header UPDATE checks (``_write``), and the clock as estimated (``_lock_free``)."""
+        header UPDATE checks (``_write``), and the clock as estimated (see ``_may_skip_locks``)."""
         wanted = sorted(set(execution_ids))
         conn = self._conn
         conn.execute("BEGIN")
@@ -590,13 +616,6 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             if outcome is not CommitOutcome.OK:
                 return False
         return True
-
-    def _commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
-        self._lock_free = self._may_skip_locks(commits)
-        try:
-            return super().commit_many(commits)
-        finally:
-            self._lock_free = False
 
     def _load(self, execution_id: str) -> Base | None:
         execution_id = check_id(execution_id)
@@ -779,7 +798,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         return self._retrying(super().commit_progress, execution, owner)
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
-        return self._retrying(self._commit_many, commits)
+        return self._retrying(super().commit_many, commits)
 
     def renew(self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None) -> Any:
         return self._retrying(super().renew, execution_id, owner, ttl, epoch=epoch)

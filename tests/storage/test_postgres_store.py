@@ -3,6 +3,11 @@ statement that writes (L4), and the own-write cache trusted only while the row s
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import anyio
+import anyio.to_thread
 import attrs
 import psycopg
 import pytest
@@ -254,3 +259,156 @@ def test_L4_a_one_round_trip_commit_is_fenced_by_the_servers_clock(
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"
+
+
+# -- any thread may call the store: a transaction's state is its own thread's alone -------
+#
+# The persistence actor writes from one worker thread while recovery's sweep asks ``now()``
+# and lists from another, and heartbeat batches come from a third: the Store contract lets
+# any thread call. These pin a thread inside a transaction and call from another.
+
+
+async def _waited(event: threading.Event) -> None:
+    """Until ``event`` is set by another thread (bounded, so a broken thread fails the test
+    instead of hanging it)."""
+    assert await anyio.to_thread.run_sync(event.wait, 30.0)
+
+
+def _held_at_its_pipeline(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, Any]:
+    """Hold the calling thread of the returned function's next transaction after it has
+    taken the store's lock and a connection, before its pipeline opens; returns the event
+    set once it is held, and a wrapper that runs a call held so until ``release`` is set."""
+    held = threading.Event()
+    release = threading.Event()
+    holding: set[int] = set()
+    pipeline = psycopg.Connection.pipeline
+
+    def opening(self: psycopg.Connection[Any]) -> Any:
+        if threading.get_ident() in holding:
+            holding.discard(threading.get_ident())
+            held.set()
+            assert release.wait(30.0)
+        return pipeline(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", opening)
+
+    def run(call: Any, *args: Any) -> Any:
+        holding.add(threading.get_ident())
+        return call(*args)
+
+    run.release = release  # type: ignore[attr-defined]
+    return held, run
+
+
+@pytest.mark.anyio
+async def test_now_from_another_thread_is_the_servers_clock_not_an_open_transactions(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """``now()`` asked while another thread's transaction is open is the server's clock as
+    of the call, not the clock that transaction read when it began."""
+    store.create(_execution())
+    inside, leave = threading.Event(), threading.Event()
+    began: list[float] = []
+
+    def change(execution: ms.storage.Execution, now: float) -> ms.storage.Execution:
+        began.append(now)
+        inside.set()
+        assert leave.wait(30.0)
+        return attrs.evolve(execution, goal="edited")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, store.edit, "ex-1", change)
+        try:
+            await _waited(inside)
+            after = await anyio.to_thread.run_sync(_server_now)
+            seen = await anyio.to_thread.run_sync(store.now)
+        finally:
+            leave.set()
+    assert began[0] < after <= seen
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "edited"
+
+
+@pytest.mark.anyio
+async def test_now_from_another_thread_never_runs_on_a_transactions_connection(
+    store: ms.storage.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction holds its connection, its pipeline not yet open, when another thread
+    asks ``now()``: the answer comes from a connection of its own, and the transaction goes
+    on untouched (read through the transaction, it sent BEGIN on that connection and failed
+    on the pipeline that was not there yet)."""
+    store.create(_execution())
+    held, run = _held_at_its_pipeline(monkeypatch)
+    edited: list[Any] = []
+
+    def edit() -> None:
+        edited.append(run(store.edit, "ex-1", lambda e, now: attrs.evolve(e, goal="edited")))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, edit)
+        try:
+            await _waited(held)
+            before = await anyio.to_thread.run_sync(_server_now)
+            seen = await anyio.to_thread.run_sync(store.now)
+        finally:
+            run.release.set()
+    assert before <= seen
+    assert edited[0] is not None
+    assert edited[0].goal == "edited"
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.goal == "edited"
+
+
+@pytest.mark.anyio
+async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_the_lock(
+    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread B's heartbeat batch holds the store's lock, its transaction about to begin,
+    when thread A's run commit (all cached: one round trip) arrives. A's choice to skip the
+    row locks is A's alone, made holding the lock: B still locks its row (which this store
+    never wrote, so it has no stamp to skip the lock by), and both are answered."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    try:
+        other.create(_execution("ex-2"))
+        assert other.acquire("ex-2", "host-b:1:x", 60.0).acquired
+    finally:
+        other.close()
+    held, run = _held_at_its_pipeline(monkeypatch)
+    asking = threading.Event()
+    atomic = store._atomic
+
+    def noted() -> Any:
+        asking.set()
+        return atomic()
+
+    renewed: list[Any] = []
+    committed: list[Any] = []
+
+    def renew() -> None:
+        renewed.append(run(store.renew_many, [("ex-2", "host-b:1:x", 60.0)]))
+
+    def commit() -> None:
+        batch = [(attrs.evolve(live, calls_used=1), "host-a:1:x")]
+        committed.append(store.commit_many(batch))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, renew)
+        try:
+            await _waited(held)
+            monkeypatch.setattr(store, "_atomic", noted)
+            tg.start_soon(anyio.to_thread.run_sync, commit)
+            await _waited(asking)  # A is at the lock B holds
+        finally:
+            run.release.set()
+    assert committed == [(ms.storage.CommitOutcome.OK,)]
+    [[(outcome, execution)]] = renewed
+    assert outcome is ms.storage.CommitOutcome.OK
+    assert execution is not None
+    assert execution.id == "ex-2"
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.calls_used == 1
