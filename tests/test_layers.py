@@ -67,3 +67,42 @@ def test_the_rule_sees_relative_imports() -> None:
     example = ROOT / "executions" / "_facade" / "runtime.py"
     names = {name for _, name in _imports(example)}
     assert any(name.startswith("mainspring.storage") for name in names)
+
+
+#: Inside executions/, the folders by job and what each may import from its siblings: an
+#: acyclic order, pure rules at the bottom, the facade on top. A step reports to its run and
+#: the run spawns its steps and holds the worker board, so the run sits above both.
+EXECUTIONS = ROOT / "executions"
+FOLDER_ALLOWED: dict[str, set[str]] = {
+    "_rules": set(),
+    "_programs": {"_rules"},
+    "_memory": {"_rules"},
+    "_steps": {"_rules", "_programs", "_memory"},
+    "_workers": {"_rules", "_programs", "_memory", "_steps"},
+    "_run": {"_rules", "_programs", "_memory", "_steps", "_workers"},
+    "_facade": {"_rules", "_programs", "_memory", "_steps", "_workers", "_run"},
+}
+
+
+def _folder_modules() -> list[pathlib.Path]:
+    return sorted(p for p in EXECUTIONS.rglob("*.py") if p.parent != EXECUTIONS)
+
+
+def test_every_executions_folder_has_a_place_in_the_order() -> None:
+    folders = {p.name for p in EXECUTIONS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(FOLDER_ALLOWED)
+
+
+@pytest.mark.parametrize("path", _folder_modules(), ids=lambda p: str(p.relative_to(EXECUTIONS)))
+def test_executions_folders_import_only_the_folders_below_them(path: pathlib.Path) -> None:
+    own = path.relative_to(EXECUTIONS).parts[0]
+    for line, name in _imports(path):
+        parts = name.split(".")
+        if parts[:2] != ["mainspring", "executions"] or len(parts) < 3:
+            continue
+        where = f"executions/{path.relative_to(EXECUTIONS)}:{line} imports {name}"
+        target = parts[2]
+        if target == own:
+            continue
+        assert target in FOLDER_ALLOWED, f"{where}: executions' own modules live in a folder"
+        assert target in FOLDER_ALLOWED[own], f"{where}: {own} may not depend on {target}"

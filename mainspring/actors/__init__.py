@@ -44,6 +44,8 @@ from ._ref import ActorRef as ActorRef
 from ._ref import Terminated as Terminated
 from ._system import ActorSystem as ActorSystem
 from ._system import open_system as open_system
+from ._task import ActorTask as ActorTask
+from ._task import TaskEnded as TaskEnded
 from ._timer import Timer as Timer
 
 __all__ = [

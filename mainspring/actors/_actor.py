@@ -7,7 +7,7 @@ through the single attribute ``_mainspring_cell``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from anyio.lowlevel import checkpoint_if_cancelled
@@ -18,6 +18,7 @@ from ._reasons import CancelReason, Stop
 if TYPE_CHECKING:
     from ._cell import Cell
     from ._ref import ActorRef
+    from ._task import ActorTask
     from ._timer import Timer
 
 __all__ = ["DEFAULT_MAILBOX_SIZE", "Actor"]
@@ -34,9 +35,10 @@ class Actor(abc.ABC):
 
     Names the framework reserves on your subclass: the public methods below (``ref``,
     ``spawn``, ``spawn_supervisor``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
-    ``stop_self``) and every name starting with ``_mainspring_``. Framework state lives in one
-    attribute, ``_mainspring_cell``; the other ``_mainspring_`` names are hooks for actors that
-    oversee their children (supervisors), documented below. Every other name is yours.
+    ``start_task``, ``stop_self``) and every name starting with ``_mainspring_``. Framework
+    state lives in one attribute, ``_mainspring_cell``; the other ``_mainspring_`` names are
+    hooks for actors that oversee their children (supervisors), documented below. Every other
+    name is yours.
     """
 
     _mainspring_cell: Cell
@@ -173,6 +175,14 @@ class Actor(abc.ABC):
     def unwatch(self, ref: ActorRef) -> None:
         """Stop watching ``ref``; a notice already delivered is not taken back."""
         self._cell.unwatch(ref._cell)
+
+    def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> ActorTask:
+        """Run ``await fn(*args)`` in a new task bound to this actor (see ``ActorTask``):
+        lighter than a child actor, cancelled with a reason like one. Its end arrives in
+        ``receive`` as a :class:`TaskEnded` carrying what it returned, ahead of queued
+        user messages. Not a checkpoint. Raises :class:`ActorDeadError` if this actor is
+        stopping."""
+        return self._cell.start_task(fn, args)
 
     def send_after(self, delay: float, message: Any) -> Timer:
         """Tell this actor ``message`` once after ``delay`` seconds; dies with the actor."""

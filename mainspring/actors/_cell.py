@@ -38,6 +38,7 @@ from ._messaging import Messaging, _Ask
 from ._reasons import CancelReason, Crash
 from ._ref import ActorRef, Terminated
 from ._stopping import Stopping
+from ._task import ActorTask
 from ._timer import Timer
 
 if TYPE_CHECKING:
@@ -349,13 +350,15 @@ class Cell(Messaging, Stopping):
         actor = self.actor
         if actor is not None and actor._mainspring_orders_children:
             return  # it stops its children itself, in its order (see _end_incarnation)
-        if self._children and how != "cancelled":
+        if (self._children or self.tasks) and how != "cancelled":
             cause = self._cause_for_children(reason)
-            for child in reversed(list(self._children.values())):
+            for child in reversed(list((self._children or {}).values())):
                 if how == "stopped":
                     child.request_stop(cause)
                 else:
                     child.cancel(cause, final=True)
+            for task in list(self.tasks or ()):
+                task.cancel(cause)  # a task has no graceful stop
 
     def _close_mailbox(self, reason: CancelReason) -> None:
         self._final = True  # decided: a cell whose mailbox is closed never restarts
@@ -368,13 +371,13 @@ class Cell(Messaging, Stopping):
         reason = self.final_reason()
         actor = self.actor
         if (
-            self._children
+            (self._children or self.tasks)
             and actor is not None
             and type(actor)._mainspring_stop_children is not Actor._mainspring_stop_children
         ):
             with anyio.CancelScope(shield=True):  # cancel() reaches the children directly
                 await actor._mainspring_stop_children(reason)
-        if self._children or self.timers:
+        if self._children or self.timers or self.tasks:
             # A parent never finishes before its children (and timers) have. They were told
             # to stop in _begin_stopping (or by the supervisor's ordered stop), but a child can
             # be stuck, e.g. asking this very actor: after stop_timeout they are cancelled.
@@ -383,10 +386,12 @@ class Cell(Messaging, Stopping):
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(self.system.stop_timeout):
                     await self._dependents_gone.wait()
-                if self._children or self.timers:
+                if self._children or self.timers or self.tasks:
                     cause = self._cause_for_children(reason)
                     for child in list((self._children or {}).values()):
                         child.cancel(cause, final=True)
+                    for task in list(self.tasks or ()):
+                        task.cancel(cause)
                     for timer in list(self.timers or ()):
                         timer.cancel()
                     await self._dependents_gone.wait()
@@ -439,7 +444,7 @@ class Cell(Messaging, Stopping):
 
     def _dependent_ended(self) -> None:
         gone = self._dependents_gone
-        if gone is not None and not self._children and not self.timers:
+        if gone is not None and not self._children and not self.timers and not self.tasks:
             gone.set()
 
     def child(self, name: str) -> Cell | None:
@@ -463,6 +468,16 @@ class Cell(Messaging, Stopping):
             target.watchers.discard(self)
         if self.watching is not None:
             self.watching.discard(target)
+
+    def start_task(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> ActorTask:
+        if self._halt or self.state is ActorState.STOPPED:
+            raise ActorDeadError(self.ref, self._reason)
+        task = ActorTask._create(self, fn, args)
+        if self.tasks is None:
+            self.tasks = set()
+        self.tasks.add(task)
+        self.system._start(task._run, f"{self.path} task")
+        return task
 
     def start_timer(self, delay: float, interval: float | None, message: Any) -> Timer:
         if delay < 0:

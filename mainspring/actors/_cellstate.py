@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._overseer import Overseer
     from ._reasons import CancelReason
     from ._system import ActorSystem
+    from ._task import ActorTask
     from ._timer import Timer
 
 __all__ = ["CellState"]
@@ -63,6 +64,7 @@ class CellState:
         "restarts",
         "state",
         "system",
+        "tasks",
         "timers",
         "watchers",
         "watching",
@@ -96,6 +98,7 @@ class CellState:
         self._current: _Ask | None = None
         self._stopped_event: anyio.Event | None = None
         self.timers: set[Timer] | None = None
+        self.tasks: set[ActorTask] | None = None  # started by start_task, until they end
         self.watchers: set[Cell] | None = None
         self.watching: set[Cell] | None = None
         # Supervision (see _overseer.py): how to build a fresh instance, and who decides.

@@ -29,10 +29,16 @@ def cancel_reason() -> CancelReason | None:
     """Why the actor this code runs in is stopping, or None if it is not.
 
     Works in the actor's own task and in every task started inside it (tasks inherit the
-    actor's context). Meant for ``except``/``finally`` blocks and ``on_stop``: during a
+    actor's context); in a task started with ``Actor.start_task`` it is the reason that
+    task was cancelled with. Meant for ``except``/``finally`` blocks and ``on_stop``: during a
     graceful stop it is the stop's reason; when an ancestor was cancelled it is a
     :class:`ParentCancel` whose ``root`` is the ancestor's reason.
     """
+    from ._task import _current_task
+
+    task = _current_task.get()
+    if task is not None:  # a task the actor started: the reason it was cancelled with
+        return task.reason
     cell = _current_cell.get()
     if cell is None:
         return None

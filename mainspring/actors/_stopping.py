@@ -104,6 +104,10 @@ class Stopping(CellState):
         if self.timers:
             for timer in list(self.timers):
                 timer.cancel()
+        if self.tasks:
+            cause = self._cause_for_children(recorded)
+            for task in list(self.tasks):
+                task.cancel(cause)
 
     def _end_between_lives(self, reason: CancelReason) -> None:
         # A stop or cancel from outside while the cell waits between two lives (even with a

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import mainspring as ms
@@ -319,13 +320,16 @@ async def test_E7_start_refuses_an_id_whose_record_cannot_be_read(
     try:
         async with runtime(target) as rt:
             await (await rt.start("g", linear(1), execution_id="seed")).wait()
-            before = _plant_unreadable(rt.store, "cut")
+            # The test's own store calls block: off the loop, which its guard watches.
+            before = await anyio.to_thread.run_sync(_plant_unreadable, rt.store, "cut")
             with pytest.raises(ms.storage.RecordError):
                 await rt.start("g", linear(1), execution_id="cut")
             with pytest.raises(ms.storage.RecordError):
                 await rt.get("cut")
-            assert _planted(rt.store, "cut") == before  # nothing written over it
-            assert [p.id for p in rt.store.list().problems] == ["cut"]
+            planted = await anyio.to_thread.run_sync(_planted, rt.store, "cut")
+            assert planted == before  # nothing written over it
+            listing = await anyio.to_thread.run_sync(rt.store.list)
+            assert [p.id for p in listing.problems] == ["cut"]
             names = {"files": "FileStore", "sqlite": "SqliteStore", "postgres": "PostgresStore"}
             assert type(rt.store).__name__ == names[kind]
     finally:

@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import _run_bounds
+from mainspring.executions._run import children as _children
 from mainspring.executions._steps import children as _agent
 
 from ._kit import (
@@ -683,7 +683,7 @@ async def _until_the_run_ends(rt: ms.Runtime, execution_id: str) -> object:
 
 @pytest.fixture
 def quick_unwind(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_run_bounds, "UNWIND", SHORT)
+    monkeypatch.setattr(_children, "UNWIND", SHORT)
 
 
 @pytest.mark.usefixtures("quick_unwind")

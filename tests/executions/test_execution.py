@@ -115,3 +115,68 @@ def test_L5_a_run_killed_right_after_its_final_write_is_held_by_nobody(tmp_path:
     assert on_disk.lease.owner == ""  # released by the final write itself
     code, out = run_cli("doctor", "--store", str(store), "--json")
     assert (code, json.loads(out)["findings"]) == (0, [])
+
+
+@pytest.mark.anyio
+async def test_R3_a_cancelled_host_leaves_its_running_tool_step_to_the_resume(
+    tmp_path: Path,
+) -> None:
+    # A server's lifespan cancelled while a tool runs is a shutdown, not a failure of the
+    # step: the tool reads a reason whose root is Shutdown, the run stays ``running`` on disk
+    # (the step in flight), and a resume runs the step again and completes.
+    seen: list[ms.CancelReason | None] = []
+    entered = anyio.Event()
+
+    async def slow(**_: Any) -> str:
+        if seen:
+            return "second time"
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            seen.append(ms.cancel_reason())
+        return "unreachable"  # pragma: no cover
+
+    ids: list[str] = []
+    with anyio.CancelScope() as host:
+        async with runtime(tmp_path, tools={"slow": slow}, recover=False) as rt:
+            handle = await rt.start("g", plan_of(tool("s", "slow")))
+            ids.append(handle.execution_id)
+            await entered.wait()
+            host.cancel()
+            await anyio.sleep_forever()
+    [reason] = seen
+    assert reason is not None
+    assert isinstance(reason.root, ms.Shutdown)
+    async with runtime(tmp_path, tools={"slow": slow}, recover=False) as rt:
+        record = rt.store.get(ids[0])
+        assert record is not None
+        assert record.status == "running"
+        assert record.plan is not None
+        assert {s.id: s.status for s in record.plan.steps} == {"s": "running"}
+        with anyio.fail_after(30):
+            result = await (await rt.resume(ids[0])).wait()
+    assert result.status == "completed", result
+    assert result.outputs == {"s": "second time"}
+
+
+@pytest.mark.anyio
+async def test_O2_a_tool_raising_generator_exit_fails_its_step_and_the_runtime_lives(
+    tmp_path: Path,
+) -> None:
+    # GeneratorExit raised by a tool's own code is the tool's failure: its step fails with
+    # the exception and its traceback (O2), the run goes on, and nothing escapes open_runtime
+    # as an exception group taking every other run down with it.
+    def closing(**_: Any) -> None:
+        raise GeneratorExit
+
+    with anyio.fail_after(30):
+        async with runtime(tmp_path, tools={"closing": closing}) as rt:
+            plan = plan_of(tool("s", "closing"), tool("other", "inc", x=1))
+            result = await (await rt.start("g", plan)).wait()
+            assert result.status == "failed"
+            assert result.outputs == {"other": 2}
+            observation = {o.step_id: o for o in result.observations}["s"]
+            assert not observation.ok
+            assert observation.error_type == "GeneratorExit"
+            assert observation.traceback

@@ -49,12 +49,12 @@ from ...storage import (
     parse_agent_tasks,
     redact,
 )
-from .._execution import ExecutionActor
 from .._memory.memory import Memory
 from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable
 from .._rules.transitions import bounded_reason
 from .._rules.usage import check_limits
+from .._run.actor import ExecutionActor
 from .._run.events import RunEvent, RunEventBus
 from .._run.messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
 from .._run.refusals import end_event

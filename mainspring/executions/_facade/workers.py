@@ -27,8 +27,8 @@ from ...storage import (
     structure,
 )
 from .._run.messages import RunConfig
-from .._worker_run import WorkerJoin
 from .._workers import fleet as fleet
+from .._workers.board import WorkerJoin
 from .handle import UnknownExecution
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]

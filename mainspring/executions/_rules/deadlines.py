@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ...actors import ActorRef
+from ...actors import ActorRef, ActorTask
 from ...storage import (
     MAX_ATTEMPTS,
     MAX_COUNTER,
@@ -185,7 +185,7 @@ class StepTimedOut:
     """``step_id``'s child ``ref`` reached its timeout of ``seconds``."""
 
     step_id: str
-    ref: ActorRef
+    ref: ActorRef | ActorTask  # an agent task's actor, or a tool or skill step's task
     seconds: float
 
 
@@ -202,7 +202,7 @@ class UnwindOver:
     without it (B1)."""
 
     step_id: str
-    ref: ActorRef
+    ref: ActorRef | ActorTask
 
 
 #: How long a child cancelled by its timeout may take to end (its ``finally`` blocks, a

@@ -8,11 +8,15 @@ fans them out to subscribers without ever blocking a run.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+import re
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
 from ...actors import EventBus
+
+if TYPE_CHECKING:
+    from ...storage import WorkerRecord
 
 __all__ = [
     "AgentTaskCompleted",
@@ -34,6 +38,7 @@ __all__ = [
     "StepRetrying",
     "StepStarted",
     "WorkerChanged",
+    "worker_changed",
 ]
 
 
@@ -216,3 +221,22 @@ RunEvent: TypeAlias = (
 
 #: The runtime's bus: the kernel's, typed for run events.
 RunEventBus = EventBus[RunEvent]
+
+
+#: A worker's ``reason`` announced as it is: a short code; anything else is left out (V1).
+_REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
+
+
+def worker_changed(execution_id: str, worker: WorkerRecord, at: float) -> WorkerChanged:
+    """The event for ``worker``'s durable move: ids, states and counts only (V1)."""
+    reason = worker.reason if _REASON.match(worker.reason) else None
+    return WorkerChanged(
+        execution_id=execution_id,
+        at=at,
+        worker_id=worker.id,
+        task_id=worker.task_id,
+        step_id=worker.step_id,
+        generation=worker.generation,
+        status=worker.status,
+        reason=reason,
+    )

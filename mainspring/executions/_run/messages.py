@@ -12,6 +12,7 @@ import attrs
 
 from ...actors import (
     ActorRef,
+    ActorTask,
     CancelReason,
     LeaseLost,
     MainspringError,
@@ -124,7 +125,7 @@ class Unstorable(MainspringError):
 @attrs.define
 class Running:
     step: PlanStep
-    ref: ActorRef
+    ref: ActorRef | ActorTask  # an agent task's actor, or a tool or skill step's task
     cost: int  # calls held for this step while it runs (P4)
     task_id: str | None = None
     meter: Meter | None = None  # the agent's calls as it makes them, saved or not

@@ -1,12 +1,12 @@
-"""The children of an ExecutionActor: one actor per running step, and the context an agent
-gets.
+"""The children of an ExecutionActor: what runs each step, and the context an agent gets.
 
-A tool or skill step runs in a ``StepActor``; an agent step runs in an ``AgentTaskActor``
-whose :class:`AgentContext` makes inner steps durable (each is committed, through the
-execution, before ``ctx.step`` returns) and meters model and tool calls against the task's
-reservation. A planner call runs in a ``PlannerActor``. User code therefore never runs in the
-ExecutionActor's own task: the execution stays responsive to pause, cancel and heartbeats,
-and cancelling one child interrupts exactly that step, with its reason.
+A tool or skill step runs in a task of its execution (``run_step``, started with
+``Actor.start_task``: its own cancel scope and reason, no mailbox); an agent step runs in an
+``AgentTaskActor`` whose :class:`AgentContext` makes inner steps durable (each is committed,
+through the execution, before ``ctx.step`` returns) and meters model and tool calls against
+the task's reservation. A planner call runs in a ``PlannerActor``. User code therefore never
+runs in the ExecutionActor's own task: the execution stays responsive to pause, cancel and
+heartbeats, and cancelling one child interrupts exactly that step, with its reason.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ __all__ = [
     "Meter",
     "PlannerActor",
     "PlannerContext",
-    "StepActor",
+    "run_step",
 ]
 
 
@@ -164,55 +164,48 @@ def _timed_out() -> bool:
 # -- tool and skill steps --------------------------------------------------------------------
 
 
-class StepActor(Actor):
-    """Runs one tool or skill step and reports it to its execution."""
-
-    def __init__(
-        self,
-        execution: ActorRef,
-        step: PlanStep,
-        fn: Callable[..., Any],
-        meter: Meter | None = None,
-    ) -> None:
-        self._execution = execution
-        self._step = step
-        self._fn = fn
-        self._meter = meter  # B3: what the call spent reaches the execution even if stopping
-
-    async def receive(self, message: Any) -> Any:
-        step = self._step
-        started = time.time()
-        try:
-            output, usage = split_usage(await call(self._fn, **step.input))
-            if self._meter is not None:
-                self._meter.usage = usage
-        except Exception as exc:
-            ended = time.time()
-            caught = await describe_off_loop(exc)  # O2
+async def run_step(step: PlanStep, fn: Callable[..., Any], meter: Meter) -> StepDone | None:
+    """Run one tool or skill step, in a task its execution started (``Actor.start_task``),
+    and return its report, which reaches the execution with the task's end: no actor and
+    no second message per step. The output is prepared for disk here, once (E5, E10, X2).
+    None if the step was cancelled with ``Timeout`` (B1): its end is the report then, and
+    its usage reaches the execution on ``meter`` (B3)."""
+    started = time.time()
+    try:
+        output, usage = split_usage(await call(fn, **step.input))
+        meter.usage = usage  # B3: what the call spent reaches the execution even if stopping
+    except (Exception, GeneratorExit) as exc:  # a tool's own GeneratorExit is its failure (O2)
+        ended = time.time()
+        caught = await describe_off_loop(exc)  # O2
+        done = StepDone(
+            step.id,
+            ok=False,
+            error=caught.message,
+            error_types=error_types(exc),
+            caught=caught,
+            started_at=started,
+            ended_at=ended,
+        )
+    else:
+        ended = time.time()
+        what = f"the output of {step.kind} {step.target}"
+        stored = await prepare_output_off_loop(output, what)
+        if isinstance(stored, str):  # the call was made: its usage counts (B3)
+            done = StepDone(
+                step.id, ok=False, error=stored, usage=usage, started_at=started, ended_at=ended
+            )
+        else:
             done = StepDone(
                 step.id,
-                ok=False,
-                error=caught.message,
-                error_types=error_types(exc),
-                caught=caught,
+                ok=True,
+                output=output,
+                stored=stored,
+                usage=usage,
                 started_at=started,
                 ended_at=ended,
             )
-        else:
-            ended = time.time()
-            what = f"the output of {step.kind} {step.target}"
-            stored = await prepare_output_off_loop(output, what)
-            if isinstance(stored, str):  # the call was made: its usage counts (B3)
-                done = StepDone(step.id, ok=False, error=stored, usage=usage)
-            else:
-                done = StepDone(step.id, ok=True, output=output, stored=stored, usage=usage)
-            done = attrs.evolve(done, started_at=started, ended_at=ended)
-        # If the execution is stopping, it knows this step did not finish. Timed out: its
-        # end (with Timeout) is the report; its usage reaches the execution on the meter.
-        if not _timed_out():
-            with contextlib.suppress(ActorDeadError, ActorFailed):
-                await self._execution.ask(done)
-        await self.ref.stop()
+    # Timed out: its end (with Timeout) is the report; the execution decides (B1).
+    return None if _timed_out() else done
 
 
 class PlannerActor(Actor):

@@ -47,9 +47,10 @@ def prepare_output(value: Any, what: str) -> Stored | str:
     stored — masks included — so that one output can never make its execution's record
     unwritable (X2). Done once, in the step's own actor, and handed on."""
     try:
-        encode_value(value)  # E10: what it is, not what redaction makes of it (a subclass)
+        encoded = encode_value(value)  # E10: what it is, not what redaction makes of it
         masked, redacted = redact_flagged(value)
-        size = len(encode(encode_value(masked)))
+        # Encoded once: a value redaction left alone is stored as it was encoded above.
+        size = len(encode(encode_value(masked) if redacted else encoded))
     except (ValueError, TypeError, StorageError) as exc:
         return f"{what} is not storable: {exc}"
     if size > MAX_OUTPUT_BYTES:

@@ -42,8 +42,8 @@ from ...storage import (
 )
 from .._steps.children import CodedFailure, SaveRefused
 from .._steps.outputs import keep_result
-from .._worker_run import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
 from . import fleet as fleet
+from .board import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
 from .find import find_start, host_of
 from .hosts import Report, WorkerProcess, WorkerSpec, WorkerStartFailed
 from .spending import SpendingLedger

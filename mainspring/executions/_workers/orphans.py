@@ -26,8 +26,8 @@ from ...storage import (
     parse_workers,
     unstructure,
 )
-from .._worker_run import trail_entry
 from . import fleet as fleet
+from .board import trail_entry
 from .find import find_start, host_of
 
 __all__ = ["stop_orphan"]

@@ -17,7 +17,7 @@ from .hosts import Report
 
 if TYPE_CHECKING:
     from .._steps.children import AgentTaskActor
-    from .._worker_run import WorkerBoard
+    from .board import WorkerBoard
 
 __all__ = ["SpendingLedger"]
 

@@ -1,5 +1,5 @@
-"""An execution's workers while it runs: the board its worker drivers write to, and the
-ExecutionActor's side of it (``WorkerRun``).
+"""An execution's workers while it runs: the board its worker drivers write to, which the
+ExecutionActor holds and commits through its one funnel (``_funnel``).
 
 The board holds the execution's worker records, the tasks they serve and the diagnostic
 trail, parsed from the record when it is loaded. Every change a driver makes is a record a
@@ -15,16 +15,14 @@ carries the worker's last true state: stopped only once its process was confirme
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import attrs
 
-from ..actors import CancelReason
-from ..storage import (
+from ...storage import (
     Edit,
     Execution,
     TrailEntry,
@@ -34,12 +32,10 @@ from ..storage import (
     parse_workers,
     unstructure,
 )
-from ._run.events import WorkerChanged
-from ._run_core import ExecutionCore
-from ._workers import fleet as fleet
-from ._workers.evidence import EvidenceShelf
+from . import fleet as fleet
+from .evidence import EvidenceShelf
 
-__all__ = ["LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin", "WorkerRun"]
+__all__ = ["WORKER_MESSAGES", "LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin"]
 
 
 @attrs.frozen
@@ -77,7 +73,13 @@ def trail_entry(seq: int, worker: WorkerRecord, event: str, detail: str, now: fl
 class WorkerBoard:
     """The execution's workers, their tasks and the trail (see the module docstring)."""
 
-    def __init__(self, record: Execution, shelf: EvidenceShelf, limit: int) -> None:
+    def __init__(
+        self,
+        record: Execution,
+        shelf: EvidenceShelf,
+        limit: int,
+        commit: Callable[[], Awaitable[bool]],
+    ) -> None:
         workers, _ = parse_workers(record.workers)
         tasks, _ = parse_worker_tasks(record.worker_tasks)
         self.workers: dict[str, WorkerRecord] = {w.id: w for w in workers}
@@ -105,7 +107,9 @@ class WorkerBoard:
         self.live: dict[str, LiveWorker] = {}  # by worker id: processes held here
         self.changed = anyio.Event()
         self.dirty = False
-        self.commit: Callable[[], Any] | None = None  # set by the execution
+        #: Commits the board through its execution's mailbox and funnel (E2): True once
+        #: durable, False if the run is stopping.
+        self.commit = commit
 
     def put(
         self,
@@ -156,25 +160,6 @@ class WorkerBoard:
         return cached[1]
 
 
-#: A worker's ``reason`` announced as it is: a short code; anything else is left out (V1).
-_REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
-
-
-def worker_changed(execution_id: str, worker: WorkerRecord, at: float) -> WorkerChanged:
-    """The event for ``worker``'s durable move: ids, states and counts only (V1)."""
-    reason = worker.reason if _REASON.match(worker.reason) else None
-    return WorkerChanged(
-        execution_id=execution_id,
-        at=at,
-        worker_id=worker.id,
-        task_id=worker.task_id,
-        step_id=worker.step_id,
-        generation=worker.generation,
-        status=worker.status,
-        reason=reason,
-    )
-
-
 def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:
     """The edit that writes a stopped runner's worker parts (``fields``: the board's) to
     its record, paused or cancelled by a control from elsewhere, and nothing else: every
@@ -193,117 +178,6 @@ def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:
         return attrs.evolve(stored, **fields, updated_at=now)
 
     return change
-
-
-class WorkerRun(ExecutionCore):
-    """The ExecutionActor's side of its workers: the board is built when the record is
-    loaded, rides in every snapshot, and a driver's ``WorkerCommit`` goes through the one
-    commit path (E2)."""
-
-    _board: WorkerBoard | None = None
-    #: The last snapshots' workers (the tuple each holds) and the moved workers each
-    #: carries: the one committed is found by identity (a snapshot may follow it).
-    _moves: tuple[tuple[Any, list[WorkerRecord]], ...] = ()
-
-    def _worker_board(self) -> WorkerBoard:
-        if self._board is None:
-            cfg = self._cfg
-            limit = min(cfg.max_parallel_steps, cfg.max_workers)
-            self._board = WorkerBoard(self._rec, cfg.evidence, limit)
-            self._board.commit = self._board_commit
-            cfg.worker_boards[self._rec.id] = self._board
-        return self._board
-
-    async def _board_commit(self) -> bool:
-        """A commit of the board from outside a driver (a repair, a proof), through the
-        actor's mailbox like a driver's."""
-        try:
-            return bool(await self.ref.ask(WorkerCommit()))
-        except Exception:
-            return False
-
-    async def _wind_down(self, reason: CancelReason) -> None:
-        try:
-            await super()._wind_down(reason)
-            if self._refusal is not None and self._board is not None:
-                await self._keep_board(self._board)
-        finally:
-            if self._board is not None:
-                self._cfg.worker_boards.pop(self._rec.id, None)
-
-    async def _keep_board(self, board: WorkerBoard) -> None:
-        """A control written elsewhere (pause, cancel) refused our saves: the workers our
-        drivers stopped while the run wound down are still written, as the same control
-        issued here writes them, so no worker stays recorded active and a stop that did not
-        fail gives its start back (``NOT_FAILED``). Invariant E11: a paused or cancelled
-        record is not the runner's to overwrite; only its worker parts, which no control
-        writes and whose processes this runner held, are (``worker_parts_edit``)."""
-        fields = board.fields()
-        moved = [board.workers[i] for i in board.moved if i in board.workers]
-        try:
-            lease = self._rec.lease
-            edit = worker_parts_edit(fields, lease.epoch if lease is not None else None)
-            written = await self._cfg.committer.edit(self._rec.id, edit)
-        except Exception:  # the disk failed: the next resume confirms them dead (R3)
-            return
-        if written is None:
-            return
-        now = time.time()
-        for worker in moved:  # announced once durable, as a commit announces them
-            state = (worker.status, worker.generation)
-            if board.committed.get(worker.id) != state:
-                board.committed[worker.id] = state
-                self._publish(worker_changed(self._rec.id, worker, now))
-        board.moved.clear()
-
-    def _snapshot(self, **changes: Any) -> Execution:
-        board = self._board
-        if board is None:
-            return super()._snapshot(**changes)
-        for key, value in board.fields().items():
-            changes.setdefault(key, value)
-        record = super()._snapshot(**changes)
-        if board.moved:
-            moves = [board.workers[i] for i in board.moved]
-            self._moves = (*self._moves[-3:], (record.workers, moves))
-        return record
-
-    async def _commit(self, **changes: Any) -> bool:
-        committed = await super()._commit(**changes)
-        if committed:
-            self._announce_workers()
-        return committed
-
-    async def _commit_record(self, record: Execution) -> bool:
-        committed = await super()._commit_record(record)
-        if committed:
-            self._announce_workers()
-        return committed
-
-    def _announce_workers(self) -> None:
-        """Publish the worker moves the record just committed carries (once durable, as
-        the history has them: a worker's last state per commit)."""
-        board, workers = self._board, self._rec.workers
-        found = [i for i, (held, _) in enumerate(self._moves) if held is workers]
-        if board is None or not found:
-            return  # a record built from no snapshot of the board carries no move known
-        moves = self._moves[found[0]][1]
-        self._moves = self._moves[found[0] + 1 :]  # later snapshots may be committed next
-        now = time.time()
-        for worker in moves:
-            state = (worker.status, worker.generation)
-            if board.committed.get(worker.id) != state:
-                board.committed[worker.id] = state
-                self._publish(worker_changed(self._rec.id, worker, now))
-            if board.workers.get(worker.id) is worker:
-                board.moved.pop(worker.id, None)  # not put again since: announced
-
-    async def _worker_message(self, message: Any) -> Any:
-        if type(message) is WorkerJoin:
-            return self._worker_board()
-        if self._ended:
-            return False  # saves are refused while the run stops: the board carries it
-        return await self._commit()
 
 
 WORKER_MESSAGES = (WorkerCommit, WorkerJoin)

@@ -1,0 +1,97 @@
+"""What one tool step costs the runtime, counted rather than timed, so the step path cannot
+silently grow back: actor messages (mailbox and control lane), thread hops, ``attrs.evolve``
+calls, encodes of the step's output, and durable commits. A linear plan of 2N steps minus
+one of N steps leaves what N steps in the middle of a run cost (the start and the end of a
+run are the same in both). The bounds are what the step path does now (issue #29: the lean
+step path): lower them as it gets leaner, never raise them without saying why.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio.to_thread
+import attrs
+import pytest
+
+from mainspring.actors._mailbox import Mailbox
+from mainspring.actors._messaging import Messaging
+from mainspring.executions._steps import outputs as _outputs
+
+from ._kit import MemoryStore, linear, runtime
+
+#: Per tool step, at most (one step at a time; see the module docstring). Where they go:
+#: - messages: the step's end with its report (``TaskEnded``, the control lane), the commit
+#:   asked of the persistence actor, and its flush's answer (storage's);
+#: - thread hops: the store's flush (storage's);
+#: - evolves: the step path's three (the plan's step status, the plan, the snapshot), one
+#:   in the store's lease decision (storage's), and three that grow with the plan's length
+#:   rather than with the steps run (each step's status at ``start``, its redacted copy for
+#:   disk, its observation in the result);
+#: - encodes: the step's output, once (E5, E10, X2);
+#: - commits: one durable commit per step (E1).
+#: Before the lean step path (issue #29): 5 messages, 8 evolves, the output encoded twice.
+BOUNDS = {
+    "messages": 3,
+    "thread hops": 1,
+    "evolves": 7,
+    "encodes": 1,
+    "commits": 1,
+}
+
+N = 20
+
+pytestmark = pytest.mark.anyio
+
+
+class _CountingStore(MemoryStore):
+    def __init__(self, counts: collections.Counter[str]) -> None:
+        super().__init__()
+        self._counts = counts
+
+    def commit_many(self, commits: Any) -> Any:
+        self._counts["commits"] += len(commits)
+        return super().commit_many(commits)
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter[str]) -> Iterator[None]:
+    def counted(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    with monkeypatch.context() as patch:
+        patch.setattr(attrs, "evolve", counted("evolves", attrs.evolve))
+        patch.setattr(anyio.to_thread, "run_sync", counted("thread hops", anyio.to_thread.run_sync))
+        patch.setattr(Mailbox, "put_nowait", counted("messages", Mailbox.put_nowait))
+        patch.setattr(Messaging, "deliver_control", counted("messages", Messaging.deliver_control))
+        patch.setattr(_outputs, "encode_value", counted("encodes", _outputs.encode_value))
+        yield
+
+
+async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+    store = _CountingStore(counts)
+    # No heartbeat or renewal falls inside the run: what is counted is the steps' own cost.
+    async with runtime(store, lease_ttl=600.0, heartbeat_interval=300.0) as rt:
+        with _counting(monkeypatch, counts):
+            handle = await rt.start("count", linear(steps))
+            result = await handle.wait()
+    assert result.status == "completed"
+    return counts
+
+
+async def test_E2_one_tool_step_costs_what_the_lean_step_path_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    short = await _run(N, monkeypatch)
+    long = await _run(2 * N, monkeypatch)
+    per_step = {name: (long[name] - short[name]) / N for name in BOUNDS}
+    over = {name: cost for name, cost in per_step.items() if cost > BOUNDS[name]}
+    assert not over, f"one tool step costs more than the lean step path: {over}"
