@@ -15,7 +15,7 @@ from mainspring.actors import Actor
 
 #: The folders of executions/ done by job. (The run core's flat modules and ``_workers/``
 #: join once their rewrite lands.)
-FOLDERS = ("_facade", "_memory", "_programs", "_rules", "_run", "_steps")
+FOLDERS = ("_facade", "_memory", "_programs", "_rules", "_run", "_steps", "_workers")
 
 
 def _modules() -> list[str]:
