@@ -27,6 +27,20 @@ if TYPE_CHECKING:
 __all__ = ["ActorTask", "TaskEnded"]
 
 
+def _asyncio_cancelled() -> type[BaseException]:
+    """asyncio's cancellation exception, which code may raise on any backend (on trio it is a
+    plain BaseException, never a cancellation), or a type no exception has when asyncio is
+    not loaded."""
+    import sys
+
+    module = sys.modules.get("asyncio")
+    return module.CancelledError if module is not None else _Never
+
+
+class _Never(BaseException):
+    """Raised by nothing: stands for asyncio's CancelledError when asyncio is not loaded."""
+
+
 def _log() -> logging.Logger:
     import logging
 
@@ -105,11 +119,15 @@ class ActorTask(metaclass=NoPublicConstructor):
         except Exception as exc:
             crash = Crash.from_exception(exc, source=cell.path)
         except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
-            if isinstance(exc, GeneratorExit):
-                # The task's own code raised it (no generator is being closed here): it
-                # ended because it raised, like any exception, and the system lives on.
+            if isinstance(exc, anyio.get_cancelled_exc_class()) and self._reason is not None:
+                raise  # its own cancel, which its scope did not swallow: let it pass
+            if isinstance(
+                exc, GeneratorExit | anyio.get_cancelled_exc_class() | _asyncio_cancelled()
+            ):
+                # The task's own code raised it: no generator is being closed here, and
+                # nobody cancelled the task (its scope is shielded: only ``cancel`` reaches
+                # it, and that records a reason first). It ended because it raised, like
+                # any exception, and the system lives on.
                 crash = Crash.from_exception(exc, source=cell.path)
                 return
             # SystemExit, KeyboardInterrupt: the program is to end, as from an actor's code

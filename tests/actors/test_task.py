@@ -212,3 +212,27 @@ async def test_a_task_that_raises_generator_exit_crashes_and_the_system_lives() 
             assert await ref.ask("still here?") is None  # the actor lives on
     [ended] = actor.ended
     assert isinstance(ended.reason, ms.Crash)
+
+
+async def test_a_task_raising_an_unasked_cancellation_crashes_and_the_system_lives() -> None:
+    # asyncio's CancelledError raised by a task's own code, with no cancel of the task: on
+    # asyncio it is no cancellation of anything (the task's scope is shielded and was not
+    # cancelled), on trio a plain BaseException. Either way the task crashed (TaskEnded with
+    # a Crash), and neither ends the system nor leaks out of open_system.
+    import asyncio
+
+    async def work() -> None:
+        raise asyncio.CancelledError("raised by the task's own code")
+
+    actor = Starter(work)
+    after = []
+    with anyio.fail_after(10):
+        async with ms.open_system() as system:
+            ref = await system.spawn(lambda: actor)
+            await ref.ask("start")
+            await actor.heard.wait()
+            assert await ref.ask("still here?") is None  # the actor lives on
+            after.append("the block went on")
+    assert after == ["the block went on"]
+    [ended] = actor.ended
+    assert isinstance(ended.reason, ms.Crash)
