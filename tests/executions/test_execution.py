@@ -180,3 +180,27 @@ async def test_O2_a_tool_raising_generator_exit_fails_its_step_and_the_runtime_l
             assert not observation.ok
             assert observation.error_type == "GeneratorExit"
             assert observation.traceback
+
+
+@pytest.mark.anyio
+async def test_O2_a_tool_raising_an_unasked_cancellation_fails_its_step_and_the_block_goes_on(
+    tmp_path: Path,
+) -> None:
+    # asyncio's CancelledError raised by a tool nobody cancelled is the tool's failure: the
+    # step fails, the run says so, and the caller's block goes on (on asyncio it used to end
+    # the block silently; on trio to escape it).
+    import asyncio
+
+    def cancelling(**_: Any) -> None:
+        raise asyncio.CancelledError("raised by the tool itself")
+
+    after: list[str] = []
+    with anyio.fail_after(30):
+        async with runtime(tmp_path, tools={"cancelling": cancelling}) as rt:
+            plan = plan_of(tool("s", "cancelling"), tool("other", "inc", x=1))
+            result = await (await rt.start("g", plan)).wait()
+            after.append("the block went on")
+    assert after == ["the block went on"]
+    assert result.status == "failed"
+    assert result.outputs == {"other": 2}
+    assert not {o.step_id: o for o in result.observations}["s"].ok
