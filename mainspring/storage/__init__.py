@@ -77,6 +77,9 @@ newer one with a clear error.
 """
 
 from .._public import publish
+from ._append_only import AppendOnly as AppendOnly
+from ._append_only import AppendOnlyList as AppendOnlyList
+from ._append_only import appended as appended
 from ._backend import ChangeFeed as ChangeFeed
 from ._backend import CommitOutcome as CommitOutcome
 from ._backend import Edit as Edit
@@ -235,6 +238,8 @@ __all__ = [
     "AbsentDimension",
     "AgentTaskRecord",
     "AnswerRequest",
+    "AppendOnly",
+    "AppendOnlyList",
     "BudgetInfo",
     "ChangeFeed",
     "Checkpoint",
@@ -298,6 +303,7 @@ __all__ = [
     "WorkerStatus",
     "WorkerTask",
     "WorkerTaskState",
+    "appended",
     "canonical_json",
     "capture_checkpoint",
     "check_cost",

@@ -18,6 +18,7 @@ import cattrs.v
 import orjson
 from cattrs.preconf.orjson import make_converter
 
+from ._append_only import AppendOnly, AppendOnlyList, plain_list
 from ._errors import RecordError, TooLarge
 from ._values import Malformed
 
@@ -92,7 +93,7 @@ def _strict_sequence(tp: Any) -> Any:
     make = tuple if typing.get_origin(tp) is tuple else list
 
     def hook(value: Any, _: Any) -> Any:
-        if type(value) not in (list, tuple):
+        if type(value) not in (list, tuple, AppendOnly, AppendOnlyList):
             raise TypeError(f"expected a list, got {type(value).__name__}")
         handler = converter.get_structure_hook(element)
         items: list[Any] = []
@@ -194,7 +195,7 @@ def _has_non_finite(value: Any) -> bool:
             if kind is float:
                 if item != item or item in _INFINITIES:
                     return True
-            elif kind is dict or kind is list:
+            elif kind is dict or kind is list or kind is AppendOnlyList:
                 push(item)
     return False
 
@@ -205,11 +206,11 @@ def _check_finite(value: Any, path: str) -> None:
             raise ValueError(f"{path or '(top level)'}: {value!r} cannot be stored as JSON")
     elif type(value) is dict:
         for key, item in value.items():
-            if type(item) in (float, dict, list):
+            if type(item) in (float, dict, list, AppendOnlyList):
                 _check_finite(item, f"{path}.{key}" if path else str(key))
-    elif type(value) is list:
+    elif type(value) is list or type(value) is AppendOnlyList:
         for index, item in enumerate(value):
-            if type(item) in (float, dict, list):
+            if type(item) in (float, dict, list, AppendOnlyList):
                 _check_finite(item, f"{path}[{index}]")
 
 
@@ -230,9 +231,16 @@ def decode(
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8: equal values give equal bytes, so equal hashes."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, default=_sequence, option=orjson.OPT_SORT_KEYS)
     except TypeError as exc:
         raise ValueError(f"not representable as JSON: {exc}") from None
+
+
+def _sequence(value: Any) -> list[Any]:
+    # An append-only sequence (an agent task's inner steps, as stored) is a JSON array.
+    if isinstance(value, AppendOnly):
+        return plain_list(value)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
 def sha256_hex(value: Any) -> str:

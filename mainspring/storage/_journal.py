@@ -40,6 +40,7 @@ from typing import Any
 
 import attrs
 
+from ._append_only import AppendOnlyList
 from ._codec import converter
 from ._journal_keys import (
     _RAW_KEYS,
@@ -79,6 +80,7 @@ _GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
 RAW_PARTS = ("workers", "worker_tasks", "worker_trail")
 _HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints", *RAW_PARTS)
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
+_ARRAYS = (list, AppendOnlyList)  # a stored list: an agent task's inner steps may be views
 DONE_REF = "$done"  # a checkpoint's completed steps: the first n of ``done``
 
 Change = list[Any]
@@ -236,7 +238,7 @@ def _splittable(raw: dict[str, Any]) -> bool:
         return False
     inner = raw.get("inner_observations")
     done = raw.get("inner_completed")
-    if type(inner) is not list or type(done) is not list:
+    if not isinstance(inner, _ARRAYS) or not isinstance(done, _ARRAYS):
         return False
     names = [item.get("step_id") if type(item) is dict else None for item in inner]
     if not all(type(name) is str and _ID.match(name) for name in names):
@@ -430,6 +432,19 @@ class _Diff:
             after = new[field]
             if before is after:
                 continue
+            if type(after) is AppendOnlyList:
+                # Appended to the list the stored version is a prefix of: only the new
+                # items are looked at (an inner step costs what it added).
+                if (
+                    type(before) is AppendOnlyList
+                    and after.shares(before)
+                    and len(after) >= len(before)
+                    and self._inner_appended(part, task_id, after[len(before) :])
+                ):
+                    continue
+                after = list(after)  # the general path below, once (a branch, a reload)
+            if type(before) is AppendOnlyList:
+                before = list(before)
             if type(before) is not list or type(after) is not list:
                 return False
             names = _inner_names(after[len(before) :], part)
@@ -452,6 +467,20 @@ class _Diff:
             self.out.append(["group", part, task_id, start, entries])
             self.next_pos[part] = start + len(entries)
         self.put("tasks", task_id, _task_head(new), new=old is None)
+        return True
+
+    def _inner_appended(self, part: str, task_id: str, fresh: Sequence[Any]) -> bool:
+        """Put ``fresh``, appended to a task's inner part; False (nothing put) if one is
+        not an id, or its key repeats or is stored already (then: the general path)."""
+        names = _inner_names(fresh, part)
+        if names is None:
+            return False
+        keys = [f"{task_id}/{name}" for name in names]
+        known = self.base.keys[part]
+        if len(set(keys)) != len(keys) or any(k in known for k in keys):
+            return False
+        for key, item in zip(keys, fresh, strict=True):
+            self.put(part, key, item, new=True)
         return True
 
     def raw(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ._append_only import AppendOnly, AppendOnlyList
 from ._errors import InvalidId
 from ._ids import check_id, check_relative_path
 from ._values import encode_value
@@ -43,6 +44,13 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # The shortcuts compare with ``==``: a ``str`` subclass equal to a checked id passes as
     # that id. Code in this process can do worse than that; what X1 guards, a stored id
     # reaching a path or a query, is checked again there (``check_id``).
+    if type(value) is AppendOnly:
+        # An agent's inner steps grow by appending to one shared list: only the items no
+        # view of that list was checked for yet are checked (X1), whatever ran between.
+        for index in range(value.checked("id"), len(value)):
+            _id(instance, attribute, value[index])
+        value.mark_checked("id")
+        return
     last = _checked_ids.get(attribute.name, ())
     if value is last:
         return
@@ -176,8 +184,17 @@ def same_value(a: Any, b: Any) -> bool:
     return same_json(encoded_a, encoded_b)
 
 
+_ARRAYS = (list, AppendOnlyList)
+
+
 def same_json(a: Any, b: Any) -> bool:
     # Plain JSON data alike in type too: Python's == takes 1 for True and 1.0 for 1.
+    if type(a) is AppendOnlyList or type(b) is AppendOnlyList:  # a JSON array, as stored
+        if type(a) not in _ARRAYS or type(b) not in _ARRAYS or len(a) != len(b):
+            return False
+        if type(a) is type(b) and a.shares(b):
+            return True  # the same prefix of one list
+        return all(map(same_json, a, b))
     if type(a) is not type(b):
         return False
     if type(a) is dict:

@@ -4,8 +4,10 @@ An agent task is saved after every inner step, and its record holds every inner 
 far: unstructuring it whole on each save makes step n cost n. Here only what changed is
 unstructured again: a field whose value is the very object it was is taken from the previous
 raw record as it is, and a field that grew by appending (inner steps, their observations,
-findings) is the previous list plus the new items, built as a new list. Nothing handed out
-before is ever mutated: the store may keep the previous record to compare with.
+findings) is the previous list plus the new items: for inner steps an ``AppendOnlyList`` view
+sharing the previous one's list (O(1) an inner step), for findings a new list. Nothing
+handed out before is ever changed (a view keeps its length while its list grows): the store
+may keep the previous record to compare with.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ...storage import AgentTaskRecord, unstructure
+from ...storage import AgentTaskRecord, AppendOnlyList, unstructure
 
 __all__ = ["task_raw"]
 
@@ -29,6 +31,14 @@ def _plain(value: Any) -> Any:
     """One field's value as the converter writes it (tuples become lists)."""
     raw = unstructure(value)
     return list(raw) if type(raw) is tuple else raw
+
+
+def _grow(before: Any, new: list[Any]) -> AppendOnlyList[Any]:
+    """``before`` (a stored list, or a view of one) with ``new`` appended; ``before`` is left
+    as it is (copied once into a view the first time it is a plain list)."""
+    if type(before) is AppendOnlyList:
+        return before.extended(new)  # type: ignore[return-value]
+    return AppendOnlyList([*before, *new])
 
 
 @functools.cache
@@ -61,7 +71,11 @@ def task_raw(
             if name in base_raw:  # a field left out while unset stays out
                 raw[name] = base_raw[name]
         elif name in _APPENDED and len(value) > len(old):
-            if (appended and name in _INNER) or value[: len(old)] == old:
+            if name in _INNER and appended:
+                # The stored list grows as the record did, shared with the raw record before
+                # (AppendOnly): an inner step costs what it added, not the steps before it.
+                raw[name] = _grow(base_raw[name], _plain(value[len(old) :]))
+            elif value[: len(old)] == old:
                 # (Compared in C, element by element: identical objects compare at once.)
                 raw[name] = base_raw[name] + _plain(value[len(old) :])
             else:

@@ -43,6 +43,7 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
+    appended,
     check_relative_path,
     hash_files,
     redact,
@@ -418,13 +419,15 @@ class AgentTaskActor(Actor):
                 **changes,
             )
         else:
-            # Appended: the previous tuples are left as they are (the execution reuses what
-            # it stored of them, see _task_raw).
+            # Appended: the previous sequences are left as they are (the execution reuses
+            # what it stored of them, see _task_raw).
             self._position[name] = len(record.inner_observations)
             self._done.add(name)
             self._touch(
-                inner_completed=(*record.inner_completed, name),
-                inner_observations=(*record.inner_observations, observation),
+                # Appended to the lists the previous record's views share: step n costs
+                # what it adds, not the n before it (AppendOnly).
+                inner_completed=appended(record.inner_completed, name),
+                inner_observations=appended(record.inner_observations, observation),
                 inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
                 **changes,
             )
