@@ -87,8 +87,10 @@ async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Count
     counts: collections.Counter[str] = collections.Counter()
     store = _CountingStore(counts)
     assert not store_blocks(store)  # the thread hops' bound is for a store that never blocks
-    # No heartbeat or renewal falls inside the run: what is counted is the steps' own cost.
-    async with runtime(store, lease_ttl=600.0, heartbeat_interval=300.0) as rt:
+    # No heartbeat or renewal falls inside the run, nor the runtime's recovery sweep (its
+    # store reads, in threads, race the counting's start on a loaded machine): what is
+    # counted is the steps' own cost.
+    async with runtime(store, lease_ttl=600.0, heartbeat_interval=300.0, recover=False) as rt:
         with _counting(monkeypatch, counts):
             handle = await rt.start("count", linear(steps))
             result = await handle.wait()
