@@ -64,7 +64,11 @@ MIN_STEPS = 1_000  # a case of fewer steps runs its plan again until it has made
 
 class MemoryStore:
     """The Store protocol on a dict: every write keeps the record object itself (no
-    encoding, no copy), so what a commit costs is a lock and a few comparisons."""
+    encoding, no copy), so what a commit costs is a lock and a few comparisons. Its calls
+    never block, and it says so (``blocking``, see ``Store``): the persistence actor calls it
+    on the event loop, with no thread hop."""
+
+    blocking = False
 
     def __init__(self) -> None:
         self._items: dict[str, Execution] = {}

@@ -1,7 +1,8 @@
 """The backend contract shared by FileStore and SqliteStore: commits, leases, outcomes.
 
 Backends are synchronous and blocking on purpose: the persistence actor (and anything else on
-an event loop) calls them through ``anyio.to_thread.run_sync`` (STYLE.md, habit 10). Every
+an event loop) calls them through ``anyio.to_thread.run_sync`` (STYLE.md, habit 10), unless a
+store declares that its calls never block (``blocking = False``, see :class:`Store`). Every
 method that decides and writes does so as one atomic compare-and-set against the stored copy,
 across processes.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "decide_commit",
     "epoch_of",
     "new_owner_id",
+    "store_blocks",
 ]
 
 
@@ -86,7 +88,16 @@ class Listing:
 
 
 class Store(Protocol):
-    """What every backend offers; the contract tests run against each implementation."""
+    """What every backend offers; the contract tests run against each implementation.
+
+    Calls may block (a disk, a server, a lock held across I/O), so code on an event loop
+    makes them in a worker thread. A store whose every call returns at once, touching no disk
+    or network and never waiting on a lock held across I/O (an in-memory store for tests or
+    benchmarks), may say so with a class attribute ``blocking = False``: the persistence
+    actor then calls it on the event loop, saving a thread hop per flush. A store that does
+    not say so is taken to block; every store this package ships does, and keeps its thread.
+    ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
+    """
 
     def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad record."""
@@ -168,6 +179,14 @@ class Store(Protocol):
         """Delete a finished (terminal) execution with everything stored about it, history
         included; False if it is not stored or not finished (decided atomically)."""
         ...
+
+
+def store_blocks(store: object) -> bool:
+    """Whether calls to ``store`` may block, so that an event loop makes them in a worker
+    thread: True unless the store declares ``blocking = False`` (see :class:`Store`). A
+    wrapper that forwards attributes to the store it wraps inherits that store's answer; one
+    that blocks on its own says ``blocking = True``."""
+    return getattr(store, "blocking", True) is not False
 
 
 class ChangeFeed(Protocol):

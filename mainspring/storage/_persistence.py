@@ -1,12 +1,17 @@
 """The persistence actor: the only writer, with coalescing and group commit.
 
 Callers hand it commits through a :class:`Committer` and get each one's
-:class:`CommitOutcome` back only once the write that covers it is durable. While one flush is
-on disk, newer commits gather: several for the same execution coalesce (the latest wins, and
-every waiter gets the outcome of the write that covered it), and commits for different
-executions share the next flush (one SQLite transaction). A failed write answers the commits it
-covered with the error and the actor refuses all further work: it never acknowledges after a
-failed write and never retries an fsync.
+:class:`CommitOutcome` back only once the write that covers it is durable. A commit travels as
+one message carrying its caller's ticket (a reply event): the caller is woken once, when the
+write that covers it is durable, not first for a receipt. While one flush is on disk, newer
+commits gather: several for the same execution coalesce (the latest wins, and every waiter gets
+the outcome of the write that covered it), and commits for different executions share the next
+flush (one SQLite transaction). A failed write answers the commits it covered with the error and
+the actor refuses all further work: it never acknowledges after a failed write and never
+retries an fsync.
+
+The store is called in a worker thread, unless it declares that its calls never block
+(``blocking = False``, see ``Store``): then on the event loop, with no thread hop.
 
 Each durable write that may have added history (a flush of commits, a create, an edit, a
 lease call) bumps :class:`Durable`, so that a follower of the history (``Runtime.events(after=)``)
@@ -24,8 +29,8 @@ import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
-from ..actors import Actor, ActorRef, ActorSystem, CancelReason, MailboxFull
-from ._backend import CommitOutcome, Edit, LeaseResult, Store
+from ..actors import Actor, ActorDeadError, ActorRef, ActorSystem, CancelReason, MailboxFull
+from ._backend import CommitOutcome, Edit, LeaseResult, Store, store_blocks
 from ._errors import StorageError
 from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
@@ -87,8 +92,8 @@ class _Ticket:
 
     __slots__ = ("done", "error", "outcome")
 
-    def __init__(self) -> None:
-        self.done = anyio.Event()
+    def __init__(self, done: anyio.Event | None = None) -> None:
+        self.done = done if done is not None else anyio.Event()
         self.outcome: Any = None
         self.error: BaseException | None = None
 
@@ -101,10 +106,15 @@ class _Ticket:
         self.done.set()
 
 
+# A commit, heartbeat or memory write carries its caller's ticket when told (the Committer's
+# way: one wake-up, when durable); asked without one, the writer makes one and answers with it.
+
+
 @attrs.frozen
 class _Commit:
     execution: Execution
     owner: str
+    ticket: _Ticket | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -113,6 +123,7 @@ class _Renew:
     owner: str
     ttl: float
     epoch: int | None = None  # the lease tenure the heartbeat is made under (L4)
+    ticket: _Ticket | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -120,6 +131,7 @@ class _Memory:
     """Memory writes, applied in order with the others of the same flush."""
 
     writes: tuple[MemoryWrite, ...]
+    ticket: _Ticket | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -167,9 +179,16 @@ class PersistenceStats:
 class PersistenceActor(Actor):
     """Serializes every commit to ``store``; see the module docstring."""
 
-    def __init__(self, store: Store, durable: Durable | None = None) -> None:
+    def __init__(
+        self, store: Store, durable: Durable | None = None, waiting: set[_Ticket] | None = None
+    ) -> None:
         self.store = store
         self.durable = durable if durable is not None else Durable()
+        # Decided once: a store that never blocks is called on the loop (no thread hop).
+        self._blocking = store_blocks(store)
+        # The tickets of commits told to this writer and not yet answered (the Committer's):
+        # those still queued when it stops were dropped with its mailbox, and hear so.
+        self._waiting: set[_Ticket] = waiting if waiting is not None else set()
         # (execution id, owner) -> (latest execution, its owner, every ticket it covers).
         # Keyed by owner too: a runner that lost its lease must hear its own refusal, not the
         # new owner's success.
@@ -190,7 +209,7 @@ class PersistenceActor(Actor):
         if isinstance(message, _Renew):
             return self._accept_renewal(message)
         if isinstance(message, _Memory):
-            ticket = _Ticket()
+            ticket = message.ticket if message.ticket is not None else _Ticket()
             if not self._refuse_if_broken(ticket):
                 self._memory.append((message.writes, ticket))
                 self._queue_flush()
@@ -207,8 +226,7 @@ class PersistenceActor(Actor):
                 broken = f"the writer stopped after a failed write: {self._broken}"
                 return _Raised(PersistenceFailed(broken))
             try:
-                with anyio.CancelScope(shield=True):  # a write under way finishes first
-                    value = await anyio.to_thread.run_sync(message.fn, *message.args)
+                value = await self._call_store(message.fn, *message.args)
                 self.durable.notify()  # a create or an edit writes history too (V2)
                 return _Returned(value)
             except OSError as exc:  # the disk failed: stop writing for good, like a flush
@@ -229,8 +247,15 @@ class PersistenceActor(Actor):
         ticket.fail(PersistenceFailed(f"the writer stopped after a failed write: {self._broken}"))
         return True
 
+    async def _call_store(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``: in a worker thread, or on the loop for a store that never blocks."""
+        if not self._blocking:
+            return fn(*args)  # the store's promise (Store, ``blocking``): nothing to wait on
+        with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
+            return await anyio.to_thread.run_sync(fn, *args)
+
     def _accept_renewal(self, renewal: _Renew) -> _Ticket:
-        ticket = _Ticket()
+        ticket = renewal.ticket if renewal.ticket is not None else _Ticket()
         if self._refuse_if_broken(ticket):
             return ticket
         key = (renewal.execution_id, renewal.owner, renewal.epoch)
@@ -242,7 +267,7 @@ class PersistenceActor(Actor):
         return ticket
 
     def _accept(self, commit: _Commit) -> _Ticket:
-        ticket = _Ticket()
+        ticket = commit.ticket if commit.ticket is not None else _Ticket()
         if self._refuse_if_broken(ticket):
             return ticket
         self._commits += 1
@@ -279,8 +304,7 @@ class PersistenceActor(Actor):
         writes = [write for group, _ in batch for write in group]
         apply = self.store.memory_apply  # type: ignore[attr-defined]
         try:
-            with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
-                results = await anyio.to_thread.run_sync(apply, writes)
+            results = await self._call_store(apply, writes)
         except Exception as exc:
             if isinstance(exc, OSError):
                 self._broken = exc
@@ -314,8 +338,7 @@ class PersistenceActor(Actor):
             return
         batch = [(key[0], key[1], ttl, key[2]) for key, (ttl, _) in renewals.items()]
         try:
-            with anyio.CancelScope(shield=True):
-                results = await anyio.to_thread.run_sync(self.store.renew_many, batch)
+            results = await self._call_store(self.store.renew_many, batch)
         except Exception as exc:
             if isinstance(exc, OSError):
                 self._broken = exc
@@ -340,8 +363,7 @@ class PersistenceActor(Actor):
         entries = list(batch.values())
         commits = [(execution, owner) for execution, owner, _ in entries]
         try:
-            with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
-                outcomes = await anyio.to_thread.run_sync(self.store.commit_many, commits)
+            outcomes = await self._call_store(self.store.commit_many, commits)
         except Exception as exc:
             self._broken = exc
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
@@ -372,18 +394,39 @@ class PersistenceActor(Actor):
 
     async def on_stop(self, reason: CancelReason) -> None:
         # Whatever was accepted is flushed (or failed) before the writer goes away.
-        await self._flush()
+        try:
+            await self._flush()
+        finally:
+            # What was told but still queued went with the mailbox, unprocessed: its caller
+            # hears that the writer is gone, as an asker would, instead of waiting forever.
+            # (The writer is never restarted: a queued message has no next life to reach.)
+            for ticket in self._waiting:
+                if not ticket.done.is_set():
+                    ticket.fail(ActorDeadError(self.ref, reason))
+            self._waiting.clear()
 
 
 class Committer:
     """The caller's side: ``await committer.commit(execution, owner)`` returns once durable."""
 
-    def __init__(self, ref: ActorRef, store: Store, durable: Durable | None = None) -> None:
+    def __init__(
+        self,
+        ref: ActorRef,
+        store: Store,
+        durable: Durable | None = None,
+        *,
+        waiting: set[_Ticket] | None = None,
+        new_event: Callable[[], anyio.Event] = anyio.Event,
+    ) -> None:
         self.ref = ref
         self.store = store
         #: Bumped by the writer after each durable write (see :class:`Durable`).
         self.durable = durable if durable is not None else Durable()
         self._memory_decided: tuple[object, MemoryBackend | None] | None = None
+        # Shared with the writer (see PersistenceActor._waiting); a Committer made apart
+        # from its writer shares none, and a stopped writer's askers hear of it as before.
+        self._waiting: set[_Ticket] = waiting if waiting is not None else set()
+        self._new_event = new_event  # the backend's own Event class: no dispatch per ticket
 
     def memory_backend(self) -> MemoryBackend | None:
         """The store as a :class:`MemoryBackend`, or None if it keeps no memory. Decided
@@ -405,6 +448,8 @@ class Committer:
         ValueError for a document that is not JSON data; :class:`EvidenceError` past the
         bound; ``TypeError`` if the store keeps no evidence."""
         store = self._evidence_store()
+        if not store_blocks(store):
+            return seal_into(store, document)
         digest: str = await anyio.to_thread.run_sync(seal_into, store, document)
         return digest
 
@@ -412,6 +457,8 @@ class Committer:
         """The document sealed under ``digest``, checked (bound, hash) and parsed;
         :class:`EvidenceError` if it is missing, bad, or not what was sealed (fail closed)."""
         store = self._evidence_store()
+        if not store_blocks(store):
+            return load_evidence(store, digest)
         return await anyio.to_thread.run_sync(load_evidence, store, digest)
 
     def _evidence_store(self) -> EvidenceStore:
@@ -426,12 +473,31 @@ class Committer:
         Raises :class:`PersistenceFailed` if that write failed (then nothing is acknowledged).
         If the caller is cancelled while waiting, the commit may still be written.
         """
-        ticket: _Ticket = await self.ref.ask(_Commit(execution, owner))
-        await ticket.done.wait()
+        ticket = _Ticket(self._new_event())
+        outcome: CommitOutcome = await self._hand_over(_Commit(execution, owner, ticket), ticket)
+        return outcome
+
+    async def _hand_over(self, message: Any, ticket: _Ticket) -> Any:
+        """Tell the writer ``message`` (which carries ``ticket``) and wait for its answer.
+
+        One wake-up per call: the ticket is set once the write that covers it is durable;
+        there is no receipt to wait for first, as an ask would have. Backpressure as for any
+        message: a full mailbox makes the caller wait for room (cancelled there, nothing was
+        delivered). ``ActorDeadError`` if the writer is gone, or goes before taking it.
+        """
+        waiting = self._waiting
+        waiting.add(ticket)
+        try:
+            try:
+                self.ref.tell_nowait(message)
+            except MailboxFull:
+                await self.ref.tell(message)
+            await ticket.done.wait()
+        finally:
+            waiting.discard(ticket)
         if ticket.error is not None:
             raise ticket.error
-        outcome: CommitOutcome = ticket.outcome
-        return outcome
+        return ticket.outcome
 
     async def stats(self) -> PersistenceStats:
         result: PersistenceStats = await self.ref.ask(_Stats())
@@ -444,11 +510,10 @@ class Committer:
         keeps no memory; :class:`PersistenceFailed` if the write failed."""
         if self.memory_backend() is None:
             raise TypeError(f"{type(self.store).__name__} keeps no memory")
-        ticket: _Ticket = await self.ref.ask(_Memory(tuple(writes)))
-        await ticket.done.wait()
-        if ticket.error is not None:
-            raise ticket.error
-        answers: tuple[Fact | bool | Exception, ...] = ticket.outcome
+        ticket = _Ticket(self._new_event())
+        answers: tuple[Fact | bool | Exception, ...] = await self._hand_over(
+            _Memory(tuple(writes), ticket), ticket
+        )
         return answers
 
     async def acquire(
@@ -467,11 +532,10 @@ class Committer:
         """The store's ``renew``: a heartbeat that answers like a commit (L2, E2), fenced by
         ``epoch`` when given (L4). Heartbeats that arrive together share one durable write.
         """
-        ticket: _Ticket = await self.ref.ask(_Renew(execution_id, owner, ttl, epoch))
-        await ticket.done.wait()
-        if ticket.error is not None:
-            raise ticket.error
-        renewed: tuple[CommitOutcome, Execution | None] = ticket.outcome
+        ticket = _Ticket(self._new_event())
+        renewed: tuple[CommitOutcome, Execution | None] = await self._hand_over(
+            _Renew(execution_id, owner, ttl, epoch, ticket), ticket
+        )
         return renewed
 
     async def release(self, execution_id: str, owner: str) -> bool:
@@ -509,5 +573,8 @@ async def open_committer(
 ) -> Committer:
     """Start the persistence actor for ``store`` under ``system``."""
     durable = Durable()
-    ref = await system.spawn(PersistenceActor, store, durable, name=name, mailbox_size=100_000)
-    return Committer(ref, store, durable)
+    waiting: set[_Ticket] = set()
+    ref = await system.spawn(
+        PersistenceActor, store, durable, waiting, name=name, mailbox_size=100_000
+    )
+    return Committer(ref, store, durable, waiting=waiting, new_event=system.new_event)

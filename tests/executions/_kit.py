@@ -132,7 +132,10 @@ class RecordingSqliteStore(ms.storage.SqliteStore):
 
 class MemoryStore(CompareAndSetStore):
     """A store on a dict: the same decisions as the real backends, nothing encoded or
-    written, so a test of a long run measures the runtime, not the disk."""
+    written, so a test of a long run measures the runtime, not the disk. Its calls never
+    block (``blocking``, see ``Store``): the persistence actor makes them on the loop."""
+
+    blocking = False
 
     def __init__(self) -> None:
         self._items: dict[str, ms.storage.Execution] = {}

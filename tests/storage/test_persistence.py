@@ -40,12 +40,14 @@ class CountingStore:
     def __init__(self, inner: Any, fail_after: int | None = None, hold_first: bool = False) -> None:
         self.inner = inner
         self.flushes: list[int] = []
+        self.threads: list[int] = []  # the thread each flush ran in
         self.fail_after = fail_after
         self.release = threading.Event()
         if not hold_first:
             self.release.set()
 
     def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+        self.threads.append(threading.get_ident())
         self.release.wait(timeout=30)  # runs in a worker thread: blocking is what it is for
         if self.fail_after is not None and len(self.flushes) >= self.fail_after:
             raise OSError(5, "Input/output error")
@@ -198,3 +200,74 @@ async def test_L2_heartbeats_that_arrive_together_share_one_durable_write(store:
         after = await committer.stats()
     assert [outcome for outcome, _ in results] == [CommitOutcome.OK] * 20
     assert after.flushes - before.flushes <= 2  # not one write per heartbeat
+
+
+class LoopStore:
+    """A store on a dict that never blocks, and says so: it records the thread of each call."""
+
+    blocking = False
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.threads: list[int] = []
+
+    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+        self.threads.append(threading.get_ident())
+        return self.inner.commit_many(commits)
+
+    def renew_many(self, renewals: Sequence[Any]) -> Any:
+        self.threads.append(threading.get_ident())
+        return self.inner.renew_many(renewals)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_store_that_never_blocks_is_called_on_the_loop_and_others_in_a_thread(
+    store: Any,
+) -> None:
+    _prepare(store, ["a", "b"])
+    loop_thread = threading.get_ident()
+    on_loop = LoopStore(store)
+    in_thread = CountingStore(store)  # says nothing (as every shipped store): it blocks
+    assert getattr(store, "blocking", True) is not False
+    async with ms.open_system() as system:
+        committer = await open_committer(system, on_loop)
+        assert (await committer.commit(execution("a", calls_used=1), OWNER)).ok
+        assert (await committer.renew("a", OWNER, 60))[0] is CommitOutcome.OK
+        other = await open_committer(system, in_thread, name="threaded")
+        assert (await other.commit(execution("b", calls_used=2), OWNER)).ok
+    assert on_loop.threads == [loop_thread, loop_thread]
+    assert len(in_thread.threads) == 1
+    assert in_thread.threads[0] != loop_thread
+    assert store.get("a").calls_used == 1
+    assert store.get("b").calls_used == 2
+
+
+async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_hangs(
+    store: Any,
+) -> None:
+    _prepare(store, ["a", "b"])
+    counting = CountingStore(store, hold_first=True)
+    results: dict[str, Any] = {}
+    async with ms.open_system() as system:
+        committer = await open_committer(system, counting)
+
+        async def commit(who: str, n: int) -> None:
+            try:
+                results[who] = await committer.commit(execution(who, calls_used=n), OWNER)
+            except ms.ActorDeadError as exc:
+                results[who] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit, "a", 1)  # its flush is held on disk
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(commit, "b", 2)  # queued in the mailbox behind it
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(committer.ref.stop)  # after the current message: "b" is dropped
+            await anyio.wait_all_tasks_blocked()
+            counting.release.set()
+    assert results["a"] is CommitOutcome.OK
+    assert isinstance(results["b"], ms.ActorDeadError)  # as an asker would hear: not a hang
+    assert store.get("a").calls_used == 1
+    assert store.get("b").calls_used == 0  # dropped, never written
