@@ -3,6 +3,7 @@ statement that writes (L4), and the own-write cache trusted only while the row s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -412,3 +413,76 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 1
+
+
+# -- L6 on the one-round-trip path ------------------------------------------------------------
+
+
+class _FrozenMidCommit(threading.Thread):
+    """Host A, frozen (a GC pause, a frozen VM) in the middle of a run's commit: its store
+    has decided the commit (rows cached, lease live: the one-round-trip path) and sent what
+    it sends first, and then its thread stops until ``thaw``. The same freeze as
+    ``test_pg_connect.Frozen``, on a run commit instead of a bare lock."""
+
+    def __init__(self, store: ms.storage.PostgresStore, live: ms.storage.Execution) -> None:
+        super().__init__(daemon=True)
+        self.store = store
+        self.live = live
+        self.decided = threading.Event()
+        self.thawed = threading.Event()
+
+    def run(self) -> None:
+        # Its session ended under it raises on thawing: expected.
+        with contextlib.suppress(BaseException), self.store._atomic():
+            self.store._prepare([self.live.id], [(self.live, "host-a:1:x")])
+            self.decided.set()
+            self.thawed.wait(120)
+
+    def thaw(self) -> None:
+        self.thawed.set()
+        self.join(60)
+        self.store.close()
+
+
+@pytest.mark.anyio
+async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_host_resumes(
+    postgres_url: str,
+) -> None:
+    """Host A's run commit goes out in one round trip (its row cached, its lease live) and
+    A freezes right after deciding it, as in ``test_pg_connect``'s frozen host. A's lease
+    lapses; host B resumes the run. The row lock A's commit sent is held by a session the
+    server sees as *active* (nothing was synced), so no ``session_timeout`` ends it: B's
+    resume waits for the lock for as long as A is frozen (here it gives up, unavailable,
+    after its ``reconnect_timeout``). L6: no session of the store holds a row lock past a
+    bound; A's session should be ended after its ``session_timeout`` (1 s) and B take over."""
+
+    def begin() -> _FrozenMidCommit:
+        a = ms.storage.PostgresStore(postgres_url, session_timeout=1.0)
+        assert a.create(attrs.evolve(_execution("ex-frozen"), status="running"))
+        assert a.acquire("ex-frozen", "host-a:1:x", 2.0).acquired  # lapses 2 s from now
+        live = a.get("ex-frozen")
+        assert live is not None
+        frozen = _FrozenMidCommit(a, live)
+        frozen.start()
+        return frozen
+
+    frozen = await anyio.to_thread.run_sync(begin)
+    try:
+        await _waited(frozen.decided)
+        b = await anyio.to_thread.run_sync(
+            lambda: ms.storage.PostgresStore(postgres_url, lock_timeout=0.5, reconnect_timeout=10.0)
+        )
+        assert frozen.live.lease is not None
+        # A's lease lapses on the server's clock: until then the run is A's, frozen or not.
+        await anyio.sleep(frozen.live.lease.expires_at - await anyio.to_thread.run_sync(b.now))
+        async with ms.open_runtime(store=b, lease_ttl=5.0) as runtime:
+            with anyio.fail_after(30):  # far beyond the bound; the frozen host waits 120 s
+                handle = await runtime.resume("ex-frozen")
+                result = await handle.wait()
+            record = await runtime.get("ex-frozen")
+    finally:
+        await anyio.to_thread.run_sync(frozen.thaw)
+    assert result.execution_id == "ex-frozen"
+    assert record is not None
+    assert record.lease is not None
+    assert record.lease.epoch == 2  # B's tenure
