@@ -486,3 +486,29 @@ async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_ho
     assert record is not None
     assert record.lease is not None
     assert record.lease.epoch == 2  # B's tenure
+
+
+def test_settling_a_lost_one_round_trip_commit_never_ends_a_session_that_is_not_its_own(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """A one-round-trip commit whose connection was lost before its transaction id came
+    back is settled by ending its old session by backend pid, then reading the stamps. The
+    old backend is usually gone already (the server ended it: that is how the connection
+    was lost), and a gone backend's pid is the server's to give again: to another host's
+    session, another application's (here ``pid_max`` is 32,768). ``settle`` (a lost COMMIT
+    whose id came back) ends a session only if it runs that transaction (``backend_xid``);
+    ``settle_by_stamps`` ends whatever session holds the pid. Here the pid has gone to an
+    unrelated session in the middle of its own transaction: settling must leave it be."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    stamp = store._stamps["ex-1"]
+    with psycopg.connect(server_url()) as bystander:  # someone else's, mid-transaction
+        bystander.execute("SELECT txid_current()")
+        pid = bystander.info.backend_pid
+        table = f'"{store.schema}".executions'
+        # As settled after the lost commit's backend exited and its pid went to the bystander:
+        # the guarded stamp still stands, so the lost commit did not land.
+        status = store._connections.settle_by_stamps(pid, table, {"ex-1": 1}, {"ex-1": stamp}, 5.0)
+        assert status == "aborted"
+        (alive,) = bystander.execute("SELECT 1").fetchone() or (None,)  # raises if it was ended
+    assert alive == 1
