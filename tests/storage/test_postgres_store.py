@@ -4,6 +4,8 @@ statement that writes (L4), and the own-write cache trusted only while the row s
 from __future__ import annotations
 
 import contextlib
+import logging
+import select
 import threading
 from typing import Any
 
@@ -512,3 +514,55 @@ def test_settling_a_lost_one_round_trip_commit_never_ends_a_session_that_is_not_
         assert status == "aborted"
         (alive,) = bystander.execute("SELECT 1").fetchone() or (None,)  # raises if it was ended
     assert alive == 1
+
+
+def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
+    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every control another host makes (pause, cancel, an answer) makes this host's next
+    cached commit of that run miss its stamp guard. In a group commit the server answers
+    that error while the rest of the batch is still being sent (a batch of 30 or 50 runs
+    does so on its own, often; here the second commit waits for the answer, to be sure),
+    and psycopg logs a warning as the pipeline is left ("error ignored terminating
+    <psycopg.Pipeline [INERROR] (host=... user=... database=...)>: pipeline aborted"):
+    with no logging configured, the last-resort handler prints it on stderr, a line per
+    control from elsewhere under load. O1: silent unless the application configures
+    logging; the miss is an ordinary outcome (E2), not a fault."""
+    printed: list[logging.LogRecord] = []
+
+    class Last(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            printed.append(record)
+
+    lives = []
+    for n in range(3):  # runs in flight on this host, committed together
+        execution_id = f"ex-{n}"
+        assert store.create(attrs.evolve(_execution(execution_id), status="running"))
+        assert store.acquire(execution_id, "host-a:1:x", 60.0).acquired
+        live = store.get(execution_id)
+        assert live is not None
+        lives.append(live)
+    batch = [(live, "host-a:1:x") for live in lives]
+    assert store.commit_many(batch) == (ms.storage.CommitOutcome.OK,) * 3
+    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    try:
+        assert other.edit("ex-0", lambda e, now: attrs.evolve(e, status="paused"))
+    finally:
+        other.close()
+    write = store._write
+    writes = [0]
+
+    def write_once_answered(*args: Any) -> bool:
+        writes[0] += 1
+        if writes[0] == 2:  # ex-0's guarded UPDATE has been answered (its error) by now
+            select.select([store._conn.pgconn.socket], [], [], 10.0)
+        return write(*args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(store, "_write", write_once_answered)
+    # As an application that configured nothing: no handler between the loggers and the root.
+    monkeypatch.setattr(logging, "lastResort", Last(logging.WARNING))
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    batch = [(attrs.evolve(live, goal="next"), "host-a:1:x") for live in lives]
+    outcomes = store.commit_many(batch)
+    assert outcomes == (ms.storage.CommitOutcome.PAUSED,) + (ms.storage.CommitOutcome.OK,) * 2
+    assert [record.getMessage() for record in printed] == []
