@@ -73,6 +73,8 @@ from ._pg_connect import (
     is_driver_error,
     is_lost,
     is_retryable,
+    quiet_pipeline,
+    send_sync,
 )
 from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
@@ -411,7 +413,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             pid = conn.info.backend_pid
             committing = False
             try:
-                with conn.pipeline() as pipeline:
+                with quiet_pipeline(conn) as pipeline:
                     self._pipeline = pipeline
                     yield
                     if not self._began():  # nothing was asked: nothing to commit
@@ -491,6 +493,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 self._wrote,
                 self._guards,
                 self.reconnect_timeout,
+                started=self._connections.started(conn),
             )
             if status == "committed" and committing:
                 return  # it landed: the call's answers stand
@@ -587,6 +590,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         conn = self._conn
         conn.execute("BEGIN")
         self._deferred = conn.execute(self._lock_sql, (wanted,))
+        # L6: a Sync right behind the row locks, not waited for: from then on the server
+        # sees the session idle in its transaction until the writes arrive, and its idle
+        # timeout ends it (its locks with it) should this host stall before they do
+        # (frozen, cut off). Unsynced it would be "active", and no timeout applies.
+        send_sync(self._pipeline)
         self._guards = {i: self._stamps[i] for i in wanted}
         self._locked.update(self._guards)
         self._now = self._estimated_now()
