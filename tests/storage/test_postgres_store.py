@@ -516,6 +516,32 @@ def test_settling_a_lost_one_round_trip_commit_never_ends_a_session_that_is_not_
     assert alive == 1
 
 
+def test_settling_a_lost_one_round_trip_commit_ends_its_own_session_still_there(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """The other side of the test above: the lost commit's own session lives on (the
+    network was cut, the server has not noticed) holding its row lock. Settling names it by
+    its pid and the start noted when it connected, ends it (its lock goes with it, L6), and
+    only then reads the stamps: the answer is final, and the run is writable at once."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    stamp = store._stamps["ex-1"]
+    table = f'"{store.schema}".executions'
+    with store._connections.writing() as cut_off:
+        started = store._connections.started(cut_off)
+        assert started is not None
+        cut_off.execute("BEGIN")
+        cut_off.execute(f"SELECT 1 FROM {table} WHERE id = 'ex-1' FOR UPDATE")
+        status = store._connections.settle_by_stamps(
+            cut_off.info.backend_pid, table, {"ex-1": 1}, {"ex-1": stamp}, 5.0, started=started
+        )
+        assert status == "aborted"
+        with pytest.raises(psycopg.OperationalError):
+            cut_off.execute("SELECT 1")  # its session was ended
+    nxt = attrs.evolve(live, calls_used=1)
+    assert store.commit_many([(nxt, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+
+
 def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
     store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
