@@ -13,8 +13,10 @@ Why it is safe across hosts:
 * A run's commit whose rows are all cached, and whose decision on the cached versions (and
   the server's clock as last read, moved on by this host's monotonic clock) is OK, takes
   one round trip: BEGIN, the same row locks, the writes, the history entries and COMMIT go
-  together, and each header UPDATE is guarded by the stamp the cache was taken at (``AND
-  stamp = ...``) besides the lease fence. A row another host wrote meanwhile writes nothing
+  together (a Sync right behind the locks, not waited for, so a host that stalls leaves its
+  session idle in its transaction, which the server ends: L6), and each header UPDATE is
+  guarded by the stamp the cache was taken at (``AND stamp = ...``) besides the lease
+  fence. A row another host wrote meanwhile writes nothing
   and fails the transaction, which is decided again with the rows locked first (a miss
   costs a retry; a hit costs no lock wait on the client).
 * L4 fencing is in the statement that writes: a runner's commit or heartbeat updates the
@@ -26,8 +28,9 @@ Why it is safe across hosts:
   transaction back); one lost during COMMIT is reconciled by asking the server what became
   of the transaction id (``txid_status``), after ending the old session if it is still
   there; a one-round-trip commit whose transaction id never came back is reconciled by the
-  stamps its header rows hold. What cannot be decided raises :class:`CommitUnknown`: never
-  acknowledged, never applied twice.
+  stamps its header rows hold, after ending its old session, named by pid and start (a pid
+  alone may have gone to another session). What cannot be decided raises
+  :class:`CommitUnknown`: never acknowledged, never applied twice.
 
 Synchronous psycopg 3 from the persistence actor's worker thread, as with SQLite: it works
 the same under asyncio and trio, and psycopg's async API would tie the store to asyncio.
