@@ -8,11 +8,13 @@ psycopg and psycopg_pool are imported here only (the ``postgres`` extra): import
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +35,8 @@ __all__ = [
     "is_lost",
     "is_refused_data",
     "is_retryable",
+    "quiet_pipeline",
+    "send_sync",
 ]
 
 
@@ -236,6 +240,50 @@ def _defaults(conninfo: str, connect_timeout: float, timeouts: SessionTimeouts) 
     return settings
 
 
+@contextlib.contextmanager
+def quiet_pipeline(conn: Any) -> Iterator[Any]:
+    """``conn.pipeline()``, left quietly when its block raises: the block's error is raised
+    as it was, and any error met leaving the pipeline after it is dropped. Left on an error,
+    psycopg reads the answers still owed (the statements the server skipped after the
+    first error) and logs what that raises ("error ignored terminating <psycopg.Pipeline
+    ...>: pipeline aborted"), a line on stderr for an application that configured no
+    logging, for an ordinary outcome such as a stamp guard's miss (O1). A block that ends
+    well leaves the pipeline as psycopg does, its errors raised."""
+    failure: BaseException | None = None
+    try:
+        with conn.pipeline() as pipeline:
+            try:
+                yield pipeline
+            except BaseException as exc:
+                failure = exc  # psycopg leaves the pipeline as if nothing failed
+    except BaseException:
+        if failure is None:
+            raise
+        # Leaving the pipeline failed too, after ``failure``: ``failure`` says why.
+    if failure is not None:
+        raise failure
+
+
+def send_sync(pipeline: Any) -> None:
+    """Send a Sync on ``pipeline`` now, without waiting for anything: its answer is read
+    with the later ones. Past a Sync the server sees a session in a transaction as *idle*
+    in it, so its ``idle_in_transaction_session_timeout`` applies should the host stall
+    (L6); before one it is "active", and no timeout does. psycopg's public ``sync`` waits
+    for every answer (a round trip); this is the same Sync, queued as ``sync`` queues it,
+    and sent as each statement in the pipeline is sent."""
+    enqueue = getattr(pipeline, "_enqueue_sync", None)
+    communicate = getattr(pipeline, "_communicate_gen", None)
+    if enqueue is None or communicate is None:  # a psycopg without them: the public Sync,
+        pipeline.sync()  # which waits (one more round trip), is as safe for L6
+        return
+    enqueue()
+    pipeline._conn.wait(communicate())
+
+
+#: A session's own start, told apart from any later session given the same pid.
+_BACKEND_START = "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+
+
 class Connections:
     """A pool of autocommit connections (the store opens its transactions itself)."""
 
@@ -264,6 +312,12 @@ class Connections:
                 f"{address.shown} is not a usable PostgreSQL address: {self.scrub(exc)}"
             ) from None
         self._kwargs = {"autocommit": True} | settings
+        # Each pooled session's backend_start, noted as it connects: the server gives a
+        # gone session's pid to another, so a session is named by both (see ``started``).
+        self._started: weakref.WeakKeyDictionary[Any, datetime.datetime] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._started_lock = threading.Lock()
         self._pool = psycopg_pool.ConnectionPool(
             address.conninfo,
             min_size=1,
@@ -272,7 +326,24 @@ class Connections:
             open=False,
             timeout=connect_timeout,
             name="mainspring",
+            configure=self._note_start,
         )
+
+    def _note_start(self, conn: Any) -> None:
+        """The pool's hook for each new connection (in the pool's thread): note when its
+        session started. A failure discards the connection (the pool makes another)."""
+        row = conn.execute(_BACKEND_START).fetchone()
+        if row is None or row[0] is None:
+            raise Lost(f"PostgreSQL at {self.address.shown} did not say when a session began")
+        with self._started_lock:
+            self._started[conn] = row[0]
+
+    def started(self, conn: Any) -> datetime.datetime | None:
+        """When the session of pooled connection ``conn`` began (its ``backend_start``), or
+        None if unknown. With its pid it names the session: a pid alone may have gone to
+        another session since, another host's or another application's."""
+        with self._started_lock:
+            return self._started.get(conn)
 
     def connect(self) -> Any:
         """A new connection of its own (schema setup, the LISTEN feed, settling)."""
@@ -370,13 +441,21 @@ class Connections:
         written: dict[str, int],
         before: dict[str, int],
         timeout: float,
+        *,
+        started: datetime.datetime | None = None,
     ) -> str | None:
         """What became of a transaction whose connection (to backend ``pid``) was lost
         before its transaction id came back (a commit sent in one round trip): its session
         is ended if it is still there, then the header rows it guarded say. Every row holds
         the stamp the transaction wrote: ``"committed"``; every row still holds the stamp it
         was guarded on: ``"aborted"``; anything else (another writer came after), or no
-        answer within ``timeout``: None."""
+        answer within ``timeout``: None.
+
+        The session is the one with both that pid and ``started`` as its
+        ``backend_start`` (``Connections.started``): a gone session's pid is the server's to
+        give again, and a session that merely holds it now is left alone (``settle`` names
+        its session by transaction id the same way). None names no session: none is
+        ended."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -387,8 +466,9 @@ class Connections:
                 try:
                     while time.monotonic() < deadline:
                         alive = conn.execute(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s",
-                            (pid,),
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid = %s AND backend_start = %s",
+                            (pid, started),
                         ).fetchall()
                         if not alive:
                             ids = sorted(written)

@@ -13,8 +13,10 @@ Why it is safe across hosts:
 * A run's commit whose rows are all cached, and whose decision on the cached versions (and
   the server's clock as last read, moved on by this host's monotonic clock) is OK, takes
   one round trip: BEGIN, the same row locks, the writes, the history entries and COMMIT go
-  together, and each header UPDATE is guarded by the stamp the cache was taken at (``AND
-  stamp = ...``) besides the lease fence. A row another host wrote meanwhile writes nothing
+  together (a Sync right behind the locks, not waited for, so a host that stalls leaves its
+  session idle in its transaction, which the server ends: L6), and each header UPDATE is
+  guarded by the stamp the cache was taken at (``AND stamp = ...``) besides the lease
+  fence. A row another host wrote meanwhile writes nothing
   and fails the transaction, which is decided again with the rows locked first (a miss
   costs a retry; a hit costs no lock wait on the client).
 * L4 fencing is in the statement that writes: a runner's commit or heartbeat updates the
@@ -26,8 +28,9 @@ Why it is safe across hosts:
   transaction back); one lost during COMMIT is reconciled by asking the server what became
   of the transaction id (``txid_status``), after ending the old session if it is still
   there; a one-round-trip commit whose transaction id never came back is reconciled by the
-  stamps its header rows hold. What cannot be decided raises :class:`CommitUnknown`: never
-  acknowledged, never applied twice.
+  stamps its header rows hold, after ending its old session, named by pid and start (a pid
+  alone may have gone to another session). What cannot be decided raises
+  :class:`CommitUnknown`: never acknowledged, never applied twice.
 
 Synchronous psycopg 3 from the persistence actor's worker thread, as with SQLite: it works
 the same under asyncio and trio, and psycopg's async API would tie the store to asyncio.
@@ -73,6 +76,8 @@ from ._pg_connect import (
     is_driver_error,
     is_lost,
     is_retryable,
+    quiet_pipeline,
+    send_sync,
 )
 from ._pg_feed import Feed
 from ._pg_memory import PostgresMemory
@@ -411,7 +416,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             pid = conn.info.backend_pid
             committing = False
             try:
-                with conn.pipeline() as pipeline:
+                with quiet_pipeline(conn) as pipeline:
                     self._pipeline = pipeline
                     yield
                     if not self._began():  # nothing was asked: nothing to commit
@@ -491,6 +496,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 self._wrote,
                 self._guards,
                 self.reconnect_timeout,
+                started=self._connections.started(conn),
             )
             if status == "committed" and committing:
                 return  # it landed: the call's answers stand
@@ -587,6 +593,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         conn = self._conn
         conn.execute("BEGIN")
         self._deferred = conn.execute(self._lock_sql, (wanted,))
+        # L6: a Sync right behind the row locks, not waited for: from then on the server
+        # sees the session idle in its transaction until the writes arrive, and its idle
+        # timeout ends it (its locks with it) should this host stall before they do
+        # (frozen, cut off). Unsynced it would be "active", and no timeout applies.
+        send_sync(self._pipeline)
         self._guards = {i: self._stamps[i] for i in wanted}
         self._locked.update(self._guards)
         self._now = self._estimated_now()

@@ -125,7 +125,9 @@ async def completed(rt: ms.Runtime, execution_id: str) -> None:
 
 async def start_and_kill(spec: StoreSpec, execution_id: str, ttl: float) -> ms.storage.Lease:
     """A worker process starts a run and is killed with SIGKILL mid-step; the lease it
-    left on disk (still live: ``ttl`` s)."""
+    left on disk (still live: ``ttl`` s). Read while the worker still runs its step: a
+    runtime open all along may take the run over (and finish it) as soon as the worker is
+    gone, before a read after the kill."""
     command = [sys.executable, str(WORKER), spec.target, execution_id, "-", str(ttl)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     async with await anyio.open_process(command, env=env, stderr=None) as child:
@@ -135,9 +137,9 @@ async def start_and_kill(spec: StoreSpec, execution_id: str, ttl: float) -> ms.s
             while b"ready" not in line:
                 chunk = await child.stdout.receive()
                 line += chunk
+        left = await anyio.to_thread.run_sync(stored, spec, execution_id)
         child.send_signal(signal.SIGKILL)
         await child.wait()
-    left = await anyio.to_thread.run_sync(stored, spec, execution_id)
     assert left is not None
     assert left.status == "running"
     assert left.lease is not None

@@ -3,6 +3,9 @@ statement that writes (L4), and the own-write cache trusted only while the row s
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import select
 import threading
 from typing import Any
 
@@ -412,3 +415,180 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 1
+
+
+# -- L6 on the one-round-trip path ------------------------------------------------------------
+
+
+class _FrozenMidCommit(threading.Thread):
+    """Host A, frozen (a GC pause, a frozen VM) in the middle of a run's commit: its store
+    has decided the commit (rows cached, lease live: the one-round-trip path) and sent what
+    it sends first, and then its thread stops until ``thaw``. The same freeze as
+    ``test_pg_connect.Frozen``, on a run commit instead of a bare lock."""
+
+    def __init__(self, store: ms.storage.PostgresStore, live: ms.storage.Execution) -> None:
+        super().__init__(daemon=True)
+        self.store = store
+        self.live = live
+        self.decided = threading.Event()
+        self.thawed = threading.Event()
+
+    def run(self) -> None:
+        # Its session ended under it raises on thawing: expected.
+        with contextlib.suppress(BaseException), self.store._atomic():
+            self.store._prepare([self.live.id], [(self.live, "host-a:1:x")])
+            self.decided.set()
+            self.thawed.wait(120)
+
+    def thaw(self) -> None:
+        self.thawed.set()
+        self.join(60)
+        self.store.close()
+
+
+@pytest.mark.anyio
+async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_host_resumes(
+    postgres_url: str,
+) -> None:
+    """Host A's run commit goes out in one round trip (its row cached, its lease live) and
+    A freezes right after deciding it, as in ``test_pg_connect``'s frozen host. A's lease
+    lapses; host B resumes the run. The row lock A's commit sent is held by a session the
+    server sees as *active* (nothing was synced), so no ``session_timeout`` ends it: B's
+    resume waits for the lock for as long as A is frozen (here it gives up, unavailable,
+    after its ``reconnect_timeout``). L6: no session of the store holds a row lock past a
+    bound; A's session should be ended after its ``session_timeout`` (1 s) and B take over."""
+
+    def begin() -> _FrozenMidCommit:
+        a = ms.storage.PostgresStore(postgres_url, session_timeout=1.0)
+        assert a.create(attrs.evolve(_execution("ex-frozen"), status="running"))
+        assert a.acquire("ex-frozen", "host-a:1:x", 2.0).acquired  # lapses 2 s from now
+        live = a.get("ex-frozen")
+        assert live is not None
+        frozen = _FrozenMidCommit(a, live)
+        frozen.start()
+        return frozen
+
+    frozen = await anyio.to_thread.run_sync(begin)
+    try:
+        await _waited(frozen.decided)
+        b = await anyio.to_thread.run_sync(
+            lambda: ms.storage.PostgresStore(postgres_url, lock_timeout=0.5, reconnect_timeout=10.0)
+        )
+        assert frozen.live.lease is not None
+        # A's lease lapses on the server's clock: until then the run is A's, frozen or not.
+        await anyio.sleep(frozen.live.lease.expires_at - await anyio.to_thread.run_sync(b.now))
+        async with ms.open_runtime(store=b, lease_ttl=5.0) as runtime:
+            with anyio.fail_after(30):  # far beyond the bound; the frozen host waits 120 s
+                handle = await runtime.resume("ex-frozen")
+                result = await handle.wait()
+            record = await runtime.get("ex-frozen")
+    finally:
+        await anyio.to_thread.run_sync(frozen.thaw)
+    assert result.execution_id == "ex-frozen"
+    assert record is not None
+    assert record.lease is not None
+    assert record.lease.epoch == 2  # B's tenure
+
+
+def test_settling_a_lost_one_round_trip_commit_never_ends_a_session_that_is_not_its_own(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """A one-round-trip commit whose connection was lost before its transaction id came
+    back is settled by ending its old session by backend pid, then reading the stamps. The
+    old backend is usually gone already (the server ended it: that is how the connection
+    was lost), and a gone backend's pid is the server's to give again: to another host's
+    session, another application's (here ``pid_max`` is 32,768). ``settle`` (a lost COMMIT
+    whose id came back) ends a session only if it runs that transaction (``backend_xid``);
+    ``settle_by_stamps`` ends whatever session holds the pid. Here the pid has gone to an
+    unrelated session in the middle of its own transaction: settling must leave it be."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    stamp = store._stamps["ex-1"]
+    with psycopg.connect(server_url()) as bystander:  # someone else's, mid-transaction
+        bystander.execute("SELECT txid_current()")
+        pid = bystander.info.backend_pid
+        table = f'"{store.schema}".executions'
+        # As settled after the lost commit's backend exited and its pid went to the bystander:
+        # the guarded stamp still stands, so the lost commit did not land.
+        status = store._connections.settle_by_stamps(pid, table, {"ex-1": 1}, {"ex-1": stamp}, 5.0)
+        assert status == "aborted"
+        (alive,) = bystander.execute("SELECT 1").fetchone() or (None,)  # raises if it was ended
+    assert alive == 1
+
+
+def test_settling_a_lost_one_round_trip_commit_ends_its_own_session_still_there(
+    store: ms.storage.PostgresStore,
+) -> None:
+    """The other side of the test above: the lost commit's own session lives on (the
+    network was cut, the server has not noticed) holding its row lock. Settling names it by
+    its pid and the start noted when it connected, ends it (its lock goes with it, L6), and
+    only then reads the stamps: the answer is final, and the run is writable at once."""
+    live = _running(store)
+    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    stamp = store._stamps["ex-1"]
+    table = f'"{store.schema}".executions'
+    with store._connections.writing() as cut_off:
+        started = store._connections.started(cut_off)
+        assert started is not None
+        cut_off.execute("BEGIN")
+        cut_off.execute(f"SELECT 1 FROM {table} WHERE id = 'ex-1' FOR UPDATE")
+        status = store._connections.settle_by_stamps(
+            cut_off.info.backend_pid, table, {"ex-1": 1}, {"ex-1": stamp}, 5.0, started=started
+        )
+        assert status == "aborted"
+        with pytest.raises(psycopg.OperationalError):
+            cut_off.execute("SELECT 1")  # its session was ended
+    nxt = attrs.evolve(live, calls_used=1)
+    assert store.commit_many([(nxt, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+
+
+def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
+    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every control another host makes (pause, cancel, an answer) makes this host's next
+    cached commit of that run miss its stamp guard. In a group commit the server answers
+    that error while the rest of the batch is still being sent (a batch of 30 or 50 runs
+    does so on its own, often; here the second commit waits for the answer, to be sure),
+    and psycopg logs a warning as the pipeline is left ("error ignored terminating
+    <psycopg.Pipeline [INERROR] (host=... user=... database=...)>: pipeline aborted"):
+    with no logging configured, the last-resort handler prints it on stderr, a line per
+    control from elsewhere under load. O1: silent unless the application configures
+    logging; the miss is an ordinary outcome (E2), not a fault."""
+    printed: list[logging.LogRecord] = []
+
+    class Last(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            printed.append(record)
+
+    lives = []
+    for n in range(3):  # runs in flight on this host, committed together
+        execution_id = f"ex-{n}"
+        assert store.create(attrs.evolve(_execution(execution_id), status="running"))
+        assert store.acquire(execution_id, "host-a:1:x", 60.0).acquired
+        live = store.get(execution_id)
+        assert live is not None
+        lives.append(live)
+    batch = [(live, "host-a:1:x") for live in lives]
+    assert store.commit_many(batch) == (ms.storage.CommitOutcome.OK,) * 3
+    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    try:
+        assert other.edit("ex-0", lambda e, now: attrs.evolve(e, status="paused"))
+    finally:
+        other.close()
+    write = store._write
+    writes = [0]
+
+    def write_once_answered(*args: Any) -> bool:
+        writes[0] += 1
+        if writes[0] == 2:  # ex-0's guarded UPDATE has been answered (its error) by now
+            select.select([store._conn.pgconn.socket], [], [], 10.0)
+        return write(*args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(store, "_write", write_once_answered)
+    # As an application that configured nothing: no handler between the loggers and the root.
+    monkeypatch.setattr(logging, "lastResort", Last(logging.WARNING))
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    batch = [(attrs.evolve(live, goal="next"), "host-a:1:x") for live in lives]
+    outcomes = store.commit_many(batch)
+    assert outcomes == (ms.storage.CommitOutcome.PAUSED,) + (ms.storage.CommitOutcome.OK,) * 2
+    assert [record.getMessage() for record in printed] == []
