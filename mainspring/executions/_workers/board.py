@@ -7,17 +7,22 @@ trail, parsed from the record when it is loaded. Every change a driver makes is 
 the driver then asks the execution to commit (``WorkerCommit``, E2) before its next side
 effect (phases with none between them share a commit: see ``_worker_agent``).
 
-The board is shared, the way a :class:`~._usage.Meter` is: a change put on it after saves
-are refused (the run stops: pause, cancel, stop-task, lease loss, deadline) is still in the
-execution's next snapshot, so the final commit of the wind-down (or of a stopped task's end)
-carries the worker's last true state: stopped only once its process was confirmed dead.
+The runtime never touches a board: it asks the execution (``BOARD_REQUESTS``: what the board
+holds, where a repair line goes, a repair or a proof to record), which answers from its board
+with :func:`answer` and commits what changed through its funnel like a driver's change.
+
+The board is shared with the drivers, the way a :class:`~._usage.Meter` is: a change put
+on it after saves are refused (the run stops: pause, cancel, stop-task, lease loss, deadline)
+is still in the execution's next snapshot, so the final commit of the wind-down (or of a
+stopped task's end) carries the worker's last true state: stopped only once its process was
+confirmed dead.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 import attrs
@@ -35,7 +40,21 @@ from ...storage import (
 from . import fleet as fleet
 from .evidence import EvidenceShelf
 
-__all__ = ["WORKER_MESSAGES", "LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin"]
+__all__ = [
+    "BOARD_REQUESTS",
+    "WORKER_MESSAGES",
+    "BoardState",
+    "BoardView",
+    "LiveWorker",
+    "RepairLine",
+    "RepairSent",
+    "RepairTarget",
+    "SealProof",
+    "WorkerBoard",
+    "WorkerCommit",
+    "WorkerJoin",
+    "answer",
+]
 
 
 @attrs.frozen
@@ -54,7 +73,6 @@ class LiveWorker:
 
     host: Any
     process: Any  # its ProcessIdentity
-    commit: Callable[[], Any]  # commits the board through the execution (E2)
 
 
 def trail_entry(seq: int, worker: WorkerRecord, event: str, detail: str, now: float) -> TrailEntry:
@@ -78,7 +96,6 @@ class WorkerBoard:
         record: Execution,
         shelf: EvidenceShelf,
         limit: int,
-        commit: Callable[[], Awaitable[bool]],
     ) -> None:
         workers, _ = parse_workers(record.workers)
         tasks, _ = parse_worker_tasks(record.worker_tasks)
@@ -107,9 +124,6 @@ class WorkerBoard:
         self.live: dict[str, LiveWorker] = {}  # by worker id: processes held here
         self.changed = anyio.Event()
         self.dirty = False
-        #: Commits the board through its execution's mailbox and funnel (E2): True once
-        #: durable, False if the run is stopping.
-        self.commit = commit
 
     def put(
         self,
@@ -181,3 +195,122 @@ def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:
 
 
 WORKER_MESSAGES = (WorkerCommit, WorkerJoin)
+
+
+# -- what the runtime asks of a live run's board (``Runtime.repair_worker``, ``finalize``) --
+
+
+@attrs.frozen
+class BoardView:
+    """The board as it is now: answered with a :class:`BoardState` (the board is made if no
+    driver joined yet, so that a proof recorded next goes with the run's next commit)."""
+
+
+@attrs.frozen(kw_only=True)
+class BoardState:
+    """A live run's workers, their tasks and its proof's digest, as its board holds them."""
+
+    workers: tuple[WorkerRecord, ...]
+    tasks: tuple[WorkerTask, ...]
+    proof_digest: str | None
+
+
+@attrs.frozen
+class RepairLine:
+    """Where a repair instruction for ``worker_id`` goes: answered with a
+    :class:`RepairTarget`, None if no process of it is held here, or the rules' refusal
+    (``WorkerRefused``, ``StaleWorker``: answered, not raised). Nothing changes."""
+
+    worker_id: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class RepairTarget:
+    """The live process to send the trimmed ``line`` to, and the worker as it was believed
+    to be (``belief``) when the line was made."""
+
+    host: Any
+    process: Any  # its ProcessIdentity
+    belief: fleet.Expect
+    line: str
+    digest: str
+
+
+@attrs.frozen
+class RepairSent:
+    """The repair line reached the worker: count it on the worker as it is now (V2: never on
+    the copy read before the send) and commit (E2). Answered True once durable, False if
+    the run is stopping (the board carries it), or the rules' refusal."""
+
+    worker_id: str
+    belief: fleet.Expect
+    text: str
+    digest: str
+
+
+@attrs.frozen
+class SealProof:
+    """The proof, sealed as ``digest``, is the run's: record it and commit (E2). Checked
+    again against the board now: a finalize that ran meanwhile (another proof) or a worker
+    that became active is never overwritten nor ignored. Answered like :class:`RepairSent`."""
+
+    proof: fleet.Proof
+    digest: str
+
+
+BoardRequest: TypeAlias = BoardView | RepairLine | RepairSent | SealProof
+BOARD_REQUESTS = (BoardView, RepairLine, RepairSent, SealProof)
+
+
+async def answer(
+    request: BoardRequest,
+    board: WorkerBoard | None,
+    join: Callable[[], WorkerBoard],
+    commit: Callable[[], Awaitable[bool]],
+) -> Any:
+    """What a live run answers to ``request`` from its ``board`` (None until a driver joined;
+    ``join`` makes it), committing a change with ``commit`` (its funnel, E2). Called by the
+    execution in its own task, one message at a time: the board needs no lock."""
+    try:
+        return await _answer(request, board, join, commit)
+    except (fleet.WorkerRefused, fleet.StaleWorker) as refused:
+        return refused
+
+
+async def _answer(
+    request: BoardRequest,
+    board: WorkerBoard | None,
+    join: Callable[[], WorkerBoard],
+    commit: Callable[[], Awaitable[bool]],
+) -> Any:
+    if isinstance(request, BoardView):
+        made = join()
+        return BoardState(
+            workers=tuple(made.workers.values()),
+            tasks=tuple(made.tasks.values()),
+            proof_digest=made.proof_digest,
+        )
+    if isinstance(request, RepairLine):
+        live = board.live.get(request.worker_id) if board is not None else None
+        if board is None or live is None:
+            return None
+        worker = board.workers[request.worker_id]
+        belief = fleet.expect(worker, "running", "idle")
+        _, line, digest = fleet.repair(worker, belief, request.text, now=time.time())
+        return RepairTarget(
+            host=live.host, process=live.process, belief=belief, line=line, digest=digest
+        )
+    if isinstance(request, RepairSent):
+        if board is None:  # pragma: no cover - a live worker's board stays while it runs
+            return False
+        current = board.workers[request.worker_id]
+        worker, _, _ = fleet.repair(current, request.belief, request.text, now=time.time())
+        board.put(worker, None, "repair", request.digest)
+        return await commit()
+    made = join()
+    fleet.finalize(made.tasks.values(), made.workers.values(), request.proof)
+    if made.proof_digest not in (None, request.digest):
+        raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+    made.proof_digest = request.digest
+    return await commit()
