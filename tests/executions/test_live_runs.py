@@ -4,19 +4,22 @@ inputs, E10); a live run's worker board is reached only through its ExecutionAct
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
+from mainspring.executions._facade import workers as _worker_api
 from mainspring.executions._facade.handle import ExecutionHandle
 from mainspring.executions._facade.live import LiveRun, LiveRuns
 from mainspring.executions._run.kept import MAX_LIVE_PLANS, KeptInputs
 from mainspring.executions._run.messages import RunConfig, RunServices
-from mainspring.executions._workers.board import BoardState, BoardView, RepairLine
+from mainspring.executions._workers.board import BoardState, BoardView, RepairWorker
 
 from ._kit import FAST, agent, plan_of, runtime
 
@@ -122,6 +125,54 @@ async def test_a_live_runs_board_is_asked_through_its_mailbox(tmp_path: Path) ->
                     break
                 await anyio.sleep(0.01)
             # No process of that worker is held here: nothing to send a repair line to.
-            assert await ref.ask(RepairLine("w-unknown", "fix")) is None
+            assert await ref.ask(RepairWorker("w-unknown", "fix", 1.0)) is None
             await rt.cancel(execution_id)
         assert execution_id not in rt._live
+
+
+class _Deaf(ScriptedHost):
+    """A host whose worker never reads its stdin: a send waits for ever."""
+
+    def __init__(self, scripts: Any) -> None:
+        super().__init__(scripts)
+        self.sending = anyio.Event()
+
+    async def send(self, process: ms.storage.ProcessIdentity, line: Mapping[str, Any]) -> None:
+        self.sending.set()
+        await anyio.sleep_forever()
+
+
+@pytest.mark.anyio
+async def test_a_repair_line_being_sent_does_not_hold_its_run_and_ends_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line is sent by a task of the run: the run still takes messages (a cancel) while
+    it waits, and the repair is refused (not counted) once the run stops."""
+    monkeypatch.setattr(_worker_api, "REPAIR_SEND_TIMEOUT", 3600.0)
+    host = _Deaf([[{"type": "busy"}, ScriptedHost.until_stopped()]])
+    agents = {"coder": WorkerAgent(["scripted"], host=host, grace=0.1)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        execution_id = handle.execution_id
+        with anyio.fail_after(60):
+            while True:
+                seen = await rt.workers(execution_id)
+                if seen.workers and seen.workers[0].status == "running":
+                    break
+                await anyio.sleep(0.01)
+            answers: list[Any] = []
+
+            async def repair() -> None:
+                try:
+                    answers.append(await rt.repair_worker(execution_id, seen.workers[0].id, "x"))
+                except Exception as exc:
+                    answers.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(repair)
+                await host.sending.wait()
+                assert (await rt.cancel(execution_id)).status == "cancelled"
+        assert len(answers) == 1
+        assert isinstance(answers[0], WorkerNotLive)
+        (after,) = (await rt.workers(execution_id)).workers
+        assert after.repairs == 0

@@ -25,7 +25,7 @@ from ...storage import (
 )
 from .._run.messages import RunServices
 from .._workers import fleet as fleet
-from .._workers.board import BoardState, BoardView, RepairLine, RepairSent, RepairTarget, SealProof
+from .._workers.board import BoardState, BoardView, RepairTicket, RepairWorker, SealProof
 from .handle import UnknownExecution
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
@@ -112,28 +112,27 @@ class WorkerControls:
         return answer
 
     async def repair(self, execution_id: str, worker_id: str, text: str) -> str:
-        """``Runtime.repair_worker``: the line sent to the live process, then counted on the
-        worker through its run's commit funnel."""
+        """``Runtime.repair_worker``: the line sent to the live process by its run, then
+        counted on the worker through the run's commit funnel."""
         check_id(execution_id)
         check_id(worker_id)
-        target = await self._ask(execution_id, RepairLine(worker_id, text))
-        if not isinstance(target, RepairTarget):
-            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
-        try:
-            with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
-                await target.host.send(target.process, {"type": "repair", "text": target.line})
-        except ProcessLookupError as exc:
-            raise WorkerNotLive(f"worker {worker_id}'s process no longer reads") from exc
-        if waited.cancelled_caught:
-            raise WorkerNotLive(f"worker {worker_id} does not read its stdin: not delivered")
-        # V2: the driver may have recorded something while the line was on its way (a
-        # failure, idle, a handoff): the run counts the repair on the worker as it is now
-        # (StaleWorker if it is no longer that generation, running or idle), never on the
-        # copy read before the send.
-        sent = RepairSent(worker_id, target.belief, text, target.digest)
-        if not await self._ask(execution_id, sent):
+        ticket = await self._ask(execution_id, RepairWorker(worker_id, text, REPAIR_SEND_TIMEOUT))
+        if ticket is False:
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
-        return target.digest
+        if not isinstance(ticket, RepairTicket):
+            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
+        # The run's task sends the line and counts it on the worker as it is once the line
+        # is read (V2: never on the copy read before the send).
+        try:
+            await ticket.done.wait()
+        except BaseException:
+            ticket.abandon()
+            raise
+        if isinstance(ticket.outcome, Exception):
+            raise ticket.outcome
+        if ticket.outcome is not None:
+            raise WorkerNotLive(ticket.outcome)
+        return ticket.digest
 
     async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
         """``Runtime.finalize``: checked by ``fleet.finalize``, sealed, then recorded by the

@@ -164,7 +164,8 @@ class ExecutionActor(Actor):
         if kind is WorkerCommit:  # a driver put a change on the board: commit it (E2)
             return await self._board_commit()
         if kind in BOARD_REQUESTS:  # the runtime asks about the board, or changes it (#17)
-            return await answer(message, self._st.board, self._board, self._board_commit)
+            board = self._st.board
+            return await answer(message, board, self._board, self._board_commit, self)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     def _halt(self, reason: CancelReason) -> None:
@@ -761,6 +762,9 @@ class ExecutionActor(Actor):
     # -- the end ---------------------------------------------------------------------------
 
     async def _mainspring_stop_children(self, reason: CancelReason) -> None:
+        if self._st.board is not None:  # a repair line still being sent is not sent now
+            for repair in list(self._st.board.repairs):
+                repair.abandon(for_children(reason, self.ref.path))
         await self._children.stop_all(reason)
 
     async def on_stop(self, reason: CancelReason) -> None:

@@ -9,7 +9,8 @@ effect (phases with none between them share a commit: see ``_worker_agent``).
 
 The runtime never touches a board: it asks the execution (``BOARD_REQUESTS``: what the board
 holds, where a repair line goes, a repair or a proof to record), which answers from its board
-with :func:`answer` and commits what changed through its funnel like a driver's change.
+with :func:`answer` and commits what changed through its funnel like a driver's change (a
+repair line is sent by a task of the execution, so a worker slow to read never holds it).
 
 The board is shared with the drivers, the way a :class:`~._usage.Meter` is: a change put
 on it after saves are refused (the run stops: pause, cancel, stop-task, lease loss, deadline)
@@ -27,6 +28,7 @@ from typing import Any, TypeAlias
 import anyio
 import attrs
 
+from ...actors import ActorDeadError, Cancel, CancelReason
 from ...storage import (
     Edit,
     Execution,
@@ -46,9 +48,8 @@ __all__ = [
     "BoardState",
     "BoardView",
     "LiveWorker",
-    "RepairLine",
-    "RepairSent",
-    "RepairTarget",
+    "RepairTicket",
+    "RepairWorker",
     "SealProof",
     "WorkerBoard",
     "WorkerCommit",
@@ -122,6 +123,7 @@ class WorkerBoard:
         self.shelf = shelf
         self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
         self.live: dict[str, LiveWorker] = {}  # by worker id: processes held here
+        self.repairs: set[RepairTicket] = set()  # repair lines being sent (RepairWorker)
         self.changed = anyio.Event()
         self.dirty = False
 
@@ -216,51 +218,87 @@ class BoardState:
 
 
 @attrs.frozen
-class RepairLine:
-    """Where a repair instruction for ``worker_id`` goes: answered with a
-    :class:`RepairTarget`, None if no process of it is held here, or the rules' refusal
-    (``WorkerRefused``, ``StaleWorker``: answered, not raised). Nothing changes."""
+class RepairWorker:
+    """Send a repair instruction to ``worker_id``'s live process, then count it on the worker
+    (``Runtime.repair_worker``). Answered at once with a :class:`RepairTicket` (the line is
+    sent by a task of the execution, waiting at most ``patience`` seconds for the worker to
+    read it), None if no process of it is held here, False if the run is stopping, or the
+    rules' refusal (``WorkerRefused``, ``StaleWorker``: answered, not raised)."""
 
     worker_id: str
     text: str
+    patience: float
 
 
-@attrs.frozen(kw_only=True)
-class RepairTarget:
-    """The live process to send the trimmed ``line`` to, and the worker as it was believed
-    to be (``belief``) when the line was made."""
+@attrs.define(eq=False)
+class RepairTicket:
+    """A repair under way in its run: ``done`` is set once it ended; ``outcome`` is None once
+    the repair is counted and durable, else why not: a refusal (``StaleWorker``), or a
+    sentence saying why the worker cannot be reached."""
 
-    host: Any
-    process: Any  # its ProcessIdentity
-    belief: fleet.Expect
-    line: str
     digest: str
+    outcome: Exception | str | None = "the run is stopping"
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    task: Any = None  # the execution's task that sends it
+
+    def abandon(self, reason: CancelReason | None = None) -> None:
+        """The caller gave up, or the run stops (``reason``): a send still waiting for the
+        worker to read is interrupted, and nothing is counted then."""
+        if self.task is not None:
+            self.task.cancel(reason or Cancel(detail="the repair's caller was cancelled"))
 
 
-@attrs.frozen
-class RepairSent:
-    """The repair line reached the worker: count it on the worker as it is now (V2: never on
-    the copy read before the send) and commit (E2). Answered True once durable, False if
-    the run is stopping (the board carries it), or the rules' refusal."""
-
-    worker_id: str
-    belief: fleet.Expect
-    text: str
-    digest: str
+async def _send_repair(
+    board: WorkerBoard,
+    live: LiveWorker,
+    request: RepairWorker,
+    belief: fleet.Expect,
+    line: str,
+    ticket: RepairTicket,
+    commit: Callable[[], Awaitable[bool]],
+) -> None:
+    """The line sent to the live process, then counted on the worker and committed: a task
+    of the execution, so that a worker slow to read never holds its mailbox."""
+    worker_id = request.worker_id
+    try:
+        with anyio.move_on_after(request.patience) as waited:
+            await live.host.send(live.process, {"type": "repair", "text": line})
+        if waited.cancelled_caught:
+            ticket.outcome = f"worker {worker_id} does not read its stdin: not delivered"
+            return
+        # V2: the driver may have recorded something while the line was on its way (a
+        # failure, idle, a handoff): the repair is counted on the worker as it is now
+        # (StaleWorker if it is no longer that generation, running or idle), never on the
+        # copy read before the send. Nothing awaits between the send and the put.
+        now = time.time()
+        worker, _, _ = fleet.repair(board.workers[worker_id], belief, request.text, now=now)
+        board.put(worker, None, "repair", ticket.digest)
+        if not await commit():
+            ticket.outcome = f"the run of worker {worker_id} is stopping"
+            return
+        ticket.outcome = None
+    except ProcessLookupError:
+        ticket.outcome = f"worker {worker_id}'s process no longer reads"
+    except (fleet.WorkerRefused, fleet.StaleWorker) as refused:
+        ticket.outcome = refused
+    finally:
+        board.repairs.discard(ticket)
+        ticket.done.set()
 
 
 @attrs.frozen
 class SealProof:
     """The proof, sealed as ``digest``, is the run's: record it and commit (E2). Checked
     again against the board now: a finalize that ran meanwhile (another proof) or a worker
-    that became active is never overwritten nor ignored. Answered like :class:`RepairSent`."""
+    that became active is never overwritten nor ignored. Answered True once durable, False if
+    the run is stopping (the board carries it), or the rules' refusal."""
 
     proof: fleet.Proof
     digest: str
 
 
-BoardRequest: TypeAlias = BoardView | RepairLine | RepairSent | SealProof
-BOARD_REQUESTS = (BoardView, RepairLine, RepairSent, SealProof)
+BoardRequest: TypeAlias = BoardView | RepairWorker | SealProof
+BOARD_REQUESTS = (BoardView, RepairWorker, SealProof)
 
 
 async def answer(
@@ -268,12 +306,15 @@ async def answer(
     board: WorkerBoard | None,
     join: Callable[[], WorkerBoard],
     commit: Callable[[], Awaitable[bool]],
+    execution: Any,
 ) -> Any:
     """What a live run answers to ``request`` from its ``board`` (None until a driver joined;
     ``join`` makes it), committing a change with ``commit`` (its funnel, E2). Called by the
-    execution in its own task, one message at a time: the board needs no lock."""
+    execution (``execution``: the actor) in its own task, one message at a time: the board
+    needs no lock. A repair's line is sent by a task of the execution, which asks it to
+    commit (``WorkerCommit``) like a driver does."""
     try:
-        return await _answer(request, board, join, commit)
+        return await _answer(request, board, join, commit, execution)
     except (fleet.WorkerRefused, fleet.StaleWorker) as refused:
         return refused
 
@@ -283,6 +324,7 @@ async def _answer(
     board: WorkerBoard | None,
     join: Callable[[], WorkerBoard],
     commit: Callable[[], Awaitable[bool]],
+    execution: Any,
 ) -> Any:
     if isinstance(request, BoardView):
         made = join()
@@ -291,23 +333,29 @@ async def _answer(
             tasks=tuple(made.tasks.values()),
             proof_digest=made.proof_digest,
         )
-    if isinstance(request, RepairLine):
+    if isinstance(request, RepairWorker):
         live = board.live.get(request.worker_id) if board is not None else None
         if board is None or live is None:
             return None
         worker = board.workers[request.worker_id]
         belief = fleet.expect(worker, "running", "idle")
         _, line, digest = fleet.repair(worker, belief, request.text, now=time.time())
-        return RepairTarget(
-            host=live.host, process=live.process, belief=belief, line=line, digest=digest
-        )
-    if isinstance(request, RepairSent):
-        if board is None:  # pragma: no cover - a live worker's board stays while it runs
+        ticket = RepairTicket(digest=digest)
+
+        async def commit_later() -> bool:
+            try:
+                return bool(await execution.ref.ask(WorkerCommit()))
+            except ActorDeadError:
+                return False
+
+        try:
+            ticket.task = execution.start_task(
+                _send_repair, board, live, request, belief, line, ticket, commit_later
+            )
+        except ActorDeadError:  # stopping: nothing is sent
             return False
-        current = board.workers[request.worker_id]
-        worker, _, _ = fleet.repair(current, request.belief, request.text, now=time.time())
-        board.put(worker, None, "repair", request.digest)
-        return await commit()
+        board.repairs.add(ticket)
+        return ticket
     made = join()
     fleet.finalize(made.tasks.values(), made.workers.values(), request.proof)
     if made.proof_digest not in (None, request.digest):
