@@ -376,7 +376,7 @@ async def test_writes_go_through_the_persistence_actor_and_reads_never_write(
     memory_store: StoreSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with opened(memory_store) as rt:
-        committer = rt._cfg.committer
+        committer = rt._services.committer
         writes = memory_apply_calls(rt, monkeypatch)
         before = await committer.stats()
         fact = await rt.memory.remember("the cache lives in redis", conflict_group="cache")

@@ -378,12 +378,12 @@ async def test_searching_by_meaning_never_writes(
     async with opened(memory_store, bag) as rt:
         await _two_facts(rt)
         writes = memory_apply_calls(rt, monkeypatch)
-        stats = await rt._cfg.committer.stats()
+        stats = await rt._services.committer.stats()
         await rt.memory.search("dog")
         bag.fail = RuntimeError("down")
         await rt.memory.search("dog")
         assert writes == []
-        assert await rt._cfg.committer.stats() == stats
+        assert await rt._services.committer.stats() == stats
 
 
 @pytest.mark.anyio

@@ -116,7 +116,7 @@ async def test_a_repair_while_the_result_is_sealed_is_kept_by_the_handoff(tmp_pa
     )
     agents = {"coder": WorkerAgent(["fake"], host=host, grace=0.1)}
     async with runtime(tmp_path, agents=agents, **FAST) as rt:
-        shelf = rt._cfg.evidence
+        shelf = rt._services.evidence
         seal = shelf.seal
 
         async def slow_seal(value: Any) -> str:

@@ -326,7 +326,7 @@ async def test_finalize_seals_the_proof_once(tmp_path: Path) -> None:
         digest = await rt.finalize(handle.execution_id, _proof())
         assert await rt.finalize(handle.execution_id, _proof()) == digest
         assert stored(rt, handle.execution_id).proof_digest == digest
-        sealed = await rt._cfg.evidence.read(digest)
+        sealed = await rt._services.evidence.read(digest)
         assert sealed == _proof().plain()
         with pytest.raises(ms.executions._workers.fleet.WorkerRefused):
             await rt.finalize(handle.execution_id, _proof({"tests": "other"}))

@@ -87,7 +87,7 @@ async def test_a_malformed_digest_is_an_evidence_error_on_either_shelf(
     async with runtime(store, **FAST) as rt:
         for bad in ("A" * 64, "a" * 63, "../" + "a" * 61):
             with pytest.raises(EvidenceError):
-                await rt._cfg.evidence.read(bad)
+                await rt._services.evidence.read(bad)
 
 
 # -- Runtime.workers, repair_worker, finalize -------------------------------------------------
@@ -145,7 +145,7 @@ async def test_finalize_a_live_run_through_its_commit_funnel(tmp_path: Path) -> 
             done = await handle.wait()
         assert done.status == "completed"
         assert stored(rt, handle.execution_id).proof_digest == digest  # kept to the end
-        assert await rt._cfg.evidence.read(digest) == _proof().plain()
+        assert await rt._services.evidence.read(digest) == _proof().plain()
 
 
 @pytest.mark.anyio

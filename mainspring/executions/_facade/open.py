@@ -27,7 +27,7 @@ from .._rules.usage import check_limits
 from .._run.events import RunEventBus
 from .._run.lease_guard import check_lease_clock
 from .._run.lease_guard import lease_clock as default_lease_clock
-from .._run.messages import RunConfig
+from .._run.messages import RunConfig, RunServices
 from .._run.results import agent_hash, envelope_hash, tool_hash
 from .._workers.evidence import EvidenceShelf
 from .options import check_options, check_registries, check_step_limits
@@ -150,7 +150,6 @@ async def open_runtime(
             committer = await open_committer(system, backend)
             bus = RunEventBus(system.new_event)
             cfg = RunConfig(
-                committer=committer,
                 owner=owner or new_owner_id(),
                 tools=tools,
                 skills=skills,
@@ -167,7 +166,6 @@ async def open_runtime(
                 max_replans=max_replans,
                 max_tool_calls=max_tool_calls,
                 config=config,
-                publish=bus.publish,
                 skill_versions=skill_versions,
                 tool_hashes=tool_hashes,
                 agent_hashes={name: agent_hash(fn) for name, fn in agents.items()},
@@ -177,13 +175,17 @@ async def open_runtime(
                 token_reservation=token_reservation,
                 cost_reservation=cost_reservation,
                 bounds=bounds,
-                memory=Memory(committer, organization=organization, embedder=embedder),
                 max_workers=max_workers,
-                evidence=EvidenceShelf(committer, backend),
                 lease_clock=lease_clock or default_lease_clock,
             )
+            services = RunServices(
+                committer=committer,
+                publish=bus.publish,
+                memory=Memory(committer, organization=organization, embedder=embedder),
+                evidence=EvidenceShelf(committer, backend),
+            )
             executions = await system.spawn(Executions, name="executions")
-            runtime = Runtime(cfg, committer, executions, bus)
+            runtime = Runtime(cfg, services, executions, bus)
             recovery = runtime._recovery
             if isinstance(backend, Notifying):  # controls from other hosts, at once
                 notice = recovery.notice if recover else None

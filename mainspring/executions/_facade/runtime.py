@@ -36,7 +36,6 @@ from ...storage import (
     EXECUTION_TERMINAL,
     MAX_COUNTER,
     AgentTaskRecord,
-    Committer,
     Edit,
     Execution,
     HistoryEvent,
@@ -56,13 +55,15 @@ from .._rules.transitions import bounded_reason
 from .._rules.usage import check_limits
 from .._run.actor import ExecutionActor
 from .._run.events import RunEvent, RunEventBus
-from .._run.messages import Begin, RunConfig, RunWatcher, StopTask, forget, keep_live_plan
+from .._run.kept import KeptInputs
+from .._run.messages import Begin, RunConfig, RunServices, RunWatcher, StopTask
 from .._run.refusals import end_event
 from .._run.results import ExecutionResult, StopResult, masked_inputs, redact_plan, result_from
 from .._workers import fleet
 from .answers import answer_elsewhere, check_answer, request_answer
 from .handle import ExecutionBusy, ExecutionExists, ExecutionHandle, NotWaiting, UnknownExecution
 from .history_follow import EventStreams, HistoryFollowers
+from .live import LiveRun, LiveRuns
 from .prune import PRUNABLE, PruneReport, prune
 from .record_controls import (
     StoredTaskStop,
@@ -84,6 +85,8 @@ MAX_EXECUTION_ID = 200  # leaves room for task ids (execution id + ":t<n>") with
 @attrs.frozen
 class _Spawn:
     cfg: RunConfig
+    services: RunServices
+    kept: KeptInputs
     record: Execution
     live_plan: Plan | None
     begin: Begin
@@ -99,6 +102,8 @@ class Executions(Actor):
             ref = await self.spawn(
                 ExecutionActor,
                 message.cfg,
+                message.services,
+                message.kept,
                 message.record,
                 message.watcher,
                 message.live_plan,
@@ -108,13 +113,6 @@ class Executions(Actor):
             return exc
         ref.tell_nowait(message.begin)
         return ref
-
-
-@attrs.define
-class _Live:
-    ref: ActorRef
-    handle: ExecutionHandle
-    settling: bool = False  # its final or waiting state is being written
 
 
 #: Why an answer to a question that has one stored already is refused.
@@ -131,24 +129,30 @@ class _NotOrphaned(Exception):
 
 
 class Runtime:
-    """Start, steer and watch durable executions; see :func:`open_runtime`."""
+    """Start, steer and watch durable executions; see :func:`open_runtime`.
+
+    It holds the runtime's options (``cfg``), its services, and the registry of its runs
+    (:class:`LiveRuns`), which it alone writes; a live run is reached through its actor's
+    mailbox only."""
 
     def __init__(
         self,
         cfg: RunConfig,
-        committer: Committer,
+        services: RunServices,
         executions: ActorRef,
         bus: RunEventBus,
     ) -> None:
+        committer = services.committer
         self._cfg = cfg
+        self._services = services
         self._committer = committer
         self._store = committer.store
         self._executions = executions
         self._bus = bus
         self._followers = HistoryFollowers(committer.store, committer.durable)
         self._streams = EventStreams(bus, self._followers)
-        self._live: dict[str, _Live] = {}
-        self._workers = WorkerControls(cfg, committer, self._live)
+        self._live = LiveRuns()
+        self._workers = WorkerControls(services, self._live)
         # L8: finds runs nobody runs (here on request, and all along once open_runtime
         # starts its watch).
         self._recovery = Recovery(
@@ -180,7 +184,7 @@ class Runtime:
             if entry[1] == 0:
                 del self._locks[execution_id]
 
-    async def _settled(self, execution_id: str) -> _Live | None:
+    async def _settled(self, execution_id: str) -> LiveRun | None:
         """The run live here, or None; a run that is already ending is waited for first,
         so that a control never lands on an actor that can no longer act on it."""
         live = self._live.get(execution_id)
@@ -198,8 +202,8 @@ class Runtime:
     @property
     def memory(self) -> Memory:
         """Agent memory: facts that outlive runs (see :class:`Memory`)."""
-        assert self._cfg.memory is not None  # open_runtime always makes one
-        return self._cfg.memory
+        assert self._services.memory is not None  # open_runtime always makes one
+        return self._services.memory
 
     @property
     def store(self) -> Store:
@@ -277,34 +281,28 @@ class Runtime:
         if not await self._committer.create(record, lease_ttl=cfg.lease_ttl):
             raise ExecutionExists(execution_id)
         if plan is not None and record.masked_inputs:
-            keep_live_plan(cfg.live_plans, record.id, plan)
+            self._live.kept.keep_plan(record.id, plan)
         return await self._spawn(record, plan, Begin(resumed=False))
 
     async def _spawn(
         self, record: Execution, live_plan: Plan | None, begin: Begin
     ) -> ExecutionHandle:
         handle = ExecutionHandle(record.id)
-        runtime = self
+        runs = self._live
 
         class Watch:
             def settling(self) -> None:
-                live = runtime._live.get(record.id)
-                if live is not None and live.handle is handle:
-                    live.settling = True
+                runs.settling(record.id, handle)
 
             def ended(self, result: ExecutionResult) -> None:
-                live = runtime._live.get(record.id)
-                if live is not None and live.handle is handle:
-                    del runtime._live[record.id]
-                if result.status in EXECUTION_TERMINAL:
-                    forget(runtime._cfg, record.id)
+                runs.ended(record.id, handle, terminal=result.status in EXECUTION_TERMINAL)
                 handle._resolve(result)
 
-        spawn = _Spawn(self._cfg, record, live_plan, begin, Watch())
+        spawn = _Spawn(self._cfg, self._services, runs.kept, record, live_plan, begin, Watch())
         ref = await self._executions.ask(spawn)
         if isinstance(ref, NameTaken):
             raise ExecutionBusy(record.id, record.lease, "it is already running in this runtime")
-        self._live[record.id] = _Live(ref, handle)
+        runs.add(record.id, LiveRun(ref, handle))
         handle._ran_here = True
         return handle
 
@@ -526,7 +524,7 @@ class Runtime:
                 raise _NotOrphaned(stored.status)
             raise ExecutionBusy(execution_id, stored.lease, "the lease was lost while resuming")
         # E10: a plan planned here runs with its real inputs, whatever disk holds of them.
-        planned = cfg.live_plans.get(execution_id)
+        planned = self._live.kept.plan(execution_id)
         if planned is not None and (
             record.plan is None
             or (planned.id, planned.version) != (record.plan.id, record.plan.version)

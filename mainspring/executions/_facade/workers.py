@@ -4,10 +4,8 @@ that work for :class:`~mainspring.Runtime`, which holds one and states the contr
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -15,7 +13,6 @@ import attrs
 
 from ...actors import ActorRef, MainspringError
 from ...storage import (
-    Committer,
     Execution,
     TrailEntry,
     WorkerRecord,
@@ -26,9 +23,9 @@ from ...storage import (
     redact_flagged,
     structure,
 )
-from .._run.messages import RunConfig
+from .._run.messages import RunServices
 from .._workers import fleet as fleet
-from .._workers.board import WorkerJoin
+from .._workers.board import BoardState, BoardView, RepairTicket, RepairWorker, SealProof
 from .handle import UnknownExecution
 
 __all__ = ["WorkerControls", "WorkerNotLive", "WorkersView"]
@@ -81,14 +78,15 @@ class _HasRef(Protocol):
 
 
 class WorkerControls:
-    """The worker controls of one runtime, over its options (the live runs' worker boards,
-    the evidence store), its committer and its runs live here (id -> entry with a ``ref``).
-    Each method is the work of the :class:`~mainspring.Runtime` method of the same job."""
+    """The worker controls of one runtime, over its services (the committer, the evidence
+    shelf) and its runs live here (id -> entry with a ``ref``). A live run's board is its
+    own: these ask its ExecutionActor (``_workers.board``'s requests), never touch it. Each
+    method is the work of the :class:`~mainspring.Runtime` method of the same job."""
 
-    def __init__(self, cfg: RunConfig, committer: Committer, live: Mapping[str, _HasRef]) -> None:
-        self._cfg = cfg
-        self._committer = committer
-        self._store = committer.store
+    def __init__(self, services: RunServices, live: Mapping[str, _HasRef]) -> None:
+        self._committer = services.committer
+        self._store = services.committer.store
+        self._evidence = services.evidence
         self._live = live
 
     async def view(self, execution_id: str) -> WorkersView:
@@ -99,52 +97,59 @@ class WorkerControls:
             raise UnknownExecution(execution_id)
         return view_of(record)
 
+    async def _ask(self, execution_id: str, request: Any) -> Any:
+        """``request`` answered by the run live here (a refusal it answers is raised); None
+        if no run of ``execution_id`` is live here, False if it stopped before answering."""
+        live = self._live.get(execution_id)
+        if live is None:
+            return None
+        try:
+            answer = await live.ref.ask(request)
+        except Exception:  # it stopped (or failed) before answering: not live any more
+            return False
+        if isinstance(answer, fleet.WorkerRefused | fleet.StaleWorker):
+            raise answer
+        return answer
+
     async def repair(self, execution_id: str, worker_id: str, text: str) -> str:
-        """``Runtime.repair_worker``: the line sent to the live process, then counted on the
-        worker through its run's commit funnel."""
+        """``Runtime.repair_worker``: the line sent to the live process by its run, then
+        counted on the worker through the run's commit funnel."""
         check_id(execution_id)
         check_id(worker_id)
-        board = self._cfg.worker_boards.get(execution_id)
-        live = board.live.get(worker_id) if board is not None else None
-        if board is None or live is None or board.commit is None:
-            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
-        belief = fleet.expect(board.workers[worker_id], "running", "idle")
-        _, trimmed, digest = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
-        try:
-            with anyio.move_on_after(REPAIR_SEND_TIMEOUT) as waited:
-                await live.host.send(live.process, {"type": "repair", "text": trimmed})
-        except ProcessLookupError as exc:
-            raise WorkerNotLive(f"worker {worker_id}'s process no longer reads") from exc
-        if waited.cancelled_caught:
-            raise WorkerNotLive(f"worker {worker_id} does not read its stdin: not delivered")
-        # V2: the driver may have recorded something while the line was on its way (a
-        # failure, idle, a handoff): the repair is counted on the worker as it is now
-        # (StaleWorker if it is no longer that generation, running or idle), never on the
-        # copy read before the send.
-        worker, _, _ = fleet.repair(board.workers[worker_id], belief, text, now=time.time())
-        board.put(worker, None, "repair", digest)
-        if not await board.commit():
+        ticket = await self._ask(execution_id, RepairWorker(worker_id, text, REPAIR_SEND_TIMEOUT))
+        if ticket is False:
             raise WorkerNotLive(f"the run of worker {worker_id} is stopping")
-        return digest
+        if not isinstance(ticket, RepairTicket):
+            raise WorkerNotLive(f"worker {worker_id} is not a live worker of this runtime")
+        # The run's task sends the line and counts it on the worker as it is once the line
+        # is read (V2: never on the copy read before the send).
+        try:
+            await ticket.done.wait()
+        except BaseException:
+            ticket.abandon()
+            raise
+        if isinstance(ticket.outcome, Exception):
+            raise ticket.outcome
+        if ticket.outcome is not None:
+            raise WorkerNotLive(ticket.outcome)
+        return ticket.digest
 
     async def finalize(self, execution_id: str, proof: fleet.Proof) -> str:
-        """``Runtime.finalize``: checked by ``fleet.finalize``, sealed, then recorded through
-        the live run's board, or by a store edit when nothing runs it here."""
+        """``Runtime.finalize``: checked by ``fleet.finalize``, sealed, then recorded by the
+        live run on its board, or by a store edit when nothing runs it here."""
         check_id(execution_id)
         if not isinstance(proof, fleet.Proof):
             raise TypeError(f"finalize takes a Proof, not {type(proof).__name__}")
         record = await anyio.to_thread.run_sync(self._store.get, execution_id)
         if record is None:
             raise UnknownExecution(execution_id)
-        board = self._cfg.worker_boards.get(execution_id)
-        live = self._live.get(execution_id)
-        if board is None and live is not None:
-            # Live here with no worker yet: through its board, so its next commit carries
-            # the proof and its drivers see it (a store edit would be undone by the run).
-            with contextlib.suppress(Exception):
-                board = await live.ref.ask(WorkerJoin())
-        if board is not None:
-            workers, tasks = list(board.workers.values()), list(board.tasks.values())
+        # Live here: through its board, so its next commit carries the proof and its
+        # drivers see it (a store edit would be undone by the run).
+        board = await self._ask(execution_id, BoardView())
+        if board is False:  # its last writes are its own: a store edit could be undone
+            raise WorkerNotLive("the run is stopping: finalize it once it stopped")
+        if isinstance(board, BoardState):
+            workers, tasks = list(board.workers), list(board.tasks)
             current = board.proof_digest
         else:
             workers = parse_workers(record.workers)[0]
@@ -157,17 +162,14 @@ class WorkerControls:
             return digest
         if current is not None:
             raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
-        sealed = await self._cfg.evidence.seal(proof.plain())
+        sealed = await self._evidence.seal(proof.plain())
         if sealed != digest:  # pragma: no cover - one canonical form on both sides
             raise fleet.WorkerRefused("proof", "the sealed proof is not the proof finalized")
-        if board is not None and board.commit is not None:
-            # Checked again after the seal's await: a finalize that ran meanwhile (another
-            # proof) or a worker that became active is never overwritten nor ignored.
-            fleet.finalize(board.tasks.values(), board.workers.values(), proof)
-            if board.proof_digest not in (None, digest):
-                raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
-            board.proof_digest = digest
-            if not await board.commit():
+        if isinstance(board, BoardState):
+            # Checked again by the run after the seal's await: a finalize that ran
+            # meanwhile (another proof) or a worker that became active is never
+            # overwritten nor ignored.
+            if not await self._ask(execution_id, SealProof(proof, digest)):
                 raise WorkerNotLive("the run is stopping: finalize it once it stopped")
             return digest
 

@@ -79,20 +79,21 @@ from .._steps.children import (
     run_step,
 )
 from .._steps.failures import Caught, log_failure
-from .._workers.board import WorkerBoard, WorkerCommit, WorkerJoin
+from .._workers.board import BOARD_REQUESTS, WorkerBoard, WorkerCommit, WorkerJoin, answer
 from . import events as ev
 from .children import TIMER_MESSAGES, Children
 from .funnel import Funnel
+from .kept import KeptInputs
 from .messages import (
     Begin,
     Heartbeat,
     RunConfig,
     Running,
+    RunServices,
     RunWatcher,
     StopTask,
     Unstorable,
     for_children,
-    keep_live_plan,
 )
 from .results import failed_steps_error, result_from, shortfall
 from .state import RunState
@@ -102,22 +103,28 @@ __all__ = ["ExecutionActor"]
 
 
 class ExecutionActor(Actor):
-    """Runs one execution; see the module docstring. Created by the Runtime, not by users."""
+    """Runs one execution; see the module docstring. Created by the Runtime, not by users,
+    with the runtime's options (``cfg``), its services and what it keeps of its runs' real
+    inputs (``kept``, E10); the runtime reaches it only through its mailbox."""
 
     _mainspring_orders_children = True  # we cancel our children ourselves, with our reason
 
     def __init__(
         self,
         cfg: RunConfig,
+        services: RunServices,
+        kept: KeptInputs,
         record: Execution,
         watcher: RunWatcher,
         live_plan: Plan | None = None,
     ) -> None:
         self._cfg = cfg
+        self._services = services
+        self._kept = kept
         self._watcher = watcher
         self._st = RunState(cfg, record, live_plan)
-        self._funnel = Funnel(self._st, self._halt, self.ref.path)
-        self._tasks = TaskBook(self._st, self._funnel, self._advance, self.ref.path)
+        self._funnel = Funnel(self._st, services, self._halt, self.ref.path)
+        self._tasks = TaskBook(self._st, self._funnel, kept, self._advance, self.ref.path)
         self._children = Children(
             self, self._st, self._funnel, self._tasks, self._advance, self._fail
         )
@@ -155,9 +162,10 @@ class ExecutionActor(Actor):
         if kind is WorkerJoin:  # a worker driver starts (#17)
             return self._board()
         if kind is WorkerCommit:  # a driver put a change on the board: commit it (E2)
-            if self._st.ended:
-                return False  # saves are refused while the run stops: the board carries it
-            return await self._funnel.commit()
+            return await self._board_commit()
+        if kind in BOARD_REQUESTS:  # the runtime asks about the board, or changes it (#17)
+            board = self._st.board
+            return await answer(message, board, self._board, self._board_commit, self)
         raise TypeError(f"an ExecutionActor does not take {type(message).__name__}")
 
     def _halt(self, reason: CancelReason) -> None:
@@ -172,23 +180,20 @@ class ExecutionActor(Actor):
         self.stop_self(reason)
 
     def _board(self) -> WorkerBoard:
-        """The run's worker board, made when the first driver joins; the runtime finds it
-        in its registry of live boards (``repair_worker``, ``finalize``)."""
+        """The run's worker board, made when the first driver joins (or the runtime asks
+        for it: ``BoardView``, ``SealProof``)."""
         st = self._st
         if st.board is None:
             cfg = self._cfg
             limit = min(cfg.max_parallel_steps, cfg.max_workers)
-            st.board = WorkerBoard(st.rec, cfg.evidence, limit, self._board_commit)
-            cfg.worker_boards[st.rec.id] = st.board
+            st.board = WorkerBoard(st.rec, self._services.evidence, limit)
         return st.board
 
     async def _board_commit(self) -> bool:
-        """A commit of the board from outside a driver (a repair, a proof), through the
-        actor's mailbox like a driver's."""
-        try:
-            return bool(await self.ref.ask(WorkerCommit()))
-        except Exception:
-            return False
+        """A change put on the board, committed (E2): True once durable."""
+        if self._st.ended:
+            return False  # saves are refused while the run stops: the board carries it
+        return await self._funnel.commit()
 
     # -- beginning ---------------------------------------------------------------------------
 
@@ -329,9 +334,7 @@ class ExecutionActor(Actor):
             return True
         if cfg.require_plan_approval and not plan.requires_approval:
             plan = attrs.evolve(plan, requires_approval=True)
-        st.adopt(
-            plan, lambda execution_id, live: keep_live_plan(cfg.live_plans, execution_id, live)
-        )
+        st.adopt(plan, self._kept.keep_plan)
         if not await self._funnel.commit(status="running"):
             return False
         self._funnel.publish(
@@ -527,7 +530,7 @@ class ExecutionActor(Actor):
             # the most it may spend).
             step.id in st.takes_all,
             cfg.workspace,
-            cfg.kept_results,
+            self._kept.results,
             st.exhausted,  # B3: its model calls stop once the run's tokens or cost ran out
             allowance(
                 task.usage,
@@ -535,7 +538,7 @@ class ExecutionActor(Actor):
                 (st.token_limit, st.cost_limit),
                 (cfg.token_reservation, cfg.cost_reservation),
             ),
-            cfg.memory,
+            self._services.memory,
             self._funnel.lease_watch.fresh,  # L5: read by the agent before each side effect
         )
         if ref is None:
@@ -759,6 +762,9 @@ class ExecutionActor(Actor):
     # -- the end ---------------------------------------------------------------------------
 
     async def _mainspring_stop_children(self, reason: CancelReason) -> None:
+        if self._st.board is not None:  # a repair line still being sent is not sent now
+            for repair in list(self._st.board.repairs):
+                repair.abandon(for_children(reason, self.ref.path))
         await self._children.stop_all(reason)
 
     async def on_stop(self, reason: CancelReason) -> None:
@@ -768,8 +774,6 @@ class ExecutionActor(Actor):
             if self._funnel.refusal is not None and st.board is not None:
                 await self._funnel.keep_board(st.board)
         finally:
-            if st.board is not None:
-                self._cfg.worker_boards.pop(st.rec.id, None)
             result = st.result
             if result is None:
                 result = result_from(st.rec, outputs=st.outputs, stopped_by=reason)

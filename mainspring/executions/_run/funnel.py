@@ -30,7 +30,7 @@ from .._rules.status import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
 from .events import RunEvent, StepFinished, worker_changed
 from .lease_guard import LeaseWatch
-from .messages import RunConfig, Unstorable
+from .messages import RunConfig, RunServices, Unstorable
 from .refusals import add_calls, end_event, refusal_reason
 from .results import config_hash, result_from
 from .state import RunState
@@ -46,17 +46,21 @@ _LAPSED = (CommitOutcome.RELEASED, CommitOutcome.FOREIGN_LEASE)
 
 
 class Funnel:
-    """One execution's writes (see the module docstring). ``halt`` stops the run with a
-    reason (its children interrupted at once, E3); ``source`` is the run's actor path."""
+    """One execution's writes (see the module docstring), through the runtime's committer
+    (``services``). ``halt`` stops the run with a reason (its children interrupted at once,
+    E3); ``source`` is the run's actor path."""
 
     def __init__(
         self,
         state: RunState,
+        services: RunServices,
         halt: Callable[[CancelReason], None],
         source: str,
     ) -> None:
         self._state = state
         self._cfg: RunConfig = state.cfg
+        self._committer = services.committer
+        self._publish = services.publish
         self._halt = halt
         self._source = source
         self.refusal: CommitOutcome | None = None
@@ -67,11 +71,11 @@ class Funnel:
         self.lease_watch = LeaseWatch(state.cfg.lease_ttl, state.cfg.lease_clock)
 
     def publish(self, event: RunEvent) -> None:
-        self._cfg.publish(event)
+        self._publish(event)
 
     def publish_step(self, step_id: str, state: str) -> None:
         st = self._state
-        self._cfg.publish(
+        self._publish(
             StepFinished(
                 execution_id=st.rec.id,
                 at=time.time(),
@@ -105,7 +109,7 @@ class Funnel:
         record = st.snapshot(**changes)  # one record built per commit
         sent = self.lease_watch.sent()  # L5: when the answer comes is checked
         try:
-            outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+            outcome = await self._committer.commit(record, self._cfg.owner)
         except PersistenceFailed:
             raise  # the disk failed: nothing more can be saved; the run crashes, resumable
         except (StorageError, ValueError) as exc:  # this record cannot be written (X2)
@@ -127,7 +131,7 @@ class Funnel:
         st = self._state
         execution_move(record.id, st.rec.status, record.status)
         try:
-            outcome = await self._cfg.committer.commit(record, self._cfg.owner)
+            outcome = await self._committer.commit(record, self._cfg.owner)
         except Exception as exc:  # not saved: the result says so; the lease lapses on its own
             st.result = result_from(st.rec, outputs=st.outputs, error=str(exc))
             return False
@@ -219,7 +223,7 @@ class Funnel:
             sent = self.lease_watch.sent()
             try:
                 lease = st.rec.lease
-                outcome, stored = await cfg.committer.renew(
+                outcome, stored = await self._committer.renew(
                     st.rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
                 )
             except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
@@ -275,11 +279,11 @@ class Funnel:
         # Only where no final write released it (a crash, a refusal): L3.
         # A failed release is harmless: the lease lapses by itself after its ttl.
         with contextlib.suppress(Exception):
-            await self._cfg.committer.release(self._state.rec.id, self._cfg.owner)
+            await self._committer.release(self._state.rec.id, self._cfg.owner)
 
     async def read_stored(self) -> Execution | None:
         try:
-            return await anyio.to_thread.run_sync(self._cfg.committer.store.get, self._state.rec.id)
+            return await anyio.to_thread.run_sync(self._committer.store.get, self._state.rec.id)
         except Exception:  # unreadable now
             return None
 
@@ -311,7 +315,7 @@ class Funnel:
         usage = {task.id: task.usage for task in st.tasks.values()}
         try:
             edit = add_calls(max(extra, 0), used, spent, usage)
-            return await self._cfg.committer.edit(st.rec.id, edit)
+            return await self._committer.edit(st.rec.id, edit)
         except Exception:  # the disk failed: nothing more can be kept
             return None
 
@@ -328,7 +332,7 @@ class Funnel:
         try:
             lease = st.rec.lease
             edit = worker_parts_edit(fields, lease.epoch if lease is not None else None)
-            written = await self._cfg.committer.edit(st.rec.id, edit)
+            written = await self._committer.edit(st.rec.id, edit)
         except Exception:  # the disk failed: the next resume confirms them dead (R3)
             return
         if written is None:

@@ -1,4 +1,5 @@
-"""The messages an ExecutionActor takes and the configuration every run shares."""
+"""The messages an ExecutionActor takes, and what every run of a runtime is given: its
+options (:class:`RunConfig`) and its services (:class:`RunServices`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ...actors import (
     Pause,
     Timeout,
 )
-from ...storage import Committer, Plan, PlanStep, encode_value, sha256_hex
+from ...storage import Committer, PlanStep
 from .._rules.deadlines import Bounds
 from .._rules.usage import Meter
 from .events import RunEvent
@@ -33,9 +34,11 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class RunConfig:
-    """Everything an ExecutionActor needs from its runtime (shared by all executions)."""
+    """The options every run of a runtime shares: frozen values, checked by ``open_runtime``
+    before anything starts. What the runs use (the committer, the event bus, memory, the
+    evidence shelf) is :class:`RunServices`; what the runtime holds of its live runs is its
+    registry (``_facade.live``), never here."""
 
-    committer: Committer
     owner: str
     tools: Mapping[str, Callable[..., Any]]
     skills: Mapping[str, Callable[..., Any]]
@@ -52,7 +55,6 @@ class RunConfig:
     max_replans: int
     max_tool_calls: int
     config: Any
-    publish: Callable[[RunEvent], None]
     skill_versions: Mapping[str, str]
     tool_hashes: Mapping[str, str]
     agent_hashes: Mapping[str, str] = attrs.field(factory=dict)  # definitions (R8)
@@ -63,27 +65,28 @@ class RunConfig:
     # What an agent task may spend of the tokens and cost a run has left (P4); None: all.
     token_reservation: Callable[[int], int] | None = None
     cost_reservation: Callable[[Decimal], Any] | None = None
-    # E10: the plans, with their real inputs, of this runtime's runs whose stored inputs are
-    # masked; a resume here runs them as planned (kept until the run ends, bounded).
-    live_plans: dict[str, Plan] = attrs.field(factory=dict)
-    # ...and, for their agent tasks, a digest of the real input each ran with (R8, E10).
-    secret_inputs: dict[str, str] = attrs.field(factory=dict)
-    # ...and the real results of their inner steps stored masked: (task id, step) -> value.
-    kept_results: dict[tuple[str, str], Any] = attrs.field(factory=dict)
     #: Default timeouts and retry policies per kind and target (B1).
     bounds: Bounds = attrs.field(factory=Bounds)
-    #: Agent memory (``runtime.memory``; each agent's ``ctx.memory`` is made from it).
-    memory: Memory | None = None
-    #: The most active workers a run has (with max_parallel_steps), and where handoffs
-    #: and proofs are sealed (#17).
+    #: The most active workers a run has (with max_parallel_steps, #17).
     max_workers: int = 8
-    evidence: Any = None
-    #: The worker boards of the runs live here, by execution id (Runtime.repair_worker).
-    worker_boards: dict[str, Any] = attrs.field(factory=dict)
     #: The holder's clock for its lease's age (L5, ``executions._lease_guard``): monotonic
     #: seconds that go on through a suspend (``_lease_guard.lease_clock``); tests pass a
     #: fake one.
     lease_clock: Callable[[], float] = default_lease_clock
+
+
+@attrs.frozen(kw_only=True)
+class RunServices:
+    """What every run of a runtime uses and none owns, made once by ``open_runtime``."""
+
+    #: The persistence actor's front: the only way a run writes (E2).
+    committer: Committer
+    #: Announces a run's events on the runtime's live bus (V1).
+    publish: Callable[[RunEvent], None]
+    #: Agent memory (``runtime.memory``; each agent's ``ctx.memory`` is made from it).
+    memory: Memory | None = None
+    #: Where worker handoffs and proofs are sealed (#17): an ``EvidenceShelf``.
+    evidence: Any = None
 
 
 class RunWatcher(Protocol):
@@ -140,37 +143,3 @@ def for_children(reason: CancelReason, source: str) -> CancelReason:
     if isinstance(reason, Pause | LeaseLost | Timeout):
         return reason
     return ParentCancel(reason, source=source)
-
-
-MAX_LIVE_PLANS = 1_000
-
-
-def keep_live_plan(plans: dict[str, Plan], execution_id: str, plan: Plan) -> None:
-    """Remember ``plan`` (with its real inputs) for ``execution_id``: the oldest go first."""
-    plans.pop(execution_id, None)
-    plans[execution_id] = plan
-    while len(plans) > MAX_LIVE_PLANS:
-        del plans[next(iter(plans))]
-
-
-def keep_secret_input(digests: dict[str, str], task_id: str, digest: str) -> None:
-    """Remember which real input ``task_id`` ran with (memory only): the oldest go first."""
-    digests.pop(task_id, None)
-    digests[task_id] = digest
-    while len(digests) > MAX_LIVE_PLANS * 10:
-        del digests[next(iter(digests))]
-
-
-def real_input_hash(step: PlanStep) -> str:
-    """A digest of ``step``'s real input, secrets included: kept in memory, never stored."""
-    return sha256_hex(encode_value(step.input))
-
-
-def forget(cfg: RunConfig, execution_id: str) -> None:
-    """A finished run's real plan, inputs and results kept in memory go (E10)."""
-    cfg.live_plans.pop(execution_id, None)
-    prefix = f"{execution_id}:t"
-    for task_id in [t for t in cfg.secret_inputs if t.startswith(prefix)]:
-        del cfg.secret_inputs[task_id]
-    for key in [k for k in cfg.kept_results if k[0].startswith(prefix)]:
-        del cfg.kept_results[key]

@@ -35,7 +35,8 @@ from .._steps.children import TaskSave
 from .._steps.failures import log_failure
 from . import events as ev
 from .funnel import Funnel
-from .messages import Running, StopTask, Unstorable, keep_secret_input, real_input_hash
+from .kept import KeptInputs, real_input_hash
+from .messages import Running, StopTask, Unstorable
 from .results import StopResult
 from .state import RunState
 
@@ -46,17 +47,20 @@ _CODES = frozenset(typing.get_args(ObservationCode))
 
 class TaskBook:
     """The agent tasks of one execution (see the module docstring). ``advance`` is the
-    run's scheduling loop, called once a task's end lets other steps start."""
+    run's scheduling loop, called once a task's end lets other steps start; ``kept`` what
+    the runtime knows of the real inputs its tasks ran with (E10)."""
 
     def __init__(
         self,
         state: RunState,
         funnel: Funnel,
+        kept: KeptInputs,
         advance: Callable[[], Awaitable[None]],
         source: str,
     ) -> None:
         self._state = state
         self._cfg = state.cfg
+        self._kept = kept
         self._funnel = funnel
         self._advance = advance
         self._source = source
@@ -86,7 +90,7 @@ class TaskBook:
             # R8: a changed agent's finished task is not its result; an unfinished one is
             # claimed and restarts its inner work (see revalidated).
             and not (task.state == "completed" and self._redefined(task))
-            and (known is None or self._cfg.secret_inputs.get(task.id) == known)
+            and (known is None or self._kept.input_digest(task.id) == known)
         ]
         if not candidates:
             return None
@@ -168,7 +172,7 @@ class TaskBook:
         st.charged[task.id] = 0
         if step.id in st.rec.masked_inputs and st.live_plan is not None:
             # E10: which secret this task ran with is known here only, never on disk.
-            keep_secret_input(cfg.secret_inputs, task.id, real_input_hash(step))
+            self._kept.keep_input(task.id, real_input_hash(step))
         return task
 
     async def task_checkpoint(self, step: PlanStep) -> Checkpoint | None:

@@ -7,21 +7,28 @@ trail, parsed from the record when it is loaded. Every change a driver makes is 
 the driver then asks the execution to commit (``WorkerCommit``, E2) before its next side
 effect (phases with none between them share a commit: see ``_worker_agent``).
 
-The board is shared, the way a :class:`~._usage.Meter` is: a change put on it after saves
-are refused (the run stops: pause, cancel, stop-task, lease loss, deadline) is still in the
-execution's next snapshot, so the final commit of the wind-down (or of a stopped task's end)
-carries the worker's last true state: stopped only once its process was confirmed dead.
+The runtime never touches a board: it asks the execution (``BOARD_REQUESTS``: what the board
+holds, where a repair line goes, a repair or a proof to record), which answers from its board
+with :func:`answer` and commits what changed through its funnel like a driver's change (a
+repair line is sent by a task of the execution, so a worker slow to read never holds it).
+
+The board is shared with the drivers, the way a :class:`~._usage.Meter` is: a change put
+on it after saves are refused (the run stops: pause, cancel, stop-task, lease loss, deadline)
+is still in the execution's next snapshot, so the final commit of the wind-down (or of a
+stopped task's end) carries the worker's last true state: stopped only once its process was
+confirmed dead.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 import attrs
 
+from ...actors import ActorDeadError, Cancel, CancelReason
 from ...storage import (
     Edit,
     Execution,
@@ -35,7 +42,20 @@ from ...storage import (
 from . import fleet as fleet
 from .evidence import EvidenceShelf
 
-__all__ = ["WORKER_MESSAGES", "LiveWorker", "WorkerBoard", "WorkerCommit", "WorkerJoin"]
+__all__ = [
+    "BOARD_REQUESTS",
+    "WORKER_MESSAGES",
+    "BoardState",
+    "BoardView",
+    "LiveWorker",
+    "RepairTicket",
+    "RepairWorker",
+    "SealProof",
+    "WorkerBoard",
+    "WorkerCommit",
+    "WorkerJoin",
+    "answer",
+]
 
 
 @attrs.frozen
@@ -54,7 +74,6 @@ class LiveWorker:
 
     host: Any
     process: Any  # its ProcessIdentity
-    commit: Callable[[], Any]  # commits the board through the execution (E2)
 
 
 def trail_entry(seq: int, worker: WorkerRecord, event: str, detail: str, now: float) -> TrailEntry:
@@ -78,7 +97,6 @@ class WorkerBoard:
         record: Execution,
         shelf: EvidenceShelf,
         limit: int,
-        commit: Callable[[], Awaitable[bool]],
     ) -> None:
         workers, _ = parse_workers(record.workers)
         tasks, _ = parse_worker_tasks(record.worker_tasks)
@@ -105,11 +123,9 @@ class WorkerBoard:
         self.shelf = shelf
         self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
         self.live: dict[str, LiveWorker] = {}  # by worker id: processes held here
+        self.repairs: set[RepairTicket] = set()  # repair lines being sent (RepairWorker)
         self.changed = anyio.Event()
         self.dirty = False
-        #: Commits the board through its execution's mailbox and funnel (E2): True once
-        #: durable, False if the run is stopping.
-        self.commit = commit
 
     def put(
         self,
@@ -181,3 +197,168 @@ def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:
 
 
 WORKER_MESSAGES = (WorkerCommit, WorkerJoin)
+
+
+# -- what the runtime asks of a live run's board (``Runtime.repair_worker``, ``finalize``) --
+
+
+@attrs.frozen
+class BoardView:
+    """The board as it is now: answered with a :class:`BoardState` (the board is made if no
+    driver joined yet, so that a proof recorded next goes with the run's next commit)."""
+
+
+@attrs.frozen(kw_only=True)
+class BoardState:
+    """A live run's workers, their tasks and its proof's digest, as its board holds them."""
+
+    workers: tuple[WorkerRecord, ...]
+    tasks: tuple[WorkerTask, ...]
+    proof_digest: str | None
+
+
+@attrs.frozen
+class RepairWorker:
+    """Send a repair instruction to ``worker_id``'s live process, then count it on the worker
+    (``Runtime.repair_worker``). Answered at once with a :class:`RepairTicket` (the line is
+    sent by a task of the execution, waiting at most ``patience`` seconds for the worker to
+    read it), None if no process of it is held here, False if the run is stopping, or the
+    rules' refusal (``WorkerRefused``, ``StaleWorker``: answered, not raised)."""
+
+    worker_id: str
+    text: str
+    patience: float
+
+
+@attrs.define(eq=False)
+class RepairTicket:
+    """A repair under way in its run: ``done`` is set once it ended; ``outcome`` is None once
+    the repair is counted and durable, else why not: a refusal (``StaleWorker``), or a
+    sentence saying why the worker cannot be reached."""
+
+    digest: str
+    outcome: Exception | str | None = "the run is stopping"
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    task: Any = None  # the execution's task that sends it
+
+    def abandon(self, reason: CancelReason | None = None) -> None:
+        """The caller gave up, or the run stops (``reason``): a send still waiting for the
+        worker to read is interrupted, and nothing is counted then."""
+        if self.task is not None:
+            self.task.cancel(reason or Cancel(detail="the repair's caller was cancelled"))
+
+
+async def _send_repair(
+    board: WorkerBoard,
+    live: LiveWorker,
+    request: RepairWorker,
+    belief: fleet.Expect,
+    line: str,
+    ticket: RepairTicket,
+    commit: Callable[[], Awaitable[bool]],
+) -> None:
+    """The line sent to the live process, then counted on the worker and committed: a task
+    of the execution, so that a worker slow to read never holds its mailbox."""
+    worker_id = request.worker_id
+    try:
+        with anyio.move_on_after(request.patience) as waited:
+            await live.host.send(live.process, {"type": "repair", "text": line})
+        if waited.cancelled_caught:
+            ticket.outcome = f"worker {worker_id} does not read its stdin: not delivered"
+            return
+        # V2: the driver may have recorded something while the line was on its way (a
+        # failure, idle, a handoff): the repair is counted on the worker as it is now
+        # (StaleWorker if it is no longer that generation, running or idle), never on the
+        # copy read before the send. Nothing awaits between the send and the put.
+        now = time.time()
+        worker, _, _ = fleet.repair(board.workers[worker_id], belief, request.text, now=now)
+        board.put(worker, None, "repair", ticket.digest)
+        if not await commit():
+            ticket.outcome = f"the run of worker {worker_id} is stopping"
+            return
+        ticket.outcome = None
+    except ProcessLookupError:
+        ticket.outcome = f"worker {worker_id}'s process no longer reads"
+    except (fleet.WorkerRefused, fleet.StaleWorker) as refused:
+        ticket.outcome = refused
+    finally:
+        board.repairs.discard(ticket)
+        ticket.done.set()
+
+
+@attrs.frozen
+class SealProof:
+    """The proof, sealed as ``digest``, is the run's: record it and commit (E2). Checked
+    again against the board now: a finalize that ran meanwhile (another proof) or a worker
+    that became active is never overwritten nor ignored. Answered True once durable, False if
+    the run is stopping (the board carries it), or the rules' refusal."""
+
+    proof: fleet.Proof
+    digest: str
+
+
+BoardRequest: TypeAlias = BoardView | RepairWorker | SealProof
+BOARD_REQUESTS = (BoardView, RepairWorker, SealProof)
+
+
+async def answer(
+    request: BoardRequest,
+    board: WorkerBoard | None,
+    join: Callable[[], WorkerBoard],
+    commit: Callable[[], Awaitable[bool]],
+    execution: Any,
+) -> Any:
+    """What a live run answers to ``request`` from its ``board`` (None until a driver joined;
+    ``join`` makes it), committing a change with ``commit`` (its funnel, E2). Called by the
+    execution (``execution``: the actor) in its own task, one message at a time: the board
+    needs no lock. A repair's line is sent by a task of the execution, which asks it to
+    commit (``WorkerCommit``) like a driver does."""
+    try:
+        return await _answer(request, board, join, commit, execution)
+    except (fleet.WorkerRefused, fleet.StaleWorker) as refused:
+        return refused
+
+
+async def _answer(
+    request: BoardRequest,
+    board: WorkerBoard | None,
+    join: Callable[[], WorkerBoard],
+    commit: Callable[[], Awaitable[bool]],
+    execution: Any,
+) -> Any:
+    if isinstance(request, BoardView):
+        made = join()
+        return BoardState(
+            workers=tuple(made.workers.values()),
+            tasks=tuple(made.tasks.values()),
+            proof_digest=made.proof_digest,
+        )
+    if isinstance(request, RepairWorker):
+        live = board.live.get(request.worker_id) if board is not None else None
+        if board is None or live is None:
+            return None
+        worker = board.workers[request.worker_id]
+        belief = fleet.expect(worker, "running", "idle")
+        _, line, digest = fleet.repair(worker, belief, request.text, now=time.time())
+        ticket = RepairTicket(digest=digest)
+
+        async def commit_later() -> bool:
+            try:
+                return bool(await execution.ref.ask(WorkerCommit()))
+            except ActorDeadError:
+                return False
+
+        try:
+            ticket.task = execution.start_task(
+                _send_repair, board, live, request, belief, line, ticket, commit_later
+            )
+        except ActorDeadError:  # stopping: nothing is sent
+            return False
+        board.repairs.add(ticket)
+        return ticket
+    made = join()
+    fleet.finalize(made.tasks.values(), made.workers.values(), request.proof)
+    if made.proof_digest not in (None, request.digest):
+        raise fleet.WorkerRefused("proof", "the run was finalized with another proof")
+    made.proof_digest = request.digest
+    return await commit()

@@ -370,7 +370,7 @@ class Driver:
             now=time.time(),
         )
         self.board.put(worker, task, "started")
-        self.board.live[worker.id] = LiveWorker(self.agent.host, process.identity, self.commit)
+        self.board.live[worker.id] = LiveWorker(self.agent.host, process.identity)
         await self.save()
         return process
 
