@@ -1,6 +1,7 @@
 """What one tool step costs the runtime, counted rather than timed, so the step path cannot
 silently grow back: actor messages (mailbox and control lane), asks (a round trip: a wait on
-a receipt), thread hops, ``attrs.evolve`` calls, encodes of the step's output, and durable
+a receipt), thread hops, ``attrs.evolve`` calls, encodes of the step's output, redaction
+walks (each ``redact`` or ``redact_flagged`` of a value, whatever it holds), and durable
 commits. A linear plan of 2N steps minus
 one of N steps leaves what N steps in the middle of a run cost (the start and the end of a
 run are the same in both). The bounds are what the step path does now (issue #29: the lean
@@ -21,6 +22,7 @@ import pytest
 from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
+from mainspring.storage import _redact
 from mainspring.storage._backend import store_blocks
 
 from ._kit import MemoryStore, linear, runtime
@@ -37,15 +39,20 @@ from ._kit import MemoryStore, linear, runtime
 #:   rather than with the steps run (each step's status at ``start``, its redacted copy for
 #:   disk, its observation in the result);
 #: - encodes: the step's output, once (E5, E10, X2);
+#: - redactions: three that grow with the plan's length (each step's input and description
+#:   redacted for disk, and its input checked for masks, E5, E10); a number output, as here,
+#:   is stored as itself with none (it holds no text);
 #: - commits: one durable commit per step (E1).
 #: Before the lean step path (issue #29): 5 messages, 8 evolves, the output encoded twice;
-#: before the told commit: 1 ask and, for this store too, 1 thread hop.
+#: before the told commit: 1 ask and, for this store too, 1 thread hop; before a number
+#: output was stored as itself: 4 redactions.
 BOUNDS = {
     "messages": 3,
     "asks": 0,
     "thread hops": 0,
     "evolves": 7,
     "encodes": 1,
+    "redactions": 3,
     "commits": 1,
 }
 
@@ -80,6 +87,8 @@ def _counting(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter[str])
         patch.setattr(Messaging, "deliver_control", counted("messages", Messaging.deliver_control))
         patch.setattr(Messaging, "ask", counted("asks", Messaging.ask))
         patch.setattr(_outputs, "encode_value", counted("encodes", _outputs.encode_value))
+        # One walk's state per redact_flagged call, however the caller imported it.
+        patch.setattr(_redact, "_Changed", counted("redactions", _redact._Changed))
         yield
 
 
