@@ -43,6 +43,8 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # The shortcuts compare with ``==``: a ``str`` subclass equal to a checked id passes as
     # that id. Code in this process can do worse than that; what X1 guards, a stored id
     # reaching a path or a query, is checked again there (``check_id``).
+    if type(value) is tuple and not value:
+        return  # most such fields are empty (no findings, no approvals): nothing to check
     if type(value) is AppendOnly:
         # An agent's inner steps grow by appending to one shared list: only the items no
         # view of that list was checked for yet are checked (X1), whatever ran between.
