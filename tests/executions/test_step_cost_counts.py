@@ -130,10 +130,9 @@ async def test_S_step_events_reach_a_subscriber() -> None:
     in order: its start, each step's start and end (with the counts done so far), its end."""
     from mainspring import executions as ex
 
-    async with runtime(MemoryStore(), recover=False) as rt:
-        async with recorded_events(rt) as events:
-            handle = await rt.start("count", linear(3), execution_id="ex-heard")
-            result = await handle.wait()
+    async with runtime(MemoryStore(), recover=False) as rt, recorded_events(rt) as events:
+        handle = await rt.start("count", linear(3), execution_id="ex-heard")
+        result = await handle.wait()
     assert result.status == "completed"
     seen = [
         (type(e).__name__, getattr(e, "step_id", None), getattr(e, "done", None))

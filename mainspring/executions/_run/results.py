@@ -247,9 +247,7 @@ def result_from(
     # an observation that already holds it as it is stays as it is.
     observations = tuple(
         attrs.evolve(obs, output=live[obs.step_id], redacted=False)
-        if obs.ok
-        and obs.step_id in live
-        and (obs.redacted or live[obs.step_id] is not obs.output)
+        if obs.ok and obs.step_id in live and (obs.redacted or live[obs.step_id] is not obs.output)
         else obs
         for obs in execution.observations
     )
