@@ -50,6 +50,12 @@ class EventBus(Generic[E]):
         """How many iterators are subscribed now."""
         return len(self._subscribers)
 
+    def listening(self) -> bool:
+        """Whether an event published now reaches anyone: a publisher may skip building
+        one that nobody would be handed (a subscription sees only what is published after
+        its first ``__anext__``, and a closed bus hands out nothing)."""
+        return bool(self._subscribers) and not self._closed
+
     def publish(self, event: E) -> None:
         """Hand ``event`` to every subscriber (synchronously; never blocks). Once the bus
         is closed nothing more is handed out: a subscription ends after what it held at

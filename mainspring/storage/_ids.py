@@ -12,7 +12,7 @@ import posixpath
 from .._ids import ID_PATTERN, is_valid_id
 from ._errors import InvalidId
 
-__all__ = ["ID_PATTERN", "MAX_PATH", "check_id", "check_relative_path"]
+__all__ = ["ID_PATTERN", "MAX_PATH", "check_id", "check_relative_path", "is_valid_id"]
 
 
 def check_id(value: object) -> str:

@@ -142,6 +142,15 @@ def _text_at_most(limit: int) -> Any:
 
 # -- plans and observations ----------------------------------------------------------------
 
+_retry_instance = attrs.validators.instance_of(RetryPolicy)
+
+
+def _retry_policy(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """None or a :class:`RetryPolicy` (attrs' own check, and its error, for anything else):
+    a plain function, as a step is rebuilt whenever its status changes."""
+    if value is not None and type(value) is not RetryPolicy:
+        _retry_instance(instance, attribute, value)
+
 
 @attrs.frozen(kw_only=True)
 class PlanStep:
@@ -161,13 +170,11 @@ class PlanStep:
     #: runtime's default for its tool, skill or agent.
     timeout: float | None = attrs.field(default=None, converter=check_timeout)
     #: How a failed tool or skill step is tried again; None: the runtime's default.
-    retry: RetryPolicy | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(RetryPolicy))
-    )
+    retry: RetryPolicy | None = attrs.field(default=None, validator=_retry_policy)
 
     def __attrs_post_init__(self) -> None:
-        named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
-        if len(named) != 1:
+        if (self.tool is not None) + (self.skill is not None) + (self.agent is not None) != 1:
+            named = [kind for kind in ("tool", "skill", "agent") if getattr(self, kind) is not None]
             got = ", ".join(named) or "none"
             raise ValueError(f"step {self.id} must name exactly one of tool, skill, agent ({got})")
         if self.retry is not None and self.agent is not None:

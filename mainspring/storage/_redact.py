@@ -7,6 +7,7 @@ well-known credentials. Masks say what kind of secret was there, never any of it
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import threading
 from collections.abc import Iterable
@@ -44,8 +45,22 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}")),
 )
 _BEARER = re.compile(
-    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?\s*bearer\s+)(?!\[redacted )[^\s\"',;]+"
+    r"(authorization[\"']?\s*[:=]\s*[\"']?\s*bearer\s+)(?!\[redacted )[^\s\"',;]+",
+    re.IGNORECASE,
 )
+
+
+def _scoped(pattern: re.Pattern[str]) -> str:
+    flags = "".join(
+        letter for flag, letter in ((re.DOTALL, "s"), (re.IGNORECASE, "i")) if pattern.flags & flag
+    )
+    return f"(?{flags}:{pattern.pattern})" if flags else f"(?:{pattern.pattern})"
+
+
+#: Every shape above and the bearer rule in one alternation: it matches somewhere in a text
+#: exactly when one of them does, so a text it does not match (nearly every one) is scanned
+#: once instead of once per shape (E5 unchanged: a text it matches is scanned shape by shape).
+_ANY_SHAPE = re.compile("|".join(_scoped(p) for p in (*(p for _, p in PATTERNS), _BEARER)))
 # Key names are compared as words: "accessToken", "ACCESS-TOKEN" and "access_token" all read
 # access_token. A key is a secret's when its last word (or two) says so; a token that names
 # a place in a listing (next_token, page_token, nextPageToken) is pagination, not a secret.
@@ -59,6 +74,7 @@ _SECRET_PAIRS = frozenset(
 _PAGINATION = frozenset({"next", "page", "continuation", "pagination", "cursor", "sync"})
 
 
+@functools.lru_cache(maxsize=4_096)  # keys repeat (the same inputs' names): read once each
 def _secret_key(key: str) -> bool:
     words = _CAMEL.sub("_", key).lower().replace("-", "_").split("_")
     words = [word for word in words if word]
@@ -72,18 +88,25 @@ def _secret_key(key: str) -> bool:
 
 _MAX_DEPTH = 200
 _CONTAINERS = (dict, list, tuple, set, frozenset)
-_MIN_SECRET = 6  # shorter registered values would mask ordinary words
+#: Shorter registered values would mask ordinary words. Every shape above is longer too
+#: (tests/storage/test_redact.py checks it), so a shorter text can hold no secret at all.
+_MIN_SECRET = 6
 
 _lock = threading.Lock()
 _registered: set[str] = set()
+#: The registered secrets, longest first (no partial leaks), sorted once per registration.
+_longest_first: tuple[str, ...] = ()
+_NO_EXTRA: frozenset[str] = frozenset()
 
 
 def register_secret(value: str) -> None:
     """Mask ``value`` wherever it appears from now on (process-wide). Needs 6+ characters."""
+    global _longest_first
     if not isinstance(value, str) or len(value) < _MIN_SECRET:
         raise ValueError(f"a secret to register must be a string of {_MIN_SECRET}+ characters")
     with _lock:
         _registered.add(value)
+        _longest_first = tuple(sorted(_registered, key=len, reverse=True))
 
 
 def _mask(kind: str) -> str:
@@ -101,11 +124,18 @@ class _Changed:
 
 
 def _redact_text(text: str, extra: frozenset[str], changed: _Changed) -> str:
-    secrets = _registered | extra if extra else _registered
-    for secret in sorted(secrets, key=len, reverse=True):  # longest first: no partial leaks
+    if len(text) < _MIN_SECRET:  # shorter than any secret and any shape: nothing to mask
+        return text
+    if extra:
+        secrets: Iterable[str] = sorted(_registered | extra, key=len, reverse=True)
+    else:
+        secrets = _longest_first
+    for secret in secrets:  # longest first: no partial leaks
         if secret in text:
             text = text.replace(secret, _SECRET_MASK)
             changed.seen = True
+    if _ANY_SHAPE.search(text) is None:
+        return text
     for kind, pattern in PATTERNS:
         text, count = pattern.subn(_mask(kind), text)
         if count:
@@ -131,13 +161,24 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
 
 def redact_flagged(value: Any, *, secrets: Iterable[str] = ()) -> tuple[Any, bool]:
     """:func:`redact`, and whether it masked anything: the copy is not the value (E10)."""
-    extra = frozenset(s for s in secrets if isinstance(s, str) and len(s) >= _MIN_SECRET)
+    extra = (
+        frozenset(s for s in secrets if isinstance(s, str) and len(s) >= _MIN_SECRET)
+        if type(secrets) is not tuple or secrets
+        else _NO_EXTRA
+    )
     changed = _Changed()
     return _walk(value, extra, 0, changed), changed.seen
 
 
+#: Values that hold no text: returned as they are, without the checks below.
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> Any:
-    if isinstance(value, str):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is str or isinstance(value, str):
         return _redact_text(value, extra, changed)
     if depth > _MAX_DEPTH and isinstance(value, _CONTAINERS):
         # Deeper than any value the typed encoding stores (a leaf may sit one level below

@@ -84,7 +84,8 @@ def check_tokens(value: Any, what: str = "tokens") -> int:
 
 def valid_tokens(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """attrs validator: a token count (see :func:`check_tokens`)."""
-    check_tokens(value, attribute.name)
+    if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+        check_tokens(value, attribute.name)  # raises, saying why
 
 
 def valid_cost(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -96,6 +97,8 @@ def valid_cost(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 
 def _cost(value: Any) -> Decimal:
+    if value is _ZERO:  # the default, and every usage that spent nothing: kept as it is
+        return value
     return check_cost(value)
 
 
@@ -120,6 +123,8 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
+        if not (other.input_tokens or other.output_tokens or other.cost):
+            return self  # nothing added: each part stays as it is (already within bounds)
         return Usage(
             input_tokens=min(self.input_tokens + other.input_tokens, MAX_TOKENS),
             output_tokens=min(self.output_tokens + other.output_tokens, MAX_TOKENS),

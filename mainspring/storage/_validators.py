@@ -14,8 +14,7 @@ from typing import Any
 import attrs
 
 from ._append_only import AppendOnly, AppendOnlyList
-from ._errors import InvalidId
-from ._ids import check_id, check_relative_path
+from ._ids import check_relative_path, is_valid_id
 from ._values import encode_value
 
 MAX_COUNTER = 1_000_000
@@ -23,10 +22,10 @@ MAX_TOUCHED_PATHS = 200
 
 
 def _id(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    try:
-        check_id(value)
-    except InvalidId:
-        raise ValueError(f"{attribute.name} must match [A-Za-z0-9._:-]{{1,256}}") from None
+    # The rule itself (``is_valid_id``, which remembers recent verdicts), called directly:
+    # every record checks its ids each time it is built, several per step.
+    if not is_valid_id(value):
+        raise ValueError(f"{attribute.name} must match [A-Za-z0-9._:-]{{1,256}}")
 
 
 def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -44,6 +43,8 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # The shortcuts compare with ``==``: a ``str`` subclass equal to a checked id passes as
     # that id. Code in this process can do worse than that; what X1 guards, a stored id
     # reaching a path or a query, is checked again there (``check_id``).
+    if type(value) is tuple and not value:
+        return  # most such fields are empty (no findings, no approvals): nothing to check
     if type(value) is AppendOnly:
         # An agent's inner steps grow by appending to one shared list: only the items no
         # view of that list was checked for yet are checked (X1), whatever ran between.

@@ -1,7 +1,8 @@
 """What one tool step costs the runtime, counted rather than timed, so the step path cannot
 silently grow back: actor messages (mailbox and control lane), asks (a round trip: a wait on
-a receipt), thread hops, ``attrs.evolve`` calls, encodes of the step's output, and durable
-commits. A linear plan of 2N steps minus
+a receipt), thread hops, ``attrs.evolve`` calls, encodes of the step's output, redaction
+walks (each ``redact`` or ``redact_flagged`` of a value, whatever it holds), events
+published with nobody subscribed, and durable commits. A linear plan of 2N steps minus
 one of N steps leaves what N steps in the middle of a run cost (the start and the end of a
 run are the same in both). The bounds are what the step path does now (issue #29: the lean
 step path): lower them as it gets leaner, never raise them without saying why.
@@ -18,12 +19,14 @@ import anyio.to_thread
 import attrs
 import pytest
 
+from mainspring.actors._events import EventBus
 from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
+from mainspring.storage import _redact
 from mainspring.storage._backend import store_blocks
 
-from ._kit import MemoryStore, linear, runtime
+from ._kit import MemoryStore, linear, recorded_events, runtime
 
 #: Per tool step, at most (one step at a time; see the module docstring). Where they go:
 #: - messages: the step's end with its report (``TaskEnded``, the control lane), the commit
@@ -33,19 +36,29 @@ from ._kit import MemoryStore, linear, runtime
 #: - thread hops: none here: this test's store never blocks and says so (``blocking``), so
 #:   the writer calls it on the loop; a store that blocks (every real one) adds one, its flush;
 #: - evolves: the step path's three (the plan's step status, the plan, the snapshot), one
-#:   in the store's lease decision (storage's), and three that grow with the plan's length
-#:   rather than with the steps run (each step's status at ``start``, its redacted copy for
-#:   disk, its observation in the result);
+#:   in the store's lease decision (storage's), and one that grows with the plan's length
+#:   rather than with the steps run (each step's redacted copy for disk); a step given
+#:   pending is not rebuilt at ``start``, and an observation that holds its live output
+#:   already is not rebuilt for the result;
 #: - encodes: the step's output, once (E5, E10, X2);
+#: - redactions: two that grow with the plan's length (each step's input and description
+#:   redacted for disk; the input's walk also says whether it was masked, E5, E10); a number
+#:   output, as here, is stored as itself with none (it holds no text);
+#: - events: none: nobody subscribed, so the step's events are not even built (V1: a
+#:   subscriber gets every one, ``test_S_step_events_reach_a_subscriber``);
 #: - commits: one durable commit per step (E1).
 #: Before the lean step path (issue #29): 5 messages, 8 evolves, the output encoded twice;
-#: before the told commit: 1 ask and, for this store too, 1 thread hop.
+#: before the told commit: 1 ask and, for this store too, 1 thread hop; before a number
+#: output was stored as itself: 4 redactions; before events were built only when heard and
+#: ``start`` walked each input once: 7 evolves, 3 redactions, 2 events published unheard.
 BOUNDS = {
     "messages": 3,
     "asks": 0,
     "thread hops": 0,
-    "evolves": 7,
+    "evolves": 5,
     "encodes": 1,
+    "redactions": 2,
+    "events": 0,
     "commits": 1,
 }
 
@@ -80,6 +93,10 @@ def _counting(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter[str])
         patch.setattr(Messaging, "deliver_control", counted("messages", Messaging.deliver_control))
         patch.setattr(Messaging, "ask", counted("asks", Messaging.ask))
         patch.setattr(_outputs, "encode_value", counted("encodes", _outputs.encode_value))
+        # One walk's state per redact_flagged call, however the caller imported it.
+        patch.setattr(_redact, "_Changed", counted("redactions", _redact._Changed))
+        # What the run publishes (and so built) while nobody is subscribed.
+        patch.setattr(EventBus, "publish", counted("events", EventBus.publish))
         yield
 
 
@@ -106,3 +123,29 @@ async def test_E2_one_tool_step_costs_what_the_lean_step_path_does(
     per_step = {name: (long[name] - short[name]) / N for name in BOUNDS}
     over = {name: cost for name, cost in per_step.items() if cost > BOUNDS[name]}
     assert not over, f"one tool step costs more than the lean step path: {over}"
+
+
+async def test_S_step_events_reach_a_subscriber() -> None:
+    """V1: the events a run builds only when someone listens reach a subscriber, every one
+    in order: its start, each step's start and end (with the counts done so far), its end."""
+    from mainspring import executions as ex
+
+    async with runtime(MemoryStore(), recover=False) as rt, recorded_events(rt) as events:
+        handle = await rt.start("count", linear(3), execution_id="ex-heard")
+        result = await handle.wait()
+    assert result.status == "completed"
+    seen = [
+        (type(e).__name__, getattr(e, "step_id", None), getattr(e, "done", None))
+        for e in events
+        if isinstance(e, ex.ExecutionEvent) and e.execution_id == "ex-heard"
+    ]
+    steps = [
+        item
+        for i in range(3)
+        for item in (("StepStarted", f"s{i}", None), ("StepFinished", f"s{i}", i + 1))
+    ]
+    assert seen == [("ExecutionStarted", None, None), *steps, ("ExecutionCompleted", None, None)]
+    finished = [e for e in events if isinstance(e, ex.StepFinished)]
+    assert [(e.state, e.total, e.calls_used) for e in finished] == [("succeeded", 3, 0)] * 3
+    started = [e for e in events if isinstance(e, ex.StepStarted)]
+    assert [e.kind for e in started] == ["tool"] * 3

@@ -250,3 +250,34 @@ def test_pagination_keys_are_not_secrets(key: str) -> None:
 @pytest.mark.parametrize("key", SECRET_KEYS)
 def test_E5_secret_keys_are_still_masked(key: str) -> None:
     assert redact_flagged({key: "opaque-value"}) == ({key: "[redacted secret]"}, True)
+
+
+def test_E5_no_shape_matches_a_text_shorter_than_the_shortest_secret() -> None:
+    # A text shorter than a registered secret may hold is returned unscanned: every shape
+    # must need at least that many characters, or that shortcut would let one through.
+    from re import _parser  # type: ignore[attr-defined]
+
+    from mainspring.storage import _redact
+
+    for _, pattern in (*_redact.PATTERNS, ("bearer", _redact._BEARER)):
+        shortest = _parser.parse(pattern.pattern, pattern.flags).getwidth()[0]
+        assert shortest >= _redact._MIN_SECRET, pattern.pattern
+
+
+@pytest.mark.parametrize(
+    "text", [t for samples in POSITIVE.values() for t in samples] + ["Authorization: Bearer abc"]
+)
+def test_E5_the_one_scan_for_every_shape_finds_each_shape(text: str) -> None:
+    # The alternation of every shape is a pre-check: a text it passes is never scanned again.
+    from mainspring.storage import _redact
+
+    assert _redact._ANY_SHAPE.search(text) is not None
+    assert redact(text) != text
+
+
+def test_E5_a_secret_registered_later_is_masked_longest_first() -> None:
+    register_secret("later-secret")
+    register_secret("later-secret-and-longer")
+    assert redact("x later-secret-and-longer y") == "x [redacted secret] y"
+    assert redact("x later-secret y") == "x [redacted secret] y"
+    assert redact({"k": ("later-secret",)}) == {"k": ("[redacted secret]",)}

@@ -181,6 +181,7 @@ async def open_runtime(
             services = RunServices(
                 committer=committer,
                 publish=bus.publish,
+                listening=bus.listening,
                 memory=Memory(committer, organization=organization, embedder=embedder),
                 evidence=EvidenceShelf(committer, backend),
             )

@@ -58,7 +58,7 @@ from .._run.events import RunEvent, RunEventBus
 from .._run.kept import KeptInputs
 from .._run.messages import Begin, RunConfig, RunServices, RunWatcher, StopTask
 from .._run.refusals import end_event
-from .._run.results import ExecutionResult, StopResult, masked_inputs, redact_plan, result_from
+from .._run.results import ExecutionResult, StopResult, result_from, stored_plan
 from .._workers import fleet
 from .answers import answer_elsewhere, check_answer, request_answer
 from .handle import ExecutionBusy, ExecutionExists, ExecutionHandle, NotWaiting, UnknownExecution
@@ -254,20 +254,24 @@ class Runtime:
         cfg = self._cfg
         if plan is not None:
             check_plan(plan, tools=cfg.tools, skills=cfg.skills, agents=cfg.agents)
+            # Only a step not pending already is rebuilt (a plan is usually given fresh).
             plan = attrs.evolve(
                 plan,
                 version=max(plan.version, 1),
-                steps=tuple(attrs.evolve(step, status="pending") for step in plan.steps),
+                requires_approval=plan.requires_approval or cfg.require_plan_approval,
+                steps=tuple(
+                    step if step.status == "pending" else attrs.evolve(step, status="pending")
+                    for step in plan.steps
+                ),
             )
-            if cfg.require_plan_approval:
-                plan = attrs.evolve(plan, requires_approval=True)
+        stored, masked = stored_plan(plan) if plan is not None else (None, ())
         now = time.time()
         record = Execution(
             id=execution_id,
             goal=redact(goal),
             status="planned",
-            plan=redact_plan(plan) if plan is not None else None,
-            masked_inputs=masked_inputs(plan),
+            plan=stored,
+            masked_inputs=masked,
             plan_version=plan.version if plan is not None else 0,
             lease=Lease(owner=cfg.owner, expires_at=now + cfg.lease_ttl, epoch=1),
             max_calls=max_calls,

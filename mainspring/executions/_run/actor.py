@@ -455,9 +455,10 @@ class ExecutionActor(Actor):
         now = time.time()
         st.sched.set(step.id, "running")
         st.in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
-        self._funnel.publish(
-            ev.StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
-        )
+        if self._funnel.listening():  # built only when someone hears it
+            self._funnel.publish(
+                ev.StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
+            )
         if st.live_plan is None and step.id in st.rec.masked_inputs:
             return await self._tasks.masked_input(step)
         if step.kind != "agent":

@@ -61,6 +61,9 @@ class Funnel:
         self._cfg: RunConfig = state.cfg
         self._committer = services.committer
         self._publish = services.publish
+        #: Whether an event published now reaches a subscriber: per-step events are built
+        #: only then (each subscriber still gets every one, in order).
+        self.listening = services.listening
         self._halt = halt
         self._source = source
         self.refusal: CommitOutcome | None = None
@@ -74,6 +77,8 @@ class Funnel:
         self._publish(event)
 
     def publish_step(self, step_id: str, state: str) -> None:
+        if not self.listening():
+            return  # nobody hears it: not built
         st = self._state
         self._publish(
             StepFinished(

@@ -75,6 +75,10 @@ class RunConfig:
     lease_clock: Callable[[], float] = default_lease_clock
 
 
+def _always() -> bool:
+    return True
+
+
 @attrs.frozen(kw_only=True)
 class RunServices:
     """What every run of a runtime uses and none owns, made once by ``open_runtime``."""
@@ -83,6 +87,9 @@ class RunServices:
     committer: Committer
     #: Announces a run's events on the runtime's live bus (V1).
     publish: Callable[[RunEvent], None]
+    #: Whether anyone hears an event published now (the bus's ``listening``): a run skips
+    #: building its per-step events when nobody does (V1 unchanged for a subscriber).
+    listening: Callable[[], bool] = _always
     #: Agent memory (``runtime.memory``; each agent's ``ctx.memory`` is made from it).
     memory: Memory | None = None
     #: Where worker handoffs and proofs are sealed (#17): an ``EvidenceShelf``.

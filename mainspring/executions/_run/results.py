@@ -243,9 +243,11 @@ def result_from(
     stored = {obs.step_id: obs.output for obs in execution.observations if obs.ok}
     live = dict(outputs or {})
     merged = {**stored, **live}
+    # A live output replaces the stored one (E10: the real value, not its masked copy);
+    # an observation that already holds it as it is stays as it is.
     observations = tuple(
         attrs.evolve(obs, output=live[obs.step_id], redacted=False)
-        if obs.ok and obs.step_id in live
+        if obs.ok and obs.step_id in live and (obs.redacted or live[obs.step_id] is not obs.output)
         else obs
         for obs in execution.observations
     )
@@ -496,15 +498,23 @@ def envelope_hash(
 
 def redact_plan(plan: Plan) -> Plan:
     """The plan as it may reach disk: free text and inputs redacted, ids untouched (E5)."""
-    return attrs.evolve(
-        plan,
-        goal=redact(plan.goal),
-        reason=redact(plan.reason),
-        steps=tuple(
-            attrs.evolve(step, description=redact(step.description), input=redact(step.input))
-            for step in plan.steps
-        ),
+    return stored_plan(plan)[0]
+
+
+def stored_plan(plan: Plan) -> tuple[Plan, tuple[str, ...]]:
+    """:func:`redact_plan` and :func:`masked_inputs` of ``plan`` from one walk of each
+    step's input (E5, E10): what a new run stores, and which inputs disk holds masked."""
+    steps: list[PlanStep] = []
+    masked: list[str] = []
+    for step in plan.steps:
+        value, changed = redact_flagged(step.input)
+        if changed:
+            masked.append(step.id)
+        steps.append(attrs.evolve(step, description=redact(step.description), input=value))
+    redacted = attrs.evolve(
+        plan, goal=redact(plan.goal), reason=redact(plan.reason), steps=tuple(steps)
     )
+    return redacted, tuple(masked)
 
 
 def masked_inputs(plan: Plan | None) -> tuple[str, ...]:

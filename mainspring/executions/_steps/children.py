@@ -70,6 +70,9 @@ __all__ = [
 
 # -- messages to the execution ---------------------------------------------------------------
 
+#: What a step that reported no usage spent: one frozen record shared by every report.
+_NOTHING_SPENT = Usage()
+
 
 @attrs.frozen
 class StepDone:
@@ -80,7 +83,7 @@ class StepDone:
     output: Any = None
     error: str | None = None
     stored: Stored | None = None  # the output as it is stored, when ok
-    usage: Usage = attrs.field(factory=Usage)  # what a skill reported (B3), ok or not
+    usage: Usage = _NOTHING_SPENT  # what a skill reported (B3), ok or not
     #: The names a retry policy matches the exception by (empty: no exception was raised).
     error_types: tuple[str, ...] = ()
     #: O2: the exception, as a failure keeps it (None: none was raised).

@@ -23,6 +23,10 @@ __all__ = [
 
 MAX_KEPT_RESULTS = 1_000
 
+#: Outputs stored as they are when their encoding is themselves (a finite float, an int in
+#: range, a bool, None).
+_NUMBERS = frozenset({int, float, bool, type(None)})
+
 
 def keep_result(kept: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
     """Keep the real result of an inner step whose stored result is masked, so a resume in
@@ -48,6 +52,10 @@ def prepare_output(value: Any, what: str) -> Stored | str:
     unwritable (X2). Done once, in the step's own actor, and handed on."""
     try:
         encoded = encode_value(value)  # E10: what it is, not what redaction makes of it
+        if encoded is value and type(value) in _NUMBERS:
+            # A number (or None) stored as itself: it holds no text to mask (E5) and its
+            # JSON is a few bytes (X2): nothing more to do.
+            return Stored(value, False)
         masked, redacted = redact_flagged(value)
         # Encoded once: a value redaction left alone is stored as it was encoded above.
         size = len(encode(encode_value(masked) if redacted else encoded))
