@@ -57,7 +57,8 @@ from ._journal_keys import (
     _seq_key,
     _step_key,
 )
-from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
+from ._record_codec import execution_head, stored_observation
+from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
 from ._validators import same_json
 
 __all__ = ["DONE_REF", "PARTS", "RAW_PARTS", "Base", "Change", "diff", "snapshot_changes"]
@@ -209,24 +210,15 @@ class Base:
 
 
 def _head(execution: Execution) -> dict[str, Any]:
-    plan = execution.plan
-    slim = attrs.evolve(
-        execution,
-        plan=attrs.evolve(plan, steps=()) if plan is not None else None,
-        observations=(),
-        completed_steps=(),
-        agent_tasks=(),
-        checkpoints=(),
-        workers=(),
-        worker_tasks=(),
-        worker_trail=(),
-    )
-    head: dict[str, Any] = _unstructure(slim)
-    for name in _HEAD_SKIP:
-        head.pop(name, None)  # the raw parts are left out while empty (_record_codec)
-    if head["plan"] is not None:
-        del head["plan"]["steps"]
+    # Every field but the parts (the raw parts are left out while empty, _record_codec),
+    # unstructured straight from the record: no slimmed copy of it is made.
+    head: dict[str, Any] = execution_head(execution)
     return head
+
+
+def _encode_obs(observation: Observation) -> Any:
+    # An output encoded where it was made goes to disk as those bytes (E10: the same ones).
+    return stored_observation(observation)
 
 
 def _splittable(raw: dict[str, Any]) -> bool:
@@ -314,8 +306,10 @@ def snapshot_changes(execution: Execution) -> list[Change]:
     for part in PARTS:
         if part == "tasks":
             entries = [[key, _encode_task(raw, split)] for key, raw in items[part].items()]
-        elif part in ("steps", "obs"):
+        elif part == "steps":
             entries = [[key, _unstructure(item)] for key, item in items[part].items()]
+        elif part == "obs":
+            entries = [[key, _encode_obs(item)] for key, item in items[part].items()]
         else:
             entries = [[key, item] for key, item in items[part].items()]
             if not entries and part in RAW_PARTS:
@@ -567,7 +561,7 @@ def diff(base: Base, new: Execution) -> list[Change]:
     if old_steps is not new_steps:
         work.part("steps", old_steps, new_steps, _step_key, _unstructure)
     if old.observations is not new.observations:
-        work.part("obs", old.observations, new.observations, _obs_key, _unstructure)
+        work.part("obs", old.observations, new.observations, _obs_key, _encode_obs)
     done_kept = True
     if old.completed_steps is not new.completed_steps:
         done_kept = work.part("done", old.completed_steps, new.completed_steps, str, str)

@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "TAG", "Malformed", "decode_value", "encode_value"]
+__all__ = ["MAX_DEPTH", "TAG", "Encoded", "Malformed", "decode_value", "encode_value"]
 
 #: The key that marks a tagged object.
 TAG = "$ms"
@@ -78,6 +78,35 @@ class _Refused(ValueError):
 
 
 # -- encoding ------------------------------------------------------------------------------
+
+
+class Encoded:
+    """A value's stored form as bytes: the canonical JSON of its typed encoding, made once
+    where the value was made (a step's output, ``executions/_steps/outputs.py``) and carried
+    with the record to the store, which writes these bytes instead of encoding the value
+    again (``storage._record_codec.stored_observation``).
+
+    It holds the very object it encodes and stands for it only while a record still holds
+    that object (``is``): a record evolved to another value is encoded afresh. The bytes are
+    the value as it was when they were made (a step's output as the step returned it).
+    """
+
+    __slots__ = ("data", "value")
+
+    def __init__(self, value: Any, data: bytes) -> None:
+        self.value = value
+        self.data = data
+
+    @classmethod
+    def made(cls, value: Any, typed: Any) -> Encoded:
+        """``value`` with ``typed``, its typed encoding (``encode_value(value)``), as the
+        canonical JSON the stores write (sorted keys, compact: ``storage.canonical_json``).
+        The typed encoding holds no NaN or infinity (they are tagged), so nothing is lost."""
+        return cls(value, orjson.dumps(typed, option=orjson.OPT_SORT_KEYS))
+
+    def of(self, value: Any) -> bytes | None:
+        """The bytes, if they encode ``value`` itself; None for any other object."""
+        return self.data if value is self.value else None
 
 
 def encode_value(value: Any) -> Any:
