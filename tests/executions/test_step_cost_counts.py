@@ -16,11 +16,13 @@ from typing import Any
 
 import anyio.to_thread
 import attrs
+import orjson
 import pytest
 
 from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
+from mainspring.storage import _values
 from mainspring.storage._backend import store_blocks
 
 from ._kit import MemoryStore, linear, runtime
@@ -106,3 +108,64 @@ async def test_E2_one_tool_step_costs_what_the_lean_step_path_does(
     per_step = {name: (long[name] - short[name]) / N for name in BOUNDS}
     over = {name: cost for name, cost in per_step.items() if cost > BOUNDS[name]}
     assert not over, f"one tool step costs more than the lean step path: {over}"
+
+
+#: Per tool step on SqliteStore, at most: the step's output encoded once, in the typed
+#: encoding (E10) and to JSON, where the step ended; the store writes those bytes as they
+#: are. Before issue #29's second part the store encoded it again: the typed encoding once
+#: more (the observation's converter hook) and the JSON once more (its row).
+OUTPUT_ENCODES = {"typed": 1, "json": 1}
+
+
+def _is_output(value: Any) -> bool:
+    return type(value) is dict and "out" in value
+
+
+def _holds_output(value: Any) -> bool:
+    # A row that holds the output encoded again: not the bytes carried from the step's end.
+    return _is_output(value) or (type(value) is dict and _is_output(value.get("output")))
+
+
+async def _run_on_sqlite(
+    steps: int, tmp: Any, monkeypatch: pytest.MonkeyPatch
+) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+
+    async def out(x: int = 0) -> dict[str, Any]:
+        return {"out": [x]}  # a fresh object, told apart from every other value encoded
+
+    is_plain, dumps = _values._is_plain, orjson.dumps
+
+    def typed(value: Any) -> bool:
+        if _is_output(value):
+            counts["typed"] += 1
+        return is_plain(value)
+
+    def json(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        if _holds_output(value):
+            counts["json"] += 1
+        return dumps(value, *args, **kwargs)
+
+    async with runtime(
+        tmp / f"store-{steps}.sqlite3",
+        tools={"out": out},
+        lease_ttl=600.0,
+        heartbeat_interval=300.0,
+        recover=False,
+    ) as rt:
+        with monkeypatch.context() as patch:
+            patch.setattr(_values, "_is_plain", typed)  # every encode_value begins there
+            patch.setattr(orjson, "dumps", json)
+            handle = await rt.start("count", linear(steps, tool="out"))
+            result = await handle.wait()
+    assert result.status == "completed"
+    return counts
+
+
+async def test_E10_a_steps_output_is_encoded_once_and_the_sqlite_store_writes_those_bytes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = await _run_on_sqlite(N, tmp_path, monkeypatch)
+    long = await _run_on_sqlite(2 * N, tmp_path, monkeypatch)
+    per_step = {name: (long[name] - short[name]) / N for name in OUTPUT_ENCODES}
+    assert per_step == OUTPUT_ENCODES, f"a step's output is encoded more than once: {per_step}"
