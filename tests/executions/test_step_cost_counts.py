@@ -34,10 +34,11 @@ from ._kit import MemoryStore, linear, runtime
 #: - asks: none: the commit's caller waits on its ticket alone, woken once when durable;
 #: - thread hops: none here: this test's store never blocks and says so (``blocking``), so
 #:   the writer calls it on the loop; a store that blocks (every real one) adds one, its flush;
-#: - evolves: the step path's three (the plan's step status, the plan, the snapshot), one
-#:   in the store's lease decision (storage's), and three that grow with the plan's length
-#:   rather than with the steps run (each step's status at ``start``, its redacted copy for
-#:   disk, its observation in the result);
+#: - evolves: the step path's three (the plan's step status, the plan, the snapshot), and
+#:   three that grow with the plan's length rather than with the steps run (each step's
+#:   status at ``start``, its redacted copy for disk, its observation in the result); the
+#:   store's lease decision puts the disk's lease on the runner's record without one (a
+#:   copy that checks no field again, ``storage._backend``: 7 before);
 #: - encodes: the step's output, once (E5, E10, X2);
 #: - commits: one durable commit per step (E1).
 #: Before the lean step path (issue #29): 5 messages, 8 evolves, the output encoded twice;
@@ -46,7 +47,7 @@ BOUNDS = {
     "messages": 3,
     "asks": 0,
     "thread hops": 0,
-    "evolves": 7,
+    "evolves": 6,
     "encodes": 1,
     "commits": 1,
 }
