@@ -20,7 +20,7 @@ import attrs
 
 from ._errors import StorageError
 from ._history import HistoryEvent
-from ._journal import Base
+from ._journal import Base, copy_with
 from ._owners import new_owner_id
 from ._records import MAX_CONTROLS, Execution, Lease
 
@@ -368,20 +368,10 @@ def with_disk_lease(execution: Execution, stored: Execution) -> Execution:
     return attrs.evolve(execution, **changes)
 
 
-_EXECUTION_FIELDS = tuple(field.name for field in attrs.fields(Execution))
-
-
 def _with_lease(execution: Execution, lease: Lease | None) -> Execution:
-    """``attrs.evolve(execution, lease=lease)`` without checking every field again (on
-    every commit: a third of what an evolve costs): each value comes from a record that
-    was checked when made (the runner's, the disk's lease), and no check of an
-    ``Execution`` field reads another."""
-    copy = object.__new__(Execution)
-    put = object.__setattr__
-    for name in _EXECUTION_FIELDS:
-        put(copy, name, getattr(execution, name))
-    put(copy, "lease", lease)
-    return copy
+    # Every value was checked where it came from (the runner's record, the disk's lease),
+    # and no check of an Execution field reads another: no evolve (a third of the cost).
+    return copy_with(execution, lease=lease)
 
 
 def decide_renew(

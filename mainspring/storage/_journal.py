@@ -36,7 +36,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -61,7 +61,16 @@ from ._record_codec import execution_head, stored_observation
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
 from ._validators import same_json
 
-__all__ = ["DONE_REF", "PARTS", "RAW_PARTS", "Base", "Change", "diff", "snapshot_changes"]
+__all__ = [
+    "DONE_REF",
+    "PARTS",
+    "RAW_PARTS",
+    "Base",
+    "Change",
+    "copy_with",
+    "diff",
+    "snapshot_changes",
+]
 
 #: The keyed parts of an execution, in the order a fold assembles them.
 PARTS = (
@@ -102,6 +111,26 @@ Change = list[Any]
 
 def _unstructure(value: Any) -> Any:
     return converter.unstructure(value)
+
+
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+_R = TypeVar("_R")
+
+
+def copy_with(record: _R, **changes: Any) -> _R:
+    """``attrs.evolve(record, **changes)`` without checking every field again, for a store's
+    commit path (where an evolve is a good part of the work): only for values that were
+    checked where they came from (another record's, or empty), and a record whose fields
+    are checked each on its own (no check reads another field, no post-init)."""
+    kind = type(record)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(field.name for field in attrs.fields(kind))
+    copy = object.__new__(kind)
+    put = object.__setattr__
+    for name in names:
+        put(copy, name, changes[name] if name in changes else getattr(record, name))
+    return copy
 
 
 # -- the base a diff is taken against -------------------------------------------------------
@@ -291,7 +320,7 @@ def _encode_checkpoint(checkpoint: Checkpoint, done: tuple[str, ...]) -> Any:
     if steps and (steps is done or steps == done):
         # A reference to the execution's own completed steps: they are not unstructured
         # (the checkpoint would cost the length of the run at every step).
-        raw: dict[str, Any] = _unstructure(attrs.evolve(checkpoint, completed_steps=()))
+        raw: dict[str, Any] = _unstructure(copy_with(checkpoint, completed_steps=()))
         raw["completed_steps"] = {DONE_REF: len(done)}
         return raw
     whole: dict[str, Any] = _unstructure(checkpoint)
