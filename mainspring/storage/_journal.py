@@ -122,7 +122,7 @@ def copy_with(record: _R, **changes: Any) -> _R:
     commit path (where an evolve is a good part of the work): only for values that were
     checked where they came from (another record's, or empty), and a record whose fields
     are checked each on its own (no check reads another field, no post-init)."""
-    kind = type(record)
+    kind: Any = type(record)
     names = _FIELDS.get(kind)
     if names is None:
         names = _FIELDS[kind] = tuple(field.name for field in attrs.fields(kind))

@@ -105,7 +105,7 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
 _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
 #: Execution fields added after records were first stored: left out while unset (see above).
-_EXECUTION_LATER = {
+_EXECUTION_LATER: dict[str, Any] = {
     name: override(omit_if_default=True)
     for name in ("deadline_at", "workers", "worker_tasks", "worker_trail", "proof_digest")
 }
@@ -165,33 +165,29 @@ def _plan_or_none(plan: Plan | None) -> Any:
 #: An execution's head: every field but its parts (storage._journal: the steps of its plan,
 #: observations, completed steps, agent tasks, checkpoints, the workers' records), as
 #: ``converter.unstructure`` writes the rest.
-execution_head = make_dict_unstructure_fn(
-    Execution,
-    converter,
+_HEAD: dict[str, Any] = {
+    **_EXECUTION_LATER,
     **{
-        **_EXECUTION_LATER,
-        **{
-            name: override(omit=True)
-            for name in (
-                "observations",
-                "completed_steps",
-                "agent_tasks",
-                "checkpoints",
-                "workers",
-                "worker_tasks",
-                "worker_trail",
-            )
-        },
-        "plan": override(unstruct_hook=_plan_or_none),
+        name: override(omit=True)
+        for name in (
+            "observations",
+            "completed_steps",
+            "agent_tasks",
+            "checkpoints",
+            "workers",
+            "worker_tasks",
+            "worker_trail",
+        )
     },
-)
-_observation_rest = make_dict_unstructure_fn(
-    Observation,
-    converter,
-    output=override(omit=True),
-    encoded=override(omit=True),
+    "plan": override(unstruct_hook=_plan_or_none),
+}
+execution_head = make_dict_unstructure_fn(Execution, converter, **_HEAD)
+_OBSERVATION_REST: dict[str, Any] = {
+    "output": override(omit=True),
+    "encoded": override(omit=True),
     **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Observation]},
-)
+}
+_observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVATION_REST)
 
 
 def stored_observation(observation: Observation) -> dict[str, Any]:
