@@ -126,7 +126,7 @@ def copy_with(record: _R, **changes: Any) -> _R:
     names = _FIELDS.get(kind)
     if names is None:
         names = _FIELDS[kind] = tuple(field.name for field in attrs.fields(kind))
-    copy = object.__new__(kind)
+    copy: _R = object.__new__(kind)
     put = object.__setattr__
     for name in names:
         put(copy, name, changes[name] if name in changes else getattr(record, name))
