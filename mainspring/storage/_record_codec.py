@@ -193,10 +193,10 @@ _observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVAT
 def stored_observation(observation: Observation) -> dict[str, Any]:
     """``converter.unstructure(observation)`` as the journal stores it: an output encoded
     where it was made is carried as those bytes (``orjson.Fragment``, written as they are),
-    not encoded again (E10: the same bytes either way). Only for a store's own encoding:
-    the result is not plain data."""
+    not encoded again (E10: the same bytes either way), and the observation lets them go.
+    Only for a store's own encoding: the result is not plain data."""
     raw: dict[str, Any] = _observation_rest(observation)
     encoded = observation.encoded
-    data = encoded.of(observation.output) if encoded is not None else None
+    data = encoded.take(observation.output) if encoded is not None else None
     raw["output"] = orjson.Fragment(data) if data is not None else encode_value(observation.output)
     return raw

@@ -1,7 +1,8 @@
 """What the journal stores is what the converter writes: an output carried as the bytes it
 was encoded to where it was made (``Observation.encoded``) gives the very bytes encoding it
-again would (E10), and is ignored once the observation holds another output; an execution's
-head, taken straight from the record, is its unstructured form without the parts."""
+again would (E10), is let go once written (a second write encodes it again), and is ignored
+once the observation holds another output; an execution's head, taken straight from the
+record, is its unstructured form without the parts."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def test_E10_an_output_carried_as_bytes_is_stored_as_encoding_it_again_would(out
     encoded = Encoded.made(output, encode_value(output))
     carried = Observation(step_id="s", ok=True, output=output, encoded=encoded)
     plain = Observation(step_id="s", ok=True, output=output)
+    assert canonical_json(stored_observation(carried)) == canonical_json(unstructure(plain))
+    assert encoded.data is None  # written once, then let go: the record holds the value only
     assert canonical_json(stored_observation(carried)) == canonical_json(unstructure(plain))
     assert unstructure(carried) == unstructure(plain)  # never part of the record
     assert carried == plain  # nor compared

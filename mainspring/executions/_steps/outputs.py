@@ -57,7 +57,7 @@ def prepare_output(value: Any, what: str) -> Stored | str:
         encoded = Encoded.made(masked, encode_value(masked) if redacted else typed)
     except (ValueError, TypeError, StorageError) as exc:
         return f"{what} is not storable: {exc}"
-    size = len(encoded.data)
+    size = encoded.size
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
     return Stored(masked, redacted, encoded)
