@@ -88,7 +88,7 @@ _GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
 #: The parts that hold raw records (``storage._workers``), each the ``Execution`` field of
 #: the same name: stored as they are, parsed one by one when read (E8).
 RAW_PARTS = ("workers", "worker_tasks", "worker_trail")
-_HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints", *RAW_PARTS)
+# The head is every Execution field but those the parts hold (_record_codec.execution_head).
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
 _ARRAYS = (list, AppendOnlyList)  # a stored list: an agent task's inner steps may be views
 DONE_REF = "$done"  # a checkpoint's completed steps: the first n of ``done``
