@@ -190,6 +190,7 @@ from ._usage import Usage as Usage
 from ._usage import check_cost as check_cost
 from ._usage import check_tokens as check_tokens
 from ._v1 import read_v1 as read_v1
+from ._values import Encoded as Encoded
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
 from ._workers import ACTIVE_WORKER as ACTIVE_WORKER
@@ -249,6 +250,7 @@ __all__ = [
     "Control",
     "Durable",
     "Edit",
+    "Encoded",
     "Evidence",
     "EvidenceError",
     "EvidenceStore",

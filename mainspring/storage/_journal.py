@@ -36,7 +36,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -57,10 +57,20 @@ from ._journal_keys import (
     _seq_key,
     _step_key,
 )
-from ._records import MAX_CHECKPOINTS, Checkpoint, Execution
+from ._record_codec import execution_head, stored_observation
+from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
 from ._validators import same_json
 
-__all__ = ["DONE_REF", "PARTS", "RAW_PARTS", "Base", "Change", "diff", "snapshot_changes"]
+__all__ = [
+    "DONE_REF",
+    "PARTS",
+    "RAW_PARTS",
+    "Base",
+    "Change",
+    "copy_with",
+    "diff",
+    "snapshot_changes",
+]
 
 #: The keyed parts of an execution, in the order a fold assembles them.
 PARTS = (
@@ -78,7 +88,7 @@ _GROUPED = ("inner_obs", "inner_done")  # keyed "task-id/step-id"
 #: The parts that hold raw records (``storage._workers``), each the ``Execution`` field of
 #: the same name: stored as they are, parsed one by one when read (E8).
 RAW_PARTS = ("workers", "worker_tasks", "worker_trail")
-_HEAD_SKIP = ("observations", "completed_steps", "agent_tasks", "checkpoints", *RAW_PARTS)
+# The head is every Execution field but those the parts hold (_record_codec.execution_head).
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
 _ARRAYS = (list, AppendOnlyList)  # a stored list: an agent task's inner steps may be views
 DONE_REF = "$done"  # a checkpoint's completed steps: the first n of ``done``
@@ -101,6 +111,26 @@ Change = list[Any]
 
 def _unstructure(value: Any) -> Any:
     return converter.unstructure(value)
+
+
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+_R = TypeVar("_R")
+
+
+def copy_with(record: _R, **changes: Any) -> _R:
+    """``attrs.evolve(record, **changes)`` without checking every field again, for a store's
+    commit path (where an evolve is a good part of the work): only for values that were
+    checked where they came from (another record's, or empty), and a record whose fields
+    are checked each on its own (no check reads another field, no post-init)."""
+    kind: Any = type(record)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(field.name for field in attrs.fields(kind))
+    copy: _R = object.__new__(kind)
+    put = object.__setattr__
+    for name in names:
+        put(copy, name, changes[name] if name in changes else getattr(record, name))
+    return copy
 
 
 # -- the base a diff is taken against -------------------------------------------------------
@@ -209,24 +239,15 @@ class Base:
 
 
 def _head(execution: Execution) -> dict[str, Any]:
-    plan = execution.plan
-    slim = attrs.evolve(
-        execution,
-        plan=attrs.evolve(plan, steps=()) if plan is not None else None,
-        observations=(),
-        completed_steps=(),
-        agent_tasks=(),
-        checkpoints=(),
-        workers=(),
-        worker_tasks=(),
-        worker_trail=(),
-    )
-    head: dict[str, Any] = _unstructure(slim)
-    for name in _HEAD_SKIP:
-        head.pop(name, None)  # the raw parts are left out while empty (_record_codec)
-    if head["plan"] is not None:
-        del head["plan"]["steps"]
+    # Every field but the parts (the raw parts are left out while empty, _record_codec),
+    # unstructured straight from the record: no slimmed copy of it is made.
+    head: dict[str, Any] = execution_head(execution)
     return head
+
+
+def _encode_obs(observation: Observation) -> Any:
+    # An output encoded where it was made goes to disk as those bytes (E10: the same ones).
+    return stored_observation(observation)
 
 
 def _splittable(raw: dict[str, Any]) -> bool:
@@ -299,7 +320,7 @@ def _encode_checkpoint(checkpoint: Checkpoint, done: tuple[str, ...]) -> Any:
     if steps and (steps is done or steps == done):
         # A reference to the execution's own completed steps: they are not unstructured
         # (the checkpoint would cost the length of the run at every step).
-        raw: dict[str, Any] = _unstructure(attrs.evolve(checkpoint, completed_steps=()))
+        raw: dict[str, Any] = _unstructure(copy_with(checkpoint, completed_steps=()))
         raw["completed_steps"] = {DONE_REF: len(done)}
         return raw
     whole: dict[str, Any] = _unstructure(checkpoint)
@@ -314,8 +335,10 @@ def snapshot_changes(execution: Execution) -> list[Change]:
     for part in PARTS:
         if part == "tasks":
             entries = [[key, _encode_task(raw, split)] for key, raw in items[part].items()]
-        elif part in ("steps", "obs"):
+        elif part == "steps":
             entries = [[key, _unstructure(item)] for key, item in items[part].items()]
+        elif part == "obs":
+            entries = [[key, _encode_obs(item)] for key, item in items[part].items()]
         else:
             entries = [[key, item] for key, item in items[part].items()]
             if not entries and part in RAW_PARTS:
@@ -567,7 +590,7 @@ def diff(base: Base, new: Execution) -> list[Change]:
     if old_steps is not new_steps:
         work.part("steps", old_steps, new_steps, _step_key, _unstructure)
     if old.observations is not new.observations:
-        work.part("obs", old.observations, new.observations, _obs_key, _unstructure)
+        work.part("obs", old.observations, new.observations, _obs_key, _encode_obs)
     done_kept = True
     if old.completed_steps is not new.completed_steps:
         done_kept = work.part("done", old.completed_steps, new.completed_steps, str, str)

@@ -12,10 +12,18 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._codec import converter
-from ._records import AgentTaskRecord, Execution, Failure, Finding, Observation, PlanStep
+from ._records import (
+    AgentTaskRecord,
+    Execution,
+    Failure,
+    Finding,
+    Observation,
+    Plan,
+    PlanStep,
+)
 from ._values import Malformed, decode_value, encode_value
 
-__all__: list[str] = []
+__all__ = ["execution_head", "stored_observation"]
 
 
 def _require_version(cls: type[Any]) -> None:
@@ -73,6 +81,8 @@ _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
     Observation: ("error_type", "traceback", "started_at", "ended_at"),  # O2
 }  # and Execution.deadline_at (B1), AgentTaskRecord.kept_under_definition, registered below
+#: Fields that are not part of the record: never written, and refused if a document has them.
+_NOT_STORED: dict[type[Any], tuple[str, ...]] = {Observation: ("encoded",)}
 
 
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
@@ -82,6 +92,8 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
     for name in _OMITTED_IF_DEFAULT.get(cls, ()):
         unstructure[name] = override(omit_if_default=True)
     structure: dict[str, Any] = {field: override(struct_hook=decode)}
+    for name in _NOT_STORED.get(cls, ()):
+        unstructure[name] = structure[name] = override(omit=True)
     converter.register_unstructure_hook(
         cls, make_dict_unstructure_fn(cls, converter, **unstructure)
     )
@@ -92,18 +104,13 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
 
 _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
 _typed_value(PlanStep, "input", _decode_input)
+#: Execution fields added after records were first stored: left out while unset (see above).
+_EXECUTION_LATER: dict[str, Any] = {
+    name: override(omit_if_default=True)
+    for name in ("deadline_at", "workers", "worker_tasks", "worker_trail", "proof_digest")
+}
 converter.register_unstructure_hook(
-    Execution,
-    make_dict_unstructure_fn(
-        Execution,
-        converter,
-        # Added after records were first stored: left out while unset (see above).
-        deadline_at=override(omit_if_default=True),
-        workers=override(omit_if_default=True),
-        worker_tasks=override(omit_if_default=True),
-        worker_trail=override(omit_if_default=True),
-        proof_digest=override(omit_if_default=True),
-    ),
+    Execution, make_dict_unstructure_fn(Execution, converter, **_EXECUTION_LATER)
 )
 converter.register_unstructure_hook(
     Failure,
@@ -142,3 +149,54 @@ def _structure_observation(value: Any, _: Any) -> Observation:
 
 
 converter.register_structure_hook(Observation, _structure_observation)
+
+
+# -- the pieces the journal stores (storage._journal) ----------------------------------------
+# Made here, beside the hooks they must agree with, so that taking a record apart costs no
+# ``attrs.evolve`` (a new Execution, validators and all) on every commit.
+
+_plan_head = make_dict_unstructure_fn(Plan, converter, steps=override(omit=True))
+
+
+def _plan_or_none(plan: Plan | None) -> Any:
+    return _plan_head(plan) if plan is not None else None
+
+
+#: An execution's head: every field but its parts (storage._journal: the steps of its plan,
+#: observations, completed steps, agent tasks, checkpoints, the workers' records), as
+#: ``converter.unstructure`` writes the rest.
+_HEAD: dict[str, Any] = {
+    **_EXECUTION_LATER,
+    **{
+        name: override(omit=True)
+        for name in (
+            "observations",
+            "completed_steps",
+            "agent_tasks",
+            "checkpoints",
+            "workers",
+            "worker_tasks",
+            "worker_trail",
+        )
+    },
+    "plan": override(unstruct_hook=_plan_or_none),
+}
+execution_head = make_dict_unstructure_fn(Execution, converter, **_HEAD)
+_OBSERVATION_REST: dict[str, Any] = {
+    "output": override(omit=True),
+    "encoded": override(omit=True),
+    **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Observation]},
+}
+_observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVATION_REST)
+
+
+def stored_observation(observation: Observation) -> dict[str, Any]:
+    """``converter.unstructure(observation)`` as the journal stores it: an output encoded
+    where it was made is carried as those bytes (``orjson.Fragment``, written as they are),
+    not encoded again (E10: the same bytes either way), and the observation lets them go.
+    Only for a store's own encoding: the result is not plain data."""
+    raw: dict[str, Any] = _observation_rest(observation)
+    encoded = observation.encoded
+    data = encoded.take(observation.output) if encoded is not None else None
+    raw["output"] = orjson.Fragment(data) if data is not None else encode_value(observation.output)
+    return raw

@@ -37,6 +37,7 @@ from ._validators import (
     same_step_ids,
     same_value,
 )
+from ._values import Encoded
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -247,6 +248,10 @@ class Observation:
     traceback: str | None = attrs.field(default=None, validator=_text_at_most(MAX_TRACEBACK))
     started_at: float | None = None
     ended_at: float | None = None
+    #: ``output``'s stored form, made once where the output was (``storage._values.Encoded``):
+    #: the store writes it rather than encode ``output`` again. Not part of the record: never
+    #: stored, compared or shown, and ignored once ``output`` is another object.
+    encoded: Encoded | None = attrs.field(default=None, eq=False, repr=False)
 
 
 #: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).

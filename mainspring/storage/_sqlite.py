@@ -520,10 +520,11 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             )
         for statement, arguments in rows:
             self._db.execute(statement, arguments)
-        if event_rows:
-            self._db.executemany(
-                "INSERT INTO events (execution_id, eseq, body) VALUES (?, ?, ?)", event_rows
-            )
+        insert = "INSERT INTO events (execution_id, eseq, body) VALUES (?, ?, ?)"
+        if len(event_rows) == 1:  # the common commit adds one: a plain statement is cheaper
+            self._db.execute(insert, event_rows[0])
+        elif event_rows:
+            self._db.executemany(insert, event_rows)
 
     def delete(self, execution_id: str) -> bool:
         """Delete a finished execution with every row and history entry of it; False if it

@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "TAG", "Malformed", "decode_value", "encode_value"]
+__all__ = ["MAX_DEPTH", "TAG", "Encoded", "Malformed", "decode_value", "encode_value"]
 
 #: The key that marks a tagged object.
 TAG = "$ms"
@@ -78,6 +78,44 @@ class _Refused(ValueError):
 
 
 # -- encoding ------------------------------------------------------------------------------
+
+
+class Encoded:
+    """A value's stored form as bytes: the canonical JSON of its typed encoding, made once
+    where the value was made (a step's output, ``executions/_steps/outputs.py``) and carried
+    with the record to the store, which writes these bytes instead of encoding the value
+    again (``storage._record_codec.stored_observation``) and lets them go: a run that keeps
+    its records in memory does not keep every output twice.
+
+    It holds the very object it encodes and stands for it only while a record still holds
+    that object (``is``): a record evolved to another value is encoded afresh, and so is
+    one written a second time (a failed write's retry, a store's compaction). The bytes are
+    the value as it was when they were made (a step's output as the step returned it).
+    """
+
+    __slots__ = ("data", "size", "value")
+
+    def __init__(self, value: Any, data: bytes) -> None:
+        self.value: Any = value
+        self.data: bytes | None = data
+        #: How many bytes the value takes as stored (kept once the bytes are let go).
+        self.size = len(data)
+
+    @classmethod
+    def made(cls, value: Any, typed: Any) -> Encoded:
+        """``value`` with ``typed``, its typed encoding (``encode_value(value)``), as the
+        canonical JSON the stores write (sorted keys, compact: ``storage.canonical_json``).
+        The typed encoding holds no NaN or infinity (they are tagged), so nothing is lost."""
+        return cls(value, orjson.dumps(typed, option=orjson.OPT_SORT_KEYS))
+
+    def take(self, value: Any) -> bytes | None:
+        """The bytes, once, if they encode ``value`` itself; None for any other object, or
+        once taken (the caller then encodes ``value`` as usual)."""
+        data = self.data
+        if data is None or value is not self.value:
+            return None
+        self.data = self.value = None
+        return data
 
 
 def encode_value(value: Any) -> Any:

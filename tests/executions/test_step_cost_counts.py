@@ -17,13 +17,14 @@ from typing import Any
 
 import anyio.to_thread
 import attrs
+import orjson
 import pytest
 
 from mainspring.actors._events import EventBus
 from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
-from mainspring.storage import _redact
+from mainspring.storage import _redact, _values
 from mainspring.storage._backend import store_blocks
 
 from ._kit import MemoryStore, linear, recorded_events, runtime
@@ -35,11 +36,12 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #: - asks: none: the commit's caller waits on its ticket alone, woken once when durable;
 #: - thread hops: none here: this test's store never blocks and says so (``blocking``), so
 #:   the writer calls it on the loop; a store that blocks (every real one) adds one, its flush;
-#: - evolves: the step path's three (the plan's step status, the plan, the snapshot), one
-#:   in the store's lease decision (storage's), and one that grows with the plan's length
-#:   rather than with the steps run (each step's redacted copy for disk); a step given
-#:   pending is not rebuilt at ``start``, and an observation that holds its live output
-#:   already is not rebuilt for the result;
+#: - evolves: the step path's three (the plan's step status, the plan, the snapshot), and
+#:   one that grows with the plan's length rather than with the steps run (each step's
+#:   redacted copy for disk); a step given pending is not rebuilt at ``start``, an
+#:   observation that holds its live output already is not rebuilt for the result, and the
+#:   store's lease decision puts the disk's lease on the runner's record without one (a copy
+#:   that checks no field again, ``storage._backend``);
 #: - encodes: the step's output, once (E5, E10, X2);
 #: - redactions: two that grow with the plan's length (each step's input and description
 #:   redacted for disk; the input's walk also says whether it was masked, E5, E10); a number
@@ -55,7 +57,7 @@ BOUNDS = {
     "messages": 3,
     "asks": 0,
     "thread hops": 0,
-    "evolves": 5,
+    "evolves": 4,
     "encodes": 1,
     "redactions": 2,
     "events": 0,
@@ -149,3 +151,64 @@ async def test_S_step_events_reach_a_subscriber() -> None:
     assert [(e.state, e.total, e.calls_used) for e in finished] == [("succeeded", 3, 0)] * 3
     started = [e for e in events if isinstance(e, ex.StepStarted)]
     assert [e.kind for e in started] == ["tool"] * 3
+
+
+#: Per tool step on SqliteStore, at most: the step's output encoded once, in the typed
+#: encoding (E10) and to JSON, where the step ended; the store writes those bytes as they
+#: are. Before issue #29's second part the store encoded it again: the typed encoding once
+#: more (the observation's converter hook) and the JSON once more (its row).
+OUTPUT_ENCODES = {"typed": 1, "json": 1}
+
+
+def _is_output(value: Any) -> bool:
+    return type(value) is dict and "out" in value
+
+
+def _holds_output(value: Any) -> bool:
+    # A row that holds the output encoded again: not the bytes carried from the step's end.
+    return _is_output(value) or (type(value) is dict and _is_output(value.get("output")))
+
+
+async def _run_on_sqlite(
+    steps: int, tmp: Any, monkeypatch: pytest.MonkeyPatch
+) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+
+    async def out(x: int = 0) -> dict[str, Any]:
+        return {"out": [x]}  # a fresh object, told apart from every other value encoded
+
+    is_plain, dumps = _values._is_plain, orjson.dumps
+
+    def typed(value: Any) -> bool:
+        if _is_output(value):
+            counts["typed"] += 1
+        return is_plain(value)
+
+    def json(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        if _holds_output(value):
+            counts["json"] += 1
+        return dumps(value, *args, **kwargs)
+
+    async with runtime(
+        tmp / f"store-{steps}.sqlite3",
+        tools={"out": out},
+        lease_ttl=600.0,
+        heartbeat_interval=300.0,
+        recover=False,
+    ) as rt:
+        with monkeypatch.context() as patch:
+            patch.setattr(_values, "_is_plain", typed)  # every encode_value begins there
+            patch.setattr(orjson, "dumps", json)
+            handle = await rt.start("count", linear(steps, tool="out"))
+            result = await handle.wait()
+    assert result.status == "completed"
+    return counts
+
+
+async def test_E10_a_steps_output_is_encoded_once_and_the_sqlite_store_writes_those_bytes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = await _run_on_sqlite(N, tmp_path, monkeypatch)
+    long = await _run_on_sqlite(2 * N, tmp_path, monkeypatch)
+    per_step = {name: (long[name] - short[name]) / N for name in OUTPUT_ENCODES}
+    assert per_step == OUTPUT_ENCODES, f"a step's output is encoded more than once: {per_step}"

@@ -706,6 +706,7 @@ class ExecutionActor(Actor):
             error=error,
             calls_used=1 if step.kind == "skill" else 0,
             redacted=stored.redacted if stored is not None else False,
+            encoded=stored.encoded if stored is not None else None,  # written as it is
             data=attempts,
             error_type=caught.error_type if caught is not None else None,
             traceback=caught.traceback if caught is not None else None,

@@ -8,7 +8,7 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import StorageError, encode, encode_value, redact_flagged
+from ...storage import Encoded, StorageError, encode_value, redact_flagged
 from .._rules.limits import MAX_OUTPUT_BYTES
 
 __all__ = [
@@ -39,10 +39,13 @@ def keep_result(kept: dict[tuple[str, str], Any], key: tuple[str, str], value: A
 
 @attrs.frozen
 class Stored:
-    """An output as it will be stored: redacted (E5), and whether redaction changed it."""
+    """An output as it will be stored: redacted (E5), whether redaction changed it, and its
+    stored form, encoded once here and carried with the observation to the store
+    (``Observation.encoded``), which writes those bytes instead of encoding it again."""
 
     value: Any
     redacted: bool
+    encoded: Encoded | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def prepare_output(value: Any, what: str) -> Stored | str:
@@ -51,19 +54,21 @@ def prepare_output(value: Any, what: str) -> Stored | str:
     stored — masks included — so that one output can never make its execution's record
     unwritable (X2). Done once, in the step's own actor, and handed on."""
     try:
-        encoded = encode_value(value)  # E10: what it is, not what redaction makes of it
-        if encoded is value and type(value) in _NUMBERS:
+        typed = encode_value(value)  # E10: what it is, not what redaction makes of it
+        if typed is value and type(value) in _NUMBERS:
             # A number (or None) stored as itself: it holds no text to mask (E5) and its
-            # JSON is a few bytes (X2): nothing more to do.
+            # JSON is a few bytes (X2): nothing more to do; the store encodes it (cheaply).
             return Stored(value, False)
         masked, redacted = redact_flagged(value)
-        # Encoded once: a value redaction left alone is stored as it was encoded above.
-        size = len(encode(encode_value(masked) if redacted else encoded))
+        # Encoded once: a value redaction left alone is stored as it was encoded above, and
+        # these bytes are what the store writes (the typed encoding holds no NaN: tagged).
+        encoded = Encoded.made(masked, encode_value(masked) if redacted else typed)
     except (ValueError, TypeError, StorageError) as exc:
         return f"{what} is not storable: {exc}"
+    size = encoded.size
     if size > MAX_OUTPUT_BYTES:
         return f"{what} is too large to store: {size:,} bytes, more than {MAX_OUTPUT_BYTES:,}"
-    return Stored(masked, redacted)
+    return Stored(masked, redacted, encoded)
 
 
 #: An output whose strings and items add up to less than this is prepared on the event loop:

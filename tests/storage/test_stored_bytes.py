@@ -1,0 +1,117 @@
+"""What the journal stores is what the converter writes: an output carried as the bytes it
+was encoded to where it was made (``Observation.encoded``) gives the very bytes encoding it
+again would (E10), is let go once written (a second write encodes it again), and is ignored
+once the observation holds another output; an execution's head, taken straight from the
+record, is its unstructured form without the parts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import uuid
+from typing import Any
+
+import attrs
+import pytest
+
+from mainspring.storage import (
+    Encoded,
+    Execution,
+    Lease,
+    Observation,
+    Plan,
+    PlanStep,
+    encode_value,
+    unstructure,
+)
+from mainspring.storage._codec import canonical_json
+from mainspring.storage._journal import snapshot_changes
+from mainspring.storage._record_codec import execution_head, stored_observation
+
+OUTPUTS: list[Any] = [
+    None,
+    7,
+    "text",
+    {"b": 1, "a": [1, 2.5, None]},
+    (1, "two"),
+    {3, 1, 2},
+    frozenset({"x"}),
+    b"\x00bytes",
+    math.nan,
+    2**80,
+    {1: "int key"},
+    dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+    decimal.Decimal("1.50"),
+    uuid.UUID(int=5),
+]
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=repr)
+def test_E10_an_output_carried_as_bytes_is_stored_as_encoding_it_again_would(output: Any) -> None:
+    encoded = Encoded.made(output, encode_value(output))
+    carried = Observation(step_id="s", ok=True, output=output, encoded=encoded)
+    plain = Observation(step_id="s", ok=True, output=output)
+    assert canonical_json(stored_observation(carried)) == canonical_json(unstructure(plain))
+    assert encoded.data is None  # written once, then let go: the record holds the value only
+    assert canonical_json(stored_observation(carried)) == canonical_json(unstructure(plain))
+    assert unstructure(carried) == unstructure(plain)  # never part of the record
+    assert carried == plain  # nor compared
+
+
+def test_E10_bytes_made_for_another_object_are_not_used() -> None:
+    first = {"a": 1}
+    carried = Observation(step_id="s", ok=True, output=first, encoded=Encoded.made(first, first))
+    moved = attrs.evolve(carried, output={"a": 2})
+    assert moved.encoded is carried.encoded  # carried along by evolve ...
+    assert canonical_json(stored_observation(moved)) == canonical_json(unstructure(moved))
+
+
+def _old_head(execution: Execution) -> dict[str, Any]:
+    # The head as it was made before: a slimmed copy, unstructured, the parts taken out.
+    plan = execution.plan
+    slim = attrs.evolve(
+        execution,
+        plan=attrs.evolve(plan, steps=()) if plan is not None else None,
+        observations=(),
+        completed_steps=(),
+        agent_tasks=(),
+        checkpoints=(),
+        workers=(),
+        worker_tasks=(),
+        worker_trail=(),
+    )
+    head: dict[str, Any] = unstructure(slim)
+    for name in ("observations", "completed_steps", "agent_tasks", "checkpoints"):
+        head.pop(name, None)
+    for name in ("workers", "worker_tasks", "worker_trail"):
+        head.pop(name, None)
+    if head["plan"] is not None:
+        del head["plan"]["steps"]
+    return head
+
+
+def _executions() -> list[Execution]:
+    plan = Plan(id="p", goal="g", steps=(PlanStep(id="a", tool="t", input={"x": (1,)}),))
+    bare = Execution(id="e", goal="g", created_at=1.0, updated_at=2.0)
+    return [
+        bare,
+        attrs.evolve(
+            bare,
+            status="running",
+            plan=plan,
+            plan_version=1,
+            completed_steps=("a",),
+            observations=(Observation(step_id="a", ok=True, output=1),),
+            lease=Lease(owner="o", expires_at=3.0, epoch=2),
+            deadline_at=9.0,
+            workers=({"id": "w"},),
+            proof_digest="0" * 64,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("execution", _executions(), ids=["bare", "full"])
+def test_the_head_is_the_unstructured_record_without_its_parts(execution: Execution) -> None:
+    assert execution_head(execution) == _old_head(execution)
+    assert snapshot_changes(execution)[0] == ["head", _old_head(execution)]
