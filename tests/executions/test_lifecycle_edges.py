@@ -14,6 +14,7 @@ from tests.executions._kit import (
     Gate,
     agent,
     plan_of,
+    recorded_events,
     runtime,
     skill,
     statuses,
@@ -129,10 +130,17 @@ async def test_question_open_while_other_steps_run(tmp_path: Path) -> None:
         return await ctx.ask("?")
 
     plan = plan_of(agent("q", "a"), ms.PlanStep(id="g", tool="gate"), tool("after", "inc", "g"))
-    async with runtime(tmp_path, agents={"a": asker}, tools={"gate": gate}, **FAST) as rt:
+    async with (
+        runtime(tmp_path, agents={"a": asker}, tools={"gate": gate}, **FAST) as rt,
+        recorded_events(rt) as events,
+    ):
         with anyio.fail_after(30):
             h = await rt.start("goal", plan)
             await gate.entered.wait()
+            # The question is durable (its event follows the commit) before "g" may end:
+            # then "after" becomes ready while the question is open.
+            while not any(isinstance(e, ms.executions.AgentTaskWaiting) for e in events):
+                await anyio.lowlevel.checkpoint()
             gate.opened.set()
             r = await h.wait()
             assert r.status == "waiting_for_clarification"
