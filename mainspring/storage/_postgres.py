@@ -402,7 +402,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         """One write transaction, pipelined: BEGIN goes with the first query (which locks
         the rows and reads the server's clock and the transaction id), the writes of every
         commit in it go in one round trip, and the history entries, the notices and COMMIT
-        in one more."""
+        in one more: the Sync sent as the pipeline is left, which reads every answer."""
         with self._lock, self._connections.writing() as conn:
             self._holder = threading.get_ident()
             self._conn = conn
@@ -424,9 +424,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                     self._finish(conn)
                     committing = True
                     conn.execute("COMMIT")
-                    pipeline.sync()
-                    if self._deferred is not None:
-                        self._took_locks(self._deferred.fetchone())
+                    # No Sync of our own here: leaving the pipeline sends one and reads
+                    # every answer, COMMIT's included (a second Sync would cost a second
+                    # round trip per transaction).
+                if self._deferred is not None:
+                    self._took_locks(self._deferred.fetchone())
             except BaseException as exc:
                 self._forget()  # nothing of this transaction is remembered
                 if self._deferred is not None and self._txid is None:
