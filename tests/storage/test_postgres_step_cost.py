@@ -71,9 +71,10 @@ def _syncs_and_statements(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 def test_a_cached_run_commit_waits_for_the_server_once(
     store: ms.storage.PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ten commits of a live run whose row this host wrote last: each sends BEGIN, its row
-    lock and a Sync not waited for (L6), then its writes, history and COMMIT, and waits once,
-    as it leaves its pipeline: one round trip, two Syncs, nothing read before it writes."""
+    """Ten commits of a live run whose row this host wrote last, each with a step's
+    observation: each sends BEGIN, its row lock and a Sync not waited for (L6), then its
+    header and part row in one statement, its history and COMMIT, and waits once, as it
+    leaves its pipeline: one round trip, two Syncs, nothing read before it writes."""
     assert store.create(ms.storage.Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0))
     assert store.acquire("ex-1", OWNER, 60.0).acquired
     live = store.get("ex-1")
@@ -82,16 +83,19 @@ def test_a_cached_run_commit_waits_for_the_server_once(
     assert store.commit_many([(live, OWNER)]) == (ms.storage.CommitOutcome.OK,)
     counts = _syncs_and_statements(monkeypatch)
     for n in range(1, 11):
-        live = attrs.evolve(live, calls_used=n)
+        seen = ms.storage.Observation(step_id=f"s{n}", ok=True, output=n)
+        live = attrs.evolve(live, calls_used=n, observations=(*live.observations, seen))
         assert store.commit_many([(live, OWNER)]) == (ms.storage.CommitOutcome.OK,)
     assert counts["waited"] == 10
     assert counts["sent"] == 20
-    # BEGIN, the row lock, the header, COMMIT (a change of calls_used adds no history).
+    # BEGIN, the row lock, the header with its part row (one statement: two before), COMMIT
+    # (an observation adds no history entry).
     assert counts["statements"] == 40
     monkeypatch.undo()
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 10
+    assert [seen.output for seen in stored.observations] == list(range(1, 11))
 
 
 def _counted_notifies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
