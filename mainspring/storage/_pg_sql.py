@@ -123,6 +123,10 @@ class Statements:
         )
 
 
+#: The most rows one INSERT of a reset or a task's group writes (4 parameters each).
+INSERT_ROWS = 1_000
+
+
 @attrs.define
 class Rows:
     """What one commit writes besides its header: the head and checkpoint window it
@@ -219,14 +223,22 @@ def rows_for(
                     )
                 )
                 start, entries = change[3], change[4]
+            values: list[Any] = []
             for offset, (key, value) in enumerate(entries):
                 body = dumps(value)
                 rows.written += len(body)
+                values.extend((execution_id, key, start + offset, body))
+            # Many rows a statement (a plan's steps as it is created): a statement costs
+            # the client and the server more than a row does. Bounded: the server takes at
+            # most 65,535 parameters a statement.
+            for first in range(0, len(values), 4 * INSERT_ROWS):
+                chunk = values[first : first + 4 * INSERT_ROWS]
+                placeholders = ", ".join(["(%s, %s, %s, %s)"] * (len(chunk) // 4))
                 rows.statements.append(
                     (
                         f"INSERT INTO {s}.{table} (execution_id, key, pos, body) "
-                        "VALUES (%s, %s, %s, %s)",
-                        (execution_id, key, start + offset, body),
+                        f"VALUES {placeholders}",
+                        tuple(chunk),
                     )
                 )
         elif op == "ckpts" and rows.window is None:
