@@ -160,12 +160,9 @@ def unstructure(record: Any) -> Any:
 def dumps_checked(raw: Any) -> bytes:
     """Canonical JSON of plain data, refusing NaN and infinity with the path of the first
     (orjson would write ``null``: the value could never be read back)."""
-    data = canonical_json(raw)
-    # orjson writes a non-finite float as null: JSON without a null holds none, and is not
-    # walked again (a commit encodes several values; the walk cost as much as the encode).
-    if b"null" in data and _has_non_finite(raw):
+    if _has_non_finite(raw):
         _check_finite(raw, "")
-    return data
+    return canonical_json(raw)
 
 
 def encode(record: Any) -> bytes:
