@@ -248,7 +248,9 @@ def quiet_pipeline(conn: Any) -> Iterator[Any]:
     first error) and logs what that raises ("error ignored terminating <psycopg.Pipeline
     ...>: pipeline aborted"), a line on stderr for an application that configured no
     logging, for an ordinary outcome such as a stamp guard's miss (O1). A block that ends
-    well leaves the pipeline as psycopg does, its errors raised."""
+    well leaves the pipeline as psycopg does, its errors raised: leaving sends a Sync and
+    reads every answer still owed (the block's last round trip), the server's first refusal
+    raised as it is."""
     failure: BaseException | None = None
     try:
         with conn.pipeline() as pipeline:

@@ -18,7 +18,15 @@ from ._errors import RecordError, TooLarge
 from ._journal import Change
 from ._pg_schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
 
-__all__ = ["Rows", "Statements", "loads_row", "rows_for", "size_expr", "tables_of"]
+__all__ = [
+    "Rows",
+    "Statements",
+    "loads_row",
+    "rows_for",
+    "size_expr",
+    "tables_of",
+    "with_puts",
+]
 
 
 def loads_row(body: Any, kind: str, max_bytes: int) -> Any:
@@ -115,15 +123,49 @@ class Statements:
         )
 
 
+#: The most rows one INSERT of a reset or a task's group writes (4 parameters each).
+INSERT_ROWS = 1_000
+
+
 @attrs.define
 class Rows:
     """What one commit writes besides its header: the head and checkpoint window it
-    stores, the part statements in order, and the bytes of the part rows."""
+    stores, the part statements in order, and the bytes of the part rows. ``puts`` are the
+    upserts among the statements (table -> key -> position and body), and ``others`` counts
+    the rest (deletes, inserts after a delete): a commit of upserts alone, each row once,
+    can write them in its header's statement (see :func:`with_puts`)."""
 
     head: bytes | None = None
     window: Any = None
     statements: list[tuple[str, Any]] = attrs.field(factory=list)
     written: int = 0
+    puts: dict[str, dict[str, tuple[int, bytes]]] = attrs.field(factory=dict)
+    others: int = 0
+
+    @property
+    def only_puts(self) -> bool:
+        """Whether every part statement is an upsert of a row no other one writes."""
+        return self.others == 0 and sum(map(len, self.puts.values())) == len(self.statements)
+
+
+def with_puts(
+    header: str, execution_id: str, puts: dict[str, dict[str, tuple[int, bytes]]], s: str
+) -> tuple[str, list[Any]]:
+    """The data-modifying CTEs that write ``puts`` (see :class:`Rows`) in the statement of
+    the header's write, after its own ``header`` CTE, and their arguments: a commit's rows
+    in one statement, not one each (each costs the client and the server a statement's
+    work; every CTE of a statement runs to completion, or the statement fails whole)."""
+    parts: list[str] = []
+    args: list[Any] = []
+    for n, (table, rows) in enumerate(puts.items()):
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+        parts.append(
+            f"p{n} AS (INSERT INTO {s}.{table} (execution_id, key, pos, body) VALUES {values} "
+            "ON CONFLICT (execution_id, key) DO UPDATE SET body = excluded.body)"
+        )
+        for key, (pos, body) in rows.items():
+            args.extend((execution_id, key, pos, body))
+    return f"WITH header AS ({header} RETURNING 1), {', '.join(parts)}", args
 
 
 def rows_for(
@@ -145,6 +187,7 @@ def rows_for(
             _, part, key, pos, value = change
             body = dumps(value)
             rows.written += len(body)
+            rows.puts.setdefault(TABLES[part], {})[key] = (pos, body)
             rows.statements.append(
                 (
                     f"INSERT INTO {s}.{TABLES[part]} (execution_id, key, pos, body) "
@@ -154,6 +197,7 @@ def rows_for(
                 )
             )
         elif op == "drop":  # the oldest of the trail: one row each (storage._journal)
+            rows.others += len(change[2])
             rows.statements.extend(
                 (
                     f"DELETE FROM {s}.{TABLES[change[1]]} WHERE execution_id = %s AND key = %s",
@@ -163,6 +207,7 @@ def rows_for(
             )
         elif op in ("reset", "group"):
             table = TABLES[change[1]]
+            rows.others += 1
             if op == "reset":
                 rows.statements.append(
                     (f"DELETE FROM {s}.{table} WHERE execution_id = %s", (execution_id,))
@@ -178,14 +223,22 @@ def rows_for(
                     )
                 )
                 start, entries = change[3], change[4]
+            values: list[Any] = []
             for offset, (key, value) in enumerate(entries):
                 body = dumps(value)
                 rows.written += len(body)
+                values.extend((execution_id, key, start + offset, body))
+            # Many rows a statement (a plan's steps as it is created): a statement costs
+            # the client and the server more than a row does. Bounded: the server takes at
+            # most 65,535 parameters a statement.
+            for first in range(0, len(values), 4 * INSERT_ROWS):
+                chunk = values[first : first + 4 * INSERT_ROWS]
+                placeholders = ", ".join(["(%s, %s, %s, %s)"] * (len(chunk) // 4))
                 rows.statements.append(
                     (
                         f"INSERT INTO {s}.{table} (execution_id, key, pos, body) "
-                        "VALUES (%s, %s, %s, %s)",
-                        (execution_id, key, start + offset, body),
+                        f"VALUES {placeholders}",
+                        tuple(chunk),
                     )
                 )
         elif op == "ckpts" and rows.window is None:

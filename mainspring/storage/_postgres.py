@@ -90,7 +90,7 @@ from ._pg_retry import (
     retry_loop,
 )
 from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
-from ._pg_sql import Statements, loads_row, rows_for, size_expr
+from ._pg_sql import Statements, loads_row, rows_for, size_expr, with_puts
 from ._records import EXECUTION_TERMINAL, Execution, Lease
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
@@ -402,7 +402,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         """One write transaction, pipelined: BEGIN goes with the first query (which locks
         the rows and reads the server's clock and the transaction id), the writes of every
         commit in it go in one round trip, and the history entries, the notices and COMMIT
-        in one more."""
+        in one more: the Sync sent as the pipeline is left, which reads every answer."""
         with self._lock, self._connections.writing() as conn:
             self._holder = threading.get_ident()
             self._conn = conn
@@ -424,9 +424,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                     self._finish(conn)
                     committing = True
                     conn.execute("COMMIT")
-                    pipeline.sync()
-                    if self._deferred is not None:
-                        self._took_locks(self._deferred.fetchone())
+                    # No Sync of our own here: leaving the pipeline sends one and reads
+                    # every answer, COMMIT's included (a second Sync would cost a second
+                    # round trip per transaction).
+                if self._deferred is not None:
+                    self._took_locks(self._deferred.fetchone())
             except BaseException as exc:
                 self._forget()  # nothing of this transaction is remembered
                 if self._deferred is not None and self._txid is None:
@@ -697,21 +699,23 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         if careful:  # X2: measured as written, inside a savepoint, before it is kept
             conn.execute("SAVEPOINT bound")
         check = f"SELECT {s}.written(count(*)) FROM header"
+        # A commit of upserts alone (a run's step: its plan step, observation, completed
+        # id) writes them in its header's statement: one statement, not one per row.
+        merged = not careful and rows.only_puts and bool(statements)
         if base is None:
-            conn.execute(
-                f"WITH header AS (INSERT INTO {s}.executions (seq, stamp, status, updated_at, "
+            sql = (
+                f"INSERT INTO {s}.executions (seq, stamp, status, updated_at, "
                 "lease_owner, lease_epoch, lease_expires, head, checkpoints, id) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING "
-                f"RETURNING 1) {check}",
-                (*header, execution_id),
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
             )
+            args: tuple[Any, ...] = (*header, execution_id)
         else:
             sql = (
                 f"UPDATE {s}.executions SET seq = %s, stamp = %s, status = %s, "
                 "updated_at = %s, lease_owner = %s, lease_epoch = %s, lease_expires = %s, "
                 "head = %s, checkpoints = %s WHERE id = %s AND seq = %s"
             )
-            args: tuple[Any, ...] = (*header, execution_id, base.seq)
+            args = (*header, execution_id, base.seq)
             guard = self._guards.get(execution_id)
             if guard is not None and execution_id not in self._wrote:
                 # Sent without waiting for the row lock: the row must still be the cached
@@ -728,9 +732,13 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 )
                 now = self._test_clock() if self._test_clock is not None else None
                 args = (*args, fence[0], fence[1], now)
+        if merged:
+            start, puts = with_puts(sql, execution_id, rows.puts, s)
+            conn.execute(f"{start} {check}", (*args, *puts))
+        else:
             conn.execute(f"WITH header AS ({sql} RETURNING 1) {check}", args)
-        for statement, arguments in statements:
-            conn.execute(statement, arguments)
+            for statement, arguments in statements:
+                conn.execute(statement, arguments)
         if careful:
             self._pipeline.sync()
             exact = self._exact_size(execution_id)

@@ -107,8 +107,8 @@ def test_a_session_ended_between_two_writes_runs_the_batch_again_whole(
 @contextlib.contextmanager
 def _commit_answer_lost(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The next memory batch's COMMIT reaches the server, then its session ends before the
-    answer is read."""
-    sync = psycopg.Pipeline.sync
+    answer is read (the answer comes with the Sync that leaving the pipeline sends)."""
+    leave = psycopg.Pipeline.__exit__
     committing = [False]
     execute = psycopg.Connection.execute
 
@@ -117,8 +117,8 @@ def _commit_answer_lost(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -
             committing[0] = True
         return execute(self, query, *args, **kwargs)
 
-    def losing(self: Any) -> None:
-        sync(self)
+    def losing(self: Any, *args: Any) -> None:
+        leave(self, *args)
         if committing[0]:
             committing[0] = False
             _terminate(store._conn.info.backend_pid)
@@ -126,7 +126,7 @@ def _commit_answer_lost(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -
 
     with monkeypatch.context() as patch:
         patch.setattr(psycopg.Connection, "execute", noting)
-        patch.setattr(psycopg.Pipeline, "sync", losing)
+        patch.setattr(psycopg.Pipeline, "__exit__", losing)
         yield
 
 

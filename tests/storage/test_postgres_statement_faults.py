@@ -18,7 +18,8 @@ __all__ = ["postgres_url"]  # a fixture
 
 OWNER = "host-a:1:x"
 #: How each statement of a commit begins (BEGIN, the row locks, the header, a part row,
-#: the history entries, COMMIT).
+#: the history entries, COMMIT). A commit of upserts alone writes its part rows in its
+#: header's statement: "INSERT INTO" refuses that statement then (see ``_refusing``).
 STATEMENTS = [
     "BEGIN",
     "WITH locked",
@@ -44,7 +45,9 @@ def _refusing(monkeypatch: pytest.MonkeyPatch, prefix: str, times: int) -> list[
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = query if isinstance(query, str) else ""
-        if text.lstrip().startswith(prefix) and (times < 0 or made[0] < times):
+        writes_a_part = prefix == "INSERT INTO" and text.startswith("WITH header")
+        refused = text.lstrip().startswith(prefix) or (writes_a_part and prefix in text)
+        if refused and (times < 0 or made[0] < times):
             made[0] += 1
             raise psycopg.errors.DiskFull("could not extend file: No space left on device")
         return original(self, query, *args, **kwargs)

@@ -166,15 +166,21 @@ def test_a_row_whose_lease_columns_contradict_its_record_is_refused_not_retried_
 
 
 def _count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Round trips to the server from now on: pipeline syncs, and statements sent outside
-    a pipeline (each waits for its answer)."""
+    """Round trips to the server from now on: pipeline syncs, pipelines left (psycopg sends
+    a Sync then and waits for its answer), and statements sent outside a pipeline (each
+    waits for its answer)."""
     trips = [0]
     sync = psycopg.Pipeline.sync
+    leave = psycopg.Pipeline.__exit__
     execute = psycopg.Connection.execute
 
     def counted_sync(self: psycopg.Pipeline) -> None:
         trips[0] += 1
         sync(self)
+
+    def counted_leave(self: psycopg.Pipeline, *args: Any) -> None:
+        trips[0] += 1
+        leave(self, *args)
 
     def counted_execute(
         self: psycopg.Connection[object], *args: object, **kwargs: object
@@ -184,6 +190,7 @@ def _count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return execute(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
+    monkeypatch.setattr(psycopg.Pipeline, "__exit__", counted_leave)
     monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
     return trips
 
