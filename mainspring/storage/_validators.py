@@ -6,9 +6,10 @@ and inner steps, a plan's step ids) check only what changed since the last recor
 
 from __future__ import annotations
 
+import itertools
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -17,6 +18,7 @@ from ._append_only import AppendOnly, AppendOnlyList
 from ._errors import InvalidId
 from ._ids import check_id, check_relative_path
 from ._values import encode_value
+from ._vector import Vector
 
 MAX_COUNTER = 1_000_000
 MAX_TOUCHED_PATHS = 200
@@ -34,6 +36,9 @@ def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> 
         _id(instance, attribute, value)
 
 
+_ID_CHECK = "ids"  # a Vector whose items are ids (X1)
+_UNIQUE_STEPS = "unique step ids"  # a Vector of plan steps whose ids are unique (P1)
+
 #: Per field, the last tuple of ids found valid. Records are rebuilt on every commit with
 #: the same ids plus a few appended (completed steps, inner steps): only what was appended
 #: is checked then, so building a record does not cost the length of the run.
@@ -44,6 +49,21 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # The shortcuts compare with ``==``: a ``str`` subclass equal to a checked id passes as
     # that id. Code in this process can do worse than that; what X1 guards, a stored id
     # reaching a path or a query, is checked again there (``check_id``).
+    if type(value) is Vector:
+        # A run's completed steps: a version made from one whose ids were checked needs
+        # only what it replaced and appended checked (X1), whatever other runs checked.
+        if value.passed(_ID_CHECK):
+            return
+        delta = value.delta() if value.passed_before(_ID_CHECK) else None
+        if delta is None:
+            fresh: Any = value
+        else:
+            replaced, start = delta
+            fresh = itertools.chain((value[index] for index, _ in replaced), value[start:])
+        for item in fresh:
+            _id(instance, attribute, item)
+        value.mark_passed(_ID_CHECK)
+        return
     if type(value) is AppendOnly:
         # An agent's inner steps grow by appending to one shared list: only the items no
         # view of that list was checked for yet are checked (X1), whatever ran between.
@@ -118,8 +138,19 @@ def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 checked_steps: list[tuple[Any, ...]] = [()]
 
 
-def same_step_ids(steps: tuple[Any, ...]) -> bool:
-    """True if ``steps`` has the ids of the last steps found unique, in the same places."""
+def same_step_ids(steps: Sequence[Any]) -> bool:
+    """True if ``steps`` has the ids of the last steps found unique, in the same places
+    (for a :class:`Vector`: of the version it was made from, found by what it replaced)."""
+    if type(steps) is Vector:
+        if steps.passed(_UNIQUE_STEPS):
+            return True
+        delta = steps.delta()
+        if delta is None or not steps.passed_before(_UNIQUE_STEPS) or delta[1] != len(steps):
+            return False  # nothing known of it, or steps appended: checked whole
+        if all(getattr(steps[i], "id", None) == old.id for i, old in delta[0]):
+            steps.mark_passed(_UNIQUE_STEPS)
+            return True
+        return False
     last = checked_steps[0]
     if steps is last:
         return True
@@ -131,6 +162,15 @@ def same_step_ids(steps: tuple[Any, ...]) -> bool:
         checked_steps[0] = steps
         return True
     return False
+
+
+def steps_unique(steps: Sequence[Any]) -> None:
+    """``steps`` were found to have unique ids: a plan rebuilt from them (or, for a
+    :class:`Vector`, from a version made from them) compares only what changed."""
+    if type(steps) is Vector:
+        steps.mark_passed(_UNIQUE_STEPS)
+    elif type(steps) is tuple:
+        checked_steps[0] = steps
 
 
 def _differing(
