@@ -398,4 +398,3 @@ class Vector(Sequence[T], Generic[T]):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Vector[T]:
         return type(self)(copy.deepcopy(self._tuple(), memo))
-
