@@ -31,6 +31,8 @@ from mainspring.storage._codec import canonical_json
 from mainspring.storage._journal_keys import _grown
 
 items = st.integers(-3, 3) | st.text(max_size=2)
+
+
 #: A history of versions: each made from one of the versions before it (the newest,
 #: mostly), with some positions replaced and some items appended. Lengths cross the trees'
 #: 32-wide leaves and nodes.
@@ -172,7 +174,7 @@ def test_an_older_version_keeps_its_items_when_a_newer_one_is_made() -> None:
     first = Vector(range(100))
     second = first.updated({5: "five", 99: "last"}, ["more"])
     assert tuple(first) == tuple(range(100))
-    assert second[5] == "five" and second[99] == "last" and second[100] == "more"
+    assert (second[5], second[99], second[100]) == ("five", "last", "more")
     assert second.changed_since(first) == [5, 99]
     assert first.changed_since(second) is None  # shorter: not a later version
 
