@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 import attrs
 
@@ -42,44 +42,47 @@ from .._workers.board import WorkerBoard
 from .messages import RunConfig, Running, StopTask
 from .results import ExecutionResult, masked_inputs, redact_plan
 
-__all__ = ["Observations", "RunState"]
+__all__ = ["Recorded", "RunState"]
+
+V = TypeVar("V")
 
 
-class Observations(dict[str, Observation]):
-    """The run's observations by step id, in the order they were first set, and the same as
-    a persistent sequence (:meth:`as_stored`: the record's ``observations``): setting one
-    replaces it in place or appends it, so a snapshot costs what was set since the last
-    one. Observations are only ever set (never removed), as a run records its steps."""
+class Recorded(dict[str, V]):
+    """A dict of what the record holds as a sequence in the order keys were first set (the
+    observations by step id, the raw agent tasks by task id), and that sequence as the
+    record stores it (:meth:`as_stored`: a :class:`Vector`): setting a key replaces its item
+    in place or appends it, so a snapshot costs what was set since the last one. Items are
+    only ever set (never removed), as a run records its steps and tasks."""
 
-    def __init__(self, observations: Iterable[Observation] = ()) -> None:
-        super().__init__((obs.step_id, obs) for obs in observations)
-        self._stored: Vector[Observation] = Vector(self.values())
-        self._position = {step_id: index for index, step_id in enumerate(self)}
-        self._replaced: dict[int, Observation] = {}  # set since the last version
-        self._appended: list[Observation] = []
+    def __init__(self, items: Iterable[tuple[str, V]] = ()) -> None:
+        super().__init__(items)
+        self._stored: Vector[V] = Vector(self.values())
+        self._position = {key: index for index, key in enumerate(self)}
+        self._replaced: dict[int, V] = {}  # set since the last version
+        self._appended: list[V] = []
 
-    def __setitem__(self, step_id: str, obs: Observation) -> None:
-        super().__setitem__(step_id, obs)
-        position = self._position.get(step_id)
+    def __setitem__(self, key: str, item: V) -> None:
+        super().__setitem__(key, item)
+        position = self._position.get(key)
         if position is None:
-            self._position[step_id] = len(self._position)
-            self._appended.append(obs)
+            self._position[key] = len(self._position)
+            self._appended.append(item)
         elif position < len(self._stored):
-            self._replaced[position] = obs
+            self._replaced[position] = item
         else:
-            self._appended[position - len(self._stored)] = obs
+            self._appended[position - len(self._stored)] = item
 
-    def as_stored(self) -> tuple[Observation, ...]:
-        """The observations as the record holds them: the last version with what was set
-        since (typed as the tuple it stands for)."""
+    def as_stored(self) -> tuple[V, ...]:
+        """The items as the record holds them: the last version with what was set since
+        (typed as the tuple it stands for)."""
         if self._replaced or self._appended:
             self._stored = self._stored.updated(self._replaced, self._appended)
             self._replaced = {}
             self._appended = []
-        return cast(tuple[Observation, ...], cast(Any, self._stored))
+        return cast(tuple[V, ...], cast(Any, self._stored))
 
     def _only_set(self, *_: Any, **__: Any) -> NoReturn:
-        raise TypeError("observations are only set, one by one")
+        raise TypeError("a recorded item is only set, one by one")
 
     __delitem__ = pop = popitem = clear = update = setdefault = _only_set
 
@@ -92,9 +95,9 @@ class RunState:
     # The record as loaded, set by load (from __init__, and again on every reload).
     plan: Plan | None
     sched: Schedule
-    obs: Observations
+    obs: Recorded[Observation]
     tasks: dict[str, AgentTaskRecord]
-    raw: dict[str, dict[str, Any]]  # each parsed task as it is written back
+    raw: Recorded[dict[str, Any]]  # each parsed task as it is written back
     raw_of: dict[str, AgentTaskRecord]  # the task each of our raw records was made from
     unparsed: list[dict[str, Any]]
     charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
@@ -140,9 +143,9 @@ class RunState:
             {step.id: step.status for step in record.plan.steps} if record.plan else {},
             record.completed_steps,  # in the order they completed
         )
-        self.obs = Observations(record.observations)
+        self.obs = Recorded((obs.step_id, obs) for obs in record.observations)
         self.tasks = {}
-        self.raw = {}
+        parsed: list[tuple[str, dict[str, Any]]] = []
         self.raw_of = {}  # none yet: a raw record read from disk is not reused as a base
         self.unparsed = []  # kept as they are, never dropped (E7)
         for raw in record.agent_tasks:
@@ -151,7 +154,8 @@ class RunState:
                 self.unparsed.append(raw)
                 continue
             self.tasks[task.id] = task
-            self.raw[task.id] = raw
+            parsed.append((task.id, raw))
+        self.raw = Recorded(parsed)
         self.charged = {task.id: task.calls_used for task in self.tasks.values()}
         self.charged_usage = {task.id: task.usage for task in self.tasks.values()}
         self.claim_finished()
@@ -290,7 +294,10 @@ class RunState:
             # Kept as steps complete, in the order they did: never rebuilt from the plan.
             completed_steps=self.sched.completed_steps() if plan is not None else (),
             observations=self.obs.as_stored(),
-            agent_tasks=(*self.raw.values(), *self.unparsed),
+            # Kept as they are, after ours (E7): then a tuple, once in a while.
+            agent_tasks=(*self.raw.values(), *self.unparsed)
+            if self.unparsed
+            else self.raw.as_stored(),
             updated_at=time.time(),
             **changes,
         )
