@@ -6,7 +6,6 @@ and inner steps, a plan's step ids) check only what changed since the last recor
 
 from __future__ import annotations
 
-import itertools
 import math
 import typing
 from collections.abc import Callable, Sequence
@@ -52,17 +51,11 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is Vector:
         # A run's completed steps: a version made from one whose ids were checked needs
         # only what it replaced and appended checked (X1), whatever other runs checked.
-        if value.passed(_ID_CHECK):
-            return
-        delta = value.delta() if value.passed_before(_ID_CHECK) else None
-        if delta is None:
-            fresh: Any = value
-        else:
-            replaced, start = delta
-            fresh = itertools.chain((value[index] for index, _ in replaced), value[start:])
-        for item in fresh:
-            _id(instance, attribute, item)
-        value.mark_passed(_ID_CHECK)
+        fresh = value.unchecked(_ID_CHECK)
+        if fresh is not None:
+            for item in fresh:
+                _id(instance, attribute, item)
+            value.mark_passed(_ID_CHECK)
         return
     if type(value) is AppendOnly:
         # An agent's inner steps grow by appending to one shared list: only the items no

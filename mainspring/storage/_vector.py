@@ -74,33 +74,15 @@ class Vector(Sequence[T], Generic[T]):
     _hash: int | None
 
     def __init__(self, items: Iterable[T] = ()) -> None:
-        self._set(None, 0, (), 0)
-        grown = self._grow(list(items))
-        self._set(grown._root, grown._shift, grown._tail, grown._len)
+        grown = _version(Vector, None, 0, (), 0, None, _EMPTY_CHECKS)._grow(list(items))
+        self._root = grown._root
+        self._shift = grown._shift
+        self._tail = grown._tail
+        self._len = grown._len
         self._delta = None
         self._from = _EMPTY_CHECKS
-
-    def _set(self, root: tuple[Any, ...] | None, shift: int, tail: tuple[Any, ...], n: int) -> None:
-        self._root = root
-        self._shift = shift
-        self._tail = tail
-        self._len = n
         self._passed = set()
         self._hash = None
-
-    @classmethod
-    def _make(
-        cls, root: tuple[Any, ...] | None, shift: int, tail: tuple[Any, ...], n: int
-    ) -> Vector[T]:
-        made: Vector[T] = cls.__new__(cls)
-        made._set(root, shift, tail, n)
-        made._delta = None
-        made._from = _EMPTY_CHECKS
-        return made
-
-    @property
-    def _tail_start(self) -> int:
-        return self._len - len(self._tail)
 
     # -- new versions ---------------------------------------------------------------------
 
@@ -114,7 +96,7 @@ class Vector(Sequence[T], Generic[T]):
         start = n - len(tail)
         before: list[tuple[int, Any]] = []
         tail_items: list[Any] | None = None
-        for index, item in sorted((replaced or {}).items()):
+        for index, item in sorted(replaced.items()) if replaced else ():
             if not 0 <= index < n:
                 raise IndexError(f"position {index} is not within a sequence of {n}")
             if index >= start:
@@ -127,13 +109,20 @@ class Vector(Sequence[T], Generic[T]):
                 root = self._assoc(root, shift, index, item)
         if tail_items is not None:
             tail = tuple(tail_items)
-        made = self._make(root, shift, tail, n)._grow(list(appended))
+        made = _version(type(self), root, shift, tail, n, None, _EMPTY_CHECKS)
+        made = made._grow(appended if type(appended) is list else list(appended))
         made._delta = (tuple(before), n)
         made._from = self._passed
         return made
 
     def appended(self, item: T) -> Vector[T]:
         """This sequence with ``item`` after it (see :meth:`updated`)."""
+        tail = self._tail
+        n = self._len
+        if len(tail) < _WIDTH:  # the common case: room in the tail, nothing else copied
+            return _version(
+                type(self), self._root, self._shift, (*tail, item), n + 1, ((), n), self._passed
+            )
         return self.updated(None, (item,))
 
     def replaced(self, index: int, item: T) -> Vector[T]:
@@ -155,7 +144,7 @@ class Vector(Sequence[T], Generic[T]):
             tail = tuple(new[at : at + _WIDTH])
             at += _WIDTH
             n += len(tail)
-        return self._make(root, shift, tail, n)
+        return _version(type(self), root, shift, tail, n, None, _EMPTY_CHECKS)
 
     @staticmethod
     def _push(
@@ -251,6 +240,21 @@ class Vector(Sequence[T], Generic[T]):
             changed.extend(old_start + i for i in differing)
         return changed
 
+    def unchecked(self, check: str) -> Iterable[T] | None:
+        """The items ``check`` must still look at: None if this version passed it, only
+        those :meth:`delta` names if the version it was made from did, else all of them.
+        (Mark it passed once they pass: :meth:`mark_passed`.)"""
+        if check in self._passed:
+            return None
+        delta = self._delta
+        if delta is None or check not in self._from:
+            return self
+        replaced, start = delta
+        fresh = self[start:] if start < self._len else ()
+        if not replaced:
+            return fresh
+        return itertools.chain((self[index] for index, _ in replaced), fresh)
+
     def delta(self) -> tuple[tuple[tuple[int, Any], ...], int] | None:
         """What this version changed since the one it was made from: each position
         replaced with the item it held there, and where the appended items start; None for
@@ -288,11 +292,21 @@ class Vector(Sequence[T], Generic[T]):
                 return tuple(itertools.islice(self._from_position(start), stop - start))
             return tuple(self[i] for i in range(start, stop, step))
         position = index.__index__()
+        n = self._len
         if position < 0:
-            position += self._len
-        if not 0 <= position < self._len:
+            position += n
+        if not 0 <= position < n:
             raise IndexError("tuple index out of range")
-        return cast(T, self._leaf(position)[position & _MASK])
+        tail = self._tail
+        start = n - len(tail)
+        if position >= start:
+            return tail[position - start]  # type: ignore[no-any-return]
+        node: Any = self._root
+        level = self._shift
+        while level > 0:
+            node = node[(position >> level) & _MASK]
+            level -= _BITS
+        return node[position & _MASK]  # type: ignore[no-any-return]
 
     def _leaves(self) -> Iterator[tuple[Any, ...]]:
         """The tree's leaves in order, then the tail."""
@@ -398,3 +412,25 @@ class Vector(Sequence[T], Generic[T]):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Vector[T]:
         return type(self)(copy.deepcopy(self._tuple(), memo))
+
+
+def _version(
+    cls: type[Vector[Any]],
+    root: tuple[Any, ...] | None,
+    shift: int,
+    tail: tuple[Any, ...],
+    n: int,
+    delta: tuple[tuple[tuple[int, Any], ...], int] | None,
+    checks: set[str] | frozenset[str],
+) -> Vector[Any]:
+    """A version with these nodes (what :class:`Vector`'s methods make)."""
+    made: Vector[Any] = object.__new__(cls)
+    made._root = root
+    made._shift = shift
+    made._tail = tail
+    made._len = n
+    made._delta = delta
+    made._from = checks
+    made._passed = set()
+    made._hash = None
+    return made

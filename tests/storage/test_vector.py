@@ -188,6 +188,13 @@ def test_checks_passed_carry_to_the_next_version_only_as_what_it_changed() -> No
     assert second.passed_before("x")  # ...and passed it since: it counts
     assert not second.passed("x")
     assert second.delta() == ((), 2)
+    assert list(second.unchecked("x")) == ["c"]  # only what it appended
+    assert list(second.unchecked("y")) == ["a", "b", "c"]  # its source never passed "y"
+    third = second.updated({0: "A"}, ["d"])
+    second.mark_passed("x")
+    assert list(third.unchecked("x")) == ["A", "d"]  # what it replaced and appended
+    third.mark_passed("x")
+    assert third.unchecked("x") is None
 
 
 # -- the records that hold them ----------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
@@ -170,9 +170,10 @@ class Schedule:
         an unchanged set is the very same object (E6 compares it with the last
         checkpoint's); one more completed step is the last version with it appended, not a
         copy. Built whole only at first and after a step stopped being succeeded."""
-        if self._completed_steps is None:
-            self._completed_steps = Vector(self.completed)
-        return cast(tuple[str, ...], cast(Any, self._completed_steps))
+        held: Any = self._completed_steps
+        if held is None:
+            held = self._completed_steps = Vector(self.completed)
+        return held  # type: ignore[no-any-return]
 
     def count(self, *states: StepStatus) -> int:
         return sum(1 for state in self.status.values() if state in states)

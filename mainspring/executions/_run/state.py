@@ -75,11 +75,21 @@ class Recorded(dict[str, V]):
     def as_stored(self) -> tuple[V, ...]:
         """The items as the record holds them: the last version with what was set since
         (typed as the tuple it stands for)."""
-        if self._replaced or self._appended:
+        if self._replaced:
             self._stored = self._stored.updated(self._replaced, self._appended)
             self._replaced = {}
             self._appended = []
-        return cast(tuple[V, ...], cast(Any, self._stored))
+        elif self._appended:
+            appended = self._appended
+            stored = self._stored
+            self._stored = (
+                stored.appended(appended[0])
+                if len(appended) == 1
+                else stored.updated(None, appended)
+            )
+            self._appended = []
+        held: Any = self._stored
+        return held  # type: ignore[no-any-return]
 
     def _only_set(self, *_: Any, **__: Any) -> NoReturn:
         raise TypeError("a recorded item is only set, one by one")
