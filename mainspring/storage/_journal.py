@@ -380,6 +380,8 @@ class _Diff:
         old_raws: Sequence[Any] = old.agent_tasks
         new_raws: Sequence[Any] = new.agent_tasks
         replaced: list[int] | None = None
+        if old_raws is new_raws:
+            return
         if type(old_raws) is Vector and type(new_raws) is Vector:
             # Versions of the run's tasks: only those the nodes they do not share hold are
             # looked at, so a save costs its task, not every task of the run.
