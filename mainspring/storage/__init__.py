@@ -193,6 +193,7 @@ from ._v1 import read_v1 as read_v1
 from ._values import Encoded as Encoded
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
+from ._vector import Vector as Vector
 from ._workers import ACTIVE_WORKER as ACTIVE_WORKER
 from ._workers import LEASE_DEFAULT as LEASE_DEFAULT
 from ._workers import LEASE_MAX as LEASE_MAX
@@ -300,6 +301,7 @@ __all__ = [
     "Unfinished",
     "Usage",
     "UsageEpoch",
+    "Vector",
     "WorkerFailure",
     "WorkerRecord",
     "WorkerStatus",

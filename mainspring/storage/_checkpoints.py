@@ -27,6 +27,7 @@ from ._errors import TooLarge
 from ._ids import MAX_PATH
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import AbsentDimension, Checkpoint, Plan
+from ._vector import Vector
 
 __all__ = [
     "Reconciliation",
@@ -242,7 +243,11 @@ def capture_checkpoint(
         file_hashes=files,
         config_hash=sha256_hex(config) if config is not None else None,
         skill_versions=dict(skills) if skills is not None else None,
-        completed_steps=tuple(completed_steps),
+        # A run's completed steps (a Vector) are kept as they are: the checkpoint then
+        # refers to the execution's own, stored as a reference (E6), never copied.
+        completed_steps=completed_steps
+        if isinstance(completed_steps, tuple | Vector)
+        else tuple(completed_steps),
         tool_hashes=dict(tool_hashes) if tool_hashes is not None else None,
         absent=tuple(absent),
     )

@@ -21,6 +21,7 @@ from cattrs.preconf.orjson import make_converter
 from ._append_only import AppendOnly, AppendOnlyList, plain_list
 from ._errors import RecordError, TooLarge
 from ._values import Malformed
+from ._vector import Vector
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -93,7 +94,7 @@ def _strict_sequence(tp: Any) -> Any:
     make = tuple if typing.get_origin(tp) is tuple else list
 
     def hook(value: Any, _: Any) -> Any:
-        if type(value) not in (list, tuple, AppendOnly, AppendOnlyList):
+        if type(value) not in (list, tuple, AppendOnly, AppendOnlyList, Vector):
             raise TypeError(f"expected a list, got {type(value).__name__}")
         handler = converter.get_structure_hook(element)
         items: list[Any] = []
@@ -237,8 +238,9 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _sequence(value: Any) -> list[Any]:
-    # An append-only sequence (an agent task's inner steps, as stored) is a JSON array.
-    if isinstance(value, AppendOnly):
+    # An append-only sequence (an agent task's inner steps, as stored) or a persistent one
+    # (a record's steps, observations, completed steps) is a JSON array.
+    if isinstance(value, AppendOnly | Vector):
         return plain_list(value)
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 

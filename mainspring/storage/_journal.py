@@ -60,6 +60,7 @@ from ._journal_keys import (
 from ._record_codec import execution_head, stored_observation
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
 from ._validators import same_json
+from ._vector import Vector
 
 __all__ = [
     "DONE_REF",
@@ -399,10 +400,22 @@ class _Diff:
         return False
 
     def tasks(self, old: Execution, new: Execution) -> None:
-        old_raws, new_raws = old.agent_tasks, new.agent_tasks
-        if _same_raws(old_raws, new_raws):
+        old_raws: Sequence[Any] = old.agent_tasks
+        new_raws: Sequence[Any] = new.agent_tasks
+        replaced: list[int] | None = None
+        if old_raws is new_raws:
             return
-        if self._tasks_grown(old_raws, new_raws):
+        if type(old_raws) is Vector and type(new_raws) is Vector:
+            # Versions of the run's tasks: only those the nodes they do not share hold are
+            # looked at, so a save costs its task, not every task of the run.
+            changed = new_raws.changed_since(old_raws)
+            if changed is not None:
+                replaced = [i for i in changed if not _same_raw(old_raws[i], new_raws[i])]
+                if not replaced and len(new_raws) == len(old_raws):
+                    return
+        elif _same_raws(old_raws, new_raws):
+            return
+        if self._tasks_grown(old_raws, new_raws, replaced):
             return
         # Every task part rewritten whole: a record that does not parse is kept as it is (E7).
         items = _items(new)
@@ -414,13 +427,17 @@ class _Diff:
             self.out.append(["reset", part, [[k, v] for k, v in items[part].items()]])
         self.next_pos.update({part: len(items[part]) for part in ("tasks", *_GROUPED)})
 
-    def _tasks_grown(self, old_raws: Sequence[Any], new_raws: Sequence[Any]) -> bool:
+    def _tasks_grown(
+        self, old_raws: Sequence[Any], new_raws: Sequence[Any], replaced: list[int] | None
+    ) -> bool:
+        """Tasks replaced (``replaced``: their positions, if known) and appended: each one's
+        changes; False (nothing kept) if the tasks must be rewritten whole."""
         known = self.base.keys["tasks"]
         if "tasks" in self.base.positional or len(new_raws) < len(old_raws):
             return False  # stored whole: rewritten whole
         start = len(old_raws)
-        # Task records are few: each one not the same object is compared as stored.
-        replaced = [i for i in range(start) if not _same_raw(old_raws[i], new_raws[i])]
+        if replaced is None:  # each one not the same object is compared as stored
+            replaced = [i for i in range(start) if not _same_raw(old_raws[i], new_raws[i])]
         if any(old_raws[i].get("id") != new_raws[i].get("id") for i in replaced):
             return False
         fresh = new_raws[start:]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._validators import same_json
+from ._vector import Vector
 
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
 
@@ -105,6 +106,16 @@ def _grown(
     n_old = len(old)
     if len(new) < n_old:
         return None
+    if type(old) is Vector and type(new) is Vector:
+        # Versions of one persistent sequence (the run's plan steps, observations,
+        # completed steps): the nodes they share are skipped unvisited, so this costs what
+        # changed between them, however many commits lie between.
+        changed = new.changed_since(old)
+        assert changed is not None
+        moved = [i for i in changed if not _equal(old[i], new[i])]
+        if any(key(old[i]) != key(new[i]) for i in moved):
+            return None
+        return moved, n_old
     replaced: list[int] = []
     common = new[:n_old] if len(new) > n_old else new
     if hint is not None and type(old) is tuple and 0 <= hint < n_old:
@@ -139,7 +150,7 @@ def _same_raw(a: Any, b: Any) -> bool:
 
 
 def _same_raws(old: Sequence[Any], new: Sequence[Any]) -> bool:
-    return len(old) == len(new) and all(map(_same_raw, old, new))
+    return old is new or (len(old) == len(new) and all(map(_same_raw, old, new)))
 
 
 def _inner_names(items: Sequence[Any], part: str) -> list[str] | None:

@@ -32,10 +32,10 @@ from ._validators import (
     _optional_id,
     _paths,
     _unit,
-    checked_steps,
     one_of,
     same_step_ids,
     same_value,
+    steps_unique,
 )
 from ._values import Encoded
 
@@ -212,7 +212,7 @@ class Plan:
             ids = [step.id for step in self.steps]
             if len(set(ids)) != len(ids):
                 raise ValueError(f"plan {self.id}: step ids must be unique")
-            checked_steps[0] = self.steps
+            steps_unique(self.steps)
 
 
 @attrs.frozen(kw_only=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -16,6 +16,7 @@ import attrs
 from ._append_only import AppendOnly, AppendOnlyList
 from ._ids import check_relative_path, is_valid_id
 from ._values import encode_value
+from ._vector import Vector
 
 MAX_COUNTER = 1_000_000
 MAX_TOUCHED_PATHS = 200
@@ -33,6 +34,9 @@ def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> 
         _id(instance, attribute, value)
 
 
+_ID_CHECK = "ids"  # a Vector whose items are ids (X1)
+_UNIQUE_STEPS = "unique step ids"  # a Vector of plan steps whose ids are unique (P1)
+
 #: Per field, the last tuple of ids found valid. Records are rebuilt on every commit with
 #: the same ids plus a few appended (completed steps, inner steps): only what was appended
 #: is checked then, so building a record does not cost the length of the run.
@@ -45,6 +49,15 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # reaching a path or a query, is checked again there (``check_id``).
     if type(value) is tuple and not value:
         return  # most such fields are empty (no findings, no approvals): nothing to check
+    if type(value) is Vector:
+        # A run's completed steps: a version made from one whose ids were checked needs
+        # only what it replaced and appended checked (X1), whatever other runs checked.
+        fresh = value.unchecked(_ID_CHECK)
+        if fresh is not None:
+            for item in fresh:
+                _id(instance, attribute, item)
+            value.mark_passed(_ID_CHECK)
+        return
     if type(value) is AppendOnly:
         # An agent's inner steps grow by appending to one shared list: only the items no
         # view of that list was checked for yet are checked (X1), whatever ran between.
@@ -119,8 +132,19 @@ def _absent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 checked_steps: list[tuple[Any, ...]] = [()]
 
 
-def same_step_ids(steps: tuple[Any, ...]) -> bool:
-    """True if ``steps`` has the ids of the last steps found unique, in the same places."""
+def same_step_ids(steps: Sequence[Any]) -> bool:
+    """True if ``steps`` has the ids of the last steps found unique, in the same places
+    (for a :class:`Vector`: of the version it was made from, found by what it replaced)."""
+    if type(steps) is Vector:
+        if steps.passed(_UNIQUE_STEPS):
+            return True
+        delta = steps.delta()
+        if delta is None or not steps.passed_before(_UNIQUE_STEPS) or delta[1] != len(steps):
+            return False  # nothing known of it, or steps appended: checked whole
+        if all(getattr(steps[i], "id", None) == old.id for i, old in delta[0]):
+            steps.mark_passed(_UNIQUE_STEPS)
+            return True
+        return False
     last = checked_steps[0]
     if steps is last:
         return True
@@ -132,6 +156,15 @@ def same_step_ids(steps: tuple[Any, ...]) -> bool:
         checked_steps[0] = steps
         return True
     return False
+
+
+def steps_unique(steps: Sequence[Any]) -> None:
+    """``steps`` were found to have unique ids: a plan rebuilt from them (or, for a
+    :class:`Vector`, from a version made from them) compares only what changed."""
+    if type(steps) is Vector:
+        steps.mark_passed(_UNIQUE_STEPS)
+    elif type(steps) is tuple:
+        checked_steps[0] = steps
 
 
 def _differing(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus
+from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus, Vector
 from .status import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
@@ -63,7 +64,9 @@ class Schedule:
         #: Succeeded steps in the order they succeeded: one that succeeds is appended, one
         #: that stops being succeeded is removed (E6 compares these sets).
         self.completed: dict[str, None] = {}
-        self._completed_steps: tuple[str, ...] | None = None  # ``completed`` as a tuple
+        #: ``completed`` as a persistent sequence: a step that succeeds makes the next
+        #: version (one appended), so the record's completed steps cost what changed.
+        self._completed_steps: Vector[str] | None = None
         #: Steps whose status differs from the plan last written, for cheap snapshots.
         self.dirty: set[str] = set(self.status)
         #: The tools the plan's steps name (what a checkpoint hashes, R6).
@@ -117,7 +120,8 @@ class Schedule:
         self._finished += (new in STEP_FINISHED) - (old in STEP_FINISHED)
         if new == "succeeded":
             self.completed[step_id] = None
-            self._completed_steps = None
+            if self._completed_steps is not None:
+                self._completed_steps = self._completed_steps.appended(step_id)
         if old == "succeeded":  # its result could not be stored: dependents wait again
             self.completed.pop(step_id, None)
             self._completed_steps = None
@@ -162,11 +166,14 @@ class Schedule:
             yield steps[ids[index]]
 
     def completed_steps(self) -> tuple[str, ...]:
-        """``completed`` as a tuple, built again only after it changed: an unchanged set is
-        the very same tuple (E6 compares it with the last checkpoint's)."""
-        if self._completed_steps is None:
-            self._completed_steps = tuple(self.completed)
-        return self._completed_steps
+        """``completed`` as a :class:`Vector` (a tuple for every reader, so typed as one):
+        an unchanged set is the very same object (E6 compares it with the last
+        checkpoint's); one more completed step is the last version with it appended, not a
+        copy. Built whole only at first and after a step stopped being succeeded."""
+        held: Any = self._completed_steps
+        if held is None:
+            held = self._completed_steps = Vector(self.completed)
+        return held  # type: ignore[no-any-return]
 
     def count(self, *states: StepStatus) -> int:
         return sum(1 for state in self.status.values() if state in states)

@@ -2,9 +2,12 @@
 tasks, what runs now and what the run has charged. Pure: no I/O, no event loop; the commit
 funnel (``_funnel``) makes it durable and the actor (``_actor``) acts on it.
 
-A snapshot is the record as it is now, built once per commit: only the plan steps whose
-status changed since the last one are rebuilt, and only the agent tasks that changed are
-unstructured again (``task_raw``).
+A snapshot is the record as it is now, built once per commit at the cost of what changed
+since the last one, not of the run's length: the plan's steps, the observations and the
+completed steps are persistent sequences (``storage.Vector``) whose next version is the
+last one with the steps whose status changed replaced, the new observations appended (or
+replaced, a retry) and the newly completed steps appended; only the agent tasks that changed
+are unstructured again (``task_raw``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 import attrs
 
@@ -22,8 +25,10 @@ from ...storage import (
     Lease,
     Observation,
     Plan,
+    PlanStep,
     StepStatus,
     Usage,
+    Vector,
     WorkerRecord,
     parse_agent_task,
 )
@@ -37,7 +42,59 @@ from .._workers.board import WorkerBoard
 from .messages import RunConfig, Running, StopTask
 from .results import ExecutionResult, masked_inputs, redact_plan
 
-__all__ = ["RunState"]
+__all__ = ["Recorded", "RunState"]
+
+V = TypeVar("V")
+
+
+class Recorded(dict[str, V]):
+    """A dict of what the record holds as a sequence in the order keys were first set (the
+    observations by step id, the raw agent tasks by task id), and that sequence as the
+    record stores it (:meth:`as_stored`: a :class:`Vector`): setting a key replaces its item
+    in place or appends it, so a snapshot costs what was set since the last one. Items are
+    only ever set (never removed), as a run records its steps and tasks."""
+
+    def __init__(self, items: Iterable[tuple[str, V]] = ()) -> None:
+        super().__init__(items)
+        self._stored: Vector[V] = Vector(self.values())
+        self._position = {key: index for index, key in enumerate(self)}
+        self._replaced: dict[int, V] = {}  # set since the last version
+        self._appended: list[V] = []
+
+    def __setitem__(self, key: str, item: V) -> None:
+        super().__setitem__(key, item)
+        position = self._position.get(key)
+        if position is None:
+            self._position[key] = len(self._position)
+            self._appended.append(item)
+        elif position < len(self._stored):
+            self._replaced[position] = item
+        else:
+            self._appended[position - len(self._stored)] = item
+
+    def as_stored(self) -> tuple[V, ...]:
+        """The items as the record holds them: the last version with what was set since
+        (typed as the tuple it stands for)."""
+        if self._replaced:
+            self._stored = self._stored.updated(self._replaced, self._appended)
+            self._replaced = {}
+            self._appended = []
+        elif self._appended:
+            appended = self._appended
+            stored = self._stored
+            self._stored = (
+                stored.appended(appended[0])
+                if len(appended) == 1
+                else stored.updated(None, appended)
+            )
+            self._appended = []
+        held: Any = self._stored
+        return held  # type: ignore[no-any-return]
+
+    def _only_set(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("a recorded item is only set, one by one")
+
+    __delitem__ = pop = popitem = clear = update = setdefault = _only_set
 
 
 class RunState:
@@ -48,9 +105,9 @@ class RunState:
     # The record as loaded, set by load (from __init__, and again on every reload).
     plan: Plan | None
     sched: Schedule
-    obs: dict[str, Observation]
+    obs: Recorded[Observation]
     tasks: dict[str, AgentTaskRecord]
-    raw: dict[str, dict[str, Any]]  # each parsed task as it is written back
+    raw: Recorded[dict[str, Any]]  # each parsed task as it is written back
     raw_of: dict[str, AgentTaskRecord]  # the task each of our raw records was made from
     unparsed: list[dict[str, Any]]
     charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
@@ -96,9 +153,9 @@ class RunState:
             {step.id: step.status for step in record.plan.steps} if record.plan else {},
             record.completed_steps,  # in the order they completed
         )
-        self.obs = {obs.step_id: obs for obs in record.observations}
+        self.obs = Recorded((obs.step_id, obs) for obs in record.observations)
         self.tasks = {}
-        self.raw = {}
+        parsed: list[tuple[str, dict[str, Any]]] = []
         self.raw_of = {}  # none yet: a raw record read from disk is not reused as a base
         self.unparsed = []  # kept as they are, never dropped (E7)
         for raw in record.agent_tasks:
@@ -107,7 +164,8 @@ class RunState:
                 self.unparsed.append(raw)
                 continue
             self.tasks[task.id] = task
-            self.raw[task.id] = raw
+            parsed.append((task.id, raw))
+        self.raw = Recorded(parsed)
         self.charged = {task.id: task.calls_used for task in self.tasks.values()}
         self.charged_usage = {task.id: task.usage for task in self.tasks.values()}
         self.claim_finished()
@@ -165,17 +223,24 @@ class RunState:
 
     def current_plan(self) -> Plan | None:
         """The plan with the statuses the scheduler holds: only the steps whose status
-        changed since the last snapshot are rebuilt."""
+        changed since the last snapshot are rebuilt, and the plan's steps are the last
+        version with those replaced (a :class:`Vector`: nothing else is copied, and the
+        plan's validator checks only those)."""
         plan = self.plan
         sched = self.sched
         if plan is not None and sched.dirty:
-            steps = list(plan.steps)
+            held: Any = plan.steps
+            steps: Vector[PlanStep] = held if type(held) is Vector else Vector(held)
+            moved: dict[int, PlanStep] = {}
             for step_id in sched.dirty:
                 index = sched.order[step_id]
-                if steps[index].status != sched.status[step_id]:
-                    steps[index] = attrs.evolve(steps[index], status=sched.status[step_id])
+                step = steps[index]
+                if step.status != sched.status[step_id]:
+                    moved[index] = attrs.evolve(step, status=sched.status[step_id])
             sched.dirty.clear()
-            plan = self.plan = attrs.evolve(plan, steps=tuple(steps))
+            if moved or steps is not held:
+                steps = steps.updated(moved) if moved else steps
+                plan = self.plan = attrs.evolve(plan, steps=cast(Any, steps))
         return plan
 
     def adopt(self, plan: Plan, keep: Callable[[str, Plan], None]) -> None:
@@ -238,8 +303,11 @@ class RunState:
             plan_version=plan.version if plan is not None else self.rec.plan_version,
             # Kept as steps complete, in the order they did: never rebuilt from the plan.
             completed_steps=self.sched.completed_steps() if plan is not None else (),
-            observations=tuple(self.obs.values()),
-            agent_tasks=(*self.raw.values(), *self.unparsed),
+            observations=self.obs.as_stored(),
+            # Kept as they are, after ours (E7): then a tuple, once in a while.
+            agent_tasks=(*self.raw.values(), *self.unparsed)
+            if self.unparsed
+            else self.raw.as_stored(),
             updated_at=time.time(),
             **changes,
         )
