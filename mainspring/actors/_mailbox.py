@@ -56,6 +56,12 @@ class Mailbox:
         return len(self._items)
 
     @property
+    def pending(self) -> int:
+        """Items queued plus senders waiting for room (their items are on the way)."""
+        senders = self._senders
+        return len(self._items) + (len(senders) if senders else 0)
+
+    @property
     def parked(self) -> bool:
         """True while the consumer waits in :meth:`wait` (nothing else is running for it)."""
         return self._receiver is not None
