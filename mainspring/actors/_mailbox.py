@@ -57,9 +57,10 @@ class Mailbox:
 
     @property
     def pending(self) -> int:
-        """Items queued plus senders waiting for room (their items are on the way)."""
+        """Items queued, plus those on their way: senders granted a slot that have not
+        appended yet, and senders still waiting for room."""
         senders = self._senders
-        return len(self._items) + (len(senders) if senders else 0)
+        return len(self._items) + self._reserved + (len(senders) if senders else 0)
 
     @property
     def parked(self) -> bool:
