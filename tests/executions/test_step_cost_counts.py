@@ -55,9 +55,10 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #: - commits: one durable commit per step (E1).
 #: Before the writer flushed at once when nothing waited: 3 messages (a flush queued behind
 #: every commit). Before the lean step path (issue #29): 5 messages, 8 evolves, the output
-#: encoded twice; before the told commit: 1 ask and, for this store too, 1 thread hop; before a number
-#: output was stored as itself: 4 redactions; before events were built only when heard and
-#: ``start`` walked each input once: 7 evolves, 3 redactions, 2 events published unheard.
+#: encoded twice; before the told commit: 1 ask and, for this store too, 1 thread hop;
+#: before a number output was stored as itself: 4 redactions; before events were built only
+#: when heard and ``start`` walked each input once: 7 evolves, 3 redactions, 2 events
+#: published unheard.
 BOUNDS = {
     "messages": 2,
     "asks": 0,
