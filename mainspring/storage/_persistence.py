@@ -10,8 +10,7 @@ flush (one SQLite transaction). A failed write answers the commits it covered wi
 the actor refuses all further work: it never acknowledges after a failed write and never
 retries an fsync.
 
-The store is called in one thread kept for this writer (``_store_thread.py``: cheaper for the
-loop than a worker thread per call), unless it declares that its calls never block
+The store is called in a worker thread, unless it declares that its calls never block
 (``blocking = False``, see ``Store``): then on the event loop, with no thread hop. When a
 commit arrives and nothing else waits in the mailbox, the writer flushes at once; when
 others wait, it queues its flush behind them, so that they share it.
@@ -39,7 +38,6 @@ from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
 from ._postgres import CommitUnknown
 from ._records import Execution, Lease
-from ._store_thread import StoreThread
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
 
@@ -190,7 +188,6 @@ class PersistenceActor(Actor):
         self.durable = durable if durable is not None else Durable()
         # Decided once: a store that never blocks is called on the loop (no thread hop).
         self._blocking = store_blocks(store)
-        self._thread = StoreThread(f"mainspring-writer-{type(store).__name__}")
         # The tickets of commits told to this writer and not yet answered (the Committer's):
         # those still queued when it stops were dropped with its mailbox, and hear so.
         self._waiting: set[_Ticket] = waiting if waiting is not None else set()
@@ -260,7 +257,8 @@ class PersistenceActor(Actor):
         """``fn(*args)``: in a worker thread, or on the loop for a store that never blocks."""
         if not self._blocking:
             return fn(*args)  # the store's promise (Store, ``blocking``): nothing to wait on
-        return await self._thread.run(fn, *args)  # shielded: a write under way finishes
+        with anyio.CancelScope(shield=True):  # a write under way finishes before we stop
+            return await anyio.to_thread.run_sync(fn, *args)
 
     def _accept_renewal(self, renewal: _Renew) -> _Ticket:
         ticket = renewal.ticket if renewal.ticket is not None else _Ticket()
@@ -417,7 +415,6 @@ class PersistenceActor(Actor):
                 if not ticket.done.is_set():
                     ticket.fail(ActorDeadError(self.ref, reason))
             self._waiting.clear()
-            self._thread.close()
 
 
 class Committer:

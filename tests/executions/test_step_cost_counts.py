@@ -27,7 +27,6 @@ from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
 from mainspring.storage import _redact, _values
 from mainspring.storage._backend import store_blocks
-from mainspring.storage._store_thread import StoreThread
 
 from ._kit import MemoryStore, linear, recorded_events, runtime
 
@@ -39,7 +38,7 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #: - asks: none: the commit's caller waits on its ticket alone, woken once when durable;
 #: - thread hops: none here: this test's store never blocks and says so (``blocking``), so
 #:   the writer calls it on the loop; a store that blocks (every real one) adds one, its
-#:   flush, in the writer's own thread (``BLOCKING_BOUNDS``, on SqliteStore);
+#:   flush (``BLOCKING_BOUNDS``, on SqliteStore);
 #: - evolves: the step path's three (the plan's step status, the plan, the snapshot), and
 #:   one that grows with the plan's length rather than with the steps run (each step's
 #:   redacted copy for disk); a step given pending is not rebuilt at ``start``, an
@@ -212,9 +211,7 @@ async def _run_on_sqlite(
         with monkeypatch.context() as patch:
             patch.setattr(_values, "_is_plain", typed)  # every encode_value begins there
             patch.setattr(orjson, "dumps", json)
-            # Every way off the loop: a worker thread, or the writer's own thread.
             patch.setattr(anyio.to_thread, "run_sync", hop("hops", anyio.to_thread.run_sync))
-            patch.setattr(StoreThread, "run", hop("hops", StoreThread.run))
             handle = await rt.start("count", linear(steps, tool="out"))
             result = await handle.wait()
     assert result.status == "completed"
@@ -231,7 +228,7 @@ async def test_E10_a_steps_output_is_encoded_once_and_the_sqlite_store_writes_th
 
 
 #: Per tool step on SqliteStore (a store that blocks), at most: one thread hop, the writer's
-#: flush (E1: durable before the next step starts), in the writer's own thread. A run adds
+#: flush (E1: durable before the next step starts), in a worker thread. A run adds
 #: four of its own, whatever its length (its create, the first renewal, its first and its
 #: last commit): 24 hops for 20 steps, the "1.2 a step" of a 20-step run.
 BLOCKING_BOUNDS = {"thread hops": 1}

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import attrs
 import pytest
 
 import mainspring as ms
@@ -272,33 +271,6 @@ async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_h
     assert isinstance(results["b"], ms.ActorDeadError)  # as an asker would hear: not a hang
     assert store.get("a").calls_used == 1
     assert store.get("b").calls_used == 0  # dropped, never written
-
-
-async def test_a_blocking_stores_calls_run_in_one_thread_of_the_writer_ended_with_it(
-    store: Any,
-) -> None:
-    _prepare(store, ["a", "b"])
-    loop_thread = threading.get_ident()
-    counting = CountingStore(store)
-    async with ms.open_system() as system:
-        committer = await open_committer(system, counting)
-        for n in range(1, 4):
-            assert (await committer.commit(execution("a", calls_used=n), OWNER)).ok
-
-        def change(record: ms.storage.Execution, now: float) -> ms.storage.Execution:
-            counting.threads.append(threading.get_ident())
-            return attrs.evolve(record, goal="edited")
-
-        assert await committer.edit("b", change) is not None
-        (thread,) = set(counting.threads)  # one thread served every call, in order
-        assert thread != loop_thread
-        alive = [t for t in threading.enumerate() if t.ident == thread]
-        assert alive
-        assert alive[0].is_alive()
-        await committer.ref.stop()
-    alive[0].join(timeout=30)
-    assert not alive[0].is_alive()  # the writer's thread ended with the writer
-    assert store.get("a").calls_used == 3
 
 
 async def test_a_flush_under_way_finishes_even_if_its_caller_is_cancelled(store: Any) -> None:
