@@ -35,10 +35,10 @@ class Actor(abc.ABC):
 
     Names the framework reserves on your subclass: the public methods below (``ref``,
     ``spawn``, ``spawn_supervisor``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
-    ``start_task``, ``stop_self``) and every name starting with ``_mainspring_``. Framework
-    state lives in one attribute, ``_mainspring_cell``; the other ``_mainspring_`` names are
-    hooks for actors that oversee their children (supervisors), documented below. Every other
-    name is yours.
+    ``start_task``, ``stop_self``, ``messages_waiting``) and every name starting with
+    ``_mainspring_``. Framework state lives in one attribute, ``_mainspring_cell``; the other
+    ``_mainspring_`` names are hooks for actors that oversee their children (supervisors),
+    documented below. Every other name is yours.
     """
 
     _mainspring_cell: Cell
@@ -146,6 +146,18 @@ class Actor(abc.ABC):
         return await cell.system._spawn_supervisor(
             cell, children, name, strategy, max_restarts, period, backoff, "temporary", clock
         )
+
+    def messages_waiting(self) -> int:
+        """How many messages wait in this actor's mailbox behind the one being handled now,
+        counting senders that wait for room (theirs are on the way); control-lane notices
+        (``Terminated``, ``TaskEnded``) are not counted.
+
+        For the actor's own code, to decide whether work can wait for what is queued: a
+        writer that batches, say, writes at once when nothing waits and queues its flush
+        behind the queue when something does. A snapshot: a message may arrive the moment
+        after (only at a checkpoint, as the actor runs alone on its event loop until then).
+        Not a checkpoint."""
+        return self._cell.mailbox.pending
 
     def stop_self(self, reason: CancelReason | None = None) -> None:
         """Stop this actor for good once the message being handled now is done.

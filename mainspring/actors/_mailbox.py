@@ -56,6 +56,13 @@ class Mailbox:
         return len(self._items)
 
     @property
+    def pending(self) -> int:
+        """Items queued, plus those on their way: senders granted a slot that have not
+        appended yet, and senders still waiting for room."""
+        senders = self._senders
+        return len(self._items) + self._reserved + (len(senders) if senders else 0)
+
+    @property
     def parked(self) -> bool:
         """True while the consumer waits in :meth:`wait` (nothing else is running for it)."""
         return self._receiver is not None

@@ -11,7 +11,9 @@ the actor refuses all further work: it never acknowledges after a failed write a
 retries an fsync.
 
 The store is called in a worker thread, unless it declares that its calls never block
-(``blocking = False``, see ``Store``): then on the event loop, with no thread hop.
+(``blocking = False``, see ``Store``): then on the event loop, with no thread hop. When a
+commit arrives and nothing else waits in the mailbox, the writer flushes at once; when
+others wait, it queues its flush behind them, so that they share it.
 
 Each durable write that may have added history (a flush of commits, a create, an edit, a
 lease call) bumps :class:`Durable`, so that a follower of the history (``Runtime.events(after=)``)
@@ -205,14 +207,18 @@ class PersistenceActor(Actor):
 
     async def receive(self, message: Any) -> Any:
         if isinstance(message, _Commit):
-            return self._accept(message)
+            ticket = self._accept(message)
+            await self._flush_soon()
+            return ticket
         if isinstance(message, _Renew):
-            return self._accept_renewal(message)
+            ticket = self._accept_renewal(message)
+            await self._flush_soon()
+            return ticket
         if isinstance(message, _Memory):
             ticket = message.ticket if message.ticket is not None else _Ticket()
             if not self._refuse_if_broken(ticket):
                 self._memory.append((message.writes, ticket))
-                self._queue_flush()
+                await self._flush_soon()
             return ticket
         if isinstance(message, _Flush):
             self._flush_queued = False
@@ -263,7 +269,6 @@ class PersistenceActor(Actor):
         tickets = pending[1] if pending is not None else []
         tickets.append(ticket)
         self._renewals[key] = (renewal.ttl, tickets)
-        self._queue_flush()
         return ticket
 
     def _accept(self, commit: _Commit) -> _Ticket:
@@ -276,17 +281,23 @@ class PersistenceActor(Actor):
         tickets = pending[2] if pending is not None else []
         tickets.append(ticket)
         self._batch[key] = (commit.execution, commit.owner, tickets)  # the latest wins
-        self._queue_flush()
         return ticket
 
-    def _queue_flush(self) -> None:
-        if not self._flush_queued:
-            self._flush_queued = True
-            # Queued behind the commits already waiting, so they share this flush.
-            try:
-                self.ref.tell_nowait(_Flush())
-            except MailboxFull:
-                self.send_after(0, _Flush())  # waits for room instead
+    async def _flush_soon(self) -> None:
+        """Write what was accepted: at once if nothing else waits in the mailbox (a flush
+        queued behind nothing would only cost a message), else behind what waits, so that
+        it shares this flush (group commit: commits that arrive while one flush is on disk
+        queue up, and the first of them queues the next flush behind the rest)."""
+        if self._flush_queued:
+            return  # one is queued already, behind everything accepted since
+        if not self.messages_waiting():
+            await self._flush()
+            return
+        self._flush_queued = True
+        try:
+            self.ref.tell_nowait(_Flush())
+        except MailboxFull:
+            self.send_after(0, _Flush())  # waits for room instead
 
     async def _flush(self) -> None:
         await self._flush_commits()

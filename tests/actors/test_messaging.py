@@ -356,3 +356,41 @@ async def test_ask_timeout_covers_waiting_for_mailbox_room() -> None:
         actor = ref._cell.actor
         assert isinstance(actor, Recorder)
         assert actor.seen == ["busy", "queued", "end"]
+
+
+class Counter(ms.Actor):
+    """On "count": how many messages wait behind this one; "hold" waits on its gate first."""
+
+    def __init__(self, gate: anyio.Event) -> None:
+        self.gate = gate
+
+    async def receive(self, message: Any) -> Any:
+        if message == "hold":
+            await self.gate.wait()
+            return None
+        if message == "count":
+            return self.messages_waiting()
+        return None
+
+
+async def test_messages_waiting_counts_the_queue_and_senders_waiting_for_room() -> None:
+    gate = anyio.Event()
+    async with ms.open_system() as system:
+        ref = await system.spawn(Counter, gate, mailbox_size=3)
+        assert await ref.ask("count") == 0  # nothing behind the one being handled
+        async with anyio.create_task_group() as tg:
+            await ref.tell("hold")
+            await anyio.wait_all_tasks_blocked()  # the actor holds it; the mailbox is empty
+            answer: list[Any] = []
+
+            async def ask_count() -> None:
+                answer.append(await ref.ask("count"))
+
+            tg.start_soon(ask_count)
+            await anyio.wait_all_tasks_blocked()
+            await ref.tell("x")
+            await ref.tell("y")  # the mailbox is full now (count, x, y)
+            tg.start_soon(ref.tell, "z")  # waits for room: on its way
+            await anyio.wait_all_tasks_blocked()
+            gate.set()
+        assert answer == [3]  # x and y queued behind "count", z waiting for room

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import attrs
 import orjson
@@ -30,12 +31,14 @@ from mainspring.storage._backend import store_blocks
 from ._kit import MemoryStore, linear, recorded_events, runtime
 
 #: Per tool step, at most (one step at a time; see the module docstring). Where they go:
-#: - messages: the step's end with its report (``TaskEnded``, the control lane), the commit
-#:   told to the persistence actor with its caller's ticket, and the flush that writer queues
-#:   behind it (storage's);
+#: - messages: the step's end with its report (``TaskEnded``, the control lane) and the
+#:   commit told to the persistence actor with its caller's ticket; that writer flushes at
+#:   once when nothing else waits in its mailbox (it queues a flush message only behind
+#:   commits that do wait, to share the flush with them: group commit);
 #: - asks: none: the commit's caller waits on its ticket alone, woken once when durable;
 #: - thread hops: none here: this test's store never blocks and says so (``blocking``), so
-#:   the writer calls it on the loop; a store that blocks (every real one) adds one, its flush;
+#:   the writer calls it on the loop; a store that blocks (every real one) adds one, its
+#:   flush (``BLOCKING_BOUNDS``, on SqliteStore);
 #: - evolves: the step path's three (the plan's step status, the plan, the snapshot), and
 #:   one that grows with the plan's length rather than with the steps run (each step's
 #:   redacted copy for disk); a step given pending is not rebuilt at ``start``, an
@@ -49,12 +52,14 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #: - events: none: nobody subscribed, so the step's events are not even built (V1: a
 #:   subscriber gets every one, ``test_S_step_events_reach_a_subscriber``);
 #: - commits: one durable commit per step (E1).
-#: Before the lean step path (issue #29): 5 messages, 8 evolves, the output encoded twice;
-#: before the told commit: 1 ask and, for this store too, 1 thread hop; before a number
-#: output was stored as itself: 4 redactions; before events were built only when heard and
-#: ``start`` walked each input once: 7 evolves, 3 redactions, 2 events published unheard.
+#: Before the writer flushed at once when nothing waited: 3 messages (a flush queued behind
+#: every commit). Before the lean step path (issue #29): 5 messages, 8 evolves, the output
+#: encoded twice; before the told commit: 1 ask and, for this store too, 1 thread hop;
+#: before a number output was stored as itself: 4 redactions; before events were built only
+#: when heard and ``start`` walked each input once: 7 evolves, 3 redactions, 2 events
+#: published unheard.
 BOUNDS = {
-    "messages": 3,
+    "messages": 2,
     "asks": 0,
     "thread hops": 0,
     "evolves": 4,
@@ -189,6 +194,13 @@ async def _run_on_sqlite(
             counts["json"] += 1
         return dumps(value, *args, **kwargs)
 
+    def hop(name: str, fn: Any) -> Any:
+        async def counted(self_or_fn: Any, *args: Any, **kwargs: Any) -> Any:
+            counts["thread hops"] += 1
+            return await fn(self_or_fn, *args, **kwargs)
+
+        return counted
+
     async with runtime(
         tmp / f"store-{steps}.sqlite3",
         tools={"out": out},
@@ -199,6 +211,7 @@ async def _run_on_sqlite(
         with monkeypatch.context() as patch:
             patch.setattr(_values, "_is_plain", typed)  # every encode_value begins there
             patch.setattr(orjson, "dumps", json)
+            patch.setattr(anyio.to_thread, "run_sync", hop("hops", anyio.to_thread.run_sync))
             handle = await rt.start("count", linear(steps, tool="out"))
             result = await handle.wait()
     assert result.status == "completed"
@@ -212,3 +225,46 @@ async def test_E10_a_steps_output_is_encoded_once_and_the_sqlite_store_writes_th
     long = await _run_on_sqlite(2 * N, tmp_path, monkeypatch)
     per_step = {name: (long[name] - short[name]) / N for name in OUTPUT_ENCODES}
     assert per_step == OUTPUT_ENCODES, f"a step's output is encoded more than once: {per_step}"
+
+
+#: Per tool step on SqliteStore (a store that blocks), at most: one thread hop, the writer's
+#: flush (E1: durable before the next step starts), in a worker thread. A run adds
+#: four of its own, whatever its length (its create, the first renewal, its first and its
+#: last commit): 24 hops for 20 steps, the "1.2 a step" of a 20-step run.
+BLOCKING_BOUNDS = {"thread hops": 1}
+
+
+async def test_E1_a_step_on_a_blocking_store_costs_one_thread_hop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = await _run_on_sqlite(N, tmp_path, monkeypatch)
+    long = await _run_on_sqlite(2 * N, tmp_path, monkeypatch)
+    per_step = {name: (long[name] - short[name]) / N for name in BLOCKING_BOUNDS}
+    over = {name: cost for name, cost in per_step.items() if cost > BLOCKING_BOUNDS[name]}
+    assert not over, f"one step on a blocking store costs more: {over}"
+    assert per_step["thread hops"] > 0  # counted at all: the store is called off the loop
+
+
+async def test_fifty_runs_in_flight_share_flushes_on_a_blocking_store(tmp_path: Any) -> None:
+    """The writer flushes at once only when nothing else waits: with 50 runs in flight on
+    SqliteStore, commits that arrive while a flush is on disk queue up and share the next
+    one (group commit), several commits a flush."""
+    async with runtime(
+        tmp_path / "store.sqlite3", lease_ttl=600.0, heartbeat_interval=300.0, recover=False
+    ) as rt:
+        committer = rt._committer
+        before = await committer.stats()
+        results: list[Any] = []
+
+        async def one(i: int) -> None:
+            handle = await rt.start("count", linear(5), execution_id=f"ex-{i}")
+            results.append(await handle.wait())
+
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(one, i)
+        after = await committer.stats()
+    assert [r.status for r in results] == ["completed"] * 50
+    commits, flushes = after.commits - before.commits, after.flushes - before.flushes
+    assert commits >= 50 * 5
+    assert commits >= 3 * flushes, f"{commits} commits in {flushes} flushes: not batched"

@@ -271,3 +271,19 @@ async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_h
     assert isinstance(results["b"], ms.ActorDeadError)  # as an asker would hear: not a hang
     assert store.get("a").calls_used == 1
     assert store.get("b").calls_used == 0  # dropped, never written
+
+
+async def test_a_flush_under_way_finishes_even_if_its_caller_is_cancelled(store: Any) -> None:
+    _prepare(store, ["a"])
+    counting = CountingStore(store, hold_first=True)
+    async with ms.open_system() as system:
+        committer = await open_committer(system, counting)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(committer.commit, execution("a", calls_used=5), OWNER)
+                await anyio.wait_all_tasks_blocked()  # its flush is held on disk
+                scope.cancel()
+        counting.release.set()
+        stats = await committer.drain()  # the writer went on; the commit was written whole
+    assert stats.writes == 1
+    assert store.get("a").calls_used == 5
