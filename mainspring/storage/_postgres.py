@@ -100,6 +100,10 @@ T = TypeVar("T")
 #: An execution read back whole is refused past this (X2), as in SQLite.
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
 
+#: The most part rows a commit writes in its header's statement (``with_puts``); more are
+#: written one statement each (a statement's parameters are bounded by the protocol).
+MAX_MERGED_ROWS = 256
+
 
 class CommitUnknown(StorageError, OSError):
     """The connection was lost during COMMIT and the server could not be asked whether the
@@ -700,8 +704,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             conn.execute("SAVEPOINT bound")
         check = f"SELECT {s}.written(count(*)) FROM header"
         # A commit of upserts alone (a run's step: its plan step, observation, completed
-        # id) writes them in its header's statement: one statement, not one per row.
-        merged = not careful and rows.only_puts and bool(statements)
+        # id) writes them in its header's statement: one statement, not one per row. A
+        # commit of many rows (a cancel that skips thousands of steps) keeps one statement
+        # a row: a statement carries at most 65,535 parameters, four a row.
+        merged = not careful and rows.only_puts and 0 < len(statements) <= MAX_MERGED_ROWS
         if base is None:
             sql = (
                 f"INSERT INTO {s}.executions (seq, stamp, status, updated_at, "
