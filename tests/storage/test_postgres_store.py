@@ -599,3 +599,33 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
     outcomes = store.commit_many(batch)
     assert outcomes == (ms.storage.CommitOutcome.PAUSED,) + (ms.storage.CommitOutcome.OK,) * 2
     assert [record.getMessage() for record in printed] == []
+
+
+@pytest.mark.anyio
+@pytest.mark.loop_guard(5.0)  # a plan of 8,200 steps: started and cancelled on the loop
+async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: str) -> None:
+    # A cancel skips every step not started (P6): one commit of upserts alone, each step's
+    # plan row and observation row. Written as one statement of 4 parameters a row, past
+    # 8,190 steps it holds more than the 65,535 parameters a statement may carry, and the
+    # cancel fails (retried as if the server were away, then StoreUnavailable).
+    started = anyio.Event()
+
+    async def block(i: int = 0) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    steps = tuple(ms.PlanStep(id=f"s{i}", tool="block", input={"i": i}) for i in range(8_200))
+    store = ms.storage.PostgresStore(postgres_url, reconnect_timeout=2.0)
+    try:
+        async with ms.open_runtime(
+            store=store, tools={"block": block}, max_parallel_steps=1
+        ) as rt:
+            run = await rt.start("g", ms.Plan(id="wide", goal="g", steps=steps))
+            await started.wait()
+            await rt.cancel(run.execution_id)
+            assert (await run.wait()).status == "cancelled"
+        stored = await anyio.to_thread.run_sync(store.get, run.execution_id)
+        assert stored is not None
+        assert stored.status == "cancelled"
+    finally:
+        store.close()
