@@ -617,9 +617,7 @@ async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: 
     steps = tuple(ms.PlanStep(id=f"s{i}", tool="block", input={"i": i}) for i in range(8_200))
     store = ms.storage.PostgresStore(postgres_url, reconnect_timeout=2.0)
     try:
-        async with ms.open_runtime(
-            store=store, tools={"block": block}, max_parallel_steps=1
-        ) as rt:
+        async with ms.open_runtime(store=store, tools={"block": block}, max_parallel_steps=1) as rt:
             run = await rt.start("g", ms.Plan(id="wide", goal="g", steps=steps))
             await started.wait()
             await rt.cancel(run.execution_id)
