@@ -1,5 +1,5 @@
-"""Review (round 2) of PostgreSQL's commit path: a run's last write (a pause) meets a row
-lock another connection holds for a while. What ``pause`` returns must be where the run
+"""PostgreSQL: a run's last write (a pause) meets a row lock another connection holds for
+longer than the stop's time (E2): the runner's wind-down is cut short while its write waits. What ``pause`` returns must be where the run
 stands on the store once the lock is let go."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import mainspring as ms
 
 from .._postgres import postgres_url, server_url  # noqa: F401 - a fixture
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # it waits out lock timeouts
 
 _entered: dict[str, anyio.Event] = {}
 

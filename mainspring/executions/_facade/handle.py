@@ -3,6 +3,8 @@ name an execution (unknown, busy, already there, not waiting for an answer)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 
 from ...actors import MainspringError
@@ -76,6 +78,8 @@ class ExecutionHandle:
         self.execution_id = execution_id
         self._done = anyio.Event()
         self._result: ExecutionResult | None = None
+        self._settle: Callable[[ExecutionResult], Awaitable[ExecutionResult]] | None = None
+        self._settling = anyio.Lock()
         self._ran_here = False  # set when this runtime spawned the run (recover counts these)
 
     @property
@@ -83,15 +87,30 @@ class ExecutionHandle:
         """True once the run has stopped in this process (``wait`` returns at once)."""
         return self._result is not None
 
-    def _resolve(self, result: ExecutionResult) -> None:
+    def _resolve(
+        self,
+        result: ExecutionResult,
+        settle: Callable[[ExecutionResult], Awaitable[ExecutionResult]] | None = None,
+    ) -> None:
+        """The run ended here with ``result``; ``settle``, when the runner could not confirm
+        its last write, reads where the run stands once that write is done (E2): the first
+        ``wait`` runs it, once, for every waiter."""
         if self._result is None:
             self._result = result
+            self._settle = settle
             self._done.set()
 
     async def wait(self) -> ExecutionResult:
         """Wait until the run stops here and return where it stands. Cancelling the wait
         does not affect the run."""
         await self._done.wait()
+        settle = self._settle
+        if settle is not None:
+            async with self._settling:
+                if self._settle is not None:
+                    assert self._result is not None
+                    self._result = await settle(self._result)
+                    self._settle = None
         assert self._result is not None
         return self._result
 

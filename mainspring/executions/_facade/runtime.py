@@ -29,6 +29,7 @@ from ...actors import (
     Cancel,
     CancelReason,
     EventsDropped,
+    MainspringError,
     NameTaken,
     Pause,
 )
@@ -298,9 +299,22 @@ class Runtime:
             def settling(self) -> None:
                 runs.settling(record.id, handle)
 
-            def ended(self, result: ExecutionResult) -> None:
+            def ended(self, result: ExecutionResult, *, settled: bool = True) -> None:
                 runs.ended(record.id, handle, terminal=result.status in EXECUTION_TERMINAL)
-                handle._resolve(result)
+                handle._resolve(result, None if settled else settle)
+
+        async def settle(result: ExecutionResult) -> ExecutionResult:
+            # E2: the writer handles one message at a time, so once it answers this ask the
+            # write under way when the wind-down was cut short is done (or failed): the store
+            # then says where the run stands. The live outputs are kept (E10).
+            try:
+                await self._committer.stats()
+                stored = await self._require(record.id)
+            except (MainspringError, OSError):
+                return result  # the runtime closed: the runner's last state is all there is
+            if stored.status == result.status:
+                return result
+            return result_from(stored, outputs=result.outputs, stopped_by=result.stopped_by)
 
         spawn = _Spawn(self._cfg, self._services, runs.kept, record, live_plan, begin, Watch())
         ref = await self._executions.ask(spawn)

@@ -771,15 +771,19 @@ class ExecutionActor(Actor):
 
     async def on_stop(self, reason: CancelReason) -> None:
         st = self._st
+        wound_down = False
         try:
             await self._wind_down(reason)
             if self._funnel.refusal is not None and st.board is not None:
                 await self._funnel.keep_board(st.board)
+            wound_down = True
         finally:
             result = st.result
             if result is None:
                 result = result_from(st.rec, outputs=st.outputs, stopped_by=reason)
-            self._watcher.ended(result)
+            # E2: a wind-down cut short (its last write still under way in the writer)
+            # leaves where the run stands to the store, read once that write is done.
+            self._watcher.ended(result, settled=wound_down)
 
     async def _wind_down(self, reason: CancelReason) -> None:
         st = self._st

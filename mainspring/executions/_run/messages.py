@@ -102,7 +102,11 @@ class RunWatcher(Protocol):
 
     def settling(self) -> None: ...
 
-    def ended(self, result: ExecutionResult) -> None: ...
+    def ended(self, result: ExecutionResult, *, settled: bool = True) -> None:
+        """``settled``: False when the run's wind-down was cut short (its stop's time ran
+        out, e.g. its last write waited on the store): ``result`` is then the runner's
+        last known state, and where the run stands is the store's to say once the write
+        under way is done (E2)."""
 
 
 @attrs.frozen
