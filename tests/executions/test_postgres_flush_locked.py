@@ -1,6 +1,7 @@
 """PostgreSQL: a run's last write (a pause) meets a row lock another connection holds for
-longer than the stop's time (E2): the runner's wind-down is cut short while its write waits. What ``pause`` returns must be where the run
-stands on the store once the lock is let go."""
+longer than the stop's time (E2): the runner's wind-down is cut short while its write waits.
+What ``pause`` and the handle's ``wait`` return must be where the run stands on the store
+once the lock is let go."""
 
 from __future__ import annotations
 
