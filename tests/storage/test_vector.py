@@ -263,3 +263,16 @@ def test_the_journal_finds_what_changed_between_versions_as_between_tuples(
             # Keyed by position, as a record's items are by id: a replaced item keeps it.
             found = _grown(old, new, str)
             assert found == _grown(plain_old, plain_new, str)
+
+
+def test_E10_attrs_asdict_of_a_record_on_vectors_equals_that_of_the_record_on_tuples() -> None:
+    # A live record holds Vectors where the record read back from a store holds tuples (a
+    # planner's ``previous_plan`` on a live replan and on one after a resume, a custom
+    # store's commit and its get). attrs.asdict recurses into tuples only, so the live one
+    # keeps its PlanSteps as records while the other turns them into dicts.
+    steps = (PlanStep(id="a", tool="t", input={"x": 1}), PlanStep(id="b", tool="t"))
+    on_tuples = Plan(id="p", goal="g", steps=steps)
+    on_vectors = Plan(id="p", goal="g", steps=Vector(steps))
+    assert on_vectors == on_tuples
+    assert attrs.asdict(on_vectors) == attrs.asdict(on_tuples)
+    assert attrs.astuple(on_vectors) == attrs.astuple(on_tuples)
