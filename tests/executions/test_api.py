@@ -382,3 +382,23 @@ def _planted(store: Any, execution_id: str) -> Any:
         return conn.execute(
             f'SELECT seq, head FROM "{store.schema}".executions WHERE id = %s', (execution_id,)
         ).fetchall()
+
+
+async def test_E10_a_live_result_reads_as_plain_data_as_the_one_read_back(tmp_path: Path) -> None:
+    # A live result's observations carry ``Observation.encoded`` (the output's stored bytes,
+    # an internal object in a public attrs field): attrs.asdict of them holds it and
+    # json.dumps fails, while the same observations handed back by a resume of the finished
+    # run (R4) are plain data. What user code receives must not depend on which it got.
+    import json
+
+    import attrs
+
+    async with runtime(tmp_path) as rt:
+        live = await (await rt.start("g", plan_of(tool("s0", "echo", text="hello")))).wait()
+        again = await (await rt.resume(live.execution_id)).wait()
+    assert live.observations == again.observations
+    read_back = [attrs.asdict(o) for o in again.observations]
+    assert json.loads(json.dumps(read_back))[0]["output"] == {"text": "hello"}
+    as_live = [attrs.asdict(o) for o in live.observations]
+    assert as_live == read_back
+    json.dumps(as_live)
