@@ -52,6 +52,7 @@ from ...storage import (
     Plan,
     PlanStep,
     StepStatus,
+    carry_encoded,
     parse_agent_tasks,
     reconcile,
     redact,
@@ -699,19 +700,21 @@ class ExecutionActor(Actor):
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
         stored = done.stored
-        st.obs[step.id] = observe(
-            step,
-            ok=done.ok,
-            output=stored.value if stored is not None else None,
-            error=error,
-            calls_used=1 if step.kind == "skill" else 0,
-            redacted=stored.redacted if stored is not None else False,
-            encoded=stored.encoded if stored is not None else None,  # written as it is
-            data=attempts,
-            error_type=caught.error_type if caught is not None else None,
-            traceback=caught.traceback if caught is not None else None,
-            started_at=started_at,
-            ended_at=done.ended_at or time.time(),
+        st.obs[step.id] = carry_encoded(  # the output's bytes, written as they are (E10)
+            observe(
+                step,
+                ok=done.ok,
+                output=stored.value if stored is not None else None,
+                error=error,
+                calls_used=1 if step.kind == "skill" else 0,
+                redacted=stored.redacted if stored is not None else False,
+                data=attempts,
+                error_type=caught.error_type if caught is not None else None,
+                traceback=caught.traceback if caught is not None else None,
+                started_at=started_at,
+                ended_at=done.ended_at or time.time(),
+            ),
+            stored.encoded if stored is not None else None,
         )
         if not done.ok:
             log_failure(  # O2
