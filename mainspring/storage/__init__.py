@@ -144,6 +144,7 @@ from ._persistence import open_committer as open_committer
 from ._pg_retry import StoreUnavailable as StoreUnavailable
 from ._pg_schema import is_postgres_url as is_postgres_url
 from ._pg_schema import redact_url as redact_url
+from ._plain import plain_record as plain_record  # for the runtime, not public
 from ._postgres import CommitUnknown as CommitUnknown
 from ._postgres import PostgresStore as PostgresStore
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL

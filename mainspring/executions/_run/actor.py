@@ -54,6 +54,7 @@ from ...storage import (
     StepStatus,
     carry_encoded,
     parse_agent_tasks,
+    plain_record,
     reconcile,
     redact,
 )
@@ -275,7 +276,7 @@ class ExecutionActor(Actor):
         context = PlannerContext(
             goal=st.rec.goal,
             execution_id=st.rec.id,
-            previous_plan=st.plan,
+            previous_plan=plain_record(st.plan),  # E10: as a plan read back (tuples)
             failure=failure,
             findings=findings_brief(findings) if drift and findings else None,
             drift=drift,
