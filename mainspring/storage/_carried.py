@@ -19,8 +19,8 @@ reference's callback has removed the entry of the object that held it.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from typing import Any
 
 from ._records import Observation
 from ._values import Encoded
@@ -30,19 +30,14 @@ __all__ = ["carried", "carry_encoded", "take_carried"]
 _carried: dict[int, tuple[weakref.ref[Observation], Encoded]] = {}
 
 
-def _forget(key: int) -> Any:
-    def forget(_: weakref.ref[Observation]) -> None:
-        _carried.pop(key, None)
-
-    return forget
-
-
 def carry_encoded(observation: Observation, encoded: Encoded | None) -> Observation:
     """Carry ``encoded`` (the bytes of ``observation.output``) to the store beside
     ``observation``; returns ``observation``. Nothing for None."""
     if encoded is not None:
         key = id(observation)
-        _carried[key] = (weakref.ref(observation, _forget(key)), encoded)
+        # Freed unwritten: the callback, pop(key, the dead reference), drops the entry.
+        forget = functools.partial(_carried.pop, key)
+        _carried[key] = (weakref.ref(observation, forget), encoded)
     return observation
 
 

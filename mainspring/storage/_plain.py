@@ -23,6 +23,11 @@ __all__ = ["plain_record"]
 R = TypeVar("R")
 
 _VIEWS = (Vector, AppendOnly)
+#: Values that hold no sequence of the runtime's: returned as they are, unvisited (user
+#: values, dicts and lists, included: see :func:`plain_record`).
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes, dict, list})
+#: A record class's fields a copy is made with: (attribute name, argument name).
+_FIELDS: dict[type[Any], tuple[tuple[str, str], ...]] = {}
 
 
 def plain_record(value: R) -> R:
@@ -33,21 +38,33 @@ def plain_record(value: R) -> R:
     return _plain(value)  # type: ignore[no-any-return]
 
 
+def _fields(kind: type[Any]) -> tuple[tuple[str, str], ...]:
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(
+            (field.name, field.alias) for field in attrs.fields(kind) if field.init
+        )
+    return fields
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, _VIEWS):
-        items = [_plain(item) for item in value]
-        return items if isinstance(value, AppendOnlyList) else tuple(items)
-    if type(value) is tuple:
-        made = tuple(_plain(item) for item in value)
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    if kind is tuple:
+        made = tuple(item if type(item) in _LEAVES else _plain(item) for item in value)
         return value if all(a is b for a, b in zip(made, value, strict=True)) else made
-    if attrs.has(type(value)):
+    if isinstance(value, _VIEWS):
+        items = [item if type(item) in _LEAVES else _plain(item) for item in value]
+        return items if isinstance(value, AppendOnlyList) else tuple(items)
+    if attrs.has(kind):
         changes = {}
-        for field in attrs.fields(type(value)):
-            if not field.init:
+        for name, alias in _fields(kind):
+            item = getattr(value, name)
+            if type(item) in _LEAVES:
                 continue
-            item = getattr(value, field.name)
             made = _plain(item)
             if made is not item:
-                changes[field.alias] = made
+                changes[alias] = made
         return attrs.evolve(value, **changes) if changes else value
     return value

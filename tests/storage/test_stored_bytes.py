@@ -132,3 +132,32 @@ def _executions() -> list[Execution]:
 def test_the_head_is_the_unstructured_record_without_its_parts(execution: Execution) -> None:
     assert execution_head(execution) == _old_head(execution)
     assert snapshot_changes(execution)[0] == ["head", _old_head(execution)]
+
+
+def test_E10_bytes_carried_on_one_thread_are_taken_on_another() -> None:
+    # The loop makes the next observation (carry) while the store's worker thread writes
+    # the last ones (take): each gets its own bytes, once, and nothing is left behind.
+    import queue
+    import threading
+
+    before = carried()
+    handed: queue.Queue[Observation | None] = queue.Queue()
+    wrong: list[int] = []
+
+    def writer() -> None:
+        while (observation := handed.get()) is not None:
+            written = canonical_json(stored_observation(observation))
+            if written != canonical_json(unstructure(observation)):
+                wrong.append(observation.output)  # pragma: no cover - a failure
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    outputs = [{"n": n} for n in range(2_000)]
+    made = [Encoded.made(output, output) for output in outputs]
+    for output, encoded in zip(outputs, made, strict=True):
+        handed.put(carry_encoded(Observation(step_id="s", ok=True, output=output), encoded))
+    handed.put(None)
+    thread.join()
+    assert wrong == []
+    assert all(encoded.data is None for encoded in made)  # every one written as carried
+    assert carried() == before
