@@ -90,6 +90,10 @@ from ._backend import Problem as Problem
 from ._backend import Store as Store
 from ._backend import Unfinished as Unfinished
 from ._backend import holder as holder
+
+# For the runtime (mainspring.executions), not public (not in __all__): a step's output,
+# encoded once where it was made (Encoded), carried beside its observation to the store.
+from ._carried import carry_encoded as carry_encoded
 from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import hash_files as hash_files
@@ -140,6 +144,7 @@ from ._persistence import open_committer as open_committer
 from ._pg_retry import StoreUnavailable as StoreUnavailable
 from ._pg_schema import is_postgres_url as is_postgres_url
 from ._pg_schema import redact_url as redact_url
+from ._plain import plain_record as plain_record  # for the runtime, not public
 from ._postgres import CommitUnknown as CommitUnknown
 from ._postgres import PostgresStore as PostgresStore
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
@@ -190,7 +195,7 @@ from ._usage import Usage as Usage
 from ._usage import check_cost as check_cost
 from ._usage import check_tokens as check_tokens
 from ._v1 import read_v1 as read_v1
-from ._values import Encoded as Encoded
+from ._values import Encoded as Encoded  # for the runtime, not public (see carry_encoded)
 from ._values import decode_value as decode_value
 from ._values import encode_value as encode_value
 from ._vector import Vector as Vector
@@ -251,7 +256,6 @@ __all__ = [
     "Control",
     "Durable",
     "Edit",
-    "Encoded",
     "Evidence",
     "EvidenceError",
     "EvidenceStore",

@@ -97,6 +97,17 @@ class Store(Protocol):
     actor then calls it on the event loop, saving a thread hop per flush. A store that does
     not say so is taken to block; every store this package ships does, and keeps its thread.
     ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
+
+    The records a store is given (``create``, ``commit_progress``, ``commit_many``,
+    ``commit``, what an ``edit``'s change returns) may be a run's live records: their
+    sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
+    and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
+    ``AppendOnly`` sequences, which read as the tuple they stand for (an ``AppendOnlyList``:
+    the list) but are not ``tuple`` instances: ``attrs.asdict``, ``json`` and
+    ``isinstance(x, tuple)`` do not take them for one. A store that keeps or serialises
+    records itself converts them (``tuple(x)``, or the package's codec: ``unstructure``,
+    which writes them as lists); what ``get`` and ``list`` return should hold plain tuples,
+    as every store this package ships returns.
     """
 
     def get(self, execution_id: str) -> Execution | None:

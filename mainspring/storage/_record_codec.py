@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from ._carried import take_carried
 from ._codec import converter
 from ._records import (
     AgentTaskRecord,
@@ -81,8 +82,6 @@ _OMITTED_IF_DEFAULT: dict[type[Any], tuple[str, ...]] = {
     PlanStep: ("timeout", "retry"),  # B1
     Observation: ("error_type", "traceback", "started_at", "ended_at"),  # O2
 }  # and Execution.deadline_at (B1), AgentTaskRecord.kept_under_definition, registered below
-#: Fields that are not part of the record: never written, and refused if a document has them.
-_NOT_STORED: dict[type[Any], tuple[str, ...]] = {Observation: ("encoded",)}
 
 
 def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
@@ -92,8 +91,6 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
     for name in _OMITTED_IF_DEFAULT.get(cls, ()):
         unstructure[name] = override(omit_if_default=True)
     structure: dict[str, Any] = {field: override(struct_hook=decode)}
-    for name in _NOT_STORED.get(cls, ()):
-        unstructure[name] = structure[name] = override(omit=True)
     converter.register_unstructure_hook(
         cls, make_dict_unstructure_fn(cls, converter, **unstructure)
     )
@@ -184,7 +181,6 @@ _HEAD: dict[str, Any] = {
 execution_head = make_dict_unstructure_fn(Execution, converter, **_HEAD)
 _OBSERVATION_REST: dict[str, Any] = {
     "output": override(omit=True),
-    "encoded": override(omit=True),
     **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Observation]},
 }
 _observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVATION_REST)
@@ -192,11 +188,11 @@ _observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVAT
 
 def stored_observation(observation: Observation) -> dict[str, Any]:
     """``converter.unstructure(observation)`` as the journal stores it: an output encoded
-    where it was made is carried as those bytes (``orjson.Fragment``, written as they are),
-    not encoded again (E10: the same bytes either way), and the observation lets them go.
-    Only for a store's own encoding: the result is not plain data."""
+    where it was made is carried beside the observation (``storage._carried``) and written
+    as those bytes (``orjson.Fragment``), not encoded again (E10: the same bytes either
+    way); they are let go once taken. Only for a store's own encoding: the result is not
+    plain data."""
     raw: dict[str, Any] = _observation_rest(observation)
-    encoded = observation.encoded
-    data = encoded.take(observation.output) if encoded is not None else None
+    data = take_carried(observation)
     raw["output"] = orjson.Fragment(data) if data is not None else encode_value(observation.output)
     return raw

@@ -37,7 +37,6 @@ from ._validators import (
     same_value,
     steps_unique,
 )
-from ._values import Encoded
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -248,10 +247,8 @@ class Observation:
     traceback: str | None = attrs.field(default=None, validator=_text_at_most(MAX_TRACEBACK))
     started_at: float | None = None
     ended_at: float | None = None
-    #: ``output``'s stored form, made once where the output was (``storage._values.Encoded``):
-    #: the store writes it rather than encode ``output`` again. Not part of the record: never
-    #: stored, compared or shown, and ignored once ``output`` is another object.
-    encoded: Encoded | None = attrs.field(default=None, eq=False, repr=False)
+    # The output's stored bytes, made once where the output was, travel beside the
+    # observation (storage._carried), not in it: the record stays plain data (E10).
 
 
 #: A checkpoint's dimensions that can be absent at capture (see ``Checkpoint.absent``).

@@ -15,6 +15,9 @@ from typing import Any
 
 import attrs
 
+from ._append_only import AppendOnly, AppendOnlyList
+from ._vector import Vector
+
 __all__ = ["PATTERNS", "redact", "redact_flagged", "register_secret"]
 
 #: (kind, pattern). Order matters: more specific shapes first (``sk-ant-`` before ``sk-``).
@@ -87,7 +90,10 @@ def _secret_key(key: str) -> bool:
 
 
 _MAX_DEPTH = 200
-_CONTAINERS = (dict, list, tuple, set, frozenset)
+#: Vectors and AppendOnly views read as the tuple (an AppendOnlyList: the list) they stand
+#: for, and are walked as one: a secret inside a live record's sequence is masked too (E5).
+_VIEWS = (Vector, AppendOnly)
+_CONTAINERS = (dict, list, tuple, set, frozenset, *_VIEWS)
 #: Shorter registered values would mask ordinary words. Every shape above is longer too
 #: (tests/storage/test_redact.py checks it), so a shorter text can hold no secret at all.
 _MIN_SECRET = 6
@@ -148,7 +154,9 @@ def _redact_text(text: str, extra: frozenset[str], changed: _Changed) -> str:
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """A copy of ``value`` with secrets masked, walking dicts (keys too), lists, tuples, sets,
-    frozensets and attrs records, and the text inside bytes.
+    frozensets and attrs records, and the text inside bytes. A ``Vector`` or an ``AppendOnly``
+    view (a live record's sequences) is walked and returned as the tuple it stands for (an
+    ``AppendOnlyList`` as a list).
 
     Strings are scanned for registered secrets, ``secrets`` given here, and known token shapes
     (AWS, GitHub, OpenAI, Anthropic, Slack, Google keys, JWTs, ``Authorization: Bearer`` values,
@@ -213,6 +221,9 @@ def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> A
     if isinstance(value, set | frozenset):
         make = frozenset if isinstance(value, frozenset) else set
         return make(_walk(item, extra, depth + 1, changed) for item in value)
+    if isinstance(value, _VIEWS):  # E5: walked as the tuple (or list) it stands for
+        walked = (_walk(item, extra, depth + 1, changed) for item in value)
+        return list(walked) if isinstance(value, AppendOnlyList) else tuple(walked)
     if isinstance(value, bytes):
         # Bytes are scanned as text (undecodable bytes kept as they are): a secret must not
         # reach disk base64-encoded either.

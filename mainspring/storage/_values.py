@@ -83,9 +83,9 @@ class _Refused(ValueError):
 class Encoded:
     """A value's stored form as bytes: the canonical JSON of its typed encoding, made once
     where the value was made (a step's output, ``executions/_steps/outputs.py``) and carried
-    with the record to the store, which writes these bytes instead of encoding the value
-    again (``storage._record_codec.stored_observation``) and lets them go: a run that keeps
-    its records in memory does not keep every output twice.
+    beside its observation to the store (``storage._carried``), which writes these bytes
+    instead of encoding the value again (``storage._record_codec.stored_observation``) and
+    lets them go: a run that keeps its records in memory does not keep every output twice.
 
     It holds the very object it encodes and stands for it only while a record still holds
     that object (``is``): a record evolved to another value is encoded afresh, and so is

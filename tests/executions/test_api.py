@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 import mainspring as ms
@@ -382,3 +383,76 @@ def _planted(store: Any, execution_id: str) -> Any:
         return conn.execute(
             f'SELECT seq, head FROM "{store.schema}".executions WHERE id = %s', (execution_id,)
         ).fetchall()
+
+
+async def test_E10_a_live_result_reads_as_plain_data_as_the_one_read_back(tmp_path: Path) -> None:
+    # A live result's observations carry ``Observation.encoded`` (the output's stored bytes,
+    # an internal object in a public attrs field): attrs.asdict of them holds it and
+    # json.dumps fails, while the same observations handed back by a resume of the finished
+    # run (R4) are plain data. What user code receives must not depend on which it got.
+    import json
+
+    import attrs
+
+    async with runtime(tmp_path) as rt:
+        live = await (await rt.start("g", plan_of(tool("s0", "echo", text="hello")))).wait()
+        again = await (await rt.resume(live.execution_id)).wait()
+    assert live.observations == again.observations
+    read_back = [attrs.asdict(o) for o in again.observations]
+    assert json.loads(json.dumps(read_back))[0]["output"] == {"text": "hello"}
+    as_live = [attrs.asdict(o) for o in live.observations]
+    assert as_live == read_back
+    json.dumps(as_live)
+
+
+def _views_in(value: Any) -> list[str]:
+    """Where ``value`` holds a Vector or an AppendOnly view (in records, tuples, lists, dicts)."""
+    from mainspring.storage import AppendOnly, Vector
+
+    if isinstance(value, Vector | AppendOnly):
+        return [type(value).__name__]
+    if isinstance(value, tuple | list):
+        return [w for item in value for w in _views_in(item)]
+    if isinstance(value, dict):
+        return [w for item in value.values() for w in _views_in(item)]
+    if attrs.has(type(value)):
+        return [
+            f"{f.name}.{w}" if w else f.name
+            for f in attrs.fields(type(value))
+            for w in _views_in(getattr(value, f.name))
+        ]
+    return []
+
+
+async def test_E10_a_live_replans_previous_plan_and_a_live_result_are_plain_data(
+    tmp_path: Path,
+) -> None:
+    # A run keeps its plan's steps and its observations as Vectors (a step costs what it
+    # changed); attrs.asdict and json do not take a Vector for a sequence. What the runtime
+    # hands to user code is plain data, as the record read back from the store is: the
+    # planner's previous_plan on a live replan, and the result.
+    import json
+
+    seen: list[tuple[Any, Any]] = []
+
+    async def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
+        if context.previous_plan is None:
+            return plan_of(tool("a", "echo", text="one"), tool("b", "fail", "a"), plan_id="p1")
+        rt_store = context_store[0]
+        now = await anyio.to_thread.run_sync(rt_store.get, context.execution_id)
+        seen.append((context.previous_plan, now.plan))
+        return plan_of(tool("c", "echo", text="two"), plan_id="p2")
+
+    context_store: list[Any] = []
+    async with runtime(tmp_path, planner=planner, max_replans=1) as rt:
+        context_store.append(rt.store)
+        live = await (await rt.start("g")).wait()
+        again = await (await rt.resume(live.execution_id)).wait()
+    assert live.status == "completed"
+    ((previous, read_back),) = seen
+    assert previous == read_back
+    assert _views_in(previous) == []
+    assert attrs.asdict(previous) == attrs.asdict(read_back)
+    assert json.loads(json.dumps(attrs.asdict(previous)))["steps"][0]["id"] == "a"
+    assert _views_in(live) == []
+    assert attrs.asdict(live)["observations"] == attrs.asdict(again)["observations"]

@@ -281,3 +281,22 @@ def test_E5_a_secret_registered_later_is_masked_longest_first() -> None:
     assert redact("x later-secret-and-longer y") == "x [redacted secret] y"
     assert redact("x later-secret y") == "x [redacted secret] y"
     assert redact({"k": ("later-secret",)}) == {"k": ("[redacted secret]",)}
+
+
+def test_E5_redact_masks_a_secret_inside_a_vector_or_an_append_only_view() -> None:
+    # A live record's plan steps, observations and tasks are Vectors and an agent's inner
+    # steps AppendOnly views, both documented to read as the tuple they stand for; redact()
+    # walks tuples, so a secret inside either must be masked (it is returned untouched).
+    from mainspring.storage import AppendOnly, Plan, PlanStep, Vector
+
+    register_secret("vector-held-secret")
+    assert redact(("x vector-held-secret",)) == ("x [redacted secret]",)
+    masked, flagged = redact_flagged(Vector(["x vector-held-secret", "ok"]))
+    assert flagged
+    assert masked == ("x [redacted secret]", "ok")
+    masked, flagged = redact_flagged(AppendOnly(["x vector-held-secret"]))
+    assert flagged
+    assert "vector-held-secret" not in repr(masked)
+    step = PlanStep(id="a", tool="t", input={"query": "vector-held-secret"})
+    plan = Plan(id="p", goal="g", steps=Vector([step]))
+    assert "vector-held-secret" not in repr(redact(plan))

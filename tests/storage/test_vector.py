@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from mainspring.storage import (
     AppendOnly,
+    AppendOnlyList,
     Checkpoint,
     Execution,
+    Observation,
     Plan,
     PlanStep,
     Vector,
@@ -29,6 +31,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._codec import canonical_json
 from mainspring.storage._journal_keys import _grown
+from mainspring.storage._plain import plain_record
 
 items = st.integers(-3, 3) | st.text(max_size=2)
 
@@ -263,3 +266,34 @@ def test_the_journal_finds_what_changed_between_versions_as_between_tuples(
             # Keyed by position, as a record's items are by id: a replaced item keeps it.
             found = _grown(old, new, str)
             assert found == _grown(plain_old, plain_new, str)
+
+
+def test_E10_attrs_asdict_of_a_record_on_vectors_equals_that_of_the_record_on_tuples() -> None:
+    # A live record holds Vectors where the record read back from a store holds tuples (a
+    # planner's ``previous_plan`` on a live replan and on one after a resume, a custom
+    # store's commit and its get). attrs.asdict recurses into tuples only (a Vector cannot
+    # be one), so the runtime hands user code its records made plain (``plain_record``:
+    # tests/executions/test_api.py checks the hand-overs), and a custom store converts
+    # with ``tuple(x)``: either way asdict/astuple equal those of the record on tuples.
+    steps = (PlanStep(id="a", tool="t", input={"x": 1}), PlanStep(id="b", tool="t"))
+    on_tuples = Plan(id="p", goal="g", steps=steps)
+    on_vectors = Plan(id="p", goal="g", steps=Vector(steps))
+    assert on_vectors == on_tuples
+    for made in (plain_record(on_vectors), attrs.evolve(on_vectors, steps=tuple(on_vectors.steps))):
+        assert type(made.steps) is tuple
+        assert attrs.asdict(made) == attrs.asdict(on_tuples)
+        assert attrs.astuple(made) == attrs.astuple(on_tuples)
+    assert plain_record(on_tuples) is on_tuples  # nothing to make plain: nothing copied
+
+
+def test_plain_record_makes_every_view_in_a_record_plain() -> None:
+    inner = AppendOnly([Observation(step_id="i", ok=True, output=[1])])
+    raw = AppendOnlyList([{"id": "i"}])
+    made = plain_record((Vector([inner]), raw, Vector([Plan(id="p", goal="g", steps=Vector())])))
+    assert type(made) is tuple
+    assert type(made[0]) is tuple
+    assert type(made[0][0]) is tuple
+    assert made[0][0][0] is inner[0]  # records without views are kept, not copied
+    assert type(made[1]) is list
+    assert made[1] == [{"id": "i"}]
+    assert type(made[2][0].steps) is tuple

@@ -52,7 +52,9 @@ from ...storage import (
     Plan,
     PlanStep,
     StepStatus,
+    carry_encoded,
     parse_agent_tasks,
+    plain_record,
     reconcile,
     redact,
 )
@@ -274,7 +276,7 @@ class ExecutionActor(Actor):
         context = PlannerContext(
             goal=st.rec.goal,
             execution_id=st.rec.id,
-            previous_plan=st.plan,
+            previous_plan=plain_record(st.plan),  # E10: as a plan read back (tuples)
             failure=failure,
             findings=findings_brief(findings) if drift and findings else None,
             drift=drift,
@@ -699,19 +701,21 @@ class ExecutionActor(Actor):
         # E10: a result that redaction changed is marked, so a reader never takes it for
         # the original; the step stays completed (E1, R7).
         stored = done.stored
-        st.obs[step.id] = observe(
-            step,
-            ok=done.ok,
-            output=stored.value if stored is not None else None,
-            error=error,
-            calls_used=1 if step.kind == "skill" else 0,
-            redacted=stored.redacted if stored is not None else False,
-            encoded=stored.encoded if stored is not None else None,  # written as it is
-            data=attempts,
-            error_type=caught.error_type if caught is not None else None,
-            traceback=caught.traceback if caught is not None else None,
-            started_at=started_at,
-            ended_at=done.ended_at or time.time(),
+        st.obs[step.id] = carry_encoded(  # the output's bytes, written as they are (E10)
+            observe(
+                step,
+                ok=done.ok,
+                output=stored.value if stored is not None else None,
+                error=error,
+                calls_used=1 if step.kind == "skill" else 0,
+                redacted=stored.redacted if stored is not None else False,
+                data=attempts,
+                error_type=caught.error_type if caught is not None else None,
+                traceback=caught.traceback if caught is not None else None,
+                started_at=started_at,
+                ended_at=done.ended_at or time.time(),
+            ),
+            stored.encoded if stored is not None else None,
         )
         if not done.ok:
             log_failure(  # O2

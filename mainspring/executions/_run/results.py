@@ -24,6 +24,7 @@ from ...storage import (
     PlanStep,
     Usage,
     parse_agent_tasks,
+    plain_record,
     redact,
     redact_flagged,
     sha256_hex,
@@ -252,26 +253,31 @@ def result_from(
         for obs in execution.observations
     )
     redacted = tuple(obs.step_id for obs in observations if obs.ok and obs.redacted)
-    return ExecutionResult(
-        execution_id=execution.id,
-        status=execution.status,
-        summary=summary,
-        outputs=merged,
-        redacted=redacted,
-        observations=observations,
-        findings=tuple(findings),
-        pending=execution.pending,
-        calls_used=execution.calls_used,
-        usage=execution.usage,
-        steps_done=done,
-        steps_total=total,
-        stopped_by=stopped_by,
-        error=error,
-        stopped_steps=tuple(step.id for step in execution.plan.steps if step.status == "stopped")
-        if execution.plan is not None
-        else (),
-        failures=failures_of(execution),
-        stale_steps=_stale_steps(execution, tasks),
+    # E10: plain data (tuples, not a live record's Vectors), as a result read back is.
+    return plain_record(
+        ExecutionResult(
+            execution_id=execution.id,
+            status=execution.status,
+            summary=summary,
+            outputs=merged,
+            redacted=redacted,
+            observations=observations,
+            findings=tuple(findings),
+            pending=execution.pending,
+            calls_used=execution.calls_used,
+            usage=execution.usage,
+            steps_done=done,
+            steps_total=total,
+            stopped_by=stopped_by,
+            error=error,
+            stopped_steps=tuple(
+                step.id for step in execution.plan.steps if step.status == "stopped"
+            )
+            if execution.plan is not None
+            else (),
+            failures=failures_of(execution),
+            stale_steps=_stale_steps(execution, tasks),
+        )
     )
 
 

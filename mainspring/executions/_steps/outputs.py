@@ -40,8 +40,8 @@ def keep_result(kept: dict[tuple[str, str], Any], key: tuple[str, str], value: A
 @attrs.frozen
 class Stored:
     """An output as it will be stored: redacted (E5), whether redaction changed it, and its
-    stored form, encoded once here and carried with the observation to the store
-    (``Observation.encoded``), which writes those bytes instead of encoding it again."""
+    stored form, encoded once here and carried beside the observation to the store
+    (``carry_encoded``), which writes those bytes instead of encoding it again."""
 
     value: Any
     redacted: bool
