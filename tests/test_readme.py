@@ -15,15 +15,22 @@ README = ROOT / "README.md"
 ACTORS = ROOT / "docs" / "explanation" / "actors.md"
 
 
+def _blocks(page: pathlib.Path) -> list[str]:
+    return [str(b) for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)]
+
+
 def _example(index: int = 0, page: pathlib.Path = README) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
+    blocks = _blocks(page)
     assert len(blocks) > index, f"{page.name} lost an example"
-    return str(blocks[index])
+    return blocks[index]
 
 
+@pytest.mark.parametrize("page", [README, ACTORS], ids=["readme", "docs"])
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_readme_example_runs(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
-    source = _example().replace("anyio.run(main)", "pass")
+def test_readme_example_runs(
+    backend: str, page: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _example(0, page).replace("anyio.run(main)", "pass")
     namespace: dict[str, object] = {"__name__": "readme_example"}
     exec(compile(source, str(README), "exec"), namespace)
     anyio.run(namespace["main"], backend=backend)  # type: ignore[arg-type]
@@ -40,7 +47,8 @@ def test_readme_example_runs(backend: str, capsys: pytest.CaptureFixture[str]) -
 def test_readme_supervision_example_runs(
     backend: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    source = _example(0, ACTORS).replace("anyio.run(main)", "pass")
+    (source,) = [block for block in _blocks(ACTORS) if "spawn_supervisor" in block]
+    source = source.replace("anyio.run(main)", "pass")
     namespace: dict[str, object] = {"__name__": "readme_example"}
     exec(compile(source, str(ACTORS), "exec"), namespace)
     anyio.run(namespace["main"], backend=backend)  # type: ignore[arg-type]
