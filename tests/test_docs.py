@@ -5,6 +5,7 @@ README's tests)."""
 from __future__ import annotations
 
 import functools
+import importlib
 import pathlib
 import re
 from typing import Any
@@ -139,3 +140,36 @@ def test_every_invariant_id_in_the_docs_links_to_its_legend_entry() -> None:
             assert code in legend, (page.name, code)
         bare = re.sub(r"\[[A-Z]\d{1,2}\]\([^)]*\)", "", text)
         assert not re.search(r"(?<![\w./-])[EPRSLVXBOU]\d{1,2}(?![\w/-])", bare), page.name
+
+
+# -- names the manual uses exist ------------------------------------------------------------
+
+NAMESPACES = ("actors", "supervision", "storage", "executions", "testing")
+
+
+def _named(text: str) -> set[str]:
+    """Dotted public names a page writes: ``ms.storage.Usage``, ``mainspring.executions.X``."""
+    found = set()
+    for prefix, path in re.findall(r"(?<![\w.$/-])(ms|mainspring)((?:\.[A-Za-z_]\w*)+)", text):
+        first = path.split(".")[1]
+        if prefix == "ms" or first in NAMESPACES or first[0].isupper() or first in ms.__all__:
+            found.add(path.lstrip("."))
+    return found
+
+
+def test_every_public_name_the_manual_writes_exists() -> None:
+    pages = [*DOCS.rglob("*.md"), DOCS.parent / "README.md"]
+    names = set().union(*(_named(page.read_text()) for page in pages))
+    assert "storage.Usage" in names  # the check sees what it is meant to see
+    missing = []
+    for name in sorted(names):
+        value: object = ms
+        for part in name.split("."):
+            if isinstance(value, type(ms)) and part in NAMESPACES:
+                value = importlib.import_module(f"{value.__name__}.{part}")
+            elif hasattr(value, part):
+                value = getattr(value, part)
+            else:
+                missing.append(name)
+                break
+    assert not missing, f"the docs name what mainspring no longer has: {missing}"
