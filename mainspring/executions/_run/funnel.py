@@ -26,7 +26,7 @@ from ...storage import (
     capture_checkpoint,
     holder,
 )
-from .._rules.status import execution_move
+from .._rules.lifecycle import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
 from .events import RunEvent, StepFinished, worker_changed
 from .lease_guard import LeaseWatch
