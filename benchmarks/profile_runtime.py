@@ -134,7 +134,7 @@ class MemoryStore:
             self._put(with_disk_lease(execution, stored))
         return outcome
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         with self._lock:
             return self._commit_one(execution, owner, self._now())
 

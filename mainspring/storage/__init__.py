@@ -31,7 +31,7 @@ exclusive across processes and hosts):
   give it up keeping the epoch. The lease's clock is the backend's (``clock``; for a shared
   server, the server's). ``acquire(..., gone=lease)`` also takes over a live lease whose
   owner process the caller found gone (``owner_gone``, L7), if it is still that lease.
-- ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
+- ``commit_run`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together; the lease on disk is
   kept, except that a commit whose record carries a released lease (no owner) releases it in

@@ -98,7 +98,7 @@ class Store(Protocol):
     not say so is taken to block; every store this package ships does, and keeps its thread.
     ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
 
-    The records a store is given (``create``, ``commit_progress``, ``commit_many``,
+    The records a store is given (``create``, ``commit_run``, ``commit_many``,
     ``commit``, what an ``edit``'s change returns) may be a run's live records: their
     sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
     and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
@@ -145,7 +145,7 @@ class Store(Protocol):
         """L3: give the lease up; False if ``owner`` does not hold it."""
         ...
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is ``OK``, keeping the lease on
         disk, or releasing it in the same write if ``execution`` carries a released lease
         (L3: a run's final write)."""
@@ -171,7 +171,7 @@ class Store(Protocol):
         ...
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_progress`` for each, made durable together where the backend can.
+        """``commit_run`` for each, made durable together where the backend can.
 
         Each result is an outcome, or the error that stopped that one commit: a bad record
         (``StorageError``, ``ValueError``) touches nothing else; an ``OSError`` means the disk
@@ -577,14 +577,14 @@ class CompareAndSetStore:
                 return CommitOutcome.RELEASED  # it lapsed on the server's clock meanwhile
         return outcome
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
         with self._atomic():
             self._prepare([execution.id])
             return self._commit_one(execution, owner, self._clock())
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
+        """``commit_run`` for each in one atomic section (see Store.commit_many)."""
         results: list[CommitResult] = []
         with self._atomic():
             self._prepare([execution.id for execution, _ in commits], commits)

@@ -819,8 +819,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def release(self, execution_id: str, owner: str) -> bool:
         return self._retrying(super().release, execution_id, owner)
 
-    def commit_progress(self, execution: Execution, owner: str) -> Any:
-        return self._retrying(super().commit_progress, execution, owner)
+    def commit_run(self, execution: Execution, owner: str) -> Any:
+        return self._retrying(super().commit_run, execution, owner)
 
     def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
         return self._retrying(super().commit_many, commits)

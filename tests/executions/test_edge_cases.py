@@ -364,7 +364,7 @@ async def test_X3_failure_evidence_for_the_planner_is_fenced_and_clamped(
 
 async def test_S1_a_task_of_a_paused_execution_can_be_stopped(tmp_path: Path) -> None:
     """The record path of stop_agent_task writes through committer.commit (the run's funnel,
-    commit_progress), which answers ``paused`` for a paused record: a queued task of a paused
+    commit_run), which answers ``paused`` for a paused record: a queued task of a paused
     execution can never be stopped (S1: a persisted unfinished task is marked cancelled)."""
     gate = Gate()
 

@@ -71,7 +71,7 @@ def test_L4_a_lease_that_lapsed_on_the_server_is_refused_in_the_writing_statemen
         "UPDATE {table} SET lease_expires = 0, head = convert_to(jsonb_set(convert_from("
         "head, 'UTF8')::jsonb, '{lease,expires_at}', '0.0')::text, 'UTF8') WHERE id = 'ex-1'",
     )
-    outcome = store.commit_progress(attrs.evolve(live, goal="stale write"), "host-a:1:x")
+    outcome = store.commit_run(attrs.evolve(live, goal="stale write"), "host-a:1:x")
     assert outcome is ms.storage.CommitOutcome.RELEASED
     stored = store.get("ex-1")
     assert stored is not None
@@ -103,7 +103,7 @@ def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_w
             return original(*args)  # type: ignore[arg-type]
 
         store._write = write_later  # type: ignore[method-assign]
-        outcome = store.commit_progress(attrs.evolve(live, goal="too late"), "host-a:1:x")
+        outcome = store.commit_run(attrs.evolve(live, goal="too late"), "host-a:1:x")
         assert outcome is ms.storage.CommitOutcome.RELEASED
         store._write = original  # type: ignore[method-assign]
         stored = store.get("ex-1")
@@ -156,7 +156,7 @@ def test_a_row_whose_lease_columns_contradict_its_record_is_refused_not_retried_
     assert live is not None
     _sql(store, "UPDATE {table} SET lease_expires = 0 WHERE id = 'ex-1'")  # the record says live
     with pytest.raises(ms.storage.StorageError, match="refused this write as decided"):
-        store.commit_progress(attrs.evolve(live, goal="x"), "host-a:1:x")
+        store.commit_run(attrs.evolve(live, goal="x"), "host-a:1:x")
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"

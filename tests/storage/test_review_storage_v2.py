@@ -176,7 +176,7 @@ def test_X2_a_file_journal_does_not_grow_past_its_read_bound_by_small_commits(
         status = "running" if n % 2 == 0 else "waiting_for_budget"
         record = execution(status=status, lease=lease, calls_used=n)
         try:
-            outcome = writer.commit_progress(record, "a:1:x")
+            outcome = writer.commit_run(record, "a:1:x")
         except TooLarge:
             break  # refused before it is acknowledged: fine
         assert outcome.ok
@@ -231,7 +231,7 @@ def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
         counts[name] += 1
         status = "running" if counts[name] % 2 == 0 else "waiting_for_budget"
         record = execution(name, status=status, lease=leases[name], calls_used=count)
-        assert writer.commit_progress(record, "a:1:x").ok
+        assert writer.commit_run(record, "a:1:x").ok
 
     seen: list[ms.storage.HistoryEvent] = []
 
@@ -324,7 +324,7 @@ def test_a_file_store_compaction_never_fails_a_commit_that_is_durable(
 ) -> None:
     # Compaction writes the snapshot in frames of about 512 KiB (_file._CHUNK) whatever
     # max_bytes is, and only an OSError from it is swallowed: with max_bytes=100_000 the
-    # first compaction raises TooLarge out of commit_progress *after* the commit was
+    # first compaction raises TooLarge out of commit_run *after* the commit was
     # appended and fsynced. The caller is told the commit failed though it is durable, and
     # every later commit does the same (each durable, each raising): the run is wedged.
     monkeypatch.setattr(file_module, "_COMPACT_AT", 2_000)
@@ -338,7 +338,7 @@ def test_a_file_store_compaction_never_fails_a_commit_that_is_durable(
             status="running", lease=lease, observations=tuple(observations), calls_used=n
         )
         try:
-            outcome = store.commit_progress(record, "a:1:x")
+            outcome = store.commit_run(record, "a:1:x")
         except StorageError:
             stored = FileStore(tmp_path / "store", max_bytes=100_000).get("ex-1")
             assert stored is not None
