@@ -173,7 +173,7 @@ class MemoryStore:
     def renew_many(self, renewals: Sequence[Any]) -> tuple[RenewResult, ...]:
         return tuple(self.renew(*renewal) for renewal in renewals)
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         with self._lock:
             now = self._now()
             return tuple(self._commit_one(execution, owner, now) for execution, owner in commits)

@@ -98,7 +98,7 @@ class Store(Protocol):
     not say so is taken to block; every store this package ships does, and keeps its thread.
     ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
 
-    The records a store is given (``create``, ``commit_run``, ``commit_many``,
+    The records a store is given (``create``, ``commit_run``, ``commit_runs``,
     ``commit``, what an ``edit``'s change returns) may be a run's live records: their
     sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
     and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
@@ -170,7 +170,7 @@ class Store(Protocol):
         """``renew`` for each ``(execution id, owner, ttl[, epoch])``, made durable together."""
         ...
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         """``commit_run`` for each, made durable together where the backend can.
 
         Each result is an outcome, or the error that stopped that one commit: a bad record
@@ -494,8 +494,8 @@ class CompareAndSetStore:
     def _prepare(
         self, execution_ids: Sequence[str], commits: Sequence[tuple[Execution, str]] = ()
     ) -> None:
-        """Called first in a batch (``commit_many``, ``renew_many``) with the ids it touches,
-        and ``commit_many``'s commits: a server backend locks their rows here, in one order,
+        """Called first in a batch (``commit_runs``, ``renew_many``) with the ids it touches,
+        and ``commit_runs``'s commits: a server backend locks their rows here, in one order,
         so that two hosts' batches never deadlock, or decides here (inside ``_atomic``, so
         on its own transaction's state) that a batch of cached rows needs no lock first."""
 
@@ -583,8 +583,8 @@ class CompareAndSetStore:
             self._prepare([execution.id])
             return self._commit_one(execution, owner, self._clock())
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_run`` for each in one atomic section (see Store.commit_many)."""
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """``commit_run`` for each in one atomic section (see Store.commit_runs)."""
         results: list[CommitResult] = []
         with self._atomic():
             self._prepare([execution.id for execution, _ in commits], commits)

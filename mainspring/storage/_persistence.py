@@ -374,7 +374,7 @@ class PersistenceActor(Actor):
         entries = list(batch.values())
         commits = [(execution, owner) for execution, owner, _ in entries]
         try:
-            outcomes = await self._call_store(self.store.commit_many, commits)
+            outcomes = await self._call_store(self.store.commit_runs, commits)
         except Exception as exc:
             self._broken = exc
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")

@@ -822,8 +822,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def commit_run(self, execution: Execution, owner: str) -> Any:
         return self._retrying(super().commit_run, execution, owner)
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
-        return self._retrying(super().commit_many, commits)
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> Any:
+        return self._retrying(super().commit_runs, commits)
 
     def renew(self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None) -> Any:
         return self._retrying(super().renew, execution_id, owner, ttl, epoch=epoch)

@@ -391,11 +391,11 @@ class _DiskFailsOnce(ms.storage.SqliteStore):
         super().__init__(path)
         self.flushes = 0
 
-    def commit_many(self, commits: Any) -> Any:
+    def commit_runs(self, commits: Any) -> Any:
         self.flushes += 1
         if self.flushes == 2:
             raise OSError(5, "I/O error")
-        return super().commit_many(commits)
+        return super().commit_runs(commits)
 
 
 async def test_after_a_failed_write_the_runtime_still_closes_cleanly(

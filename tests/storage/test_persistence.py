@@ -35,7 +35,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 class CountingStore:
-    """Wraps a real store, counting durable flushes (one per commit_many call)."""
+    """Wraps a real store, counting durable flushes (one per commit_runs call)."""
 
     def __init__(self, inner: Any, fail_after: int | None = None, hold_first: bool = False) -> None:
         self.inner = inner
@@ -46,13 +46,13 @@ class CountingStore:
         if not hold_first:
             self.release.set()
 
-    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
         self.threads.append(threading.get_ident())
         self.release.wait(timeout=30)  # runs in a worker thread: blocking is what it is for
         if self.fail_after is not None and len(self.flushes) >= self.fail_after:
             raise OSError(5, "Input/output error")
         self.flushes.append(len(commits))
-        return self.inner.commit_many(commits)
+        return self.inner.commit_runs(commits)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -211,9 +211,9 @@ class LoopStore:
         self.inner = inner
         self.threads: list[int] = []
 
-    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
         self.threads.append(threading.get_ident())
-        return self.inner.commit_many(commits)
+        return self.inner.commit_runs(commits)
 
     def renew_many(self, renewals: Sequence[Any]) -> Any:
         self.threads.append(threading.get_ident())

@@ -107,7 +107,7 @@ def test_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
 ) -> None:
     # The contract: "a bad record (too large, unstorable) fails only its own commit and
     # writes nothing of it". A repeated observation key raises sqlite3.IntegrityError out of
-    # commit_many, which fails the whole flush; the persistence actor then stops writing for
+    # commit_runs, which fails the whole flush; the persistence actor then stops writing for
     # good (every other run in the process loses its writer).
     store = SqliteStore(tmp_path / "mainspring.db")
     try:
@@ -118,7 +118,7 @@ def test_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
         twice = (Observation(step_id="a", ok=False), Observation(step_id="a", ok=True))
         bad = execution("bad", status="running", lease=bad_lease, observations=twice)
         good = execution("good", status="running", lease=good_lease, calls_used=3)
-        results = store.commit_many([(bad, "a:1:x"), (good, "a:1:x")])
+        results = store.commit_runs([(bad, "a:1:x"), (good, "a:1:x")])
         assert results[1] is CommitOutcome.OK
         stored = store.get("good")
         assert stored is not None
