@@ -138,7 +138,7 @@ class MemoryStore:
         with self._lock:
             return self._commit_one(execution, owner, self._now())
 
-    def commit(self, execution: Execution, owner: str) -> bool:
+    def replace(self, execution: Execution, owner: str) -> bool:
         with self._lock:
             stored = self._items.get(execution.id)
             if not decide_edit(stored, owner, self._now()):

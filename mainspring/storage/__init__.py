@@ -40,7 +40,9 @@ exclusive across processes and hosts):
   batch) or one fsynced append per execution (files: the commits before a failure stay). A
   bad record (too large, unstorable) fails only its own commit and writes nothing of it.
 - ``renew`` / ``renew_many``: a heartbeat that answers like a commit (L2, E2).
-- ``edit`` / ``commit``: out-of-run changes (controls); the stored lease is kept.
+- ``edit`` / ``replace``: out-of-run changes (controls): ``edit`` applies a change to the
+  record as it is then, whoever holds the lease; ``replace`` writes a whole record unless it
+  is terminal or another owner's live lease holds it. The stored lease is kept.
 - ``delete``: a terminal execution with everything stored about it, history included.
 - ``get`` / ``list`` / ``history``: reads; they never write (E7). ``list`` reports what does
   not read as a ``Problem`` (never skipped, never deleted); ``get`` raises ``RecordError`` for

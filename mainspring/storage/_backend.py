@@ -99,7 +99,7 @@ class Store(Protocol):
     ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
 
     The records a store is given (``create``, ``commit_run``, ``commit_runs``,
-    ``commit``, what an ``edit``'s change returns) may be a run's live records: their
+    ``replace``, what an ``edit``'s change returns) may be a run's live records: their
     sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
     and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
     ``AppendOnly`` sequences, which read as the tuple they stand for (an ``AppendOnlyList``:
@@ -151,8 +151,11 @@ class Store(Protocol):
         (L3: a run's final write)."""
         ...
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        """An out-of-run edit: refused if terminal or another owner holds a live lease."""
+    def replace(self, execution: Execution, owner: str) -> bool:
+        """Write ``execution`` whole, from outside a run, keeping the stored lease: refused
+        (False, nothing written) if the stored record is missing or terminal, or another
+        owner holds a live lease on it. (``edit`` changes the record as it is then, whoever
+        holds the lease.)"""
         ...
 
     def renew(
@@ -448,7 +451,7 @@ Edit = Callable[[Execution, float], Execution | None]
 
 
 def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
-    """An out-of-run edit (``commit``): the record exists, is not terminal, and no other
+    """An out-of-run write (``replace``): the record exists, is not terminal, and no other
     owner holds a live lease on it."""
     if stored is None or stored.terminal:
         return False
@@ -670,8 +673,9 @@ class CompareAndSetStore:
             self._store(base, updated)
             return updated
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        """An out-of-run edit: written unless terminal or another owner holds a live lease."""
+    def replace(self, execution: Execution, owner: str) -> bool:
+        """Write ``execution`` whole, from outside a run, keeping the stored lease: unless
+        missing, terminal, or another owner holds a live lease."""
         with self._atomic():
             base = self._load(execution.id)
             stored = base.execution if base is not None else None

@@ -831,8 +831,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def renew_many(self, renewals: Any) -> Any:
         return self._retrying(super().renew_many, renewals)
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        return self._retrying(super().commit, execution, owner)
+    def replace(self, execution: Execution, owner: str) -> bool:
+        return self._retrying(super().replace, execution, owner)
 
 
 def _valid(execution_id: str) -> bool:

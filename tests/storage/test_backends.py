@@ -163,7 +163,7 @@ def test_E2_commit_run_outcomes(make_store: Factory) -> None:
     assert stored.calls_used == 3
     assert stored.lease is not None
     assert stored.lease.owner == owner  # the lease on disk wins over the writer's copy (None)
-    assert store.commit(execution(status="paused"), "cli:9:z") is False  # owner holds it
+    assert store.replace(execution(status="paused"), "cli:9:z") is False  # owner holds it
     assert store.commit_run(execution(status="completed"), owner).ok
     for status in ("running", "completed"):
         outcome = store.commit_run(execution(status=status), owner)
@@ -175,7 +175,7 @@ def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) 
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
     store.release("ex-1", "a:1:x")
-    assert store.commit(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
+    assert store.replace(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
     store.acquire("ex-1", "a:1:x", ttl=60)
     assert store.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
     stored = store.get("ex-1")
@@ -413,7 +413,7 @@ def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) ->
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=10)
     clock.now += 11
-    assert store.commit(execution(goal="edited while the lease had lapsed"), "cli:9:z")
+    assert store.replace(execution(goal="edited while the lease had lapsed"), "cli:9:z")
     assert not store.heartbeat("ex-1", "a:1:x", ttl=10)  # it must acquire again
     assert store.commit_run(execution(), "a:1:x") is CommitOutcome.RELEASED
     stored = store.get("ex-1")
@@ -439,7 +439,7 @@ def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_pa
     first.create(execution())
     first.acquire("ex-1", "a:1:x", ttl=60)
     assert first.commit_run(execution(status="running"), "a:1:x").ok
-    assert second.commit(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
+    assert second.replace(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
     assert first.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
 
 
@@ -451,9 +451,9 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
     first.acquire("ex-1", "a:1:x", ttl=60)
     for n in range(200):
         assert first.commit_run(execution(calls_used=n), "a:1:x").ok
-        assert second.commit(execution(calls_used=n, status="paused"), "a:1:x")
+        assert second.replace(execution(calls_used=n, status="paused"), "a:1:x")
         assert first.commit_run(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
-        assert second.commit(execution(calls_used=n, status="running"), "a:1:x")
+        assert second.replace(execution(calls_used=n, status="running"), "a:1:x")
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
