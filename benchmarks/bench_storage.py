@@ -106,7 +106,7 @@ def commits_per_second(kind: str, where: Path, concurrency: int, total: int, nai
                     if naive:
                         outcome = await anyio.to_thread.run_sync(store.commit_run, record, owner)
                     else:
-                        outcome = await committer.commit(record, owner)
+                        outcome = await committer.submit(record, owner)
                     assert outcome.ok
 
             start = time.perf_counter()

@@ -363,7 +363,7 @@ async def test_X3_failure_evidence_for_the_planner_is_fenced_and_clamped(
 
 
 async def test_S1_a_task_of_a_paused_execution_can_be_stopped(tmp_path: Path) -> None:
-    """The record path of stop_agent_task writes through committer.commit (the run's funnel,
+    """The record path of stop_agent_task writes through committer.submit (the run's funnel,
     commit_run), which answers ``paused`` for a paused record: a queued task of a paused
     execution can never be stopped (S1: a persisted unfinished task is marked cancelled)."""
     gate = Gate()
@@ -425,7 +425,7 @@ async def test_X2_a_result_too_large_to_store_fails_its_step_not_the_runtime(
     tmp_path: Path,
 ) -> None:
     """check_output only checks that an output encodes; the record is refused later by
-    _write (TooLarge, X2) and committer.commit *raises* it inside _step_done: the
+    _write (TooLarge, X2) and committer.submit *raises* it inside _step_done: the
     ExecutionActor crashes, the record stays "running", and every resume re-runs the step
     and crashes again. The step should fail with a clear error instead."""
 

@@ -36,8 +36,8 @@ async def test_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_path: 
         async with ms.open_system() as system:
             committer = await open_committer(system, store)
             # Stored as it is (a part whose keys repeat is kept by position) ...
-            assert (await committer.commit(execution("bad", observations=twice), OWNER)).ok
-            outcome = await committer.commit(execution("good", calls_used=1), OWNER)
+            assert (await committer.submit(execution("bad", observations=twice), OWNER)).ok
+            outcome = await committer.submit(execution("good", calls_used=1), OWNER)
             assert outcome is CommitOutcome.OK  # ... and the writer goes on for everyone
         again = SqliteStore(tmp_path / "store.db")
         try:
