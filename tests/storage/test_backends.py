@@ -897,3 +897,26 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     listing = store.unfinished(skip={"ex-live"})
     assert [e.id for e in listing.executions] == ["ex-orphan"]
     assert "ex-live" not in read
+
+
+# -- the write methods' names (issue 30: names that do not collide) ----------------------
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [ms.storage.Store, ms.storage.FileStore, ms.storage.SqliteStore, ms.storage.PostgresStore],
+    ids=lambda c: c.__name__,
+)
+def test_a_store_s_writes_are_named_for_what_they_do(cls: type) -> None:
+    # commit_run: a run's write (E2); commit_runs: many, durable together; replace: a whole
+    # record written from outside a run, owner-checked; edit: a change applied under the lock.
+    for name in ("commit_run", "commit_runs", "replace", "edit", "renew", "renew_many"):
+        assert callable(getattr(cls, name, None)), name
+    for gone in ("commit", "commit_progress", "commit_many"):
+        assert not hasattr(cls, gone), gone
+
+
+def test_the_committer_submits_and_does_not_commit() -> None:
+    # The writer's client hands a run's commit over: submit, never a second `commit`.
+    assert callable(ms.storage.Committer.submit)
+    assert not hasattr(ms.storage.Committer, "commit")
