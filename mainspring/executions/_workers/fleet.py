@@ -4,8 +4,9 @@ Each function takes the records as they are, what the caller believes about the 
 (:class:`Expect`: its id, generation and status), and returns the new records; it changes
 nothing it is given. A caller whose belief is out of date gets :class:`StaleWorker`, never a
 silent overwrite: the check on (worker id, generation, status) is what makes two writers
-about one worker safe. A move the lifecycle does not allow is :class:`WorkerRefused`, with a
-code that says which rule refused it.
+about one worker safe. A move a rule does not allow now is :class:`WorkerRefused`, with a
+code that says which rule refused it; the lifecycle tables are checked after the rules, and
+catch only a rule's own bug.
 
 The lifecycle (``WORKER_MOVES`` in ``_rules/lifecycle.py``, with every other table)::
 
