@@ -2,7 +2,7 @@
 
 Run ``python benchmarks/bench_commit_path.py`` (``--postgres URL`` adds PostgresStore; a
 scratch schema is made and dropped). For each store and run length (``--sizes``, default
-20, 1,000 and 10,000 steps) it replays, through ``Store.commit_many``, the commits a linear
+20, 1,000 and 10,000 steps) it replays, through ``Store.commit_runs``, the commits a linear
 plan of trivial tool steps makes: per step one commit that marks the plan step succeeded,
 appends its observation and its id to the completed steps, and adds a checkpoint (what the
 runtime commits). The last 200 commits of a run (all of a shorter one) are timed; the
@@ -124,7 +124,7 @@ def _replay(
     lease = store.acquire(execution_id, OWNER, 600.0).lease
     execution = store.get(execution_id)
     execution = attrs.evolve(execution, status="running", plan=plan, plan_version=1)
-    outcome = store.commit_many([(execution, OWNER)])
+    outcome = store.commit_runs([(execution, OWNER)])
     assert outcome[0].ok, outcome
     walls: list[float] = []
     cpus: list[float] = []
@@ -151,7 +151,7 @@ def _replay(
         timed = index >= steps - min(TIMED, steps)
         before = (counts.encodes, counts.statements, counts.round_trips, counts.fsyncs)
         wall, cpu = time.perf_counter(), time.thread_time()
-        outcome = store.commit_many([(execution, OWNER)])
+        outcome = store.commit_runs([(execution, OWNER)])
         after = (counts.encodes, counts.statements, counts.round_trips, counts.fsyncs)
         counted = [c + b - a for c, a, b in zip(counted, before, after, strict=True)]
         if timed:

@@ -134,11 +134,11 @@ class MemoryStore:
             self._put(with_disk_lease(execution, stored))
         return outcome
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         with self._lock:
             return self._commit_one(execution, owner, self._now())
 
-    def commit(self, execution: Execution, owner: str) -> bool:
+    def replace(self, execution: Execution, owner: str) -> bool:
         with self._lock:
             stored = self._items.get(execution.id)
             if not decide_edit(stored, owner, self._now()):
@@ -173,7 +173,7 @@ class MemoryStore:
     def renew_many(self, renewals: Sequence[Any]) -> tuple[RenewResult, ...]:
         return tuple(self.renew(*renewal) for renewal in renewals)
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         with self._lock:
             now = self._now()
             return tuple(self._commit_one(execution, owner, now) for execution, owner in commits)

@@ -28,6 +28,7 @@ from .actors import Cancel as Cancel
 from .actors import CancelReason as CancelReason
 from .actors import Crash as Crash
 from .actors import EventsDropped as EventsDropped
+from .actors import IllegalTransition as IllegalTransition
 from .actors import LeaseLost as LeaseLost
 from .actors import MailboxFull as MailboxFull
 from .actors import MainspringError as MainspringError

@@ -13,6 +13,7 @@ from ._context import current_actor as current_actor
 from ._errors import ActorDeadError as ActorDeadError
 from ._errors import ActorFailed as ActorFailed
 from ._errors import AskTimeout as AskTimeout
+from ._errors import IllegalTransition as IllegalTransition
 from ._errors import MailboxFull as MailboxFull
 from ._errors import MainspringError as MainspringError
 from ._errors import NameTaken as NameTaken

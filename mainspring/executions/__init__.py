@@ -28,7 +28,6 @@ from ._programs.programs import ProgramFailed as ProgramFailed
 from ._programs.programs import ProgramResult as ProgramResult
 from ._programs.programs import run_program as run_program
 from ._rules.plan import InvalidPlan as InvalidPlan
-from ._rules.status import IllegalTransition as IllegalTransition
 from ._rules.usage import WithUsage as WithUsage
 from ._run.events import AgentTaskCompleted as AgentTaskCompleted
 from ._run.events import AgentTaskProgress as AgentTaskProgress
@@ -85,7 +84,6 @@ __all__ = [
     "ExecutionResumed",
     "ExecutionStarted",
     "ExecutionWaiting",
-    "IllegalTransition",
     "Memory",
     "MemoryHit",
     "MemorySearch",

@@ -31,16 +31,18 @@ exclusive across processes and hosts):
   give it up keeping the epoch. The lease's clock is the backend's (``clock``; for a shared
   server, the server's). ``acquire(..., gone=lease)`` also takes over a live lease whose
   owner process the caller found gone (``owner_gone``, L7), if it is still that lease.
-- ``commit_progress`` / ``commit_many`` (E2, L4): decide in order missing, terminal, paused,
+- ``commit_run`` / ``commit_runs`` (E2, L4): decide in order missing, terminal, paused,
   released, foreign lease (another owner, or this owner's lease of another epoch than the
   commit's), then write the changes and the history entries together; the lease on disk is
   kept, except that a commit whose record carries a released lease (no owner) releases it in
-  that same write (L3: a run's final write, so no crash can leave it held). ``commit_many`` makes
+  that same write (L3: a run's final write, so no crash can leave it held). ``commit_runs`` makes
   a batch durable together: one transaction (SQLite, PostgreSQL: a disk error fails the whole
   batch) or one fsynced append per execution (files: the commits before a failure stay). A
   bad record (too large, unstorable) fails only its own commit and writes nothing of it.
 - ``renew`` / ``renew_many``: a heartbeat that answers like a commit (L2, E2).
-- ``edit`` / ``commit``: out-of-run changes (controls); the stored lease is kept.
+- ``edit`` / ``replace``: out-of-run changes (controls): ``edit`` applies a change to the
+  record as it is then, whoever holds the lease; ``replace`` writes a whole record unless it
+  is terminal or another owner's live lease holds it. The stored lease is kept.
 - ``delete``: a terminal execution with everything stored about it, history included.
 - ``get`` / ``list`` / ``history``: reads; they never write (E7). ``list`` reports what does
   not read as a ``Problem`` (never skipped, never deleted); ``get`` raises ``RecordError`` for

@@ -98,8 +98,8 @@ class Store(Protocol):
     not say so is taken to block; every store this package ships does, and keeps its thread.
     ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
 
-    The records a store is given (``create``, ``commit_progress``, ``commit_many``,
-    ``commit``, what an ``edit``'s change returns) may be a run's live records: their
+    The records a store is given (``create``, ``commit_run``, ``commit_runs``,
+    ``replace``, what an ``edit``'s change returns) may be a run's live records: their
     sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
     and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
     ``AppendOnly`` sequences, which read as the tuple they stand for (an ``AppendOnlyList``:
@@ -145,14 +145,17 @@ class Store(Protocol):
         """L3: give the lease up; False if ``owner`` does not hold it."""
         ...
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is ``OK``, keeping the lease on
         disk, or releasing it in the same write if ``execution`` carries a released lease
         (L3: a run's final write)."""
         ...
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        """An out-of-run edit: refused if terminal or another owner holds a live lease."""
+    def replace(self, execution: Execution, owner: str) -> bool:
+        """Write ``execution`` whole, from outside a run, keeping the stored lease: refused
+        (False, nothing written) if the stored record is missing or terminal, or another
+        owner holds a live lease on it. (``edit`` changes the record as it is then, whoever
+        holds the lease.)"""
         ...
 
     def renew(
@@ -170,8 +173,8 @@ class Store(Protocol):
         """``renew`` for each ``(execution id, owner, ttl[, epoch])``, made durable together."""
         ...
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_progress`` for each, made durable together where the backend can.
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """``commit_run`` for each, made durable together where the backend can.
 
         Each result is an outcome, or the error that stopped that one commit: a bad record
         (``StorageError``, ``ValueError``) touches nothing else; an ``OSError`` means the disk
@@ -448,7 +451,7 @@ Edit = Callable[[Execution, float], Execution | None]
 
 
 def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:
-    """An out-of-run edit (``commit``): the record exists, is not terminal, and no other
+    """An out-of-run write (``replace``): the record exists, is not terminal, and no other
     owner holds a live lease on it."""
     if stored is None or stored.terminal:
         return False
@@ -494,8 +497,8 @@ class CompareAndSetStore:
     def _prepare(
         self, execution_ids: Sequence[str], commits: Sequence[tuple[Execution, str]] = ()
     ) -> None:
-        """Called first in a batch (``commit_many``, ``renew_many``) with the ids it touches,
-        and ``commit_many``'s commits: a server backend locks their rows here, in one order,
+        """Called first in a batch (``commit_runs``, ``renew_many``) with the ids it touches,
+        and ``commit_runs``'s commits: a server backend locks their rows here, in one order,
         so that two hosts' batches never deadlock, or decides here (inside ``_atomic``, so
         on its own transaction's state) that a batch of cached rows needs no lock first."""
 
@@ -577,14 +580,14 @@ class CompareAndSetStore:
                 return CommitOutcome.RELEASED  # it lapsed on the server's clock meanwhile
         return outcome
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         """A run's write (E2): written only if the outcome is OK, keeping the disk's lease."""
         with self._atomic():
             self._prepare([execution.id])
             return self._commit_one(execution, owner, self._clock())
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_progress`` for each in one atomic section (see Store.commit_many)."""
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+        """``commit_run`` for each in one atomic section (see Store.commit_runs)."""
         results: list[CommitResult] = []
         with self._atomic():
             self._prepare([execution.id for execution, _ in commits], commits)
@@ -670,8 +673,9 @@ class CompareAndSetStore:
             self._store(base, updated)
             return updated
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        """An out-of-run edit: written unless terminal or another owner holds a live lease."""
+    def replace(self, execution: Execution, owner: str) -> bool:
+        """Write ``execution`` whole, from outside a run, keeping the stored lease: unless
+        missing, terminal, or another owner holds a live lease."""
         with self._atomic():
             base = self._load(execution.id)
             stored = base.execution if base is not None else None

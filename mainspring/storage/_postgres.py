@@ -819,11 +819,11 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def release(self, execution_id: str, owner: str) -> bool:
         return self._retrying(super().release, execution_id, owner)
 
-    def commit_progress(self, execution: Execution, owner: str) -> Any:
-        return self._retrying(super().commit_progress, execution, owner)
+    def commit_run(self, execution: Execution, owner: str) -> Any:
+        return self._retrying(super().commit_run, execution, owner)
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> Any:
-        return self._retrying(super().commit_many, commits)
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> Any:
+        return self._retrying(super().commit_runs, commits)
 
     def renew(self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None) -> Any:
         return self._retrying(super().renew, execution_id, owner, ttl, epoch=epoch)
@@ -831,8 +831,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
     def renew_many(self, renewals: Any) -> Any:
         return self._retrying(super().renew_many, renewals)
 
-    def commit(self, execution: Execution, owner: str) -> bool:
-        return self._retrying(super().commit, execution, owner)
+    def replace(self, execution: Execution, owner: str) -> bool:
+        return self._retrying(super().replace, execution, owner)
 
 
 def _valid(execution_id: str) -> bool:

@@ -120,10 +120,10 @@ class RecordingSqliteStore(ms.storage.SqliteStore):
         super().__init__(path)
         self.versions: list[ms.storage.Execution] = []
 
-    def commit_many(
+    def commit_runs(
         self, commits: Sequence[tuple[ms.storage.Execution, str]]
     ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
-        results = super().commit_many(commits)
+        results = super().commit_runs(commits)
         for (execution, _), result in zip(commits, results, strict=True):
             if result is ms.storage.CommitOutcome.OK:
                 self.versions.append(execution)

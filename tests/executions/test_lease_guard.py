@@ -75,10 +75,10 @@ class LateAnswers(ms.storage.SqliteStore):
         self.late_final = 0.0  # the answer to the commit that completes the run
         self.renewals = 0
 
-    def commit_many(
+    def commit_runs(
         self, commits: Sequence[tuple[ms.storage.Execution, str]]
     ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
-        results = super().commit_many(commits)
+        results = super().commit_runs(commits)
         delay, self.late_commit = self.late_commit, 0.0
         if any(execution.status == "completed" for execution, _ in commits):
             delay, self.late_final = delay + self.late_final, 0.0

@@ -79,9 +79,9 @@ class _CountingStore(MemoryStore):
         super().__init__()
         self._counts = counts
 
-    def commit_many(self, commits: Any) -> Any:
+    def commit_runs(self, commits: Any) -> Any:
         self._counts["commits"] += len(commits)
-        return super().commit_many(commits)
+        return super().commit_runs(commits)
 
 
 @contextmanager

@@ -142,7 +142,10 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     # The runtime died after sealing the delivery and recording the intent, before the
     # delivery was recorded.
     worker = dict(done.workers[0], status=status, delivered_digest=None)
-    wtask = dict(done.worker_tasks[0], state="running", delivery_digest=None)
+    # (A fence moves the worker and its task in one write: a fenced worker's task awaits
+    # the delivery.)
+    state = "awaiting-delivery" if status == "fenced" else "running"
+    wtask = dict(done.worker_tasks[0], state=state, delivery_digest=None)
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)

@@ -144,29 +144,29 @@ def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Fact
     assert result.lease.epoch == 2
 
 
-def test_E2_commit_progress_outcomes(make_store: Factory) -> None:
+def test_E2_commit_run_outcomes(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
     owner, other = "a:1:x", "b:2:y"
-    assert store.commit_progress(execution(), owner) is CommitOutcome.MISSING
+    assert store.commit_run(execution(), owner) is CommitOutcome.MISSING
     store.create(execution())
-    assert store.commit_progress(execution(), owner) is CommitOutcome.RELEASED
+    assert store.commit_run(execution(), owner) is CommitOutcome.RELEASED
     store.acquire("ex-1", other, ttl=10)
-    assert store.commit_progress(execution(), owner) is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(execution(), owner) is CommitOutcome.FOREIGN_LEASE
     clock.now += 11
-    assert store.commit_progress(execution(), other) is CommitOutcome.RELEASED  # lapsed
+    assert store.commit_run(execution(), other) is CommitOutcome.RELEASED  # lapsed
     store.acquire("ex-1", owner, ttl=10)
     progressed = execution(status="running", calls_used=3)
-    assert store.commit_progress(progressed, owner) is CommitOutcome.OK
+    assert store.commit_run(progressed, owner) is CommitOutcome.OK
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 3
     assert stored.lease is not None
     assert stored.lease.owner == owner  # the lease on disk wins over the writer's copy (None)
-    assert store.commit(execution(status="paused"), "cli:9:z") is False  # owner holds it
-    assert store.commit_progress(execution(status="completed"), owner).ok
+    assert store.replace(execution(status="paused"), "cli:9:z") is False  # owner holds it
+    assert store.commit_run(execution(status="completed"), owner).ok
     for status in ("running", "completed"):
-        outcome = store.commit_progress(execution(status=status), owner)
+        outcome = store.commit_run(execution(status=status), owner)
         assert outcome is CommitOutcome.TERMINAL  # terminal on disk is sticky
 
 
@@ -175,9 +175,9 @@ def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) 
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
     store.release("ex-1", "a:1:x")
-    assert store.commit(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
+    assert store.replace(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
     store.acquire("ex-1", "a:1:x", ttl=60)
-    assert store.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
+    assert store.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.status == "paused"
@@ -253,7 +253,7 @@ def _acknowledged(store: Store) -> list[ms.storage.Execution]:
     versions.append(got)
     for n in range(3):
         done = tuple(f"s{i}" for i in range(n + 1))
-        assert store.commit_progress(attrs.evolve(got, completed_steps=done), "a:1:x").ok
+        assert store.commit_run(attrs.evolve(got, completed_steps=done), "a:1:x").ok
         stored = store.get("victim")
         assert stored is not None
         versions.append(stored)
@@ -291,7 +291,7 @@ def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Pa
     fresh = FileStore(store.path)
     stored = fresh.get("victim")
     assert stored == versions[-2]
-    assert fresh.commit_progress(attrs.evolve(stored, goal="after the crash"), "a:1:x").ok
+    assert fresh.commit_run(attrs.evolve(stored, goal="after the crash"), "a:1:x").ok
     again = FileStore(store.path).get("victim")
     assert again is not None
     assert again.goal == "after the crash"
@@ -413,9 +413,9 @@ def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) ->
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=10)
     clock.now += 11
-    assert store.commit(execution(goal="edited while the lease had lapsed"), "cli:9:z")
+    assert store.replace(execution(goal="edited while the lease had lapsed"), "cli:9:z")
     assert not store.heartbeat("ex-1", "a:1:x", ttl=10)  # it must acquire again
-    assert store.commit_progress(execution(), "a:1:x") is CommitOutcome.RELEASED
+    assert store.commit_run(execution(), "a:1:x") is CommitOutcome.RELEASED
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "edited while the lease had lapsed"
@@ -426,7 +426,7 @@ def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
     with pytest.raises(ms.storage.TooLarge):
-        store.commit_progress(execution(goal="x" * 5000), "a:1:x")
+        store.commit_run(execution(goal="x" * 5000), "a:1:x")
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "write a report"
@@ -438,9 +438,9 @@ def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_pa
     second = make_store()
     first.create(execution())
     first.acquire("ex-1", "a:1:x", ttl=60)
-    assert first.commit_progress(execution(status="running"), "a:1:x").ok
-    assert second.commit(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
-    assert first.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
+    assert first.commit_run(execution(status="running"), "a:1:x").ok
+    assert second.replace(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
+    assert first.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
 
 
 def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path: Path) -> None:
@@ -450,10 +450,10 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
     first.create(execution())
     first.acquire("ex-1", "a:1:x", ttl=60)
     for n in range(200):
-        assert first.commit_progress(execution(calls_used=n), "a:1:x").ok
-        assert second.commit(execution(calls_used=n, status="paused"), "a:1:x")
-        assert first.commit_progress(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
-        assert second.commit(execution(calls_used=n, status="running"), "a:1:x")
+        assert first.commit_run(execution(calls_used=n), "a:1:x").ok
+        assert second.replace(execution(calls_used=n, status="paused"), "a:1:x")
+        assert first.commit_run(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
+        assert second.replace(execution(calls_used=n, status="running"), "a:1:x")
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
@@ -539,7 +539,7 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     assert second.lease is not None
     assert second.lease.epoch == first.lease.epoch + 1
     stale = execution(lease=first.lease, calls_used=9)
-    assert store.commit_progress(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
     # A heartbeat of the older tenure is refused too, and extends nothing.
     outcome, renewed = store.renew("ex-1", "a:1:x", 10, epoch=first.lease.epoch)
     assert outcome is CommitOutcome.FOREIGN_LEASE
@@ -550,7 +550,7 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     )
     assert store.renew("ex-1", "a:1:x", 10, epoch=second.lease.epoch)[0].ok
     current = execution(lease=second.lease, calls_used=3)
-    assert store.commit_progress(current, "a:1:x").ok
+    assert store.commit_run(current, "a:1:x").ok
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 3
@@ -566,7 +566,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
     store.create(execution("b"))
     lease = store.acquire("a", "a:1:x", ttl=60).lease
     record = execution("a", plan=plan, plan_version=1, lease=lease, status="running")
-    assert store.commit_progress(record, "a:1:x").ok
+    assert store.commit_run(record, "a:1:x").ok
     for n in range(3):
         done = attrs.evolve(steps[n], status="succeeded")
         steps = (*steps[:n], done, *steps[n + 1 :])
@@ -575,7 +575,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
             plan=attrs.evolve(plan, steps=steps),
             completed_steps=tuple(s.id for s in steps[: n + 1]),
         )
-        assert store.commit_progress(record, "a:1:x").ok
+        assert store.commit_run(record, "a:1:x").ok
     everything = store.history()
     seqs = [event.seq for event in everything]
     assert seqs == sorted(seqs)
@@ -647,7 +647,7 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
             observations=tuple(observations),
         )
         before = journal.stat().st_size
-        assert store.commit_progress(record, "a:1:x").ok
+        assert store.commit_run(record, "a:1:x").ok
         after = journal.stat().st_size
         if after > before:  # not a compaction
             grown[n] = after - before
@@ -674,7 +674,7 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     for n in range(200):
         status = "running" if n % 2 == 0 else "waiting_for_budget"
         record = execution("ex-1", lease=lease, status=status, calls_used=n)
-        assert writer.commit_progress(record, "a:1:x").ok
+        assert writer.commit_run(record, "a:1:x").ok
         if n % 7 == 0:
             fresh = follower.history(after=last)
             seen.extend(fresh)
@@ -741,7 +741,7 @@ def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     assert taken.lease is not None
     given_up = ms.storage.Lease(owner="", expires_at=0.0, epoch=taken.lease.epoch)
     final = execution(status="completed", lease=given_up)
-    assert store.commit_progress(final, owner) is CommitOutcome.OK
+    assert store.commit_run(final, owner) is CommitOutcome.OK
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.status == "completed"
@@ -753,9 +753,9 @@ def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     held = store.acquire("ex-2", other, ttl=60)
     assert held.lease is not None
     refused = execution("ex-2", status="completed", lease=given_up)
-    assert store.commit_progress(refused, owner) is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(refused, owner) is CommitOutcome.FOREIGN_LEASE
     stale = ms.storage.Lease(owner="", expires_at=0.0, epoch=held.lease.epoch + 1)
-    outcome = store.commit_progress(execution("ex-2", lease=stale), other)
+    outcome = store.commit_run(execution("ex-2", lease=stale), other)
     assert outcome is CommitOutcome.FOREIGN_LEASE
     kept = store.get("ex-2")
     assert kept is not None
@@ -832,7 +832,7 @@ def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     lost = store.acquire("ex-1", b, ttl=10, gone=seen)
     assert not lost.acquired
     assert lost.lease == won.lease
-    assert store.commit_progress(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
+    assert store.commit_run(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
 
 
 def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twice(
@@ -897,3 +897,26 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     listing = store.unfinished(skip={"ex-live"})
     assert [e.id for e in listing.executions] == ["ex-orphan"]
     assert "ex-live" not in read
+
+
+# -- the write methods' names (issue 30: names that do not collide) ----------------------
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [ms.storage.Store, ms.storage.FileStore, ms.storage.SqliteStore, ms.storage.PostgresStore],
+    ids=lambda c: c.__name__,
+)
+def test_a_store_s_writes_are_named_for_what_they_do(cls: type) -> None:
+    # commit_run: a run's write (E2); commit_runs: many, durable together; replace: a whole
+    # record written from outside a run, owner-checked; edit: a change applied under the lock.
+    for name in ("commit_run", "commit_runs", "replace", "edit", "renew", "renew_many"):
+        assert callable(getattr(cls, name, None)), name
+    for gone in ("commit", "commit_progress", "commit_many"):
+        assert not hasattr(cls, gone), gone
+
+
+def test_the_committer_submits_and_does_not_commit() -> None:
+    # The writer's client hands a run's commit over: submit, never a second `commit`.
+    assert callable(ms.storage.Committer.submit)
+    assert not hasattr(ms.storage.Committer, "commit")

@@ -147,7 +147,7 @@ def test_B1_steps_with_limits_and_a_deadline_read_back_exactly_on_every_backend(
             steps = (*plan.steps[:index], changed, *plan.steps[index + 1 :])
             record = attrs.evolve(record, plan=attrs.evolve(plan, steps=steps))
         record = attrs.evolve(record, deadline_at=None if deadline else 5.0, updated_at=2.0)
-        assert store.commit(record, "me:1:x")
+        assert store.replace(record, "me:1:x")
     finally:
         _close(store)
     fresh = backend()

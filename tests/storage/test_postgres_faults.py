@@ -143,15 +143,15 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
                 faulted = terminator.ended >= 20 and lost[0] >= 10
                 if (n >= CALLS and faulted) or (time.monotonic() > stop_at and n >= 60):
                     break
-                op = rng.choice(("commit_many", "commit_many", "edit", "renew"))
+                op = rng.choice(("commit_runs", "commit_runs", "edit", "renew"))
                 chosen = sorted(rng.sample(IDS, rng.randint(1, len(IDS))))
-                if op != "commit_many":
+                if op != "commit_runs":
                     chosen = chosen[:1]
                 before = {i: model[i] for i in chosen}
                 try:
-                    if op == "commit_many":
+                    if op == "commit_runs":
                         wanted = {i: _next(before[i], f"c{n}") for i in chosen}  # type: ignore[arg-type]
-                        results = store.commit_many([(wanted[i], OWNER) for i in chosen])
+                        results = store.commit_runs([(wanted[i], OWNER) for i in chosen])
                         assert results == (ms.storage.CommitOutcome.OK,) * len(chosen)
                         written = wanted
                     elif op == "edit":
@@ -201,7 +201,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
 
         # The store keeps working: one more write of each, acknowledged at once.
         final = {i: _next(model[i], "after") for i in IDS}  # type: ignore[arg-type]
-        results = store.commit_many([(final[i], OWNER) for i in IDS])
+        results = store.commit_runs([(final[i], OWNER) for i in IDS])
         assert results == (ms.storage.CommitOutcome.OK,) * len(IDS)
         for i in IDS:
             acked[i] += 1

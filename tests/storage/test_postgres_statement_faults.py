@@ -82,11 +82,11 @@ def test_a_refused_statement_never_acknowledges_and_never_leaves_a_mix(
     live = store.get("ex-1")
     assert live is not None
     first = _version(live, 1)
-    assert store.commit_many([(first, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(first, OWNER)]) == (ms.storage.CommitOutcome.OK,)
     made = _refusing(monkeypatch, statement, times)
     second = _version(first, 2)
     try:
-        answered: Any = store.commit_many([(second, OWNER)])
+        answered: Any = store.commit_runs([(second, OWNER)])
     except ms.StorageError as exc:
         answered = exc
     monkeypatch.undo()
@@ -108,7 +108,7 @@ def test_a_refused_statement_never_acknowledges_and_never_leaves_a_mix(
     assert len(controls) == stored.calls_used  # each durable commit's entries, none else
     # The store works again (it trusts nothing it cached from the failed transaction).
     third = _version(stored, 3)
-    assert store.commit_many([(third, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(third, OWNER)]) == (ms.storage.CommitOutcome.OK,)
     again = store.get("ex-1")
     assert again is not None
     assert again.calls_used == 3

@@ -77,7 +77,7 @@ def test_E7_such_a_record_fails_at_most_its_own_commit_in_a_batch(
         "bad", status="running", lease=leases["bad"], agent_tasks=(unparsed, {"id": "t1"})
     )
     good = execution("good", status="running", lease=leases["good"], calls_used=3)
-    results = store.commit_many([(bad, owner), (good, owner)])  # one group commit
+    results = store.commit_runs([(bad, owner), (good, owner)])  # one group commit
     assert results[1] is CommitOutcome.OK
     stored = make_store().get("good")
     assert stored is not None

@@ -101,7 +101,7 @@ def started(store: Store, first: ms.storage.Execution) -> None:
 
 
 def commit(store: Store, version: ms.storage.Execution) -> None:
-    assert store.commit_progress(version, OWNER) is ms.storage.CommitOutcome.OK
+    assert store.commit_run(version, OWNER) is ms.storage.CommitOutcome.OK
 
 
 def same(got: ms.storage.Execution | None, want: ms.storage.Execution) -> None:

@@ -31,6 +31,7 @@ from ...storage import (
     redact,
     redact_flagged,
 )
+from .._rules.lifecycle import execution_move
 from .._rules.scheduler import approval_key
 from .._rules.transitions import (
     add_control,
@@ -253,7 +254,8 @@ def prepare_resume(
         record = attrs.evolve(record, max_cost=limits[1])
     if record.status != "running":
         record = add_control(record, "resume", owner, now)
-    record = attrs.evolve(record, status="running", updated_at=now)
+    status = execution_move(record.id, record.status, "running")  # never a terminal one (R4)
+    record = attrs.evolve(record, status=status, updated_at=now)
     begin = Begin(
         resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
     )

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus, Vector
-from .status import step_move
+from .lifecycle import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
 

@@ -32,8 +32,8 @@ from ...storage import (
     redact_flagged,
     unstructure,
 )
+from .lifecycle import execution_move, step_move, task_move
 from .plan import observe, step_input_hash
-from .status import execution_move, step_move, task_move
 
 __all__ = [
     "ASK_PREFIX",

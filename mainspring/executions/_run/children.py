@@ -60,8 +60,8 @@ from .._rules.deadlines import (
     attempts_of,
     new_attempt,
 )
+from .._rules.lifecycle import task_move
 from .._rules.plan import observe
-from .._rules.status import task_move
 from .._rules.transitions import clamp_count
 from .._steps.children import TaskSave
 from .._steps.failures import Caught, log_failure

@@ -32,9 +32,9 @@ from ...storage import (
     WorkerRecord,
     parse_agent_task,
 )
+from .._rules.lifecycle import task_move
 from .._rules.plan import step_input_hash
 from .._rules.scheduler import SATISFIED, Schedule
-from .._rules.status import task_move
 from .._rules.task_raw import task_raw
 from .._rules.transitions import clamp_count
 from .._rules.usage import exhausted

@@ -28,8 +28,8 @@ from ...storage import (
     reconcile,
     redact,
 )
+from .._rules.lifecycle import task_move
 from .._rules.plan import observe, step_input_hash
-from .._rules.status import task_move
 from .._rules.transitions import ASK_PREFIX, answered, clamp_count, stop_request, stop_task
 from .._steps.children import TaskSave
 from .._steps.failures import log_failure

@@ -4,18 +4,20 @@ Each function takes the records as they are, what the caller believes about the 
 (:class:`Expect`: its id, generation and status), and returns the new records; it changes
 nothing it is given. A caller whose belief is out of date gets :class:`StaleWorker`, never a
 silent overwrite: the check on (worker id, generation, status) is what makes two writers
-about one worker safe. A move the lifecycle does not allow is :class:`WorkerRefused`, with a
-code that says which rule refused it.
+about one worker safe. A move a rule does not allow now is :class:`WorkerRefused`, with a
+code that says which rule refused it; the lifecycle tables are checked after the rules, and
+catch only a rule's own bug.
 
-The lifecycle (``WORKER_MOVES``)::
+The lifecycle (``WORKER_MOVES`` in ``_rules/lifecycle.py``, with every other table)::
 
     assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
     stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
 
-and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting-delivery ->
-delivered, back to ready when its process ended unexpectedly or failed to start, blocked when
-it made no progress or was stopped for good.
+and the task a worker serves (``WorkerTask.state``, ``WORKER_TASK_MOVES``): ready -> running
+-> awaiting-delivery -> delivered, back to ready when its process ended unexpectedly or
+failed to start, blocked when it made no progress or was stopped for good. Every change of
+either goes through its table (an illegal one raises ``IllegalTransition``: a bug here).
 
 Two rules need a fact only the host can give: a process is *confirmed dead* (inspected, not
 assumed). The functions that need it (:func:`takeover`, :func:`fence`, :func:`mark_stopped`,
@@ -57,6 +59,7 @@ from ...storage import (
     WorkerRecord,
     WorkerStatus,
     WorkerTask,
+    WorkerTaskState,
     check_cost,
     check_digest,
     check_lease,
@@ -64,11 +67,11 @@ from ...storage import (
     sha256_hex,
     unstructure,
 )
+from .._rules.lifecycle import worker_move, worker_task_move
 
 __all__ = [
     "MAX_REPAIR",
     "NOT_FAILED",
-    "WORKER_MOVES",
     "Expect",
     "Observed",
     "Proof",
@@ -103,19 +106,6 @@ __all__ = [
 
 #: A repair instruction is 1..MAX_REPAIR characters once trimmed.
 MAX_REPAIR = 16_384
-
-WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
-    "assigned": frozenset({"starting", "stopped", "blocked"}),
-    "starting": frozenset({"running", "idle", "stopped", "blocked"}),
-    "running": frozenset({"idle", "handing-off", "stopped", "blocked"}),
-    "idle": frozenset({"running", "handing-off", "stopped", "blocked"}),
-    "handing-off": frozenset({"fenced", "stopped", "blocked"}),
-    "fenced": frozenset({"delivered"}),
-    "delivered": frozenset(),
-    # A stopped worker (its process confirmed dead) may be taken over: generation + 1.
-    "stopped": frozenset({"assigned"}),
-    "blocked": frozenset(),
-}
 
 #: Why a worker may be stopped without having failed: the run was paused, met its deadline,
 #: ran out of budget (B3: it waits for more), lost its lease or shut down. A start that
@@ -203,13 +193,17 @@ def _same(worker: WorkerRecord, belief: Expect) -> bool:  # the idempotent repea
 
 
 def _move(worker: WorkerRecord, new: WorkerStatus, now: float, **changes: object) -> WorkerRecord:
-    if new not in WORKER_MOVES[worker.status]:
-        raise WorkerRefused("illegal-move", f"worker {worker.id}: {worker.status} -> {new}")
-    return attrs.evolve(worker, status=new, updated_at=now, **changes)  # type: ignore[arg-type]
+    # The rule's own checks (_from) refused first what a caller can get wrong: the table
+    # catches a rule that forgot one (IllegalTransition, a bug).
+    status = worker_move(worker.id, worker.status, new)
+    return attrs.evolve(worker, status=status, updated_at=now, **changes)  # type: ignore[arg-type]
 
 
-def _task(task: WorkerTask, now: float, **changes: object) -> WorkerTask:
-    return attrs.evolve(task, updated_at=now, **changes)  # type: ignore[arg-type]
+def _task(
+    task: WorkerTask, now: float, state: WorkerTaskState | None = None, **changes: object
+) -> WorkerTask:
+    new = task.state if state is None else worker_task_move(task.id, task.state, state)
+    return attrs.evolve(task, state=new, updated_at=now, **changes)  # type: ignore[arg-type]
 
 
 def _active(workers: Iterable[WorkerRecord], task_id: str, *, limit: int, but: str = "") -> None:
@@ -404,7 +398,7 @@ def takeover(
     worker = attrs.evolve(
         worker,
         generation=worker.generation + 1,
-        status="assigned",
+        status=worker_move(worker.id, worker.status, "assigned"),
         process=None,
         session=None,
         job=None,
