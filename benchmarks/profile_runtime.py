@@ -44,7 +44,7 @@ from mainspring.storage import CommitOutcome, Execution, Lease, LeaseResult, Lis
 
 # The backends' decisions, so that this store answers exactly as they do. (A benchmark may
 # reach into the storage package; the library never does.)
-from mainspring.storage._backend import (
+from mainspring.storage._backends.contract import (
     CommitResult,
     Edit,
     RenewResult,

@@ -80,16 +80,24 @@ from .._public import publish
 from ._append_only import AppendOnly as AppendOnly
 from ._append_only import AppendOnlyList as AppendOnlyList
 from ._append_only import appended as appended
-from ._backend import ChangeFeed as ChangeFeed
-from ._backend import CommitOutcome as CommitOutcome
-from ._backend import Edit as Edit
-from ._backend import LeaseResult as LeaseResult
-from ._backend import Listing as Listing
-from ._backend import Notifying as Notifying
-from ._backend import Problem as Problem
-from ._backend import Store as Store
-from ._backend import Unfinished as Unfinished
-from ._backend import holder as holder
+from ._backends.contract import ChangeFeed as ChangeFeed
+from ._backends.contract import CommitOutcome as CommitOutcome
+from ._backends.contract import Edit as Edit
+from ._backends.contract import LeaseResult as LeaseResult
+from ._backends.contract import Listing as Listing
+from ._backends.contract import Notifying as Notifying
+from ._backends.contract import Problem as Problem
+from ._backends.contract import Store as Store
+from ._backends.contract import Unfinished as Unfinished
+from ._backends.contract import holder as holder
+from ._backends.file.store import FileStore as FileStore
+from ._backends.postgres.retry import StoreUnavailable as StoreUnavailable
+from ._backends.postgres.schema import is_postgres_url as is_postgres_url
+from ._backends.postgres.schema import redact_url as redact_url
+from ._backends.postgres.store import CommitUnknown as CommitUnknown
+from ._backends.postgres.store import PostgresStore as PostgresStore
+from ._backends.sqlite.store import SqliteStore as SqliteStore
+from ._backends.sqlite.store import StoreNeedsMigration as StoreNeedsMigration
 
 # For the runtime (mainspring.executions), not public (not in __all__): a step's output,
 # encoded once where it was made (Encoded), carried beside its observation to the store.
@@ -111,14 +119,13 @@ from ._evidence import EvidenceError as EvidenceError
 from ._evidence import EvidenceStore as EvidenceStore
 from ._evidence import canonical_json as canonical_json
 from ._evidence import load_evidence as load_evidence
-from ._file import FileStore as FileStore
-from ._history import HistoryEvent as HistoryEvent
 from ._home import default_home as default_home
 from ._home import default_store as default_store
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
+from ._journal.history import HistoryEvent as HistoryEvent
 from ._memory import MAX_FACT_TEXT as MAX_FACT_TEXT
 from ._memory import MAX_SEARCH_LIMIT as MAX_SEARCH_LIMIT
 from ._memory import Fact as Fact
@@ -141,12 +148,7 @@ from ._persistence import Committer as Committer
 from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
 from ._persistence import open_committer as open_committer
-from ._pg_retry import StoreUnavailable as StoreUnavailable
-from ._pg_schema import is_postgres_url as is_postgres_url
-from ._pg_schema import redact_url as redact_url
 from ._plain import plain_record as plain_record  # for the runtime, not public
-from ._postgres import CommitUnknown as CommitUnknown
-from ._postgres import PostgresStore as PostgresStore
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
 from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
 from ._records import MAX_CONTROLS as MAX_CONTROLS
@@ -187,8 +189,6 @@ from ._redact import register_secret as register_secret
 from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
 from ._retry import RetryPolicy as RetryPolicy
 from ._retry import check_timeout as check_timeout
-from ._sqlite import SqliteStore as SqliteStore
-from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
 from ._usage import MAX_COST as MAX_COST
 from ._usage import MAX_TOKENS as MAX_TOKENS
 from ._usage import Usage as Usage

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
+from ._backends.file.frames import replace_file
 from ._errors import StorageError
-from ._frames import replace_file
 from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._workers import check_digest
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from ._pg_connect import Connections
+    from ._backends.postgres.connect import Connections
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",

@@ -26,7 +26,7 @@ from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
 from mainspring.storage import _redact, _values
-from mainspring.storage._backend import store_blocks
+from mainspring.storage._backends.contract import store_blocks
 
 from ._kit import MemoryStore, linear, recorded_events, runtime
 

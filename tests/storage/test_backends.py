@@ -15,12 +15,12 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import CommitOutcome, Store, new_owner_id
-from mainspring.storage._file import FileStore
-from mainspring.storage._frames import encode_frame
-from mainspring.storage._journal import Base
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
+from mainspring.storage._backends.contract import CommitOutcome, Store, new_owner_id
+from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
+from mainspring.storage._journal.model import Base
 from tests._postgres import (
     drop_schema,
     fresh_schema,
@@ -457,7 +457,7 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
-    from mainspring.storage._backend import OwnWrites
+    from mainspring.storage._backends.contract import OwnWrites
 
     cache = OwnWrites(limit=3)
     records = [
@@ -662,7 +662,7 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
 def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_compactions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mainspring.storage import _file
+    from mainspring.storage._backends.file import store as _file
 
     monkeypatch.setattr(_file, "_COMPACT_AT", 2048)  # compactions replace the journal often
     writer = FileStore(tmp_path / "store")

@@ -18,11 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ._errors import StorageError
-from ._history import HistoryEvent
-from ._journal import Base, copy_with
-from ._owners import new_owner_id
-from ._records import MAX_CONTROLS, Execution, Lease
+from .._errors import StorageError
+from .._journal.history import HistoryEvent
+from .._journal.model import Base, copy_with
+from .._owners import new_owner_id
+from .._records import MAX_CONTROLS, Execution, Lease
 
 __all__ = [
     "ChangeFeed",

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ._errors import RecordError
-from ._usage import check_cost
+from .._errors import RecordError
+from .._usage import check_cost
 
 __all__ = ["HistoryEvent", "HistoryKind", "check_after", "parse_event"]
 

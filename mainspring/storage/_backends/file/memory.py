@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ._errors import StorageError
-from ._memory import (
+from ..._errors import StorageError
+from ..._memory import (
     Fact,
     FactFilter,
     MemoryWrite,
@@ -23,8 +23,8 @@ from ._memory import (
     check_terms,
     check_where,
 )
-from ._memory_sqlite import SqliteMemory
-from ._platform import O_CLOEXEC
+from ..._platform import O_CLOEXEC
+from ..sqlite.memory import SqliteMemory
 
 __all__ = ["MEMORY_FILE", "MemoryFile", "OnSqlite"]
 

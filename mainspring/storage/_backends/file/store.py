@@ -24,13 +24,20 @@ from typing import Any
 import attrs
 import orjson
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import FileEvidence
-from ._fold import Folded, fold
-from ._frames import (
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._evidence import FileEvidence
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, Change, diff, snapshot_changes
+from ..._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
+from ..._records import Execution
+from ..contract import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
+from ..sqlite.memory import SqliteMemory
+from ..sqlite.store import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
+from .frames import (
     append_frames,
     check_regular_and_bounded,
     encode_frame,
@@ -38,14 +45,7 @@ from ._frames import (
     replace_file,
     scan_frames,
 )
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, Change, diff, snapshot_changes
-from ._memory_local import MEMORY_FILE, MemoryFile, OnSqlite
-from ._memory_sqlite import SqliteMemory
-from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
-from ._records import Execution
-from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
+from .memory import MEMORY_FILE, MemoryFile, OnSqlite
 
 __all__ = ["FileStore"]
 

@@ -40,9 +40,9 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import RecordError
-from ._ids import check_id
-from ._memory import (
+from ..._errors import RecordError
+from ..._ids import check_id
+from ..._memory import (
     MAX_FACT_TEXT,
     MAX_NAME,
     Fact,
@@ -59,12 +59,12 @@ from ._memory import (
     hidden,
     query_terms,
 )
-from ._pg_connect import is_refused_data
-from ._pg_retry import DecideAgain
+from .connect import is_refused_data
+from .retry import DecideAgain
 
 if TYPE_CHECKING:
-    from ._backend import Clock
-    from ._pg_connect import Connections
+    from ..contract import Clock
+    from .connect import Connections
 
 __all__ = ["PostgresMemory", "fold", "group_lock_key"]
 

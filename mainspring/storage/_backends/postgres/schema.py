@@ -13,7 +13,7 @@ import urllib.parse
 import zlib
 from typing import Any
 
-from ._errors import StorageError
+from ..._errors import StorageError
 
 __all__ = [
     "DEFAULT_SCHEMA",

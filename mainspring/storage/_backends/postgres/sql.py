@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 import orjson
 
-from ._errors import RecordError, TooLarge
-from ._journal import Change
-from ._pg_schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
+from ..._errors import RecordError, TooLarge
+from ..._journal.model import Change
+from .schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
 
 __all__ = [
     "Rows",

@@ -47,7 +47,16 @@ import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ._backend import (
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._evidence import PgEvidence
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, diff, snapshot_changes
+from ..._records import EXECUTION_TERMINAL, Execution, Lease
+from ..contract import (
     Clock,
     CommitOutcome,
     CompareAndSetStore,
@@ -58,15 +67,7 @@ from ._backend import (
     epoch_of,
     releases,
 )
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import PgEvidence
-from ._fold import Folded, fold
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, diff, snapshot_changes
-from ._pg_connect import (
+from .connect import (
     LOCK_NOT_AVAILABLE,
     QUERY_CANCELED,
     Connections,
@@ -79,9 +80,9 @@ from ._pg_connect import (
     quiet_pipeline,
     send_sync,
 )
-from ._pg_feed import Feed
-from ._pg_memory import PostgresMemory
-from ._pg_retry import (
+from .feed import Feed
+from .memory import PostgresMemory
+from .retry import (
     DecideAgain,
     LockWait,
     Retry,
@@ -89,9 +90,8 @@ from ._pg_retry import (
     StoreUnavailable,
     retry_loop,
 )
-from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
-from ._pg_sql import Statements, loads_row, rows_for, size_expr, with_puts
-from ._records import EXECUTION_TERMINAL, Execution, Lease
+from .schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from .sql import Statements, loads_row, rows_for, size_expr, with_puts
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 

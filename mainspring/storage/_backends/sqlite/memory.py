@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._errors import StorageError
-from ._ids import check_id
-from ._memory import (
+from ..._errors import StorageError
+from ..._ids import check_id
+from ..._memory import (
     MAX_FACT_TEXT,
     MAX_NAME,
     MAX_QUERY_TERMS,

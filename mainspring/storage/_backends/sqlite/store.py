@@ -27,19 +27,19 @@ from typing import Any
 
 import orjson
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import SqliteEvidence
-from ._fold import Folded, fold
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, diff, snapshot_changes
-from ._memory_local import OnSqlite
-from ._memory_sqlite import MEMORY_SCHEMA, SqliteMemory
-from ._platform import O_CLOEXEC
-from ._records import EXECUTION_TERMINAL, Execution
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._evidence import SqliteEvidence
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, diff, snapshot_changes
+from ..._platform import O_CLOEXEC
+from ..._records import EXECUTION_TERMINAL, Execution
+from ..contract import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
+from ..file.memory import OnSqlite
+from .memory import MEMORY_SCHEMA, SqliteMemory
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
 
