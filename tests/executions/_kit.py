@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 import mainspring as ms
-from mainspring.storage._backends.contract import CompareAndSetStore
+from mainspring.storage._backends.compare_and_set import CompareAndSetStore
 from mainspring.storage._journal.model import Base
 
 #: Fast heartbeats: controls from "another process" land within a tick. The lease itself is long

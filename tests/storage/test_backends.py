@@ -457,7 +457,7 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
-    from mainspring.storage._backends.contract import OwnWrites
+    from mainspring.storage._backends.compare_and_set import OwnWrites
 
     cache = OwnWrites(limit=3)
     records = [

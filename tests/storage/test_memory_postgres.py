@@ -224,7 +224,7 @@ def test_a_remember_s_generic_plan_reads_no_index_entry_per_current_fact(
         if analyzed:
             _sql(store, "ANALYZE {t}")
         for new in (fact("fact-new", "a new fact"), grouped):
-            plan = _generic_plan(store, *store._remember_sql(RememberFact(new)))
+            plan = _generic_plan(store, *store._facts._remember_sql(RememberFact(new)))
             assert "memory_facts_superseded_by" not in plan, plan
             assert "Seq Scan" not in plan, plan
             if new.conflict_group is None:

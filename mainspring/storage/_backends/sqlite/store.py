@@ -29,17 +29,18 @@ import orjson
 
 from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ..._errors import RecordError, StorageError, TooLarge
-from ..._evidence import SqliteEvidence
 from ..._ids import check_id
 from ..._journal.commit_events import events_for
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
+from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
 from ..._platform import O_CLOEXEC
 from ..._records import EXECUTION_TERMINAL, Execution
-from ..contract import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ..file.memory import OnSqlite
-from .memory import MEMORY_SCHEMA, SqliteMemory
+from ..compare_and_set import CompareAndSetStore, OwnWrites
+from ..contract import Clock, Listing, Problem
+from .evidence import SqliteEvidence
+from .memory import MEMORY_SCHEMA, MemoryOnSqlite, SqliteMemory
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
 
@@ -80,7 +81,7 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "execution_id TEXT NOT NULL, eseq INTEGER NOT NULL, body BLOB NOT NULL)",
     "CREATE INDEX IF NOT EXISTS events_by_execution ON events (execution_id, seq)",
-    *MEMORY_SCHEMA,  # agent memory (storage._memory_sqlite): added to older stores on open
+    *MEMORY_SCHEMA,  # agent memory (``memory``): added to older stores on open
     # Sealed evidence (storage._evidence), and the worker tables above: added on open too.
     "CREATE TABLE IF NOT EXISTS evidence (digest TEXT PRIMARY KEY, body BLOB NOT NULL, "
     "created_at REAL NOT NULL)",
@@ -143,9 +144,10 @@ def _remove_new(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
+class SqliteStore(CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
-    agent memory beside them (``storage._memory_sqlite``)."""
+    what it holds beside them on the same connection: agent memory (``memory``) and sealed
+    evidence (``evidence``), to which its ``memory_*`` and ``*_evidence`` methods delegate."""
 
     def __init__(
         self,
@@ -174,6 +176,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             present = _tables(self._db)
             self._part_tables = {p: t for p, t in _TABLES.items() if t in present}
             self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
+            self._hold(clock)
             return
         if not self.path.parent.exists():
             self.path.parent.mkdir(mode=0o700, parents=True)
@@ -220,6 +223,14 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             raise
         self._tighten_sidecars()
         self._memory = SqliteMemory(self._db, self._lock, clock=clock)
+        self._hold(clock)
+
+    def _hold(self, clock: Clock) -> None:
+        """Make what this store holds on its connection: its memory and its evidence."""
+        self._facts = MemoryOnSqlite(self._memory_of, read_only=self.read_only, store=self)
+        self._evidence = SqliteEvidence(
+            self._db, self._lock, clock=clock, read_only=self.read_only, path=self.path
+        )
 
     def _memory_of(self, *, write: bool) -> SqliteMemory:
         return self._memory
@@ -232,6 +243,50 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         with self._lock:
             self._memory.closed = True  # its memory shares the connection
             self._db.close()
+
+    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
+
+    #: What a search ranks with (SQLite FTS5's ``bm25``).
+    memory_ranking = MemoryOnSqlite.ranking
+
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
+        return self._facts.dropped
+
+    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See ``MemoryBackend.memory_apply``."""
+        return self._facts.apply(writes)
+
+    def memory_get(self, fact_id: str) -> Fact | None:
+        """See ``MemoryBackend.memory_get``."""
+        return self._facts.get(fact_id)
+
+    def memory_list(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See ``MemoryBackend.memory_list``."""
+        return self._facts.listing(where, limit=limit, after=after)
+
+    def memory_search(
+        self, terms: Sequence[str], where: FactFilter, *, limit: int
+    ) -> list[TextHit]:
+        """See ``MemoryBackend.memory_search``."""
+        return self._facts.search(terms, where, limit=limit)
+
+    def memory_count(self) -> int:
+        """See ``MemoryBackend.memory_count``."""
+        return self._facts.count()
+
+    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
+
+    def put_evidence(self, digest: str, body: bytes) -> None:
+        """See ``EvidenceStore.put_evidence``."""
+        self._evidence.put(digest, body)
+
+    def get_evidence(self, digest: str) -> bytes:
+        """See ``EvidenceStore.get_evidence``."""
+        return self._evidence.get(digest)
 
     def _tighten_sidecars(self) -> None:
         # Once per sidecar: a chmod on every commit would dirty the inode and make each
