@@ -34,8 +34,8 @@ from ._backends.postgres.schema import is_postgres_url as is_postgres_url
 from ._backends.postgres.schema import redact_url as redact_url
 from ._backends.postgres.store import CommitUnknown as CommitUnknown
 from ._backends.postgres.store import PostgresStore as PostgresStore
+from ._backends.sqlite.schema import StoreNeedsMigration as StoreNeedsMigration
 from ._backends.sqlite.store import SqliteStore as SqliteStore
-from ._backends.sqlite.store import StoreNeedsMigration as StoreNeedsMigration
 
 # For the runtime (mainspring.executions), not public (not in __all__): a step's output,
 # encoded once where it was made (Encoded), carried beside its observation to the store.

@@ -44,7 +44,7 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #:   redacted copy for disk); a step given pending is not rebuilt at ``start``, an
 #:   observation that holds its live output already is not rebuilt for the result, and the
 #:   store's lease decision puts the disk's lease on the runner's record without one (a copy
-#:   that checks no field again, ``storage._backend``);
+#:   that checks no field again, ``storage._backends.compare_and_set``);
 #: - encodes: the step's output, once (E5, E10, X2);
 #: - redactions: two that grow with the plan's length (each step's input and description
 #:   redacted for disk; the input's walk also says whether it was masked, E5, E10); a number

@@ -897,3 +897,58 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     listing = store.unfinished(skip={"ex-live"})
     assert [e.id for e in listing.executions] == ["ex-orphan"]
     assert "ex-live" not in read
+
+
+def test_the_contract_is_the_store_protocols_docstring() -> None:
+    """``help(Store)`` shows the written contract: every operation and the invariants it
+    keeps, which this suite checks on every backend."""
+    doc = ms.storage.Store.__doc__ or ""
+    for operation in (
+        "create",
+        "acquire",
+        "heartbeat",
+        "release",
+        "commit_progress",
+        "commit_many",
+        "renew_many",
+        "edit",
+        "delete",
+        "get",
+        "list",
+        "history",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert f"``{operation}" in doc, operation
+    for invariant in ("E2", "E7", "E8", "L1", "L3", "L4", "L7", "X1", "X2"):
+        assert invariant in doc, invariant
+    assert "test_backends.py" in doc
+    assert "Store" in (ms.storage.__doc__ or "")  # the package docstring points to it
+
+
+@pytest.mark.parametrize("store_class", [FileStore, SqliteStore, PostgresStore])
+def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
+    store_class: type,
+) -> None:
+    from mainspring.storage._backends.compare_and_set import CompareAndSetStore
+
+    assert store_class.__bases__ == (CompareAndSetStore,)
+    for name in (
+        "memory_apply",
+        "memory_get",
+        "memory_list",
+        "memory_search",
+        "memory_count",
+        "memory_dropped",
+        "memory_ranking",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert name in vars(store_class), f"{store_class.__name__}.{name} is not its own"
+
+
+def test_every_store_keeps_memory_and_evidence(make_store: Factory) -> None:
+    store = make_store()
+    assert isinstance(store, ms.storage.MemoryBackend)
+    assert isinstance(store, ms.storage.EvidenceStore)
+    assert store.memory_count() == 0  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ from ..._records import Execution
 from ..compare_and_set import CompareAndSetStore, OwnWrites
 from ..contract import Clock, Listing, Problem
 from ..sqlite.memory import MemoryOnSqlite, SqliteMemory
-from ..sqlite.store import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
+from ..sqlite.schema import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
 from .evidence import FileEvidence
 from .frames import (
     append_frames,

@@ -3,7 +3,7 @@ rows a commit's changes (``storage._journal``) become.
 
 Kept apart from the store so the transaction logic reads without the SQL text in the way.
 Every value goes in as a parameter; only the schema name (checked by ``parse_address``) and
-the table names of ``_pg_schema.TABLES`` are part of the text.
+the table names of ``schema.TABLES`` are part of the text.
 """
 
 from __future__ import annotations

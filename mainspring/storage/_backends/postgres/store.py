@@ -1,6 +1,6 @@
 """PostgresStore: storage v2 on a PostgreSQL server, for many hosts sharing one store.
 
-The same rows as SqliteStore (``_pg_schema``): a header row per execution plus one row per
+The same rows as SqliteStore (``schema``): a header row per execution plus one row per
 plan step, observation, completed step, agent task and inner step; a commit writes only
 what changed (``storage._journal``) and the history entries it adds.
 
