@@ -1,7 +1,7 @@
 """FileStore's agent memory: ``MemoryFile``, the sidecar SQLite database that holds it
 (``memory.sqlite3``), opened on first use; the facts in it are SQLite memory
-(:class:`~..sqlite.memory.SqliteMemory`), served through
-:class:`~..sqlite.memory.MemoryOnSqlite` as on a SqliteStore.
+(``sqlite.memory.SqliteMemory``), served through ``sqlite.memory.MemoryOnSqlite`` as on a
+SqliteStore.
 """
 
 from __future__ import annotations
