@@ -80,7 +80,8 @@ class Counts:
     def patch(self) -> None:
         import psycopg
 
-        from mainspring.storage import _pg_feed, _postgres
+        from mainspring.storage._backends.postgres import feed as _pg_feed
+        from mainspring.storage._backends.postgres import store as _postgres
 
         def counted(cls: Any, name: str, key: str, timed: bool = False) -> None:
             original = getattr(cls, name)

@@ -44,10 +44,7 @@ from mainspring.storage import CommitOutcome, Execution, Lease, LeaseResult, Lis
 
 # The backends' decisions, so that this store answers exactly as they do. (A benchmark may
 # reach into the storage package; the library never does.)
-from mainspring.storage._backend import (
-    CommitResult,
-    Edit,
-    RenewResult,
+from mainspring.storage._backends.compare_and_set import (
     decide_acquire,
     decide_commit,
     decide_edit,
@@ -56,6 +53,7 @@ from mainspring.storage._backend import (
     decide_renew,
     with_disk_lease,
 )
+from mainspring.storage._backends.contract import CommitResult, Edit, RenewResult
 
 LINEAR = (20, 1_000, 10_000)
 AGENT = (100, 10_000, 100_000)

@@ -26,7 +26,7 @@ from mainspring.cli import (
     EXIT_USAGE,
     main,
 )
-from mainspring.storage._frames import encode_frame
+from mainspring.storage._backends.file.frames import encode_frame
 
 from ._cli_kit import inc, run_cli
 from ._raw import read_raw, write_garbage, write_raw

@@ -106,3 +106,50 @@ def test_executions_folders_import_only_the_folders_below_them(path: pathlib.Pat
             continue
         assert target in FOLDER_ALLOWED, f"{where}: executions' own modules live in a folder"
         assert target in FOLDER_ALLOWED[own], f"{where}: {own} may not depend on {target}"
+
+
+#: storage/ by job: the journal in one folder, the contract and each backend in another.
+STORAGE = ROOT / "storage"
+BACKENDS = ("file", "sqlite", "postgres")
+#: What each backend folder may import of the other backends: FileStore keeps its memory in
+#: a SQLite sidecar (SQLite memory) and shares SQLite's layout version; the others none.
+BACKEND_ALLOWED: dict[str, set[str]] = {"file": {"sqlite"}, "sqlite": set(), "postgres": set()}
+
+
+def test_storage_has_the_journal_and_a_folder_per_backend() -> None:
+    assert (STORAGE / "_journal" / "__init__.py").is_file()
+    assert (STORAGE / "_backends" / "contract.py").is_file()
+    assert (STORAGE / "_backends" / "compare_and_set.py").is_file()
+    for backend in BACKENDS:
+        folder = STORAGE / "_backends" / backend
+        assert (folder / "__init__.py").is_file(), backend
+        for job in ("store", "memory", "evidence"):
+            assert (folder / f"{job}.py").is_file(), f"{backend}/{job}.py"
+
+
+def test_no_backend_or_journal_module_is_left_at_the_top_of_storage() -> None:
+    top = {p.stem for p in STORAGE.glob("*.py")}
+    backend = {"_file", "_frames", "_sqlite", "_postgres", "_backend"}
+    backend |= {"_memory_sqlite", "_memory_local"}
+    journal = {"_journal", "_journal_keys", "_fold", "_history", "_commit_events"}
+    assert not top & (backend | journal)
+    assert not [name for name in top if name.startswith("_pg_")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_imports_no_other_backend(backend: str) -> None:
+    package = f"mainspring.storage._backends.{backend}"
+    for path in sorted((STORAGE / "_backends" / backend).rglob("*.py")):
+        for line, name in _imports(path):
+            parts = name.split(".")
+            if parts[:3] != ["mainspring", "storage", "_backends"] or len(parts) < 4:
+                continue
+            other = parts[3]
+            if other in BACKENDS and not name.startswith(package):
+                assert other in BACKEND_ALLOWED[backend], f"{path.name}:{line} imports {name}"
+
+
+def test_the_journal_imports_no_backend() -> None:
+    for path in sorted((STORAGE / "_journal").rglob("*.py")):
+        for line, name in _imports(path):
+            assert not name.startswith("mainspring.storage._backends"), f"{path.name}:{line}"

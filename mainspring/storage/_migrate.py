@@ -40,14 +40,14 @@ from pathlib import Path
 
 import attrs
 
-from ._backend import Problem, Store
+from ._backends.contract import Problem, Store
+from ._backends.file.frames import _fsync_directory
+from ._backends.file.store import FileStore
+from ._backends.sqlite.store import SqliteStore
 from ._codec import DEFAULT_MAX_BYTES
 from ._errors import StorageError
-from ._file import FileStore
-from ._frames import _fsync_directory
 from ._platform import O_CLOEXEC, fcntl
 from ._records import Execution
-from ._sqlite import SqliteStore
 from ._v1 import Kind, connect_existing, iter_v1_files, iter_v1_sqlite, layout
 
 __all__ = ["MigrationError", "MigrationReport", "StoreInUse", "migrate_store"]

@@ -32,11 +32,11 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor, ActorDeadError, ActorRef, ActorSystem, CancelReason, MailboxFull
-from ._backend import CommitOutcome, Edit, LeaseResult, Store, store_blocks
+from ._backends.contract import CommitOutcome, Edit, LeaseResult, Store, store_blocks
+from ._backends.postgres.store import CommitUnknown
 from ._errors import StorageError
 from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
-from ._postgres import CommitUnknown
 from ._records import Execution, Lease
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]

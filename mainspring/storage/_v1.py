@@ -20,7 +20,7 @@ from typing import Literal
 
 import orjson
 
-from ._backend import Listing, Problem
+from ._backends.contract import Listing, Problem
 from ._codec import DEFAULT_MAX_BYTES, decode
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id

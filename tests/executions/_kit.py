@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 
 import mainspring as ms
-from mainspring.storage._backend import CompareAndSetStore
-from mainspring.storage._journal import Base
+from mainspring.storage._backends.compare_and_set import CompareAndSetStore
+from mainspring.storage._journal.model import Base
 
 #: Fast heartbeats: controls from "another process" land within a tick. The lease itself is long
 #: enough that a loaded machine delaying a heartbeat never lets it lapse.

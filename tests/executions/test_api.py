@@ -13,7 +13,7 @@ import pytest
 import mainspring as ms
 from mainspring.executions import ExecutionExists
 from mainspring.storage import open_store, store_kind
-from mainspring.storage._frames import encode_frame
+from mainspring.storage._backends.file.frames import encode_frame
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 import mainspring as ms
-from mainspring.storage import _file
+from mainspring.storage._backends.file import store as _file
 
 
 def main() -> None:

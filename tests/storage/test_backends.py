@@ -15,12 +15,12 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import CommitOutcome, Store, new_owner_id
-from mainspring.storage._file import FileStore
-from mainspring.storage._frames import encode_frame
-from mainspring.storage._journal import Base
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
+from mainspring.storage._backends.contract import CommitOutcome, Store, new_owner_id
+from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
+from mainspring.storage._journal.model import Base
 from tests._postgres import (
     drop_schema,
     fresh_schema,
@@ -457,7 +457,7 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
-    from mainspring.storage._backend import OwnWrites
+    from mainspring.storage._backends.compare_and_set import OwnWrites
 
     cache = OwnWrites(limit=3)
     records = [
@@ -662,7 +662,7 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
 def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_compactions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mainspring.storage import _file
+    from mainspring.storage._backends.file import store as _file
 
     monkeypatch.setattr(_file, "_COMPACT_AT", 2048)  # compactions replace the journal often
     writer = FileStore(tmp_path / "store")
@@ -920,3 +920,58 @@ def test_the_committer_submits_and_does_not_commit() -> None:
     # The writer's client hands a run's commit over: submit, never a second `commit`.
     assert callable(ms.storage.Committer.submit)
     assert not hasattr(ms.storage.Committer, "commit")
+
+
+def test_the_contract_is_the_store_protocols_docstring() -> None:
+    """``help(Store)`` shows the written contract: every operation and the invariants it
+    keeps, which this suite checks on every backend."""
+    doc = ms.storage.Store.__doc__ or ""
+    for operation in (
+        "create",
+        "acquire",
+        "heartbeat",
+        "release",
+        "commit_run",
+        "commit_runs",
+        "renew_many",
+        "edit",
+        "delete",
+        "get",
+        "list",
+        "history",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert f"``{operation}" in doc, operation
+    for invariant in ("E2", "E7", "E8", "L1", "L3", "L4", "L7", "X1", "X2"):
+        assert invariant in doc, invariant
+    assert "test_backends.py" in doc
+    assert "Store" in (ms.storage.__doc__ or "")  # the package docstring points to it
+
+
+@pytest.mark.parametrize("store_class", [FileStore, SqliteStore, PostgresStore])
+def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
+    store_class: type,
+) -> None:
+    from mainspring.storage._backends.compare_and_set import CompareAndSetStore
+
+    assert store_class.__bases__ == (CompareAndSetStore,)
+    for name in (
+        "memory_apply",
+        "memory_get",
+        "memory_list",
+        "memory_search",
+        "memory_count",
+        "memory_dropped",
+        "memory_ranking",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert name in vars(store_class), f"{store_class.__name__}.{name} is not its own"
+
+
+def test_every_store_keeps_memory_and_evidence(make_store: Factory) -> None:
+    store = make_store()
+    assert isinstance(store, ms.storage.MemoryBackend)
+    assert isinstance(store, ms.storage.EvidenceStore)
+    assert store.memory_count() == 0  # type: ignore[attr-defined]

@@ -16,12 +16,12 @@ import psycopg
 import pytest
 
 import mainspring as ms
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
 from mainspring.storage._evidence import seal
-from mainspring.storage._file import FileStore
 from mainspring.storage._persistence import open_committer
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, upgrade
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 Factory = Callable[[], Any]

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import _file, _frames
+from mainspring.storage._backends.file import frames as _frames
+from mainspring.storage._backends.file import store as _file
 
 #: Every call of an append (a commit): the journal opened, positioned, written, synced.
 APPEND = ["open", "lseek", "write", "fsync"]

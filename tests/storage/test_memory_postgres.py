@@ -29,9 +29,9 @@ from mainspring.storage import (
     Scope,
     query_terms,
 )
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
 from mainspring.storage._persistence import open_committer
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, upgrade
-from mainspring.storage._postgres import PostgresStore
 from tests._postgres import postgres_url, server_url
 
 __all__ = ["postgres_url"]  # a fixture
@@ -95,7 +95,9 @@ def test_a_version_2_schema_is_upgraded_keeping_executions_and_adding_memory(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as older:  # the library as it was before memory
-        older.setattr("mainspring.storage._postgres.upgrade", functools.partial(upgrade, to=2))
+        older.setattr(
+            "mainspring.storage._backends.postgres.store.upgrade", functools.partial(upgrade, to=2)
+        )
         before = PostgresStore(postgres_url)
         try:
             assert before.create(
@@ -123,7 +125,9 @@ def test_a_read_only_store_on_a_schema_older_than_memory_reads_no_facts(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as older:
-        older.setattr("mainspring.storage._postgres.upgrade", functools.partial(upgrade, to=2))
+        older.setattr(
+            "mainspring.storage._backends.postgres.store.upgrade", functools.partial(upgrade, to=2)
+        )
         PostgresStore(postgres_url).close()
     reader = PostgresStore(postgres_url, read_only=True)
     try:
@@ -220,7 +224,7 @@ def test_a_remember_s_generic_plan_reads_no_index_entry_per_current_fact(
         if analyzed:
             _sql(store, "ANALYZE {t}")
         for new in (fact("fact-new", "a new fact"), grouped):
-            plan = _generic_plan(store, *store._remember_sql(RememberFact(new)))
+            plan = _generic_plan(store, *store._facts._remember_sql(RememberFact(new)))
             assert "memory_facts_superseded_by" not in plan, plan
             assert "Seq Scan" not in plan, plan
             if new.conflict_group is None:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import CommitOutcome
+from mainspring.storage._backends.contract import CommitOutcome
 from mainspring.storage._persistence import PersistenceFailed, _Commit, open_committer
 
 pytestmark = pytest.mark.anyio

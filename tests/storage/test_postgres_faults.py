@@ -25,7 +25,11 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._postgres import CommitUnknown, PostgresStore, StoreUnavailable
+from mainspring.storage._backends.postgres.store import (
+    CommitUnknown,
+    PostgresStore,
+    StoreUnavailable,
+)
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 pytestmark = pytest.mark.slow
@@ -239,7 +243,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
 def test_a_session_ended_while_a_pipeline_was_busy_counts_as_lost_not_as_a_refusal() -> None:
     # What psycopg raises when the server ends the session during a pipelined COMMIT: the
     # pipeline's exit fails over the server's error, on a connection not yet marked broken.
-    from mainspring.storage._pg_connect import is_lost
+    from mainspring.storage._backends.postgres.connect import is_lost
 
     class Live:
         broken = closed = False

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, parse_address, upgrade
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, parse_address, upgrade
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 

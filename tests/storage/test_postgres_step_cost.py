@@ -19,7 +19,7 @@ import psycopg.connection
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_connect import quiet_pipeline
+from mainspring.storage._backends.postgres.connect import quiet_pipeline
 from tests._postgres import postgres_url, server_url
 
 __all__ = ["postgres_url"]  # the fixture, used by name

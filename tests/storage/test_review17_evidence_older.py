@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_schema import upgrade
-from mainspring.storage._postgres import PostgresStore
+from mainspring.storage._backends.postgres.schema import upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 

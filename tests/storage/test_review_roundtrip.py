@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import mainspring as ms
 from mainspring.storage import Checkpoint, Execution, FileStore, Observation, PlanStep, SqliteStore
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
 from tests._examples import SHRINKING, examples
 
 IDS = ["a", "b", "c", "d", "e", "f"]

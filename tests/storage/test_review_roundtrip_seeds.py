@@ -16,7 +16,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
 
 S = ms.storage
 

@@ -24,7 +24,7 @@ from mainspring.storage import (
     StorageError,
     TooLarge,
 )
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
 
 Factory = Callable[..., Any]
 

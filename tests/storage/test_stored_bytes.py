@@ -28,7 +28,7 @@ from mainspring.storage import (
 )
 from mainspring.storage._carried import carried, carry_encoded
 from mainspring.storage._codec import canonical_json
-from mainspring.storage._journal import snapshot_changes
+from mainspring.storage._journal.model import snapshot_changes
 from mainspring.storage._record_codec import execution_head, stored_observation
 
 OUTPUTS: list[Any] = [

@@ -29,7 +29,7 @@ from mainspring.storage import (
     unstructure,
 )
 from mainspring.storage._codec import decode
-from mainspring.storage._history import parse_event
+from mainspring.storage._journal.history import parse_event
 from tests._examples import SHRINKING, examples
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 

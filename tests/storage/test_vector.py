@@ -30,7 +30,7 @@ from mainspring.storage import (
     unstructure,
 )
 from mainspring.storage._codec import canonical_json
-from mainspring.storage._journal_keys import _grown
+from mainspring.storage._journal.keys import _grown
 from mainspring.storage._plain import plain_record
 
 items = st.integers(-3, 3) | st.text(max_size=2)

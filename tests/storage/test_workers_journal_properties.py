@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.storage._fold import Folded, fold
-from mainspring.storage._journal import PARTS, Base, diff, snapshot_changes
+from mainspring.storage._journal.fold import Folded, fold
+from mainspring.storage._journal.model import PARTS, Base, diff, snapshot_changes
 from tests._examples import examples
 
 

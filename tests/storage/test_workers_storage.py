@@ -14,11 +14,11 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import Store
-from mainspring.storage._file import FileStore
-from mainspring.storage._journal import Base, diff
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
+from mainspring.storage._backends.contract import Store
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
+from mainspring.storage._journal.model import Base, diff
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 Factory = Callable[[], Store]
@@ -296,7 +296,7 @@ def test_diff_costs_what_changed_at_thousands_of_trail_entries() -> None:
 
 
 def test_the_raw_parts_leave_the_head_and_the_record_while_empty() -> None:
-    from mainspring.storage._journal import snapshot_changes
+    from mainspring.storage._journal.model import snapshot_changes
 
     plain = execution()
     raw = ms.storage.unstructure(plain)

@@ -1,6 +1,6 @@
 """FileStore: storage v2 as one journal file per execution, shared safely by processes.
 
-``<id>.journal`` is a sequence of checksummed frames (``storage._frames``). A commit appends
+``<id>.journal`` is a sequence of checksummed frames (``frames``). A commit appends
 one frame holding what changed (``storage._journal``) and the history entries it adds, then
 fsyncs: a crash leaves at most a torn last frame, which readers ignore and the next writer
 cuts off. When the frames since the last snapshot outgrow the snapshot (and 1 MiB), the file
@@ -24,13 +24,22 @@ from typing import Any
 import attrs
 import orjson
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import FileEvidence
-from ._fold import Folded, fold
-from ._frames import (
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, Change, diff, snapshot_changes
+from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
+from ..._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
+from ..._records import Execution
+from ..compare_and_set import CompareAndSetStore, OwnWrites
+from ..contract import Clock, Listing, Problem
+from ..sqlite.memory import MemoryOnSqlite, SqliteMemory
+from ..sqlite.schema import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
+from .evidence import FileEvidence
+from .frames import (
     append_frames,
     check_regular_and_bounded,
     encode_frame,
@@ -38,14 +47,7 @@ from ._frames import (
     replace_file,
     scan_frames,
 )
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, Change, diff, snapshot_changes
-from ._memory_local import MEMORY_FILE, MemoryFile, OnSqlite
-from ._memory_sqlite import SqliteMemory
-from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
-from ._records import Execution
-from ._sqlite import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
+from .memory import MEMORY_FILE, MemoryFile
 
 __all__ = ["FileStore"]
 
@@ -136,10 +138,11 @@ def _replay(
     return folded, snapshot_frames, events
 
 
-class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
+class FileStore(CompareAndSetStore):
     """Executions as journal files under ``path`` (created 0700; files 0600, whatever the
-    umask); agent memory in its SQLite file ``memory.sqlite3`` (``storage._memory_sqlite``);
-    sealed evidence as ``evidence/<digest>.json`` (``storage._evidence``)."""
+    umask). It holds, and delegates its ``memory_*`` and ``*_evidence`` methods to, agent
+    memory in its SQLite file ``memory.sqlite3`` (``memory``, on ``sqlite.memory``) and
+    sealed evidence as ``evidence/<digest>.json`` (``evidence``)."""
 
     _batch_keeps_earlier = True  # each file is synced on its own
 
@@ -183,7 +186,10 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
         self._finished: dict[str, tuple[int, int, int, int]] = {}
         self._generation = -1  # the counter's value after this store's last write
         self._lock_fd: int | None = None
+        # What it holds beside the journals, and delegates its memory_* and *_evidence to.
         self._memory = MemoryFile(self.path / MEMORY_FILE, clock=clock, read_only=read_only)
+        self._facts = MemoryOnSqlite(self._memory_of, read_only=read_only, store=self)
+        self._evidence = FileEvidence(self.path, read_only=read_only)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -195,6 +201,50 @@ class FileStore(FileEvidence, OnSqlite, CompareAndSetStore):
         """Close the memory database if it was opened: a later memory call raises
         ``StorageError`` (as on a closed SqliteStore); the journals need no closing."""
         self._memory.close()
+
+    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
+
+    #: What a search ranks with (SQLite FTS5's ``bm25``).
+    memory_ranking = MemoryOnSqlite.ranking
+
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
+        return self._facts.dropped
+
+    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See ``MemoryBackend.memory_apply``."""
+        return self._facts.apply(writes)
+
+    def memory_get(self, fact_id: str) -> Fact | None:
+        """See ``MemoryBackend.memory_get``."""
+        return self._facts.get(fact_id)
+
+    def memory_list(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See ``MemoryBackend.memory_list``."""
+        return self._facts.listing(where, limit=limit, after=after)
+
+    def memory_search(
+        self, terms: Sequence[str], where: FactFilter, *, limit: int
+    ) -> list[TextHit]:
+        """See ``MemoryBackend.memory_search``."""
+        return self._facts.search(terms, where, limit=limit)
+
+    def memory_count(self) -> int:
+        """See ``MemoryBackend.memory_count``."""
+        return self._facts.count()
+
+    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
+
+    def put_evidence(self, digest: str, body: bytes) -> None:
+        """See ``EvidenceStore.put_evidence``."""
+        self._evidence.put(digest, body)
+
+    def get_evidence(self, digest: str) -> bytes:
+        """See ``EvidenceStore.get_evidence``."""
+        return self._evidence.get(digest)
 
     def _check_format(self) -> None:
         marker = self.path / _FORMAT

@@ -1,253 +1,51 @@
-"""The backend contract shared by FileStore and SqliteStore: commits, leases, outcomes.
+"""The compare-and-set template the three stores share: decide, then write, atomically.
 
-Backends are synchronous and blocking on purpose: the persistence actor (and anything else on
-an event loop) calls them through ``anyio.to_thread.run_sync`` (STYLE.md, habit 10), unless a
-store declares that its calls never block (``blocking = False``, see :class:`Store`). Every
-method that decides and writes does so as one atomic compare-and-set against the stored copy,
-across processes.
+Every operation of the contract (see :class:`~.contract.Store`) that decides and writes is
+one decision over the stored copy, made by a pure ``decide_*`` function (E2, L1-L4, L7), and
+one write, both inside the backend's atomic section. :class:`CompareAndSetStore` is that
+algorithm once, for FileStore, SqliteStore and PostgresStore to implement its three steps
+(``_atomic``, ``_load``, ``_store``); :class:`OwnWrites` is the cache of what a store wrote
+last, which each of them diffs against.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import enum
 import math
-from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
-from ._errors import StorageError
-from ._history import HistoryEvent
-from ._journal import Base, copy_with
-from ._owners import new_owner_id
-from ._records import MAX_CONTROLS, Execution, Lease
+from .._errors import StorageError
+from .._journal.model import Base, copy_with
+from .._records import MAX_CONTROLS, Execution, Lease
+from .contract import (
+    Clock,
+    CommitOutcome,
+    CommitResult,
+    Edit,
+    LeaseResult,
+    Renewal,
+    RenewResult,
+    holder,
+)
 
 __all__ = [
-    "ChangeFeed",
-    "CommitOutcome",
     "CompareAndSetStore",
-    "LeaseResult",
-    "Listing",
-    "Notifying",
-    "Problem",
-    "Store",
+    "OwnWrites",
+    "decide_acquire",
     "decide_commit",
+    "decide_edit",
+    "decide_heartbeat",
+    "decide_release",
+    "decide_renew",
     "epoch_of",
-    "new_owner_id",
-    "store_blocks",
+    "released_lease",
+    "releases",
+    "with_disk_lease",
 ]
-
-
-class CommitOutcome(enum.StrEnum):
-    """What a run's commit met on disk (invariant E2). Only ``OK`` means it was written."""
-
-    OK = "ok"
-    MISSING = "missing"  # the execution is not stored (any more)
-    FOREIGN_LEASE = "foreign-lease"  # another owner holds the lease
-    RELEASED = "released"  # nobody holds the lease (released, lapsed or never taken)
-    TERMINAL = "terminal"  # completed, failed or cancelled on disk: sticky
-    PAUSED = "paused"  # paused on disk: not the runner's to overwrite
-
-    @property
-    def ok(self) -> bool:
-        """True only for ``OK``: the commit was written."""
-        return self is CommitOutcome.OK
-
-
-CommitResult = CommitOutcome | Exception
-#: ``(execution id, owner, ttl)``, or with the lease epoch the heartbeat is made under (L4).
-Renewal = tuple[str, str, float] | tuple[str, str, float, int | None]
-RenewResult = tuple[CommitOutcome, "Execution | None"] | Exception
-
-
-@attrs.frozen(kw_only=True)
-class LeaseResult:
-    """The answer to ``acquire``: the lease now on disk, or why it was refused."""
-
-    acquired: bool
-    lease: Lease | None = None
-    reason: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class Problem:
-    """A stored execution that could not be read: reported by listing, never deleted (E7)."""
-
-    id: str
-    error: str
-
-
-@attrs.frozen(kw_only=True)
-class Listing:
-    """Everything a store holds that reads, and what does not (``problems``)."""
-
-    executions: tuple[Execution, ...]
-    problems: tuple[Problem, ...] = ()
-
-
-class Store(Protocol):
-    """What every backend offers; the contract tests run against each implementation.
-
-    Calls may block (a disk, a server, a lock held across I/O), so code on an event loop
-    makes them in a worker thread. A store whose every call returns at once, touching no disk
-    or network and never waiting on a lock held across I/O (an in-memory store for tests or
-    benchmarks), may say so with a class attribute ``blocking = False``: the persistence
-    actor then calls it on the event loop, saving a thread hop per flush. A store that does
-    not say so is taken to block; every store this package ships does, and keeps its thread.
-    ``blocking`` is optional, not a member every store must define (see :func:`store_blocks`).
-
-    The records a store is given (``create``, ``commit_run``, ``commit_runs``,
-    ``replace``, what an ``edit``'s change returns) may be a run's live records: their
-    sequence fields (a plan's steps, the observations, the completed steps, the agent tasks
-    and their inner steps, a checkpoint's completed steps) may be ``Vector`` or
-    ``AppendOnly`` sequences, which read as the tuple they stand for (an ``AppendOnlyList``:
-    the list) but are not ``tuple`` instances: ``attrs.asdict``, ``json`` and
-    ``isinstance(x, tuple)`` do not take them for one. A store that keeps or serialises
-    records itself converts them (``tuple(x)``, or the package's codec: ``unstructure``,
-    which writes them as lists); what ``get`` and ``list`` return should hold plain tuples,
-    as every store this package ships returns.
-    """
-
-    def get(self, execution_id: str) -> Execution | None:
-        """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad record."""
-        ...
-
-    def now(self) -> float:
-        """The store's clock (seconds since the epoch): what its leases are timed by. A
-        shared server's, never a host's: judge whether a lease is live by this."""
-        ...
-
-    def list(self) -> Listing:
-        """Every execution that reads, and a problem for each that does not (E7)."""
-        ...
-
-    def create(self, execution: Execution, *, lease_ttl: float | None = None) -> bool:
-        """Store a new execution; False if its id exists (nothing written). With
-        ``lease_ttl``, its lease is stored to expire that long from now on the store's
-        clock (a lease's times are the store's, never a host's: L1)."""
-        ...
-
-    def acquire(
-        self, execution_id: str, owner: str, ttl: float, *, gone: Lease | None = None
-    ) -> LeaseResult:
-        """L1: take the lease unless another owner's is live; takes over a lapsed one, and
-        ``gone`` (a lease whose owner process the caller found gone: L7) if it is still on
-        disk as it was seen."""
-        ...
-
-    def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
-        """L2: extend the holder's live lease; False otherwise."""
-        ...
-
-    def release(self, execution_id: str, owner: str) -> bool:
-        """L3: give the lease up; False if ``owner`` does not hold it."""
-        ...
-
-    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
-        """A run's write (E2): written only if the outcome is ``OK``, keeping the lease on
-        disk, or releasing it in the same write if ``execution`` carries a released lease
-        (L3: a run's final write)."""
-        ...
-
-    def replace(self, execution: Execution, owner: str) -> bool:
-        """Write ``execution`` whole, from outside a run, keeping the stored lease: refused
-        (False, nothing written) if the stored record is missing or terminal, or another
-        owner holds a live lease on it. (``edit`` changes the record as it is then, whoever
-        holds the lease.)"""
-        ...
-
-    def renew(
-        self, execution_id: str, owner: str, ttl: float, *, epoch: int | None = None
-    ) -> tuple[CommitOutcome, Execution | None]:
-        """A heartbeat that answers like a commit (L2, E2): the lease is extended only if a
-        commit by ``owner`` (of lease ``epoch``, when given: L4) would be accepted now."""
-        ...
-
-    def edit(self, execution_id: str, change: Edit) -> Execution | None:
-        """Apply ``change`` atomically, whoever holds the lease; the stored lease is kept."""
-        ...
-
-    def renew_many(self, renewals: Sequence[Renewal]) -> tuple[RenewResult, ...]:
-        """``renew`` for each ``(execution id, owner, ttl[, epoch])``, made durable together."""
-        ...
-
-    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
-        """``commit_run`` for each, made durable together where the backend can.
-
-        Each result is an outcome, or the error that stopped that one commit: a bad record
-        (``StorageError``, ``ValueError``) touches nothing else; an ``OSError`` means the disk
-        failed at that commit, and it and every later one in the batch were not written.
-        """
-        ...
-
-    def history(
-        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
-    ) -> tuple[HistoryEvent, ...]:
-        """Committed history entries (V2) with a global sequence above ``after``, oldest
-        first, at most ``limit`` (1..10,000); of one execution, or of all."""
-        ...
-
-    def delete(self, execution_id: str) -> bool:
-        """Delete a finished (terminal) execution with everything stored about it, history
-        included; False if it is not stored or not finished (decided atomically)."""
-        ...
-
-
-def store_blocks(store: object) -> bool:
-    """Whether calls to ``store`` may block, so that an event loop makes them in a worker
-    thread: True unless the store declares ``blocking = False`` (see :class:`Store`). A
-    wrapper that forwards attributes to the store it wraps inherits that store's answer; one
-    that blocks on its own says ``blocking = True``."""
-    return getattr(store, "blocking", True) is not False
-
-
-class ChangeFeed(Protocol):
-    """Change notices from every host writing to a shared store (see ``Notifying``)."""
-
-    def wait(self, timeout: float) -> list[tuple[str, str]]:
-        """The notices arriving within ``timeout`` s: ``("control", execution id)`` (changed
-        out of run: its runner should look now), ``("history", seq)`` (history committed up
-        to ``seq``), ``("lost", "")`` (notices may have been missed: look at everything)."""
-        ...
-
-    def close(self) -> None:
-        """Stop listening."""
-        ...
-
-
-@runtime_checkable
-class Notifying(Protocol):
-    """A store that tells every host of changes as they commit (PostgreSQL's
-    LISTEN/NOTIFY). Runners then meet a control from another host at once rather than at
-    their next heartbeat, and followers read on at once; heartbeats and polling stay the
-    backstop."""
-
-    def listen(self) -> ChangeFeed:
-        """A new feed of this store's change notices (blocking calls: use a thread)."""
-        ...
-
-
-@runtime_checkable
-class Unfinished(Protocol):
-    """A store that lists its unfinished executions without reading its finished ones:
-    what a runtime's recovery looks at every few seconds (L8), whose cost must not grow
-    with the finished runs a store keeps. A store without it is listed whole."""
-
-    def unfinished(self, skip: Collection[str] = ()) -> Listing:
-        """Every execution that is not finished (completed, failed or cancelled), and a
-        problem for each that may be one and does not read (E7); the ids in ``skip`` (the
-        caller's own live runs) are not read at all: a long run live here must not be
-        folded whole at every sweep, under the lock its commits need."""
-        ...
-
-
-def holder(lease: Lease | None, now: float) -> str | None:
-    """The owner holding ``lease`` at ``now``, or None if it is released or lapsed."""
-    if lease is None or not lease.owner or lease.expires_at <= now:
-        return None
-    return lease.owner
 
 
 def _check_ttl(ttl: float) -> None:
@@ -406,9 +204,6 @@ def decide_renew(
     return outcome, attrs.evolve(stored, lease=attrs.evolve(stored.lease, expires_at=now + ttl))
 
 
-Clock = Callable[[], float]
-
-
 class OwnWrites:
     """The last version (a journal base) a store wrote of recently written executions, to
     diff against and to skip re-reading them under its lock. Bounded (least recently used
@@ -444,10 +239,6 @@ class OwnWrites:
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-Edit = Callable[[Execution, float], Execution | None]
-"""An out-of-band change: given the stored execution and the time, the new one (or None)."""
 
 
 def decide_edit(stored: Execution | None, owner: str, now: float) -> bool:

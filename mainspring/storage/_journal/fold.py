@@ -8,10 +8,10 @@ from typing import Any
 
 import attrs
 
-from ._codec import structure
-from ._errors import RecordError
-from ._journal import DONE_REF, PARTS, RAW_PARTS
-from ._records import MAX_CHECKPOINTS, Execution
+from .._codec import structure
+from .._errors import RecordError
+from .._records import MAX_CHECKPOINTS, Execution
+from .model import DONE_REF, PARTS, RAW_PARTS
 
 __all__ = ["Folded", "fold"]
 

@@ -1,6 +1,6 @@
 """PostgresStore: storage v2 on a PostgreSQL server, for many hosts sharing one store.
 
-The same rows as SqliteStore (``_pg_schema``): a header row per execution plus one row per
+The same rows as SqliteStore (``schema``): a header row per execution plus one row per
 plan step, observation, completed step, agent task and inner step; a commit writes only
 what changed (``storage._journal``) and the history entries it adds.
 
@@ -47,26 +47,18 @@ import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ._backend import (
-    Clock,
-    CommitOutcome,
-    CompareAndSetStore,
-    Listing,
-    OwnWrites,
-    Problem,
-    decide_commit,
-    epoch_of,
-    releases,
-)
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import PgEvidence
-from ._fold import Folded, fold
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, diff, snapshot_changes
-from ._pg_connect import (
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, diff, snapshot_changes
+from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
+from ..._records import EXECUTION_TERMINAL, Execution, Lease
+from ..compare_and_set import CompareAndSetStore, OwnWrites, decide_commit, epoch_of, releases
+from ..contract import Clock, CommitOutcome, Listing, Problem
+from .connect import (
     LOCK_NOT_AVAILABLE,
     QUERY_CANCELED,
     Connections,
@@ -79,9 +71,10 @@ from ._pg_connect import (
     quiet_pipeline,
     send_sync,
 )
-from ._pg_feed import Feed
-from ._pg_memory import PostgresMemory
-from ._pg_retry import (
+from .evidence import PgEvidence
+from .feed import Feed
+from .memory import PostgresMemory
+from .retry import (
     DecideAgain,
     LockWait,
     Retry,
@@ -89,9 +82,8 @@ from ._pg_retry import (
     StoreUnavailable,
     retry_loop,
 )
-from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
-from ._pg_sql import Statements, loads_row, rows_for, size_expr, with_puts
-from ._records import EXECUTION_TERMINAL, Execution, Lease
+from .schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from .sql import Statements, loads_row, rows_for, size_expr, with_puts
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -111,8 +103,10 @@ class CommitUnknown(StorageError, OSError):
     holds (it was written wholly or not at all)."""
 
 
-class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
-    """Executions and agent memory (``_pg_memory``) in schema ``schema`` at ``url``.
+class PostgresStore(CompareAndSetStore):
+    """Executions in schema ``schema`` at ``url``, and what the store holds beside them:
+    agent memory (``memory``) and sealed evidence (``evidence``), to which its ``memory_*``
+    and ``*_evidence`` methods delegate.
 
     ``url`` is a ``postgresql://`` URL (``?schema=NAME`` picks the schema, default
     ``mainspring``). The schema is created or upgraded on first use (``read_only`` stores
@@ -204,6 +198,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             connect_timeout=connect_timeout,
             timeouts=timeouts,
         )
+        self._facts = PostgresMemory(self)
+        self._evidence = PgEvidence(
+            self._connections, self._s, read_only=read_only, retrying=self._retrying
+        )
         try:
             with self._connections.direct() as conn:
                 if read_only:
@@ -240,6 +238,51 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         feed = Feed(self._connections, self.channel)
         self._feeds.add(feed)
         return feed
+
+    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
+
+    #: What a search ranks with (PostgreSQL's ``ts_rank``; higher is better).
+    memory_ranking = PostgresMemory.ranking
+
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept in the table: E7), since
+        this store opened."""
+        return self._facts.dropped
+
+    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See ``MemoryBackend.memory_apply``."""
+        return self._facts.apply(writes)
+
+    def memory_get(self, fact_id: str) -> Fact | None:
+        """See ``MemoryBackend.memory_get``."""
+        return self._facts.get(fact_id)
+
+    def memory_list(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See ``MemoryBackend.memory_list``."""
+        return self._facts.listing(where, limit=limit, after=after)
+
+    def memory_search(
+        self, terms: Sequence[str], where: FactFilter, *, limit: int
+    ) -> list[TextHit]:
+        """See ``MemoryBackend.memory_search``."""
+        return self._facts.search(terms, where, limit=limit)
+
+    def memory_count(self) -> int:
+        """See ``MemoryBackend.memory_count``."""
+        return self._facts.count()
+
+    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
+
+    def put_evidence(self, digest: str, body: bytes) -> None:
+        """See ``EvidenceStore.put_evidence``."""
+        self._evidence.put(digest, body)
+
+    def get_evidence(self, digest: str) -> bytes:
+        """See ``EvidenceStore.get_evidence``."""
+        return self._evidence.get(digest)
 
     # -- the clock and retries -------------------------------------------------------------
 

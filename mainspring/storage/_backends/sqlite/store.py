@@ -27,113 +27,32 @@ from typing import Any
 
 import orjson
 
-from ._backend import Clock, CompareAndSetStore, Listing, OwnWrites, Problem
-from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
-from ._commit_events import events_for
-from ._errors import RecordError, StorageError, TooLarge
-from ._evidence import SqliteEvidence
-from ._fold import Folded, fold
-from ._history import HistoryEvent, check_after, parse_event
-from ._ids import check_id
-from ._journal import Base, diff, snapshot_changes
-from ._memory_local import OnSqlite
-from ._memory_sqlite import MEMORY_SCHEMA, SqliteMemory
-from ._platform import O_CLOEXEC
-from ._records import EXECUTION_TERMINAL, Execution
+from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._ids import check_id
+from ..._journal.commit_events import events_for
+from ..._journal.fold import Folded, fold
+from ..._journal.history import HistoryEvent, check_after, parse_event
+from ..._journal.model import Base, diff, snapshot_changes
+from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
+from ..._platform import O_CLOEXEC
+from ..._records import EXECUTION_TERMINAL, Execution
+from ..compare_and_set import CompareAndSetStore, OwnWrites
+from ..contract import Clock, Listing, Problem
+from .evidence import SqliteEvidence
+from .memory import MemoryOnSqlite, SqliteMemory
+from .schema import (
+    DEFAULT_MAX_RECORD_BYTES,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    StoreNeedsMigration,
+    check_layout,
+    open_read_only,
+    tables,
+)
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
-
-#: The layout this library writes; a newer one is refused, an older one must be migrated.
-SCHEMA_VERSION = 2
-#: An execution read back whole (all its rows) is refused past this (X2); one row past
-#: ``max_bytes``.
-DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
-
-#: Part -> table. Fixed names: nothing user-given ever becomes SQL.
-_TABLES = {
-    "steps": "plan_steps",
-    "obs": "observations",
-    "done": "completed_steps",
-    "tasks": "agent_tasks",
-    "inner_obs": "inner_observations",
-    "inner_done": "inner_completed",
-    "workers": "workers",
-    "worker_tasks": "worker_tasks",
-    "worker_trail": "worker_trail",
-}
-
-_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS executions (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
-    "status TEXT NOT NULL, updated_at REAL NOT NULL, head BLOB NOT NULL, "
-    "checkpoints BLOB NOT NULL)",
-    *(
-        f"CREATE TABLE IF NOT EXISTS {table} (execution_id TEXT NOT NULL, key TEXT NOT NULL, "
-        f"pos INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (execution_id, key)) "
-        f"WITHOUT ROWID"
-        for table in _TABLES.values()
-    ),
-    *(
-        f"CREATE INDEX IF NOT EXISTS {table}_order ON {table} (execution_id, pos)"
-        for table in _TABLES.values()
-    ),
-    "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-    "execution_id TEXT NOT NULL, eseq INTEGER NOT NULL, body BLOB NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS events_by_execution ON events (execution_id, seq)",
-    *MEMORY_SCHEMA,  # agent memory (storage._memory_sqlite): added to older stores on open
-    # Sealed evidence (storage._evidence), and the worker tables above: added on open too.
-    "CREATE TABLE IF NOT EXISTS evidence (digest TEXT PRIMARY KEY, body BLOB NOT NULL, "
-    "created_at REAL NOT NULL)",
-]
-
-
-class StoreNeedsMigration(StorageError):
-    """A store written by an older layout: it is read only after ``mainspring migrate``."""
-
-
-def _tables(db: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def _check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None:
-    """Refuse a v1 store (it needs ``mainspring migrate``) and a newer layout; create ours
-    in an empty database."""
-    tables = _tables(db)
-    if "meta" not in tables:
-        if "executions" in tables:
-            raise StoreNeedsMigration(
-                f"{path} is a mainspring 0.1 store; convert it with "
-                f"`mainspring migrate --store {path}` (the old store is kept)"
-            )
-        if not creating or tables:  # another application's database is not taken over
-            raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
-        return
-    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = row[0] if row is not None else None
-    if version != str(SCHEMA_VERSION):
-        raise StorageError(
-            f"{path} has storage layout {version!r}; this mainspring reads layout "
-            f"{SCHEMA_VERSION}: upgrade mainspring to open it"
-        )
-
-
-def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """A connection that cannot write, to a database that must already be a store: nothing
-    is created, converted or chmodded (a command that only reads must change nothing)."""
-    if not path.is_file():
-        raise StorageError(f"no store at {path}")
-    try:
-        db = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro",
-            uri=True,
-            timeout=busy_timeout,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        _check_layout(db, path, creating=False)
-    except sqlite3.Error as exc:
-        raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
-    return db
 
 
 def _remove_new(path: Path) -> None:
@@ -143,9 +62,10 @@ def _remove_new(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
+class SqliteStore(CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
-    agent memory beside them (``storage._memory_sqlite``)."""
+    what it holds beside them on the same connection: agent memory (``memory``) and sealed
+    evidence (``evidence``), to which its ``memory_*`` and ``*_evidence`` methods delegate."""
 
     def __init__(
         self,
@@ -168,12 +88,13 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         self._data_version: int | None = None
         #: The part tables this store has (a store opened read-only may predate some:
         #: those parts read as empty; a writable open adds them).
-        self._part_tables = dict(_TABLES)
+        self._part_tables = dict(TABLES)
         if read_only:
-            self._db = _open_read_only(self.path, busy_timeout)
-            present = _tables(self._db)
-            self._part_tables = {p: t for p, t in _TABLES.items() if t in present}
+            self._db = open_read_only(self.path, busy_timeout)
+            present = tables(self._db)
+            self._part_tables = {p: t for p, t in TABLES.items() if t in present}
             self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
+            self._hold(clock)
             return
         if not self.path.parent.exists():
             self.path.parent.mkdir(mode=0o700, parents=True)
@@ -191,14 +112,14 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         try:
             # What is there is checked before anything is changed: a database that is not
             # a store, or of a newer layout, is refused as it was found.
-            _check_layout(self._db, self.path, creating=True)
+            check_layout(self._db, self.path, creating=True)
             os.chmod(self.path, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                _check_layout(self._db, self.path, creating=True)
-                for statement in _SCHEMA:
+                check_layout(self._db, self.path, creating=True)
+                for statement in SCHEMA:
                     self._db.execute(statement)
                 self._db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
@@ -220,6 +141,14 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             raise
         self._tighten_sidecars()
         self._memory = SqliteMemory(self._db, self._lock, clock=clock)
+        self._hold(clock)
+
+    def _hold(self, clock: Clock) -> None:
+        """Make what this store holds on its connection: its memory and its evidence."""
+        self._facts = MemoryOnSqlite(self._memory_of, read_only=self.read_only, store=self)
+        self._evidence = SqliteEvidence(
+            self._db, self._lock, clock=clock, read_only=self.read_only, path=self.path
+        )
 
     def _memory_of(self, *, write: bool) -> SqliteMemory:
         return self._memory
@@ -232,6 +161,50 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         with self._lock:
             self._memory.closed = True  # its memory shares the connection
             self._db.close()
+
+    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
+
+    #: What a search ranks with (SQLite FTS5's ``bm25``).
+    memory_ranking = MemoryOnSqlite.ranking
+
+    @property
+    def memory_dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
+        return self._facts.dropped
+
+    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See ``MemoryBackend.memory_apply``."""
+        return self._facts.apply(writes)
+
+    def memory_get(self, fact_id: str) -> Fact | None:
+        """See ``MemoryBackend.memory_get``."""
+        return self._facts.get(fact_id)
+
+    def memory_list(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See ``MemoryBackend.memory_list``."""
+        return self._facts.listing(where, limit=limit, after=after)
+
+    def memory_search(
+        self, terms: Sequence[str], where: FactFilter, *, limit: int
+    ) -> list[TextHit]:
+        """See ``MemoryBackend.memory_search``."""
+        return self._facts.search(terms, where, limit=limit)
+
+    def memory_count(self) -> int:
+        """See ``MemoryBackend.memory_count``."""
+        return self._facts.count()
+
+    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
+
+    def put_evidence(self, digest: str, body: bytes) -> None:
+        """See ``EvidenceStore.put_evidence``."""
+        self._evidence.put(digest, body)
+
+    def get_evidence(self, digest: str) -> bytes:
+        """See ``EvidenceStore.get_evidence``."""
+        return self._evidence.get(digest)
 
     def _tighten_sidecars(self) -> None:
         # Once per sidecar: a chmod on every commit would dirty the inode and make each
@@ -414,7 +387,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
                 _, part, key, pos, value = change
                 rows.append(
                     (
-                        f"INSERT INTO {_TABLES[part]} (execution_id, key, pos, body) "
+                        f"INSERT INTO {TABLES[part]} (execution_id, key, pos, body) "
                         "VALUES (?, ?, ?, ?) ON CONFLICT(execution_id, key) "
                         "DO UPDATE SET body = excluded.body",
                         (execution_id, key, pos, self._dumps(value, what)),
@@ -424,13 +397,13 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
                 for key in change[2]:
                     rows.append(
                         (
-                            f"DELETE FROM {_TABLES[change[1]]} WHERE execution_id = ? AND key = ?",
+                            f"DELETE FROM {TABLES[change[1]]} WHERE execution_id = ? AND key = ?",
                             (execution_id, key),
                         )
                     )
             elif op in ("reset", "group"):
                 part = change[1]
-                table = _TABLES[part]
+                table = TABLES[part]
                 if op == "reset":
                     rows.append((f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,)))
                     start, entries = 0, change[2]
@@ -533,7 +506,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             base = self._load(execution_id)
             if base is None or not base.execution.terminal:
                 return False
-            for table in ("executions", *_TABLES.values(), "events"):
+            for table in ("executions", *TABLES.values(), "events"):
                 column = "id" if table == "executions" else "execution_id"
                 self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (execution_id,))
             self._cache.pop(execution_id)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import attrs
 
-from ._errors import RecordError, StorageError, TooLarge
-from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
+from ..._errors import RecordError, StorageError, TooLarge
+from ..._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 
 __all__ = [
     "Scan",

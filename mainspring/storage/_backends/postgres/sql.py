@@ -3,7 +3,7 @@ rows a commit's changes (``storage._journal``) become.
 
 Kept apart from the store so the transaction logic reads without the SQL text in the way.
 Every value goes in as a parameter; only the schema name (checked by ``parse_address``) and
-the table names of ``_pg_schema.TABLES`` are part of the text.
+the table names of ``schema.TABLES`` are part of the text.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 import orjson
 
-from ._errors import RecordError, TooLarge
-from ._journal import Change
-from ._pg_schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
+from ..._errors import RecordError, TooLarge
+from ..._journal.model import Change
+from .schema import PG_SCHEMA_VERSION, TABLES, TABLES_SINCE
 
 __all__ = [
     "Rows",

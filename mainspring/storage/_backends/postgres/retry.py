@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._errors import StorageError
-from ._pg_connect import Lost
+from ..._errors import StorageError
+from .connect import Lost
 
 __all__ = [
     "DecideAgain",

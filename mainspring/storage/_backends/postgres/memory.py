@@ -6,7 +6,7 @@ when it is stored, under a GIN index; ranking is ``ts_rank`` normalised by lengt
 Writes (``memory_apply``):
 
 * A batch is one of the store's write transactions, so a lost connection is settled as a
-  commit's is (``_postgres``). Lost before COMMIT, the server rolled it back and the whole
+  commit's is (``store``). Lost before COMMIT, the server rolled it back and the whole
   batch runs again: a RememberFact is idempotent by id, and a ForgetFact finds again the
   fact the aborted attempt deleted, so every answer is the one a single run gives. Lost
   during COMMIT, the server is asked what became of the transaction: committed, the
@@ -38,11 +38,11 @@ import hashlib
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from ._errors import RecordError
-from ._ids import check_id
-from ._memory import (
+from ..._errors import RecordError
+from ..._ids import check_id
+from ..._memory import (
     MAX_FACT_TEXT,
     MAX_NAME,
     Fact,
@@ -59,16 +59,13 @@ from ._memory import (
     hidden,
     query_terms,
 )
-from ._pg_connect import is_refused_data
-from ._pg_retry import DecideAgain
+from .connect import is_refused_data
+from .retry import DecideAgain
 
 if TYPE_CHECKING:
-    from ._backend import Clock
-    from ._pg_connect import Connections
+    from .store import PostgresStore
 
 __all__ = ["PostgresMemory", "fold", "group_lock_key"]
-
-T = TypeVar("T")
 
 _ID = 256
 #: Column -> the longest text a valid fact holds there, plus one: a longer stored value is
@@ -166,29 +163,29 @@ def _conditions(where: FactFilter, *, visible: bool) -> tuple[list[str], dict[st
 
 
 class PostgresMemory:
-    """The memory half of :class:`PostgresStore` (``MemoryBackend``); see the module."""
+    """The agent memory a :class:`PostgresStore` holds (``MemoryBackend``, see the module):
+    the store delegates its ``memory_*`` methods here. A batch of writes is one of the
+    store's write transactions (its ``_atomic``, its connection and pipeline while it runs);
+    reads take connections of their own."""
 
     #: What a search ranks with (PostgreSQL's ``ts_rank``; higher is better).
-    memory_ranking = "ts_rank"
+    ranking = "ts_rank"
 
-    if TYPE_CHECKING:  # PostgresStore's, used here
-        schema: str
-        read_only: bool
-        _s: str
-        _conn: Any
-        _pipeline: Any
-        _connections: Connections
-        _test_clock: Clock | None
-
-        def _atomic(self) -> contextlib.AbstractContextManager[None]: ...
-
-        def _lock_rows(self, ids: Sequence[str]) -> None: ...
-
-        def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self.schema = store.schema
+        self.read_only = store.read_only
+        self._s = store._s
+        self._connections = store._connections
+        self._test_clock = store._test_clock
+        self._retrying = store._retrying
+        self._dropped = 0
+        self._dropped_lock = threading.Lock()
+        self._memory_present = False
 
     # -- writing ---------------------------------------------------------------------------
 
-    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+    def apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
         """See :meth:`MemoryBackend.memory_apply` and the module: one transaction, retried
         whole only when the server certainly did not commit it."""
         batch = tuple(writes)
@@ -204,9 +201,9 @@ class PostgresMemory:
                 checked.append((position, _checked(write)))
             except (TypeError, ValueError) as exc:
                 answers[position] = exc
-        with self._atomic():
+        with self._store._atomic():
             # BEGIN, and the transaction id a COMMIT whose connection is lost is settled by.
-            self._lock_rows(())
+            self._store._lock_rows(())
             locked = self._lock_groups([write for _, write in checked])
             todo = checked
             while todo:
@@ -222,18 +219,18 @@ class PostgresMemory:
         # facts forgotten are looked up, and a batch that forgets none saves the round trip.
         ids = sorted({w.fact_id for w in writes if not isinstance(w, RememberFact)})
         if ids:
-            cursor = self._conn.execute(
+            cursor = self._store._conn.execute(
                 f"SELECT DISTINCT f.conflict_group FROM unnest(%s::text[]) AS named (id) "
                 f"JOIN {self._s}.memory_facts f ON f.id = named.id "
                 "WHERE f.conflict_group IS NOT NULL",
                 (ids,),
             )
-            self._pipeline.sync()  # L6: never left unsynced while we work
+            self._store._pipeline.sync()  # L6: never left unsynced while we work
             rows = cursor.fetchall()
             groups.update(row[0] for row in rows)
         named = sorted(group for group in groups if group is not None)
         for key in sorted({group_lock_key(self.schema, group) for group in named}):
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            self._store._conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         return named
 
     def _apply_writes(
@@ -246,7 +243,7 @@ class PostgresMemory:
         then read their answers. A write the server refuses as data aborts the rest: the
         savepoint is rolled back, the refused write answers its error, and the others are
         returned, to be sent again (what they answer then is what they answered before)."""
-        conn = self._conn
+        conn = self._store._conn
         sent: list[Any] = []
         try:
             conn.execute("SAVEPOINT memory_writes")
@@ -258,7 +255,7 @@ class PostgresMemory:
                 else:
                     cursor.execute(*self._forget_sql(write.fact_id, locked))
             conn.execute("RELEASE SAVEPOINT memory_writes")
-            self._pipeline.sync()  # one round trip: every answer, or the first refusal
+            self._store._pipeline.sync()  # one round trip: every answer, or the first refusal
         except Exception as exc:
             # A refusal comes with whatever statement reads the results next. The refused
             # write is the first without an answer (answers are read in order, and the
@@ -267,13 +264,13 @@ class PostgresMemory:
             if refused is None or not is_refused_data(exc):
                 raise
             with contextlib.suppress(Exception):  # the skipped rest (lost: the next says)
-                self._pipeline.sync()
+                self._store._pipeline.sync()
             conn.execute("ROLLBACK TO SAVEPOINT memory_writes")
             conn.execute("RELEASE SAVEPOINT memory_writes")
             # Read at once: psycopg forgets what it prepared in this pipeline only when it
             # sees the rollback's answer (a statement it prepared after the refusal never
             # was, and sent again by its name it would fail).
-            self._pipeline.sync()
+            self._store._pipeline.sync()
             why = self._connections.scrub(exc).splitlines()[0]
             position = todo[refused][0]
             answers[position] = ValueError(f"PostgreSQL refused this memory write: {why}")
@@ -356,13 +353,10 @@ class PostgresMemory:
                     conn.execute("ROLLBACK")
 
     @property
-    def memory_dropped(self) -> int:
+    def dropped(self) -> int:
         """Rows that did not read back as facts (skipped, kept in the table: E7), since
         this store opened."""
         return self._dropped
-
-    _dropped = 0
-    _dropped_lock = threading.Lock()
 
     def _read_fact(self, row: Sequence[Any]) -> Fact | None:
         fact = _fact(row)
@@ -384,8 +378,6 @@ class PostgresMemory:
         ).fetchone()
         return row is not None
 
-    _memory_present = False
-
     def _has_memory(self, conn: Any) -> bool:
         """Whether the schema holds the facts table: always once a writable store opened
         it (upgraded), and not in an older schema a read-only store reads (it then reads as
@@ -403,7 +395,7 @@ class PostgresMemory:
             return where.now
         return self._test_clock() if self._test_clock is not None else None
 
-    def memory_get(self, fact_id: str) -> Fact | None:
+    def get(self, fact_id: str) -> Fact | None:
         """The stored fact, or None (also for a row that does not read)."""
         check_id(fact_id)
         return self._retrying(self._get_fact, fact_id)
@@ -412,7 +404,7 @@ class PostgresMemory:
         with self._connections.reading() as conn:
             return self._fact_on(conn, fact_id) if self._has_memory(conn) else None
 
-    def memory_count(self) -> int:
+    def count(self) -> int:
         """How many facts are stored (rows that do not read included)."""
         return self._retrying(self._count_facts)
 
@@ -423,7 +415,7 @@ class PostgresMemory:
             (count,) = conn.execute(f"SELECT count(*) FROM {self._s}.memory_facts").fetchone()
         return int(count)
 
-    def memory_list(
+    def listing(
         self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[Fact]:
         """See :meth:`MemoryBackend.memory_list`: keyset on ``(created_at, id)``."""
@@ -441,9 +433,7 @@ class PostgresMemory:
         )
         return facts
 
-    def memory_search(
-        self, terms: Sequence[str], where: FactFilter, *, limit: int
-    ) -> list[TextHit]:
+    def search(self, terms: Sequence[str], where: FactFilter, *, limit: int) -> list[TextHit]:
         """See :meth:`MemoryBackend.memory_search`: each term (diacritics removed) through
         ``plainto_tsquery``, OR-ed (a stop word adds nothing, and errs nothing), ranked by
         ``ts_rank``, ties by id."""

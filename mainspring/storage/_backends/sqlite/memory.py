@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._errors import StorageError
-from ._ids import check_id
-from ._memory import (
+from ..._errors import StorageError
+from ..._ids import check_id
+from ..._memory import (
     MAX_FACT_TEXT,
     MAX_NAME,
     MAX_QUERY_TERMS,
@@ -51,7 +51,7 @@ from ._memory import (
     hidden,
 )
 
-__all__ = ["MEMORY_SCHEMA", "SqliteMemory"]
+__all__ = ["MEMORY_SCHEMA", "MemoryOnSqlite", "SqliteMemory"]
 
 MEMORY_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS memory_facts (rid INTEGER PRIMARY KEY, "
@@ -471,3 +471,71 @@ def _shown(where: FactFilter) -> FactFilter:
         organization=where.organization,
         now=where.now,
     )
+
+
+class MemoryOnSqlite:
+    """A local store's ``MemoryBackend`` calls, answered by the :class:`SqliteMemory` that
+    ``memory_of(write=...)`` gives (None: no memory stored yet, so reads answer empty and
+    only a write creates it). Held by ``SqliteStore`` (its own database) and ``FileStore``
+    (its sidecar ``memory.sqlite3``), which delegate their ``memory_*`` methods to it;
+    ``store`` names the store in errors."""
+
+    #: What a search ranks with (SQLite FTS5's ``bm25``).
+    ranking = "bm25"
+
+    def __init__(
+        self,
+        memory_of: Callable[..., SqliteMemory | None],
+        *,
+        read_only: bool,
+        store: object,
+    ) -> None:
+        self._memory_of = memory_of
+        self.read_only = read_only
+        self._store = store
+
+    @property
+    def dropped(self) -> int:
+        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
+        memory = self._memory_of(write=False)
+        return memory.dropped if memory is not None else 0
+
+    def apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
+        """See ``MemoryBackend.memory_apply``."""
+        if self.read_only:
+            raise StorageError(f"{self._store!r} was opened read-only")
+        memory = self._memory_of(write=True)
+        assert memory is not None
+        return memory.apply(writes)
+
+    def get(self, fact_id: str) -> Fact | None:
+        """See ``MemoryBackend.memory_get``."""
+        memory = self._memory_of(write=False)
+        return memory.get(fact_id) if memory is not None else None
+
+    def listing(
+        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[Fact]:
+        """See ``MemoryBackend.memory_list``."""
+        memory = self._memory_of(write=False)
+        if memory is None:
+            check_where(where)
+            check_limit(limit)
+            check_after(after)
+            return []
+        return memory.listing(where, limit=limit, after=after)
+
+    def search(self, terms: Sequence[str], where: FactFilter, *, limit: int) -> list[TextHit]:
+        """See ``MemoryBackend.memory_search``."""
+        memory = self._memory_of(write=False)
+        if memory is None:
+            check_terms(terms)
+            check_where(where)
+            check_limit(limit)
+            return []
+        return memory.search(terms, where, limit=limit)
+
+    def count(self) -> int:
+        """See ``MemoryBackend.memory_count``."""
+        memory = self._memory_of(write=False)
+        return memory.count() if memory is not None else 0

@@ -13,7 +13,7 @@ import urllib.parse
 import zlib
 from typing import Any
 
-from ._errors import StorageError
+from ..._errors import StorageError
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -61,7 +61,7 @@ def _part_table(table: str) -> list[str]:
 
 
 # Version 1: the tables. Version 2: history read per execution without a scan. Version 3:
-# agent memory (``_pg_memory``). Version 4: external workers' parts (``storage._workers``)
+# agent memory (``memory``). Version 4: external workers' parts (``storage._workers``)
 # and sealed evidence (``storage._evidence``). Each entry is applied in a transaction of its own, in
 # order, from the version stored.
 _UPGRADES: dict[int, list[str]] = {

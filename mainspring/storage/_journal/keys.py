@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._validators import same_json
-from ._vector import Vector
+from .._validators import same_json
+from .._vector import Vector
 
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
 

@@ -1,6 +1,7 @@
-"""Memory on the local stores: ``OnSqlite`` gives ``SqliteStore`` and ``FileStore`` the
-``MemoryBackend`` methods by delegation to a :class:`~._memory_sqlite.SqliteMemory`, and
-``MemoryFile`` is FileStore's sidecar database that holds it (``memory.sqlite3``).
+"""FileStore's agent memory: ``MemoryFile``, the sidecar SQLite database that holds it
+(``memory.sqlite3``), opened on first use; the facts in it are SQLite memory
+(``sqlite.memory.SqliteMemory``), served through ``sqlite.memory.MemoryOnSqlite`` as on a
+SqliteStore.
 """
 
 from __future__ import annotations
@@ -9,88 +10,19 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-from ._errors import StorageError
-from ._memory import (
-    Fact,
-    FactFilter,
-    MemoryWrite,
-    TextHit,
-    check_after,
-    check_limit,
-    check_terms,
-    check_where,
-)
-from ._memory_sqlite import SqliteMemory
-from ._platform import O_CLOEXEC
+from ..._errors import StorageError
+from ..._platform import O_CLOEXEC
+from ..sqlite.memory import SqliteMemory
 
-__all__ = ["MEMORY_FILE", "MemoryFile", "OnSqlite"]
+__all__ = ["MEMORY_FILE", "MemoryFile"]
 
 #: FileStore's sidecar database, in the store's directory.
 MEMORY_FILE = "memory.sqlite3"
 #: The sidecar's layout (``PRAGMA user_version``): another one is refused.
 _SIDECAR_LAYOUT = 1
-
-
-class OnSqlite:
-    """``MemoryBackend`` by delegation to a :class:`SqliteMemory` (None: no memory stored
-    yet, so reads answer empty). Mixed into ``SqliteStore`` and ``FileStore``."""
-
-    memory_ranking = "bm25"
-    read_only: bool
-
-    def _memory_of(self, *, write: bool) -> SqliteMemory | None:
-        raise NotImplementedError
-
-    @property
-    def memory_dropped(self) -> int:
-        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
-        memory = self._memory_of(write=False)
-        return memory.dropped if memory is not None else 0
-
-    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
-        """See ``MemoryBackend.memory_apply``."""
-        if self.read_only:
-            raise StorageError(f"{self!r} was opened read-only")
-        memory = self._memory_of(write=True)
-        assert memory is not None
-        return memory.apply(writes)
-
-    def memory_get(self, fact_id: str) -> Fact | None:
-        """See ``MemoryBackend.memory_get``."""
-        memory = self._memory_of(write=False)
-        return memory.get(fact_id) if memory is not None else None
-
-    def memory_list(
-        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
-    ) -> list[Fact]:
-        """See ``MemoryBackend.memory_list``."""
-        memory = self._memory_of(write=False)
-        if memory is None:
-            check_where(where)
-            check_limit(limit)
-            check_after(after)
-            return []
-        return memory.listing(where, limit=limit, after=after)
-
-    def memory_search(
-        self, terms: Sequence[str], where: FactFilter, *, limit: int
-    ) -> list[TextHit]:
-        """See ``MemoryBackend.memory_search``."""
-        memory = self._memory_of(write=False)
-        if memory is None:
-            check_terms(terms)
-            check_where(where)
-            check_limit(limit)
-            return []
-        return memory.search(terms, where, limit=limit)
-
-    def memory_count(self) -> int:
-        """See ``MemoryBackend.memory_count``."""
-        memory = self._memory_of(write=False)
-        return memory.count() if memory is not None else 0
 
 
 class MemoryFile:

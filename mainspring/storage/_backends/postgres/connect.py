@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from ._errors import StorageError
-from ._pg_schema import Address, scrub
+from ..._errors import StorageError
+from .schema import Address, scrub
 
 __all__ = [
     "LOCK_NOT_AVAILABLE",

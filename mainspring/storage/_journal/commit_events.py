@@ -7,10 +7,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._codec import unstructure
-from ._journal import Base, Change
-from ._records import Execution
-from ._workers import WorkerStatus
+from .._codec import unstructure
+from .._records import Execution
+from .._workers import WorkerStatus
+from .model import Base, Change
 
 __all__ = ["events_for", "usage_counts"]
 

@@ -40,9 +40,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._append_only import AppendOnlyList
-from ._codec import converter
-from ._journal_keys import (
+from .._append_only import AppendOnlyList
+from .._codec import converter
+from .._record_codec import execution_head, stored_observation
+from .._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
+from .._validators import same_json
+from .._vector import Vector
+from .keys import (
     _RAW_KEYS,
     _by_position,
     _grown,
@@ -57,10 +61,6 @@ from ._journal_keys import (
     _seq_key,
     _step_key,
 )
-from ._record_codec import execution_head, stored_observation
-from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
-from ._validators import same_json
-from ._vector import Vector
 
 __all__ = [
     "DONE_REF",

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from ._pg_connect import Connections, Lost
+from .connect import Connections, Lost
 
 __all__ = ["Feed", "Note"]
 

@@ -2,7 +2,7 @@
 counts only (V1), in the store's global order and each execution's own.
 
 Entries are written by the backends in the same atomic write as the commit that made them
-(``storage._journal.events_for``), so a follower that restarts with ``after=seq`` misses
+(``storage._journal.commit_events``), so a follower that restarts with ``after=seq`` misses
 nothing and never sees a change that was not durable.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ._errors import RecordError
-from ._usage import check_cost
+from .._errors import RecordError
+from .._usage import check_cost
 
 __all__ = ["HistoryEvent", "HistoryKind", "check_after", "parse_event"]
 
