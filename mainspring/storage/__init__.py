@@ -189,6 +189,7 @@ from ._retry import RetryPolicy as RetryPolicy
 from ._retry import check_timeout as check_timeout
 from ._sqlite import SqliteStore as SqliteStore
 from ._sqlite import StoreNeedsMigration as StoreNeedsMigration
+from ._unreadable import Unreadable as Unreadable
 from ._usage import MAX_COST as MAX_COST
 from ._usage import MAX_TOKENS as MAX_TOKENS
 from ._usage import Usage as Usage
@@ -303,6 +304,7 @@ __all__ = [
     "TooLarge",
     "TrailEntry",
     "Unfinished",
+    "Unreadable",
     "Usage",
     "UsageEpoch",
     "Vector",

@@ -10,6 +10,7 @@ from typing import Any
 from ._codec import unstructure
 from ._journal import Base, Change
 from ._records import Execution
+from ._stored_form import stored_raw
 from ._workers import WorkerStatus
 
 __all__ = ["events_for", "usage_counts"]
@@ -105,11 +106,11 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
     among them, E7): found by comparing states, so the history misses none (V2)."""
     before = {
         raw.get("id"): raw.get("state")
-        for raw in (old.agent_tasks if old is not None else ())
+        for raw in map(stored_raw, old.agent_tasks if old is not None else ())
         if type(raw.get("id")) is str  # a record that does not parse may hold anything (E7)
     }
     events: list[Any] = []
-    for raw in new.agent_tasks:
+    for raw in map(stored_raw, new.agent_tasks):
         task_id, state = raw.get("id"), raw.get("state")
         if type(task_id) is not str or type(state) is not str or before.get(task_id) == state:
             continue

@@ -53,12 +53,12 @@ from ._journal_keys import (
     _obs_key,
     _raw_keyed,
     _same_raw,
-    _same_raws,
     _seq_key,
     _step_key,
 )
 from ._record_codec import execution_head, stored_observation
 from ._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
+from ._stored_form import stored_raw
 from ._validators import same_json
 from ._vector import Vector
 
@@ -239,6 +239,26 @@ class Base:
 # -- taking an execution apart --------------------------------------------------------------
 
 
+class _Raws(Sequence[Any]):
+    """The stored forms of a version of an execution's agent tasks, made as they are asked
+    for (``storage._stored_form``): an agent task's from the version at the same position
+    in ``before``, the tasks stored last."""
+
+    def __init__(self, tasks: Sequence[Any], before: Sequence[Any]) -> None:
+        self._tasks = tasks
+        self._before = before
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._tasks)))]
+        before = self._before
+        prev = before[index] if 0 <= index < len(before) else None
+        return stored_raw(self._tasks[index], prev)
+
+
 def _head(execution: Execution) -> dict[str, Any]:
     # Every field but the parts (the raw parts are left out while empty, _record_codec),
     # unstructured straight from the record: no slimmed copy of it is made.
@@ -286,7 +306,7 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
     tasks: dict[str, Any] = {}
     inner_obs: dict[str, Any] = {}
     inner_done: dict[str, Any] = {}
-    raws = execution.agent_tasks
+    raws = [stored_raw(task) for task in execution.agent_tasks]
     ids = [raw.get("id") for raw in raws]
     whole = len(set(map(repr, ids))) != len(ids) or not all(_splittable(raw) for raw in raws)
     for index, raw in enumerate(raws):
@@ -400,20 +420,27 @@ class _Diff:
         return False
 
     def tasks(self, old: Execution, new: Execution) -> None:
-        old_raws: Sequence[Any] = old.agent_tasks
-        new_raws: Sequence[Any] = new.agent_tasks
-        replaced: list[int] | None = None
-        if old_raws is new_raws:
+        old_tasks: Sequence[Any] = old.agent_tasks
+        new_tasks: Sequence[Any] = new.agent_tasks
+        if old_tasks is new_tasks:
             return
-        if type(old_raws) is Vector and type(new_raws) is Vector:
+        if type(old_tasks) is Vector and type(new_tasks) is Vector:
             # Versions of the run's tasks: only those the nodes they do not share hold are
             # looked at, so a save costs its task, not every task of the run.
-            changed = new_raws.changed_since(old_raws)
-            if changed is not None:
-                replaced = [i for i in changed if not _same_raw(old_raws[i], new_raws[i])]
-                if not replaced and len(new_raws) == len(old_raws):
-                    return
-        elif _same_raws(old_raws, new_raws):
+            changed = new_tasks.changed_since(old_tasks)
+        else:
+            common = min(len(old_tasks), len(new_tasks))
+            changed = [i for i in range(common) if old_tasks[i] is not new_tasks[i]]
+        if changed is None:
+            changed = list(range(min(len(old_tasks), len(new_tasks))))
+        old_raws = _Raws(old_tasks, ())
+        new_raws = _Raws(new_tasks, old_tasks)
+        # The records' stored forms (what was read, or made from the version before), each
+        # compared as stored, types included.
+        replaced = [
+            i for i in changed if i < len(old_tasks) and not _same_raw(old_raws[i], new_raws[i])
+        ]
+        if not replaced and len(new_tasks) == len(old_tasks):
             return
         if self._tasks_grown(old_raws, new_raws, replaced):
             return
@@ -428,7 +455,7 @@ class _Diff:
         self.next_pos.update({part: len(items[part]) for part in ("tasks", *_GROUPED)})
 
     def _tasks_grown(
-        self, old_raws: Sequence[Any], new_raws: Sequence[Any], replaced: list[int] | None
+        self, old_raws: Sequence[Any], new_raws: Sequence[Any], replaced: list[int]
     ) -> bool:
         """Tasks replaced (``replaced``: their positions, if known) and appended: each one's
         changes; False (nothing kept) if the tasks must be rewritten whole."""
@@ -436,8 +463,6 @@ class _Diff:
         if "tasks" in self.base.positional or len(new_raws) < len(old_raws):
             return False  # stored whole: rewritten whole
         start = len(old_raws)
-        if replaced is None:  # each one not the same object is compared as stored
-            replaced = [i for i in range(start) if not _same_raw(old_raws[i], new_raws[i])]
         if any(old_raws[i].get("id") != new_raws[i].get("id") for i in replaced):
             return False
         fresh = new_raws[start:]

@@ -21,7 +21,10 @@ from ._records import (
     Observation,
     Plan,
     PlanStep,
+    TaskEntry,
 )
+from ._stored_form import hook, stored_raw
+from ._unreadable import Unreadable
 from ._values import Malformed, decode_value, encode_value
 
 __all__ = ["execution_head", "stored_observation"]
@@ -62,6 +65,11 @@ def _structure_finding(value: Any, _: Any) -> Finding:
                 value["evidence"] = [*value.get("evidence", []), old]
     return _finding_fields(value, Finding)
 
+
+# Parsed once where read, each on its own (E8); written back as stored (E7).
+converter.register_structure_hook(TaskEntry, hook(AgentTaskRecord))
+converter.register_unstructure_hook(TaskEntry, stored_raw)
+converter.register_unstructure_hook(Unreadable, stored_raw)
 
 _finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
 converter.register_structure_hook(Finding, _structure_finding)
