@@ -217,6 +217,7 @@ from ._workers import WorkerTask as WorkerTask
 from ._workers import WorkerTaskState as WorkerTaskState
 from ._workers import check_digest as check_digest
 from ._workers import check_lease as check_lease
+from ._workers import parse_trail as parse_trail
 from ._workers import parse_worker_tasks as parse_worker_tasks
 from ._workers import parse_workers as parse_workers
 
@@ -341,6 +342,7 @@ __all__ = [
     "owner_here",
     "parse_agent_task",
     "parse_agent_tasks",
+    "parse_trail",
     "parse_worker_tasks",
     "parse_workers",
     "query_terms",

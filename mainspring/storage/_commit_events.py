@@ -90,10 +90,10 @@ def _worker_events(
         elif change[0] == "reset" and change[1] == "workers":
             before = {
                 raw.get("id"): raw
-                for raw in (old.workers if old is not None else ())
+                for raw in map(stored_raw, old.workers if old is not None else ())
                 if type(raw) is dict and type(raw.get("id")) is str
             }
-            for raw in new.workers:
+            for raw in map(stored_raw, new.workers):
                 key = raw.get("id") if type(raw) is dict else None
                 event = _worker_event(raw, before.get(key) if type(key) is str else None, base)
                 if event is not None:

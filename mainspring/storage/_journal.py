@@ -326,9 +326,9 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
         "tasks": tasks,
         "inner_obs": inner_obs,
         "inner_done": inner_done,
-        "workers": _raw_keyed(execution.workers, _id_key),
-        "worker_tasks": _raw_keyed(execution.worker_tasks, _id_key),
-        "worker_trail": _raw_keyed(execution.worker_trail, _seq_key),
+        "workers": _raw_keyed(list(map(stored_raw, execution.workers)), _id_key),
+        "worker_tasks": _raw_keyed(list(map(stored_raw, execution.worker_tasks)), _id_key),
+        "worker_trail": _raw_keyed(list(map(stored_raw, execution.worker_trail)), _seq_key),
     }
 
 
@@ -549,19 +549,24 @@ class _Diff:
         return True
 
     def raw(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> None:
-        """The changes of a part of raw records (workers, worker tasks, the trail): records
-        replaced under their key, appended, and (the trail) the oldest dropped; anything
-        else rewrites the part whole."""
+        """The changes of a part of records read one by one (workers, worker tasks, the
+        trail), each stored as its stored form (``_stored_form``): records replaced under
+        their key, appended, and (the trail) the oldest dropped; anything else rewrites the
+        part whole."""
         if old is new:
             return
         if part not in self.base.positional and self._raw_moved(part, old, new):
             return
-        keyed = _raw_keyed(new, _RAW_KEYS[part])
+        keyed = _raw_keyed(list(map(stored_raw, new)), _RAW_KEYS[part])
         self.out.append(["reset", part, [[k, raw] for k, raw in keyed.items()]])
         self.next_pos[part] = len(new)
 
     def _raw_moved(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> bool:
-        key = _RAW_KEYS[part]
+        raw_key = _RAW_KEYS[part]
+
+        def key(entry: Any) -> str | None:
+            return raw_key(stored_raw(entry))
+
         drop = 0
         if old and new and key(old[0]) != key(new[0]):
             # The oldest left (a bounded trail): found by walking from the oldest, so this
@@ -581,7 +586,7 @@ class _Diff:
         # Compared by identity in C (the runtime hands back what it did not touch), then
         # as stored, types included, for the few that are other objects.
         for index in itertools.compress(range(count), map(operator.is_not, kept, common)):
-            if not same_json(kept[index], common[index]):
+            if not same_json(stored_raw(kept[index]), stored_raw(common[index])):
                 if key(common[index]) is None or key(kept[index]) != key(common[index]):
                     return False
                 replaced.append(index)
@@ -597,9 +602,9 @@ class _Diff:
         if dropped:
             self.out.append(["drop", part, dropped])
         for index in replaced:
-            self.put(part, str(key(common[index])), common[index], new=False)
-        for item_key, raw in zip(fresh_keys, fresh, strict=True):
-            self.put(part, str(item_key), raw, new=True)
+            self.put(part, str(key(common[index])), stored_raw(common[index]), new=False)
+        for item_key, entry in zip(fresh_keys, fresh, strict=True):
+            self.put(part, str(item_key), stored_raw(entry), new=True)
         return True
 
     def checkpoints(self, old: Execution, new: Execution, done_reset: bool) -> None:

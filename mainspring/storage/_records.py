@@ -41,6 +41,14 @@ from ._validators import (
     steps_unique,
 )
 from ._vector import Vector
+from ._workers import (
+    TrailItem,
+    WorkerEntry,
+    WorkerTaskEntry,
+    trail_entries,
+    worker_entries,
+    worker_task_entries,
+)
 
 __all__ = [
     "EXECUTION_TERMINAL",
@@ -424,8 +432,8 @@ def _task_entries(value: Iterable[AgentTaskRecord | Unreadable | dict[str, Any]]
     any stored object among them (an execution built from raw data) parsed once (E8)."""
     if type(value) is Vector:
         return value  # a run's versions of its tasks, made of records
-    items = tuple(value)
-    if any(type(item) is dict for item in items):
+    items = value if type(value) is tuple else tuple(value)
+    if dict in map(type, items):  # (checked in C: an evolve costs no Python loop)
         from ._stored_form import read_entry
 
         return tuple(
@@ -565,12 +573,14 @@ class Execution:
     # B1: when the run's deadline passes (wall-clock, absolute: it survives resumes); None:
     # no deadline. Its expiry pauses the run with ``Timeout``.
     deadline_at: float | None = None
-    # External agent workers (storage._workers): raw records parsed one by one, like
-    # ``agent_tasks`` (E8): the workers by worker id, the tasks they serve by agent task id,
-    # and the diagnostic trail (oldest first, the last MAX_TRAIL entries).
-    workers: tuple[dict[str, Any], ...] = ()
-    worker_tasks: tuple[dict[str, Any], ...] = ()
-    worker_trail: tuple[dict[str, Any], ...] = ()
+    # External agent workers (storage._workers): read one by one, like ``agent_tasks``
+    # (E8): the workers by worker id, the tasks they serve by agent task id, and the
+    # diagnostic trail (oldest first, the last MAX_TRAIL entries).
+    workers: tuple[WorkerEntry, ...] = attrs.field(default=(), converter=worker_entries)
+    worker_tasks: tuple[WorkerTaskEntry, ...] = attrs.field(
+        default=(), converter=worker_task_entries
+    )
+    worker_trail: tuple[TrailItem, ...] = attrs.field(default=(), converter=trail_entries)
     # The sha256 of the run's sealed proof, once it was finalized (executions._workers.fleet).
     proof_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     created_at: float
