@@ -172,7 +172,9 @@ def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) ->
     tasks, dropped = rec.parse_agent_tasks(execution)
     assert [t.id for t in tasks] == ["t1", "t1"]
     assert dropped == 1
-    assert execution.agent_tasks[1] == bad  # E7: reading never writes or repairs
+    kept = execution.agent_tasks[1]  # E7: reading never writes or repairs
+    assert type(kept) is ms.storage.Unreadable and kept.raw == bad and kept.key == "t2"
+    assert unstructure(execution)["agent_tasks"][1] == bad  # written back as it was
 
 
 def test_plan_steps_name_exactly_one_target_and_plans_have_unique_steps() -> None:
