@@ -345,9 +345,7 @@ def unreadable_of(draw: st.DrawFn, records: st.SearchStrategy[Any]) -> dict[str,
 #: Items as ``Execution.agent_tasks`` (``workers``, ``worker_tasks``, ``worker_trail``)
 #: holds them once read: each a record or an Unreadable, made from stored data.
 def entries(records: st.SearchStrategy[Any], max_size: int = 3) -> st.SearchStrategy[Any]:
-    return st.lists(records.map(unstructure) | unreadable_of(records), max_size=max_size).map(
-        tuple
-    )
+    return st.lists(records.map(unstructure) | unreadable_of(records), max_size=max_size).map(tuple)
 
 
 # -- values a step may return (E10: the typed encoding) -------------------------------------

@@ -151,7 +151,9 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
         done,
         status="running",
         lease=None,
-        agent_tasks=tuple(dict(t, state="running", ended_at=None) for t in done.agent_tasks),
+        agent_tasks=tuple(
+            attrs.evolve(t, state="running", ended_at=None) for t in done.task_records
+        ),
         plan=plan,
         completed_steps=(),
         observations=(),

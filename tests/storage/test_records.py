@@ -173,7 +173,9 @@ def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) ->
     assert [t.id for t in tasks] == ["t1", "t1"]
     assert dropped == 1
     kept = execution.agent_tasks[1]  # E7: reading never writes or repairs
-    assert type(kept) is ms.storage.Unreadable and kept.raw == bad and kept.key == "t2"
+    assert type(kept) is ms.storage.Unreadable
+    assert kept.raw == bad
+    assert kept.key == "t2"
     assert unstructure(execution)["agent_tasks"][1] == bad  # written back as it was
 
 

@@ -80,9 +80,11 @@ def test_an_unreadable_keeps_its_key_and_a_bounded_reason() -> None:
     assert entry.key == "t-1"
     assert len(entry.reason) <= ms.storage._unreadable.MAX_REASON
     [trail] = _execution(worker_trail=({"seq": 7},)).worker_trail
-    assert type(trail) is Unreadable and trail.key == "7"
+    assert type(trail) is Unreadable
+    assert trail.key == "7"
     [nameless] = _execution(workers=({"id": "../x"},)).workers
-    assert type(nameless) is Unreadable and nameless.key is None  # X1: not an id
+    assert type(nameless) is Unreadable
+    assert nameless.key is None
 
 
 def test_a_task_grown_by_an_inner_step_is_stored_from_the_form_before() -> None:
@@ -203,7 +205,9 @@ def _journal_before() -> dict[str, Any]:
         "created_at": 1.0,
         "updated_at": 2.0,
     }
-    bad_head = {k: v for k, v in _BAD_TASK.items() if k not in ("inner_observations", "inner_completed")}
+    bad_head = {
+        k: v for k, v in _BAD_TASK.items() if k not in ("inner_observations", "inner_completed")
+    }
     changes = [
         ["head", head],
         ["reset", "steps", []],
@@ -261,7 +265,8 @@ def test_E7_a_store_written_before_reads_back_and_round_trips_byte_equal(tmp_pat
     # A commit that changes the head only writes the head: the entries stay as stored.
     store.edit("ex-1", lambda stored, now: attrs.evolve(stored, goal="g2", updated_at=now))
     again = store.get("ex-1")
-    assert again is not None and again.goal == "g2"
+    assert again is not None
+    assert again.goal == "g2"
     for field in kinds:
         assert canonical_json(unstructure(again)[field]) == canonical_json(expected[field])
     reopened = ms.storage.FileStore(folder).get("ex-1")
