@@ -230,59 +230,6 @@ agent_tasks = st.builds(
         traceback=st.none() | st.text(max_size=200),
     ),
 )
-executions = st.builds(
-    rec.Execution,
-    id=ids,
-    goal=short_text,
-    status=st.sampled_from(["planned", "running", "paused", "completed", "cancelled"]),
-    plan=st.none() | plans(),
-    plan_version=counters,
-    completed_steps=st.lists(ids, max_size=3).map(tuple),
-    observations=st.lists(observations, max_size=2).map(tuple),
-    checkpoints=st.lists(checkpoints, max_size=5).map(tuple),
-    pending=st.none()
-    | st.builds(
-        rec.Pending,
-        kind=st.sampled_from(["approval", "clarification", "budget"]),
-        asked_at=st.none() | times,
-        budget=st.none()
-        | st.builds(
-            rec.BudgetInfo,
-            calls_used=counters,
-            max_calls=counters,
-            needed=counters,
-            budget=st.sampled_from(["calls", "tokens", "cost"]),
-            usage=usages,
-            max_tokens=st.none() | token_counts,
-            max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
-        ),
-    ),
-    lease=st.none() | st.builds(rec.Lease, owner=short_text, expires_at=times, epoch=counters),
-    calls_used=counters,
-    usage=usages,
-    max_tokens=st.none() | token_counts,
-    max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
-    agent_tasks=st.lists(agent_tasks.map(unstructure), max_size=2).map(tuple),
-    agent_tasks_dropped=counters,
-    controls=st.lists(
-        st.builds(
-            rec.Control,
-            action=st.sampled_from(["pause", "resume", "answer"]),
-            by=short_text,
-            at=times,
-            answer_sha256=st.none() | digests,
-        ),
-        max_size=2,
-    ).map(tuple),
-    deadline_at=st.none() | times,
-    created_at=times,
-    updated_at=times,
-)
-record_values = st.one_of(
-    plan_steps(), plans(), observations, checkpoints, findings, agent_tasks, executions
-)
-
-
 # -- entries read one by one (E7, E8): a record, or what was stored if it does not parse ---
 
 _statuses = st.sampled_from(["assigned", "starting", "running", "idle", "stopped", "fenced"])
@@ -346,6 +293,62 @@ def unreadable_of(draw: st.DrawFn, records: st.SearchStrategy[Any]) -> dict[str,
 #: holds them once read: each a record or an Unreadable, made from stored data.
 def entries(records: st.SearchStrategy[Any], max_size: int = 3) -> st.SearchStrategy[Any]:
     return st.lists(records.map(unstructure) | unreadable_of(records), max_size=max_size).map(tuple)
+
+
+executions = st.builds(
+    rec.Execution,
+    id=ids,
+    goal=short_text,
+    status=st.sampled_from(["planned", "running", "paused", "completed", "cancelled"]),
+    plan=st.none() | plans(),
+    plan_version=counters,
+    completed_steps=st.lists(ids, max_size=3).map(tuple),
+    observations=st.lists(observations, max_size=2).map(tuple),
+    checkpoints=st.lists(checkpoints, max_size=5).map(tuple),
+    pending=st.none()
+    | st.builds(
+        rec.Pending,
+        kind=st.sampled_from(["approval", "clarification", "budget"]),
+        asked_at=st.none() | times,
+        budget=st.none()
+        | st.builds(
+            rec.BudgetInfo,
+            calls_used=counters,
+            max_calls=counters,
+            needed=counters,
+            budget=st.sampled_from(["calls", "tokens", "cost"]),
+            usage=usages,
+            max_tokens=st.none() | token_counts,
+            max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
+        ),
+    ),
+    lease=st.none() | st.builds(rec.Lease, owner=short_text, expires_at=times, epoch=counters),
+    calls_used=counters,
+    usage=usages,
+    max_tokens=st.none() | token_counts,
+    max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
+    agent_tasks=entries(agent_tasks, max_size=2),
+    workers=entries(worker_records, max_size=2),
+    worker_tasks=entries(worker_task_records, max_size=2),
+    worker_trail=entries(trail_records, max_size=2),
+    agent_tasks_dropped=counters,
+    controls=st.lists(
+        st.builds(
+            rec.Control,
+            action=st.sampled_from(["pause", "resume", "answer"]),
+            by=short_text,
+            at=times,
+            answer_sha256=st.none() | digests,
+        ),
+        max_size=2,
+    ).map(tuple),
+    deadline_at=st.none() | times,
+    created_at=times,
+    updated_at=times,
+)
+record_values = st.one_of(
+    plan_steps(), plans(), observations, checkpoints, findings, agent_tasks, executions
+)
 
 
 # -- values a step may return (E10: the typed encoding) -------------------------------------
