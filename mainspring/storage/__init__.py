@@ -127,6 +127,7 @@ from ._redact import register_secret as register_secret
 from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
 from ._retry import RetryPolicy as RetryPolicy
 from ._retry import check_timeout as check_timeout
+from ._unreadable import Unreadable as Unreadable
 from ._usage import MAX_COST as MAX_COST
 from ._usage import MAX_TOKENS as MAX_TOKENS
 from ._usage import Usage as Usage
@@ -154,6 +155,7 @@ from ._workers import WorkerTask as WorkerTask
 from ._workers import WorkerTaskState as WorkerTaskState
 from ._workers import check_digest as check_digest
 from ._workers import check_lease as check_lease
+from ._workers import parse_trail as parse_trail
 from ._workers import parse_worker_tasks as parse_worker_tasks
 from ._workers import parse_workers as parse_workers
 
@@ -241,6 +243,7 @@ __all__ = [
     "TooLarge",
     "TrailEntry",
     "Unfinished",
+    "Unreadable",
     "Usage",
     "UsageEpoch",
     "Vector",
@@ -277,6 +280,7 @@ __all__ = [
     "owner_here",
     "parse_agent_task",
     "parse_agent_tasks",
+    "parse_trail",
     "parse_worker_tasks",
     "parse_workers",
     "query_terms",

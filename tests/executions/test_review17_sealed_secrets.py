@@ -55,7 +55,7 @@ async def test_a_masked_delivery_read_back_is_marked_not_replayed_as_the_origina
         done = stored(rt, handle.execution_id)
     assert live.outputs["a"] == OUTPUT
     # The run crashed after the delivery, before its step's completion was committed.
-    raw = [dict(t, state="running", ended_at=None) for t in done.agent_tasks]
+    raw = [attrs.evolve(t, state="running", ended_at=None) for t in done.task_records]
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)

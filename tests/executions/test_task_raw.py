@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.executions._rules.task_raw import task_raw
+from mainspring.storage._task_raw import task_raw
 from tests import strategies as strat
 from tests._examples import SHRINKING, examples
 

@@ -41,7 +41,7 @@ class PeekingHost(FakeHost):
         record = self.store.get(RUN)
         assert record is not None
         workers, _ = parse_workers(record.workers)
-        events = [e["event"] for e in record.worker_trail]
+        events = [e.event for e in record.worker_trail]
         self.on_disk.append((when, [(w.status, w.generation) for w in workers], events))
 
     def _peek_stop(self, identity: ProcessIdentity) -> None:
@@ -90,7 +90,7 @@ async def test_a_delivered_step_commits_three_times_each_before_its_side_effect(
     # Fenced and delivered are durable with the step's output (the task's save).
     (worker,), _ = parse_workers(final.workers)
     assert worker.status == "delivered"
-    assert [e["event"] for e in final.worker_trail][-3:] == ["handoff", "fenced", "delivered"]
+    assert [e.event for e in final.worker_trail][-3:] == ["handoff", "fenced", "delivered"]
     assert "a" in final.completed_steps
 
 

@@ -27,7 +27,7 @@ def coder(host: ScriptedHost) -> dict[str, WorkerAgent]:
 
 
 def events(record: ms.storage.Execution) -> list[tuple[str, str]]:
-    return [(e["event"], e["detail"]) for e in record.worker_trail]
+    return [(e.event, e.detail) for e in record.worker_trail]
 
 
 async def _run(tmp_path: Path, host: ScriptedHost) -> tuple[Any, ms.storage.Execution]:
@@ -113,14 +113,14 @@ async def test_a_resume_does_not_take_over_a_process_that_survives_its_stop(
     assert task.failure.code == "worker-not-dead"
     assert ("takeover-refused", "not-dead") in events(record)
     assert len(host.starts) == 1  # no second worker beside the live one
-    assert record.workers[0]["generation"] == 1
+    assert record.workers[0].generation == 1
 
 
 async def test_a_resume_does_not_take_over_a_start_it_cannot_look_for(tmp_path: Path) -> None:
     released = anyio.Event()
     host = ScriptedHost([[ScriptedHost.ignore_stop(released), ScriptedHost.until_stopped()]])
     crashed = await _crashed_while_running(tmp_path, host)
-    raw = dict(crashed.workers[0], status="starting", process=None)
+    raw = dict(ms.storage.unstructure(crashed.workers[0]), status="starting", process=None)
     store = ms.storage.SqliteStore(tmp_path / "again.sqlite3")
     store.create(attrs.evolve(crashed, workers=(raw,)))
     result, record = await _resume(store, host, crashed.id)
@@ -141,11 +141,11 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     live, done = await _run(tmp_path, host)
     # The runtime died after sealing the delivery and recording the intent, before the
     # delivery was recorded.
-    worker = dict(done.workers[0], status=status, delivered_digest=None)
+    worker = dict(ms.storage.unstructure(done.workers[0]), status=status, delivered_digest=None)
     # (A fence moves the worker and its task in one write: a fenced worker's task awaits
     # the delivery.)
     state = "awaiting-delivery" if status == "fenced" else "running"
-    wtask = dict(done.worker_tasks[0], state=state, delivery_digest=None)
+    wtask = dict(ms.storage.unstructure(done.worker_tasks[0]), state=state, delivery_digest=None)
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
@@ -154,7 +154,9 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
         done,
         status="running",
         lease=None,
-        agent_tasks=tuple(dict(t, state="running", ended_at=None) for t in done.agent_tasks),
+        agent_tasks=tuple(
+            attrs.evolve(t, state="running", ended_at=None) for t in done.task_records
+        ),
         plan=plan,
         completed_steps=(),
         observations=(),

@@ -170,7 +170,7 @@ async def test_stopping_stops_the_process_before_recording_it_stopped(
         handle = await _running(rt, host)
         eid = handle.execution_id
         host.on_stop = lambda _: on_disk_at_stop.append(
-            rt.store.get(eid).workers[0]["status"]  # type: ignore[union-attr]
+            rt.store.get(eid).workers[0].status  # type: ignore[union-attr]
         )
         with anyio.fail_after(30):
             if how == "pause":
@@ -265,7 +265,7 @@ async def test_a_delivered_task_is_not_run_again_after_a_resume(tmp_path: Path) 
     # The run crashed after the delivery, before its step's completion was committed.
     import attrs
 
-    raw = [dict(t, state="running", ended_at=None) for t in done.agent_tasks]
+    raw = [attrs.evolve(t, state="running", ended_at=None) for t in done.task_records]
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
     )

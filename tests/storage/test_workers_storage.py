@@ -132,7 +132,7 @@ def test_workers_tasks_and_trail_read_back_exactly_after_reopen(make_store: Fact
         same(store.get("ex-1"), version)
     again = make_store()  # a new store object reads what is stored, not a cache
     same(again.get("ex-1"), version)
-    assert [w["id"] for w in version.workers] == ["w-1", "w-2", "w-3", "w-4", "w-5"]
+    assert [w.id for w in version.workers] == ["w-1", "w-2", "w-3", "w-4", "w-5"]  # type: ignore[union-attr]
     parsed, dropped = ms.storage.parse_workers(again.get("ex-1").workers)  # type: ignore[union-attr]
     assert dropped == 0
     assert [w.status for w in parsed] == ["running"] * 4 + ["assigned"]
@@ -148,7 +148,7 @@ def test_the_bounded_trail_keeps_the_last_entries_in_order(make_store: Factory) 
         commit(store, version)
     same(store.get("ex-1"), version)
     same(make_store().get("ex-1"), version)
-    assert [e["seq"] for e in version.worker_trail] == list(range(61, 101))
+    assert [e.seq for e in version.worker_trail] == list(range(61, 101))  # type: ignore[union-attr]
 
 
 def test_an_unparsable_worker_is_kept_as_stored_and_dropped_from_the_view(
@@ -238,7 +238,7 @@ def test_a_full_trail_stays_bounded_on_every_backend(make_store: Factory) -> Non
     got = make_store().get("ex-1")
     same(got, version)
     assert got is not None
-    assert got.worker_trail[0]["seq"] == 11
+    assert got.worker_trail[0].seq == 11  # type: ignore[union-attr]
     if isinstance(store, PostgresStore):
         rows = store._retrying(_pg_count, store)
         assert rows == ms.storage.MAX_TRAIL

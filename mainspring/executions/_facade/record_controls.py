@@ -27,7 +27,6 @@ from ...storage import (
     Execution,
     PlanStep,
     holder,
-    parse_agent_tasks,
     redact,
     redact_flagged,
 )
@@ -95,7 +94,7 @@ def unanswered(stored: Execution) -> list[AgentTaskRecord]:
     given = {(r.task_id, r.ask) for r in stored.answer_requests}
     waiting = [
         task
-        for task in parse_agent_tasks(stored)[0]
+        for task in stored.task_records
         if task.state == "waiting_for_clarification" and (task.id, next_ask(task)) not in given
     ]
     return sorted(waiting, key=lambda task: (task.created_at, task.id))
@@ -127,7 +126,7 @@ def answer_waiting(stored: Execution) -> bool:
     given = {(r.task_id, r.ask) for r in stored.answer_requests}
     return any(
         task.state == "waiting_for_clarification" and (task.id, next_ask(task)) in given
-        for task in parse_agent_tasks(stored)[0]
+        for task in stored.task_records
     )
 
 
@@ -297,7 +296,7 @@ class StoredTaskStop:
         stored = await self._read(execution_id)
         if stored is None:
             return unknown
-        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        task = next((t for t in stored.task_records if t.id == task_id), None)
         if task is None:
             return unknown
         base = {"task_id": task_id, "execution_id": execution_id, "operation_id": operation}
@@ -334,7 +333,7 @@ class StoredTaskStop:
         orphan = await stop_orphan(read, task_id, self.agents) if read is not None else None
         if isinstance(orphan, str):
             assert read is not None
-            tasks = parse_agent_tasks(read)[0]
+            tasks = read.task_records
             state = next((t.state for t in tasks if t.id == task_id), "unknown")
             return StopResult(ok=False, state=state, reason=orphan, **base)
 
@@ -394,7 +393,7 @@ class StoredTaskStop:
         stored = await self._read(execution_id)
         if stored is None:
             raise UnknownExecution(execution_id)
-        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        task = next((t for t in stored.task_records if t.id == task_id), None)
         state = task.state if task is not None else "unknown"
         why = (
             f"the task already {state}"

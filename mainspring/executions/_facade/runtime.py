@@ -46,7 +46,6 @@ from ...storage import (
     check_id,
     holder,
     owner_gone,
-    parse_agent_tasks,
     redact,
 )
 from .._memory.memory import Memory
@@ -730,8 +729,8 @@ class Runtime:
     async def agent_tasks(self, execution_id: str | None = None) -> list[AgentTaskRecord]:
         """The agent task records of one execution, or of all; unreadable ones are skipped."""
         if execution_id is not None:
-            return parse_agent_tasks(await self._require(execution_id))[0]
-        return [task for ex in await self.executions() for task in parse_agent_tasks(ex)[0]]
+            return (await self._require(execution_id)).task_records
+        return [task for ex in await self.executions() for task in ex.task_records]
 
     async def prune(
         self, *, older_than: float, statuses: Collection[str] = PRUNABLE, dry_run: bool = False

@@ -18,10 +18,10 @@ from ...storage import (
     WorkerRecord,
     WorkerTask,
     check_id,
+    parse_trail,
     parse_worker_tasks,
     parse_workers,
     redact_flagged,
-    structure,
 )
 from .._run.messages import RunServices
 from .._workers import fleet as fleet
@@ -56,13 +56,7 @@ class WorkersView:
 def view_of(record: Execution) -> WorkersView:
     workers, bad_workers = parse_workers(record.workers)
     tasks, bad_tasks = parse_worker_tasks(record.worker_tasks)
-    trail: list[TrailEntry] = []
-    bad_trail = 0
-    for raw in record.worker_trail:
-        try:
-            trail.append(structure(raw, TrailEntry))
-        except Exception:
-            bad_trail += 1
+    trail, bad_trail = parse_trail(record.worker_trail)
     return WorkersView(
         execution_id=record.id,
         workers=tuple(workers),

@@ -53,7 +53,6 @@ from ...storage import (
     PlanStep,
     StepStatus,
     carry_encoded,
-    parse_agent_tasks,
     plain_record,
     reconcile,
     redact,
@@ -833,7 +832,7 @@ class ExecutionActor(Actor):
                     )
                 )
         elif isinstance(reason, Cancel):
-            cancelled = sum(1 for t in parse_agent_tasks(record)[0] if not t.terminal)
+            cancelled = sum(1 for t in record.task_records if not t.terminal)
             record = cancel_execution(record, by, now, reason.detail)
             if released := await funnel.commit(record):
                 funnel.publish(

@@ -141,7 +141,7 @@ class TaskBook:
     def new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
         st = self._state
         cfg = self._cfg
-        number = len(st.tasks) + len(st.unparsed) + 1
+        number = len(st.tasks) + len(st.unreadable) + 1
         digest = step_input_hash(step)
         replaced = [
             t.id
@@ -246,7 +246,7 @@ class TaskBook:
         st.charged[task.id] = task.calls_used
         calls = clamp_count(st.rec.calls_used + max(delta, 0))
         usage = st.charge_usage(task.id, task.usage)  # B3: tokens and cost likewise
-        st.set_task(task, save.appended_to)
+        st.set_task(task)
         step = running.step
         # queued: the run's budget ran out under the agent (P4), which waits to run again.
         ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")

@@ -35,6 +35,7 @@ from ...actors import (
 from ...storage import (
     ACTIVE_WORKER,
     StopIntent,
+    TrailEntry,
     WorkerFailure,
     WorkerRecord,
     WorkerTask,
@@ -194,13 +195,14 @@ class Driver:
         starts = [
             e
             for e in self.board.trail
-            if e.get("worker_id") == worker.id
-            and e.get("generation") == worker.generation
-            and e.get("event") == "starting"
+            if isinstance(e, TrailEntry)
+            and e.worker_id == worker.id
+            and e.generation == worker.generation
+            and e.event == "starting"
         ]
         if here is None or worker.session is None or not starts:
             return False
-        if starts[-1].get("detail") != made:
+        if starts[-1].detail != made:
             return False
         found = await find_start(self.agent.host, worker.session)
         if found is None:

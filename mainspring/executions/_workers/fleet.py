@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -54,6 +54,7 @@ from ...storage import (
     ProcessIdentity,
     StopIntent,
     TrailEntry,
+    Unreadable,
     UsageEpoch,
     WorkerFailure,
     WorkerRecord,
@@ -65,7 +66,6 @@ from ...storage import (
     check_lease,
     check_tokens,
     sha256_hex,
-    unstructure,
 )
 from .._rules.lifecycle import worker_move, worker_task_move
 
@@ -673,16 +673,17 @@ def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof
     return sha256_hex(proof.plain())
 
 
-def next_trail_seq(trail: tuple[dict[str, Any], ...]) -> int:
-    """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first)."""
-    seqs = [e.get("seq") for e in trail if isinstance(e, dict)]
+def next_trail_seq(trail: Sequence[TrailEntry | Unreadable]) -> int:
+    """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first;
+    an entry that does not parse counts by the seq it was stored with, if any)."""
+    seqs = [e.seq if type(e) is TrailEntry else e.raw.get("seq") for e in trail]  # type: ignore[union-attr]
     return max((s for s in seqs if type(s) is int), default=0) + 1
 
 
 def trail_append(
-    trail: tuple[dict[str, Any], ...], entry: TrailEntry, *, next_seq: int | None = None
-) -> tuple[dict[str, Any], ...]:
-    """``trail`` with ``entry`` (unstructured) appended, keeping the last :data:`MAX_TRAIL`
+    trail: Sequence[TrailEntry | Unreadable], entry: TrailEntry, *, next_seq: int | None = None
+) -> tuple[TrailEntry | Unreadable, ...]:
+    """``trail`` with ``entry`` appended, keeping the last :data:`MAX_TRAIL`
     entries; ``entry.seq`` must come after every seq in the trail (ValueError).
 
     ``next_seq`` is ``next_trail_seq(trail)`` when the caller keeps it as the trail grows
@@ -691,5 +692,4 @@ def trail_append(
         raise TypeError(f"a trail entry is a TrailEntry, not {type(entry).__name__}")
     if entry.seq < (next_trail_seq(trail) if next_seq is None else next_seq):
         raise ValueError(f"trail seq {entry.seq} does not come after the trail's")
-    raw: dict[str, Any] = unstructure(entry)
-    return (*trail[-(MAX_TRAIL - 1) :], raw)
+    return (*trail[-(MAX_TRAIL - 1) :], entry)

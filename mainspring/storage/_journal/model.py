@@ -44,6 +44,7 @@ from .._append_only import AppendOnlyList
 from .._codec import converter
 from .._record_codec import execution_head, stored_observation
 from .._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
+from .._stored_form import stored_raw
 from .._validators import same_json
 from .._vector import Vector
 from .keys import (
@@ -57,7 +58,6 @@ from .keys import (
     _obs_key,
     _raw_keyed,
     _same_raw,
-    _same_raws,
     _seq_key,
     _step_key,
 )
@@ -239,6 +239,26 @@ class Base:
 # -- taking an execution apart --------------------------------------------------------------
 
 
+class _Raws(Sequence[Any]):
+    """The stored forms of a version of an execution's agent tasks, made as they are asked
+    for (``storage._stored_form``): an agent task's from the version at the same position
+    in ``before``, the tasks stored last."""
+
+    def __init__(self, tasks: Sequence[Any], before: Sequence[Any]) -> None:
+        self._tasks = tasks
+        self._before = before
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._tasks)))]
+        before = self._before
+        prev = before[index] if 0 <= index < len(before) else None
+        return stored_raw(self._tasks[index], prev)
+
+
 def _head(execution: Execution) -> dict[str, Any]:
     # Every field but the parts (the raw parts are left out while empty, _record_codec),
     # unstructured straight from the record: no slimmed copy of it is made.
@@ -286,7 +306,7 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
     tasks: dict[str, Any] = {}
     inner_obs: dict[str, Any] = {}
     inner_done: dict[str, Any] = {}
-    raws = execution.agent_tasks
+    raws = [stored_raw(task) for task in execution.agent_tasks]
     ids = [raw.get("id") for raw in raws]
     whole = len(set(map(repr, ids))) != len(ids) or not all(_splittable(raw) for raw in raws)
     for index, raw in enumerate(raws):
@@ -306,9 +326,9 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
         "tasks": tasks,
         "inner_obs": inner_obs,
         "inner_done": inner_done,
-        "workers": _raw_keyed(execution.workers, _id_key),
-        "worker_tasks": _raw_keyed(execution.worker_tasks, _id_key),
-        "worker_trail": _raw_keyed(execution.worker_trail, _seq_key),
+        "workers": _raw_keyed(list(map(stored_raw, execution.workers)), _id_key),
+        "worker_tasks": _raw_keyed(list(map(stored_raw, execution.worker_tasks)), _id_key),
+        "worker_trail": _raw_keyed(list(map(stored_raw, execution.worker_trail)), _seq_key),
     }
 
 
@@ -400,20 +420,27 @@ class _Diff:
         return False
 
     def tasks(self, old: Execution, new: Execution) -> None:
-        old_raws: Sequence[Any] = old.agent_tasks
-        new_raws: Sequence[Any] = new.agent_tasks
-        replaced: list[int] | None = None
-        if old_raws is new_raws:
+        old_tasks: Sequence[Any] = old.agent_tasks
+        new_tasks: Sequence[Any] = new.agent_tasks
+        if old_tasks is new_tasks:
             return
-        if type(old_raws) is Vector and type(new_raws) is Vector:
+        if type(old_tasks) is Vector and type(new_tasks) is Vector:
             # Versions of the run's tasks: only those the nodes they do not share hold are
             # looked at, so a save costs its task, not every task of the run.
-            changed = new_raws.changed_since(old_raws)
-            if changed is not None:
-                replaced = [i for i in changed if not _same_raw(old_raws[i], new_raws[i])]
-                if not replaced and len(new_raws) == len(old_raws):
-                    return
-        elif _same_raws(old_raws, new_raws):
+            changed = new_tasks.changed_since(old_tasks)
+        else:
+            common = min(len(old_tasks), len(new_tasks))
+            changed = [i for i in range(common) if old_tasks[i] is not new_tasks[i]]
+        if changed is None:
+            changed = list(range(min(len(old_tasks), len(new_tasks))))
+        old_raws = _Raws(old_tasks, ())
+        new_raws = _Raws(new_tasks, old_tasks)
+        # The records' stored forms (what was read, or made from the version before), each
+        # compared as stored, types included.
+        replaced = [
+            i for i in changed if i < len(old_tasks) and not _same_raw(old_raws[i], new_raws[i])
+        ]
+        if not replaced and len(new_tasks) == len(old_tasks):
             return
         if self._tasks_grown(old_raws, new_raws, replaced):
             return
@@ -428,7 +455,7 @@ class _Diff:
         self.next_pos.update({part: len(items[part]) for part in ("tasks", *_GROUPED)})
 
     def _tasks_grown(
-        self, old_raws: Sequence[Any], new_raws: Sequence[Any], replaced: list[int] | None
+        self, old_raws: Sequence[Any], new_raws: Sequence[Any], replaced: list[int]
     ) -> bool:
         """Tasks replaced (``replaced``: their positions, if known) and appended: each one's
         changes; False (nothing kept) if the tasks must be rewritten whole."""
@@ -436,8 +463,6 @@ class _Diff:
         if "tasks" in self.base.positional or len(new_raws) < len(old_raws):
             return False  # stored whole: rewritten whole
         start = len(old_raws)
-        if replaced is None:  # each one not the same object is compared as stored
-            replaced = [i for i in range(start) if not _same_raw(old_raws[i], new_raws[i])]
         if any(old_raws[i].get("id") != new_raws[i].get("id") for i in replaced):
             return False
         fresh = new_raws[start:]
@@ -524,19 +549,24 @@ class _Diff:
         return True
 
     def raw(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> None:
-        """The changes of a part of raw records (workers, worker tasks, the trail): records
-        replaced under their key, appended, and (the trail) the oldest dropped; anything
-        else rewrites the part whole."""
+        """The changes of a part of records read one by one (workers, worker tasks, the
+        trail), each stored as its stored form (``_stored_form``): records replaced under
+        their key, appended, and (the trail) the oldest dropped; anything else rewrites the
+        part whole."""
         if old is new:
             return
         if part not in self.base.positional and self._raw_moved(part, old, new):
             return
-        keyed = _raw_keyed(new, _RAW_KEYS[part])
+        keyed = _raw_keyed(list(map(stored_raw, new)), _RAW_KEYS[part])
         self.out.append(["reset", part, [[k, raw] for k, raw in keyed.items()]])
         self.next_pos[part] = len(new)
 
     def _raw_moved(self, part: str, old: Sequence[Any], new: Sequence[Any]) -> bool:
-        key = _RAW_KEYS[part]
+        raw_key = _RAW_KEYS[part]
+
+        def key(entry: Any) -> str | None:
+            return raw_key(stored_raw(entry))
+
         drop = 0
         if old and new and key(old[0]) != key(new[0]):
             # The oldest left (a bounded trail): found by walking from the oldest, so this
@@ -556,7 +586,7 @@ class _Diff:
         # Compared by identity in C (the runtime hands back what it did not touch), then
         # as stored, types included, for the few that are other objects.
         for index in itertools.compress(range(count), map(operator.is_not, kept, common)):
-            if not same_json(kept[index], common[index]):
+            if not same_json(stored_raw(kept[index]), stored_raw(common[index])):
                 if key(common[index]) is None or key(kept[index]) != key(common[index]):
                     return False
                 replaced.append(index)
@@ -572,9 +602,9 @@ class _Diff:
         if dropped:
             self.out.append(["drop", part, dropped])
         for index in replaced:
-            self.put(part, str(key(common[index])), common[index], new=False)
-        for item_key, raw in zip(fresh_keys, fresh, strict=True):
-            self.put(part, str(item_key), raw, new=True)
+            self.put(part, str(key(common[index])), stored_raw(common[index]), new=False)
+        for item_key, entry in zip(fresh_keys, fresh, strict=True):
+            self.put(part, str(item_key), stored_raw(entry), new=True)
         return True
 
     def checkpoints(self, old: Execution, new: Execution, done_reset: bool) -> None:

@@ -17,7 +17,9 @@ from typing import Any
 
 import attrs
 
-from ...storage import AgentTaskRecord, AppendOnlyList, unstructure
+from ._append_only import AppendOnly, AppendOnlyList
+from ._codec import unstructure
+from ._records import AgentTaskRecord
 
 __all__ = ["task_raw"]
 
@@ -41,6 +43,10 @@ def _grow(before: Any, new: list[Any]) -> AppendOnlyList[Any]:
     return AppendOnlyList([*before, *new])
 
 
+def _shares(value: Any, old: Any) -> bool:
+    return type(value) is AppendOnly and type(old) is AppendOnly and value.shares(old)
+
+
 @functools.cache
 def _names() -> tuple[str, ...]:
     return tuple(field.name for field in attrs.fields(AgentTaskRecord))
@@ -58,7 +64,9 @@ def task_raw(
     disk: that may be in an older form the parser accepts but the converter never writes.
 
     ``appended`` says ``task`` was made from ``base`` by appending one inner step (its name
-    and its observation) and nothing else in those two fields, so they are not compared.
+    and its observation) and nothing else in those two fields, so they are not compared; it
+    is also known without being said when the task's inner steps are views of the list the
+    base's are (``AppendOnly.shares``: the base's are a prefix of the task's).
     """
     if base is None or base_raw is None:
         raw: dict[str, Any] = unstructure(task)
@@ -71,7 +79,7 @@ def task_raw(
             if name in base_raw:  # a field left out while unset stays out
                 raw[name] = base_raw[name]
         elif name in _APPENDED and len(value) > len(old):
-            if name in _INNER and appended:
+            if name in _INNER and (appended or _shares(value, old)):
                 # The stored list grows as the record did, shared with the raw record before
                 # (AppendOnly): an inner step costs what it added, not the steps before it.
                 raw[name] = _grow(base_raw[name], _plain(value[len(old) :]))
