@@ -13,12 +13,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mainspring.storage._frames import encode_frame
 
 import mainspring as ms
 from mainspring.storage import AppendOnly, AppendOnlyList, Unreadable
+from mainspring.storage._backends.file.frames import encode_frame
 from mainspring.storage._codec import canonical_json, encode, structure, unstructure
-from mainspring.storage._journal import snapshot_changes
+from mainspring.storage._journal.model import snapshot_changes
 from mainspring.storage._stored_form import stored_raw
 from tests import strategies as strat
 from tests._examples import SHRINKING, examples
