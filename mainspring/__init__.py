@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .executions import PlannerContext as PlannerContext
     from .executions import Runtime as Runtime
     from .executions import UnknownExecution as UnknownExecution
+    from .executions import WithUsage as WithUsage
     from .executions import open_runtime as open_runtime
     from .storage import Plan as Plan
     from .storage import PlanStep as PlanStep

@@ -125,7 +125,7 @@ def test_unknown_ids_bad_ids_and_missing_stores_have_their_exit_codes(
     "kind", ["a directory named like a SQLite file", "a SQLite file named like a directory"]
 )
 def test_the_command_and_the_runtime_name_a_stores_backend_alike(tmp_path: Path, kind: str) -> None:
-    """One rule (mainspring.storage.store_kind) for both: what is at the path decides."""
+    """One rule (mainspring.storage._seam.store_kind) for both: what is at the path decides."""
     if kind.startswith("a directory"):
         path = tmp_path / "runs.sqlite3"
         ms.storage.FileStore(path)

@@ -39,7 +39,8 @@ from ..executions import (
     PlannerContext,
     open_runtime,
 )
-from ..storage import Execution, Plan, PlanStep, SqliteStore, parse_agent_tasks
+from ..storage import Execution, Plan, PlanStep, SqliteStore
+from ..storage._seam import parse_agent_tasks
 
 #: Each run's id starts so; a fresh suffix each time lets one ``--store-dir`` hold many runs.
 EXECUTION_PREFIX = "demo-research"

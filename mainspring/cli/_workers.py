@@ -17,18 +17,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from ..storage import (
-    Execution,
-    RecordError,
-    Store,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
-    parse_worker_tasks,
-    parse_workers,
-    structure,
-    unstructure,
-)
+from ..storage import Execution, RecordError, Store, TrailEntry, WorkerRecord, WorkerTask
+from ..storage._seam import parse_worker_tasks, parse_workers, structure, unstructure
 from ._codes import EXIT_OK
 from ._output import Out, clamp, when
 from ._store import get_execution

@@ -122,10 +122,10 @@ class RecordingSqliteStore(ms.storage.SqliteStore):
 
     def commit_many(
         self, commits: Sequence[tuple[ms.storage.Execution, str]]
-    ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
+    ) -> tuple[ms.storage._seam.CommitOutcome | Exception, ...]:
         results = super().commit_many(commits)
         for (execution, _), result in zip(commits, results, strict=True):
-            if result is ms.storage.CommitOutcome.OK:
+            if result is ms.storage._seam.CommitOutcome.OK:
                 self.versions.append(execution)
         return results
 
@@ -173,9 +173,9 @@ class MemoryStore(CompareAndSetStore):
         with self._lock:
             return self._items.get(execution_id)
 
-    def list(self) -> ms.storage.Listing:
+    def list(self) -> ms.storage._seam.Listing:
         with self._lock:
-            return ms.storage.Listing(executions=tuple(self._items.values()))
+            return ms.storage._seam.Listing(executions=tuple(self._items.values()))
 
 
 @asynccontextmanager
@@ -225,7 +225,7 @@ def stored(rt: ms.Runtime, execution_id: str) -> ms.storage.Execution:
 
 
 def tasks_of(execution: ms.storage.Execution) -> list[ms.storage.AgentTaskRecord]:
-    records, _ = ms.storage.parse_agent_tasks(execution)
+    records, _ = ms.storage._seam.parse_agent_tasks(execution)
     return records
 
 

@@ -66,7 +66,7 @@ async def test_an_agent_of_two_thousand_inner_steps_completes() -> None:
     assert task.inner_completed == tuple(f"i{i}" for i in range(2_000))
     assert [o.output for o in task.inner_observations] == list(range(2_000))
     # What the runtime built save by save is what unstructuring the task whole gives.
-    assert record.agent_tasks[0] == ms.storage.unstructure(task)
+    assert record.agent_tasks[0] == ms.storage._seam.unstructure(task)
 
 
 async def test_an_agent_task_keeps_at_most_the_cap_of_durable_steps(

@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerChanged
+from mainspring.executions import WorkerAgent, WorkerChanged
+from mainspring.executions._seam import ScriptedHost
 from mainspring.storage import HistoryEvent
 
 from .._postgres import postgres_url  # noqa: F401 - a fixture

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.executions._seam import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -72,7 +73,7 @@ async def test_a_failure_report_that_does_not_validate_is_recorded_as_protocol(
     result, record = await _run(tmp_path, host)
     assert result.status == "completed"
     assert events(record).count(("protocol", "bad-failure")) == 2
-    worker = ms.storage.parse_workers(record.workers)[0][0]
+    worker = ms.storage._seam.parse_workers(record.workers)[0][0]
     assert worker.failure is None
     assert worker.repeats == 0
 

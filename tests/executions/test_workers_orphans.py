@@ -16,7 +16,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.executions._seam import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -32,7 +33,9 @@ class WatchedHost(ScriptedHost):
         self.execution_id = ""
         self.stored_at_stop: list[str] = []
 
-    async def stop(self, process: ms.storage.ProcessIdentity, *, grace: float | None = None) -> Any:
+    async def stop(
+        self, process: ms.storage._seam.ProcessIdentity, *, grace: float | None = None
+    ) -> Any:
         if self.store is not None:
             record = self.store.get(self.execution_id)
             assert record is not None

@@ -19,7 +19,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, SubprocessHost, WorkerAgent
+from mainspring.executions import SubprocessHost, WorkerAgent
+from mainspring.executions._seam import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 

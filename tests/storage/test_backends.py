@@ -701,34 +701,34 @@ def test_O2_failure_records_round_trip_on_every_backend(make_store: Factory) -> 
         id="t-1", agent_id="a", step_id="s2", state="failed", created_at=1.0, updated_at=2.0,
         execution_id="ex-1", failure=failure,
     )  # fmt: skip
-    raw_task = ms.storage.unstructure(task)
+    raw_task = ms.storage._seam.unstructure(task)
     ex = execution(observations=(observation,), agent_tasks=(raw_task,))
     assert store.create(ex)
     for reader in (store, make_store()):
         back = reader.get("ex-1")
         assert back is not None
         assert back.observations == (observation,)
-        (parsed,), dropped = ms.storage.parse_agent_tasks(back)
+        (parsed,), dropped = ms.storage._seam.parse_agent_tasks(back)
         assert dropped == 0
         assert parsed.failure == failure
 
 
 def test_O2_records_stored_before_failures_were_kept_read_with_defaults() -> None:
     old_observation = {"step_id": "s", "ok": False, "error": "boom"}
-    back = ms.storage.structure(old_observation, ms.storage.Observation)
+    back = ms.storage._seam.structure(old_observation, ms.storage.Observation)
     assert (back.error_type, back.traceback, back.started_at, back.ended_at) == (None,) * 4
-    assert ms.storage.unstructure(back) == ms.storage.unstructure(
+    assert ms.storage._seam.unstructure(back) == ms.storage._seam.unstructure(
         ms.storage.Observation(step_id="s", ok=False, error="boom")
     )
-    assert "traceback" not in ms.storage.unstructure(back)  # left out while unset
-    old_failure = ms.storage.structure({"code": "c", "message": "m"}, ms.storage.Failure)
-    assert ms.storage.unstructure(old_failure) == {"code": "c", "message": "m"}
+    assert "traceback" not in ms.storage._seam.unstructure(back)  # left out while unset
+    old_failure = ms.storage._seam.structure({"code": "c", "message": "m"}, ms.storage.Failure)
+    assert ms.storage._seam.unstructure(old_failure) == {"code": "c", "message": "m"}
 
 
 def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
     too_long = {"step_id": "s", "ok": False, "traceback": "x" * 8193}
     with pytest.raises(ms.storage.RecordError):
-        ms.storage.structure(too_long, ms.storage.Observation)
+        ms.storage._seam.structure(too_long, ms.storage.Observation)
 
 
 def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
@@ -843,7 +843,7 @@ def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twic
     finished run is not read again (a file store's finished journal, once read, is
     skipped until it changes)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     statuses = ["running", "planned", "paused", "waiting_for_clarification"]
     statuses += ["completed", "failed", "cancelled"]
     for status in statuses:
@@ -874,7 +874,7 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     live run whole at every sweep held the store's lock its commits need (a late step of a
     3,000-step run made 2.5x the calls of an early one)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     for name in ("ex-live", "ex-orphan"):
         assert store.create(execution(name, status="running"))
     read: list[str] = []

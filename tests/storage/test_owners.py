@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import mainspring as ms
-from mainspring.storage import new_owner_id, owner_gone, owner_here
 from mainspring.storage._owners import owner_process
+from mainspring.storage._seam import new_owner_id, owner_gone, owner_here
 
 REPO = Path(ms.__file__).resolve().parent.parent
 

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, FileStore, SqliteStore
+from mainspring.storage import FileStore, SqliteStore
+from mainspring.storage._seam import CommitOutcome
 from tests.executions._kit import Gate, agent, plan_of
 
 Factory = Callable[..., Any]

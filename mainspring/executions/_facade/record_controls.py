@@ -17,18 +17,14 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import (
+from ...storage import STEP_FINISHED, AgentTaskRecord, Execution, PlanStep, redact
+from ...storage._seam import (
     MAX_CONTROLS,
-    STEP_FINISHED,
-    AgentTaskRecord,
     AnswerRequest,
     Committer,
     Edit,
-    Execution,
-    PlanStep,
     holder,
     parse_agent_tasks,
-    redact,
     redact_flagged,
 )
 from .._rules.scheduler import approval_key

@@ -35,20 +35,15 @@ from ...actors import (
 )
 from ...storage import (
     EXECUTION_TERMINAL,
-    MAX_COUNTER,
     AgentTaskRecord,
-    Edit,
     Execution,
     HistoryEvent,
     Lease,
     Plan,
     Store,
-    check_id,
-    holder,
-    owner_gone,
-    parse_agent_tasks,
     redact,
 )
+from ...storage._seam import MAX_COUNTER, Edit, check_id, holder, owner_gone, parse_agent_tasks
 from .._memory.memory import Memory
 from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable

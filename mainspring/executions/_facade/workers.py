@@ -12,17 +12,8 @@ import anyio.to_thread
 import attrs
 
 from ...actors import ActorRef, MainspringError
-from ...storage import (
-    Execution,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
-    check_id,
-    parse_worker_tasks,
-    parse_workers,
-    redact_flagged,
-    structure,
-)
+from ...storage import Execution, TrailEntry, WorkerRecord, WorkerTask
+from ...storage._seam import check_id, parse_worker_tasks, parse_workers, redact_flagged, structure
 from .._run.messages import RunServices
 from .._workers import fleet as fleet
 from .._workers.board import BoardState, BoardView, RepairTicket, RepairWorker, SealProof

@@ -33,20 +33,18 @@ import anyio.to_thread
 import attrs
 
 from ...actors import MainspringError
-from ...storage import (
+from ...storage import Fact, Scope, redact
+from ...storage._seam import (
     MAX_FACT_TEXT,
     MAX_SEARCH_LIMIT,
     Committer,
-    Fact,
     FactFilter,
     ForgetFact,
     MemoryBackend,
     RememberFact,
-    Scope,
     check_id,
     new_fact_id,
     query_terms,
-    redact,
     sha256_hex,
 )
 from .rank import MAX_CANDIDATES, Embedder, EmbedderThreads, Fallback, VectorCache, rank_by_meaning

@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from ...storage import AgentTaskRecord, AppendOnlyList, unstructure
+from ...storage import AgentTaskRecord
+from ...storage._seam import AppendOnlyList, unstructure
 
 __all__ = ["task_raw"]
 

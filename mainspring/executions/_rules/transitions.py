@@ -16,19 +16,21 @@ from typing import Any, Literal
 import attrs
 
 from ...storage import (
-    MAX_CONTROLS,
-    MAX_COUNTER,
     STEP_FINISHED,
     AgentTaskRecord,
-    AnswerRequest,
-    Control,
     Execution,
     Interruption,
     Observation,
     Pending,
+    redact,
+)
+from ...storage._seam import (
+    MAX_CONTROLS,
+    MAX_COUNTER,
+    AnswerRequest,
+    Control,
     parse_agent_task,
     parse_agent_tasks,
-    redact,
     redact_flagged,
     unstructure,
 )

@@ -15,16 +15,8 @@ from collections.abc import Mapping
 import attrs
 
 from ...actors import Cancel, CancelReason, LeaseLost, Pause
-from ...storage import (
-    AgentTaskRecord,
-    CommitOutcome,
-    Control,
-    Edit,
-    Execution,
-    Usage,
-    holder,
-    parse_agent_tasks,
-)
+from ...storage import AgentTaskRecord, Execution, Usage
+from ...storage._seam import CommitOutcome, Control, Edit, holder, parse_agent_tasks
 from .._rules.transitions import clamp_count, map_tasks
 from . import events as ev
 

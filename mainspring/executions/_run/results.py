@@ -23,12 +23,9 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
-    parse_agent_tasks,
-    plain_record,
     redact,
-    redact_flagged,
-    sha256_hex,
 )
+from ...storage._seam import parse_agent_tasks, plain_record, redact_flagged, sha256_hex
 
 
 @attrs.frozen(kw_only=True)

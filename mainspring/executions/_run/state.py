@@ -28,10 +28,9 @@ from ...storage import (
     PlanStep,
     StepStatus,
     Usage,
-    Vector,
     WorkerRecord,
-    parse_agent_task,
 )
+from ...storage._seam import Vector, parse_agent_task
 from .._rules.plan import step_input_hash
 from .._rules.scheduler import SATISFIED, Schedule
 from .._rules.status import task_move

@@ -32,9 +32,6 @@ from ...actors import (
     cancel_reason,
 )
 from ...storage import (
-    MAX_DIAGNOSTICS,
-    MAX_FINDINGS,
-    MAX_TOUCHED_PATHS,
     AgentTaskRecord,
     Failure,
     Finding,
@@ -43,10 +40,15 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
+    redact,
+)
+from ...storage._seam import (
+    MAX_DIAGNOSTICS,
+    MAX_FINDINGS,
+    MAX_TOUCHED_PATHS,
     appended,
     check_relative_path,
     hash_files,
-    redact,
 )
 from .._memory.memory import Memory
 from .._rules.deadlines import error_types

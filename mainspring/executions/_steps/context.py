@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.lowlevel
 
 from ...actors import CancelReason, cancel_reason
-from ...storage import Finding, Usage, check_id
+from ...storage import Finding, Usage
+from ...storage._seam import check_id
 from .._memory.memory import AgentMemory
 from .._programs.programs import ProgramResult, run_program_result
 from .._rules.transitions import ASK_PREFIX
@@ -82,7 +83,7 @@ class AgentContext:
 
     @property
     def memory(self) -> AgentMemory:
-        """Agent memory (:class:`~mainspring.executions.AgentMemory`): ``remember`` records
+        """Agent memory (:class:`~mainspring.executions._seam.AgentMemory`): ``remember`` records
         where a fact came from and is idempotent on replay; ``search``, ``get`` and ``list``
         are live reads, not replayed on resume (to replay one, return what you use of it,
         as storable values, from a ``ctx.step`` function)."""

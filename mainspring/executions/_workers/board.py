@@ -29,16 +29,8 @@ import anyio
 import attrs
 
 from ...actors import ActorDeadError, Cancel, CancelReason
-from ...storage import (
-    Edit,
-    Execution,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
-    parse_worker_tasks,
-    parse_workers,
-    unstructure,
-)
+from ...storage import Execution, TrailEntry, WorkerRecord, WorkerTask
+from ...storage._seam import Edit, parse_worker_tasks, parse_workers, unstructure
 from . import fleet as fleet
 from .evidence import EvidenceShelf
 

@@ -44,19 +44,16 @@ from typing import Any, Literal
 import attrs
 
 from ...actors import MainspringError
-from ...storage import (
+from ...storage import TrailEntry, WorkerRecord, WorkerStatus, WorkerTask
+from ...storage._seam import (
     ACTIVE_WORKER,
     LEASE_DEFAULT,
     MAX_TRAIL,
     MAX_USAGE_EPOCHS,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
     UsageEpoch,
     WorkerFailure,
-    WorkerRecord,
-    WorkerStatus,
-    WorkerTask,
     check_cost,
     check_digest,
     check_lease,

@@ -35,7 +35,7 @@ import attrs
 import orjson
 
 from ...actors import MainspringError
-from ...storage import ProcessIdentity
+from ...storage._seam import ProcessIdentity
 from .fleet import Observed
 
 __all__ = [

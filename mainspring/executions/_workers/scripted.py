@@ -43,7 +43,7 @@ import anyio.abc
 import anyio.lowlevel
 import attrs
 
-from ...storage import ProcessIdentity
+from ...storage._seam import ProcessIdentity
 from .hosts import Report, ReportType, Seen, WorkerSpec, WorkerStartFailed, report_of
 
 __all__ = ["ScriptedHost", "ScriptedProcess"]
@@ -205,7 +205,7 @@ class _ScriptedReports(anyio.abc.ObjectReceiveStream[Report]):
 
 
 class ScriptedHost:
-    """A fake :class:`~mainspring.executions.WorkerHost` that plays ``scripts`` (see the
+    """A fake :class:`~mainspring.executions._seam.WorkerHost` that plays ``scripts`` (see the
     module docstring), one per start or resume, in order; :meth:`add` gives more. Its
     identities carry the host ``"scripted"``; a start with no script left raises
     ``LookupError`` (a test that started more workers than it scripted)."""
