@@ -25,10 +25,10 @@ from ._overseer import RestartType as RestartType
 from ._overseer import RootOverseer as RootOverseer
 from ._overseer import RootOverseerFactory as RootOverseerFactory
 from ._overseer import Supervised as Supervised
-from ._overseer import SupervisorOptions as SupervisorOptions
 from ._overseer import deliver_control as deliver_control
 from ._overseer import find_child as find_child
 from ._overseer import publish_event as publish_event
+from ._overseer import spawn_started as spawn_started
 from ._overseer import spawn_supervised as spawn_supervised
 from ._reasons import BudgetExhausted as BudgetExhausted
 from ._reasons import Cancel as Cancel
@@ -57,9 +57,9 @@ __all__ = [
     "RootOverseer",
     "RootOverseerFactory",
     "Supervised",
-    "SupervisorOptions",
     "deliver_control",
     "find_child",
     "publish_event",
+    "spawn_started",
     "spawn_supervised",
 ]

@@ -8,7 +8,6 @@ the hooks declared on ``Actor`` do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -82,11 +81,6 @@ class FakeRoot(FakeOverseer):
     def may_restart(self, child: kernel.Supervised, reason: ms.CancelReason, crashed: bool) -> bool:
         self.restart = self.types.get(child, "temporary")
         return super().may_restart(child, reason, crashed)
-
-    def supervisor(
-        self, children: Sequence[object], options: kernel.SupervisorOptions
-    ) -> tuple[Callable[[], ms.Actor], type[ms.ActorRef]]:
-        raise ms.MainspringError("no supervisors here")
 
 
 def fake_root(holder: list[FakeRoot]) -> kernel.RootOverseerFactory:
@@ -247,7 +241,7 @@ async def test_publish_event_reaches_every_subscriber() -> None:
     assert seen == [("announced", 1)]
 
 
-async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors() -> None:
+async def test_the_kernels_own_root_restarts_nothing() -> None:
     async with ms.open_system(root=_KernelRoot) as system:
         with pytest.raises(ms.MainspringError, match="nothing would restart a permanent"):
             await system.spawn(Flaky, name="w", restart="permanent")  # refused, not downgraded
@@ -256,8 +250,21 @@ async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors()
         with pytest.raises(ms.ActorFailed):
             await ref.ask("crash")
         assert isinstance(await ref.wait_stopped(), ms.Crash)
-        with pytest.raises(ms.MainspringError, match="no supervision"):
-            await system.spawn_supervisor([], name="sup")
+        # A top-level supervisor is an actor like any: refused unless temporary here.
+        with pytest.raises(ms.MainspringError, match="nothing would restart a permanent"):
+            await ms.supervision.spawn_supervisor(system, [], name="sup")
+        assert system.lookup("/sup") is None
+        sup = await ms.supervision.spawn_supervisor(system, [], name="sup", restart="temporary")
+        assert await sup.which_children() == []
+
+
+def test_starting_a_supervisor_is_not_the_kernels() -> None:
+    # The kernel keeps the generic hook (spawn_started); supervisors start from supervision.
+    assert not hasattr(ms.Actor, "spawn_supervisor")
+    assert not hasattr(ms.ActorSystem, "spawn_supervisor")
+    assert not hasattr(kernel, "SupervisorOptions")
+    assert "spawn_started" in kernel.__all__
+    assert "spawn_supervisor" in ms.supervision.__all__
 
 
 async def test_the_kernels_open_system_has_no_global_root_to_plug_into() -> None:
