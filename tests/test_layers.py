@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "executions": {"actors", "supervision", "storage"},
     "cli": {"actors", "supervision", "storage", "executions", "_demos"},
     "_demos": {"actors", "supervision", "storage", "executions"},
+    "testing": {"actors", "supervision", "storage", "executions"},
 }
 
 

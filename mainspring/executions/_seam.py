@@ -1,11 +1,12 @@
-"""The one internal door into executions, for ``mainspring.cli`` and the demos (and the
-project's own tests).
+"""The one internal door into executions, for ``mainspring.cli``, ``mainspring.testing`` and
+the demos (and the project's own tests).
 
 Not public: nothing here is a promise to users, and any of it may change in any release.
 ``mainspring.executions`` holds the names users use; this module re-exports those and what
-the command line and the demos need besides (worker hosts' protocol types, the lifecycle
-error, the scripted host), so that no other package imports a private module of executions
-but this one (trio's ``_core`` idea). ``tests/test_layers.py`` holds every package to it.
+the layers above need besides (the worker host protocol's types, the lifecycle error, the
+reports a scripted host makes), so that no other package imports a private module of
+executions but this one (trio's ``_core`` idea). ``tests/test_layers.py`` holds every
+package to it.
 """
 
 from ._facade.handle import ExecutionBusy as ExecutionBusy
@@ -64,10 +65,11 @@ from ._workers.fleet import Proof as Proof
 from ._workers.fleet import StaleWorker as StaleWorker
 from ._workers.fleet import WorkerRefused as WorkerRefused
 from ._workers.hosts import Report as Report
+from ._workers.hosts import ReportType as ReportType
 from ._workers.hosts import Seen as Seen
 from ._workers.hosts import WorkerHost as WorkerHost
 from ._workers.hosts import WorkerProcess as WorkerProcess
 from ._workers.hosts import WorkerSpec as WorkerSpec
 from ._workers.hosts import WorkerStartFailed as WorkerStartFailed
-from ._workers.scripted import ScriptedHost as ScriptedHost
+from ._workers.hosts import report_of as report_of
 from ._workers.subprocess_host import SubprocessHost as SubprocessHost

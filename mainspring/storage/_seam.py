@@ -14,6 +14,10 @@ from ._append_only import AppendOnlyList as AppendOnlyList
 from ._append_only import appended as appended
 from ._backend import ChangeFeed as ChangeFeed
 from ._backend import CommitOutcome as CommitOutcome
+
+# What mainspring.testing's in-memory store builds on: the decisions every backend shares,
+# the journal's diff (what a commit changes) and the history entries derived from it.
+from ._backend import CompareAndSetStore as CompareAndSetStore
 from ._backend import Edit as Edit
 from ._backend import LeaseResult as LeaseResult
 from ._backend import Listing as Listing
@@ -27,10 +31,13 @@ from ._checkpoints import Reconciliation as Reconciliation
 from ._checkpoints import capture_checkpoint as capture_checkpoint
 from ._checkpoints import hash_files as hash_files
 from ._checkpoints import reconcile as reconcile
+from ._codec import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
+from ._codec import dumps_checked as dumps_checked
 from ._codec import encode as encode
 from ._codec import sha256_hex as sha256_hex
 from ._codec import structure as structure
 from ._codec import unstructure as unstructure
+from ._commit_events import events_for as events_for
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
@@ -42,12 +49,17 @@ from ._evidence import canonical_json as canonical_json
 from ._evidence import load_evidence as load_evidence
 from ._file import FileStore as FileStore
 from ._history import HistoryEvent as HistoryEvent
+from ._history import check_after as _check_history_after
+from ._history import parse_event as parse_event
 from ._home import default_home as default_home
 from ._home import default_store as default_store
 from ._home import open_store as open_store
 from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
+from ._journal import Base as Base
+from ._journal import diff as diff
+from ._journal import snapshot_changes as snapshot_changes
 from ._memory import MAX_FACT_TEXT as MAX_FACT_TEXT
 from ._memory import MAX_SEARCH_LIMIT as MAX_SEARCH_LIMIT
 from ._memory import Fact as Fact
@@ -147,3 +159,6 @@ from ._workers import check_digest as check_digest
 from ._workers import check_lease as check_lease
 from ._workers import parse_worker_tasks as parse_worker_tasks
 from ._workers import parse_workers as parse_workers
+
+#: ``history(after=...)`` checked (``_memory`` has a ``check_after`` of its own).
+check_history_after = _check_history_after

@@ -43,8 +43,15 @@ import anyio.abc
 import anyio.lowlevel
 import attrs
 
-from ...storage._seam import ProcessIdentity
-from .hosts import Report, ReportType, Seen, WorkerSpec, WorkerStartFailed, report_of
+from ..executions._seam import (
+    Report,
+    ReportType,
+    Seen,
+    WorkerSpec,
+    WorkerStartFailed,
+    report_of,
+)
+from ..storage._seam import ProcessIdentity
 
 __all__ = ["ScriptedHost", "ScriptedProcess"]
 

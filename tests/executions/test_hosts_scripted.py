@@ -12,12 +12,12 @@ import pytest
 
 from mainspring.executions._seam import (
     Report,
-    ScriptedHost,
     WorkerHost,
     WorkerSpec,
     WorkerStartFailed,
 )
 from mainspring.storage._seam import ProcessIdentity
+from mainspring.testing import ScriptedHost
 
 pytestmark = pytest.mark.anyio
 

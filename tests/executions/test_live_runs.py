@@ -19,8 +19,8 @@ from mainspring.executions._facade.handle import ExecutionHandle
 from mainspring.executions._facade.live import LiveRun, LiveRuns
 from mainspring.executions._run.kept import MAX_LIVE_PLANS, KeptInputs
 from mainspring.executions._run.messages import RunConfig, RunServices
-from mainspring.executions._seam import ScriptedHost
 from mainspring.executions._workers.board import BoardState, BoardView, RepairWorker
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime
 

@@ -12,7 +12,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import WorkerAgent
-from mainspring.executions._seam import ScriptedHost
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, RecordingSqliteStore, agent, plan_of, runtime, stored, tasks_of
 

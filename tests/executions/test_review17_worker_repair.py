@@ -13,7 +13,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import WorkerAgent, WorkerNotLive
-from mainspring.executions._seam import ScriptedHost
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from mainspring.executions import WorkerAgent
-from mainspring.executions._seam import ScriptedHost
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 

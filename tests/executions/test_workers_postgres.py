@@ -10,7 +10,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import WorkerAgent
-from mainspring.executions._seam import ScriptedHost
+from mainspring.testing import ScriptedHost
 
 from .._postgres import postgres_url  # noqa: F401 - a fixture
 from ._kit import FAST, agent, plan_of

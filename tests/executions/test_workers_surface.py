@@ -16,7 +16,6 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import SubprocessHost, WorkerAgent, WorkerNotLive
-from mainspring.executions._seam import ScriptedHost
 from mainspring.executions._workers.evidence import EvidenceShelf
 from mainspring.executions._workers.find import find_start, host_of
 from mainspring.storage import TrailEntry, WorkerRecord
@@ -29,6 +28,7 @@ from mainspring.storage._seam import (
     check_lease,
     parse_workers,
 )
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, Gate, MemoryStore, agent, plan_of, runtime, stored, tool
 

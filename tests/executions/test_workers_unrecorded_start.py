@@ -20,7 +20,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import SubprocessHost, WorkerAgent
-from mainspring.executions._seam import ScriptedHost
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 

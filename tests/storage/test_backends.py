@@ -21,6 +21,7 @@ from mainspring.storage._frames import encode_frame
 from mainspring.storage._journal import Base
 from mainspring.storage._postgres import PostgresStore
 from mainspring.storage._sqlite import SqliteStore
+from mainspring.testing import MemoryStore
 from tests._postgres import (
     drop_schema,
     fresh_schema,
@@ -55,6 +56,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             kwargs["clock"] = clock
         if request.param == "file":
             store: Any = FileStore(tmp_path / "store", **kwargs)
+        elif request.param == "memory":
+            store = MemoryStore(**kwargs)
         elif request.param == "postgres":
             store = PostgresStore(with_schema(url, schema), **kwargs)
         else:
@@ -71,11 +74,19 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         drop_schema(schema)
 
 
+#: The contract every store keeps, ``mainspring.testing.MemoryStore`` included (the tests of
+#: files, rows, bytes on disk and connections run on the three real backends only).
+EVERY_STORE = pytest.mark.parametrize(
+    "make_store", ["file", "sqlite", "postgres", "memory"], indirect=True
+)
+
+
 def execution(id: str = "ex-1", **changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"goal": "write a report", "created_at": 1.0, "updated_at": 1.0}
     return ms.storage.Execution(id=id, **(fields | changes))
 
 
+@EVERY_STORE
 def test_create_get_and_list(make_store: Factory) -> None:
     store = make_store()
     assert store.get("ex-1") is None
@@ -88,6 +99,7 @@ def test_create_get_and_list(make_store: Factory) -> None:
     assert listing.problems == ()
 
 
+@EVERY_STORE
 def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
     make_store: Factory,
 ) -> None:
@@ -116,6 +128,7 @@ def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
         store.acquire("ex-1", a, ttl=0)
 
 
+@EVERY_STORE
 def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -129,6 +142,7 @@ def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> Non
     assert not store.heartbeat("nope", "a:1:x", ttl=10)
 
 
+@EVERY_STORE
 def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
@@ -144,6 +158,7 @@ def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Fact
     assert result.lease.epoch == 2
 
 
+@EVERY_STORE
 def test_E2_commit_progress_outcomes(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -170,6 +185,7 @@ def test_E2_commit_progress_outcomes(make_store: Factory) -> None:
         assert outcome is CommitOutcome.TERMINAL  # terminal on disk is sticky
 
 
+@EVERY_STORE
 def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
@@ -183,6 +199,7 @@ def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) 
     assert stored.status == "paused"
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".", "..", "x" * 257, "sp ace"])
 def test_X1_invalid_ids_are_refused_before_touching_storage(make_store: Factory, bad: str) -> None:
     store = make_store()
@@ -397,6 +414,7 @@ def test_owner_ids_are_host_pid_random() -> None:
     assert new_owner_id() != owner
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])
 def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> None:
     store = make_store()
@@ -407,6 +425,7 @@ def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> 
         store.heartbeat("ex-1", "a:1:x", ttl=ttl)
 
 
+@EVERY_STORE
 def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -421,6 +440,7 @@ def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) ->
     assert stored.goal == "edited while the lease had lapsed"
 
 
+@EVERY_STORE
 def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory) -> None:
     store = make_store(max_bytes=4096)
     store.create(execution())
@@ -474,6 +494,7 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     assert cache.get("e4") is None
 
 
+@EVERY_STORE
 def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_accepted(
     make_store: Factory,
 ) -> None:
@@ -508,6 +529,7 @@ def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_acc
     assert store.renew("mine", owner, 10)[0] is CommitOutcome.OK
 
 
+@EVERY_STORE
 def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("e"))
@@ -525,6 +547,7 @@ def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Fac
 # -- storage v2: fencing, history, deletion, cost per commit -----------------------------
 
 
+@EVERY_STORE
 def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     make_store: Factory,
 ) -> None:
@@ -556,6 +579,7 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     assert stored.calls_used == 3
 
 
+@EVERY_STORE
 def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence(
     make_store: Factory,
 ) -> None:
@@ -597,6 +621,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
         store.history(after=-1)
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("after", [2**63 - 1, 2**63, 10**30])
 def test_V2_an_after_past_every_sequence_number_reads_nothing(
     make_store: Factory, after: int
@@ -609,6 +634,7 @@ def test_V2_an_after_past_every_sequence_number_reads_nothing(
     assert store.history("a", after=after) == ()
 
 
+@EVERY_STORE
 def test_delete_removes_only_a_finished_execution_with_its_history(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("done", status="completed"))
@@ -731,6 +757,7 @@ def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
         ms.storage._seam.structure(too_long, ms.storage.Observation)
 
 
+@EVERY_STORE
 def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     make_store: Factory,
 ) -> None:
@@ -808,6 +835,7 @@ def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
     assert [p.id for p in store.list().problems] == ["ex-1"]
 
 
+@EVERY_STORE
 def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     make_store: Factory,
 ) -> None:
