@@ -20,7 +20,6 @@ import contextlib
 import functools
 import math
 from collections.abc import AsyncGenerator
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -149,7 +148,7 @@ class EventStreams:
 
     def open(
         self, execution_id: str | None, *, after: int | None, buffer: int, poll: float
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]:
         """``Runtime.events``: the arguments checked at the call, then a history follower
         (``after`` given) or a subscription to the live bus, of one execution or of all."""
         if execution_id is not None:

@@ -761,6 +761,16 @@ class Runtime:
         poll: float = 0.5,
     ) -> AsyncGenerator[HistoryEvent, None]: ...
 
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int | None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]: ...
+
     def events(
         self,
         execution_id: str | None = None,
@@ -768,7 +778,7 @@ class Runtime:
         after: int | None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]:
         """Iterate over what happens to executions (V1: ids, states, counts), of one
         execution or of all. Iteration ends, normally, when the runtime begins to close or
         :meth:`close_streams` is called (V4).
