@@ -6,7 +6,7 @@ import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 import anyio.abc
@@ -58,6 +58,7 @@ class _KernelRoot:
         pass
 
 
+@final
 class ActorSystem(metaclass=NoPublicConstructor):
     """The root of one actor tree. Made by :func:`open_system`; not constructible by hand."""
 

@@ -103,7 +103,7 @@ async def test_a_non_final_end_waits_in_restarting_for_the_overseers_verdict() -
         await ended.wait()
         (child,) = root.pending
         assert child.ref is ref
-        assert child.state is kernel.ActorState.RESTARTING
+        assert child.state is kernel._seam.ActorState.RESTARTING
         assert child.awaiting_verdict
         assert child.crashed_last
         assert isinstance(child.final_reason(), ms.Crash)
@@ -128,7 +128,7 @@ async def test_finish_ends_it_for_good_with_exactly_one_final_notice() -> None:
         (child,) = root.pending
         assert child.finish()
         assert isinstance(await ref.wait_stopped(), ms.Crash)
-        assert child.state is kernel.ActorState.STOPPED
+        assert child.state is kernel._seam.ActorState.STOPPED
         assert child.ending_for_good
         assert not child.finish()
         assert root.ends() == [("ended", "/w", True, False), ("ended", "/w", True, True)]
@@ -151,13 +151,15 @@ async def test_a_child_is_not_restarted_while_its_parent_is_stopping() -> None:
         _mainspring_orders_children = True
 
         async def on_start(self) -> None:
-            kernel.spawn_supervised(self, Flaky, (), name="c", mailbox_size=10, overseer=overseer)
+            kernel._seam.spawn_supervised(
+                self, Flaky, (), name="c", mailbox_size=10, overseer=overseer
+            )
 
         async def receive(self, message: Any) -> Any:
             return message
 
         async def _mainspring_stop_children(self, reason: ms.CancelReason) -> None:
-            child = kernel.find_child(self.ref, "c")
+            child = kernel._seam.find_child(self.ref, "c")
             assert child is not None
             with pytest.raises(ms.ActorFailed):
                 await child.ask("crash")  # crashes while its parent is stopping
@@ -180,7 +182,7 @@ async def test_spawn_supervised_uses_the_ref_class_and_find_child_finds_it() -> 
 
     class Parent(ms.Actor):
         async def receive(self, message: Any) -> Any:
-            child = kernel.spawn_supervised(
+            child = kernel._seam.spawn_supervised(
                 self, Flaky, (), name="c", mailbox_size=10, overseer=overseer, ref_class=TeamRef
             )
             children.append(child)
@@ -191,8 +193,8 @@ async def test_spawn_supervised_uses_the_ref_class_and_find_child_finds_it() -> 
         ref = await parent.ask("spawn")
         assert type(ref) is TeamRef
         assert ref.path == "/p/c" == children[0].path
-        assert kernel.find_child(parent, "c") is ref
-        assert kernel.find_child(parent, "nobody") is None
+        assert kernel._seam.find_child(parent, "c") is ref
+        assert kernel._seam.find_child(parent, "nobody") is None
         assert await children[0].wait_started()
         with pytest.raises(ms.ActorFailed):
             await ref.ask("crash")
@@ -209,7 +211,7 @@ async def test_deliver_control_goes_ahead_of_queued_messages() -> None:
             if message == "go":
                 self.ref.tell_nowait("a")
                 self.ref.tell_nowait("b")
-                kernel.deliver_control(self, "urgent")
+                kernel._seam.deliver_control(self, "urgent")
             return message
 
     async with ms.open_system() as system:
@@ -222,7 +224,7 @@ async def test_deliver_control_goes_ahead_of_queued_messages() -> None:
 async def test_publish_event_reaches_every_subscriber() -> None:
     class Announcer(ms.Actor):
         async def receive(self, message: Any) -> Any:
-            kernel.publish_event(self, ("announced", message))
+            kernel._seam.publish_event(self, ("announced", message))
             return message
 
     seen: list[object] = []
@@ -263,7 +265,8 @@ def test_starting_a_supervisor_is_not_the_kernels() -> None:
     assert not hasattr(ms.Actor, "spawn_supervisor")
     assert not hasattr(ms.ActorSystem, "spawn_supervisor")
     assert not hasattr(kernel, "SupervisorOptions")
-    assert "spawn_started" in kernel.__all__
+    assert "spawn_started" not in kernel.__all__  # internal: kernel._seam.spawn_started
+    assert kernel._seam.spawn_started is not None
     assert "spawn_supervisor" in ms.supervision.__all__
 
 
@@ -317,7 +320,7 @@ async def test_a_parent_that_orders_its_children_stops_them_itself() -> None:
         async def _mainspring_stop_children(self, reason: ms.CancelReason) -> None:
             hook.append(reason)
             for name in ("second", "first", "third"):
-                child = kernel.find_child(self.ref, name)
+                child = kernel._seam.find_child(self.ref, name)
                 assert child is not None
                 await child.stop(reason)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from decimal import Decimal
-from typing import Any, overload
+from typing import Any, final, overload
 
 import anyio
 import anyio.to_thread
@@ -124,6 +124,7 @@ class _NotOrphaned(Exception):
         self.status = status
 
 
+@final
 class Runtime:
     """Start, steer and watch durable executions; see :func:`open_runtime`.
 

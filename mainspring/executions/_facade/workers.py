@@ -5,7 +5,7 @@ that work for :class:`~mainspring.Runtime`, which holds one and states the contr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.to_thread
@@ -31,6 +31,7 @@ class WorkerNotLive(MainspringError):
     another runtime): a repair instruction cannot reach it."""
 
 
+@final
 @attrs.frozen(kw_only=True)
 class WorkersView:
     """An execution's workers as stored: the records that parse, the tasks they serve,

@@ -28,6 +28,7 @@ import operator
 import sys
 import time
 from collections.abc import Iterable
+from typing import final
 
 import anyio.to_thread
 import attrs
@@ -496,6 +497,7 @@ class Memory:
         )
 
 
+@final
 class AgentMemory(Memory):
     """``ctx.memory``: :class:`Memory` for one run of an agent task.
 

@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, final
 
 import anyio
 import anyio.lowlevel
@@ -241,6 +241,7 @@ class PlannerActor(Actor):
         await self.ref.stop()
 
 
+@final
 @attrs.frozen(kw_only=True)
 class PlannerContext:
     """What a planner is told: the goal, and on a replan why and what came before.

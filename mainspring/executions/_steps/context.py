@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import anyio.lowlevel
 
@@ -48,6 +48,7 @@ async def _no_new_call() -> None:
     await anyio.lowlevel.checkpoint_if_cancelled()
 
 
+@final
 class AgentContext:
     """What an agent gets: durable inner steps, questions, findings, metered calls.
 
