@@ -1,7 +1,10 @@
 """Durable executions: the Runtime facade, the ExecutionActor that runs one execution, the
 step, planner and agent-task actors, and the contexts user code receives.
 
-Built on ``mainspring.actors`` and ``mainspring.storage``.
+Built on ``mainspring.actors`` and ``mainspring.storage``. ``__all__`` lists what programs
+use beyond the top level's names (events, results and reports, the errors to catch, memory,
+external workers, programs); the rest is internal, reached by the command line and
+``mainspring.testing`` through ``mainspring.executions._seam``, the one internal door.
 """
 
 from .._public import publish

@@ -1,7 +1,14 @@
-"""Storage: strict versioned records, the codec, redaction, id checks, and the backends.
+"""Storage: strict versioned records, the stores, their errors, migration and redaction.
+
+``__all__`` lists what programs use (records they read, the stores, ``open_store``, the
+errors, ``migrate_store``, ``redact`` / ``register_secret``, the memory types they pass, the
+history entry, the state names). The rest (the codec, id checks, the journal, the
+persistence actor ``open_committer``, bounds, parsers) is internal: the runtime and the
+command line reach it through ``mainspring.storage._seam``, the one internal door, and it
+may change in any release. Names below that ``__all__`` does not list are such internals.
 
 Nothing here imports ``mainspring.supervision`` or ``mainspring.executions``. The persistence
-actor (:func:`open_committer`) is the only writer during a run.
+actor is the only writer during a run.
 
 The backend contract (storage v2)
 ---------------------------------
