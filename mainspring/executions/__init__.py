@@ -16,7 +16,6 @@ from ._facade.handle import NotWaiting as NotWaiting
 from ._facade.handle import UnknownExecution as UnknownExecution
 from ._facade.open import open_runtime as open_runtime
 from ._facade.prune import PruneReport as PruneReport
-from ._facade.recovery import RecoveryReport as RecoveryReport
 from ._facade.runtime import Runtime as Runtime
 from ._facade.workers import WorkerNotLive as WorkerNotLive
 from ._memory.embedders import minilm_embedder as minilm_embedder
@@ -53,6 +52,7 @@ from ._steps.children import SaveRefused as SaveRefused
 from ._steps.context import AgentContext as AgentContext
 from ._workers.agent import WorkerAgent as WorkerAgent
 from ._workers.fleet import Proof as Proof
+from ._workers.fleet import StaleWorker as StaleWorker
 from ._workers.fleet import WorkerRefused as WorkerRefused
 from ._workers.subprocess_host import SubprocessHost as SubprocessHost
 
@@ -76,10 +76,10 @@ __all__ = [
     "ProgramResult",
     "Proof",
     "PruneReport",
-    "RecoveryReport",
     "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",
+    "StaleWorker",
     "StepFailure",
     "StepFinished",
     "StepRetrying",

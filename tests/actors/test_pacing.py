@@ -9,7 +9,7 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 import mainspring as ms
-from mainspring.actors._seam import _util
+from mainspring.actors import _util
 from mainspring.actors._util import SpawnPacer
 
 pytestmark = pytest.mark.anyio

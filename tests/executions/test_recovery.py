@@ -264,7 +264,7 @@ async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
     _, tools = gate_tool(calls)
     async with ms.open_runtime(store=store.target, tools=tools, recover=False) as rt:
         report = await rt.recover()
-        assert isinstance(report, ms.executions.RecoveryReport)
+        assert isinstance(report, ms.executions._seam.RecoveryReport)
         assert [h.execution_id for h in report] == ["ex-orphan"]
         assert report.resumed == tuple(report)
         await report[0].wait()
@@ -477,7 +477,7 @@ async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recove
     held = _HeldResume(target)
     calls: list[str] = []
     ran, tools = gate_tool(calls)
-    report: list[ms.executions.RecoveryReport] = []
+    report: list[ms.executions._seam.RecoveryReport] = []
     try:
         async with ms.open_runtime(store=held, tools=tools, recover=False) as rt:
             handles: list[ms.ExecutionHandle] = []

@@ -18,7 +18,7 @@ import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
 from mainspring.storage import _file as file_module
 
-S = ms.storage
+S = ms.storage._seam  # every storage name, the internal ones included
 
 
 def enc(value: Any) -> bytes:
