@@ -117,7 +117,8 @@ def _count_round_trips(counts: _Counts) -> None:
 def _replay(
     store: Any, execution_id: str, steps: int, counts: _Counts
 ) -> tuple[list[float], list[float], list[int]]:
-    from mainspring.storage import Checkpoint, Execution, Observation
+    from mainspring.storage import Execution, Observation
+    from mainspring.storage._seam import Checkpoint
 
     plan = _plan(steps)
     store.create(Execution(id=execution_id, goal="g", created_at=1.0, updated_at=1.0))

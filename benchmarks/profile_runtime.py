@@ -40,7 +40,7 @@ import anyio
 import attrs
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, Execution, Lease, LeaseResult, Listing, Store
+from mainspring.storage import Execution, Lease, Store
 
 # The backends' decisions, so that this store answers exactly as they do. (A benchmark may
 # reach into the storage package; the library never does.)
@@ -54,6 +54,7 @@ from mainspring.storage._backends.compare_and_set import (
     with_disk_lease,
 )
 from mainspring.storage._backends.contract import CommitResult, Edit, RenewResult
+from mainspring.storage._seam import CommitOutcome, LeaseResult, Listing
 
 LINEAR = (20, 1_000, 10_000)
 AGENT = (100, 10_000, 100_000)

@@ -39,6 +39,7 @@ LAZY: Mapping[str, str] = {
             "ExecutionBusy",
             "UnknownExecution",
             "InvalidPlan",
+            "WithUsage",
         ),
         "executions",
     ),

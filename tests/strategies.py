@@ -95,7 +95,7 @@ def retry_policies(draw: st.DrawFn) -> ms.storage.RetryPolicy:
     """Any valid RetryPolicy (B1): base_delay never above max_delay."""
     low, high = sorted((draw(finite_seconds), draw(finite_seconds)))
     return ms.storage.RetryPolicy(
-        max_attempts=draw(st.integers(min_value=1, max_value=ms.storage.MAX_ATTEMPTS)),
+        max_attempts=draw(st.integers(min_value=1, max_value=ms.storage._seam.MAX_ATTEMPTS)),
         base_delay=low,
         max_delay=high,
         multiplier=draw(st.floats(min_value=1, max_value=1_000, allow_nan=False)),
@@ -355,7 +355,7 @@ record_values = st.one_of(
 
 import datetime as _dt  # noqa: E402
 
-from mainspring.storage import redact_flagged  # noqa: E402
+from mainspring.storage._seam import redact_flagged  # noqa: E402
 
 _offsets = st.timedeltas(
     min_value=_dt.timedelta(hours=-23, minutes=-59), max_value=_dt.timedelta(hours=23, minutes=59)

@@ -19,21 +19,23 @@ import pytest
 
 from mainspring.cli import EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from mainspring.storage import (
-    MAX_TRAIL,
     AgentTaskRecord,
     Execution,
     FileStore,
     Plan,
     PlanStep,
     PostgresStore,
-    ProcessIdentity,
     SqliteStore,
     Store,
     TrailEntry,
-    UsageEpoch,
-    WorkerFailure,
     WorkerRecord,
     WorkerTask,
+)
+from mainspring.storage._seam import (
+    MAX_TRAIL,
+    ProcessIdentity,
+    UsageEpoch,
+    WorkerFailure,
     unstructure,
 )
 

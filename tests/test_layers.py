@@ -1,5 +1,6 @@
-"""The layers, read from the source: no module imports another package's private module, and
-dependencies point inward only (actors <- supervision, storage <- executions <- cli)."""
+"""The layers, read from the source: no module imports another package's private module but
+its one internal door (``<package>._seam``), and dependencies point inward only
+(actors <- supervision, storage <- executions <- cli)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "executions": {"actors", "supervision", "storage"},
     "cli": {"actors", "supervision", "storage", "executions", "_demos"},
     "_demos": {"actors", "supervision", "storage", "executions"},
+    "testing": {"actors", "supervision", "storage", "executions"},
 }
 
 
@@ -47,20 +49,59 @@ def _modules() -> list[pathlib.Path]:
     return sorted(p for p in ROOT.rglob("*.py") if p.parent != ROOT)
 
 
+#: The one private module of a package that another package may import: its internal door.
+DOOR = "_seam"
+
+
+def _refusal(own: str, name: str) -> str | None:
+    """Why package ``own`` may not import module ``name`` (absolute), or None if it may."""
+    parts = name.split(".")[1:]  # without "mainspring"
+    if not parts or parts[0] == own:
+        return None
+    if parts[0] in SHARED and len(parts) == 1:
+        return None
+    if parts[0] not in ALLOWED[own]:
+        return f"{own} may not depend on {parts[0]}"
+    inner = parts[1:]
+    if inner[:1] == [DOOR] and len(inner) == 1:
+        return None  # the door, and only the door itself (not a module behind it)
+    if any(p.startswith("_") for p in inner):
+        return f"a private module (import it from mainspring.{parts[0]}.{DOOR})"
+    return None
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_private_module_of_another_package_and_dependencies_point_inward(
+def test_no_private_module_of_another_package_but_its_door_and_dependencies_point_inward(
     path: pathlib.Path,
 ) -> None:
     own = path.relative_to(ROOT).parts[0]
     for line, name in _imports(path):
-        parts = name.split(".")[1:]  # without "mainspring"
-        if not parts or parts[0] == own:
-            continue
-        where = f"{path.relative_to(ROOT)}:{line} imports {name}"
-        if parts[0] in SHARED and len(parts) == 1:
-            continue
-        assert parts[0] in ALLOWED[own], f"{where}: {own} may not depend on {parts[0]}"
-        assert not any(p.startswith("_") for p in parts[1:]), f"{where}: a private module"
+        refusal = _refusal(own, name)
+        assert refusal is None, f"{path.relative_to(ROOT)}:{line} imports {name}: {refusal}"
+
+
+def test_the_rule_allows_the_door_and_refuses_every_other_private_module() -> None:
+    assert _refusal("executions", "mainspring.storage._seam") is None
+    assert _refusal("cli", "mainspring.executions._seam") is None
+    assert _refusal("executions", "mainspring.storage") is None
+    assert _refusal("executions", "mainspring.storage.Execution") is None
+    assert _refusal("executions", "mainspring.storage._records") is not None
+    assert _refusal("executions", "mainspring.storage._records.Execution") is not None
+    assert _refusal("cli", "mainspring.executions._run.events") is not None
+    assert _refusal("cli", "mainspring.storage._seam_extra") is not None
+    assert _refusal("storage", "mainspring.executions._seam") is not None  # inward only
+    assert _refusal("actors", "mainspring.supervision._seam") is not None
+
+
+def test_upper_packages_reach_storage_and_executions_internals_only_through_the_door() -> None:
+    doors = set()
+    for path in _modules():
+        own = path.relative_to(ROOT).parts[0]
+        for _, name in _imports(path):
+            parts = name.split(".")
+            if len(parts) > 2 and parts[1] != own and parts[2] == DOOR:
+                doors.add((own, parts[1]))
+    assert {("executions", "storage"), ("cli", "storage")} <= doors
 
 
 def test_the_rule_sees_relative_imports() -> None:

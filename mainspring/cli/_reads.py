@@ -13,15 +13,10 @@ from typing import Any
 
 import attrs
 
-from ..storage import (
-    STEP_FINISHED,
-    AgentTaskRecord,
+from ..storage import STEP_FINISHED, AgentTaskRecord, Execution, HistoryEvent, PlanStep, Store
+from ..storage._seam import (
     ChangeFeed,
-    Execution,
-    HistoryEvent,
     Notifying,
-    PlanStep,
-    Store,
     holder,
     owner_gone,
     parse_worker_tasks,

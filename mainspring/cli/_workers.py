@@ -17,17 +17,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from ..storage import (
-    Execution,
-    Store,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
-    parse_trail,
-    parse_worker_tasks,
-    parse_workers,
-    unstructure,
-)
+from ..storage import Execution, Store, TrailEntry, WorkerRecord, WorkerTask
+from ..storage._seam import parse_trail, parse_worker_tasks, parse_workers, unstructure
 from ._codes import EXIT_OK
 from ._output import Out, clamp, when
 from ._store import get_execution

@@ -15,94 +15,31 @@ template and one folder per backend (``file``, ``sqlite``, ``postgres``) are ``_
 """
 
 from .._public import publish
-from ._append_only import AppendOnly as AppendOnly
-from ._append_only import AppendOnlyList as AppendOnlyList
-from ._append_only import appended as appended
-from ._backends.contract import ChangeFeed as ChangeFeed
-from ._backends.contract import CommitOutcome as CommitOutcome
-from ._backends.contract import Edit as Edit
-from ._backends.contract import LeaseResult as LeaseResult
-from ._backends.contract import Listing as Listing
-from ._backends.contract import Notifying as Notifying
-from ._backends.contract import Problem as Problem
+from . import _seam as _seam  # the internal door (not public): see its docstring
 from ._backends.contract import Store as Store
-from ._backends.contract import Unfinished as Unfinished
-from ._backends.contract import holder as holder
 from ._backends.file.store import FileStore as FileStore
 from ._backends.postgres.retry import StoreUnavailable as StoreUnavailable
-from ._backends.postgres.schema import is_postgres_url as is_postgres_url
-from ._backends.postgres.schema import redact_url as redact_url
-from ._backends.postgres.store import CommitUnknown as CommitUnknown
 from ._backends.postgres.store import PostgresStore as PostgresStore
 from ._backends.sqlite.schema import StoreNeedsMigration as StoreNeedsMigration
 from ._backends.sqlite.store import SqliteStore as SqliteStore
-
-# For the runtime (mainspring.executions), not public (not in __all__): a step's output,
-# encoded once where it was made (Encoded), carried beside its observation to the store.
-from ._carried import carry_encoded as carry_encoded
-from ._checkpoints import Reconciliation as Reconciliation
-from ._checkpoints import capture_checkpoint as capture_checkpoint
-from ._checkpoints import hash_files as hash_files
-from ._checkpoints import reconcile as reconcile
-from ._codec import encode as encode
-from ._codec import sha256_hex as sha256_hex
-from ._codec import structure as structure
-from ._codec import unstructure as unstructure
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
 from ._errors import TooLarge as TooLarge
-from ._evidence import MAX_EVIDENCE_BYTES as MAX_EVIDENCE_BYTES
-from ._evidence import EvidenceError as EvidenceError
-from ._evidence import EvidenceStore as EvidenceStore
-from ._evidence import canonical_json as canonical_json
-from ._evidence import load_evidence as load_evidence
-from ._home import default_home as default_home
-from ._home import default_store as default_store
 from ._home import open_store as open_store
-from ._home import store_kind as store_kind
-from ._ids import check_id as check_id
-from ._ids import check_relative_path as check_relative_path
 from ._journal.history import HistoryEvent as HistoryEvent
-from ._memory import MAX_FACT_TEXT as MAX_FACT_TEXT
-from ._memory import MAX_SEARCH_LIMIT as MAX_SEARCH_LIMIT
 from ._memory import Fact as Fact
-from ._memory import FactFilter as FactFilter
-from ._memory import ForgetFact as ForgetFact
-from ._memory import MemoryBackend as MemoryBackend
-from ._memory import RememberFact as RememberFact
 from ._memory import Scope as Scope
-from ._memory import TextHit as TextHit
-from ._memory import new_fact_id as new_fact_id
-from ._memory import query_terms as query_terms
 from ._migrate import MigrationError as MigrationError
 from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
-from ._owners import new_owner_id as new_owner_id
-from ._owners import owner_gone as owner_gone
-from ._owners import owner_here as owner_here
-from ._persistence import Committer as Committer
-from ._persistence import Durable as Durable
 from ._persistence import PersistenceFailed as PersistenceFailed
-from ._persistence import open_committer as open_committer
-from ._plain import plain_record as plain_record  # for the runtime, not public
 from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
-from ._records import MAX_CHECKPOINTS as MAX_CHECKPOINTS
-from ._records import MAX_CONTROLS as MAX_CONTROLS
-from ._records import MAX_COUNTER as MAX_COUNTER
-from ._records import MAX_DIAGNOSTICS as MAX_DIAGNOSTICS
-from ._records import MAX_EVIDENCE as MAX_EVIDENCE
-from ._records import MAX_FINDINGS as MAX_FINDINGS
-from ._records import MAX_TOUCHED_PATHS as MAX_TOUCHED_PATHS
 from ._records import STEP_FINISHED as STEP_FINISHED
 from ._records import TASK_TERMINAL as TASK_TERMINAL
-from ._records import AbsentDimension as AbsentDimension
 from ._records import AgentTaskRecord as AgentTaskRecord
-from ._records import AnswerRequest as AnswerRequest
 from ._records import BudgetInfo as BudgetInfo
-from ._records import Checkpoint as Checkpoint
-from ._records import Control as Control
 from ._records import Evidence as Evidence
 from ._records import Execution as Execution
 from ._records import ExecutionStatus as ExecutionStatus
@@ -116,184 +53,66 @@ from ._records import ObservationCode as ObservationCode
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
-from ._records import Provenance as Provenance
 from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
-from ._records import parse_agent_task as parse_agent_task
-from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
-from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
-from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
 from ._retry import RetryPolicy as RetryPolicy
-from ._retry import check_timeout as check_timeout
 from ._unreadable import Unreadable as Unreadable
-from ._usage import MAX_COST as MAX_COST
-from ._usage import MAX_TOKENS as MAX_TOKENS
 from ._usage import Usage as Usage
-from ._usage import check_cost as check_cost
-from ._usage import check_tokens as check_tokens
-from ._v1 import read_v1 as read_v1
-from ._values import Encoded as Encoded  # for the runtime, not public (see carry_encoded)
-from ._values import decode_value as decode_value
-from ._values import encode_value as encode_value
-from ._vector import Vector as Vector
-from ._workers import ACTIVE_WORKER as ACTIVE_WORKER
-from ._workers import LEASE_DEFAULT as LEASE_DEFAULT
-from ._workers import LEASE_MAX as LEASE_MAX
-from ._workers import LEASE_MIN as LEASE_MIN
-from ._workers import MAX_TRAIL as MAX_TRAIL
-from ._workers import MAX_USAGE_EPOCHS as MAX_USAGE_EPOCHS
-from ._workers import ProcessIdentity as ProcessIdentity
-from ._workers import StopIntent as StopIntent
 from ._workers import TrailEntry as TrailEntry
-from ._workers import UsageEpoch as UsageEpoch
-from ._workers import WorkerFailure as WorkerFailure
 from ._workers import WorkerRecord as WorkerRecord
 from ._workers import WorkerStatus as WorkerStatus
 from ._workers import WorkerTask as WorkerTask
 from ._workers import WorkerTaskState as WorkerTaskState
-from ._workers import check_digest as check_digest
-from ._workers import check_lease as check_lease
-from ._workers import parse_trail as parse_trail
-from ._workers import parse_worker_tasks as parse_worker_tasks
-from ._workers import parse_workers as parse_workers
 
 __all__ = [
-    "ACTIVE_WORKER",
     "EXECUTION_TERMINAL",
-    "LEASE_DEFAULT",
-    "LEASE_MAX",
-    "LEASE_MIN",
-    "MAX_ATTEMPTS",
-    "MAX_CHECKPOINTS",
-    "MAX_CONTROLS",
-    "MAX_COST",
-    "MAX_COUNTER",
-    "MAX_DIAGNOSTICS",
-    "MAX_EVIDENCE",
-    "MAX_EVIDENCE_BYTES",
-    "MAX_FACT_TEXT",
-    "MAX_FINDINGS",
-    "MAX_SEARCH_LIMIT",
-    "MAX_TOKENS",
-    "MAX_TOUCHED_PATHS",
-    "MAX_TRAIL",
-    "MAX_USAGE_EPOCHS",
     "STEP_FINISHED",
     "TASK_TERMINAL",
-    "AbsentDimension",
     "AgentTaskRecord",
-    "AnswerRequest",
-    "AppendOnly",
-    "AppendOnlyList",
     "BudgetInfo",
-    "ChangeFeed",
-    "Checkpoint",
-    "CommitOutcome",
-    "CommitUnknown",
-    "Committer",
-    "Control",
-    "Durable",
-    "Edit",
     "Evidence",
-    "EvidenceError",
-    "EvidenceStore",
     "Execution",
     "ExecutionStatus",
     "Fact",
-    "FactFilter",
     "Failure",
     "FileStore",
     "Finding",
     "FindingStatus",
-    "ForgetFact",
     "HistoryEvent",
     "Interruption",
     "InvalidId",
     "Lease",
-    "LeaseResult",
-    "Listing",
-    "MemoryBackend",
     "MigrationError",
     "MigrationReport",
-    "Notifying",
     "Observation",
     "ObservationCode",
     "Pending",
     "PersistenceFailed",
     "PostgresStore",
-    "Problem",
-    "ProcessIdentity",
-    "Provenance",
-    "Reconciliation",
     "RecordError",
-    "RememberFact",
     "RetryPolicy",
     "Scope",
     "SqliteStore",
     "StepStatus",
-    "StopIntent",
     "Store",
     "StoreInUse",
     "StoreNeedsMigration",
     "StoreUnavailable",
     "TaskState",
-    "TextHit",
     "TooLarge",
     "TrailEntry",
-    "Unfinished",
     "Unreadable",
     "Usage",
-    "UsageEpoch",
-    "Vector",
-    "WorkerFailure",
     "WorkerRecord",
     "WorkerStatus",
     "WorkerTask",
     "WorkerTaskState",
-    "appended",
-    "canonical_json",
-    "capture_checkpoint",
-    "check_cost",
-    "check_digest",
-    "check_id",
-    "check_lease",
-    "check_relative_path",
-    "check_timeout",
-    "check_tokens",
-    "decode_value",
-    "default_home",
-    "default_store",
-    "encode",
-    "encode_value",
-    "hash_files",
-    "holder",
-    "is_postgres_url",
-    "load_evidence",
     "migrate_store",
-    "new_fact_id",
-    "new_owner_id",
-    "open_committer",
     "open_store",
-    "owner_gone",
-    "owner_here",
-    "parse_agent_task",
-    "parse_agent_tasks",
-    "parse_trail",
-    "parse_worker_tasks",
-    "parse_workers",
-    "query_terms",
-    "read_v1",
-    "reconcile",
     "redact",
-    "redact_flagged",
-    "redact_url",
     "register_secret",
-    "sha256_hex",
-    "store_kind",
-    "structure",
-    "unstructure",
 ]
 
 publish(__name__, globals(), __all__)

@@ -96,6 +96,7 @@ MAX_EVIDENCE = 100
 MAX_TRACEBACK = 8192
 MAX_ERROR_TYPE = 200
 
+#: Where an execution is: planned, running, paused, waiting (for what), or finished.
 ExecutionStatus = Literal[
     "planned",
     "running",
@@ -111,6 +112,7 @@ ExecutionStatus = Literal[
 #: ``stopped``: its agent task was stopped by a user; the step counts as done without a
 #: result, so its dependents run (S2).
 StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled", "stopped"]
+#: Where an agent task is: an interruption explains a requeue, it is not a state (R3).
 TaskState = Literal[
     "created",
     "queued",
@@ -124,11 +126,14 @@ TaskState = Literal[
 ]
 #: The finished states, written once: terminal executions and tasks are sticky (E2, R11).
 EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset({"completed", "failed", "cancelled"})
+#: The step states that end a step (its dependents may be decided).
 STEP_FINISHED: frozenset[StepStatus] = frozenset(
     {"succeeded", "failed", "skipped", "cancelled", "stopped"}
 )
+#: The agent task states that end it for good (R11).
 TASK_TERMINAL: frozenset[TaskState] = frozenset({"completed", "failed", "cancelled"})
 
+#: Why an observation records a step that did not simply succeed or fail in its own code.
 ObservationCode = Literal[
     "cancelled",
     "stopped",
@@ -324,6 +329,7 @@ class Provenance:
     plan_version: int = attrs.field(validator=_counter)
 
 
+#: A finding is active until a later one supersedes or contradicts it.
 FindingStatus = Literal["active", "superseded", "contradicted"]
 
 

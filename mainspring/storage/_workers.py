@@ -51,6 +51,7 @@ __all__ = [
     "parse_workers",
 ]
 
+#: Where an external worker is in its lifecycle (``ACTIVE_WORKER``: the live ones).
 WorkerStatus = Literal[
     "assigned",
     "starting",
@@ -67,6 +68,7 @@ WorkerStatus = Literal[
 ACTIVE_WORKER: frozenset[WorkerStatus] = frozenset(
     {"assigned", "starting", "running", "idle", "handing-off"}
 )
+#: Where a task served by external workers is, from ready to delivered.
 WorkerTaskState = Literal["ready", "running", "blocked", "awaiting-delivery", "delivered"]
 
 #: A worker's lease, in seconds: renewed by its heartbeat; when it lapses the worker is not
@@ -279,6 +281,7 @@ class WorkerRecord:
 
     @property
     def active(self) -> bool:
+        """Whether the worker's status is one of a live worker's (``ACTIVE_WORKER``)."""
         return self.status in ACTIVE_WORKER
 
 

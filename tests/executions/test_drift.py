@@ -254,7 +254,7 @@ async def test_R8_a_task_stored_without_a_definition_hash_is_taken_as_unchanged(
         # As a record written before definitions were hashed: no such keys at all.
         raws = []
         for task in execution.agent_tasks:
-            raw = ms.storage.unstructure(task)
+            raw = ms.storage._seam.unstructure(task)
             del raw["definition_hash"], raw["envelope_hash"]
             raws.append(raw)
         return attrs.evolve(execution, agent_tasks=tuple(raws))

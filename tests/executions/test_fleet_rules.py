@@ -12,14 +12,12 @@ import pytest
 
 from mainspring.executions._workers import fleet as fleet
 from mainspring.executions._workers.fleet import Expect, Proof, StaleWorker, WorkerRefused, expect
-from mainspring.storage import (
+from mainspring.storage import TrailEntry, WorkerRecord, WorkerTask
+from mainspring.storage._seam import (
     MAX_TRAIL,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
     WorkerFailure,
-    WorkerRecord,
-    WorkerTask,
     sha256_hex,
 )
 

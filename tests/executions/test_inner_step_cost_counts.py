@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import AppendOnly, _validators
+from mainspring.storage import _validators
+from mainspring.storage._seam import AppendOnly
 
 from ._kit import MemoryStore, agent, plan_of, runtime, stored, tasks_of
 

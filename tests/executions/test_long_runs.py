@@ -68,7 +68,9 @@ async def test_an_agent_of_two_thousand_inner_steps_completes() -> None:
     # What the runtime built save by save is what was stored, and its stored form is what
     # unstructuring the task whole gives.
     assert record.agent_tasks[0] is task
-    assert ms.storage.unstructure(record)["agent_tasks"][0] == ms.storage.unstructure(task)
+    assert ms.storage._seam.unstructure(record)["agent_tasks"][0] == ms.storage._seam.unstructure(
+        task
+    )
 
 
 async def test_an_agent_task_keeps_at_most_the_cap_of_durable_steps(

@@ -360,7 +360,7 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
         before = stored(rt, handle.execution_id)
         tasks = await rt.agent_tasks(handle.execution_id)
         assert [t.id for t in tasks] == [good.id]
-        assert ms.storage.parse_agent_tasks(before)[1] == 5
+        assert ms.storage._seam.parse_agent_tasks(before)[1] == 5
         await rt.executions()
         assert stored(rt, handle.execution_id) == before  # E7: reading never writes
         gate.opened.set()

@@ -141,7 +141,7 @@ async def test_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(tmp_pa
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
     async with runtime(store, agents=coder(host), **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))

@@ -144,7 +144,7 @@ async def test_S_step_events_reach_a_subscriber() -> None:
     seen = [
         (type(e).__name__, getattr(e, "step_id", None), getattr(e, "done", None))
         for e in events
-        if isinstance(e, ex.ExecutionEvent) and e.execution_id == "ex-heard"
+        if isinstance(e, ex._seam.ExecutionEvent) and e.execution_id == "ex-heard"
     ]
     steps = [
         item

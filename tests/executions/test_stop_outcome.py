@@ -219,7 +219,7 @@ def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> No
         "garbage",
     )
     for request in requests[:3]:
-        ms.storage.check_id(request)  # X1: a request is stored as an id
+        ms.storage._seam.check_id(request)  # X1: a request is stored as an id
     assert parse_stop_requests(requests) == [
         ("op-1", "ex-1:t1", False),
         ("op-2", "ex-1:t2", True),
@@ -239,7 +239,7 @@ def test_a_stop_request_round_trips_and_is_a_valid_id(
     from mainspring.executions._rules.transitions import parse_stop_requests, stop_request
 
     request = stop_request(operation, task_id, cascade=cascade)
-    ms.storage.check_id(request)
+    ms.storage._seam.check_id(request)
     assert parse_stop_requests((request,)) == [(operation, task_id, cascade)]
 
 

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -72,7 +73,7 @@ async def test_a_failure_report_that_does_not_validate_is_recorded_as_protocol(
     result, record = await _run(tmp_path, host)
     assert result.status == "completed"
     assert events(record).count(("protocol", "bad-failure")) == 2
-    worker = ms.storage.parse_workers(record.workers)[0][0]
+    worker = ms.storage._seam.parse_workers(record.workers)[0][0]
     assert worker.failure is None
     assert worker.repeats == 0
 
@@ -120,7 +121,7 @@ async def test_a_resume_does_not_take_over_a_start_it_cannot_look_for(tmp_path: 
     released = anyio.Event()
     host = ScriptedHost([[ScriptedHost.ignore_stop(released), ScriptedHost.until_stopped()]])
     crashed = await _crashed_while_running(tmp_path, host)
-    raw = dict(ms.storage.unstructure(crashed.workers[0]), status="starting", process=None)
+    raw = dict(ms.storage._seam.unstructure(crashed.workers[0]), status="starting", process=None)
     store = ms.storage.SqliteStore(tmp_path / "again.sqlite3")
     store.create(attrs.evolve(crashed, workers=(raw,)))
     result, record = await _resume(store, host, crashed.id)
@@ -141,11 +142,15 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     live, done = await _run(tmp_path, host)
     # The runtime died after sealing the delivery and recording the intent, before the
     # delivery was recorded.
-    worker = dict(ms.storage.unstructure(done.workers[0]), status=status, delivered_digest=None)
+    worker = dict(
+        ms.storage._seam.unstructure(done.workers[0]), status=status, delivered_digest=None
+    )
     # (A fence moves the worker and its task in one write: a fenced worker's task awaits
     # the delivery.)
     state = "awaiting-delivery" if status == "fenced" else "running"
-    wtask = dict(ms.storage.unstructure(done.worker_tasks[0]), state=state, delivery_digest=None)
+    wtask = dict(
+        ms.storage._seam.unstructure(done.worker_tasks[0]), state=state, delivery_digest=None
+    )
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)

@@ -16,7 +16,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -32,7 +33,9 @@ class WatchedHost(ScriptedHost):
         self.execution_id = ""
         self.stored_at_stop: list[str] = []
 
-    async def stop(self, process: ms.storage.ProcessIdentity, *, grace: float | None = None) -> Any:
+    async def stop(
+        self, process: ms.storage._seam.ProcessIdentity, *, grace: float | None = None
+    ) -> Any:
         if self.store is not None:
             record = self.store.get(self.execution_id)
             assert record is not None
@@ -145,7 +148,7 @@ async def test_an_orphan_without_a_recorded_process(tmp_path: Path, status: str,
         store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
         record = store.get(eid)
         assert record is not None
-        raw = dict(ms.storage.unstructure(record.workers[0]), status=status, process=None)
+        raw = dict(ms.storage._seam.unstructure(record.workers[0]), status=status, process=None)
         if status == "starting":
             raw["session"] = "sess-1"
         again = ms.storage.SqliteStore(tmp_path / "again.sqlite3")

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
+from mainspring.executions import WorkerAgent, WorkerNotLive
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 from ._worker_fake import FakeHost, Script
@@ -27,7 +28,7 @@ def coder(host: FakeHost, **options: Any) -> dict[str, Any]:
     return {"coder": WorkerAgent(["fake-agent"], host=host, **options)}
 
 
-async def view(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
+async def view(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
     return await rt.workers(execution_id)
 
 
@@ -313,7 +314,7 @@ def _proof(receipt: dict[str, Any] | None = None) -> ms.executions.Proof:
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
 
 

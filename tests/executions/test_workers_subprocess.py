@@ -51,7 +51,7 @@ def worker(tmp_path: Path, source: str, *args: str, **options: Any) -> WorkerAge
     return WorkerAgent([sys.executable, str(script), *args], **options)
 
 
-async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
+async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
     with anyio.fail_after(60):
         while True:
             seen = await rt.workers(execution_id)

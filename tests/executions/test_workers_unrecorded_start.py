@@ -19,7 +19,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, SubprocessHost, WorkerAgent
+from mainspring.executions import SubprocessHost, WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -54,7 +55,10 @@ async def _starting(tmp_path: Path, session: str, host_name: str) -> ms.storage.
         record = stored(rt, handle.execution_id)
     released.set()
     worker = dict(
-        ms.storage.unstructure(record.workers[0]), status="starting", process=None, session=session
+        ms.storage._seam.unstructure(record.workers[0]),
+        status="starting",
+        process=None,
+        session=session,
     )
     trail = tuple(
         attrs.evolve(e, detail=f"host={host_name}") if e.event == "starting" else e

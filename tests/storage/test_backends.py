@@ -21,6 +21,7 @@ from mainspring.storage._backends.file.store import FileStore
 from mainspring.storage._backends.postgres.store import PostgresStore
 from mainspring.storage._backends.sqlite.store import SqliteStore
 from mainspring.storage._journal.model import Base
+from mainspring.testing import MemoryStore
 from tests._postgres import (
     drop_schema,
     fresh_schema,
@@ -55,6 +56,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             kwargs["clock"] = clock
         if request.param == "file":
             store: Any = FileStore(tmp_path / "store", **kwargs)
+        elif request.param == "memory":
+            store = MemoryStore(**kwargs)
         elif request.param == "postgres":
             store = PostgresStore(with_schema(url, schema), **kwargs)
         else:
@@ -71,11 +74,19 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         drop_schema(schema)
 
 
+#: The contract every store keeps, ``mainspring.testing.MemoryStore`` included (the tests of
+#: files, rows, bytes on disk and connections run on the three real backends only).
+EVERY_STORE = pytest.mark.parametrize(
+    "make_store", ["file", "sqlite", "postgres", "memory"], indirect=True
+)
+
+
 def execution(id: str = "ex-1", **changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"goal": "write a report", "created_at": 1.0, "updated_at": 1.0}
     return ms.storage.Execution(id=id, **(fields | changes))
 
 
+@EVERY_STORE
 def test_create_get_and_list(make_store: Factory) -> None:
     store = make_store()
     assert store.get("ex-1") is None
@@ -88,6 +99,7 @@ def test_create_get_and_list(make_store: Factory) -> None:
     assert listing.problems == ()
 
 
+@EVERY_STORE
 def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
     make_store: Factory,
 ) -> None:
@@ -116,6 +128,7 @@ def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
         store.acquire("ex-1", a, ttl=0)
 
 
+@EVERY_STORE
 def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -129,6 +142,7 @@ def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> Non
     assert not store.heartbeat("nope", "a:1:x", ttl=10)
 
 
+@EVERY_STORE
 def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
@@ -170,6 +184,7 @@ def test_E2_commit_run_outcomes(make_store: Factory) -> None:
         assert outcome is CommitOutcome.TERMINAL  # terminal on disk is sticky
 
 
+@EVERY_STORE
 def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
@@ -183,6 +198,7 @@ def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) 
     assert stored.status == "paused"
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".", "..", "x" * 257, "sp ace"])
 def test_X1_invalid_ids_are_refused_before_touching_storage(make_store: Factory, bad: str) -> None:
     store = make_store()
@@ -397,6 +413,7 @@ def test_owner_ids_are_host_pid_random() -> None:
     assert new_owner_id() != owner
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])
 def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> None:
     store = make_store()
@@ -407,6 +424,7 @@ def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> 
         store.heartbeat("ex-1", "a:1:x", ttl=ttl)
 
 
+@EVERY_STORE
 def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -421,6 +439,7 @@ def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) ->
     assert stored.goal == "edited while the lease had lapsed"
 
 
+@EVERY_STORE
 def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory) -> None:
     store = make_store(max_bytes=4096)
     store.create(execution())
@@ -474,6 +493,7 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     assert cache.get("e4") is None
 
 
+@EVERY_STORE
 def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_accepted(
     make_store: Factory,
 ) -> None:
@@ -508,6 +528,7 @@ def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_acc
     assert store.renew("mine", owner, 10)[0] is CommitOutcome.OK
 
 
+@EVERY_STORE
 def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("e"))
@@ -525,6 +546,7 @@ def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Fac
 # -- storage v2: fencing, history, deletion, cost per commit -----------------------------
 
 
+@EVERY_STORE
 def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     make_store: Factory,
 ) -> None:
@@ -556,6 +578,7 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     assert stored.calls_used == 3
 
 
+@EVERY_STORE
 def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence(
     make_store: Factory,
 ) -> None:
@@ -597,6 +620,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
         store.history(after=-1)
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("after", [2**63 - 1, 2**63, 10**30])
 def test_V2_an_after_past_every_sequence_number_reads_nothing(
     make_store: Factory, after: int
@@ -609,6 +633,7 @@ def test_V2_an_after_past_every_sequence_number_reads_nothing(
     assert store.history("a", after=after) == ()
 
 
+@EVERY_STORE
 def test_delete_removes_only_a_finished_execution_with_its_history(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("done", status="completed"))
@@ -701,36 +726,37 @@ def test_O2_failure_records_round_trip_on_every_backend(make_store: Factory) -> 
         id="t-1", agent_id="a", step_id="s2", state="failed", created_at=1.0, updated_at=2.0,
         execution_id="ex-1", failure=failure,
     )  # fmt: skip
-    raw_task = ms.storage.unstructure(task)
+    raw_task = ms.storage._seam.unstructure(task)
     ex = execution(observations=(observation,), agent_tasks=(raw_task,))
     assert store.create(ex)
     for reader in (store, make_store()):
         back = reader.get("ex-1")
         assert back is not None
         assert back.observations == (observation,)
-        (parsed,), dropped = ms.storage.parse_agent_tasks(back)
+        (parsed,), dropped = ms.storage._seam.parse_agent_tasks(back)
         assert dropped == 0
         assert parsed.failure == failure
 
 
 def test_O2_records_stored_before_failures_were_kept_read_with_defaults() -> None:
     old_observation = {"step_id": "s", "ok": False, "error": "boom"}
-    back = ms.storage.structure(old_observation, ms.storage.Observation)
+    back = ms.storage._seam.structure(old_observation, ms.storage.Observation)
     assert (back.error_type, back.traceback, back.started_at, back.ended_at) == (None,) * 4
-    assert ms.storage.unstructure(back) == ms.storage.unstructure(
+    assert ms.storage._seam.unstructure(back) == ms.storage._seam.unstructure(
         ms.storage.Observation(step_id="s", ok=False, error="boom")
     )
-    assert "traceback" not in ms.storage.unstructure(back)  # left out while unset
-    old_failure = ms.storage.structure({"code": "c", "message": "m"}, ms.storage.Failure)
-    assert ms.storage.unstructure(old_failure) == {"code": "c", "message": "m"}
+    assert "traceback" not in ms.storage._seam.unstructure(back)  # left out while unset
+    old_failure = ms.storage._seam.structure({"code": "c", "message": "m"}, ms.storage.Failure)
+    assert ms.storage._seam.unstructure(old_failure) == {"code": "c", "message": "m"}
 
 
 def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
     too_long = {"step_id": "s", "ok": False, "traceback": "x" * 8193}
     with pytest.raises(ms.storage.RecordError):
-        ms.storage.structure(too_long, ms.storage.Observation)
+        ms.storage._seam.structure(too_long, ms.storage.Observation)
 
 
+@EVERY_STORE
 def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     make_store: Factory,
 ) -> None:
@@ -808,6 +834,7 @@ def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
     assert [p.id for p in store.list().problems] == ["ex-1"]
 
 
+@EVERY_STORE
 def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     make_store: Factory,
 ) -> None:
@@ -843,7 +870,7 @@ def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twic
     finished run is not read again (a file store's finished journal, once read, is
     skipped until it changes)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     statuses = ["running", "planned", "paused", "waiting_for_clarification"]
     statuses += ["completed", "failed", "cancelled"]
     for status in statuses:
@@ -874,7 +901,7 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     live run whole at every sweep held the store's lock its commits need (a late step of a
     3,000-step run made 2.5x the calls of an early one)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     for name in ("ex-live", "ex-orphan"):
         assert store.create(execution(name, status="running"))
     read: list[str] = []
@@ -918,8 +945,8 @@ def test_a_store_s_writes_are_named_for_what_they_do(cls: type) -> None:
 
 def test_the_committer_submits_and_does_not_commit() -> None:
     # The writer's client hands a run's commit over: submit, never a second `commit`.
-    assert callable(ms.storage.Committer.submit)
-    assert not hasattr(ms.storage.Committer, "commit")
+    assert callable(ms.storage._seam.Committer.submit)
+    assert not hasattr(ms.storage._seam.Committer, "commit")
 
 
 def test_the_contract_is_the_store_protocols_docstring() -> None:
@@ -972,6 +999,6 @@ def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
 
 def test_every_store_keeps_memory_and_evidence(make_store: Factory) -> None:
     store = make_store()
-    assert isinstance(store, ms.storage.MemoryBackend)
-    assert isinstance(store, ms.storage.EvidenceStore)
+    assert isinstance(store, ms.storage._seam.MemoryBackend)
+    assert isinstance(store, ms.storage._seam.EvidenceStore)
     assert store.memory_count() == 0  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ import attrs
 import pytest
 
 from mainspring.storage import (
-    Checkpoint,
     Execution,
     FileStore,
     Observation,
@@ -20,6 +19,7 @@ from mainspring.storage import (
     SqliteStore,
     _codec,
 )
+from mainspring.storage._seam import Checkpoint
 
 OWNER = "host-a:1:x"
 

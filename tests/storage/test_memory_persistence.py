@@ -13,8 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import ForgetFact, RememberFact
 from mainspring.storage._persistence import PersistenceFailed, open_committer
+from mainspring.storage._seam import ForgetFact, RememberFact
 from tests.storage._memory_kit import fact, memory_store
 
 __all__ = ["memory_store"]

@@ -21,17 +21,11 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage import (
-    Fact,
-    FactFilter,
-    ForgetFact,
-    RememberFact,
-    Scope,
-    query_terms,
-)
+from mainspring.storage import Fact, Scope
 from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, upgrade
 from mainspring.storage._backends.postgres.store import PostgresStore
 from mainspring.storage._persistence import open_committer
+from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact, query_terms
 from tests._postgres import postgres_url, server_url
 
 __all__ = ["postgres_url"]  # a fixture
@@ -179,7 +173,7 @@ def test_the_facts_table_has_an_english_tsvector_without_diacritics_and_its_inde
     for query in ("cafe", "café", "CAFÉS", "naive"):
         hits = store.memory_search(query_terms(query), FactFilter(), limit=5)
         assert [h.fact.id for h in hits] == ["fact-b"], query
-    assert isinstance(store, ms.storage.MemoryBackend)
+    assert isinstance(store, ms.storage._seam.MemoryBackend)
     assert store.memory_ranking == "ts_rank"
 
 
@@ -370,7 +364,7 @@ def test_a_search_fetches_past_facts_hidden_further_along_their_chain(
     # Chains old -> expired -> current: SQL sees only the expired direct superseder, the
     # walk hides the old fact. They rank first (the shortest texts), so the visible hits lie
     # beyond a first batch.
-    writes: list[ms.storage.MemoryWrite] = []
+    writes: list[ms.storage._seam.MemoryWrite] = []
     for n in range(6):
         group = f"g{n}"
         writes += [

@@ -24,11 +24,9 @@ from mainspring.storage import (
     SqliteStore,
     StoreInUse,
     StoreNeedsMigration,
-    encode,
     migrate_store,
-    read_v1,
-    unstructure,
 )
+from mainspring.storage._seam import encode, read_v1, unstructure
 
 from . import _v1_app
 
@@ -196,7 +194,7 @@ def as_v2(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_v1_expected(view: dict[str, Any]) -> tuple[Execution, ...]:
-    return tuple(ms.storage.structure(view[k], Execution) for k in sorted(view))
+    return tuple(ms.storage._seam.structure(view[k], Execution) for k in sorted(view))
 
 
 @pytest.mark.anyio
@@ -215,7 +213,7 @@ async def test_a_migrated_0_1_run_resumes_and_completes_with_the_current_runtime
     assert done is not None
     assert done.status == "completed"
     # Completed steps were kept: the agent steps finished under 0.1 did not run again.
-    records, _ = ms.storage.parse_agent_tasks(stored(store, kind, "ex-paused"))
+    records, _ = ms.storage._seam.parse_agent_tasks(stored(store, kind, "ex-paused"))
     tasks = {t.step_id: t for t in records}
     assert tasks["a"].attempt == 1
     assert tasks["a"].findings[0].claim == "the notes are 19 characters long"

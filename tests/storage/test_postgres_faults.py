@@ -96,11 +96,11 @@ def _execution(execution_id: str) -> ms.storage.Execution:
 
 def _next(execution: ms.storage.Execution, what: str) -> ms.storage.Execution:
     """One more of everything a write is counted by: calls_used and an audit line."""
-    line = ms.storage.Control(action="answer", by=OWNER, at=time.time(), reason=what)
+    line = ms.storage._seam.Control(action="answer", by=OWNER, at=time.time(), reason=what)
     return attrs.evolve(
         execution,
         calls_used=execution.calls_used + 1,
-        controls=(*execution.controls, line)[-ms.storage.MAX_CONTROLS :],
+        controls=(*execution.controls, line)[-ms.storage._seam.MAX_CONTROLS :],
         updated_at=time.time(),
     )
 
@@ -156,7 +156,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
                     if op == "commit_runs":
                         wanted = {i: _next(before[i], f"c{n}") for i in chosen}  # type: ignore[arg-type]
                         results = store.commit_runs([(wanted[i], OWNER) for i in chosen])
-                        assert results == (ms.storage.CommitOutcome.OK,) * len(chosen)
+                        assert results == (ms.storage._seam.CommitOutcome.OK,) * len(chosen)
                         written = wanted
                     elif op == "edit":
                         edited = store.edit(chosen[0], lambda e, now, n=n: _next(e, f"e{n}"))
@@ -164,7 +164,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
                         written = {chosen[0]: edited}
                     else:
                         outcome, renewed = store.renew(chosen[0], OWNER, 3600, epoch=1)
-                        assert outcome is ms.storage.CommitOutcome.OK
+                        assert outcome is ms.storage._seam.CommitOutcome.OK
                         assert renewed is not None
                         written = {}
                         assert renewed.calls_used == before[chosen[0]].calls_used  # type: ignore[union-attr]
@@ -206,7 +206,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
         # The store keeps working: one more write of each, acknowledged at once.
         final = {i: _next(model[i], "after") for i in IDS}  # type: ignore[arg-type]
         results = store.commit_runs([(final[i], OWNER) for i in IDS])
-        assert results == (ms.storage.CommitOutcome.OK,) * len(IDS)
+        assert results == (ms.storage._seam.CommitOutcome.OK,) * len(IDS)
         for i in IDS:
             acked[i] += 1
     finally:

@@ -162,5 +162,6 @@ def test_the_address_keeps_the_rest_of_the_url_and_hides_the_password() -> None:
     assert "s3cret" not in address.shown
     assert address.shown.startswith("postgresql://me:***@db.example:6543/app?")
     assert (
-        ms.storage.redact_url("postgresql://h/db?password=pw1") == "postgresql://h/db?password=***"
+        ms.storage._seam.redact_url("postgresql://h/db?password=pw1")
+        == "postgresql://h/db?password=***"
     )

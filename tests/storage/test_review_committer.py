@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, Observation, SqliteStore, open_committer
+from mainspring.storage import Observation, SqliteStore
+from mainspring.storage._seam import CommitOutcome, open_committer
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.storage import Checkpoint, Execution, FileStore, Observation, PlanStep, SqliteStore
+from mainspring.storage import Execution, FileStore, Observation, PlanStep, SqliteStore
 from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._seam import Checkpoint
 from mainspring.storage._stored_form import stored_raw
 from tests._examples import SHRINKING, examples
 

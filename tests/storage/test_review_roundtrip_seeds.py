@@ -19,7 +19,7 @@ from mainspring.storage import FileStore, SqliteStore
 from mainspring.storage._backends.file import store as file_module
 from mainspring.storage._stored_form import stored_raw
 
-S = ms.storage
+S = ms.storage._seam  # every storage name, the internal ones included
 
 
 def enc(value: Any) -> bytes:

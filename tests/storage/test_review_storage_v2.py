@@ -16,7 +16,6 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import (
-    CommitOutcome,
     Execution,
     FileStore,
     Observation,
@@ -25,6 +24,7 @@ from mainspring.storage import (
     TooLarge,
 )
 from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._seam import CommitOutcome
 
 Factory = Callable[..., Any]
 
@@ -365,7 +365,8 @@ def test_migrate_is_not_blocked_by_one_record_v2_cannot_store_as_it_is(
     # whole migration ("does not read back ... as it was"), so the store can be neither
     # migrated nor opened (StoreNeedsMigration). It should migrate, or be reported as a
     # Problem kept in the backup while the others migrate.
-    from mainspring.storage import encode, migrate_store
+    from mainspring.storage import migrate_store
+    from mainspring.storage._seam import encode
 
     path = tmp_path / "store"
     path.mkdir(mode=0o700)

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, FileStore, SqliteStore
+from mainspring.storage import FileStore, SqliteStore
+from mainspring.storage._seam import CommitOutcome
 from tests.executions._kit import Gate, agent, plan_of
 
 Factory = Callable[..., Any]
@@ -60,7 +61,7 @@ def test_E7_a_task_record_with_an_id_that_is_not_a_string_does_not_break_the_nex
     assert written is not None
     fresh = make_store().get("ex-1")
     assert fresh is not None
-    assert ms.storage.unstructure(fresh)["agent_tasks"] == [unparsed, added]
+    assert ms.storage._seam.unstructure(fresh)["agent_tasks"] == [unparsed, added]
     assert all(type(task) is ms.storage.Unreadable for task in fresh.agent_tasks)
 
 
@@ -117,7 +118,7 @@ async def test_E7_a_run_with_such_a_record_resumes_and_completes(
         assert result.status == "completed"
         stored = await anyio.to_thread.run_sync(rt.store.get, "ex")
         assert stored is not None
-        assert unparsed in ms.storage.unstructure(stored)["agent_tasks"]
+        assert unparsed in ms.storage._seam.unstructure(stored)["agent_tasks"]
 
 
 @pytest.mark.anyio

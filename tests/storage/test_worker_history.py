@@ -42,7 +42,7 @@ def _worker(worker_id: str = "w1", **changes: Any) -> dict[str, Any]:
     record = WorkerRecord(
         id=worker_id, task_id="t1", step_id="s1", agent_id="coder", created_at=1.0, updated_at=1.0
     )
-    raw: dict[str, Any] = ms.storage.unstructure(attrs.evolve(record, **changes))
+    raw: dict[str, Any] = ms.storage._seam.unstructure(attrs.evolve(record, **changes))
     return raw
 
 

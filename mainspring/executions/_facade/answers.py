@@ -22,7 +22,8 @@ import anyio
 import anyio.to_thread
 
 from ...actors import ActorDeadError, ActorRef, MailboxFull
-from ...storage import Committer, LeaseResult, Store
+from ...storage import Store
+from ...storage._seam import Committer, LeaseResult
 from .._run.messages import Heartbeat, RunConfig
 from .handle import ExecutionBusy
 from .record_controls import answer_request_edit

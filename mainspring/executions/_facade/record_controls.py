@@ -17,17 +17,13 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import (
+from ...storage import STEP_FINISHED, AgentTaskRecord, Execution, PlanStep, redact
+from ...storage._seam import (
     MAX_CONTROLS,
-    STEP_FINISHED,
-    AgentTaskRecord,
     AnswerRequest,
     Committer,
     Edit,
-    Execution,
-    PlanStep,
     holder,
-    redact,
     redact_flagged,
 )
 from .._rules.lifecycle import execution_move

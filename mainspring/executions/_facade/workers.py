@@ -5,18 +5,15 @@ that work for :class:`~mainspring.Runtime`, which holds one and states the contr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from ...actors import ActorRef, MainspringError
-from ...storage import (
-    Execution,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
+from ...storage import Execution, TrailEntry, WorkerRecord, WorkerTask
+from ...storage._seam import (
     check_id,
     parse_trail,
     parse_worker_tasks,
@@ -40,6 +37,7 @@ class WorkerNotLive(MainspringError):
     another runtime): a repair instruction cannot reach it."""
 
 
+@final
 @attrs.frozen(kw_only=True)
 class WorkersView:
     """An execution's workers as stored: the records that parse, the tasks they serve,

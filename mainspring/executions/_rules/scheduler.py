@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus, Vector
+from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus
+from ...storage._seam import Vector
 from .lifecycle import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]

@@ -16,18 +16,20 @@ from typing import Any, Literal
 import attrs
 
 from ...storage import (
-    MAX_CONTROLS,
-    MAX_COUNTER,
     STEP_FINISHED,
     AgentTaskRecord,
-    AnswerRequest,
-    Control,
     Execution,
     Interruption,
     Observation,
     Pending,
     Unreadable,
     redact,
+)
+from ...storage._seam import (
+    MAX_CONTROLS,
+    MAX_COUNTER,
+    AnswerRequest,
+    Control,
     redact_flagged,
 )
 from .lifecycle import execution_move, step_move, task_move

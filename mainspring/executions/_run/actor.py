@@ -52,11 +52,9 @@ from ...storage import (
     Plan,
     PlanStep,
     StepStatus,
-    carry_encoded,
-    plain_record,
-    reconcile,
     redact,
 )
+from ...storage._seam import carry_encoded, plain_record, reconcile
 from .._rules.plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from .._rules.scheduler import pick
 from .._rules.transitions import (

@@ -47,7 +47,8 @@ from ...actors import (
     Timeout,
     Timer,
 )
-from ...storage import MAX_ATTEMPTS, Failure, Observation, PlanStep, RetryPolicy, redact
+from ...storage import Failure, Observation, PlanStep, RetryPolicy, redact
+from ...storage._seam import MAX_ATTEMPTS
 from .._rules.deadlines import (
     UNWIND,
     Attempt,

@@ -15,17 +15,8 @@ from typing import Any
 import anyio.to_thread
 
 from ...actors import CancelReason, LeaseLost
-from ...storage import (
-    MAX_CHECKPOINTS,
-    Checkpoint,
-    CommitOutcome,
-    Execution,
-    PersistenceFailed,
-    Plan,
-    StorageError,
-    capture_checkpoint,
-    holder,
-)
+from ...storage import Execution, PersistenceFailed, Plan, StorageError
+from ...storage._seam import MAX_CHECKPOINTS, Checkpoint, CommitOutcome, capture_checkpoint, holder
 from .._rules.lifecycle import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
 from .events import RunEvent, StepFinished, worker_changed

@@ -15,15 +15,8 @@ from collections.abc import Mapping
 import attrs
 
 from ...actors import Cancel, CancelReason, LeaseLost, Pause
-from ...storage import (
-    AgentTaskRecord,
-    CommitOutcome,
-    Control,
-    Edit,
-    Execution,
-    Usage,
-    holder,
-)
+from ...storage import AgentTaskRecord, Execution, Usage
+from ...storage._seam import CommitOutcome, Control, Edit, holder
 from .._rules.transitions import clamp_count, map_tasks
 from . import events as ev
 

@@ -23,11 +23,9 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
-    plain_record,
     redact,
-    redact_flagged,
-    sha256_hex,
 )
+from ...storage._seam import plain_record, redact_flagged, sha256_hex
 
 
 @attrs.frozen(kw_only=True)

@@ -30,9 +30,9 @@ from ...storage import (
     StepStatus,
     Unreadable,
     Usage,
-    Vector,
     WorkerRecord,
 )
+from ...storage._seam import Vector
 from .._rules.lifecycle import task_move
 from .._rules.plan import step_input_hash
 from .._rules.scheduler import SATISFIED, Schedule

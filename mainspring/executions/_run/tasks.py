@@ -14,20 +14,16 @@ import attrs
 
 from ...actors import BudgetExhausted, Cancel, CancelReason, Stop
 from ...storage import (
-    MAX_CONTROLS,
-    MAX_DIAGNOSTICS,
     AgentTaskRecord,
-    AnswerRequest,
-    Checkpoint,
     Failure,
     Observation,
     ObservationCode,
     Pending,
     Plan,
     PlanStep,
-    reconcile,
     redact,
 )
+from ...storage._seam import MAX_CONTROLS, MAX_DIAGNOSTICS, AnswerRequest, Checkpoint, reconcile
 from .._rules.lifecycle import task_move
 from .._rules.plan import observe, step_input_hash
 from .._rules.transitions import ASK_PREFIX, answered, clamp_count, stop_request, stop_task

@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, final
 
 import anyio
 import anyio.lowlevel
@@ -32,9 +32,6 @@ from ...actors import (
     cancel_reason,
 )
 from ...storage import (
-    MAX_DIAGNOSTICS,
-    MAX_FINDINGS,
-    MAX_TOUCHED_PATHS,
     AgentTaskRecord,
     Failure,
     Finding,
@@ -43,10 +40,15 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
+    redact,
+)
+from ...storage._seam import (
+    MAX_DIAGNOSTICS,
+    MAX_FINDINGS,
+    MAX_TOUCHED_PATHS,
     appended,
     check_relative_path,
     hash_files,
-    redact,
 )
 from .._memory.memory import Memory
 from .._rules.deadlines import error_types
@@ -236,6 +238,7 @@ class PlannerActor(Actor):
         await self.ref.stop()
 
 
+@final
 @attrs.frozen(kw_only=True)
 class PlannerContext:
     """What a planner is told: the goal, and on a replan why and what came before.

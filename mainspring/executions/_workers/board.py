@@ -29,14 +29,8 @@ import anyio
 import attrs
 
 from ...actors import ActorDeadError, Cancel, CancelReason
-from ...storage import (
-    Edit,
-    Execution,
-    TrailEntry,
-    Unreadable,
-    WorkerRecord,
-    WorkerTask,
-)
+from ...storage import Execution, TrailEntry, Unreadable, WorkerRecord, WorkerTask
+from ...storage._seam import Edit
 from . import fleet as fleet
 from .evidence import EvidenceShelf
 

@@ -32,15 +32,8 @@ from ...actors import (
     Timeout,
     cancel_reason,
 )
-from ...storage import (
-    ACTIVE_WORKER,
-    StopIntent,
-    TrailEntry,
-    WorkerFailure,
-    WorkerRecord,
-    WorkerTask,
-    redact_flagged,
-)
+from ...storage import TrailEntry, WorkerRecord, WorkerTask
+from ...storage._seam import ACTIVE_WORKER, StopIntent, WorkerFailure, redact_flagged
 from .._steps.children import CodedFailure, SaveRefused
 from .._steps.outputs import keep_result
 from . import fleet as fleet

@@ -46,20 +46,16 @@ from typing import Any, Literal
 import attrs
 
 from ...actors import MainspringError
-from ...storage import (
+from ...storage import TrailEntry, Unreadable, WorkerRecord, WorkerStatus, WorkerTask
+from ...storage._seam import (
     ACTIVE_WORKER,
     LEASE_DEFAULT,
     MAX_TRAIL,
     MAX_USAGE_EPOCHS,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
-    Unreadable,
     UsageEpoch,
     WorkerFailure,
-    WorkerRecord,
-    WorkerStatus,
-    WorkerTask,
     WorkerTaskState,
     check_cost,
     check_digest,

@@ -18,13 +18,8 @@ from typing import Any
 
 import attrs
 
-from ...storage import (
-    ACTIVE_WORKER,
-    Execution,
-    WorkerRecord,
-    parse_worker_tasks,
-    parse_workers,
-)
+from ...storage import Execution, WorkerRecord
+from ...storage._seam import ACTIVE_WORKER, parse_worker_tasks, parse_workers
 from . import fleet as fleet
 from .board import trail_entry
 from .find import find_start, host_of

@@ -43,8 +43,15 @@ import anyio.abc
 import anyio.lowlevel
 import attrs
 
-from ...storage import ProcessIdentity
-from .hosts import Report, ReportType, Seen, WorkerSpec, WorkerStartFailed, report_of
+from ..executions._seam import (
+    Report,
+    ReportType,
+    Seen,
+    WorkerSpec,
+    WorkerStartFailed,
+    report_of,
+)
+from ..storage._seam import ProcessIdentity
 
 __all__ = ["ScriptedHost", "ScriptedProcess"]
 
@@ -205,7 +212,7 @@ class _ScriptedReports(anyio.abc.ObjectReceiveStream[Report]):
 
 
 class ScriptedHost:
-    """A fake :class:`~mainspring.executions.WorkerHost` that plays ``scripts`` (see the
+    """A fake :class:`~mainspring.executions._seam.WorkerHost` that plays ``scripts`` (see the
     module docstring), one per start or resume, in order; :meth:`add` gives more. Its
     identities carry the host ``"scripted"``; a start with no script left raises
     ``LookupError`` (a test that started more workers than it scripted)."""
@@ -269,6 +276,8 @@ class ScriptedHost:
         return found
 
     async def start(self, spec: WorkerSpec) -> ScriptedProcess:
+        """Start a process playing the next script (recorded in :attr:`starts`); raises
+        :class:`WorkerStartFailed` for a :meth:`fail_start` in its place."""
         await anyio.lowlevel.checkpoint()
         self.starts.append(spec)
         if not self._scripts:
@@ -285,11 +294,14 @@ class ScriptedHost:
         return process
 
     async def resume(self, spec: WorkerSpec) -> ScriptedProcess:
+        """Like :meth:`start`, for a spec that resumes a session (``spec.resumes``)."""
         if spec.resumes is None:
             raise ValueError("resume needs the session the worker resumes (spec.resumes)")
         return await self.start(spec)
 
     async def inspect(self, process: ProcessIdentity) -> Seen:
+        """What the process is now: running, idle (its last report), exited, or unknown
+        (not one of this host's)."""
         await anyio.lowlevel.checkpoint()
         if process.host != self.host:
             return Seen(state="unknown")
@@ -299,6 +311,8 @@ class ScriptedHost:
             return Seen(state="exited")  # not a process of this host: gone
 
     async def stop(self, process: ProcessIdentity, *, grace: float | None = None) -> Seen:
+        """Stop the process (recorded in :attr:`stops`): it exits with ``-15`` unless its
+        script ignores stops; returns what inspecting it then finds."""
         self.stops.append((process, grace))
         await anyio.lowlevel.checkpoint()
         if process.host != self.host:
@@ -311,6 +325,8 @@ class ScriptedHost:
         return found._seen()
 
     async def send(self, process: ProcessIdentity, line: Mapping[str, Any]) -> None:
+        """Send ``line`` (a JSON object) to the process (recorded in :attr:`sends`), for a
+        script waiting in :meth:`receive`."""
         await anyio.lowlevel.checkpoint()
         if not isinstance(line, Mapping):
             raise TypeError("a line sent to a worker is a JSON object")
