@@ -26,7 +26,6 @@ from mainspring.executions._rules.lifecycle import (
     worker_task_move,
 )
 from mainspring.storage import (
-    ACTIVE_WORKER,
     EXECUTION_TERMINAL,
     STEP_FINISHED,
     TASK_TERMINAL,
@@ -36,6 +35,7 @@ from mainspring.storage import (
     WorkerStatus,
     WorkerTaskState,
 )
+from mainspring.storage._seam import ACTIVE_WORKER
 
 Move = Callable[[str, Any, Any], Any]
 

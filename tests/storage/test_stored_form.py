@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.storage import AppendOnly, AppendOnlyList, Unreadable
+from mainspring.storage import Unreadable
 from mainspring.storage._backends.file.frames import encode_frame
 from mainspring.storage._codec import canonical_json, encode, structure, unstructure
 from mainspring.storage._journal.model import snapshot_changes
+from mainspring.storage._seam import AppendOnly, AppendOnlyList
 from mainspring.storage._stored_form import stored_raw
 from tests import strategies as strat
 from tests._examples import SHRINKING, examples
