@@ -303,7 +303,7 @@ class OldNamesStore(ms.storage.Store):
         return getattr(self.inner, name)
 
 
-async def test_a_store_whose_commit_runs_answers_nothing_fails_the_write_not_the_writer(
+async def test_E2_a_store_whose_commit_runs_answers_nothing_fails_the_write_not_the_writer(
     store: Any,
 ) -> None:
     """A store that answers a batch with something that is not one result per commit (the
