@@ -13,7 +13,14 @@ import pytest
 from mainspring.executions._workers import fleet as fleet
 from mainspring.executions._workers.fleet import Expect, Proof, StaleWorker, WorkerRefused, expect
 from mainspring.storage import TrailEntry, WorkerRecord, WorkerTask
-from mainspring.storage._seam import MAX_TRAIL, ProcessIdentity, StopIntent, Unreadable, WorkerFailure, sha256_hex
+from mainspring.storage._seam import (
+    MAX_TRAIL,
+    ProcessIdentity,
+    StopIntent,
+    Unreadable,
+    WorkerFailure,
+    sha256_hex,
+)
 
 D1 = "1" * 64
 D2 = "2" * 64
