@@ -64,7 +64,7 @@ def test_the_memory_store_is_bounded_in_executions_and_history() -> None:
         store.create(execution("c"))
     assert [e.id for e in store.list().executions] == ["a", "b"]
     for status in ("running", "completed"):
-        assert store.commit(execution("a", status=status), "me") or status == "completed"
+        assert store.replace(execution("a", status=status), "me") or status == "completed"
     entries = store.history(limit=100)
     assert len(entries) <= 3  # the newest three: older ones were dropped
     assert [e.seq for e in entries] == sorted(e.seq for e in entries)
@@ -88,7 +88,7 @@ def test_delete_removes_a_finished_execution_and_its_history_only() -> None:
     assert store.create(execution("a"))
     assert store.create(execution("b"))
     assert not store.delete("a")  # not finished
-    assert store.commit(execution("a", status="completed"), "me")
+    assert store.replace(execution("a", status="completed"), "me")
     assert store.delete("a")
     assert store.get("a") is None
     assert {e.execution_id for e in store.history()} == {"b"}
