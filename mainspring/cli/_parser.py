@@ -87,11 +87,9 @@ def since(text: str) -> tuple[str, float]:
 
 def _statuses(text: str) -> tuple[str, ...]:
     """An ``ls --status``: execution statuses, comma-separated (a usage error otherwise)."""
-    from typing import get_args
-
     from ..storage import ExecutionStatus
 
-    known = get_args(ExecutionStatus)
+    known = tuple(status.value for status in ExecutionStatus)
     given = tuple(s.strip() for s in text.split(","))
     unknown = [s for s in given if s not in known]
     if unknown:

@@ -9,8 +9,9 @@ is dropped from the view (and counted) without hiding the others (E7, E8).
 
 from __future__ import annotations
 
+import enum
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -73,6 +74,8 @@ __all__ = [
     "parse_agent_tasks",
 ]
 
+_E = TypeVar("_E", bound=enum.StrEnum)
+
 MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
 MAX_CONTROLS = 100
@@ -83,38 +86,95 @@ MAX_EVIDENCE = 100
 MAX_TRACEBACK = 8192
 MAX_ERROR_TYPE = 200
 
-ExecutionStatus = Literal[
-    "planned",
-    "running",
-    "paused",
-    "waiting_for_input",
-    "waiting_for_clarification",
-    "waiting_for_approval",
-    "waiting_for_budget",
-    "completed",
-    "failed",
-    "cancelled",
-]
-#: ``stopped``: its agent task was stopped by a user; the step counts as done without a
-#: result, so its dependents run (S2).
-StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled", "stopped"]
-TaskState = Literal[
-    "created",
-    "queued",
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "waiting_for_input",
-    "waiting_for_clarification",
-    "paused",
-]
+
+class ExecutionStatus(enum.StrEnum):
+    """Where an execution stands. Stored as its value (snake_case, the one spelling of every
+    state); a member equals its value, so ``status == "running"`` still holds."""
+
+    PLANNED = "planned"
+    RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_CLARIFICATION = "waiting_for_clarification"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    WAITING_FOR_BUDGET = "waiting_for_budget"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepStatus(enum.StrEnum):
+    """Where a plan step stands. ``stopped``: its agent task was stopped by a user; the step
+    counts as done without a result, so its dependents run (S2)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
+class TaskState(enum.StrEnum):
+    """Where an agent task stands (its lifecycle; an interruption is not a state, R3)."""
+
+    CREATED = "created"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_CLARIFICATION = "waiting_for_clarification"
+    PAUSED = "paused"
+
+
+def _member(cls: type[_E], value: object, name: str) -> _E:
+    """``value`` as a member of the state enum ``cls``: a member, or exactly one of its
+    values (a str); anything else is a ValueError naming the field (E8: never coerced)."""
+    if type(value) is cls:
+        return value
+    if type(value) is str:
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    choices = ", ".join(member.value for member in cls)
+    raise ValueError(f"{name} must be one of {choices}, not {value!r}")
+
+
+def execution_status(value: object) -> ExecutionStatus:
+    """``value`` as an :class:`ExecutionStatus` (a member or its value); ValueError if not."""
+    return _member(ExecutionStatus, value, "status")
+
+
+def step_status(value: object) -> StepStatus:
+    """``value`` as a :class:`StepStatus` (a member or its value); ValueError if not."""
+    return _member(StepStatus, value, "status")
+
+
+def task_state(value: object) -> TaskState:
+    """``value`` as a :class:`TaskState` (a member or its value); ValueError if not."""
+    return _member(TaskState, value, "state")
+
+
 #: The finished states, written once: terminal executions and tasks are sticky (E2, R11).
-EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset({"completed", "failed", "cancelled"})
-STEP_FINISHED: frozenset[StepStatus] = frozenset(
-    {"succeeded", "failed", "skipped", "cancelled", "stopped"}
+EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset(
+    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )
-TASK_TERMINAL: frozenset[TaskState] = frozenset({"completed", "failed", "cancelled"})
+STEP_FINISHED: frozenset[StepStatus] = frozenset(
+    {
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        StepStatus.SKIPPED,
+        StepStatus.CANCELLED,
+        StepStatus.STOPPED,
+    }
+)
+TASK_TERMINAL: frozenset[TaskState] = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
+)
 
 ObservationCode = Literal[
     "cancelled",
@@ -164,7 +224,7 @@ class PlanStep:
     # Stored in the typed encoding (E10); compared as stored, so 1 and True differ.
     input: dict[str, Any] = attrs.field(factory=dict, eq=attrs.cmp_using(eq=same_value))
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
-    status: StepStatus = attrs.field(default="pending", validator=one_of(StepStatus))
+    status: StepStatus = attrs.field(default=StepStatus.PENDING, converter=step_status)
     requires_approval: bool = False
     #: Seconds the step may run before it is cancelled with ``Timeout`` (B1); None: the
     #: runtime's default for its tool, skill or agent.
@@ -362,7 +422,7 @@ class AgentTaskRecord:
     id: str = attrs.field(validator=_id)
     agent_id: str = attrs.field(validator=_id)
     step_id: str = attrs.field(validator=_id)
-    state: TaskState = attrs.field(default="created", validator=one_of(TaskState))
+    state: TaskState = attrs.field(default=TaskState.CREATED, converter=task_state)
     created_at: float
     updated_at: float
     started_at: float | None = None
@@ -499,7 +559,9 @@ class Execution:
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
     goal: str
-    status: ExecutionStatus = attrs.field(default="planned", validator=one_of(ExecutionStatus))
+    status: ExecutionStatus = attrs.field(
+        default=ExecutionStatus.PLANNED, converter=execution_status
+    )
     plan: Plan | None = None
     plan_version: int = attrs.field(default=0, validator=_counter)
     completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)

@@ -16,6 +16,7 @@ and only its sha256 is kept here (V1, E5).
 
 from __future__ import annotations
 
+import enum
 import re
 from decimal import Decimal
 from typing import Any, Literal
@@ -24,6 +25,7 @@ import attrs
 
 from ._codec import structure
 from ._errors import RecordError
+from ._records import _member
 from ._usage import valid_cost, valid_tokens
 from ._validators import _at_most, _counter, _counter_field, _id, _optional_digest, _optional_id
 
@@ -49,23 +51,55 @@ __all__ = [
     "parse_workers",
 ]
 
-WorkerStatus = Literal[
-    "assigned",
-    "starting",
-    "running",
-    "idle",
-    "handing-off",
-    "fenced",
-    "delivered",
-    "stopped",
-    "blocked",
-]
+
+class WorkerStatus(enum.StrEnum):
+    """Where an external worker stands. Stored as its value, snake_case (storage v3; v2
+    wrote ``handing-off``: ``mainspring migrate`` respells it)."""
+
+    ASSIGNED = "assigned"
+    STARTING = "starting"
+    RUNNING = "running"
+    IDLE = "idle"
+    HANDING_OFF = "handing_off"
+    FENCED = "fenced"
+    DELIVERED = "delivered"
+    STOPPED = "stopped"
+    BLOCKED = "blocked"
+
+
 #: The statuses in which a worker may still write into its task's workspace: at most one
 #: worker per task is in one of them, and at most min(jobs, the global maximum) per run.
 ACTIVE_WORKER: frozenset[WorkerStatus] = frozenset(
-    {"assigned", "starting", "running", "idle", "handing-off"}
+    {
+        WorkerStatus.ASSIGNED,
+        WorkerStatus.STARTING,
+        WorkerStatus.RUNNING,
+        WorkerStatus.IDLE,
+        WorkerStatus.HANDING_OFF,
+    }
 )
-WorkerTaskState = Literal["ready", "running", "blocked", "awaiting-delivery", "delivered"]
+
+
+class WorkerTaskState(enum.StrEnum):
+    """Where an agent task served by workers stands in the fleet. Stored as its value,
+    snake_case (storage v3; v2 wrote ``awaiting-delivery``)."""
+
+    READY = "ready"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    AWAITING_DELIVERY = "awaiting_delivery"
+    DELIVERED = "delivered"
+
+
+def worker_status(value: object) -> WorkerStatus:
+    """``value`` as a :class:`WorkerStatus` (a member or its value); ValueError if not."""
+    return _member(WorkerStatus, value, "status")
+
+
+def worker_task_state(value: object) -> WorkerTaskState:
+    """``value`` as a :class:`WorkerTaskState` (a member or its value); ValueError if not."""
+    return _member(WorkerTaskState, value, "state")
+
 
 #: A worker's lease, in seconds: renewed by its heartbeat; when it lapses the worker is not
 #: assumed dead (takeover still inspects the process), only no longer vouched for.
@@ -253,7 +287,7 @@ class WorkerRecord:
     step_id: str = attrs.field(validator=_id)
     agent_id: str = attrs.field(validator=_id)
     generation: int = attrs.field(default=1, validator=_positive)
-    status: WorkerStatus = attrs.field(default="assigned")
+    status: WorkerStatus = attrs.field(default=WorkerStatus.ASSIGNED, converter=worker_status)
     lease: float = attrs.field(default=LEASE_DEFAULT, validator=_lease)
     lease_expires_at: float | None = attrs.field(default=None, validator=_optional_time)
     session: str | None = attrs.field(default=None, validator=_optional_id)
@@ -270,18 +304,9 @@ class WorkerRecord:
     created_at: float = attrs.field(validator=_time)
     updated_at: float = attrs.field(validator=_time)
 
-    @status.validator
-    def _status(self, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value not in _STATUSES:
-            raise ValueError(f"status must be one of {', '.join(_STATUSES)}, not {value!r}")
-
     @property
     def active(self) -> bool:
         return self.status in ACTIVE_WORKER
-
-
-_STATUSES: tuple[str, ...] = WorkerStatus.__args__  # type: ignore[attr-defined]
-_TASK_STATES: tuple[str, ...] = WorkerTaskState.__args__  # type: ignore[attr-defined]
 
 
 @attrs.frozen(kw_only=True)
@@ -294,17 +319,12 @@ class WorkerTask:
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
     step_id: str = attrs.field(validator=_id)
-    state: WorkerTaskState = attrs.field(default="ready")
+    state: WorkerTaskState = attrs.field(default=WorkerTaskState.READY, converter=worker_task_state)
     reason: str = attrs.field(default="", validator=_short(256))
     worker_id: str | None = attrs.field(default=None, validator=_optional_id)
     attempts: int = _counter_field()
     delivery_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     updated_at: float = attrs.field(validator=_time)
-
-    @state.validator
-    def _state(self, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value not in _TASK_STATES:
-            raise ValueError(f"state must be one of {', '.join(_TASK_STATES)}, not {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -318,7 +338,7 @@ class TrailEntry:
     worker_id: str = attrs.field(validator=_id)
     generation: int = attrs.field(validator=_positive)
     event: str = attrs.field(validator=_failure_class)
-    status: WorkerStatus
+    status: WorkerStatus = attrs.field(converter=worker_status)
     detail: str = attrs.field(default="", validator=_short(256))
 
 

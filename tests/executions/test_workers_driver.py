@@ -133,7 +133,7 @@ async def test_a_resume_does_not_take_over_a_start_it_cannot_look_for(tmp_path: 
     assert len(host.starts) == 1
 
 
-@pytest.mark.parametrize("status", ["handing-off", "fenced"])
+@pytest.mark.parametrize("status", ["handing_off", "fenced"])
 async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     tmp_path: Path, status: str
 ) -> None:
@@ -170,4 +170,4 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     assert view.tasks[0].state == "delivered"
     trail = [e for e, _ in events(record)]
     assert trail[-1] == "delivered"
-    assert trail.count("fenced") == (2 if status == "handing-off" else 1)
+    assert trail.count("fenced") == (2 if status == "handing_off" else 1)

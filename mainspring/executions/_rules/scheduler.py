@@ -23,7 +23,7 @@ __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost"
 
 #: What lets a dependent run (P2): its dependency succeeded, or was stopped by a user and
 #: counts as done without a result (S2).
-SATISFIED: frozenset[StepStatus] = frozenset({"succeeded", "stopped"})
+SATISFIED: frozenset[StepStatus] = frozenset({StepStatus.SUCCEEDED, StepStatus.STOPPED})
 
 
 @attrs.frozen
@@ -153,7 +153,9 @@ class Schedule:
             for dependent in self._dependents.get(dependency, ()):
                 if self.status[dependent] != "pending":
                     continue
-                new: StepStatus = "cancelled" if state == "cancelled" else "skipped"
+                new: StepStatus = (
+                    StepStatus.CANCELLED if state == StepStatus.CANCELLED else StepStatus.SKIPPED
+                )
                 self.set(dependent, new)
                 changes.append(Cascaded(dependent, new, dependency, state))
         return changes

@@ -23,9 +23,11 @@ from ...storage import (
     AnswerRequest,
     Control,
     Execution,
+    ExecutionStatus,
     Interruption,
     Observation,
     Pending,
+    StepStatus,
     parse_agent_task,
     parse_agent_tasks,
     redact,
@@ -177,7 +179,7 @@ def requeue_interrupted(
     plan = execution.plan
     if plan is not None and any(step.status == "running" for step in plan.steps):
         steps = tuple(
-            attrs.evolve(step, status=step_move(step.id, step.status, "pending"))
+            attrs.evolve(step, status=step_move(step.id, step.status, StepStatus.PENDING))
             if step.status == "running"
             else step
             for step in plan.steps
@@ -196,7 +198,7 @@ def pause_execution(execution: Execution, by: str, now: float, reason: str = "")
         execution, _ = stop_task(execution, task_id, operation, now, by=asker, cascade=cascade)
     execution, _ = requeue_interrupted(execution, "pause", now, reason)
     execution = add_control(execution, "pause", by, now, reason)
-    status = execution_move(execution.id, execution.status, "paused")
+    status = execution_move(execution.id, execution.status, ExecutionStatus.PAUSED)
     return attrs.evolve(execution, status=status, updated_at=now)
 
 
@@ -243,7 +245,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
                 steps.append(step)
                 continue
             started = step.status == "running" or step.kind == "agent"
-            status: Literal["cancelled", "skipped"] = "cancelled" if started else "skipped"
+            status = StepStatus.CANCELLED if started else StepStatus.SKIPPED
             steps.append(attrs.evolve(step, status=step_move(step.id, step.status, status)))
             observations, attempts = _ended_attempts(observations, step.id)  # B1
             observations.append(
@@ -259,7 +261,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     execution = add_control(execution, "cancel", by, now, reason)
     return attrs.evolve(
         execution,
-        status=execution_move(execution.id, execution.status, "cancelled"),
+        status=execution_move(execution.id, execution.status, ExecutionStatus.CANCELLED),
         pending=None,
         observations=tuple(observations),
         updated_at=now,
@@ -402,7 +404,7 @@ def stop_task(
                 and step.status not in STEP_FINISHED
             )
             if same:
-                status: Literal["cancelled", "stopped"] = "cancelled" if cascade else "stopped"
+                status = StepStatus.CANCELLED if cascade else StepStatus.STOPPED
                 step = attrs.evolve(step, status=step_move(step.id, step.status, status))
             steps.append(step)
             if same:
@@ -414,7 +416,7 @@ def stop_task(
                         agent=step.agent,
                         agent_task_id=record.id,
                         ok=False,
-                        code=status,
+                        code="cancelled" if cascade else "stopped",
                         error=f"{status}: the agent task was stopped; {why}",
                     ),
                 )

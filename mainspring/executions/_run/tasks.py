@@ -25,6 +25,8 @@ from ...storage import (
     Pending,
     Plan,
     PlanStep,
+    StepStatus,
+    TaskState,
     reconcile,
     redact,
 )
@@ -253,7 +255,7 @@ class TaskBook:
         changes: dict[str, Any] = {"calls_used": calls, "usage": usage}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
-            st.sched.set(step.id, "succeeded")
+            st.sched.set(step.id, StepStatus.SUCCEEDED)
             if save.live:  # E10: a masked copy read back is not handed on as the original
                 st.outputs[step.id] = save.output
             stored = save.stored
@@ -270,7 +272,7 @@ class TaskBook:
                 ended_at=task.ended_at,
             )
         elif task.state == "failed":
-            st.sched.set(step.id, "failed")
+            st.sched.set(step.id, StepStatus.FAILED)
             failure = task.failure
             code = failure.code if failure is not None else "agent-failed"
             st.obs[step.id] = Observation(
@@ -298,11 +300,11 @@ class TaskBook:
         elif task.state == "queued":
             # P4: the step waits for budget with the task's durable steps kept; the task may
             # be claimed again as soon as budget allows (in this run or on a resume).
-            st.sched.set(step.id, "pending")
+            st.sched.set(step.id, StepStatus.PENDING)
             st.claimed.discard(task.id)
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
-            st.sched.set(step.id, "pending")
+            st.sched.set(step.id, StepStatus.PENDING)
             if st.rec.pending is None:
                 changes["pending"] = Pending(
                     kind="clarification",
@@ -375,8 +377,8 @@ class TaskBook:
         if st.sched.status[step.id] == "pending":
             # An agent's question that could not be stored: the wait it would have started
             # never reached disk, so the step was still running when it failed.
-            st.sched.set(step.id, "running")
-        st.sched.set(step.id, "failed")  # from succeeded too: its result is not storable
+            st.sched.set(step.id, StepStatus.RUNNING)
+        st.sched.set(step.id, StepStatus.FAILED)  # from succeeded too: its result is not storable
         st.running.pop(step.id, None)
         st.outputs.pop(step.id, None)
         message = f"its result could not be stored: {why}"
@@ -533,7 +535,7 @@ class TaskBook:
             "with; pass secrets by reference (an environment variable's name, a "
             "secret store key) instead of in the plan"
         )
-        st.sched.set(step.id, "failed")
+        st.sched.set(step.id, StepStatus.FAILED)
         st.obs[step.id] = observe(step, ok=False, error=why)
         if step.kind == "agent":
             # Its stored tasks end with it: a failed run holds no live task (R11 sticky).
@@ -545,7 +547,7 @@ class TaskBook:
                 st.set_task(
                     attrs.evolve(
                         task,
-                        state=task_move(task.id, task.state, "failed"),
+                        state=task_move(task.id, task.state, TaskState.FAILED),
                         pending_question=None,
                         ended_at=now,
                         updated_at=now,

@@ -34,6 +34,7 @@ from ...storage import (
     Execution,
     TrailEntry,
     WorkerRecord,
+    WorkerStatus,
     WorkerTask,
     parse_worker_tasks,
     parse_workers,
@@ -338,7 +339,7 @@ async def _answer(
         if board is None or live is None:
             return None
         worker = board.workers[request.worker_id]
-        belief = fleet.expect(worker, "running", "idle")
+        belief = fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE)
         _, line, digest = fleet.repair(worker, belief, request.text, now=time.time())
         ticket = RepairTicket(digest=digest)
 

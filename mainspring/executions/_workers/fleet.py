@@ -9,11 +9,11 @@ code that says which rule refused it.
 
 The lifecycle (``WORKER_MOVES``)::
 
-    assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
+    assigned -> starting -> running <-> idle -> handing_off -> fenced -> delivered
     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
     stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
 
-and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting-delivery ->
+and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting_delivery ->
 delivered, back to ready when its process ended unexpectedly or failed to start, blocked when
 it made no progress or was stopped for good.
 
@@ -57,6 +57,7 @@ from ...storage import (
     WorkerRecord,
     WorkerStatus,
     WorkerTask,
+    WorkerTaskState,
     check_cost,
     check_digest,
     check_lease,
@@ -105,16 +106,26 @@ __all__ = [
 MAX_REPAIR = 16_384
 
 WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
-    "assigned": frozenset({"starting", "stopped", "blocked"}),
-    "starting": frozenset({"running", "idle", "stopped", "blocked"}),
-    "running": frozenset({"idle", "handing-off", "stopped", "blocked"}),
-    "idle": frozenset({"running", "handing-off", "stopped", "blocked"}),
-    "handing-off": frozenset({"fenced", "stopped", "blocked"}),
-    "fenced": frozenset({"delivered"}),
-    "delivered": frozenset(),
+    WorkerStatus.ASSIGNED: frozenset(
+        {WorkerStatus.STARTING, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
+    ),
+    WorkerStatus.STARTING: frozenset(
+        {WorkerStatus.RUNNING, WorkerStatus.IDLE, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
+    ),
+    WorkerStatus.RUNNING: frozenset(
+        {WorkerStatus.IDLE, WorkerStatus.HANDING_OFF, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
+    ),
+    WorkerStatus.IDLE: frozenset(
+        {WorkerStatus.RUNNING, WorkerStatus.HANDING_OFF, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
+    ),
+    WorkerStatus.HANDING_OFF: frozenset(
+        {WorkerStatus.FENCED, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
+    ),
+    WorkerStatus.FENCED: frozenset({WorkerStatus.DELIVERED}),
+    WorkerStatus.DELIVERED: frozenset(),
     # A stopped worker (its process confirmed dead) may be taken over: generation + 1.
-    "stopped": frozenset({"assigned"}),
-    "blocked": frozenset(),
+    WorkerStatus.STOPPED: frozenset({WorkerStatus.ASSIGNED}),
+    WorkerStatus.BLOCKED: frozenset(),
 }
 
 #: Why a worker may be stopped without having failed: the run was paused, met its deadline,
@@ -274,10 +285,10 @@ def mark_starting(
     ``assigned`` worker starts: a worker found ``starting`` may have a process nobody
     recorded, and only a :func:`takeover` (once it is confirmed dead) starts it again."""
     _check(worker, belief)
-    _from(worker, ("assigned",))
+    _from(worker, (WorkerStatus.ASSIGNED,))
     return _move(
         worker,
-        "starting",
+        WorkerStatus.STARTING,
         now,
         session=session,
         job=job,
@@ -301,9 +312,14 @@ def mark_started(
     error."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("starting",))
+    _from(worker, (WorkerStatus.STARTING,))
     worker = _move(
-        worker, "running", now, process=process, lease_expires_at=now + worker.lease, reason=""
+        worker,
+        WorkerStatus.RUNNING,
+        now,
+        process=process,
+        lease_expires_at=now + worker.lease,
+        reason="",
     )
     attempts = min(task.attempts + 1, 1_000_000)
     return worker, _task(task, now, state="running", reason="", attempts=attempts)
@@ -317,7 +333,7 @@ def start_failed(
     the task is ready again."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("starting",))
+    _from(worker, (WorkerStatus.STARTING,))
     failure = WorkerFailure(
         failure_class="native-start",
         fingerprint=digest or hashlib.sha256(b"native-start").hexdigest(),
@@ -326,7 +342,12 @@ def start_failed(
         at=now,
     )
     worker = _move(
-        worker, "blocked", now, failure=failure, lease_expires_at=None, reason="native-start"
+        worker,
+        WorkerStatus.BLOCKED,
+        now,
+        failure=failure,
+        lease_expires_at=None,
+        reason="native-start",
     )
     return worker, _task(task, now, state="ready", reason="native-start")
 
@@ -364,14 +385,14 @@ def observe(
         raise ValueError(f"a process is seen {', '.join(sorted(_SEEN))}, not {seen!r}")
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     if seen == worker.status:
         return attrs.evolve(worker, updated_at=now), task
     if seen in ("running", "idle"):
-        return _move(worker, seen, now), task
+        return _move(worker, WorkerStatus(seen), now), task
     if seen == "exited":
         reason = "native-process-exited"
-        worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
+        worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
         return worker, _task(task, now, state="ready", reason=reason)
     return worker, task
 
@@ -393,7 +414,7 @@ def takeover(
     one stopped without failing (``NOT_FAILED``) gives its task's attempt back."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("stopped", *ACTIVE_WORKER))
+    _from(worker, (WorkerStatus.STOPPED, *ACTIVE_WORKER))
     if task.state not in ("ready", "running"):
         raise WorkerRefused("illegal-move", f"task {task.id} is {task.state}: no takeover")
     if not worker.active:
@@ -425,7 +446,7 @@ def report_failure(
     process and, once it is confirmed dead, :func:`block`\\ s the worker with
     ``no-progress:<class>``."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     if not isinstance(failure, WorkerFailure):
         raise TypeError(f"a failure is a WorkerFailure, not {type(failure).__name__}")
     previous = worker.failure
@@ -443,7 +464,7 @@ def progress(worker: WorkerRecord, belief: Expect, *, now: float) -> WorkerRecor
     """The worker reported useful progress: the no-progress rule starts over (the next
     failure is the first in a row, even if it is the same as the last)."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     return attrs.evolve(worker, repeats=0, updated_at=now) if worker.repeats else worker
 
 
@@ -454,7 +475,7 @@ def repair(
     Returns the worker (only the sha256 of the text is kept, V1), the trimmed text (to
     send), and its digest."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     trimmed = text.strip() if isinstance(text, str) else ""
     try:
         encoded = trimmed.encode("utf-8")
@@ -518,17 +539,17 @@ def add_usage(
 
 
 def begin_handoff(worker: WorkerRecord, belief: Expect, intent: StopIntent) -> WorkerRecord:
-    """Begin delivering: record the stop intent (``handing-off``). Beginning again with the
+    """Begin delivering: record the stop intent (``handing_off``). Beginning again with the
     same digests changes nothing; with other digests it is refused (``digest-mismatch``)."""
-    if _same(worker, belief) and worker.status in ("handing-off", "fenced", "delivered"):
+    if _same(worker, belief) and worker.status in (WorkerStatus.HANDING_OFF, "fenced", "delivered"):
         if worker.intent is not None and worker.intent.same_digests(intent):
             return worker  # idempotent
         raise WorkerRefused(
             "digest-mismatch", f"worker {worker.id} is handing off another delivery"
         )
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
-    return _move(worker, "handing-off", intent.at, intent=intent, reason="handoff")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
+    return _move(worker, WorkerStatus.HANDING_OFF, intent.at, intent=intent, reason="handoff")
 
 
 def fence(
@@ -539,16 +560,18 @@ def fence(
     confirmed_dead: bool,
     now: float,
 ) -> tuple[WorkerRecord, WorkerTask]:
-    """The handing-off worker's process is confirmed dead: ``fenced``, its task
-    ``awaiting-delivery``. Fencing a worker already fenced (or delivered) changes nothing."""
+    """The handing_off worker's process is confirmed dead: ``fenced``, its task
+    ``awaiting_delivery``. Fencing a worker already fenced (or delivered) changes nothing."""
     if _same(worker, belief) and worker.status in ("fenced", "delivered"):
         return worker, task
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("handing-off",))
+    _from(worker, (WorkerStatus.HANDING_OFF,))
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "fenced", now, lease_expires_at=None, reason="fenced")
-    return worker, _task(task, now, state="awaiting-delivery", reason="")
+    worker = _move(
+        worker, WorkerStatus.FENCED, now, lease_expires_at=None, reason="fenced"
+    )
+    return worker, _task(task, now, state=WorkerTaskState.AWAITING_DELIVERY, reason="")
 
 
 def deliver(
@@ -569,10 +592,10 @@ def deliver(
         raise WorkerRefused("digest-mismatch", f"worker {worker.id} delivered something else")
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("fenced",))
+    _from(worker, (WorkerStatus.FENCED,))
     if worker.intent is None or worker.intent.delivery_digest != delivery_digest:
         raise WorkerRefused("digest-mismatch", f"worker {worker.id} did not intend to deliver that")
-    worker = _move(worker, "delivered", now, delivered_digest=delivery_digest, reason="")
+    worker = _move(worker, WorkerStatus.DELIVERED, now, delivered_digest=delivery_digest, reason="")
     task = _task(task, now, state="delivered", reason="", delivery_digest=delivery_digest)
     return worker, task
 
@@ -595,7 +618,7 @@ def mark_stopped(
     _own(worker, task)
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
+    worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
     return worker, _task(task, now, state=task_state, reason=reason)
 
 
@@ -614,7 +637,7 @@ def block(
     _own(worker, task)
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "blocked", now, lease_expires_at=None, reason=reason)
+    worker = _move(worker, WorkerStatus.BLOCKED, now, lease_expires_at=None, reason=reason)
     return worker, _task(task, now, state="blocked", reason=reason)
 
 
