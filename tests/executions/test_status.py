@@ -3,8 +3,6 @@ finished states are sinks, and an illegal move raises."""
 
 from __future__ import annotations
 
-from typing import get_args
-
 import pytest
 
 import mainspring as ms
