@@ -568,9 +568,7 @@ def fence(
     _own(worker, task)
     _from(worker, (WorkerStatus.HANDING_OFF,))
     _dead(worker, confirmed_dead)
-    worker = _move(
-        worker, WorkerStatus.FENCED, now, lease_expires_at=None, reason="fenced"
-    )
+    worker = _move(worker, WorkerStatus.FENCED, now, lease_expires_at=None, reason="fenced")
     return worker, _task(task, now, state=WorkerTaskState.AWAITING_DELIVERY, reason="")
 
 
