@@ -17,6 +17,7 @@ import attrs
 
 from ._codec import structure
 from ._errors import RecordError
+from ._requests import Approval, QuestionId, StopRequest
 from ._retry import RetryPolicy, check_timeout
 from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
 from ._validators import (
@@ -51,6 +52,7 @@ __all__ = [
     "TASK_TERMINAL",
     "AbsentDimension",
     "AgentTaskRecord",
+    "Approval",
     "BudgetInfo",
     "Checkpoint",
     "Control",
@@ -68,7 +70,9 @@ __all__ = [
     "Plan",
     "PlanStep",
     "Provenance",
+    "QuestionId",
     "StepStatus",
+    "StopRequest",
     "TaskState",
     "parse_agent_task",
     "parse_agent_tasks",
@@ -528,7 +532,13 @@ class Control:
     )
     by: str
     at: float
+    #: Free text: why (a pause's, a cancel's reason), never an encoded value.
     reason: str = ""
+    #: For a ``stop-task`` line: the stop request it wrote (its operation id ties the
+    #: request to who asked, V3). None for every other action.
+    stop: StopRequest | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(StopRequest))
+    )
     #: For an answer: the sha256 of the answer's text as given (before redaction), so an
     #: audit can tell which answer was given without the record keeping it.
     answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
@@ -542,9 +552,11 @@ class AnswerRequest:
     the digest of the text as given."""
 
     task_id: str = attrs.field(validator=_id)
-    #: The question it answers: the task's ask step (``ask.0``, ``ask.1``...), so an answer
-    #: never lands on a later question of the same task (None: the question open now).
-    ask: str | None = attrs.field(default=None, validator=_optional_id)
+    #: The question it answers (stored as its ask step, ``ask.0``, ``ask.1``...), so an
+    #: answer never lands on a later question of the same task (None: the question open now).
+    ask: QuestionId | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(QuestionId))
+    )
     answer: str
     redacted: bool = False
     answer_sha256: str = attrs.field(validator=_optional_digest)
@@ -589,9 +601,11 @@ class Execution:
     agent_tasks: tuple[dict[str, Any], ...] = ()
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
-    approvals: tuple[str, ...] = attrs.field(default=(), validator=[_ids, _at_most(MAX_CONTROLS)])
-    stop_requests: tuple[str, ...] = attrs.field(
-        default=(), validator=[_ids, _at_most(MAX_CONTROLS)]
+    #: The approvals given for this plan version and earlier ones (the last MAX_CONTROLS).
+    approvals: tuple[Approval, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
+    #: Stops asked for and not yet applied by the run that holds the task (S1).
+    stop_requests: tuple[StopRequest, ...] = attrs.field(
+        default=(), validator=_at_most(MAX_CONTROLS)
     )
     answer_requests: tuple[AnswerRequest, ...] = attrs.field(
         default=(), validator=_at_most(MAX_CONTROLS)

@@ -39,7 +39,6 @@ from .._rules.transitions import (
     apply_answers,
     cancel_execution,
     next_ask,
-    parse_stop_requests,
     pause_execution,
     requeue_interrupted,
     stop_askers,
@@ -212,10 +211,12 @@ def prepare_resume(
     # R8: answers written for a run that ended before it could take them.
     record = apply_answers(record, record.answer_requests, now)
     askers = stop_askers(record)
-    for operation, task_id, cascade in parse_stop_requests(record.stop_requests):
+    for request in record.stop_requests:
         # Asked for while it ran (S1).
-        by = askers.get(operation, owner)
-        record, _ = stop_task(record, task_id, operation, now, by=by, cascade=cascade)
+        by = askers.get(request.operation_id, owner)
+        record, _ = stop_task(
+            record, request.task_id, request.operation_id, now, by=by, cascade=request.cascade
+        )
     replan_goal = False
     pending = record.pending
     stored_outer = outer_answer(record)
@@ -413,7 +414,7 @@ class StoredTaskStop:
             if stored.terminal or owner is None:
                 return None  # nobody would act on a request: say so instead
             runner.append(owner)
-            stored = add_control(stored, "stop-task", self.owner, now, request)
+            stored = add_control(stored, "stop-task", self.owner, now, stop=request)
             requests = (*stored.stop_requests, request)[-MAX_CONTROLS:]
             return attrs.evolve(stored, stop_requests=requests)
 

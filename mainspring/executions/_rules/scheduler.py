@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus, Vector
+from ...storage import STEP_FINISHED, Approval, Plan, PlanStep, StepStatus, Vector
 from .status import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
@@ -190,11 +190,9 @@ class Schedule:
         return self._finished == len(self.status)
 
 
-def approval_key(plan_version: int, step: PlanStep | None) -> str:
-    """The key an approval of the plan (``step`` None) or of one step is recorded under."""
-    if step is None:
-        return f"plan.v{plan_version}"
-    return f"step.{step.id}.v{plan_version}"
+def approval_key(plan_version: int, step: PlanStep | None) -> Approval:
+    """The approval of version ``plan_version`` of the plan (``step`` None) or of one step."""
+    return Approval(plan_version=plan_version, step_id=step.id if step is not None else None)
 
 
 def cost(step: PlanStep, remaining: int, reservation: Callable[[int], int]) -> int | None:
@@ -232,7 +230,7 @@ def pick(
     limits: Mapping[str, int],
     remaining: int,
     reservation: Callable[[int], int],
-    approvals: Collection[str],
+    approvals: Collection[Approval],
     question_open: bool,
     asking: Collection[str] = (),
     answered: Collection[str] = (),

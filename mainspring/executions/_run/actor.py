@@ -63,7 +63,6 @@ from .._rules.scheduler import pick
 from .._rules.transitions import (
     cancel_execution,
     clamp_count,
-    parse_stop_requests,
     pause_execution,
     stop_askers,
     stop_task,
@@ -757,11 +756,12 @@ class ExecutionActor(Actor):
         if stored.answer_requests and not await self._tasks.take_answers(stored.answer_requests):
             return
         askers = stop_askers(stored)  # V3: the task is told who asked, as if asked here
-        for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
+        for request in stored.stop_requests:
+            task_id = request.task_id
             task = st.tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in st.stopping_tasks:
-                by = askers.get(operation, "")
-                await self._tasks.stop(StopTask(task_id, operation, cascade, by))
+                by = askers.get(request.operation_id, "")
+                await self._tasks.stop(StopTask(task_id, request.operation_id, request.cascade, by))
             if st.stopping():
                 return
 

@@ -25,6 +25,7 @@ from ...storage import (
     Pending,
     Plan,
     PlanStep,
+    QuestionId,
     StepStatus,
     TaskState,
     reconcile,
@@ -32,7 +33,7 @@ from ...storage import (
 )
 from .._rules.plan import observe, step_input_hash
 from .._rules.status import task_move
-from .._rules.transitions import ASK_PREFIX, answered, clamp_count, stop_request, stop_task
+from .._rules.transitions import answered, clamp_count, stop_request, stop_task
 from .._steps.children import TaskSave
 from .._steps.failures import log_failure
 from . import events as ev
@@ -214,7 +215,7 @@ class TaskBook:
         envelope = self._cfg.agent_envelope
         if not why:  # an unknown (old) hash is known from now on
             return attrs.evolve(task, definition_hash=current, envelope_hash=envelope)
-        answers = tuple(o for o in task.inner_observations if o.step_id.startswith(ASK_PREFIX))
+        answers = tuple(o for o in task.inner_observations if QuestionId.is_question(o.step_id))
         attempt = clamp_count(task.attempt + 1)
         note = redact(f"attempt {attempt}: the inner work restarts: {why} (R8)")
         return attrs.evolve(
