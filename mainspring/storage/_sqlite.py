@@ -43,8 +43,9 @@ from ._records import EXECUTION_TERMINAL, Execution
 
 __all__ = ["DEFAULT_MAX_RECORD_BYTES", "SCHEMA_VERSION", "SqliteStore", "StoreNeedsMigration"]
 
-#: The layout this library writes; a newer one is refused, an older one must be migrated.
-SCHEMA_VERSION = 2
+#: The layout this library writes; a newer one is refused, an older one must be migrated
+#: (``mainspring migrate``). 3: states in one spelling, typed stop requests and approvals.
+SCHEMA_VERSION = 3
 #: An execution read back whole (all its rows) is refused past this (X2); one row past
 #: ``max_bytes``.
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
@@ -95,9 +96,11 @@ def _tables(db: sqlite3.Connection) -> set[str]:
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def _check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None:
-    """Refuse a v1 store (it needs ``mainspring migrate``) and a newer layout; create ours
-    in an empty database."""
+def _check_layout(
+    db: sqlite3.Connection, path: Path, *, creating: bool, layout: int = SCHEMA_VERSION
+) -> None:
+    """Refuse an older store (it needs ``mainspring migrate``) and a newer layout; create ours
+    in an empty database. ``layout``: the one expected (a migration reads an older one)."""
     tables = _tables(db)
     if "meta" not in tables:
         if "executions" in tables:
@@ -110,14 +113,22 @@ def _check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None
         return
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     version = row[0] if row is not None else None
-    if version != str(SCHEMA_VERSION):
-        raise StorageError(
-            f"{path} has storage layout {version!r}; this mainspring reads layout "
-            f"{SCHEMA_VERSION}: upgrade mainspring to open it"
+    if version == str(layout):
+        return
+    if version in {str(older) for older in range(2, layout)}:
+        raise StoreNeedsMigration(
+            f"{path} has storage layout {version}; convert it to layout {layout} with "
+            f"`mainspring migrate --store {path}` (the old store is kept)"
         )
+    raise StorageError(
+        f"{path} has storage layout {version!r}; this mainspring reads layout "
+        f"{layout}: upgrade mainspring to open it"
+    )
 
 
-def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
+def _open_read_only(
+    path: Path, busy_timeout: float, layout: int = SCHEMA_VERSION
+) -> sqlite3.Connection:
     """A connection that cannot write, to a database that must already be a store: nothing
     is created, converted or chmodded (a command that only reads must change nothing)."""
     if not path.is_file():
@@ -130,7 +141,7 @@ def _open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
             isolation_level=None,
             check_same_thread=False,
         )
-        _check_layout(db, path, creating=False)
+        _check_layout(db, path, creating=False, layout=layout)
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
     return db
@@ -146,6 +157,10 @@ def _remove_new(path: Path) -> None:
 class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
     agent memory beside them (``storage._memory_sqlite``)."""
+
+    #: The layout this store reads and writes; a migration's reader of an older one
+    #: (``storage._migrate``) says which, and rewrites what it reads (``_upgrade``).
+    _layout = SCHEMA_VERSION
 
     def __init__(
         self,
@@ -170,7 +185,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         #: those parts read as empty; a writable open adds them).
         self._part_tables = dict(_TABLES)
         if read_only:
-            self._db = _open_read_only(self.path, busy_timeout)
+            self._db = _open_read_only(self.path, busy_timeout, self._layout)
             present = _tables(self._db)
             self._part_tables = {p: t for p, t in _TABLES.items() if t in present}
             self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
@@ -191,18 +206,18 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
         try:
             # What is there is checked before anything is changed: a database that is not
             # a store, or of a newer layout, is refused as it was found.
-            _check_layout(self._db, self.path, creating=True)
+            _check_layout(self._db, self.path, creating=True, layout=self._layout)
             os.chmod(self.path, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                _check_layout(self._db, self.path, creating=True)
+                _check_layout(self._db, self.path, creating=True, layout=self._layout)
                 for statement in _SCHEMA:
                     self._db.execute(statement)
                 self._db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
+                    (str(self._layout),),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -220,6 +235,10 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
             raise
         self._tighten_sidecars()
         self._memory = SqliteMemory(self._db, self._lock, clock=clock)
+
+    def _upgrade(self, folded: Folded) -> Folded:
+        """What is read, as this layout's: unchanged (a migration's reader rewrites it)."""
+        return folded
 
     def _memory_of(self, *, write: bool) -> SqliteMemory:
         return self._memory
@@ -305,7 +324,7 @@ class SqliteStore(SqliteEvidence, OnSqlite, CompareAndSetStore):
                 top = pos
             folded.parts[part] = items
             next_pos[part] = top + 1
-        return fold(folded, kind=kind), seq, next_pos, folded.checkpoints
+        return fold(self._upgrade(folded), kind=kind), seq, next_pos, folded.checkpoints
 
     def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad one (X2)."""
