@@ -57,7 +57,7 @@ import shutil
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import orjson
@@ -70,9 +70,10 @@ from ._fold import Folded
 from ._frames import _fsync_directory, encode_frame, replace_file
 from ._history import HistoryEvent
 from ._journal import snapshot_changes
+from ._pg_schema import is_postgres_url
 from ._platform import O_CLOEXEC, fcntl
 from ._records import Execution
-from ._sqlite import SCHEMA_VERSION, SqliteStore
+from ._sqlite import SCHEMA_VERSION, SqliteStore, StoreNeedsMigration
 from ._v1 import Kind, connect_existing, iter_v1_files, iter_v1_sqlite, layout
 from ._v2 import RESPELLED, upgrade_event, upgrade_folded, upgrade_head, upgrade_part
 
@@ -106,15 +107,19 @@ class MigrationReport:
     """What :func:`migrate_store` did. ``migrated`` executions are in the current store now
     at ``new_path``; each of ``problems`` did not read and stays only in the old store kept
     at ``backup_path``. ``from_layout``: the layout the store had (1 for 0.1, 2 for storage
-    v2). ``already_current``: ``new_path`` was of the current layout and nothing changed."""
+    v2). ``already_current``: ``new_path`` was of the current layout and nothing changed.
+    For PostgreSQL, the schema was upgraded in place (no backup: each version's upgrade is
+    one transaction), and ``problems`` are the executions that do not read after it."""
 
-    new_path: Path
-    kind: Kind
+    new_path: Path | str  # a PostgreSQL store's: its URL, any password hidden
+    kind: Kind | Literal["postgres"]
     migrated: int
     problems: tuple[Problem, ...] = ()
     backup_path: Path | None = None
     already_current: bool = False
     from_layout: int | None = None
+    #: The layout the store has now.
+    to_layout: int = SCHEMA_VERSION
 
 
 class _V2Files(FileStore):
@@ -525,10 +530,43 @@ def _finish(path: Path, temp: Path, max_bytes: int) -> MigrationReport:
     )
 
 
+def _migrate_postgres(url: str) -> MigrationReport:
+    """Upgrade the PostgreSQL store at ``url`` as opening it writable does: one transaction
+    per schema version, under the schema's advisory lock (``storage._pg_schema``)."""
+    from ._postgres import PostgresStore
+
+    try:
+        current = PostgresStore(url, read_only=True)
+    except StoreNeedsMigration:
+        pass
+    else:
+        current.close()
+        return MigrationReport(
+            new_path=current.address.shown,
+            kind="postgres",
+            migrated=0,
+            already_current=True,
+            from_layout=SCHEMA_VERSION,
+        )
+    store = PostgresStore(url)
+    try:
+        listing = store.list()
+    finally:
+        store.close()
+    return MigrationReport(
+        new_path=store.address.shown,
+        kind="postgres",
+        migrated=len(listing.executions),
+        problems=listing.problems,
+        from_layout=2,
+    )
+
+
 def migrate_store(
     path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> MigrationReport:
-    """Convert the store at ``path`` (a SQLite file or a FileStore directory) of an older
+    """Convert the store at ``path`` (a SQLite file, a FileStore directory, or a PostgreSQL
+    URL: see :func:`_migrate_postgres`) of an older
     layout (0.1's, or storage v2) to the current one in place, keeping the old one as
     ``<path>.v1-backup`` or ``<path>.v2-backup``; see the module docstring for the steps
     and what a crash at each leaves. A store of the current layout is left alone
@@ -536,6 +574,8 @@ def migrate_store(
     :class:`MigrationError` if it cannot be migrated, StorageError if there is no store.
     Blocking: call it through a worker thread from an event loop.
     """
+    if is_postgres_url(path):
+        return _migrate_postgres(str(path))
     path = Path(path)
     if os.path.islink(path):
         raise MigrationError(f"{path} is a symlink: migrate the store it points to")

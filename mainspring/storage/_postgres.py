@@ -89,9 +89,17 @@ from ._pg_retry import (
     StoreUnavailable,
     retry_loop,
 )
-from ._pg_schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from ._pg_schema import (
+    NOT_WRITTEN,
+    TABLES,
+    VALUES_SINCE,
+    parse_address,
+    schema_version,
+    upgrade,
+)
 from ._pg_sql import Statements, loads_row, rows_for, size_expr, with_puts
 from ._records import EXECUTION_TERMINAL, Execution, Lease
+from ._sqlite import StoreNeedsMigration
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -223,6 +231,12 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 f"no mainspring store in schema {self.schema!r} at {self.address.shown}"
             )
         upgrade(conn, self.schema, to=version)  # refuses a newer one; writes nothing
+        if version < VALUES_SINCE:
+            raise StoreNeedsMigration(
+                f"schema {self.schema!r} at {self.address.shown} has mainspring schema version "
+                f"{version}, older than storage v3's values: upgrade it (open it once not "
+                f"read-only, or run `mainspring migrate --store URL`) before reading it"
+            )
         self._read_sql = Statements(self.schema, version).read  # an older one's parts
 
     def __repr__(self) -> str:

@@ -275,7 +275,7 @@ def test_a_crash_at_either_rename_is_finished_or_restarted_by_running_again(
     assert (report.migrated, report.problems, report.backup_path) == (3, (), backup)
     assert new_view(store, kind) == as_v2(expected)
     assert snapshot(backup) == before
-    assert sorted(p.name for p in tmp_path.iterdir() if "v2-migrating" in p.name) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if "v3-migrating" in p.name) == []
     assert migrate_store(store).already_current
 
 
@@ -300,7 +300,7 @@ def test_a_crash_while_building_leaves_the_old_store_in_place_and_a_rerun_restar
         with pytest.raises(Crash):
             migrate_store(store)
     assert snapshot(store) == before  # untouched, and still refused by the new code
-    assert os.path.lexists(store.with_name(store.name + ".v2-migrating"))
+    assert os.path.lexists(store.with_name(store.name + ".v3-migrating"))
     report = migrate_store(store)
     assert report.migrated == 3
     assert sorted(new_view(store, kind)) == ["ex-1", "ex-2", "ex-3"]
@@ -333,7 +333,7 @@ def test_a_crash_before_the_last_directory_fsync_reads_as_done(
 
 
 def test_a_half_done_migration_without_a_backup_is_refused(tmp_path: Path) -> None:
-    temp = tmp_path / "store.sqlite3.v2-migrating"
+    temp = tmp_path / "store.sqlite3.v3-migrating"
     SqliteStore(temp).close()
     with pytest.raises(MigrationError, match="without a backup"):
         migrate_store(tmp_path / "store.sqlite3")
