@@ -229,6 +229,7 @@ agent_tasks = st.builds(
         traceback=st.none() | st.text(max_size=200),
     ),
 )
+stop_requests = st.builds(rec.StopRequest, operation_id=ids, task_id=ids, cascade=st.booleans())
 executions = st.builds(
     rec.Execution,
     id=ids,
@@ -270,9 +271,16 @@ executions = st.builds(
             by=short_text,
             at=times,
             answer_sha256=st.none() | digests,
+        )
+        | st.builds(
+            rec.Control, action=st.just("stop-task"), by=short_text, at=times, stop=stop_requests
         ),
         max_size=2,
     ).map(tuple),
+    approvals=st.lists(
+        st.builds(rec.Approval, plan_version=counters, step_id=st.none() | ids), max_size=2
+    ).map(tuple),
+    stop_requests=st.lists(stop_requests, max_size=2).map(tuple),
     deadline_at=st.none() | times,
     created_at=times,
     updated_at=times,

@@ -75,7 +75,7 @@ synchronous and check the digest before any path or query (X1); files are
 ``.format``); an older layout (0.1's, storage v2) is refused with :class:`StoreNeedsMigration`
 (run ``mainspring migrate``: ``storage._migrate``), a newer one with a clear error. A
 PostgreSQL schema is upgraded when a writable store opens it (``storage._pg_schema``); a
-read-only store of a schema older than storage v3's values is refused alike. v3 spells every
+read-only store of an older schema reads it as v3 spells it, changing nothing. v3 spells every
 state one way (snake_case :class:`enum.StrEnum` members) and keeps stop requests, approvals
 and question ids as typed values (:class:`StopRequest`, :class:`Approval`,
 :class:`QuestionId`; ``storage._requests``).

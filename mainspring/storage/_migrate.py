@@ -73,7 +73,7 @@ from ._journal import snapshot_changes
 from ._pg_schema import is_postgres_url
 from ._platform import O_CLOEXEC, fcntl
 from ._records import Execution
-from ._sqlite import SCHEMA_VERSION, SqliteStore, StoreNeedsMigration
+from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._v1 import Kind, connect_existing, iter_v1_files, iter_v1_sqlite, layout
 from ._v2 import RESPELLED, upgrade_event, upgrade_folded, upgrade_head, upgrade_part
 
@@ -535,12 +535,9 @@ def _migrate_postgres(url: str) -> MigrationReport:
     per schema version, under the schema's advisory lock (``storage._pg_schema``)."""
     from ._postgres import PostgresStore
 
-    try:
-        current = PostgresStore(url, read_only=True)
-    except StoreNeedsMigration:
-        pass
-    else:
-        current.close()
+    current = PostgresStore(url, read_only=True)  # StorageError if there is no store
+    current.close()
+    if not current._v2_values:
         return MigrationReport(
             new_path=current.address.shown,
             kind="postgres",

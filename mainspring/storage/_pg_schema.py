@@ -10,7 +10,7 @@ and approvals): no table changes, but the JSON of the rows that hold such values
 in the same one transaction as the version bump. It runs when a writable store opens the
 schema (or ``mainspring migrate URL``); a host of an older mainspring must not be running
 against the schema then, as it would go on writing the old values. A read-only store of an
-older schema is refused (``StoreNeedsMigration``): reading never writes.
+older schema reads its rows as v3 spells them, in memory (reading never writes).
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ from ._pg_schema import (
 )
 from ._pg_sql import Statements, loads_row, rows_for, size_expr, with_puts
 from ._records import EXECUTION_TERMINAL, Execution, Lease
-from ._sqlite import StoreNeedsMigration
+from ._v2 import upgrade_event, upgrade_folded
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
 
@@ -206,6 +206,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         sql = Statements(self.schema)
         self._s = sql.s
         self._lock_sql, self._events_sql, self._read_sql = sql.lock, sql.events, sql.read
+        self._v2_values = False
         self._connections = Connections(
             self.address,
             pool_size=pool_size,
@@ -231,12 +232,9 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
                 f"no mainspring store in schema {self.schema!r} at {self.address.shown}"
             )
         upgrade(conn, self.schema, to=version)  # refuses a newer one; writes nothing
-        if version < VALUES_SINCE:
-            raise StoreNeedsMigration(
-                f"schema {self.schema!r} at {self.address.shown} has mainspring schema version "
-                f"{version}, older than storage v3's values: upgrade it (open it once not "
-                f"read-only, or run `mainspring migrate --store URL`) before reading it"
-            )
+        # An older schema is read as storage v3 spells it, in memory only (reading never
+        # writes); a writable store upgrades it on open.
+        self._v2_values = version < VALUES_SINCE
         self._read_sql = Statements(self.schema, version).read  # an older one's parts
 
     def __repr__(self) -> str:
@@ -303,6 +301,10 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _event(self, body: Any) -> Any:
+        raw = self._loads(body, "history entry")
+        return upgrade_event(raw) if self._v2_values else raw
+
     def _loads(self, body: Any, kind: str) -> Any:
         return loads_row(body, kind, self.max_bytes)  # E7, X2
 
@@ -334,6 +336,8 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
             items[part][key] = self._loads(body, kind)
             next_pos[part] = pos + 1
         folded.parts = items
+        if self._v2_values:
+            folded.head = upgrade_folded(folded.head, folded.parts)
         base = Base.of(fold(folded, kind=kind), seq, next_pos, window=folded.checkpoints)
         base.size = int(size)
         return base
@@ -393,9 +397,7 @@ class PostgresStore(PgEvidence, PostgresMemory, CompareAndSetStore):
         if execution_id is not None:
             check_id(execution_id)
         rows = self._retrying(self._history_rows, execution_id, after, limit)
-        return tuple(
-            parse_event(seq, eseq, self._loads(body, "history entry")) for seq, eseq, body in rows
-        )
+        return tuple(parse_event(seq, eseq, self._event(body)) for seq, eseq, body in rows)
 
     def _history_rows(self, execution_id: str | None, after: int, limit: int) -> builtins.list[Any]:
         with self._connections.reading() as conn:
