@@ -355,8 +355,22 @@ def _v2_files(path: Path, temp: Path) -> tuple[int, list[Problem]]:
         expected[execution_id] = (read.execution, history)
     replace_file(temp / ".format", canonical_json({"layout": SCHEMA_VERSION}))
     _read_back(FileStore(temp, read_only=True), expected)
-    _fsync_directory(temp)
+    _fsync_tree(temp)  # what was copied as it was (memory, evidence, counters) too
     return len(expected), problems
+
+
+def _fsync_tree(root: Path) -> None:
+    """Every file under ``root`` fsynced, then every directory, deepest first."""
+    directories: list[Path] = []
+    for here, _, files in os.walk(root):
+        directories.append(Path(here))
+        for name in files:
+            path = Path(here) / name
+            if path.is_file() and not path.is_symlink():
+                with _open_fd(path, os.O_RDONLY) as fd:
+                    os.fsync(fd)
+    for directory in reversed(directories):
+        _fsync_directory(directory)
 
 
 def _upgraded_entry(entry: Any) -> Any:
