@@ -2,7 +2,7 @@
 
 Run ``python benchmarks/bench_commit_path.py`` (``--postgres URL`` adds PostgresStore; a
 scratch schema is made and dropped). For each store and run length (``--sizes``, default
-20, 1,000 and 10,000 steps) it replays, through ``Store.commit_many``, the commits a linear
+20, 1,000 and 10,000 steps) it replays, through ``Store.commit_runs``, the commits a linear
 plan of trivial tool steps makes: per step one commit that marks the plan step succeeded,
 appends its observation and its id to the completed steps, and adds a checkpoint (what the
 runtime commits). The last 200 commits of a run (all of a shorter one) are timed; the
@@ -117,14 +117,15 @@ def _count_round_trips(counts: _Counts) -> None:
 def _replay(
     store: Any, execution_id: str, steps: int, counts: _Counts
 ) -> tuple[list[float], list[float], list[int]]:
-    from mainspring.storage import Checkpoint, Execution, Observation
+    from mainspring.storage import Execution, Observation
+    from mainspring.storage._seam import Checkpoint
 
     plan = _plan(steps)
     store.create(Execution(id=execution_id, goal="g", created_at=1.0, updated_at=1.0))
     lease = store.acquire(execution_id, OWNER, 600.0).lease
     execution = store.get(execution_id)
     execution = attrs.evolve(execution, status="running", plan=plan, plan_version=1)
-    outcome = store.commit_many([(execution, OWNER)])
+    outcome = store.commit_runs([(execution, OWNER)])
     assert outcome[0].ok, outcome
     walls: list[float] = []
     cpus: list[float] = []
@@ -151,7 +152,7 @@ def _replay(
         timed = index >= steps - min(TIMED, steps)
         before = (counts.encodes, counts.statements, counts.round_trips, counts.fsyncs)
         wall, cpu = time.perf_counter(), time.thread_time()
-        outcome = store.commit_many([(execution, OWNER)])
+        outcome = store.commit_runs([(execution, OWNER)])
         after = (counts.encodes, counts.statements, counts.round_trips, counts.fsyncs)
         counted = [c + b - a for c, a, b in zip(counted, before, after, strict=True)]
         if timed:

@@ -80,7 +80,8 @@ class Counts:
     def patch(self) -> None:
         import psycopg
 
-        from mainspring.storage import _pg_feed, _postgres
+        from mainspring.storage._backends.postgres import feed as _pg_feed
+        from mainspring.storage._backends.postgres import store as _postgres
 
         def counted(cls: Any, name: str, key: str, timed: bool = False) -> None:
             original = getattr(cls, name)
@@ -102,7 +103,7 @@ class Counts:
         counted(psycopg.Pipeline, "_enqueue_sync", "syncs sent")
         counted(psycopg.Pipeline, "sync", "waits")
         counted(psycopg.Pipeline, "__exit__", "waits")
-        for name in ("commit_many", "renew_many", "create", "acquire", "release", "edit"):
+        for name in ("commit_runs", "renew_many", "create", "acquire", "release", "edit"):
             counted(_postgres.PostgresStore, name, f"store.{name}", timed=True)
         counted(_pg_feed.Feed, "wait", "feed.wait", timed=True)
 
@@ -156,14 +157,14 @@ def run(in_flight: int, executions: int, backend: str) -> None:
         _drop()
     steps = executions * STEPS
     tick = os.sysconf("SC_CLK_TCK")
-    commits = counts.n["store.commit_many"]
+    commits = counts.n["store.commit_runs"]
     print(f"{in_flight} in flight, {executions} executions of {STEPS} steps, {backend}")
     print(f"  {steps / wall:,.0f} steps/s, {wall / steps * 1e3:.2f} ms a step (wall)")
     for role in ("event loop", "worker threads", "server"):
         print(f"  CPU, {role}: {spent.get(role, 0) / tick / steps * 1e3:.2f} ms a step")
-    print(f"  store commit_many calls: {commits / steps:.2f} a step")
+    print(f"  store commit_runs calls: {commits / steps:.2f} a step")
     for key in ("statements", "syncs sent", "waits"):
-        print(f"  {key}: {counts.n[key] / max(commits, 1):.2f} a commit_many (all calls)")
+        print(f"  {key}: {counts.n[key] / max(commits, 1):.2f} a commit_runs (all calls)")
     for key, cpu in sorted(counts.cpu.items()):
         print(f"  CPU in {key}: {cpu / steps * 1e3:.3f} ms a step ({counts.n[key]} calls)")
 

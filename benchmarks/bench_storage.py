@@ -104,11 +104,9 @@ def commits_per_second(kind: str, where: Path, concurrency: int, total: int, nai
                         calls_used=n,
                     )  # fmt: skip
                     if naive:
-                        outcome = await anyio.to_thread.run_sync(
-                            store.commit_progress, record, owner
-                        )
+                        outcome = await anyio.to_thread.run_sync(store.commit_run, record, owner)
                     else:
-                        outcome = await committer.commit(record, owner)
+                        outcome = await committer.submit(record, owner)
                     assert outcome.ok
 
             start = time.perf_counter()

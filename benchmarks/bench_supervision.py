@@ -59,8 +59,8 @@ def restart_latency(backend: str, n: int) -> dict[str, float]:
 
     async def main() -> dict[str, float]:
         async with ms.open_system() as system:
-            sup = await system.spawn_supervisor(
-                [ms.supervision.ChildSpec(Child, name="c")], name="sup", clock=_Clock()
+            sup = await ms.supervision.spawn_supervisor(
+                system, [ms.supervision.ChildSpec(Child, name="c")], name="sup", clock=_Clock()
             )
             child = sup.child("c")
             assert child is not None
@@ -97,8 +97,8 @@ def many_children(backend: str, n: int) -> dict[str, float]:
         async with ms.open_system() as system:
             specs = [ms.supervision.ChildSpec(Child, name=f"c{i}") for i in range(n)]
             start = time.perf_counter()
-            sup = await system.spawn_supervisor(
-                specs, name="sup", strategy="one_for_all", clock=_Clock()
+            sup = await ms.supervision.spawn_supervisor(
+                system, specs, name="sup", strategy="one_for_all", clock=_Clock()
             )
             started = time.perf_counter() - start
             restarted = 0

@@ -40,14 +40,11 @@ import anyio
 import attrs
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, Execution, Lease, LeaseResult, Listing, Store
+from mainspring.storage import Execution, Lease, Store
 
 # The backends' decisions, so that this store answers exactly as they do. (A benchmark may
 # reach into the storage package; the library never does.)
-from mainspring.storage._backend import (
-    CommitResult,
-    Edit,
-    RenewResult,
+from mainspring.storage._backends.compare_and_set import (
     decide_acquire,
     decide_commit,
     decide_edit,
@@ -56,6 +53,8 @@ from mainspring.storage._backend import (
     decide_renew,
     with_disk_lease,
 )
+from mainspring.storage._backends.contract import CommitResult, Edit, RenewResult
+from mainspring.storage._seam import CommitOutcome, LeaseResult, Listing
 
 LINEAR = (20, 1_000, 10_000)
 AGENT = (100, 10_000, 100_000)
@@ -134,11 +133,11 @@ class MemoryStore:
             self._put(with_disk_lease(execution, stored))
         return outcome
 
-    def commit_progress(self, execution: Execution, owner: str) -> CommitOutcome:
+    def commit_run(self, execution: Execution, owner: str) -> CommitOutcome:
         with self._lock:
             return self._commit_one(execution, owner, self._now())
 
-    def commit(self, execution: Execution, owner: str) -> bool:
+    def replace(self, execution: Execution, owner: str) -> bool:
         with self._lock:
             stored = self._items.get(execution.id)
             if not decide_edit(stored, owner, self._now()):
@@ -173,7 +172,7 @@ class MemoryStore:
     def renew_many(self, renewals: Sequence[Any]) -> tuple[RenewResult, ...]:
         return tuple(self.renew(*renewal) for renewal in renewals)
 
-    def commit_many(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
         with self._lock:
             now = self._now()
             return tuple(self._commit_one(execution, owner, now) for execution, owner in commits)

@@ -46,14 +46,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "the store's code on the loop",
         (
-            "storage/_backend",
-            "storage/_sqlite",
-            "storage/_journal",
-            "storage/_postgres",
-            "storage/_pg_",
-            "storage/_file",
-            "storage/_frames",
-            "storage/_fold",
+            "storage/_backends/",
+            "storage/_journal/model",
+            "storage/_journal/keys",
+            "storage/_journal/fold",
         ),
     ),
     ("persistence actor (commit queue, flush, tickets)", ("storage/_persistence",)),
@@ -83,7 +79,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the execution actor (executions/_run)", ("executions/_run/",)),
     (
         "facade, handles, events (executions/_facade)",
-        ("executions/_facade/", "storage/_commit_events"),
+        ("executions/_facade/", "storage/_journal/commit_events"),
     ),
     (
         "actor kernel (mainspring.actors, supervision)",

@@ -2,9 +2,11 @@
 
 The names most programs need are here. The rest live in one namespace each:
 ``mainspring.supervision`` (supervisors), ``mainspring.storage`` (records and stores),
-``mainspring.executions`` (run events and the rest of the durable layer), and
-``mainspring.actors`` (the contract a supervisor implements). ``import mainspring`` loads the
-kernel only; supervision, the durable layer and the stores load on first use.
+``mainspring.executions`` (run events and the rest of the durable layer),
+``mainspring.testing`` (test doubles: a store in memory, a manual clock, a scripted worker
+host) and ``mainspring.actors`` (the types of the contract a supervisor implements).
+``import mainspring`` loads the kernel only; supervision, the durable layer and the stores
+load on first use.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .actors import Cancel as Cancel
 from .actors import CancelReason as CancelReason
 from .actors import Crash as Crash
 from .actors import EventsDropped as EventsDropped
+from .actors import IllegalTransition as IllegalTransition
 from .actors import LeaseLost as LeaseLost
 from .actors import MailboxFull as MailboxFull
 from .actors import MainspringError as MainspringError
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     from . import executions as executions
     from . import storage as storage
     from . import supervision as supervision
+    from . import testing as testing
     from .executions import AgentContext as AgentContext
     from .executions import ClarificationNeeded as ClarificationNeeded
     from .executions import ExecutionBusy as ExecutionBusy
@@ -60,6 +64,7 @@ if TYPE_CHECKING:
     from .executions import PlannerContext as PlannerContext
     from .executions import Runtime as Runtime
     from .executions import UnknownExecution as UnknownExecution
+    from .executions import WithUsage as WithUsage
     from .executions import open_runtime as open_runtime
     from .storage import Plan as Plan
     from .storage import PlanStep as PlanStep
@@ -71,7 +76,7 @@ publish(__name__, globals(), KERNEL)
 publish(actors.__name__, vars(actors), actors.__all__)  # the overseer contract
 
 _LAZY = LAZY
-_NAMESPACES = ("executions", "storage", "supervision", "cli")
+_NAMESPACES = ("executions", "storage", "supervision", "testing", "cli")
 
 
 def __getattr__(name: str) -> Any:

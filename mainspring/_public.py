@@ -20,9 +20,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 KERNEL = (
     "DEFAULT_MAILBOX_SIZE", "Actor", "ActorDeadError", "ActorFailed", "ActorRef", "ActorSystem",
     "AskTimeout", "BudgetExhausted", "Cancel", "CancelReason", "Crash", "EventsDropped",
-    "LeaseLost", "MailboxFull", "MainspringError", "NameTaken", "ParentCancel", "Pause",
-    "Shutdown", "Stop", "Terminated", "Timeout", "Timer", "cancel_reason", "current_actor",
-    "open_system",
+    "IllegalTransition", "LeaseLost", "MailboxFull", "MainspringError", "NameTaken",
+    "ParentCancel", "Pause", "Shutdown", "Stop", "Terminated", "Timeout", "Timer",
+    "cancel_reason", "current_actor", "open_system",
 )  # fmt: skip
 
 #: Top-level names loaded on first use, with the namespace each comes from.
@@ -39,6 +39,7 @@ LAZY: Mapping[str, str] = {
             "ExecutionBusy",
             "UnknownExecution",
             "InvalidPlan",
+            "WithUsage",
         ),
         "executions",
     ),

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 import mainspring as ms
-from mainspring.storage._frames import encode_frame
+from mainspring.storage._backends.file.frames import encode_frame
 
 _TABLES = (
     "plan_steps",
@@ -41,7 +41,7 @@ def read_raw(path: str | Path, execution_id: str) -> dict[str, Any]:
         if isinstance(store, ms.storage.SqliteStore):
             store.close()
     assert execution is not None, execution_id
-    raw: dict[str, Any] = ms.storage.unstructure(execution)
+    raw: dict[str, Any] = ms.storage._seam.unstructure(execution)
     return raw
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -94,7 +95,7 @@ def retry_policies(draw: st.DrawFn) -> ms.storage.RetryPolicy:
     """Any valid RetryPolicy (B1): base_delay never above max_delay."""
     low, high = sorted((draw(finite_seconds), draw(finite_seconds)))
     return ms.storage.RetryPolicy(
-        max_attempts=draw(st.integers(min_value=1, max_value=ms.storage.MAX_ATTEMPTS)),
+        max_attempts=draw(st.integers(min_value=1, max_value=ms.storage._seam.MAX_ATTEMPTS)),
         base_delay=low,
         max_delay=high,
         multiplier=draw(st.floats(min_value=1, max_value=1_000, allow_nan=False)),
@@ -230,6 +231,71 @@ agent_tasks = st.builds(
     ),
 )
 stop_requests = st.builds(rec.StopRequest, operation_id=ids, task_id=ids, cascade=st.booleans())
+# -- entries read one by one (E7, E8): a record, or what was stored if it does not parse ---
+
+_statuses = st.sampled_from(["assigned", "starting", "running", "idle", "stopped", "fenced"])
+worker_records = st.builds(
+    ms.storage.WorkerRecord,
+    id=ids,
+    task_id=ids,
+    step_id=ids,
+    agent_id=ids,
+    generation=st.integers(min_value=1, max_value=1_000),
+    status=_statuses,
+    lease=st.floats(min_value=1.0, max_value=600.0),
+    lease_expires_at=st.none() | times,
+    session=st.none() | ids,
+    repeats=counters,
+    delivered_digest=st.none() | digests,
+    reason=st.text(max_size=20).filter(lambda text: "\x00" not in text),
+    created_at=times,
+    updated_at=times,
+)
+worker_task_records = st.builds(
+    ms.storage.WorkerTask,
+    id=ids,
+    step_id=ids,
+    state=st.sampled_from(["ready", "running", "blocked", "awaiting_delivery", "delivered"]),
+    worker_id=st.none() | ids,
+    attempts=counters,
+    delivery_digest=st.none() | digests,
+    updated_at=times,
+)
+trail_records = st.builds(
+    ms.storage.TrailEntry,
+    seq=st.integers(min_value=1, max_value=1_000_000),
+    at=times,
+    worker_id=ids,
+    generation=st.integers(min_value=1, max_value=1_000),
+    event=st.sampled_from(["assigned", "starting", "beat", "stopped"]),
+    status=_statuses,
+    detail=st.text(max_size=20).filter(lambda text: "\x00" not in text),
+)
+
+
+@st.composite
+def unreadable_of(draw: st.DrawFn, records: st.SearchStrategy[Any]) -> dict[str, Any]:
+    """What a store may hold that does not parse: a record's stored form with a key no
+    version knows, a counter written as text, or a field missing."""
+    raw: dict[str, Any] = dict(unstructure(draw(records)))
+    how = draw(st.sampled_from(["unknown key", "text counter", "missing"]))
+    if how == "unknown key":
+        raw[draw(st.sampled_from(["bogus", "x", "v2"]))] = draw(json_values)
+    elif how == "text counter":
+        name = next(k for k in ("calls_used", "repeats", "attempts", "generation") if k in raw)
+        raw[name] = str(raw[name])
+    else:
+        required = ("created_at", "updated_at", "at", "step_id", "worker_id")
+        del raw[draw(st.sampled_from([k for k in required if k in raw]))]
+    return raw
+
+
+#: Items as ``Execution.agent_tasks`` (``workers``, ``worker_tasks``, ``worker_trail``)
+#: holds them once read: each a record or an Unreadable, made from stored data.
+def entries(records: st.SearchStrategy[Any], max_size: int = 3) -> st.SearchStrategy[Any]:
+    return st.lists(records.map(unstructure) | unreadable_of(records), max_size=max_size).map(tuple)
+
+
 executions = st.builds(
     rec.Execution,
     id=ids,
@@ -262,7 +328,10 @@ executions = st.builds(
     usage=usages,
     max_tokens=st.none() | token_counts,
     max_cost=st.none() | costs.map(lambda cost: rec.Usage(cost=cost).cost),
-    agent_tasks=st.lists(agent_tasks.map(unstructure), max_size=2).map(tuple),
+    agent_tasks=entries(agent_tasks, max_size=2),
+    workers=entries(worker_records, max_size=2),
+    worker_tasks=entries(worker_task_records, max_size=2),
+    worker_trail=entries(trail_records, max_size=2),
     agent_tasks_dropped=counters,
     controls=st.lists(
         st.builds(
@@ -294,7 +363,7 @@ record_values = st.one_of(
 
 import datetime as _dt  # noqa: E402
 
-from mainspring.storage import redact_flagged  # noqa: E402
+from mainspring.storage._seam import redact_flagged  # noqa: E402
 
 _offsets = st.timedeltas(
     min_value=_dt.timedelta(hours=-23, minutes=-59), max_value=_dt.timedelta(hours=23, minutes=59)

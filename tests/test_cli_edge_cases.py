@@ -159,7 +159,7 @@ def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
     stored = sqlite.get("ex-1")
     sqlite.close()
     assert stored is not None
-    (task,) = ms.storage.parse_agent_tasks(stored)[0]
+    (task,) = ms.storage._seam.parse_agent_tasks(stored)[0]
     # it used to: ok=True, state "stopping", "its runner stops it within one heartbeat", exit 0,
     # and nothing was written: the task stays unfinished forever.
     assert result["state"] != "stopping"

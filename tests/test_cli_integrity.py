@@ -14,7 +14,7 @@ import pytest
 import mainspring as ms
 from mainspring.cli import EXIT_FAILED, EXIT_NO_STORE, EXIT_OK
 from mainspring.cli._integrity import MEMORY_FILE, quick_check
-from mainspring.storage._memory_local import MEMORY_FILE as STORAGE_MEMORY_FILE
+from mainspring.storage._backends.file.memory import MEMORY_FILE as STORAGE_MEMORY_FILE
 
 from ._cli_kit import inc, run_cli
 

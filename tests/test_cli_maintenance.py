@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mainspring.cli import EXIT_BUSY, EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE
-from mainspring.storage import Execution, FileStore, SqliteStore, encode
+from mainspring.storage import Execution, FileStore, SqliteStore
+from mainspring.storage._seam import encode
 
 from ._cli_kit import run_cli
 

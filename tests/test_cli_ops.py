@@ -26,7 +26,7 @@ from mainspring.cli import (
     EXIT_USAGE,
     main,
 )
-from mainspring.storage._frames import encode_frame
+from mainspring.storage._backends.file.frames import encode_frame
 
 from ._cli_kit import inc, run_cli
 from ._raw import read_raw, write_garbage, write_raw
@@ -125,7 +125,7 @@ def test_unknown_ids_bad_ids_and_missing_stores_have_their_exit_codes(
     "kind", ["a directory named like a SQLite file", "a SQLite file named like a directory"]
 )
 def test_the_command_and_the_runtime_name_a_stores_backend_alike(tmp_path: Path, kind: str) -> None:
-    """One rule (mainspring.storage.store_kind) for both: what is at the path decides."""
+    """One rule (mainspring.storage._seam.store_kind) for both: what is at the path decides."""
     if kind.startswith("a directory"):
         path = tmp_path / "runs.sqlite3"
         ms.storage.FileStore(path)
@@ -349,7 +349,11 @@ def test_doctor_names_a_dead_owner_apart_from_an_orphan(tmp_path: Path) -> None:
     files = tmp_path / "files"
     _make_store(files)
     child = subprocess.run(
-        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        [
+            sys.executable,
+            "-c",
+            "from mainspring.storage._seam import new_owner_id; print(new_owner_id())",
+        ],
         capture_output=True,
         check=True,
         timeout=60,
@@ -556,7 +560,11 @@ def test_l7_an_owner_id_read_from_the_store_never_drives_the_terminal(tmp_path: 
     """An owner id is text anyone who can write the store chose: ``ls``, ``show`` and
     ``doctor``'s dead-owner finding show its control characters as escapes."""
     out = subprocess.run(
-        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        [
+            sys.executable,
+            "-c",
+            "from mainspring.storage._seam import new_owner_id; print(new_owner_id())",
+        ],
         capture_output=True, check=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
     )  # fmt: skip

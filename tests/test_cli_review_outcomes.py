@@ -182,7 +182,7 @@ async def test_show_tells_the_operator_what_12_added(tmp_path: Path) -> None:
     (obs,) = [o for o in shown["observations"] if o["step_id"] == "t"]
     assert obs["redacted"] is True
     # The typed encoding is shown as stored, tags and all: it decodes to the stored value.
-    assert ms.storage.decode_value(obs["output"])[(1, 2)] == "pair"
+    assert ms.storage._seam.decode_value(obs["output"])[(1, 2)] == "pair"
 
 
 def _to_old_format(store: str, execution_id: str) -> None:

@@ -20,11 +20,11 @@ def test_events_prints_worker_moves(tmp_path: Path) -> None:
     worker = WorkerRecord(
         id="w1", task_id="t1", step_id="s1", agent_id="coder", created_at=1.0, updated_at=1.0
     )
-    raw = ms.storage.unstructure(worker)
+    raw = ms.storage._seam.unstructure(worker)
     assert store.create(
         ms.storage.Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0, workers=(raw,))
     )
-    moved = ms.storage.unstructure(attrs.evolve(worker, generation=2, reason="takeover"))
+    moved = ms.storage._seam.unstructure(attrs.evolve(worker, generation=2, reason="takeover"))
     assert store.edit("ex-1", lambda stored, now: attrs.evolve(stored, workers=(moved,)))
     store.close()
     code, out = run_cli("events", "ex-1", "--store", str(path))

@@ -19,21 +19,23 @@ import pytest
 
 from mainspring.cli import EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from mainspring.storage import (
-    MAX_TRAIL,
     AgentTaskRecord,
     Execution,
     FileStore,
     Plan,
     PlanStep,
     PostgresStore,
-    ProcessIdentity,
     SqliteStore,
     Store,
     TrailEntry,
-    UsageEpoch,
-    WorkerFailure,
     WorkerRecord,
     WorkerTask,
+)
+from mainspring.storage._seam import (
+    MAX_TRAIL,
+    ProcessIdentity,
+    UsageEpoch,
+    WorkerFailure,
     unstructure,
 )
 
@@ -383,8 +385,8 @@ def test_what_is_printed_is_redacted(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.sqlite3")
     now = store.now()
     execution = _execution(now)
-    workers = ({**execution.workers[0], "reason": f"token {SECRET}"},)
-    trail = ({**execution.worker_trail[-1], "detail": f"token {SECRET}"},)
+    workers = ({**unstructure(execution.workers[0]), "reason": f"token {SECRET}"},)
+    trail = ({**unstructure(execution.worker_trail[-1]), "detail": f"token {SECRET}"},)
     store.create(
         Execution(
             id="ex-s",
@@ -459,7 +461,7 @@ def test_stop_task_says_a_task_is_worker_backed_and_its_workers_status(tmp_path:
     try:
         record = reread.get("ex-w")
         assert record is not None
-        assert record.agent_tasks[0]["state"] == "running"  # unchanged
+        assert record.agent_tasks[0].state == "running"  # type: ignore[union-attr] # unchanged
     finally:
         reread.close()
 

@@ -1,5 +1,6 @@
-"""The public surface: tiers, one namespace per name, no constructors for runtime objects.
-(The import rules between layers are in test_layers.py.)"""
+"""The public surface: tiers, one namespace per name, its size, its documentation, no
+constructors for runtime objects and no subclassing of them. (The import rules between layers,
+and each package's one internal door, ``_seam``, are in test_layers.py.)"""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import mainspring.cli
 import mainspring.executions
 import mainspring.storage
 import mainspring.supervision
+import mainspring.testing
 
 NAMESPACES = [
     mainspring,
@@ -22,6 +24,7 @@ NAMESPACES = [
     mainspring.supervision,
     mainspring.storage,
     mainspring.executions,
+    mainspring.testing,
 ]
 
 
@@ -117,6 +120,7 @@ def test_private_modules_are_underscored() -> None:
         mainspring.executions,
         mainspring.cli,
         mainspring._demos,
+        mainspring.testing,
     ):
         for module in pkgutil.iter_modules(pkg.__path__):
             assert module.name.startswith("_"), f"{pkg.__name__}.{module.name} looks public"
@@ -175,33 +179,137 @@ def test_an_actor_outside_a_system_says_so() -> None:
         _ = Lonely().ref
 
 
-def test_every_public_name_has_a_docstring() -> None:
-    for name in mainspring.__all__:
-        obj = getattr(mainspring, name)
-        if isinstance(obj, int | str):
-            continue
-        assert (obj.__doc__ or "").strip(), name
+def test_the_public_surface_is_short() -> None:
+    # What users use: records, stores and errors in storage; events, results and the worker
+    # and memory APIs in executions. Internal seams live behind each package's _seam.
+    sizes = {namespace.__name__: len(namespace.__all__) for namespace in NAMESPACES}
+    assert sum(sizes.values()) < 150, sizes
+    assert sizes["mainspring"] <= 40, sizes
+    assert sizes["mainspring.storage"] <= 50, sizes
+    assert sizes["mainspring.executions"] <= 35, sizes
+    assert sizes["mainspring.actors"] <= 10, sizes
 
 
-def test_every_public_method_and_property_of_a_public_class_has_a_docstring() -> None:
+def test_what_left_the_public_namespaces_stays_importable_through_the_doors() -> None:
+    from mainspring.actors import _seam as actors_seam
+    from mainspring.executions import _seam as executions_seam
+    from mainspring.storage import _seam as storage_seam
+
+    internal = (
+        "check_id", "query_terms", "holder", "sha256_hex", "structure", "MAX_TRAIL",
+        "ACTIVE_WORKER", "parse_agent_tasks", "parse_workers", "Committer", "Listing",
+    )  # fmt: skip
+    for name in internal:
+        assert name not in mainspring.storage.__all__, name
+        assert getattr(storage_seam, name) is not None, name
+    for name in ("IllegalTransition", "WorkerHost", "Report", "Seen", "ExecutionEvent"):
+        assert name not in mainspring.executions.__all__, name
+        assert getattr(executions_seam, name) is not None, name
+    for name in ("spawn_supervised", "spawn_started", "publish_event", "EventBus", "ActorState"):
+        assert name not in mainspring.actors.__all__, name
+        assert getattr(actors_seam, name) is not None, name
+    # Moved, not lost: WithUsage to the top level, ScriptedHost to mainspring.testing,
+    # spawn_supervisor to mainspring.supervision.
+    assert "WithUsage" in mainspring.__all__
+    assert "ScriptedHost" in mainspring.testing.__all__
+    assert "spawn_supervisor" in mainspring.supervision.__all__
+
+
+def _documented_value(namespace: Any, name: str) -> bool:
+    """Whether a public constant or type alias has a ``#:`` comment just above where it is
+    assigned (what Sphinx and mkdocstrings read), in its namespace's package."""
+    import ast
+    import inspect
+    import pathlib
+
+    root = pathlib.Path(inspect.getfile(namespace)).parent
+    for path in [*root.rglob("*.py"), *root.parent.glob("_*.py")]:
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.parse(source).body:
+            targets = (
+                [t for t in node.targets if isinstance(t, ast.Name)]
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                if above.startswith("#:"):
+                    return True
+    return False
+
+
+def test_every_public_name_of_every_namespace_is_documented() -> None:
     import inspect
 
     missing = []
-    for name in mainspring.__all__:
-        obj = getattr(mainspring, name)
-        if not inspect.isclass(obj):
-            continue
-        for attr, member in vars(obj).items():
-            if attr.startswith("_"):
-                continue
-            if isinstance(member, property):
-                function = member.fget
-            elif isinstance(member, staticmethod | classmethod):
-                function = member.__func__
-            elif inspect.isfunction(member):
-                function = member
-            else:
-                continue
-            if not (getattr(function, "__doc__", None) or "").strip():
-                missing.append(f"{name}.{attr}")
+    for namespace in NAMESPACES:
+        for name in namespace.__all__:
+            obj = getattr(namespace, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismethod(obj):
+                documented = bool((obj.__doc__ or "").strip())
+            elif callable(obj) and getattr(obj, "__wrapped__", None) is not None:
+                documented = bool((obj.__doc__ or "").strip())  # a wrapped function
+            else:  # a constant or a type alias: its ``#:`` comment
+                documented = _documented_value(namespace, name)
+            if not documented:
+                missing.append(f"{namespace.__name__}.{name}")
     assert missing == []
+
+
+def test_every_public_method_and_property_of_a_public_class_has_a_docstring() -> None:
+    # In every namespace; a method that overrides a documented one inherits its docstring
+    # (inspect.getdoc, as help() shows it).
+    import inspect
+
+    missing = []
+    for namespace in NAMESPACES:
+        for name in namespace.__all__:
+            obj = getattr(namespace, name)
+            if not inspect.isclass(obj):
+                continue
+            for attr, member in vars(obj).items():
+                if attr.startswith("_"):
+                    continue
+                if isinstance(member, property):
+                    doc = inspect.getdoc(member)
+                elif isinstance(member, staticmethod | classmethod) or inspect.isfunction(member):
+                    doc = inspect.getdoc(getattr(obj, attr))
+                else:
+                    continue
+                if not (doc or "").strip():
+                    missing.append(f"{namespace.__name__}.{name}.{attr}")
+    assert missing == []
+
+
+#: Classes whose objects only the runtime makes: users hold them, never subclass them.
+RUNTIME_MADE = [
+    mainspring.ActorSystem,
+    mainspring.Timer,
+    mainspring.supervision.SupervisorRef,
+    mainspring.Runtime,
+    mainspring.ExecutionHandle,
+    mainspring.AgentContext,
+    mainspring.PlannerContext,
+    mainspring.executions._seam.WorkersView,
+    mainspring.executions._seam.AgentMemory,
+    mainspring.testing.ManualClock,
+]
+
+
+@pytest.mark.parametrize("cls", RUNTIME_MADE, ids=lambda c: c.__name__)
+def test_runtime_made_classes_are_final(cls: type) -> None:
+    assert getattr(cls, "__final__", False) is True, f"{cls.__qualname__} is not @final"
+
+
+def test_actor_ref_is_the_one_runtime_made_class_meant_to_be_extended() -> None:
+    # An overseer gives its actors their own ref class (the kernel's spawn_supervised and
+    # spawn_started take ref_class): SupervisorRef is one. So ActorRef is not @final, and
+    # mainspring's only subclass of it is final itself.
+    assert not getattr(mainspring.ActorRef, "__final__", False)
+    ours = [
+        c for c in mainspring.ActorRef.__subclasses__() if c.__module__.startswith("mainspring")
+    ]
+    assert ours == [mainspring.supervision.SupervisorRef]

@@ -1,5 +1,6 @@
-"""The layers, read from the source: no module imports another package's private module, and
-dependencies point inward only (actors <- supervision, storage <- executions <- cli)."""
+"""The layers, read from the source: no module imports another package's private module but
+its one internal door (``<package>._seam``), and dependencies point inward only
+(actors <- supervision, storage <- executions <- cli)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "executions": {"actors", "supervision", "storage"},
     "cli": {"actors", "supervision", "storage", "executions", "_demos"},
     "_demos": {"actors", "supervision", "storage", "executions"},
+    "testing": {"actors", "supervision", "storage", "executions"},
 }
 
 
@@ -47,20 +49,59 @@ def _modules() -> list[pathlib.Path]:
     return sorted(p for p in ROOT.rglob("*.py") if p.parent != ROOT)
 
 
+#: The one private module of a package that another package may import: its internal door.
+DOOR = "_seam"
+
+
+def _refusal(own: str, name: str) -> str | None:
+    """Why package ``own`` may not import module ``name`` (absolute), or None if it may."""
+    parts = name.split(".")[1:]  # without "mainspring"
+    if not parts or parts[0] == own:
+        return None
+    if parts[0] in SHARED and len(parts) == 1:
+        return None
+    if parts[0] not in ALLOWED[own]:
+        return f"{own} may not depend on {parts[0]}"
+    inner = parts[1:]
+    if inner[:1] == [DOOR] and len(inner) == 1:
+        return None  # the door, and only the door itself (not a module behind it)
+    if any(p.startswith("_") for p in inner):
+        return f"a private module (import it from mainspring.{parts[0]}.{DOOR})"
+    return None
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_private_module_of_another_package_and_dependencies_point_inward(
+def test_no_private_module_of_another_package_but_its_door_and_dependencies_point_inward(
     path: pathlib.Path,
 ) -> None:
     own = path.relative_to(ROOT).parts[0]
     for line, name in _imports(path):
-        parts = name.split(".")[1:]  # without "mainspring"
-        if not parts or parts[0] == own:
-            continue
-        where = f"{path.relative_to(ROOT)}:{line} imports {name}"
-        if parts[0] in SHARED and len(parts) == 1:
-            continue
-        assert parts[0] in ALLOWED[own], f"{where}: {own} may not depend on {parts[0]}"
-        assert not any(p.startswith("_") for p in parts[1:]), f"{where}: a private module"
+        refusal = _refusal(own, name)
+        assert refusal is None, f"{path.relative_to(ROOT)}:{line} imports {name}: {refusal}"
+
+
+def test_the_rule_allows_the_door_and_refuses_every_other_private_module() -> None:
+    assert _refusal("executions", "mainspring.storage._seam") is None
+    assert _refusal("cli", "mainspring.executions._seam") is None
+    assert _refusal("executions", "mainspring.storage") is None
+    assert _refusal("executions", "mainspring.storage.Execution") is None
+    assert _refusal("executions", "mainspring.storage._records") is not None
+    assert _refusal("executions", "mainspring.storage._records.Execution") is not None
+    assert _refusal("cli", "mainspring.executions._run.events") is not None
+    assert _refusal("cli", "mainspring.storage._seam_extra") is not None
+    assert _refusal("storage", "mainspring.executions._seam") is not None  # inward only
+    assert _refusal("actors", "mainspring.supervision._seam") is not None
+
+
+def test_upper_packages_reach_storage_and_executions_internals_only_through_the_door() -> None:
+    doors = set()
+    for path in _modules():
+        own = path.relative_to(ROOT).parts[0]
+        for _, name in _imports(path):
+            parts = name.split(".")
+            if len(parts) > 2 and parts[1] != own and parts[2] == DOOR:
+                doors.add((own, parts[1]))
+    assert {("executions", "storage"), ("cli", "storage")} <= doors
 
 
 def test_the_rule_sees_relative_imports() -> None:
@@ -106,3 +147,50 @@ def test_executions_folders_import_only_the_folders_below_them(path: pathlib.Pat
             continue
         assert target in FOLDER_ALLOWED, f"{where}: executions' own modules live in a folder"
         assert target in FOLDER_ALLOWED[own], f"{where}: {own} may not depend on {target}"
+
+
+#: storage/ by job: the journal in one folder, the contract and each backend in another.
+STORAGE = ROOT / "storage"
+BACKENDS = ("file", "sqlite", "postgres")
+#: What each backend folder may import of the other backends: FileStore keeps its memory in
+#: a SQLite sidecar (SQLite memory) and shares SQLite's layout version; the others none.
+BACKEND_ALLOWED: dict[str, set[str]] = {"file": {"sqlite"}, "sqlite": set(), "postgres": set()}
+
+
+def test_storage_has_the_journal_and_a_folder_per_backend() -> None:
+    assert (STORAGE / "_journal" / "__init__.py").is_file()
+    assert (STORAGE / "_backends" / "contract.py").is_file()
+    assert (STORAGE / "_backends" / "compare_and_set.py").is_file()
+    for backend in BACKENDS:
+        folder = STORAGE / "_backends" / backend
+        assert (folder / "__init__.py").is_file(), backend
+        for job in ("store", "memory", "evidence"):
+            assert (folder / f"{job}.py").is_file(), f"{backend}/{job}.py"
+
+
+def test_no_backend_or_journal_module_is_left_at_the_top_of_storage() -> None:
+    top = {p.stem for p in STORAGE.glob("*.py")}
+    backend = {"_file", "_frames", "_sqlite", "_postgres", "_backend"}
+    backend |= {"_memory_sqlite", "_memory_local"}
+    journal = {"_journal", "_journal_keys", "_fold", "_history", "_commit_events"}
+    assert not top & (backend | journal)
+    assert not [name for name in top if name.startswith("_pg_")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_imports_no_other_backend(backend: str) -> None:
+    package = f"mainspring.storage._backends.{backend}"
+    for path in sorted((STORAGE / "_backends" / backend).rglob("*.py")):
+        for line, name in _imports(path):
+            parts = name.split(".")
+            if parts[:3] != ["mainspring", "storage", "_backends"] or len(parts) < 4:
+                continue
+            other = parts[3]
+            if other in BACKENDS and not name.startswith(package):
+                assert other in BACKEND_ALLOWED[backend], f"{path.name}:{line} imports {name}"
+
+
+def test_the_journal_imports_no_backend() -> None:
+    for path in sorted((STORAGE / "_journal").rglob("*.py")):
+        for line, name in _imports(path):
+            assert not name.startswith("mainspring.storage._backends"), f"{path.name}:{line}"

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from mainspring.cli import EXIT_OK
-from mainspring.storage import Execution, ProcessIdentity, SqliteStore, WorkerRecord, unstructure
+from mainspring.storage import Execution, SqliteStore, WorkerRecord
+from mainspring.storage._seam import ProcessIdentity, unstructure
 
 from ._cli_kit import run_cli
 

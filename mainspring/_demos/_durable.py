@@ -39,7 +39,7 @@ from ..executions import (
     PlannerContext,
     open_runtime,
 )
-from ..storage import Execution, Plan, PlanStep, QuestionId, SqliteStore, parse_agent_tasks
+from ..storage import Execution, Plan, PlanStep, QuestionId, SqliteStore
 
 #: Each run's id starts so; a fresh suffix each time lets one ``--store-dir`` hold many runs.
 EXECUTION_PREFIX = "demo-research"
@@ -298,7 +298,7 @@ class _Demo:
         durable = set(at_kill.completed_steps)
         inner_durable = {
             f"inner:{task.agent_id}:{name}"
-            for task in parse_agent_tasks(at_kill)[0]
+            for task in at_kill.task_records
             for name in task.inner_completed
             if not QuestionId.is_question(name)
         }

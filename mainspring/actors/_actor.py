@@ -10,8 +10,6 @@ import abc
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from anyio.lowlevel import checkpoint_if_cancelled
-
 from ._context import _constructing
 from ._reasons import CancelReason, Stop
 
@@ -34,7 +32,7 @@ class Actor(abc.ABC):
     locks. ``self.ref`` already works inside ``__init__`` when the runtime constructs the actor.
 
     Names the framework reserves on your subclass: the public methods below (``ref``,
-    ``spawn``, ``spawn_supervisor``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
+    ``spawn``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
     ``start_task``, ``stop_self``, ``messages_waiting``) and every name starting with
     ``_mainspring_``. Framework state lives in one attribute, ``_mainspring_cell``; the other
     ``_mainspring_`` names are hooks for actors that oversee their children (supervisors),
@@ -123,29 +121,6 @@ class Actor(abc.ABC):
         """
         await self._cell.system._spawn_pacer.pace()
         return self._cell.spawn_child(factory, args, name, mailbox_size).ref
-
-    async def spawn_supervisor(
-        self,
-        children: Any,
-        *,
-        name: str,
-        strategy: str = "one_for_one",
-        max_restarts: int = 3,
-        period: float = 5.0,
-        backoff: Any = None,
-        clock: Callable[[], float] | None = None,
-    ) -> Any:
-        """Start a child :class:`Supervisor` over ``children`` (ChildSpec values).
-
-        Returns its :class:`SupervisorRef` once all of its children have started, in order.
-        The supervisor is this actor's child: it stops (and so do its children) when this
-        actor stops.
-        """
-        await checkpoint_if_cancelled()
-        cell = self._cell
-        return await cell.system._spawn_supervisor(
-            cell, children, name, strategy, max_restarts, period, backoff, "temporary", clock
-        )
 
     def messages_waiting(self) -> int:
         """How many messages wait in this actor's mailbox behind the one being handled now,

@@ -164,7 +164,7 @@ class Cell(Messaging, Stopping):
         return cell
 
     def _mark_started(self) -> None:
-        self.state = check_transition(self.state, ActorState.RUNNING)
+        self.state = check_transition(self.state, ActorState.RUNNING, self.path)
         if self._started_event is not None:
             self._started_event.set()
             self._started_event = None
@@ -181,7 +181,7 @@ class Cell(Messaging, Stopping):
                 if overseer is not None:
                     overseer.child_ended(self, reason, crashed, True)
                 break
-            self.state = check_transition(self.state, ActorState.RESTARTING)
+            self.state = check_transition(self.state, ActorState.RESTARTING, self.path)
             self._verdict = None
             self._verdict_event = self.system.new_event()
             self._incarnation_over()
@@ -242,7 +242,7 @@ class Cell(Messaging, Stopping):
 
     def _begin_incarnation(self) -> None:
         """Reset what belongs to one instance and build the next (RESTARTING -> STARTING)."""
-        self.state = check_transition(self.state, ActorState.STARTING)
+        self.state = check_transition(self.state, ActorState.STARTING, self.path)
         self._verdict = None
         self._halt = False
         self._hard = False
@@ -331,7 +331,7 @@ class Cell(Messaging, Stopping):
         """Synchronous first half of stopping, run before the children's task group exits."""
         self._halt = True
         if self.state is not ActorState.STOPPING:
-            self.state = check_transition(self.state, ActorState.STOPPING)
+            self.state = check_transition(self.state, ActorState.STOPPING, self.path)
         reason = self.final_reason()
         # Nobody waits on an answer that will never come: the one in flight now, and, if this
         # end is final, those queued (a cell that may restart keeps them for its next life).
@@ -419,7 +419,7 @@ class Cell(Messaging, Stopping):
             self.watching = None
 
     def _finalize(self, reason: CancelReason) -> None:
-        self.state = check_transition(self.state, ActorState.STOPPED)
+        self.state = check_transition(self.state, ActorState.STOPPED, self.path)
         if not self.mailbox._closed:
             self._close_mailbox(reason)
         self._accepting = False

@@ -19,6 +19,7 @@ __all__ = [
     "ActorDeadError",
     "ActorFailed",
     "AskTimeout",
+    "IllegalTransition",
     "MailboxFull",
     "MainspringError",
     "NameTaken",
@@ -95,3 +96,22 @@ class NameTaken(MainspringError):
         super().__init__(f"an actor named {name!r} already exists under {parent_path}")
         self.name = name
         self.parent_path = parent_path
+
+
+class IllegalTransition(MainspringError, RuntimeError):
+    """A state was about to move where its lifecycle table does not allow: a bug in
+    mainspring, never the user's fault (please report it). Nothing was changed.
+
+    The one class for every lifecycle: an actor's (the kernel's table) and an execution's,
+    a plan step's, an agent task's, a worker's and a worker task's (the execution layer's
+    tables). ``kind`` says which lifecycle (``"actor"``, ``"execution"``, ``"step"``,
+    ``"agent task"``, ``"worker"``, ``"worker task"``), ``name`` which one of them, ``old``
+    and ``new`` the refused move.
+    """
+
+    def __init__(self, kind: str, name: str, old: str, new: str) -> None:
+        super().__init__(f"illegal {kind} move for {name}: {old} -> {new}")
+        self.kind = kind
+        self.name = name
+        self.old = old
+        self.new = new

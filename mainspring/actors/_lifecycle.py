@@ -10,14 +10,19 @@
 RESTARTING is a supervised actor between two incarnations: its ref and mailbox live on while
 its supervisor decides; it leaves to STARTING (restarted) or STOPPED (for good).
 
-Anything not in the table is a bug in the runtime, and raises instead of corrupting state.
+Anything not in the table is a bug in the runtime, and raises :class:`IllegalTransition` (the
+one class every lifecycle of mainspring raises) instead of corrupting state. The execution
+layer's tables live in ``mainspring/executions/_rules/lifecycle.py``; this one stays in the
+kernel, which imports nothing else of mainspring.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["ActorState", "IllegalTransition", "check_transition"]
+from ._errors import IllegalTransition
+
+__all__ = ["ActorState", "check_transition"]
 
 
 class ActorState(enum.Enum):
@@ -26,10 +31,6 @@ class ActorState(enum.Enum):
     STOPPING = "stopping"
     RESTARTING = "restarting"
     STOPPED = "stopped"
-
-
-class IllegalTransition(RuntimeError):
-    """The runtime tried a lifecycle move the table forbids (a mainspring bug)."""
 
 
 _ALLOWED: dict[ActorState, frozenset[ActorState]] = {
@@ -41,8 +42,9 @@ _ALLOWED: dict[ActorState, frozenset[ActorState]] = {
 }
 
 
-def check_transition(current: ActorState, new: ActorState) -> ActorState:
-    """Return ``new`` if the table allows ``current -> new``; raise otherwise."""
+def check_transition(current: ActorState, new: ActorState, name: str = "an actor") -> ActorState:
+    """Return ``new`` if the table allows ``current -> new``; raise :class:`IllegalTransition`
+    otherwise. ``name`` (the actor's path) names it in the error."""
     if new not in _ALLOWED[current]:
-        raise IllegalTransition(f"actor lifecycle: {current.value} -> {new.value} is not allowed")
+        raise IllegalTransition("actor", name, current.value, new.value)
     return new

@@ -6,8 +6,8 @@ implements them on top of this contract and of the kernel's public API. Two side
 - what the kernel calls: :class:`Overseer` (on every supervised actor's end) and, for the
   system's top-level actors, :class:`RootOverseer`;
 - what an overseer may use: :class:`Supervised` (the face of a child it oversees), and the
-  functions below (:func:`spawn_supervised`, :func:`deliver_control`, :func:`publish_event`,
-  :func:`find_child`). Together with the hooks declared on :class:`Actor`
+  functions below (:func:`spawn_supervised`, :func:`spawn_started`, :func:`deliver_control`,
+  :func:`publish_event`, :func:`find_child`). Together with the hooks declared on :class:`Actor`
   (``_mainspring_orders_children``, ``_mainspring_passes_reason``,
   ``_mainspring_stop_children``) that is everything supervision needs of the kernel.
 
@@ -26,10 +26,10 @@ ends it for good. Every child's last end is reported with ``final=True``, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol
 
-import attrs
+from anyio.lowlevel import checkpoint_if_cancelled
 
 from ._ref import ActorRef
 
@@ -46,10 +46,10 @@ __all__ = [
     "RootOverseer",
     "RootOverseerFactory",
     "Supervised",
-    "SupervisorOptions",
     "deliver_control",
     "find_child",
     "publish_event",
+    "spawn_started",
     "spawn_supervised",
 ]
 
@@ -155,38 +155,14 @@ class Overseer(Protocol):
         ...
 
 
-@attrs.frozen(kw_only=True)
-class SupervisorOptions:
-    """What ``spawn_supervisor`` was asked for, handed on as is to :meth:`RootOverseer.supervisor`.
-
-    The kernel does not interpret these; the supervisor validates them.
-    """
-
-    strategy: str
-    max_restarts: int
-    period: float
-    backoff: object
-    clock: Callable[[], float] | None
-
-
 class RootOverseer(Overseer, Protocol):
-    """The overseer of a system's top-level actors, and how that system builds supervisors.
+    """The overseer of a system's top-level actors.
 
     One is made per system by a :data:`RootOverseerFactory` (see ``open_system(root=...)``).
     """
 
     def adopt(self, child: Supervised, restart: RestartType) -> None:
         """A new top-level actor, registered but not yet started, with its restart type."""
-        ...
-
-    def supervisor(
-        self, children: Sequence[object], options: SupervisorOptions
-    ) -> tuple[Callable[[], Actor], type[ActorRef]]:
-        """How to build a supervisor over ``children``: its factory and the class of its ref.
-
-        Raises (``TypeError``, ``ValueError``, ``MainspringError``) if it cannot; the caller of
-        ``spawn_supervisor`` sees that error and nothing was started.
-        """
         ...
 
 
@@ -213,6 +189,38 @@ def spawn_supervised(
     the child's ref is an instance of ``ref_class``. Call it from ``parent``'s own task.
     """
     return parent._cell.spawn_child(factory, args, name, mailbox_size, overseer, ref_class)
+
+
+async def spawn_started(
+    parent: Actor | ActorSystem,
+    factory: Callable[[], Actor],
+    *,
+    name: str,
+    ref_class: type[ActorRef] = ActorRef,
+    restart: RestartType = "temporary",
+) -> ActorRef:
+    """Start ``factory()`` and return its ref (an instance of ``ref_class``) once its
+    ``on_start`` has finished: as a child of the actor ``parent`` (call it from that actor's
+    own task; ``restart`` does not apply, the parent oversees it), or as a top-level actor of
+    the system ``parent`` with the restart type ``restart`` (its root overseer decides).
+
+    How ``mainspring.supervision.spawn_supervisor`` starts a supervisor: the kernel builds
+    none itself. A checkpoint. Raises like ``spawn`` (:class:`NameTaken`, a system shutting
+    down), and :class:`MainspringError` if the actor failed to start (it is not running then).
+    """
+    from ._actor import DEFAULT_MAILBOX_SIZE, Actor
+    from ._errors import MainspringError
+
+    await checkpoint_if_cancelled()
+    if isinstance(parent, Actor):
+        cell = parent._cell.spawn_child(
+            factory, (), name, DEFAULT_MAILBOX_SIZE, ref_class=ref_class
+        )
+    else:
+        cell = parent._spawn_started(factory, name, restart, ref_class)
+    if not await cell.wait_started():
+        raise MainspringError(f"{cell.path} failed to start: {cell.final_reason()}")
+    return cell.ref
 
 
 def deliver_control(actor: Actor, message: object) -> None:

@@ -6,11 +6,11 @@ import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 import anyio.abc
-from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+from anyio.lowlevel import checkpoint
 
 from ._actor import DEFAULT_MAILBOX_SIZE, Actor
 from ._cell import Cell
@@ -23,20 +23,19 @@ from ._overseer import (
     RootOverseer,
     RootOverseerFactory,
     Supervised,
-    SupervisorOptions,
 )
 from ._reasons import CancelReason, Shutdown
 from ._ref import ActorRef
 from ._util import NoPublicConstructor, SpawnPacer
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    pass
 
 __all__ = ["ActorSystem", "open_system"]
 
 
 class _KernelRoot:
-    """The kernel's own minimal root policy: it restarts nothing and builds no supervisors.
+    """The kernel's own minimal root policy: it restarts nothing.
 
     Top-level actors are temporary: a spawn asking for another restart type is refused, not
     silently downgraded (a crash is still logged by the actor's cell). It is the root of a
@@ -58,15 +57,8 @@ class _KernelRoot:
     ) -> None:
         pass
 
-    def supervisor(
-        self, children: Sequence[object], options: SupervisorOptions
-    ) -> tuple[Callable[[], Actor], type[ActorRef]]:
-        raise MainspringError(
-            f"actor system {self.system.name!r} has no supervision: its root overseer cannot "
-            "build supervisors (use mainspring.open_system, or pass open_system(root=...))"
-        )
 
-
+@final
 class ActorSystem(metaclass=NoPublicConstructor):
     """The root of one actor tree. Made by :func:`open_system`; not constructible by hand."""
 
@@ -125,6 +117,10 @@ class ActorSystem(metaclass=NoPublicConstructor):
         was started.
         """
         await self._spawn_pacer.pace()
+        self._check_top_level(restart)
+        return self._spawn_top_level(factory, args, name, mailbox_size, restart, ActorRef).ref
+
+    def _check_top_level(self, restart: RestartType) -> None:
         if restart not in RESTART_TYPES:
             raise ValueError(f"restart must be one of {', '.join(RESTART_TYPES)}, not {restart!r}")
         if self._closed:
@@ -134,7 +130,6 @@ class ActorSystem(metaclass=NoPublicConstructor):
                 f"actor system {self.name!r} has no supervision, so nothing would restart a "
                 f"{restart} actor: use mainspring.open_system, or open_system(root=...)"
             )
-        return self._spawn_top_level(factory, args, name, mailbox_size, restart, ActorRef).ref
 
     def _spawn_top_level(
         self,
@@ -153,60 +148,16 @@ class ActorSystem(metaclass=NoPublicConstructor):
         self._start(cell.run, cell.path)
         return cell
 
-    async def spawn_supervisor(
+    def _spawn_started(
         self,
-        children: Sequence[Any],
-        *,
+        factory: Callable[[], Actor],
         name: str,
-        strategy: str = "one_for_one",
-        max_restarts: int = 3,
-        period: float = 5.0,
-        backoff: Any = None,
-        restart: RestartType = "permanent",
-        clock: Callable[[], float] | None = None,
-    ) -> Any:
-        """Start a top-level :class:`Supervisor` over ``children`` (a list of ChildSpec).
-
-        Returns a :class:`SupervisorRef` once every child has started, in order. See
-        :class:`Supervisor` for the strategies and the restart intensity.
-        """
-        await checkpoint_if_cancelled()
-        if self._closed:
-            raise MainspringError(f"actor system {self.name!r} is shutting down")
-        return await self._spawn_supervisor(
-            None, children, name, strategy, max_restarts, period, backoff, restart, clock
-        )
-
-    async def _spawn_supervisor(
-        self,
-        parent: Cell | None,
-        children: Sequence[Any],
-        name: str,
-        strategy: str,
-        max_restarts: int,
-        period: float,
-        backoff: object,
         restart: RestartType,
-        clock: Callable[[], float] | None,
-    ) -> ActorRef:
-        """Start a supervisor built by the root overseer under ``parent`` (None: top level)."""
-        options = SupervisorOptions(
-            strategy=strategy,
-            max_restarts=max_restarts,
-            period=period,
-            backoff=backoff,
-            clock=clock,
-        )
-        factory, ref_class = self._root.supervisor(list(children), options)
-        if parent is None:
-            cell = self._spawn_top_level(
-                factory, (), name, DEFAULT_MAILBOX_SIZE, restart, ref_class
-            )
-        else:
-            cell = parent.spawn_child(factory, (), name, DEFAULT_MAILBOX_SIZE, ref_class=ref_class)
-        if not await cell.wait_started():
-            raise MainspringError(f"supervisor {cell.path} failed to start: {cell.final_reason()}")
-        return cell.ref
+        ref_class: type[ActorRef],
+    ) -> Cell:
+        """A top-level actor for ``spawn_started`` (``_overseer``): not paced, ``ref_class``."""
+        self._check_top_level(restart)
+        return self._spawn_top_level(factory, (), name, DEFAULT_MAILBOX_SIZE, restart, ref_class)
 
     def events(self, *, buffer: int = 1000) -> AsyncGenerator[object, None]:
         """Iterate over supervision events (child started, restarted, failed, ...).
@@ -302,7 +253,7 @@ async def open_system(
     of that shutdown; ``stop_timeout`` bounds each actor's ``on_stop``.
 
     ``root`` builds the overseer of the top-level actors (the root supervisor, whose restart
-    policy ``spawn(restart=...)`` uses, and which builds ``spawn_supervisor``'s supervisors);
+    policy ``spawn(restart=...)`` uses);
     by default the kernel's own minimal policy, which restarts nothing.
     ``mainspring.open_system`` passes ``mainspring.supervision.RootSupervisor``.
     """

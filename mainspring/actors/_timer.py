@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Timer"]
 
 
+@final
 class Timer(metaclass=NoPublicConstructor):
     """A pending ``send_after``/``send_every``. Cancel it, or let it die with its actor."""
 

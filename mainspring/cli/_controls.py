@@ -24,7 +24,8 @@ from ..executions import (
     UnknownExecution,
     open_runtime,
 )
-from ..storage import Store, TooLarge, holder
+from ..storage import Store, TooLarge
+from ..storage._seam import holder
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._maintenance import run_prune
 from ._output import Out, clamp, printable, when

@@ -11,7 +11,7 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from ..storage import is_postgres_url, store_kind
+from ..storage._seam import is_postgres_url, store_kind
 from ._codes import EXIT_FAILED, EXIT_NO_STORE
 from ._output import Out, clamp, fail
 from ._store import shown

@@ -15,7 +15,8 @@ from typing import TextIO
 
 import anyio
 
-from ..storage import InvalidId, RecordError, StorageError, Store, TooLarge, is_postgres_url
+from ..storage import InvalidId, RecordError, StorageError, Store, TooLarge
+from ..storage._seam import is_postgres_url
 from ._codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._console import make_safe
 from ._integrity import report_unusable

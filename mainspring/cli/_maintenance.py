@@ -8,7 +8,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..storage import MigrationError, StorageError, StoreInUse, migrate_store, redact_url
+from ..storage import MigrationError, StorageError, StoreInUse, migrate_store
+from ..storage._seam import redact_url
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, CliError
 from ._output import Out, clamp
 

@@ -13,17 +13,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..storage import (
-    Fact,
-    FactFilter,
-    InvalidId,
-    MemoryBackend,
-    Scope,
-    Store,
-    check_id,
-    query_terms,
-    redact,
-)
+from ..storage import Fact, InvalidId, Scope, Store, redact
+from ..storage._seam import FactFilter, MemoryBackend, check_id, query_terms
 from ._codes import EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, CliError
 from ._output import Out, clamp, when
 

@@ -53,7 +53,7 @@ def positive_duration(text: str) -> float:
     """A duration the runtime takes as a timeout (``--deadline``): more than 0 s and at most
     the runtime's bound (``check_timeout``); anything else is a usage error, before anything
     is opened (U4)."""
-    from ..storage import MAX_COUNTER
+    from ..storage._seam import MAX_COUNTER
 
     seconds = duration(text)
     if not 0 < seconds <= MAX_COUNTER:
@@ -101,7 +101,7 @@ def _statuses(text: str) -> tuple[str, ...]:
 
 def _count(text: str) -> int:
     """An ``ls --limit``: a whole number in 1..MAX_COUNTER (a usage error otherwise)."""
-    from ..storage import MAX_COUNTER
+    from ..storage._seam import MAX_COUNTER
 
     try:
         value = int(text)
@@ -146,7 +146,7 @@ def _budget(kind: str) -> Callable[[str], Any]:
     checks it (a usage error otherwise, before anything is opened)."""
 
     def parse(text: str) -> Any:
-        from ..storage import MAX_COUNTER, check_cost, check_tokens
+        from ..storage._seam import MAX_COUNTER, check_cost, check_tokens
 
         text = text.strip()
         value: Any = None
@@ -218,7 +218,7 @@ def _polls(text: str) -> int:
 
 def _page_size(text: str) -> int:
     """A ``--limit``: a whole number in 1..MAX_SEARCH_LIMIT (a usage error otherwise)."""
-    from ..storage import MAX_SEARCH_LIMIT
+    from ..storage._seam import MAX_SEARCH_LIMIT
 
     try:
         value = int(text)
@@ -233,7 +233,7 @@ def _page_size(text: str) -> int:
 
 def _trail_length(text: str) -> int:
     """A ``--trail``: how many trail entries, 0..MAX_TRAIL (a usage error otherwise)."""
-    from ..storage import MAX_TRAIL
+    from ..storage._seam import MAX_TRAIL
 
     try:
         value = int(text)

@@ -13,18 +13,12 @@ from typing import Any
 
 import attrs
 
-from ..storage import (
-    STEP_FINISHED,
-    AgentTaskRecord,
+from ..storage import STEP_FINISHED, AgentTaskRecord, Execution, HistoryEvent, PlanStep, Store
+from ..storage._seam import (
     ChangeFeed,
-    Execution,
-    HistoryEvent,
     Notifying,
-    PlanStep,
-    Store,
     holder,
     owner_gone,
-    parse_agent_tasks,
     parse_worker_tasks,
     parse_workers,
     store_kind,
@@ -191,7 +185,7 @@ def _task_rows(tasks: Sequence[AgentTaskRecord]) -> list[list[str]]:
 
 def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     execution = get_execution(store, args.id)
-    tasks, dropped = parse_agent_tasks(execution)
+    tasks, dropped = execution.task_records, len(execution.unreadable_tasks)
     if out.as_json:
         out.data(unstructure(execution))
         return EXIT_OK
@@ -323,7 +317,7 @@ def _tasks(store: Store, out: Out, args: argparse.Namespace) -> int:
     tasks: list[AgentTaskRecord] = []
     dropped = 0
     for execution in executions:
-        parsed, bad = parse_agent_tasks(execution)
+        parsed, bad = execution.task_records, len(execution.unreadable_tasks)
         tasks += parsed
         dropped += bad
     if out.as_json:
@@ -445,7 +439,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
         findings.append({"id": problem.id, "problem": "unreadable", "detail": problem.error})
     now = store.now()  # the store's clock: a shared server's, not this host's
     for e in listing.executions:
-        _, dropped = parse_agent_tasks(e)
+        dropped = len(e.unreadable_tasks)
         if dropped:
             findings.append(
                 {

@@ -14,18 +14,14 @@ from ..storage import (
     SqliteStore,
     StorageError,
     Store,
-    check_id,
-    default_store,
-    is_postgres_url,
-    redact_url,
-    store_kind,
 )
+from ..storage._seam import check_id, default_store, is_postgres_url, redact_url, store_kind
 from ._codes import EXIT_FAILED, EXIT_NO_STORE, EXIT_UNKNOWN, EXIT_USAGE, CliError
 
 
 def store_path(given: str | None) -> str:
     """``--store PATH|URL`` if given, else ``$MAINSPRING_STORE``, else the default store
-    under ``default_home()`` (:func:`mainspring.storage.default_store`)."""
+    under ``default_home()`` (:func:`mainspring.storage._seam.default_store`)."""
     if given:
         return given
     return str(default_store())
@@ -48,7 +44,7 @@ def open_store(path: Path | str, *, write: bool) -> tuple[Store, Callable[[], No
     """The store at ``path`` (or the ``postgresql://`` URL), which must already be one: a
     command never creates, converts or chmods anything by accident, and a read opens it
     read-only. Which backend it is, is decided as the runtime decides it
-    (:func:`mainspring.storage.store_kind`)."""
+    (:func:`mainspring.storage._seam.store_kind`)."""
     if is_postgres_url(path):
         assert isinstance(path, str)
         return _open_postgres(path, write=write)

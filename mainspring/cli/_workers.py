@@ -17,18 +17,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from ..storage import (
-    Execution,
-    RecordError,
-    Store,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
-    parse_worker_tasks,
-    parse_workers,
-    structure,
-    unstructure,
-)
+from ..storage import Execution, Store, TrailEntry, WorkerRecord, WorkerTask
+from ..storage._seam import parse_trail, parse_worker_tasks, parse_workers, unstructure
 from ._codes import EXIT_OK
 from ._output import Out, clamp, when
 from ._store import get_execution
@@ -57,18 +47,6 @@ def _count(values: Sequence[str]) -> dict[str, int]:
 
 def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {what}" for what, n in counts.items()) or "-"
-
-
-def _parse_trail(raws: tuple[dict[str, Any], ...]) -> tuple[list[TrailEntry], int]:
-    """The trail entries that parse, and how many did not (E8: fail closed per entry)."""
-    entries: list[TrailEntry] = []
-    dropped = 0
-    for raw in raws:
-        try:
-            entries.append(structure(raw, TrailEntry))
-        except RecordError:
-            dropped += 1
-    return entries, dropped
 
 
 def _report_dropped(out: Out, execution_id: str, workers: int, tasks: int, trail: int) -> None:
@@ -232,7 +210,7 @@ def _one(store: Store, out: Out, args: argparse.Namespace) -> int:
     now = store.now()  # the store's clock: a shared server's, not this host's
     workers, bad_workers = parse_workers(execution.workers)
     tasks, bad_tasks = parse_worker_tasks(execution.worker_tasks)
-    trail, bad_trail = _parse_trail(execution.worker_trail)
+    trail, bad_trail = parse_trail(execution.worker_trail)
     shown = trail[-args.trail :] if args.trail else []
     if out.as_json:
         out.data(

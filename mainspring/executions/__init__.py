@@ -1,10 +1,14 @@
 """Durable executions: the Runtime facade, the ExecutionActor that runs one execution, the
 step, planner and agent-task actors, and the contexts user code receives.
 
-Built on ``mainspring.actors`` and ``mainspring.storage``.
+Built on ``mainspring.actors`` and ``mainspring.storage``. ``__all__`` lists what programs
+use beyond the top level's names (events, results and reports, the errors to catch, memory,
+external workers, programs); the rest is internal, reached by the command line and
+``mainspring.testing`` through ``mainspring.executions._seam``, the one internal door.
 """
 
 from .._public import publish
+from . import _seam as _seam  # the internal door (not public): see its docstring
 from ._facade.handle import ExecutionBusy as ExecutionBusy
 from ._facade.handle import ExecutionExists as ExecutionExists
 from ._facade.handle import ExecutionHandle as ExecutionHandle
@@ -12,23 +16,15 @@ from ._facade.handle import NotWaiting as NotWaiting
 from ._facade.handle import UnknownExecution as UnknownExecution
 from ._facade.open import open_runtime as open_runtime
 from ._facade.prune import PruneReport as PruneReport
-from ._facade.prune import PruneSkip as PruneSkip
-from ._facade.recovery import RecoveryReport as RecoveryReport
-from ._facade.recovery import SkippedRun as SkippedRun
 from ._facade.runtime import Runtime as Runtime
 from ._facade.workers import WorkerNotLive as WorkerNotLive
-from ._facade.workers import WorkersView as WorkersView
 from ._memory.embedders import minilm_embedder as minilm_embedder
-from ._memory.memory import AgentMemory as AgentMemory
 from ._memory.memory import Memory as Memory
-from ._memory.memory import MemoryHit as MemoryHit
-from ._memory.memory import MemorySearch as MemorySearch
 from ._memory.memory import ScopeNotConfigured as ScopeNotConfigured
 from ._programs.programs import ProgramFailed as ProgramFailed
 from ._programs.programs import ProgramResult as ProgramResult
 from ._programs.programs import run_program as run_program
 from ._rules.plan import InvalidPlan as InvalidPlan
-from ._rules.status import IllegalTransition as IllegalTransition
 from ._rules.usage import WithUsage as WithUsage
 from ._run.events import AgentTaskCompleted as AgentTaskCompleted
 from ._run.events import AgentTaskProgress as AgentTaskProgress
@@ -37,7 +33,6 @@ from ._run.events import AgentTaskStopped as AgentTaskStopped
 from ._run.events import AgentTaskWaiting as AgentTaskWaiting
 from ._run.events import ExecutionCancelled as ExecutionCancelled
 from ._run.events import ExecutionCompleted as ExecutionCompleted
-from ._run.events import ExecutionEvent as ExecutionEvent
 from ._run.events import ExecutionFailed as ExecutionFailed
 from ._run.events import ExecutionPaused as ExecutionPaused
 from ._run.events import ExecutionResumed as ExecutionResumed
@@ -56,21 +51,12 @@ from ._steps.children import PlannerContext as PlannerContext
 from ._steps.children import SaveRefused as SaveRefused
 from ._steps.context import AgentContext as AgentContext
 from ._workers.agent import WorkerAgent as WorkerAgent
-from ._workers.driver import WorkerStepFailed as WorkerStepFailed
 from ._workers.fleet import Proof as Proof
 from ._workers.fleet import StaleWorker as StaleWorker
 from ._workers.fleet import WorkerRefused as WorkerRefused
-from ._workers.hosts import Report as Report
-from ._workers.hosts import Seen as Seen
-from ._workers.hosts import WorkerHost as WorkerHost
-from ._workers.hosts import WorkerProcess as WorkerProcess
-from ._workers.hosts import WorkerSpec as WorkerSpec
-from ._workers.hosts import WorkerStartFailed as WorkerStartFailed
-from ._workers.scripted import ScriptedHost as ScriptedHost
 from ._workers.subprocess_host import SubprocessHost as SubprocessHost
 
 __all__ = [
-    "AgentMemory",
     "AgentTaskCompleted",
     "AgentTaskProgress",
     "AgentTaskStarted",
@@ -78,31 +64,21 @@ __all__ = [
     "AgentTaskWaiting",
     "ExecutionCancelled",
     "ExecutionCompleted",
-    "ExecutionEvent",
     "ExecutionExists",
     "ExecutionFailed",
     "ExecutionPaused",
     "ExecutionResumed",
     "ExecutionStarted",
     "ExecutionWaiting",
-    "IllegalTransition",
     "Memory",
-    "MemoryHit",
-    "MemorySearch",
     "NotWaiting",
     "ProgramFailed",
     "ProgramResult",
     "Proof",
     "PruneReport",
-    "PruneSkip",
-    "RecoveryReport",
-    "Report",
     "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",
-    "ScriptedHost",
-    "Seen",
-    "SkippedRun",
     "StaleWorker",
     "StepFailure",
     "StepFinished",
@@ -110,17 +86,10 @@ __all__ = [
     "StepStarted",
     "StopResult",
     "SubprocessHost",
-    "WithUsage",
     "WorkerAgent",
     "WorkerChanged",
-    "WorkerHost",
     "WorkerNotLive",
-    "WorkerProcess",
     "WorkerRefused",
-    "WorkerSpec",
-    "WorkerStartFailed",
-    "WorkerStepFailed",
-    "WorkersView",
     "minilm_embedder",
     "run_program",
 ]

@@ -16,50 +16,35 @@ store beside them:
 
 The digest is checked (:func:`~mainspring.storage.check_digest`) before any path or query
 is made of it (X1). Each backend stores evidence its own way (``evidence/<digest>.json``
-under a FileStore, an ``evidence`` table in SQLite and PostgreSQL) through the methods of
-:class:`EvidenceStore`, synchronous, called off the event loop (``Committer.seal_evidence``).
+under a FileStore, an ``evidence`` table in SQLite and PostgreSQL: each backend folder's
+``evidence`` module) through the methods of :class:`EvidenceStore`, synchronous, called off
+the event loop (``Committer.seal_evidence``); this module is what they share.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import os
-import stat
-import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from ._errors import StorageError
-from ._frames import replace_file
-from ._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._workers import check_digest
-
-if TYPE_CHECKING:
-    import sqlite3
-
-    from ._pg_connect import Connections
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "EvidenceError",
     "EvidenceStore",
-    "FileEvidence",
-    "PgEvidence",
-    "SqliteEvidence",
     "canonical_json",
     "check_evidence",
+    "checked_digest",
     "load_evidence",
+    "not_stored",
     "parse_evidence",
     "seal",
     "seal_into",
 ]
-
-T = TypeVar("T")
 
 #: The largest sealed document, in canonical bytes.
 MAX_EVIDENCE_BYTES = 4 * 1024 * 1024
@@ -124,7 +109,8 @@ def seal_into(store: EvidenceStore, document: Any) -> str:
     return digest
 
 
-def _digest(digest: Any) -> str:
+def checked_digest(digest: Any) -> str:
+    """``digest`` if it is a well-formed evidence digest (X1), :class:`EvidenceError` if not."""
     try:
         return check_digest(digest, "an evidence digest")
     except ValueError as exc:
@@ -172,7 +158,8 @@ def load_evidence(store: object, digest: str) -> Any:
     return parse_evidence(digest, store.get_evidence(digest))
 
 
-def _missing(digest: str) -> EvidenceError:
+def not_stored(digest: str) -> EvidenceError:
+    """The error for evidence that is not stored under ``digest``."""
     return EvidenceError(f"evidence {digest}: not stored")
 
 
@@ -189,167 +176,3 @@ class EvidenceStore(Protocol):
     def get_evidence(self, digest: str) -> bytes:
         """The bytes sealed under ``digest``, checked again (size, then hash);
         :class:`EvidenceError` if missing or not what was sealed."""
-
-
-# -- FileStore: evidence/<digest>.json ------------------------------------------------------
-
-
-class FileEvidence:
-    """A FileStore's evidence: ``evidence/<digest>.json`` under the store (0700 directory,
-    0600 files)."""
-
-    if TYPE_CHECKING:
-        path: Path
-        read_only: bool
-
-    def _evidence_file(self, digest: str) -> Path:
-        return self.path / "evidence" / f"{_digest(digest)}.json"  # X1: checked first
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        target = self._evidence_file(digest)
-        check_evidence(digest, body, canonical=True)
-        if self.read_only:
-            raise StorageError(f"{self.path} was opened read-only")
-        with contextlib.suppress(EvidenceError):
-            self.get_evidence(digest)
-            return  # written once: left as it is
-        if target.exists():  # there, but not what was sealed: never overwritten (fail closed)
-            self.get_evidence(digest)
-        folder = target.parent
-        if not folder.is_dir():
-            folder.mkdir(mode=0o700, exist_ok=True)
-            os.chmod(folder, 0o700)
-            _fsync_directory(self.path)
-        replace_file(target, body)
-
-    def get_evidence(self, digest: str) -> bytes:
-        target = self._evidence_file(digest)
-        try:
-            fd = os.open(target, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        except FileNotFoundError:
-            raise _missing(digest) from None
-        except OSError as exc:
-            raise EvidenceError(f"evidence {digest}: cannot be read ({exc.strerror})") from None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise EvidenceError(f"evidence {digest}: not a regular file")
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                body = handle.read(MAX_EVIDENCE_BYTES + 1)  # X2: never past the bound
-        finally:
-            os.close(fd)
-        return check_evidence(digest, body)
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# -- SqliteStore: the evidence table ---------------------------------------------------------
-
-
-class SqliteEvidence:
-    """A SqliteStore's evidence: rows of ``evidence (digest, body, created_at)``."""
-
-    if TYPE_CHECKING:
-        _db: sqlite3.Connection
-        _lock: threading.Lock
-        _clock: Callable[[], float]
-        read_only: bool
-        path: Path
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        digest = _digest(digest)
-        check_evidence(digest, body, canonical=True)
-        if self.read_only:
-            raise StorageError(f"{self.path} was opened read-only")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute(
-                    "INSERT INTO evidence (digest, body, created_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (digest) DO NOTHING",
-                    (digest, body, self._clock()),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-        self.get_evidence(digest)  # one stored before: checked, left as it is
-
-    def get_evidence(self, digest: str) -> bytes:
-        digest = _digest(digest)
-        with self._lock:
-            try:
-                row = self._db.execute(
-                    "SELECT length(body), CASE WHEN length(body) <= ? THEN body END "
-                    "FROM evidence WHERE digest = ?",
-                    (MAX_EVIDENCE_BYTES, digest),
-                ).fetchone()
-            except Exception as exc:  # a store opened read-only before the table existed
-                if "no such table" in str(exc):
-                    raise _missing(digest) from None
-                raise
-        if row is None:
-            raise _missing(digest)
-        if row[1] is None:  # X2: a row over the bound is not fetched
-            raise EvidenceError(f"evidence {digest}: {row[0]} bytes, over the limit")
-        return check_evidence(digest, row[1])
-
-
-# -- PostgresStore: the evidence table (schema version 4) ------------------------------------
-
-
-class PgEvidence:
-    """A PostgresStore's evidence: rows of ``evidence`` (schema version 4), each insert
-    committed on its own (``ON CONFLICT DO NOTHING``: written once, safe to retry)."""
-
-    if TYPE_CHECKING:
-        _connections: Connections
-        _s: str
-        read_only: bool
-
-        def _retrying(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        digest = _digest(digest)
-        check_evidence(digest, body, canonical=True)
-        if self.read_only:
-            raise StorageError("this PostgreSQL store was opened read-only")
-        self._retrying(self._put_evidence, digest, body)
-        self.get_evidence(digest)  # one stored before: checked, left as it is
-
-    def _put_evidence(self, digest: str, body: bytes) -> None:
-        with self._connections.reading() as conn:
-            conn.execute(
-                f"INSERT INTO {self._s}.evidence (digest, body, created_at) VALUES "
-                "(%s, %s, extract(epoch FROM clock_timestamp())::float8) "
-                "ON CONFLICT (digest) DO NOTHING",
-                (digest, body),
-            )
-
-    def get_evidence(self, digest: str) -> bytes:
-        digest = _digest(digest)
-        row = self._retrying(self._get_evidence, digest)
-        if row is None:
-            raise _missing(digest)
-        if row[1] is None:  # X2: a row over the bound is not fetched
-            raise EvidenceError(f"evidence {digest}: {row[0]} bytes, over the limit")
-        return check_evidence(digest, row[1])
-
-    def _get_evidence(self, digest: str) -> Any:
-        with self._connections.reading() as conn:  # autocommit: an error leaves no transaction
-            try:
-                return conn.execute(
-                    "SELECT octet_length(body), CASE WHEN octet_length(body) <= %s THEN body END "
-                    f"FROM {self._s}.evidence WHERE digest = %s",
-                    (MAX_EVIDENCE_BYTES, digest),
-                ).fetchone()
-            except Exception as exc:  # a schema older than 4, opened read-only: none stored
-                if getattr(exc, "sqlstate", None) == "42P01":  # undefined_table
-                    return None
-                raise

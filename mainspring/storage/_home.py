@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from ._backend import Store
-from ._file import FileStore
-from ._pg_schema import is_postgres_url
-from ._sqlite import SqliteStore
+from ._backends.contract import Store
+from ._backends.file.store import FileStore
+from ._backends.postgres.schema import is_postgres_url
+from ._backends.sqlite.store import SqliteStore
 
 __all__ = ["default_home", "default_store", "open_store", "store_kind"]
 
@@ -73,7 +73,9 @@ def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Cal
         return store, lambda: None
     named = store if store is not None else default_store()
     if is_postgres_url(named):
-        from ._postgres import PostgresStore  # psycopg is an extra: imported when named
+        from ._backends.postgres.store import (
+            PostgresStore,
+        )  # psycopg is an extra: imported when named
 
         assert isinstance(named, str)
         postgres = PostgresStore(named)

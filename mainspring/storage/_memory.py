@@ -162,6 +162,7 @@ class Fact:
             raise ValueError("a fact cannot supersede itself")
 
     def expired(self, now: float) -> bool:
+        """Whether the fact is past its ``valid_until`` at ``now`` (never, without one)."""
         return self.valid_until is not None and self.valid_until <= now
 
 

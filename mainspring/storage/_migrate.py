@@ -44,8 +44,8 @@ is using the store: refused (:class:`StoreInUse`), like a second migrate in the 
 directory.
 
 PostgreSQL is not migrated here: its schema is upgraded when a store opens it
-(``storage._pg_schema.upgrade``, one transaction per version under an advisory lock), the
-rewrite from v2 values included.
+(``storage._backends.postgres.schema.upgrade``, one transaction per version under an
+advisory lock), the rewrite from v2 values included.
 """
 
 from __future__ import annotations
@@ -62,18 +62,19 @@ from typing import Any, Literal
 import attrs
 import orjson
 
-from ._backend import Problem, Store
+from ._backends.contract import Problem, Store
+from ._backends.file.frames import _fsync_directory, encode_frame, replace_file
+from ._backends.file.store import FileStore, _chunks
+from ._backends.postgres.schema import is_postgres_url
+from ._backends.sqlite.schema import SCHEMA_VERSION
+from ._backends.sqlite.store import SqliteStore
 from ._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ._errors import StorageError
-from ._file import FileStore, _chunks
-from ._fold import Folded
-from ._frames import _fsync_directory, encode_frame, replace_file
-from ._history import HistoryEvent
-from ._journal import snapshot_changes
-from ._pg_schema import is_postgres_url
+from ._journal.fold import Folded
+from ._journal.history import HistoryEvent
+from ._journal.model import snapshot_changes
 from ._platform import O_CLOEXEC, fcntl
 from ._records import Execution
-from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._v1 import Kind, connect_existing, iter_v1_files, iter_v1_sqlite, layout
 from ._v2 import RESPELLED, upgrade_event, upgrade_folded, upgrade_head, upgrade_part
 
@@ -546,8 +547,8 @@ def _finish(path: Path, temp: Path, max_bytes: int) -> MigrationReport:
 
 def _migrate_postgres(url: str) -> MigrationReport:
     """Upgrade the PostgreSQL store at ``url`` as opening it writable does: one transaction
-    per schema version, under the schema's advisory lock (``storage._pg_schema``)."""
-    from ._postgres import PostgresStore
+    per schema version, under the schema's advisory lock (``storage._backends.postgres.schema``)."""
+    from ._backends.postgres.store import PostgresStore
 
     current = PostgresStore(url, read_only=True)  # StorageError if there is no store
     current.close()

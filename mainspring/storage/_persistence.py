@@ -32,11 +32,11 @@ import anyio.to_thread
 import attrs
 
 from ..actors import Actor, ActorDeadError, ActorRef, ActorSystem, CancelReason, MailboxFull
-from ._backend import CommitOutcome, Edit, LeaseResult, Store, store_blocks
+from ._backends.contract import CommitOutcome, Edit, LeaseResult, Store, store_blocks
+from ._backends.postgres.store import CommitUnknown
 from ._errors import StorageError
 from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
-from ._postgres import CommitUnknown
 from ._records import Execution, Lease
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
@@ -374,7 +374,7 @@ class PersistenceActor(Actor):
         entries = list(batch.values())
         commits = [(execution, owner) for execution, owner, _ in entries]
         try:
-            outcomes = await self._call_store(self.store.commit_many, commits)
+            outcomes = await self._call_store(self.store.commit_runs, commits)
         except Exception as exc:
             self._broken = exc
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
@@ -418,7 +418,7 @@ class PersistenceActor(Actor):
 
 
 class Committer:
-    """The caller's side: ``await committer.commit(execution, owner)`` returns once durable."""
+    """The caller's side: ``await committer.submit(execution, owner)`` returns once durable."""
 
     def __init__(
         self,
@@ -478,8 +478,9 @@ class Committer:
             raise TypeError(f"{type(store).__name__} keeps no sealed evidence")
         return store
 
-    async def commit(self, execution: Execution, owner: str) -> CommitOutcome:
-        """The outcome of the durable write that covered this commit (E2 rules).
+    async def submit(self, execution: Execution, owner: str) -> CommitOutcome:
+        """Hand a run's commit to the writer; the outcome of the durable write that covered
+        it (E2 rules; the writer calls the store's ``commit_run`` / ``commit_runs``).
 
         Raises :class:`PersistenceFailed` if that write failed (then nothing is acknowledged).
         If the caller is cancelled while waiting, the commit may still be written.

@@ -22,9 +22,13 @@ from ._records import (
     Observation,
     Plan,
     PlanStep,
+    TaskEntry,
 )
 from ._requests import QuestionId
+from ._stored_form import hook, stored_raw
+from ._unreadable import Unreadable
 from ._values import Malformed, decode_value, encode_value
+from ._workers import ENTRY_KINDS, TrailItem, WorkerEntry, WorkerTaskEntry
 
 __all__ = ["execution_head", "stored_observation"]
 
@@ -73,6 +77,16 @@ def _structure_finding(value: Any, _: Any) -> Finding:
                 value["evidence"] = [*value.get("evidence", []), old]
     return _finding_fields(value, Finding)
 
+
+# Parsed once where read, each on its own (E8); written back as stored (E7).
+converter.register_structure_hook(TaskEntry, hook(AgentTaskRecord))
+converter.register_unstructure_hook(TaskEntry, stored_raw)
+converter.register_unstructure_hook(Unreadable, stored_raw)
+for _union, (_kind, _key) in zip(
+    (WorkerEntry, WorkerTaskEntry, TrailItem), ENTRY_KINDS.values(), strict=True
+):
+    converter.register_structure_hook(_union, hook(_kind, _key))
+    converter.register_unstructure_hook(_union, stored_raw)
 
 _finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
 converter.register_structure_hook(Finding, _structure_finding)

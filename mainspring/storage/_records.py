@@ -2,16 +2,18 @@
 
 Every field is validated when a record is built, from code or from disk, so an invalid record
 cannot exist in memory: ids match the id pattern (X1), counters are whole numbers in
-0..1,000,000, scores are within 0..1, bounded lists stay bounded. Agent task records are kept
-raw on the execution and parsed one by one with :func:`parse_agent_tasks`, so one bad record
-is dropped from the view (and counted) without hiding the others (E7, E8).
+0..1,000,000, scores are within 0..1, bounded lists stay bounded. An execution's agent task
+records are parsed once, one by one, where it is read: one that does not parse is an
+:class:`Unreadable` holding what was stored, kept and written back as it was, without hiding
+the others (E7, E8).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import attrs
 
@@ -19,6 +21,7 @@ from ._codec import structure
 from ._errors import RecordError
 from ._requests import Approval, QuestionId, StopRequest
 from ._retry import RetryPolicy, check_timeout
+from ._unreadable import Unreadable
 from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
 from ._validators import (
     MAX_COUNTER,
@@ -30,6 +33,7 @@ from ._validators import (
     _id,
     _ids,
     _kind,
+    _member,
     _optional_digest,
     _optional_id,
     _paths,
@@ -38,6 +42,15 @@ from ._validators import (
     same_step_ids,
     same_value,
     steps_unique,
+)
+from ._vector import Vector
+from ._workers import (
+    TrailItem,
+    WorkerEntry,
+    WorkerTaskEntry,
+    trail_entries,
+    worker_entries,
+    worker_task_entries,
 )
 
 __all__ = [
@@ -73,12 +86,12 @@ __all__ = [
     "QuestionId",
     "StepStatus",
     "StopRequest",
+    "TaskEntry",
     "TaskState",
     "parse_agent_task",
     "parse_agent_tasks",
 ]
 
-_E = TypeVar("_E", bound=enum.StrEnum)
 
 MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
@@ -134,20 +147,6 @@ class TaskState(enum.StrEnum):
     PAUSED = "paused"
 
 
-def _member(cls: type[_E], value: object, name: str) -> _E:
-    """``value`` as a member of the state enum ``cls``: a member, or exactly one of its
-    values (a str); anything else is a ValueError naming the field (E8: never coerced)."""
-    if type(value) is cls:
-        return value
-    if type(value) is str:
-        try:
-            return cls(value)
-        except ValueError:
-            pass
-    choices = ", ".join(member.value for member in cls)
-    raise ValueError(f"{name} must be one of {choices}, not {value!r}")
-
-
 def execution_status(value: object) -> ExecutionStatus:
     """``value`` as an :class:`ExecutionStatus` (a member or its value); ValueError if not."""
     return _member(ExecutionStatus, value, "status")
@@ -167,6 +166,7 @@ def task_state(value: object) -> TaskState:
 EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset(
     {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )
+#: The step states that end a step (its dependents may be decided).
 STEP_FINISHED: frozenset[StepStatus] = frozenset(
     {
         StepStatus.SUCCEEDED,
@@ -176,10 +176,12 @@ STEP_FINISHED: frozenset[StepStatus] = frozenset(
         StepStatus.STOPPED,
     }
 )
+#: The agent task states that end it for good (R11).
 TASK_TERMINAL: frozenset[TaskState] = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
 )
 
+#: Why an observation records a step that did not simply succeed or fail in its own code.
 ObservationCode = Literal[
     "cancelled",
     "stopped",
@@ -375,6 +377,7 @@ class Provenance:
     plan_version: int = attrs.field(validator=_counter)
 
 
+#: A finding is active until a later one supersedes or contradicts it.
 FindingStatus = Literal["active", "superseded", "contradicted"]
 
 
@@ -474,6 +477,25 @@ class AgentTaskRecord:
         return self.state in TASK_TERMINAL
 
 
+#: An item of ``Execution.agent_tasks``: the record, or what was stored if it does not parse.
+TaskEntry = AgentTaskRecord | Unreadable
+
+
+def _task_entries(value: Iterable[AgentTaskRecord | Unreadable | dict[str, Any]]) -> Any:
+    """The agent tasks as the execution holds them: a run's persistent sequence as it is;
+    any stored object among them (an execution built from raw data) parsed once (E8)."""
+    if type(value) is Vector:
+        return value  # a run's versions of its tasks, made of records
+    items = value if type(value) is tuple else tuple(value)
+    if dict in map(type, items):  # (checked in C: an evolve costs no Python loop)
+        from ._stored_form import read_entry
+
+        return tuple(
+            read_entry(item, AgentTaskRecord) if type(item) is dict else item for item in items
+        )
+    return items
+
+
 # -- executions ----------------------------------------------------------------------------
 
 
@@ -566,7 +588,8 @@ class AnswerRequest:
 
 @attrs.frozen(kw_only=True)
 class Execution:
-    """One durable run. ``agent_tasks`` stay raw: see :func:`parse_agent_tasks`."""
+    """One durable run. Its ``agent_tasks`` are read one by one: an
+    :class:`AgentTaskRecord`, or an :class:`Unreadable` for one that does not parse (E8)."""
 
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
@@ -596,9 +619,9 @@ class Execution:
     max_cost: Decimal | None = attrs.field(
         default=None, validator=attrs.validators.optional(valid_cost)
     )
-    # Raw, so one that does not parse is kept (E7). Stores diff a commit against the last
-    # one by identity first: a committed dict is never changed in place, a new one is made.
-    agent_tasks: tuple[dict[str, Any], ...] = ()
+    # Parsed once where read; one that does not parse is kept as an Unreadable (E7, E8).
+    # Stores diff a commit against the last one by identity first (records are frozen).
+    agent_tasks: tuple[TaskEntry, ...] = attrs.field(default=(), converter=_task_entries)
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
     #: The approvals given for this plan version and earlier ones (the last MAX_CONTROLS).
@@ -616,12 +639,14 @@ class Execution:
     # B1: when the run's deadline passes (wall-clock, absolute: it survives resumes); None:
     # no deadline. Its expiry pauses the run with ``Timeout``.
     deadline_at: float | None = None
-    # External agent workers (storage._workers): raw records parsed one by one, like
-    # ``agent_tasks`` (E8): the workers by worker id, the tasks they serve by agent task id,
-    # and the diagnostic trail (oldest first, the last MAX_TRAIL entries).
-    workers: tuple[dict[str, Any], ...] = ()
-    worker_tasks: tuple[dict[str, Any], ...] = ()
-    worker_trail: tuple[dict[str, Any], ...] = ()
+    # External agent workers (storage._workers): read one by one, like ``agent_tasks``
+    # (E8): the workers by worker id, the tasks they serve by agent task id, and the
+    # diagnostic trail (oldest first, the last MAX_TRAIL entries).
+    workers: tuple[WorkerEntry, ...] = attrs.field(default=(), converter=worker_entries)
+    worker_tasks: tuple[WorkerTaskEntry, ...] = attrs.field(
+        default=(), converter=worker_task_entries
+    )
+    worker_trail: tuple[TrailItem, ...] = attrs.field(default=(), converter=trail_entries)
     # The sha256 of the run's sealed proof, once it was finalized (executions._workers.fleet).
     proof_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     created_at: float
@@ -632,12 +657,21 @@ class Execution:
         """True once the execution completed, failed or was cancelled (sticky, E2)."""
         return self.status in EXECUTION_TERMINAL
 
+    @property
+    def task_records(self) -> list[AgentTaskRecord]:
+        """The agent task records that parsed, in order (E8: the others are left out)."""
+        return [task for task in self.agent_tasks if type(task) is AgentTaskRecord]
+
+    @property
+    def unreadable_tasks(self) -> list[Unreadable]:
+        """The stored agent task records that did not parse, kept as they were (E7, E8)."""
+        return [task for task in self.agent_tasks if type(task) is Unreadable]
+
 
 def parse_agent_task(raw: dict[str, Any]) -> AgentTaskRecord | None:
-    """One stored agent task record (an item of ``Execution.agent_tasks``), or None if it
-    does not parse: fail-closed (E8), never coerced. The one parser of agent task records;
-    a caller that writes the execution back keeps a record it could not parse as it was (E7).
-    """
+    """One stored agent task record (as stored: a dict), or None if it does not parse:
+    fail-closed (E8), never coerced. An execution's are parsed where it is read (its
+    ``agent_tasks``); this is for a record held as stored data."""
     try:
         return structure(raw, AgentTaskRecord)
     except RecordError:
@@ -645,21 +679,15 @@ def parse_agent_task(raw: dict[str, Any]) -> AgentTaskRecord | None:
 
 
 def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]:
-    """The execution's agent task records that parse, and how many did not.
+    """The execution's agent task records that parsed, and how many did not (its
+    :class:`Unreadable` entries); nothing is parsed again, they were where it was read.
 
     Fail-closed per record (E8): a record with unknown keys, a version other than 1, a counter
-    out of range or too many findings is dropped from the view and counted, never coerced.
+    out of range or too many findings is left out of the view and counted, never coerced.
     Reading never writes (E7): the execution is not changed.
     """
-    tasks: list[AgentTaskRecord] = []
-    dropped = 0
-    for raw in execution.agent_tasks:
-        task = parse_agent_task(raw)
-        if task is None:
-            dropped += 1
-        else:
-            tasks.append(task)
-    return tasks, dropped
+    tasks = execution.task_records
+    return tasks, len(execution.agent_tasks) - len(tasks)
 
 
 # The converter hooks of these records (versions required, the typed encoding of user values,

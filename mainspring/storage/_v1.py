@@ -21,13 +21,13 @@ from typing import Literal
 
 import orjson
 
-from ._backend import Listing, Problem
+from ._backends.contract import Listing, Problem
+from ._backends.sqlite.schema import SCHEMA_VERSION
 from ._codec import DEFAULT_MAX_BYTES, structure
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import Execution
-from ._sqlite import SCHEMA_VERSION
 from ._v2 import upgrade_head
 
 __all__ = [

@@ -3,11 +3,12 @@ diagnostic trail.
 
 A *worker* is one external process (a coding agent's CLI, a script, a model server) that
 serves one agent task of a run. Its record is keyed by worker id and kept in the execution
-(``Execution.workers``), like agent task records: raw, parsed one by one with
-:func:`parse_workers`, so a record that does not parse is dropped from the view and counted,
-never coerced (E7, E8). The task's fleet state is a :class:`WorkerTask`
-(``Execution.worker_tasks``, keyed by the agent task id); the trail is a bounded list of
-:class:`TrailEntry` (``Execution.worker_trail``, the last :data:`MAX_TRAIL`).
+(``Execution.workers``), like agent task records: parsed once, one by one, where the
+execution is read, so a record that does not parse is an :class:`Unreadable` that readers
+leave out and count, never coerced, and that is written back as it was (E7, E8). The task's
+fleet state is a :class:`WorkerTask` (``Execution.worker_tasks``, keyed by the agent task
+id); the trail is a bounded list of :class:`TrailEntry` (``Execution.worker_trail``, the
+last :data:`MAX_TRAIL`), read the same way.
 
 Records say ids, states, classes, counts and digests only: what a worker wrote (its output,
 its diagnostics, a repair instruction) is stored elsewhere (sealed evidence) or not at all,
@@ -18,16 +19,23 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 
-from ._codec import structure
-from ._errors import RecordError
-from ._records import _member
+from ._unreadable import Unreadable
 from ._usage import valid_cost, valid_tokens
-from ._validators import _at_most, _counter, _counter_field, _id, _optional_digest, _optional_id
+from ._validators import (
+    _at_most,
+    _counter,
+    _counter_field,
+    _id,
+    _member,
+    _optional_digest,
+    _optional_id,
+)
 
 __all__ = [
     "ACTIVE_WORKER",
@@ -47,6 +55,7 @@ __all__ = [
     "WorkerTaskState",
     "check_digest",
     "check_lease",
+    "parse_trail",
     "parse_worker_tasks",
     "parse_workers",
 ]
@@ -306,6 +315,7 @@ class WorkerRecord:
 
     @property
     def active(self) -> bool:
+        """Whether the worker's status is one of a live worker's (``ACTIVE_WORKER``)."""
         return self.status in ACTIVE_WORKER
 
 
@@ -342,23 +352,73 @@ class TrailEntry:
     detail: str = attrs.field(default="", validator=_short(256))
 
 
-def _parse(kind: type[Any], raws: tuple[dict[str, Any], ...]) -> tuple[list[Any], int]:
+#: The items of ``Execution.workers``, ``worker_tasks`` and ``worker_trail``: the record, or
+#: what was stored if it does not parse (E8).
+WorkerEntry = WorkerRecord | Unreadable
+WorkerTaskEntry = WorkerTask | Unreadable
+TrailItem = TrailEntry | Unreadable
+#: Each field's record kind and the key an unreadable one is known by.
+ENTRY_KINDS: dict[str, tuple[type[Any], str]] = {
+    "workers": (WorkerRecord, "id"),
+    "worker_tasks": (WorkerTask, "id"),
+    "worker_trail": (TrailEntry, "seq"),
+}
+
+
+def _entries(value: Any, field: str) -> Any:
+    kind, key = ENTRY_KINDS[field]
+    items = value if type(value) is tuple else tuple(value)
+    if dict not in map(type, items):  # (checked in C: an evolve costs no Python loop)
+        return items
+    from ._stored_form import read_entry
+
+    return tuple(read_entry(i, kind, key) if type(i) is dict else i for i in items)
+
+
+# The converters of ``Execution.workers``, ``worker_tasks`` and ``worker_trail``: the entries
+# as a tuple, any stored object among them (an execution built from stored data) parsed
+# once (E8).
+
+
+def worker_entries(value: Iterable[WorkerRecord | Unreadable | dict[str, Any]]) -> Any:
+    return _entries(value, "workers")
+
+
+def worker_task_entries(value: Iterable[WorkerTask | Unreadable | dict[str, Any]]) -> Any:
+    return _entries(value, "worker_tasks")
+
+
+def trail_entries(value: Iterable[TrailEntry | Unreadable | dict[str, Any]]) -> Any:
+    return _entries(value, "worker_trail")
+
+
+def _split(kind: type[Any], entries: Any, key: str = "id") -> tuple[list[Any], int]:
+    from ._stored_form import read_entry
+
     parsed: list[Any] = []
     dropped = 0
-    for raw in raws:
-        try:
-            parsed.append(structure(raw, kind))
-        except RecordError:
-            dropped += 1  # E8: that record is dropped from the view (and counted)
+    for entry in entries:
+        if type(entry) is dict:  # as stored: parsed here (E8)
+            entry = read_entry(entry, kind, key)
+        if type(entry) is kind:
+            parsed.append(entry)
+        else:
+            dropped += 1  # E8: left out of the view (and counted)
     return parsed, dropped
 
 
-def parse_workers(raws: tuple[dict[str, Any], ...]) -> tuple[list[WorkerRecord], int]:
-    """The worker records that parse, and how many did not (E7, E8: fail closed per
-    record)."""
-    return _parse(WorkerRecord, raws)
+def parse_workers(entries: Any) -> tuple[list[WorkerRecord], int]:
+    """The worker records among ``entries`` (``Execution.workers``: parsed where it was
+    read) and how many did not parse (E7, E8: fail closed per record). A stored object
+    among them is parsed here."""
+    return _split(WorkerRecord, entries)
 
 
-def parse_worker_tasks(raws: tuple[dict[str, Any], ...]) -> tuple[list[WorkerTask], int]:
-    """The worker task records that parse, and how many did not."""
-    return _parse(WorkerTask, raws)
+def parse_worker_tasks(entries: Any) -> tuple[list[WorkerTask], int]:
+    """The worker task records among ``entries`` and how many did not parse."""
+    return _split(WorkerTask, entries)
+
+
+def parse_trail(entries: Any) -> tuple[list[TrailEntry], int]:
+    """The trail entries among ``entries`` and how many did not parse."""
+    return _split(TrailEntry, entries, "seq")

@@ -14,6 +14,7 @@ from ._events import SupervisionEvent as SupervisionEvent
 from ._ref import ChildInfo as ChildInfo
 from ._ref import SupervisorRef as SupervisorRef
 from ._root import RootSupervisor as RootSupervisor
+from ._spawn import spawn_supervisor as spawn_supervisor
 from ._spec import Backoff as Backoff
 from ._spec import ChildSpec as ChildSpec
 from ._supervisor import NoSuchChild as NoSuchChild
@@ -35,6 +36,7 @@ __all__ = [
     "SupervisionEvent",
     "Supervisor",
     "SupervisorRef",
+    "spawn_supervisor",
 ]
 
 publish(__name__, globals(), __all__)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import attrs
 
-from ..actors import ActorRef, CancelReason, RestartType, Supervised, find_child
+from ..actors import ActorRef, CancelReason, RestartType, Supervised
+from ..actors._seam import find_child
 from ._spec import ChildSpec
 
 __all__ = ["ChildInfo", "ChildStatus", "SupervisorRef"]
@@ -62,6 +63,7 @@ class _Refused:
     error: Exception
 
 
+@final
 class SupervisorRef(ActorRef):
     """An :class:`ActorRef` to a :class:`Supervisor`, with the supervisor's own operations.
 

@@ -2,7 +2,7 @@
 
 It implements the kernel's ``RootOverseer`` contract (``mainspring.actors``): one_for_one over
 the top-level actors, each with the restart type it was spawned with and its own restart
-intensity window; and it builds the :class:`Supervisor` that ``spawn_supervisor`` starts.
+intensity window.
 ``mainspring.open_system`` and the Runtime pass it as the root of their systems;
 ``open_system(root=...)`` takes another, e.g. ``partial(RootSupervisor, clock=fake_clock)``.
 """
@@ -10,23 +10,17 @@ intensity window; and it builds the :class:`Supervisor` that ``spawn_supervisor`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..actors import (
-    Actor,
-    ActorRef,
     CancelReason,
     RestartType,
     Supervised,
-    SupervisorOptions,
 )
 from ._events import ChildFailed, ChildRestarted, IntensityExceeded
 from ._intensity import RestartWindow
-from ._ref import SupervisorRef
-from ._spec import Backoff, ChildSpec, Strategy, should_restart
-from ._supervisor import Supervisor
+from ._spec import should_restart
 
 if TYPE_CHECKING:
     from ..actors import ActorSystem
@@ -106,19 +100,3 @@ class RootSupervisor:
         bus.publish(
             ChildRestarted(supervisor="/", child=child.path, restarts=child.restarts, reason=reason)
         )
-
-    def supervisor(
-        self, children: Sequence[object], options: SupervisorOptions
-    ) -> tuple[Callable[[], Actor], type[ActorRef]]:
-        """A :class:`Supervisor` over ``children``; it checks the children and the options."""
-        factory = partial(
-            Supervisor,
-            # Checked by Supervisor itself (TypeError, ValueError), like any caller's arguments.
-            cast("Sequence[ChildSpec]", children),
-            strategy=cast("Strategy", options.strategy),
-            max_restarts=options.max_restarts,
-            period=options.period,
-            backoff=cast("Backoff | None", options.backoff),
-            clock=options.clock,
-        )
-        return factory, SupervisorRef

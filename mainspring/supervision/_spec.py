@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ..actors import DEFAULT_MAILBOX_SIZE, RESTART_TYPES, Actor, RestartType
+from ..actors import DEFAULT_MAILBOX_SIZE, Actor, RestartType
+from ..actors._seam import RESTART_TYPES
 
 __all__ = ["Backoff", "ChildSpec", "RestartType", "Strategy", "should_restart"]
 

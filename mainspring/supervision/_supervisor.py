@@ -21,7 +21,6 @@ import anyio
 from ..actors import (
     Actor,
     ActorRef,
-    ActorState,
     CancelReason,
     Crash,
     MainspringError,
@@ -29,10 +28,8 @@ from ..actors import (
     Shutdown,
     Stop,
     Supervised,
-    deliver_control,
-    publish_event,
-    spawn_supervised,
 )
+from ..actors._seam import ActorState, deliver_control, publish_event, spawn_supervised
 from ._events import ChildFailed, ChildRestarted, ChildStarted, Escalated, IntensityExceeded
 from ._intensity import RestartWindow
 from ._ref import (

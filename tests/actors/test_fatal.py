@@ -35,8 +35,8 @@ async def test_a_supervised_child_that_raises_it_is_not_restarted(
 
     with pytest.raises(error) as caught:  # noqa: PT012
         async with ms.open_system(shutdown_timeout=0.5) as system:
-            sup = await system.spawn_supervisor(
-                [ms.supervision.ChildSpec(Boom, name="b", restart="permanent")], name="sup"
+            sup = await ms.supervision.spawn_supervisor(
+                system, [ms.supervision.ChildSpec(Boom, name="b", restart="permanent")], name="sup"
             )
             child = sup.child("b")
             assert child is not None

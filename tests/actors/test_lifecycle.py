@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from mainspring.actors._lifecycle import ActorState, IllegalTransition, check_transition
+from mainspring import IllegalTransition
+from mainspring.actors._lifecycle import ActorState, check_transition
 
 LEGAL = {
     (ActorState.STARTING, ActorState.RUNNING),

@@ -8,7 +8,6 @@ the hooks declared on ``Actor`` do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -83,11 +82,6 @@ class FakeRoot(FakeOverseer):
         self.restart = self.types.get(child, "temporary")
         return super().may_restart(child, reason, crashed)
 
-    def supervisor(
-        self, children: Sequence[object], options: kernel.SupervisorOptions
-    ) -> tuple[Callable[[], ms.Actor], type[ms.ActorRef]]:
-        raise ms.MainspringError("no supervisors here")
-
 
 def fake_root(holder: list[FakeRoot]) -> kernel.RootOverseerFactory:
     def make(system: ms.ActorSystem) -> FakeRoot:
@@ -109,7 +103,7 @@ async def test_a_non_final_end_waits_in_restarting_for_the_overseers_verdict() -
         await ended.wait()
         (child,) = root.pending
         assert child.ref is ref
-        assert child.state is kernel.ActorState.RESTARTING
+        assert child.state is kernel._seam.ActorState.RESTARTING
         assert child.awaiting_verdict
         assert child.crashed_last
         assert isinstance(child.final_reason(), ms.Crash)
@@ -134,7 +128,7 @@ async def test_finish_ends_it_for_good_with_exactly_one_final_notice() -> None:
         (child,) = root.pending
         assert child.finish()
         assert isinstance(await ref.wait_stopped(), ms.Crash)
-        assert child.state is kernel.ActorState.STOPPED
+        assert child.state is kernel._seam.ActorState.STOPPED
         assert child.ending_for_good
         assert not child.finish()
         assert root.ends() == [("ended", "/w", True, False), ("ended", "/w", True, True)]
@@ -157,13 +151,15 @@ async def test_a_child_is_not_restarted_while_its_parent_is_stopping() -> None:
         _mainspring_orders_children = True
 
         async def on_start(self) -> None:
-            kernel.spawn_supervised(self, Flaky, (), name="c", mailbox_size=10, overseer=overseer)
+            kernel._seam.spawn_supervised(
+                self, Flaky, (), name="c", mailbox_size=10, overseer=overseer
+            )
 
         async def receive(self, message: Any) -> Any:
             return message
 
         async def _mainspring_stop_children(self, reason: ms.CancelReason) -> None:
-            child = kernel.find_child(self.ref, "c")
+            child = kernel._seam.find_child(self.ref, "c")
             assert child is not None
             with pytest.raises(ms.ActorFailed):
                 await child.ask("crash")  # crashes while its parent is stopping
@@ -186,7 +182,7 @@ async def test_spawn_supervised_uses_the_ref_class_and_find_child_finds_it() -> 
 
     class Parent(ms.Actor):
         async def receive(self, message: Any) -> Any:
-            child = kernel.spawn_supervised(
+            child = kernel._seam.spawn_supervised(
                 self, Flaky, (), name="c", mailbox_size=10, overseer=overseer, ref_class=TeamRef
             )
             children.append(child)
@@ -197,8 +193,8 @@ async def test_spawn_supervised_uses_the_ref_class_and_find_child_finds_it() -> 
         ref = await parent.ask("spawn")
         assert type(ref) is TeamRef
         assert ref.path == "/p/c" == children[0].path
-        assert kernel.find_child(parent, "c") is ref
-        assert kernel.find_child(parent, "nobody") is None
+        assert kernel._seam.find_child(parent, "c") is ref
+        assert kernel._seam.find_child(parent, "nobody") is None
         assert await children[0].wait_started()
         with pytest.raises(ms.ActorFailed):
             await ref.ask("crash")
@@ -215,7 +211,7 @@ async def test_deliver_control_goes_ahead_of_queued_messages() -> None:
             if message == "go":
                 self.ref.tell_nowait("a")
                 self.ref.tell_nowait("b")
-                kernel.deliver_control(self, "urgent")
+                kernel._seam.deliver_control(self, "urgent")
             return message
 
     async with ms.open_system() as system:
@@ -228,7 +224,7 @@ async def test_deliver_control_goes_ahead_of_queued_messages() -> None:
 async def test_publish_event_reaches_every_subscriber() -> None:
     class Announcer(ms.Actor):
         async def receive(self, message: Any) -> Any:
-            kernel.publish_event(self, ("announced", message))
+            kernel._seam.publish_event(self, ("announced", message))
             return message
 
     seen: list[object] = []
@@ -247,7 +243,7 @@ async def test_publish_event_reaches_every_subscriber() -> None:
     assert seen == [("announced", 1)]
 
 
-async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors() -> None:
+async def test_the_kernels_own_root_restarts_nothing() -> None:
     async with ms.open_system(root=_KernelRoot) as system:
         with pytest.raises(ms.MainspringError, match="nothing would restart a permanent"):
             await system.spawn(Flaky, name="w", restart="permanent")  # refused, not downgraded
@@ -256,8 +252,22 @@ async def test_the_kernels_own_root_restarts_nothing_and_builds_no_supervisors()
         with pytest.raises(ms.ActorFailed):
             await ref.ask("crash")
         assert isinstance(await ref.wait_stopped(), ms.Crash)
-        with pytest.raises(ms.MainspringError, match="no supervision"):
-            await system.spawn_supervisor([], name="sup")
+        # A top-level supervisor is an actor like any: refused unless temporary here.
+        with pytest.raises(ms.MainspringError, match="nothing would restart a permanent"):
+            await ms.supervision.spawn_supervisor(system, [], name="sup")
+        assert system.lookup("/sup") is None
+        sup = await ms.supervision.spawn_supervisor(system, [], name="sup", restart="temporary")
+        assert await sup.which_children() == []
+
+
+def test_starting_a_supervisor_is_not_the_kernels() -> None:
+    # The kernel keeps the generic hook (spawn_started); supervisors start from supervision.
+    assert not hasattr(ms.Actor, "spawn_supervisor")
+    assert not hasattr(ms.ActorSystem, "spawn_supervisor")
+    assert not hasattr(kernel, "SupervisorOptions")
+    assert "spawn_started" not in kernel.__all__  # internal: kernel._seam.spawn_started
+    assert kernel._seam.spawn_started is not None
+    assert "spawn_supervisor" in ms.supervision.__all__
 
 
 async def test_the_kernels_open_system_has_no_global_root_to_plug_into() -> None:
@@ -310,7 +320,7 @@ async def test_a_parent_that_orders_its_children_stops_them_itself() -> None:
         async def _mainspring_stop_children(self, reason: ms.CancelReason) -> None:
             hook.append(reason)
             for name in ("second", "first", "third"):
-                child = kernel.find_child(self.ref, name)
+                child = kernel._seam.find_child(self.ref, name)
                 assert child is not None
                 await child.stop(reason)
 

@@ -103,8 +103,8 @@ async def test_a_spawn_loop_in_on_start_and_under_a_supervisor_restart() -> None
         parent = await system.spawn(Parent, 2_000)
         parent.tell_nowait("first")  # told right after spawn: waits for on_start
         assert await parent.ask("count", timeout=30) == 2_000
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(Parent, 1_500, name="p")], name="sup", max_restarts=5
+        sup = await ms.supervision.spawn_supervisor(
+            system, [ms.supervision.ChildSpec(Parent, 1_500, name="p")], name="sup", max_restarts=5
         )
         child = system.lookup("/sup/p")
         assert child is not None

@@ -79,8 +79,10 @@ async def test_no_supervisor_restarts_an_actor_that_stopped_itself(restart: Any)
     log: list[Any] = []
     async with ms.open_system() as system:
         top = await system.spawn(Quitter, log, name="top", restart=restart)
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(Quitter, log, name="child", restart=restart)], name="sup"
+        sup = await ms.supervision.spawn_supervisor(
+            system,
+            [ms.supervision.ChildSpec(Quitter, log, name="child", restart=restart)],
+            name="sup",
         )
         child = sup.child("child")
         assert child is not None

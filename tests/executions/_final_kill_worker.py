@@ -21,10 +21,10 @@ import mainspring as ms
 
 
 class _KilledAfterTheFinalWrite(ms.storage.FileStore):
-    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
-        results = super().commit_many(commits)
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+        results = super().commit_runs(commits)
         for (execution, _), result in zip(commits, results, strict=True):
-            if result is ms.storage.CommitOutcome.OK and execution.terminal:
+            if result is ms.storage._seam.CommitOutcome.OK and execution.terminal:
                 os.kill(os.getpid(), signal.SIGKILL)
         return results
 

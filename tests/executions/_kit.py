@@ -4,9 +4,7 @@ when it is ready, a store that remembers every version it committed, and one in 
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,8 +12,7 @@ from typing import Any
 import anyio
 
 import mainspring as ms
-from mainspring.storage._backend import CompareAndSetStore
-from mainspring.storage._journal import Base
+import mainspring.testing
 
 #: Fast heartbeats: controls from "another process" land within a tick. The lease itself is long
 #: enough that a loaded machine delaying a heartbeat never lets it lapse.
@@ -120,62 +117,18 @@ class RecordingSqliteStore(ms.storage.SqliteStore):
         super().__init__(path)
         self.versions: list[ms.storage.Execution] = []
 
-    def commit_many(
+    def commit_runs(
         self, commits: Sequence[tuple[ms.storage.Execution, str]]
-    ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
-        results = super().commit_many(commits)
+    ) -> tuple[ms.storage._seam.CommitOutcome | Exception, ...]:
+        results = super().commit_runs(commits)
         for (execution, _), result in zip(commits, results, strict=True):
-            if result is ms.storage.CommitOutcome.OK:
+            if result is ms.storage._seam.CommitOutcome.OK:
                 self.versions.append(execution)
         return results
 
 
-class MemoryStore(CompareAndSetStore):
-    """A store on a dict: the same decisions as the real backends, nothing encoded or
-    written, so a test of a long run measures the runtime, not the disk. Its calls never
-    block (``blocking``, see ``Store``): the persistence actor makes them on the loop."""
-
-    blocking = False
-
-    def __init__(self) -> None:
-        self._items: dict[str, ms.storage.Execution] = {}
-        self._lock = threading.Lock()
-        self._clock = time.time
-
-    @contextlib.contextmanager
-    def _atomic(self) -> Iterator[None]:
-        with self._lock:
-            yield
-
-    def _load(self, execution_id: str) -> Base | None:
-        stored = self._items.get(execution_id)
-        if stored is None:
-            return None
-        return Base(execution=stored, keys={}, next_pos={}, seq=0, window=[])
-
-    def _store(self, base: Base | None, execution: ms.storage.Execution) -> None:
-        self._items[execution.id] = execution
-
-    def history(
-        self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
-    ) -> tuple[ms.storage.HistoryEvent, ...]:
-        return ()  # nothing is kept: a long run's test measures the runtime
-
-    def delete(self, execution_id: str) -> bool:
-        with self._lock:
-            stored = self._items.get(execution_id)
-            if stored is None or not stored.terminal:
-                return False
-            del self._items[execution_id]
-            return True
-
-    def get(self, execution_id: str) -> ms.storage.Execution | None:
-        with self._lock:
-            return self._items.get(execution_id)
-
-    def list(self) -> ms.storage.Listing:
-        with self._lock:
-            return ms.storage.Listing(executions=tuple(self._items.values()))
+#: The in-memory store of ``mainspring.testing`` (it was promoted from here).
+MemoryStore = mainspring.testing.MemoryStore
 
 
 @asynccontextmanager
@@ -225,7 +178,7 @@ def stored(rt: ms.Runtime, execution_id: str) -> ms.storage.Execution:
 
 
 def tasks_of(execution: ms.storage.Execution) -> list[ms.storage.AgentTaskRecord]:
-    records, _ = ms.storage.parse_agent_tasks(execution)
+    records, _ = ms.storage._seam.parse_agent_tasks(execution)
     return records
 
 

@@ -13,7 +13,7 @@ import anyio
 import attrs
 
 from mainspring.executions._workers.hosts import Report, Seen, WorkerSpec, WorkerStartFailed
-from mainspring.storage import ProcessIdentity
+from mainspring.storage._seam import ProcessIdentity
 
 
 @attrs.frozen

@@ -12,8 +12,9 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import ExecutionExists
-from mainspring.storage import open_store, store_kind
-from mainspring.storage._frames import encode_frame
+from mainspring.storage import open_store
+from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._seam import store_kind
 
 from ._kit import Ledger, agent, linear, plan_of, runtime, statuses, stored, tasks_of, tool
 
@@ -133,17 +134,17 @@ def test_stores_from_paths_and_the_default_home(
     given = ms.storage.FileStore(tmp_path / "given")
     assert open_store(given)[0] is given
     monkeypatch.setenv("MAINSPRING_HOME", str(tmp_path / "home"))
-    assert ms.storage.default_home() == tmp_path / "home"
+    assert ms.storage._seam.default_home() == tmp_path / "home"
     default, close = open_store(None)
     assert isinstance(default, ms.storage.SqliteStore)
     assert default.path == tmp_path / "home" / "mainspring.sqlite3"
     close()
     monkeypatch.delenv("MAINSPRING_HOME")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    assert ms.storage.default_home() == tmp_path / "xdg" / "mainspring"
+    assert ms.storage._seam.default_home() == tmp_path / "xdg" / "mainspring"
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    assert ms.storage.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
+    assert ms.storage._seam.default_home() == tmp_path / "user" / ".local" / "state" / "mainspring"
 
 
 def test_one_rule_names_the_backend_of_a_path_what_is_there_first(tmp_path: Path) -> None:
@@ -407,7 +408,7 @@ async def test_E10_a_live_result_reads_as_plain_data_as_the_one_read_back(tmp_pa
 
 def _views_in(value: Any) -> list[str]:
     """Where ``value`` holds a Vector or an AppendOnly view (in records, tuples, lists, dicts)."""
-    from mainspring.storage import AppendOnly, Vector
+    from mainspring.storage._seam import AppendOnly, Vector
 
     if isinstance(value, Vector | AppendOnly):
         return [type(value).__name__]

@@ -101,7 +101,7 @@ def _place(backend: str, where: Path, schemas: list[str]) -> Path | str:
 
 def _read(
     backend: str, path: Path | str
-) -> tuple[ms.storage.Execution, tuple[ms.storage.Problem, ...]]:
+) -> tuple[ms.storage.Execution, tuple[ms.storage._seam.Problem, ...]]:
     """The execution and the listing's problems, from a fresh handle (reading never writes)."""
     store = _open(backend, path)
     try:
@@ -202,7 +202,7 @@ def _trial(
     # 2. What was durable at the kill, and what the killed process had begun.
     at_kill, problems = _read(backend, store)
     assert problems == (), about
-    tasks_at_kill, dropped = ms.storage.parse_agent_tasks(at_kill)
+    tasks_at_kill, dropped = ms.storage._seam.parse_agent_tasks(at_kill)
     assert dropped == 0, about
     first = _ledger(where / "ledger")
     durable = {("tool", sid) for sid in at_kill.completed_steps if sid in TOOLS}
@@ -279,7 +279,7 @@ def _trial(
     assert {step.status for step in final.plan.steps} == {"succeeded"}, about
     assert sorted(final.completed_steps) == sorted(step.id for step in PLAN.steps), about
     assert final.pending is None, about
-    tasks, dropped = ms.storage.parse_agent_tasks(final)
+    tasks, dropped = ms.storage._seam.parse_agent_tasks(final)
     assert dropped == 0, about
     assert sorted(task.step_id for task in tasks) == sorted(AGENTS), (about, "one task a step")
     assert {task.state for task in tasks} == {"completed"}, about

@@ -253,8 +253,8 @@ async def test_R8_a_task_stored_without_a_definition_hash_is_taken_as_unchanged(
     def forget(execution: ms.storage.Execution, now: float) -> ms.storage.Execution:
         # As a record written before definitions were hashed: no such keys at all.
         raws = []
-        for raw in execution.agent_tasks:
-            raw = dict(raw)
+        for task in execution.agent_tasks:
+            raw = ms.storage._seam.unstructure(task)
             del raw["definition_hash"], raw["envelope_hash"]
             raws.append(raw)
         return attrs.evolve(execution, agent_tasks=tuple(raws))

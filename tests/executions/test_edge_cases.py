@@ -363,8 +363,8 @@ async def test_X3_failure_evidence_for_the_planner_is_fenced_and_clamped(
 
 
 async def test_S1_a_task_of_a_paused_execution_can_be_stopped(tmp_path: Path) -> None:
-    """The record path of stop_agent_task writes through committer.commit (the run's funnel,
-    commit_progress), which answers ``paused`` for a paused record: a queued task of a paused
+    """The record path of stop_agent_task writes through committer.submit (the run's funnel,
+    commit_run), which answers ``paused`` for a paused record: a queued task of a paused
     execution can never be stopped (S1: a persisted unfinished task is marked cancelled)."""
     gate = Gate()
 
@@ -391,11 +391,11 @@ class _DiskFailsOnce(ms.storage.SqliteStore):
         super().__init__(path)
         self.flushes = 0
 
-    def commit_many(self, commits: Any) -> Any:
+    def commit_runs(self, commits: Any) -> Any:
         self.flushes += 1
         if self.flushes == 2:
             raise OSError(5, "I/O error")
-        return super().commit_many(commits)
+        return super().commit_runs(commits)
 
 
 async def test_after_a_failed_write_the_runtime_still_closes_cleanly(
@@ -425,7 +425,7 @@ async def test_X2_a_result_too_large_to_store_fails_its_step_not_the_runtime(
     tmp_path: Path,
 ) -> None:
     """check_output only checks that an output encodes; the record is refused later by
-    _write (TooLarge, X2) and committer.commit *raises* it inside _step_done: the
+    _write (TooLarge, X2) and committer.submit *raises* it inside _step_done: the
     ExecutionActor crashes, the record stays "running", and every resume re-runs the step
     and crashes again. The step should fail with a clear error instead."""
 

@@ -51,7 +51,7 @@ async def test_E5_a_finding_carries_structured_evidence_ids_and_provenance(
     first, second = task.findings
     assert first.agent_id == "scout"
     assert first.task_id == task.id
-    assert first.provenance == ms.storage.Provenance(
+    assert first.provenance == ms.storage._seam.Provenance(
         execution_id=result.execution_id, plan_version=1
     )
     assert first.evidence == (
@@ -112,7 +112,7 @@ def _task_raw(**finding: Any) -> dict[str, Any]:
 
 def test_E8_findings_stored_in_the_first_format_still_parse() -> None:
     raw = _task_raw(evidence=["line 3", "line 9"], provenance="run one", status="active")
-    task = ms.storage.parse_agent_task(raw)
+    task = ms.storage._seam.parse_agent_task(raw)
     assert task is not None
     (finding,) = task.findings
     assert finding.evidence == (
@@ -122,7 +122,7 @@ def test_E8_findings_stored_in_the_first_format_still_parse() -> None:
     )
     assert finding.provenance is None
     assert finding.agent_id is None
-    empty = ms.storage.parse_agent_task(_task_raw(evidence=[], provenance=""))
+    empty = ms.storage._seam.parse_agent_task(_task_raw(evidence=[], provenance=""))
     assert empty is not None
     assert empty.findings[0].provenance is None
     assert empty.findings[0].evidence == ()
@@ -140,7 +140,7 @@ def test_E8_findings_stored_in_the_first_format_still_parse() -> None:
     ],
 )
 def test_E8_any_other_finding_shape_fails_closed(finding: dict[str, Any]) -> None:
-    assert ms.storage.parse_agent_task(_task_raw(**finding)) is None
+    assert ms.storage._seam.parse_agent_task(_task_raw(**finding)) is None
 
 
 async def test_R6_the_planners_brief_of_findings_works_with_their_structure(
@@ -206,7 +206,9 @@ async def test_a_question_has_its_time_and_an_answer_its_time_and_digest(
     (line,) = [c for c in record.controls if c.action == "answer"]
     assert line.answer_sha256 == digest
     assert line.at == task.answered_at
-    assert SECRET not in json.dumps(ms.storage.unstructure(record))  # the answer itself is not
+    assert SECRET not in json.dumps(
+        ms.storage._seam.unstructure(record)
+    )  # the answer itself is not
 
     store = str(tmp_path / "store.sqlite3")
     code, out = run_cli("show", record.id, "--store", store)

@@ -22,13 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from mainspring.executions._workers import fleet as fleet
 from mainspring.executions._workers.fleet import Expect, StaleWorker, WorkerRefused
-from mainspring.storage import (
-    ProcessIdentity,
-    StopIntent,
-    WorkerFailure,
-    WorkerRecord,
-    WorkerTask,
-)
+from mainspring.storage import WorkerRecord, WorkerTask
+from mainspring.storage._seam import ProcessIdentity, StopIntent, WorkerFailure
 from tests._examples import SHRINKING, examples
 
 ACTIVE = {"assigned", "starting", "running", "idle", "handing_off"}

@@ -12,14 +12,12 @@ import pytest
 
 from mainspring.executions._workers import fleet as fleet
 from mainspring.executions._workers.fleet import Expect, Proof, StaleWorker, WorkerRefused, expect
-from mainspring.storage import (
+from mainspring.storage import TrailEntry, WorkerRecord, WorkerTask
+from mainspring.storage._seam import (
     MAX_TRAIL,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
     WorkerFailure,
-    WorkerRecord,
-    WorkerTask,
     sha256_hex,
 )
 
@@ -564,14 +562,14 @@ def entry(seq: int) -> TrailEntry:
 
 
 def test_the_trail_keeps_the_last_2000_entries_in_seq_order() -> None:
-    trail: tuple[dict[str, Any], ...] = ()
+    trail: tuple[Any, ...] = ()
     assert fleet.next_trail_seq(trail) == 1
     for _ in range(MAX_TRAIL + 5):
         trail = fleet.trail_append(trail, entry(fleet.next_trail_seq(trail)))
     assert len(trail) == MAX_TRAIL == 2_000
-    assert [e["seq"] for e in trail] == list(range(6, MAX_TRAIL + 6))
-    assert trail[-1]["status"] == "running"
-    assert trail[-1]["event"] == "started"
+    assert [e.seq for e in trail] == list(range(6, MAX_TRAIL + 6))
+    assert trail[-1].status == "running"
+    assert trail[-1].event == "started"
     assert fleet.next_trail_seq(trail) == MAX_TRAIL + 6
 
 
@@ -587,4 +585,4 @@ def test_a_trail_entry_must_come_after_the_next_seq_the_caller_keeps() -> None:
     trail = fleet.trail_append((), entry(5), next_seq=1)
     with pytest.raises(ValueError, match="seq"):
         fleet.trail_append(trail, entry(5), next_seq=6)
-    assert fleet.trail_append(trail, entry(6), next_seq=6)[-1]["seq"] == 6
+    assert fleet.trail_append(trail, entry(6), next_seq=6)[-1].seq == 6  # type: ignore[union-attr]

@@ -241,7 +241,7 @@ async def test_live_events_of_one_execution_and_the_arguments_checked(tmp_path: 
 
 
 async def test_the_durable_hook_counts_flushes_and_wakes_waiters() -> None:
-    durable = ms.storage.Durable()
+    durable = ms.storage._seam.Durable()
     with anyio.fail_after(10):
         await durable.wait_past(-1)  # already past: returns at once
         async with anyio.create_task_group() as tg:

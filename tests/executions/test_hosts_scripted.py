@@ -10,14 +10,14 @@ import anyio
 import attrs
 import pytest
 
-from mainspring.executions import (
+from mainspring.executions._seam import (
     Report,
-    ScriptedHost,
     WorkerHost,
     WorkerSpec,
     WorkerStartFailed,
 )
-from mainspring.storage import ProcessIdentity
+from mainspring.storage._seam import ProcessIdentity
+from mainspring.testing import ScriptedHost
 
 pytestmark = pytest.mark.anyio
 

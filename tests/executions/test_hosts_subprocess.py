@@ -14,16 +14,11 @@ import anyio
 import attrs
 import pytest
 
-from mainspring.executions import (
-    Report,
-    SubprocessHost,
-    WorkerHost,
-    WorkerSpec,
-    WorkerStartFailed,
-)
+from mainspring.executions import SubprocessHost
+from mainspring.executions._seam import Report, WorkerHost, WorkerSpec, WorkerStartFailed
 from mainspring.executions._workers.hosts import MAX_REPORT_LINE
 from mainspring.executions._workers.subprocess_host import process_stat
-from mainspring.storage import ProcessIdentity
+from mainspring.storage._seam import ProcessIdentity
 
 pytestmark = pytest.mark.anyio
 

@@ -2,8 +2,8 @@
 #29: inner steps appended, never copied), counted rather than timed: the Python calls the
 event loop's thread makes per inner step (``sys.setprofile``: a walk over the earlier steps
 in Python shows as calls), the ids the record validators check per inner step, and the
-copies of the inner-step sequences (none: every save's record, and the raw record the
-execution stores, are versions of one shared list, ``AppendOnly``). An agent of 10N inner
+copies of the inner-step sequences (none: every save's record, and the stored form a store
+makes of it, are versions of one shared list, ``AppendOnly``). An agent of 10N inner
 steps is compared with one of N.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import AppendOnly, AppendOnlyList, _validators
+from mainspring.storage import _validators
+from mainspring.storage._seam import AppendOnly
 
 from ._kit import MemoryStore, agent, plan_of, runtime, stored, tasks_of
 
@@ -77,11 +78,11 @@ async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Count
         record = stored(rt, result.execution_id)
     assert result.status == "completed"
     assert result.outputs["a"] == sum(range(steps))
-    # The stored raw record's inner steps are one shared list's view, as the task's are.
-    [raw] = record.agent_tasks
-    assert type(raw["inner_completed"]) is AppendOnlyList
-    assert type(raw["inner_observations"]) is AppendOnlyList
+    # The stored record's inner steps are one shared list's view (a store makes their
+    # stored form from it, as views of one list too: test_stored_form.py).
     [task] = tasks_of(record)
+    assert type(task.inner_completed) is AppendOnly
+    assert type(task.inner_observations) is AppendOnly
     assert task.inner_completed == tuple(f"i{i}" for i in range(steps))
     return counts
 

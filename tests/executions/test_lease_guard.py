@@ -75,10 +75,10 @@ class LateAnswers(ms.storage.SqliteStore):
         self.late_final = 0.0  # the answer to the commit that completes the run
         self.renewals = 0
 
-    def commit_many(
+    def commit_runs(
         self, commits: Sequence[tuple[ms.storage.Execution, str]]
-    ) -> tuple[ms.storage.CommitOutcome | Exception, ...]:
-        results = super().commit_many(commits)
+    ) -> tuple[ms.storage._seam.CommitOutcome | Exception, ...]:
+        results = super().commit_runs(commits)
         delay, self.late_commit = self.late_commit, 0.0
         if any(execution.status == "completed" for execution, _ in commits):
             delay, self.late_final = delay + self.late_final, 0.0
@@ -379,7 +379,7 @@ async def test_l5_a_commit_is_no_renewal_so_a_step_never_starts_after_the_stores
     async def flaky(**_: Any) -> str:
         record = store.get("ex-commit")
         assert record is not None
-        live_at_start.append(ms.storage.holder(record.lease, store_clock()) is not None)
+        live_at_start.append(ms.storage._seam.holder(record.lease, store_clock()) is not None)
         ledger.add("tool", f"flaky:{len(live_at_start)}")
         if len(live_at_start) == 1:
             clock.advance(3.0)  # a slow first attempt, well within the lease

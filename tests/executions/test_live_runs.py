@@ -13,13 +13,14 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
+from mainspring.executions import WorkerAgent, WorkerNotLive
 from mainspring.executions._facade import workers as _worker_api
 from mainspring.executions._facade.handle import ExecutionHandle
 from mainspring.executions._facade.live import LiveRun, LiveRuns
 from mainspring.executions._run.kept import MAX_LIVE_PLANS, KeptInputs
 from mainspring.executions._run.messages import RunConfig, RunServices
 from mainspring.executions._workers.board import BoardState, BoardView, RepairWorker
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime
 
@@ -137,7 +138,9 @@ class _Deaf(ScriptedHost):
         super().__init__(scripts)
         self.sending = anyio.Event()
 
-    async def send(self, process: ms.storage.ProcessIdentity, line: Mapping[str, Any]) -> None:
+    async def send(
+        self, process: ms.storage._seam.ProcessIdentity, line: Mapping[str, Any]
+    ) -> None:
         self.sending.set()
         await anyio.sleep_forever()
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions import AgentMemory, MemorySearch, ScopeNotConfigured
+from mainspring.executions import ScopeNotConfigured
+from mainspring.executions._seam import AgentMemory, MemorySearch
 from mainspring.storage import Fact, Scope
 
 from ._kit import FAST, Gate, agent, plan_of, stored, tasks_of

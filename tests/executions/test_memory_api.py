@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions import Memory, MemorySearch, ScopeNotConfigured
-from mainspring.storage import MAX_FACT_TEXT, Fact, InvalidId, Scope
+from mainspring.executions import Memory, ScopeNotConfigured
+from mainspring.executions._seam import MemorySearch
+from mainspring.storage import Fact, InvalidId, Scope
+from mainspring.storage._seam import MAX_FACT_TEXT
 
 from ._kit import MemoryStore
 from ._memory_kit import StoreSpec, memory_apply_calls

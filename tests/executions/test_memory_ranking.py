@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.executions import MemorySearch
 from mainspring.executions._memory.rank import (
     EMBED_BATCH,
     VectorCache,
@@ -26,7 +25,9 @@ from mainspring.executions._memory.rank import (
     rank_by_meaning,
     unit_vector,
 )
-from mainspring.storage import Fact, FactFilter, Scope
+from mainspring.executions._seam import MemorySearch
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import FactFilter
 
 from .._examples import examples
 from ._memory_kit import EMBEDDERS, AsyncBag, StoreSpec, SyncBag

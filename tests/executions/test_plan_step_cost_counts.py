@@ -20,7 +20,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import _validators
-from mainspring.storage._journal import Base, diff, snapshot_changes
+from mainspring.storage._journal.model import Base, diff, snapshot_changes
 
 from ._kit import MemoryStore, linear, runtime
 

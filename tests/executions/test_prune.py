@@ -13,7 +13,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import Execution, FileStore, Lease, SqliteStore, Store
-from mainspring.storage._frames import encode_frame
+from mainspring.storage._backends.file.frames import encode_frame
 
 from ._kit import FAST, linear
 
@@ -126,7 +126,7 @@ async def test_unreadable_records_are_skipped_never_deleted(tmp_path: Path) -> N
 async def test_the_committer_deletes_only_finished_executions(store: Store) -> None:
     seed(store)
     async with ms.open_system("t") as system:
-        committer = await ms.storage.open_committer(system, store)
+        committer = await ms.storage._seam.open_committer(system, store)
         assert await committer.delete("old-done")
         assert not await committer.delete("old-paused")
         assert not await committer.delete("missing")

@@ -264,7 +264,7 @@ async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
     _, tools = gate_tool(calls)
     async with ms.open_runtime(store=store.target, tools=tools, recover=False) as rt:
         report = await rt.recover()
-        assert isinstance(report, ms.executions.RecoveryReport)
+        assert isinstance(report, ms.executions._seam.RecoveryReport)
         assert [h.execution_id for h in report] == ["ex-orphan"]
         assert report.resumed == tuple(report)
         await report[0].wait()
@@ -320,13 +320,13 @@ class _Flaky(ms.storage.SqliteStore):
         self.fail_list = 1
         self.fail_acquire = 1
 
-    def unfinished(self, skip: Any = ()) -> ms.storage.Listing:  # what recovery lists
+    def unfinished(self, skip: Any = ()) -> ms.storage._seam.Listing:  # what recovery lists
         if self.fail_list:
             self.fail_list -= 1
             raise ms.storage.StorageError(f"listing failed near {SECRET}")
         return super().unfinished(skip)
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
         if self.fail_acquire:
             self.fail_acquire -= 1
             raise ms.storage.StorageError(f"acquire failed near {SECRET}")
@@ -372,7 +372,7 @@ class _SlowTake(ms.storage.SqliteStore):
         super().__init__(path)
         self.taken = threading.Event()
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
         result = super().acquire(*args, **kwargs)
         if not self.taken.is_set():
             self.taken.set()
@@ -410,7 +410,7 @@ async def test_l8_a_runtime_closing_mid_takeover_leaves_no_lease_held(tmp_path: 
 class _NoWholeListing(ms.storage.SqliteStore):
     """A SQLite store that refuses to be listed whole: a sweep must not read every run."""
 
-    def list(self) -> ms.storage.Listing:
+    def list(self) -> ms.storage._seam.Listing:
         raise AssertionError("recovery listed the whole store")
 
 
@@ -449,13 +449,13 @@ class _HeldResume(ms.storage.SqliteStore):
         self.listed = threading.Event()
         self.sweeping = False
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
         if not self.acquiring.is_set():
             self.acquiring.set()
             self.gate.wait(60)
         return super().acquire(*args, **kwargs)
 
-    def unfinished(self, skip: Any = ()) -> ms.storage.Listing:
+    def unfinished(self, skip: Any = ()) -> ms.storage._seam.Listing:
         self.sweeping = True
         return super().unfinished(skip)
 
@@ -477,7 +477,7 @@ async def test_l8_a_run_resumed_by_hand_during_a_sweep_is_not_reported_as_recove
     held = _HeldResume(target)
     calls: list[str] = []
     ran, tools = gate_tool(calls)
-    report: list[ms.executions.RecoveryReport] = []
+    report: list[ms.executions._seam.RecoveryReport] = []
     try:
         async with ms.open_runtime(store=held, tools=tools, recover=False) as rt:
             handles: list[ms.ExecutionHandle] = []

@@ -360,7 +360,7 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
         before = stored(rt, handle.execution_id)
         tasks = await rt.agent_tasks(handle.execution_id)
         assert [t.id for t in tasks] == [good.id]
-        assert ms.storage.parse_agent_tasks(before)[1] == 5
+        assert ms.storage._seam.parse_agent_tasks(before)[1] == 5
         await rt.executions()
         assert stored(rt, handle.execution_id) == before  # E7: reading never writes
         gate.opened.set()
@@ -368,7 +368,9 @@ async def test_E7_E8_unreadable_task_records_are_dropped_from_the_view_never_fro
         after = stored(rt, handle.execution_id)
     assert result.status == "completed"
     assert len(after.agent_tasks) == 6  # the run kept what it could not read
-    assert [raw["id"] for raw in after.agent_tasks[1:]] == [b["id"] for b in bad]
+    kept = after.unreadable_tasks
+    assert [u.key for u in kept] == [b["id"] for b in bad]
+    assert [u.raw for u in kept] == bad  # as they were stored (E7)
 
 
 async def test_a_failed_step_replans_with_the_failure_evidence_and_the_previous_plan(

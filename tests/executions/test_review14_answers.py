@@ -43,7 +43,7 @@ async def _until(rt: ms.Runtime, ok: Callable[[ms.storage.Execution], bool]) -> 
 
 
 def _waiting(record: ms.storage.Execution) -> bool:
-    tasks, _ = ms.storage.parse_agent_tasks(record)
+    tasks, _ = ms.storage._seam.parse_agent_tasks(record)
     return bool(tasks) and tasks[0].state == "waiting_for_clarification"
 
 

@@ -78,7 +78,7 @@ async def test_memory_objects_returned_from_ctx_step_are_a_clear_error(
     assert "Fact" in errors["list"]
     # What failed is now what the docs say, wherever they speak of replaying a read.
     docs = [
-        ms.executions.AgentMemory.__doc__ or "",
+        ms.executions._seam.AgentMemory.__doc__ or "",
         ms.executions.Memory.search.__doc__ or "",
         ms.AgentContext.memory.__doc__ or "",
     ]

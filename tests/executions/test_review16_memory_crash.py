@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import mainspring as ms
-from mainspring.storage import Fact, FactFilter, Scope
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import FactFilter
 
 pytestmark = pytest.mark.slow
 

@@ -55,7 +55,7 @@ async def test_a_masked_delivery_read_back_is_marked_not_replayed_as_the_origina
         done = stored(rt, handle.execution_id)
     assert live.outputs["a"] == OUTPUT
     # The run crashed after the delivery, before its step's completion was committed.
-    raw = [dict(t, state="running", ended_at=None) for t in done.agent_tasks]
+    raw = [attrs.evolve(t, state="running", ended_at=None) for t in done.task_records]
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
@@ -141,7 +141,7 @@ async def test_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(tmp_pa
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
     async with runtime(store, agents=coder(host), **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))

@@ -10,7 +10,7 @@ import pytest
 
 from mainspring.executions import SubprocessHost
 from mainspring.executions._programs.proctree import HAVE_PROC
-from mainspring.storage import ProcessIdentity
+from mainspring.storage._seam import ProcessIdentity
 
 pytestmark = [
     pytest.mark.anyio,

@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -33,7 +34,7 @@ async def test_a_worker_step_after_finalize_does_not_start_a_worker(tmp_path: Pa
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
     async with runtime(tmp_path, agents=agents, **FAST) as rt:
         # a delivers (a proof needs a delivered worker task), b waits, c would start a worker.
@@ -68,7 +69,7 @@ async def test_a_proof_recorded_by_another_runtime_survives_the_runs_commits(
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
     host = ScriptedHost([[{"type": "result", "output": 1}]])
     agents = {"coder": WorkerAgent(["fake"], host=host, grace=0.1), "waits": waits}

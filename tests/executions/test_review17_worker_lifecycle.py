@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, RecordingSqliteStore, agent, plan_of, runtime, stored, tasks_of
 
@@ -74,7 +75,7 @@ def _proof(receipt: dict[str, Any]) -> ms.executions.Proof:
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
 
 

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
+from mainspring.executions import WorkerAgent, WorkerNotLive
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime
 
@@ -29,7 +30,9 @@ class SlowSend(ScriptedHost):
         self.gate = anyio.Event()
         self.sending = anyio.Event()
 
-    async def send(self, process: ms.storage.ProcessIdentity, line: Mapping[str, Any]) -> None:
+    async def send(
+        self, process: ms.storage._seam.ProcessIdentity, line: Mapping[str, Any]
+    ) -> None:
         self.sending.set()
         await self.gate.wait()
         await super().send(process, line)

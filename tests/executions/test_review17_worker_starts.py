@@ -9,7 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 

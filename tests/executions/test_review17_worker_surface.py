@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -149,7 +150,7 @@ async def test_finalize_refuses_a_run_without_any_worker_task(tmp_path: Path) ->
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
     async with runtime(tmp_path, **FAST) as rt:
         with anyio.fail_after(30):

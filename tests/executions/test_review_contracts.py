@@ -127,7 +127,7 @@ async def test_findings_carry_structure_ids_provenance_and_status(tmp_path: Path
         ms.storage.Evidence(kind="file", ref="notes.md", detail="line 3", step_id="read"),
     )
     assert (first.agent_id, first.task_id) == ("finder", task.id)
-    assert first.provenance == ms.storage.Provenance(
+    assert first.provenance == ms.storage._seam.Provenance(
         execution_id=result.execution_id, plan_version=1
     )
     assert first.status == "active"

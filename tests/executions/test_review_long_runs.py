@@ -56,7 +56,7 @@ async def test_an_agent_with_1200_inner_steps_completes_and_reads_back(store_pat
     try:
         stored = store.get("ex")
         assert stored is not None
-        (task,), dropped = ms.storage.parse_agent_tasks(stored)
+        (task,), dropped = ms.storage._seam.parse_agent_tasks(stored)
         assert dropped == 0
         assert task.state == "completed"
         assert task.inner_steps_done == n

@@ -286,14 +286,14 @@ async def test_a_cancel_committed_during_the_final_write_is_told_as_that_cancel(
     class CancelsFirst(ms.storage.SqliteStore):
         armed = True
 
-        def commit_many(self, commits: Any) -> Any:
+        def commit_runs(self, commits: Any) -> Any:
             for execution, _ in commits:
                 if self.armed and execution.status == "completed":
                     self.armed = False
                     from mainspring.executions._facade.record_controls import cancel_edit
 
                     self.edit(execution.id, cancel_edit("other:9:z", "late cancel"))
-            return super().commit_many(commits)
+            return super().commit_runs(commits)
 
     store = CancelsFirst(tmp_path / "s.sqlite3")
     async with runtime(store) as rt:
@@ -314,12 +314,12 @@ def _store_landing(path: Path, on_status: str, edit: Any) -> ms.storage.SqliteSt
     class Landing(ms.storage.SqliteStore):
         armed = True
 
-        def commit_many(self, commits: Any) -> Any:
+        def commit_runs(self, commits: Any) -> Any:
             for execution, _ in commits:
                 if self.armed and execution.status == on_status:
                     self.armed = False
                     self.edit(execution.id, edit)
-            return super().commit_many(commits)
+            return super().commit_runs(commits)
 
     return Landing(path)
 

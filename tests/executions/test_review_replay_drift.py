@@ -21,8 +21,8 @@ from ._kit import Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
 
-ENC = ms.storage.encode_value
-DEC = ms.storage.decode_value
+ENC = ms.storage._seam.encode_value
+DEC = ms.storage._seam.decode_value
 
 
 def _through_json(value: Any) -> Any:
@@ -474,9 +474,9 @@ def test_R6_a_commit_in_a_git_worktree_is_drift(tmp_path: Path) -> None:
     workspace.mkdir()
     (workspace / ".git").write_text(f"gitdir: {gitdir}\n")
     plan = plan_of(tool("t", "inc"))
-    checkpoint = ms.storage.capture_checkpoint(workspace, plan)
+    checkpoint = ms.storage._seam.capture_checkpoint(workspace, plan)
     (gitdir / "HEAD").write_text("b" * 40 + "\n")  # a commit in the worktree
-    assert ms.storage.reconcile(checkpoint, workspace, plan).drifted
+    assert ms.storage._seam.reconcile(checkpoint, workspace, plan).drifted
 
 
 async def test_R8_an_agent_step_whose_secret_input_changed_does_not_reuse_the_old_task(
@@ -629,7 +629,7 @@ async def test_E10_a_ctx_step_returning_two_nans_in_a_set_is_replayed_not_run_ag
     gate.opened.set()
     async with runtime(tmp_path, agents={"worker": worker}) as rt:
         result = await (await rt.resume(handle.execution_id)).wait()
-        tasks, unreadable = ms.storage.parse_agent_tasks(stored(rt, handle.execution_id))
+        tasks, unreadable = ms.storage._seam.parse_agent_tasks(stored(rt, handle.execution_id))
     assert result.status == "completed"
     assert runs == ["nans"]  # committed once: never run again
     assert (len(tasks), unreadable) == (1, 0)

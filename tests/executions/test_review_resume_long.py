@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.storage import unstructure
+from mainspring.storage._seam import unstructure
 from tests.executions._kit import agent, plan_of
 
 # Heavy on purpose, like tests/executions/test_scale.py: thousands of inner steps' records

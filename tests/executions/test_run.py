@@ -449,7 +449,7 @@ async def test_V1_events_carry_ids_states_and_counts_only(tmp_path: Path) -> Non
                  "AgentTaskCompleted"):  # fmt: skip
         assert name in kinds
     for event in events:
-        assert isinstance(event, ms.executions.ExecutionEvent)
+        assert isinstance(event, ms.executions._seam.ExecutionEvent)
         assert event.execution_id == result.execution_id
         for value in vars(event).values() if hasattr(event, "__dict__") else ():
             assert not isinstance(value, str) or " " not in value
@@ -467,8 +467,8 @@ def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
         value
         for value in vars(_run_events).values()
         if isinstance(value, type)
-        and issubclass(value, ms.executions.ExecutionEvent)
-        and value is not ms.executions.ExecutionEvent
+        and issubclass(value, ms.executions._seam.ExecutionEvent)
+        and value is not ms.executions._seam.ExecutionEvent
     }
     assert set(typing.get_args(ms.executions.RunEvent)) == classes
     assert set(_run_events.__all__) >= {cls.__name__ for cls in classes}

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
+from mainspring import IllegalTransition
 from mainspring.executions._rules.scheduler import Schedule, approval_key, cost, pick
-from mainspring.executions._rules.status import IllegalTransition
 from mainspring.executions._run.results import shortfall
 from tests._examples import examples
 

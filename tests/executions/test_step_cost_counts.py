@@ -26,7 +26,7 @@ from mainspring.actors._mailbox import Mailbox
 from mainspring.actors._messaging import Messaging
 from mainspring.executions._steps import outputs as _outputs
 from mainspring.storage import _redact, _values
-from mainspring.storage._backend import store_blocks
+from mainspring.storage._backends.contract import store_blocks
 
 from ._kit import MemoryStore, linear, recorded_events, runtime
 
@@ -44,7 +44,7 @@ from ._kit import MemoryStore, linear, recorded_events, runtime
 #:   redacted copy for disk); a step given pending is not rebuilt at ``start``, an
 #:   observation that holds its live output already is not rebuilt for the result, and the
 #:   store's lease decision puts the disk's lease on the runner's record without one (a copy
-#:   that checks no field again, ``storage._backend``);
+#:   that checks no field again, ``storage._backends.compare_and_set``);
 #: - encodes: the step's output, once (E5, E10, X2);
 #: - redactions: two that grow with the plan's length (each step's input and description
 #:   redacted for disk; the input's walk also says whether it was masked, E5, E10); a number
@@ -79,9 +79,9 @@ class _CountingStore(MemoryStore):
         super().__init__()
         self._counts = counts
 
-    def commit_many(self, commits: Any) -> Any:
+    def commit_runs(self, commits: Any) -> Any:
         self._counts["commits"] += len(commits)
-        return super().commit_many(commits)
+        return super().commit_runs(commits)
 
 
 @contextmanager
@@ -144,7 +144,7 @@ async def test_S_step_events_reach_a_subscriber() -> None:
     seen = [
         (type(e).__name__, getattr(e, "step_id", None), getattr(e, "done", None))
         for e in events
-        if isinstance(e, ex.ExecutionEvent) and e.execution_id == "ex-heard"
+        if isinstance(e, ex._seam.ExecutionEvent) and e.execution_id == "ex-heard"
     ]
     steps = [
         item

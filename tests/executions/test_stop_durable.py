@@ -118,13 +118,13 @@ def test_a_pause_applies_the_stop_requests_first() -> None:
         goal="g",
         status="running",
         plan=ms.Plan(id="p", goal="g", steps=(step,)),
-        agent_tasks=(ms.storage.unstructure(task),),
+        agent_tasks=(ms.storage._seam.unstructure(task),),
         stop_requests=(tr.stop_request("op-1", "ex:t1"),),
         created_at=now,
         updated_at=now,
     )
     paused = tr.pause_execution(record, "me", now)
-    (after,) = ms.storage.parse_agent_tasks(paused)[0]
+    (after,) = ms.storage._seam.parse_agent_tasks(paused)[0]
     assert paused.status == "paused"
     assert after.state == "cancelled"
     assert paused.plan is not None

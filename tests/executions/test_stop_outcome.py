@@ -211,7 +211,8 @@ async def test_S2_a_stop_request_met_at_the_runners_heartbeat_ends_the_same_way(
 
 def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> None:
     from mainspring.executions._rules.transitions import stop_request
-    from mainspring.storage import BadEncoding, StopRequest
+    from mainspring.storage import StopRequest
+    from mainspring.storage._seam import BadEncoding
 
     requests = (stop_request("op-1", "ex-1:t1"), stop_request("op-2", "ex-1:t2", cascade=True))
     assert [(r.operation_id, r.task_id, r.cascade) for r in requests] == [
@@ -244,8 +245,8 @@ def test_a_stop_request_round_trips_and_is_a_valid_id(
     from mainspring.storage import StopRequest
 
     request = stop_request(operation, task_id, cascade=cascade)
-    stored = ms.storage.unstructure(request)
-    assert ms.storage.structure(stored, StopRequest) == request
+    stored = ms.storage._seam.unstructure(request)
+    assert ms.storage._seam.structure(stored, StopRequest) == request
     v2 = f"{operation}{'.cascade' if cascade else ''}:{task_id}"
     assert StopRequest.parse_v2(v2) == request
 

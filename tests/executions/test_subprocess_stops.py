@@ -8,7 +8,6 @@ Invariant B2: a cancelled step leaves no process of its tree alive."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -180,32 +179,3 @@ async def test_B2_an_agents_ctx_run_dies_with_its_task_on_pause_and_runs_again_o
     assert done.status == "completed"
     (again,) = runs
     assert (again.stdout, again.ok) == ("again\n", True)
-
-
-def _readme_example(where: Path) -> dict[str, Any]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("### Running programs from tools and agents", 1)[1]
-    source = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
-    namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(source, "README.md", "exec"), namespace)
-    where.mkdir()
-    (where / "a file").write_text("")
-    return namespace
-
-
-async def test_the_readme_example_runs_as_a_tool_and_an_agent(tmp_path: Path) -> None:
-    here = tmp_path / "here"
-    example = _readme_example(here)
-    plan = plan_of(
-        tool("t", "sh", argv=["ls", "-a"], cwd=str(here)),
-        agent("a", "lister", dir=str(here)),
-    )
-    async with runtime(
-        tmp_path, tools=example["tools"], agents={"lister": example["lister"]}
-    ) as rt:
-        handle = await rt.start("g", plan)
-        result = await handle.wait()
-    assert result.status == "completed"
-    assert sorted(result.outputs["t"]["stdout"].splitlines()) == [".", "..", "a file"]
-    assert result.outputs["a"]["ok"] is True
-    assert sorted(result.outputs["a"]["names"]) == [".", "..", "a", "file"]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.executions._rules.task_raw import task_raw
+from mainspring.storage._task_raw import task_raw
 from tests import strategies as strat
 from tests._examples import SHRINKING, examples
 
@@ -52,12 +52,12 @@ def test_a_task_rebuilt_from_its_last_save_equals_it_unstructured_whole(
     data: st.DataObject, task: ms.storage.AgentTaskRecord
 ) -> None:
     raw = task_raw(task)
-    assert raw == ms.storage.unstructure(task)
+    assert raw == ms.storage._seam.unstructure(task)
     for _ in range(data.draw(st.integers(1, 5))):
         new = data.draw(_changed(task))
         before = copy.deepcopy(raw)
         new_raw = task_raw(new, task, raw)
-        assert new_raw == ms.storage.unstructure(new)
+        assert new_raw == ms.storage._seam.unstructure(new)
         assert raw == before  # nothing handed out before was changed
         task, raw = new, new_raw
 
@@ -82,7 +82,7 @@ def test_a_grown_task_reuses_what_was_stored_and_builds_new_lists() -> None:
     assert len(raw["inner_observations"]) == 1  # the old one is as it was
     assert new["interruption"] is None
     assert new["updated_at"] == 2.0
-    assert new == ms.storage.unstructure(grown)
+    assert new == ms.storage._seam.unstructure(grown)
     # Told that one inner step was appended (TaskSave.appended_to), the steps are not
     # compared, and the result is the same.
     assert task_raw(grown, task, raw, appended=True) == new

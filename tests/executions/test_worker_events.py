@@ -17,8 +17,9 @@ import orjson
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerChanged
+from mainspring.executions import WorkerAgent, WorkerChanged
 from mainspring.storage import HistoryEvent
+from mainspring.testing import ScriptedHost
 
 from .._postgres import postgres_url  # noqa: F401 - a fixture
 from ._kit import FAST, agent, plan_of, recorded_events, runtime

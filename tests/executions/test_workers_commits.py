@@ -15,9 +15,10 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import WorkerAgent, WorkerSpec
+from mainspring.executions import WorkerAgent
+from mainspring.executions._seam import WorkerSpec
 from mainspring.executions._workers import driver as driver_module
-from mainspring.storage import ProcessIdentity, parse_workers
+from mainspring.storage._seam import ProcessIdentity, parse_workers
 
 from ._kit import FAST, agent, plan_of, runtime, stored
 from ._worker_fake import FakeHost, Script
@@ -41,7 +42,7 @@ class PeekingHost(FakeHost):
         record = self.store.get(RUN)
         assert record is not None
         workers, _ = parse_workers(record.workers)
-        events = [e["event"] for e in record.worker_trail]
+        events = [e.event for e in record.worker_trail]
         self.on_disk.append((when, [(w.status, w.generation) for w in workers], events))
 
     def _peek_stop(self, identity: ProcessIdentity) -> None:
@@ -90,7 +91,7 @@ async def test_a_delivered_step_commits_three_times_each_before_its_side_effect(
     # Fenced and delivered are durable with the step's output (the task's save).
     (worker,), _ = parse_workers(final.workers)
     assert worker.status == "delivered"
-    assert [e["event"] for e in final.worker_trail][-3:] == ["handoff", "fenced", "delivered"]
+    assert [e.event for e in final.worker_trail][-3:] == ["handoff", "fenced", "delivered"]
     assert "a" in final.completed_steps
 
 

@@ -110,7 +110,7 @@ def test_kill_9_while_workers_write_never_leaves_two_writers(tmp_path: Path, bat
         order = _check_writers(ledger, about) if ledger.exists() else {}
         stored = ms.storage.SqliteStore(where / "store.sqlite3").get(EXECUTION)
         assert stored is not None
-        workers, dropped = ms.storage.parse_workers(stored.workers)
+        workers, dropped = ms.storage._seam.parse_workers(stored.workers)
         assert dropped == 0
         assert not any(w.active for w in workers), f"{about}: {workers}"
         takeovers += sum(1 for w in workers if w.generation > 1)
@@ -120,7 +120,7 @@ def test_kill_9_while_workers_write_never_leaves_two_writers(tmp_path: Path, bat
         # A run may fail only by refusing a takeover it cannot make safely (a start whose
         # process was never recorded), never by two writers.
         if status != "completed":
-            tasks, _ = ms.storage.parse_agent_tasks(stored)
+            tasks, _ = ms.storage._seam.parse_agent_tasks(stored)
             codes = {t.failure.code for t in tasks if t.failure is not None}
             assert codes <= {"worker-unconfirmed"}, f"{about}: {status} {codes}"
     assert outcomes.get("completed", 0) >= TRIALS // 2, outcomes

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -27,7 +28,7 @@ def coder(host: ScriptedHost) -> dict[str, WorkerAgent]:
 
 
 def events(record: ms.storage.Execution) -> list[tuple[str, str]]:
-    return [(e["event"], e["detail"]) for e in record.worker_trail]
+    return [(e.event, e.detail) for e in record.worker_trail]
 
 
 async def _run(tmp_path: Path, host: ScriptedHost) -> tuple[Any, ms.storage.Execution]:
@@ -72,7 +73,7 @@ async def test_a_failure_report_that_does_not_validate_is_recorded_as_protocol(
     result, record = await _run(tmp_path, host)
     assert result.status == "completed"
     assert events(record).count(("protocol", "bad-failure")) == 2
-    worker = ms.storage.parse_workers(record.workers)[0][0]
+    worker = ms.storage._seam.parse_workers(record.workers)[0][0]
     assert worker.failure is None
     assert worker.repeats == 0
 
@@ -113,14 +114,14 @@ async def test_a_resume_does_not_take_over_a_process_that_survives_its_stop(
     assert task.failure.code == "worker-not-dead"
     assert ("takeover-refused", "not-dead") in events(record)
     assert len(host.starts) == 1  # no second worker beside the live one
-    assert record.workers[0]["generation"] == 1
+    assert record.workers[0].generation == 1
 
 
 async def test_a_resume_does_not_take_over_a_start_it_cannot_look_for(tmp_path: Path) -> None:
     released = anyio.Event()
     host = ScriptedHost([[ScriptedHost.ignore_stop(released), ScriptedHost.until_stopped()]])
     crashed = await _crashed_while_running(tmp_path, host)
-    raw = dict(crashed.workers[0], status="starting", process=None)
+    raw = dict(ms.storage._seam.unstructure(crashed.workers[0]), status="starting", process=None)
     store = ms.storage.SqliteStore(tmp_path / "again.sqlite3")
     store.create(attrs.evolve(crashed, workers=(raw,)))
     result, record = await _resume(store, host, crashed.id)
@@ -141,8 +142,15 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     live, done = await _run(tmp_path, host)
     # The runtime died after sealing the delivery and recording the intent, before the
     # delivery was recorded.
-    worker = dict(done.workers[0], status=status, delivered_digest=None)
-    wtask = dict(done.worker_tasks[0], state="running", delivery_digest=None)
+    worker = dict(
+        ms.storage._seam.unstructure(done.workers[0]), status=status, delivered_digest=None
+    )
+    # (A fence moves the worker and its task in one write: a fenced worker's task awaits
+    # the delivery.)
+    state = "awaiting_delivery" if status == "fenced" else "running"
+    wtask = dict(
+        ms.storage._seam.unstructure(done.worker_tasks[0]), state=state, delivery_digest=None
+    )
     assert done.plan is not None
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
@@ -151,7 +159,9 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
         done,
         status="running",
         lease=None,
-        agent_tasks=tuple(dict(t, state="running", ended_at=None) for t in done.agent_tasks),
+        agent_tasks=tuple(
+            attrs.evolve(t, state="running", ended_at=None) for t in done.task_records
+        ),
         plan=plan,
         completed_steps=(),
         observations=(),

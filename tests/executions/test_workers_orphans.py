@@ -16,7 +16,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -32,11 +33,13 @@ class WatchedHost(ScriptedHost):
         self.execution_id = ""
         self.stored_at_stop: list[str] = []
 
-    async def stop(self, process: ms.storage.ProcessIdentity, *, grace: float | None = None) -> Any:
+    async def stop(
+        self, process: ms.storage._seam.ProcessIdentity, *, grace: float | None = None
+    ) -> Any:
         if self.store is not None:
             record = self.store.get(self.execution_id)
             assert record is not None
-            self.stored_at_stop.append(record.workers[0]["status"])
+            self.stored_at_stop.append(record.workers[0].status)
         return await super().stop(process, grace=grace)
 
 
@@ -80,7 +83,7 @@ async def test_an_orphan_is_recorded_stopped_only_after_it_is_confirmed_dead(
         refused, record = await _stop(tmp_path, host, eid)
         assert not refused.ok
         assert refused.reason == "its worker process could not be stopped"
-        assert record.workers[0]["status"] == "running"
+        assert record.workers[0].status == "running"
         assert tasks_of(record)[0].state != "cancelled"
         assert host.processes[0].alive
         # Once it can be stopped, it is: and then recorded stopped with its task blocked.
@@ -112,7 +115,7 @@ async def test_an_orphan_on_another_host_is_not_recorded_stopped(tmp_path: Path)
     assert not result.ok
     assert "cannot be inspected from here" in result.reason
     assert elsewhere.stops == []
-    assert record.workers[0]["status"] == "running"
+    assert record.workers[0].status == "running"
     assert tasks_of(record)[0].state != "cancelled"
 
 
@@ -128,7 +131,7 @@ async def test_an_orphan_whose_agent_is_not_registered_is_refused(tmp_path: Path
         released.set()
     assert not result.ok
     assert result.reason == "its worker's agent 'coder' is not registered here"
-    assert record.workers[0]["status"] == "running"
+    assert record.workers[0].status == "running"
 
 
 @pytest.mark.parametrize(
@@ -145,7 +148,7 @@ async def test_an_orphan_without_a_recorded_process(tmp_path: Path, status: str,
         store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
         record = store.get(eid)
         assert record is not None
-        raw = dict(record.workers[0], status=status, process=None)
+        raw = dict(ms.storage._seam.unstructure(record.workers[0]), status=status, process=None)
         if status == "starting":
             raw["session"] = "sess-1"
         again = ms.storage.SqliteStore(tmp_path / "again.sqlite3")
@@ -156,7 +159,7 @@ async def test_an_orphan_without_a_recorded_process(tmp_path: Path, status: str,
     assert result.ok is ok
     assert len(host.stops) == stops  # no process of it is stopped: none is known
     if ok:
-        assert after.workers[0]["status"] == "stopped"
+        assert after.workers[0].status == "stopped"
     else:
         assert result.reason == "its worker was starting and its process cannot be looked for here"
-        assert after.workers[0]["status"] == "starting"
+        assert after.workers[0].status == "starting"

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent
+from mainspring.executions import WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from .._postgres import postgres_url  # noqa: F401 - a fixture
 from ._kit import FAST, agent, plan_of

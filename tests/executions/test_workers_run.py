@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, WorkerAgent, WorkerNotLive
+from mainspring.executions import WorkerAgent, WorkerNotLive
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 from ._worker_fake import FakeHost, Script
@@ -27,7 +28,7 @@ def coder(host: FakeHost, **options: Any) -> dict[str, Any]:
     return {"coder": WorkerAgent(["fake-agent"], host=host, **options)}
 
 
-async def view(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
+async def view(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
     return await rt.workers(execution_id)
 
 
@@ -170,7 +171,7 @@ async def test_stopping_stops_the_process_before_recording_it_stopped(
         handle = await _running(rt, host)
         eid = handle.execution_id
         host.on_stop = lambda _: on_disk_at_stop.append(
-            rt.store.get(eid).workers[0]["status"]  # type: ignore[union-attr]
+            rt.store.get(eid).workers[0].status  # type: ignore[union-attr]
         )
         with anyio.fail_after(30):
             if how == "pause":
@@ -265,7 +266,7 @@ async def test_a_delivered_task_is_not_run_again_after_a_resume(tmp_path: Path) 
     # The run crashed after the delivery, before its step's completion was committed.
     import attrs
 
-    raw = [dict(t, state="running", ended_at=None) for t in done.agent_tasks]
+    raw = [attrs.evolve(t, state="running", ended_at=None) for t in done.task_records]
     plan = attrs.evolve(
         done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
     )
@@ -313,7 +314,7 @@ def _proof(receipt: dict[str, Any] | None = None) -> ms.executions.Proof:
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
 
 

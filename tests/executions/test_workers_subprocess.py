@@ -51,7 +51,7 @@ def worker(tmp_path: Path, source: str, *args: str, **options: Any) -> WorkerAge
     return WorkerAgent([sys.executable, str(script), *args], **options)
 
 
-async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
+async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
     with anyio.fail_after(60):
         while True:
             seen = await rt.workers(execution_id)
@@ -145,7 +145,7 @@ async def test_B1_a_worker_handing_off_past_its_steps_timeout_is_recorded_stoppe
     assert only.status == "stopped"
     assert only.reason == "timeout"
     (task,) = record.worker_tasks
-    assert task["state"] == "ready"
-    assert task["delivery_digest"] is None
+    assert task.state == "ready"  # type: ignore[union-attr]
+    assert task.delivery_digest is None  # type: ignore[union-attr]
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)

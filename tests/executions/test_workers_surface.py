@@ -15,20 +15,20 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, SubprocessHost, WorkerAgent, WorkerNotLive
+from mainspring.executions import SubprocessHost, WorkerAgent, WorkerNotLive
 from mainspring.executions._workers.evidence import EvidenceShelf
 from mainspring.executions._workers.find import find_start, host_of
-from mainspring.storage import (
+from mainspring.storage import TrailEntry, WorkerRecord
+from mainspring.storage._seam import (
     MAX_EVIDENCE_BYTES,
     EvidenceError,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
     WorkerFailure,
-    WorkerRecord,
     check_lease,
     parse_workers,
 )
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, Gate, MemoryStore, agent, plan_of, runtime, stored, tool
 
@@ -42,7 +42,7 @@ def _proof(receipt: dict[str, Any] | None = None) -> ms.executions.Proof:
         verification="passed",
         review="passed",
         receipt=receipt,
-        receipt_digest=ms.storage.sha256_hex(receipt),
+        receipt_digest=ms.storage._seam.sha256_hex(receipt),
     )
 
 
@@ -57,7 +57,7 @@ def coder(host: ScriptedHost) -> dict[str, WorkerAgent]:
 async def test_the_memory_shelf_seals_by_content_and_reads_back() -> None:
     shelf = EvidenceShelf(None, MemoryStore())  # type: ignore[arg-type]
     digest = await shelf.seal({"b": 1, "a": [1, 2]})
-    assert digest == ms.storage.sha256_hex({"a": [1, 2], "b": 1})
+    assert digest == ms.storage._seam.sha256_hex({"a": [1, 2], "b": 1})
     assert await shelf.seal({"a": [1, 2], "b": 1}) == digest  # the same document, once
     assert await shelf.read(digest) == {"a": [1, 2], "b": 1}
 

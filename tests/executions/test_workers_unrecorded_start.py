@@ -19,7 +19,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import ScriptedHost, SubprocessHost, WorkerAgent
+from mainspring.executions import SubprocessHost, WorkerAgent
+from mainspring.testing import ScriptedHost
 
 from ._kit import FAST, agent, plan_of, runtime, stored, tasks_of
 
@@ -53,9 +54,14 @@ async def _starting(tmp_path: Path, session: str, host_name: str) -> ms.storage.
             await rt.pause(handle.execution_id)
         record = stored(rt, handle.execution_id)
     released.set()
-    worker = dict(record.workers[0], status="starting", process=None, session=session)
+    worker = dict(
+        ms.storage._seam.unstructure(record.workers[0]),
+        status="starting",
+        process=None,
+        session=session,
+    )
     trail = tuple(
-        dict(e, detail=f"host={host_name}") if e["event"] == "starting" else e
+        attrs.evolve(e, detail=f"host={host_name}") if e.event == "starting" else e
         for e in record.worker_trail
     )
     return attrs.evolve(record, workers=(worker,), worker_trail=trail)
@@ -148,4 +154,4 @@ async def test_a_start_made_on_another_machine_is_not_taken_over(tmp_path: Path)
     assert result.status == "failed"
     assert task.failure is not None
     assert task.failure.code == "worker-unconfirmed"
-    assert record.workers[0]["generation"] == 1  # nothing started
+    assert record.workers[0].generation == 1  # nothing started

@@ -10,7 +10,7 @@ import os
 import sys
 
 import mainspring as ms
-from mainspring.storage import _file
+from mainspring.storage._backends.file import store as _file
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
             id="victim", goal="g", created_at=1.0, updated_at=float(version),
             calls_used=version, observations=observations, completed_steps=done,
         )  # fmt: skip
-        if store.commit_progress(record, owner).ok:
+        if store.commit_run(record, owner).ok:
             os.write(ledger, f"{version}\n".encode())  # survives kill -9: it is in the kernel
 
 

@@ -65,7 +65,7 @@ def main() -> None:
                 calls_used=epoch % 1_000_000,
             )  # fmt: skip
             tb = time.time()
-            outcome = store.commit_progress(record, owner)
+            outcome = store.commit_run(record, owner)
             ta = time.time()
             log("commit", owner, epoch, tb, ta, outcome.value, expires)
         if rng.random() < 0.7:

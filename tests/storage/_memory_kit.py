@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import Fact, ForgetFact, RememberFact, Scope
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import ForgetFact, RememberFact
 from tests._postgres import (
     drop_schema,
     fresh_schema,

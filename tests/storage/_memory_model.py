@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 
-from mainspring.storage import Fact, FactFilter, ForgetFact, RememberFact, Scope
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact
 
 #: Words every backend's stemmer keeps as they are (checked by the property tests).
 VOCABULARY = (

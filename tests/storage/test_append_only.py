@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mainspring.storage import (
-    AgentTaskRecord,
+from mainspring.storage import AgentTaskRecord
+from mainspring.storage._codec import canonical_json
+from mainspring.storage._seam import (
     AppendOnly,
     AppendOnlyList,
     appended,
@@ -23,7 +24,6 @@ from mainspring.storage import (
     structure,
     unstructure,
 )
-from mainspring.storage._codec import canonical_json
 from mainspring.storage._validators import same_json
 
 items = st.lists(st.integers(-3, 3) | st.text(max_size=2), max_size=12)

@@ -15,12 +15,13 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import CommitOutcome, Store, new_owner_id
-from mainspring.storage._file import FileStore
-from mainspring.storage._frames import encode_frame
-from mainspring.storage._journal import Base
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
+from mainspring.storage._backends.contract import CommitOutcome, Store, new_owner_id
+from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
+from mainspring.storage._journal.model import Base
+from mainspring.testing import MemoryStore
 from tests._postgres import (
     drop_schema,
     fresh_schema,
@@ -55,6 +56,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             kwargs["clock"] = clock
         if request.param == "file":
             store: Any = FileStore(tmp_path / "store", **kwargs)
+        elif request.param == "memory":
+            store = MemoryStore(**kwargs)
         elif request.param == "postgres":
             store = PostgresStore(with_schema(url, schema), **kwargs)
         else:
@@ -71,11 +74,19 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         drop_schema(schema)
 
 
+#: The contract every store keeps, ``mainspring.testing.MemoryStore`` included (the tests of
+#: files, rows, bytes on disk and connections run on the three real backends only).
+EVERY_STORE = pytest.mark.parametrize(
+    "make_store", ["file", "sqlite", "postgres", "memory"], indirect=True
+)
+
+
 def execution(id: str = "ex-1", **changes: Any) -> ms.storage.Execution:
     fields: dict[str, Any] = {"goal": "write a report", "created_at": 1.0, "updated_at": 1.0}
     return ms.storage.Execution(id=id, **(fields | changes))
 
 
+@EVERY_STORE
 def test_create_get_and_list(make_store: Factory) -> None:
     store = make_store()
     assert store.get("ex-1") is None
@@ -88,6 +99,7 @@ def test_create_get_and_list(make_store: Factory) -> None:
     assert listing.problems == ()
 
 
+@EVERY_STORE
 def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
     make_store: Factory,
 ) -> None:
@@ -116,6 +128,7 @@ def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
         store.acquire("ex-1", a, ttl=0)
 
 
+@EVERY_STORE
 def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
@@ -129,6 +142,7 @@ def test_L2_heartbeat_extends_only_the_holders_lease(make_store: Factory) -> Non
     assert not store.heartbeat("nope", "a:1:x", ttl=10)
 
 
+@EVERY_STORE
 def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
@@ -144,45 +158,47 @@ def test_L3_release_frees_the_lease_and_the_epoch_keeps_growing(make_store: Fact
     assert result.lease.epoch == 2
 
 
-def test_E2_commit_progress_outcomes(make_store: Factory) -> None:
+def test_E2_commit_run_outcomes(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
     owner, other = "a:1:x", "b:2:y"
-    assert store.commit_progress(execution(), owner) is CommitOutcome.MISSING
+    assert store.commit_run(execution(), owner) is CommitOutcome.MISSING
     store.create(execution())
-    assert store.commit_progress(execution(), owner) is CommitOutcome.RELEASED
+    assert store.commit_run(execution(), owner) is CommitOutcome.RELEASED
     store.acquire("ex-1", other, ttl=10)
-    assert store.commit_progress(execution(), owner) is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(execution(), owner) is CommitOutcome.FOREIGN_LEASE
     clock.now += 11
-    assert store.commit_progress(execution(), other) is CommitOutcome.RELEASED  # lapsed
+    assert store.commit_run(execution(), other) is CommitOutcome.RELEASED  # lapsed
     store.acquire("ex-1", owner, ttl=10)
     progressed = execution(status="running", calls_used=3)
-    assert store.commit_progress(progressed, owner) is CommitOutcome.OK
+    assert store.commit_run(progressed, owner) is CommitOutcome.OK
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 3
     assert stored.lease is not None
     assert stored.lease.owner == owner  # the lease on disk wins over the writer's copy (None)
-    assert store.commit(execution(status="paused"), "cli:9:z") is False  # owner holds it
-    assert store.commit_progress(execution(status="completed"), owner).ok
+    assert store.replace(execution(status="paused"), "cli:9:z") is False  # owner holds it
+    assert store.commit_run(execution(status="completed"), owner).ok
     for status in ("running", "completed"):
-        outcome = store.commit_progress(execution(status=status), owner)
+        outcome = store.commit_run(execution(status=status), owner)
         assert outcome is CommitOutcome.TERMINAL  # terminal on disk is sticky
 
 
+@EVERY_STORE
 def test_E2_paused_on_disk_is_not_the_runners_to_overwrite(make_store: Factory) -> None:
     store = make_store()
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
     store.release("ex-1", "a:1:x")
-    assert store.commit(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
+    assert store.replace(execution(status="paused"), "cli:9:z")  # out-of-run edit: allowed
     store.acquire("ex-1", "a:1:x", ttl=60)
-    assert store.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
+    assert store.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.PAUSED
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.status == "paused"
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".", "..", "x" * 257, "sp ace"])
 def test_X1_invalid_ids_are_refused_before_touching_storage(make_store: Factory, bad: str) -> None:
     store = make_store()
@@ -253,7 +269,7 @@ def _acknowledged(store: Store) -> list[ms.storage.Execution]:
     versions.append(got)
     for n in range(3):
         done = tuple(f"s{i}" for i in range(n + 1))
-        assert store.commit_progress(attrs.evolve(got, completed_steps=done), "a:1:x").ok
+        assert store.commit_run(attrs.evolve(got, completed_steps=done), "a:1:x").ok
         stored = store.get("victim")
         assert stored is not None
         versions.append(stored)
@@ -291,7 +307,7 @@ def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Pa
     fresh = FileStore(store.path)
     stored = fresh.get("victim")
     assert stored == versions[-2]
-    assert fresh.commit_progress(attrs.evolve(stored, goal="after the crash"), "a:1:x").ok
+    assert fresh.commit_run(attrs.evolve(stored, goal="after the crash"), "a:1:x").ok
     again = FileStore(store.path).get("victim")
     assert again is not None
     assert again.goal == "after the crash"
@@ -397,6 +413,7 @@ def test_owner_ids_are_host_pid_random() -> None:
     assert new_owner_id() != owner
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf")])
 def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> None:
     store = make_store()
@@ -407,26 +424,28 @@ def test_L1_ttl_must_be_positive_and_finite(make_store: Factory, ttl: float) -> 
         store.heartbeat("ex-1", "a:1:x", ttl=ttl)
 
 
+@EVERY_STORE
 def test_L2_a_lapsed_lease_is_not_revived_by_a_heartbeat(make_store: Factory) -> None:
     clock = Clock()
     store = make_store(clock)
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=10)
     clock.now += 11
-    assert store.commit(execution(goal="edited while the lease had lapsed"), "cli:9:z")
+    assert store.replace(execution(goal="edited while the lease had lapsed"), "cli:9:z")
     assert not store.heartbeat("ex-1", "a:1:x", ttl=10)  # it must acquire again
-    assert store.commit_progress(execution(), "a:1:x") is CommitOutcome.RELEASED
+    assert store.commit_run(execution(), "a:1:x") is CommitOutcome.RELEASED
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "edited while the lease had lapsed"
 
 
+@EVERY_STORE
 def test_X2_a_record_too_large_to_read_back_is_never_written(make_store: Factory) -> None:
     store = make_store(max_bytes=4096)
     store.create(execution())
     store.acquire("ex-1", "a:1:x", ttl=60)
     with pytest.raises(ms.storage.TooLarge):
-        store.commit_progress(execution(goal="x" * 5000), "a:1:x")
+        store.commit_run(execution(goal="x" * 5000), "a:1:x")
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "write a report"
@@ -438,9 +457,9 @@ def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_pa
     second = make_store()
     first.create(execution())
     first.acquire("ex-1", "a:1:x", ttl=60)
-    assert first.commit_progress(execution(status="running"), "a:1:x").ok
-    assert second.commit(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
-    assert first.commit_progress(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
+    assert first.commit_run(execution(status="running"), "a:1:x").ok
+    assert second.replace(execution(status="cancelled"), "a:1:x")  # e.g. an operator's cancel
+    assert first.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
 
 
 def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path: Path) -> None:
@@ -450,14 +469,14 @@ def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path
     first.create(execution())
     first.acquire("ex-1", "a:1:x", ttl=60)
     for n in range(200):
-        assert first.commit_progress(execution(calls_used=n), "a:1:x").ok
-        assert second.commit(execution(calls_used=n, status="paused"), "a:1:x")
-        assert first.commit_progress(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
-        assert second.commit(execution(calls_used=n, status="running"), "a:1:x")
+        assert first.commit_run(execution(calls_used=n), "a:1:x").ok
+        assert second.replace(execution(calls_used=n, status="paused"), "a:1:x")
+        assert first.commit_run(execution(calls_used=n), "a:1:x") is CommitOutcome.PAUSED
+        assert second.replace(execution(calls_used=n, status="running"), "a:1:x")
 
 
 def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> None:
-    from mainspring.storage._backend import OwnWrites
+    from mainspring.storage._backends.compare_and_set import OwnWrites
 
     cache = OwnWrites(limit=3)
     records = [
@@ -474,6 +493,7 @@ def test_the_own_write_cache_is_bounded_and_forgets_terminal_executions() -> Non
     assert cache.get("e4") is None
 
 
+@EVERY_STORE
 def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_accepted(
     make_store: Factory,
 ) -> None:
@@ -508,6 +528,7 @@ def test_L2_E2_renew_answers_like_a_commit_and_extends_only_when_it_would_be_acc
     assert store.renew("mine", owner, 10)[0] is CommitOutcome.OK
 
 
+@EVERY_STORE
 def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("e"))
@@ -525,6 +546,7 @@ def test_edit_keeps_the_stored_lease_whatever_the_change_returns(make_store: Fac
 # -- storage v2: fencing, history, deletion, cost per commit -----------------------------
 
 
+@EVERY_STORE
 def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     make_store: Factory,
 ) -> None:
@@ -539,7 +561,7 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     assert second.lease is not None
     assert second.lease.epoch == first.lease.epoch + 1
     stale = execution(lease=first.lease, calls_used=9)
-    assert store.commit_progress(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(stale, "a:1:x") is CommitOutcome.FOREIGN_LEASE
     # A heartbeat of the older tenure is refused too, and extends nothing.
     outcome, renewed = store.renew("ex-1", "a:1:x", 10, epoch=first.lease.epoch)
     assert outcome is CommitOutcome.FOREIGN_LEASE
@@ -550,12 +572,13 @@ def test_L4_a_write_of_an_older_tenure_is_refused_even_by_the_same_owner(
     )
     assert store.renew("ex-1", "a:1:x", 10, epoch=second.lease.epoch)[0].ok
     current = execution(lease=second.lease, calls_used=3)
-    assert store.commit_progress(current, "a:1:x").ok
+    assert store.commit_run(current, "a:1:x").ok
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.calls_used == 3
 
 
+@EVERY_STORE
 def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence(
     make_store: Factory,
 ) -> None:
@@ -566,7 +589,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
     store.create(execution("b"))
     lease = store.acquire("a", "a:1:x", ttl=60).lease
     record = execution("a", plan=plan, plan_version=1, lease=lease, status="running")
-    assert store.commit_progress(record, "a:1:x").ok
+    assert store.commit_run(record, "a:1:x").ok
     for n in range(3):
         done = attrs.evolve(steps[n], status="succeeded")
         steps = (*steps[:n], done, *steps[n + 1 :])
@@ -575,7 +598,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
             plan=attrs.evolve(plan, steps=steps),
             completed_steps=tuple(s.id for s in steps[: n + 1]),
         )
-        assert store.commit_progress(record, "a:1:x").ok
+        assert store.commit_run(record, "a:1:x").ok
     everything = store.history()
     seqs = [event.seq for event in everything]
     assert seqs == sorted(seqs)
@@ -597,6 +620,7 @@ def test_V2_history_is_written_with_each_commit_and_replayable_from_any_sequence
         store.history(after=-1)
 
 
+@EVERY_STORE
 @pytest.mark.parametrize("after", [2**63 - 1, 2**63, 10**30])
 def test_V2_an_after_past_every_sequence_number_reads_nothing(
     make_store: Factory, after: int
@@ -609,6 +633,7 @@ def test_V2_an_after_past_every_sequence_number_reads_nothing(
     assert store.history("a", after=after) == ()
 
 
+@EVERY_STORE
 def test_delete_removes_only_a_finished_execution_with_its_history(make_store: Factory) -> None:
     store = make_store()
     store.create(execution("done", status="completed"))
@@ -647,7 +672,7 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
             observations=tuple(observations),
         )
         before = journal.stat().st_size
-        assert store.commit_progress(record, "a:1:x").ok
+        assert store.commit_run(record, "a:1:x").ok
         after = journal.stat().st_size
         if after > before:  # not a compaction
             grown[n] = after - before
@@ -662,7 +687,7 @@ def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -
 def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_compactions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mainspring.storage import _file
+    from mainspring.storage._backends.file import store as _file
 
     monkeypatch.setattr(_file, "_COMPACT_AT", 2048)  # compactions replace the journal often
     writer = FileStore(tmp_path / "store")
@@ -674,7 +699,7 @@ def test_V2_a_follower_reading_on_from_its_last_seq_sees_each_entry_once_across_
     for n in range(200):
         status = "running" if n % 2 == 0 else "waiting_for_budget"
         record = execution("ex-1", lease=lease, status=status, calls_used=n)
-        assert writer.commit_progress(record, "a:1:x").ok
+        assert writer.commit_run(record, "a:1:x").ok
         if n % 7 == 0:
             fresh = follower.history(after=last)
             seen.extend(fresh)
@@ -701,36 +726,37 @@ def test_O2_failure_records_round_trip_on_every_backend(make_store: Factory) -> 
         id="t-1", agent_id="a", step_id="s2", state="failed", created_at=1.0, updated_at=2.0,
         execution_id="ex-1", failure=failure,
     )  # fmt: skip
-    raw_task = ms.storage.unstructure(task)
+    raw_task = ms.storage._seam.unstructure(task)
     ex = execution(observations=(observation,), agent_tasks=(raw_task,))
     assert store.create(ex)
     for reader in (store, make_store()):
         back = reader.get("ex-1")
         assert back is not None
         assert back.observations == (observation,)
-        (parsed,), dropped = ms.storage.parse_agent_tasks(back)
+        (parsed,), dropped = ms.storage._seam.parse_agent_tasks(back)
         assert dropped == 0
         assert parsed.failure == failure
 
 
 def test_O2_records_stored_before_failures_were_kept_read_with_defaults() -> None:
     old_observation = {"step_id": "s", "ok": False, "error": "boom"}
-    back = ms.storage.structure(old_observation, ms.storage.Observation)
+    back = ms.storage._seam.structure(old_observation, ms.storage.Observation)
     assert (back.error_type, back.traceback, back.started_at, back.ended_at) == (None,) * 4
-    assert ms.storage.unstructure(back) == ms.storage.unstructure(
+    assert ms.storage._seam.unstructure(back) == ms.storage._seam.unstructure(
         ms.storage.Observation(step_id="s", ok=False, error="boom")
     )
-    assert "traceback" not in ms.storage.unstructure(back)  # left out while unset
-    old_failure = ms.storage.structure({"code": "c", "message": "m"}, ms.storage.Failure)
-    assert ms.storage.unstructure(old_failure) == {"code": "c", "message": "m"}
+    assert "traceback" not in ms.storage._seam.unstructure(back)  # left out while unset
+    old_failure = ms.storage._seam.structure({"code": "c", "message": "m"}, ms.storage.Failure)
+    assert ms.storage._seam.unstructure(old_failure) == {"code": "c", "message": "m"}
 
 
 def test_O2_X2_a_stored_traceback_past_its_bound_is_refused() -> None:
     too_long = {"step_id": "s", "ok": False, "traceback": "x" * 8193}
     with pytest.raises(ms.storage.RecordError):
-        ms.storage.structure(too_long, ms.storage.Observation)
+        ms.storage._seam.structure(too_long, ms.storage.Observation)
 
 
+@EVERY_STORE
 def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     make_store: Factory,
 ) -> None:
@@ -741,7 +767,7 @@ def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     assert taken.lease is not None
     given_up = ms.storage.Lease(owner="", expires_at=0.0, epoch=taken.lease.epoch)
     final = execution(status="completed", lease=given_up)
-    assert store.commit_progress(final, owner) is CommitOutcome.OK
+    assert store.commit_run(final, owner) is CommitOutcome.OK
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.status == "completed"
@@ -753,9 +779,9 @@ def test_L3_a_commit_carrying_a_released_lease_releases_it_in_that_same_write(
     held = store.acquire("ex-2", other, ttl=60)
     assert held.lease is not None
     refused = execution("ex-2", status="completed", lease=given_up)
-    assert store.commit_progress(refused, owner) is CommitOutcome.FOREIGN_LEASE
+    assert store.commit_run(refused, owner) is CommitOutcome.FOREIGN_LEASE
     stale = ms.storage.Lease(owner="", expires_at=0.0, epoch=held.lease.epoch + 1)
-    outcome = store.commit_progress(execution("ex-2", lease=stale), other)
+    outcome = store.commit_run(execution("ex-2", lease=stale), other)
     assert outcome is CommitOutcome.FOREIGN_LEASE
     kept = store.get("ex-2")
     assert kept is not None
@@ -808,6 +834,7 @@ def test_E7_X2_an_unreadable_record_is_never_taken_for_absent_nor_written_over(
     assert [p.id for p in store.list().problems] == ["ex-1"]
 
 
+@EVERY_STORE
 def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     make_store: Factory,
 ) -> None:
@@ -832,7 +859,7 @@ def test_L7_a_gone_owners_live_lease_is_taken_once_by_compare_and_set(
     lost = store.acquire("ex-1", b, ttl=10, gone=seen)
     assert not lost.acquired
     assert lost.lease == won.lease
-    assert store.commit_progress(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
+    assert store.commit_run(attrs.evolve(execution(), lease=seen), dead) != CommitOutcome.OK
 
 
 def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twice(
@@ -843,7 +870,7 @@ def test_l8_unfinished_lists_what_is_not_finished_and_reads_no_finished_run_twic
     finished run is not read again (a file store's finished journal, once read, is
     skipped until it changes)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     statuses = ["running", "planned", "paused", "waiting_for_clarification"]
     statuses += ["completed", "failed", "cancelled"]
     for status in statuses:
@@ -874,7 +901,7 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     live run whole at every sweep held the store's lock its commits need (a late step of a
     3,000-step run made 2.5x the calls of an early one)."""
     store = make_store()
-    assert isinstance(store, ms.storage.Unfinished)
+    assert isinstance(store, ms.storage._seam.Unfinished)
     for name in ("ex-live", "ex-orphan"):
         assert store.create(execution(name, status="running"))
     read: list[str] = []
@@ -897,3 +924,81 @@ def test_l8_unfinished_never_reads_the_runs_it_is_told_to_skip(make_store: Facto
     listing = store.unfinished(skip={"ex-live"})
     assert [e.id for e in listing.executions] == ["ex-orphan"]
     assert "ex-live" not in read
+
+
+# -- the write methods' names (issue 30: names that do not collide) ----------------------
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [ms.storage.Store, ms.storage.FileStore, ms.storage.SqliteStore, ms.storage.PostgresStore],
+    ids=lambda c: c.__name__,
+)
+def test_a_store_s_writes_are_named_for_what_they_do(cls: type) -> None:
+    # commit_run: a run's write (E2); commit_runs: many, durable together; replace: a whole
+    # record written from outside a run, owner-checked; edit: a change applied under the lock.
+    for name in ("commit_run", "commit_runs", "replace", "edit", "renew", "renew_many"):
+        assert callable(getattr(cls, name, None)), name
+    for gone in ("commit", "commit_progress", "commit_many"):
+        assert not hasattr(cls, gone), gone
+
+
+def test_the_committer_submits_and_does_not_commit() -> None:
+    # The writer's client hands a run's commit over: submit, never a second `commit`.
+    assert callable(ms.storage._seam.Committer.submit)
+    assert not hasattr(ms.storage._seam.Committer, "commit")
+
+
+def test_the_contract_is_the_store_protocols_docstring() -> None:
+    """``help(Store)`` shows the written contract: every operation and the invariants it
+    keeps, which this suite checks on every backend."""
+    doc = ms.storage.Store.__doc__ or ""
+    for operation in (
+        "create",
+        "acquire",
+        "heartbeat",
+        "release",
+        "commit_run",
+        "commit_runs",
+        "renew_many",
+        "edit",
+        "delete",
+        "get",
+        "list",
+        "history",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert f"``{operation}" in doc, operation
+    for invariant in ("E2", "E7", "E8", "L1", "L3", "L4", "L7", "X1", "X2"):
+        assert invariant in doc, invariant
+    assert "test_backends.py" in doc
+    assert "Store" in (ms.storage.__doc__ or "")  # the package docstring points to it
+
+
+@pytest.mark.parametrize("store_class", [FileStore, SqliteStore, PostgresStore])
+def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
+    store_class: type,
+) -> None:
+    from mainspring.storage._backends.compare_and_set import CompareAndSetStore
+
+    assert store_class.__bases__ == (CompareAndSetStore,)
+    for name in (
+        "memory_apply",
+        "memory_get",
+        "memory_list",
+        "memory_search",
+        "memory_count",
+        "memory_dropped",
+        "memory_ranking",
+        "put_evidence",
+        "get_evidence",
+    ):
+        assert name in vars(store_class), f"{store_class.__name__}.{name} is not its own"
+
+
+def test_every_store_keeps_memory_and_evidence(make_store: Factory) -> None:
+    store = make_store()
+    assert isinstance(store, ms.storage._seam.MemoryBackend)
+    assert isinstance(store, ms.storage._seam.EvidenceStore)
+    assert store.memory_count() == 0  # type: ignore[attr-defined]

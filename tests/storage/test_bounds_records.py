@@ -46,8 +46,8 @@ def test_B1_a_backoff_is_never_negative_capped_and_its_jitter_within_range(
 @given(retry_policies())
 @settings(max_examples=examples(100))
 def test_B1_a_policy_round_trips_through_the_codec(policy: RetryPolicy) -> None:
-    raw = ms.storage.encode(policy)
-    assert ms.storage.structure(orjson.loads(raw), RetryPolicy) == policy
+    raw = ms.storage._seam.encode(policy)
+    assert ms.storage._seam.structure(orjson.loads(raw), RetryPolicy) == policy
 
 
 @pytest.mark.parametrize(
@@ -74,18 +74,18 @@ def test_B1_a_bad_policy_is_a_clear_error(
 
 
 def test_B1_a_stored_policy_with_an_unknown_key_is_refused() -> None:
-    raw = {**ms.storage.unstructure(RetryPolicy()), "retries": 3}
+    raw = {**ms.storage._seam.unstructure(RetryPolicy()), "retries": 3}
     with pytest.raises(ms.storage.RecordError):
-        ms.storage.structure(raw, RetryPolicy)
+        ms.storage._seam.structure(raw, RetryPolicy)
 
 
 def test_B1_a_step_without_limits_is_stored_as_before() -> None:
     # Records that do not use the new fields are written exactly as before they existed.
     step = ms.PlanStep(id="a", tool="t")
-    assert "timeout" not in ms.storage.unstructure(step)
-    assert "retry" not in ms.storage.unstructure(step)
+    assert "timeout" not in ms.storage._seam.unstructure(step)
+    assert "retry" not in ms.storage._seam.unstructure(step)
     record = Execution(id="x", goal="g", created_at=1.0, updated_at=1.0)
-    assert "deadline_at" not in ms.storage.unstructure(record)
+    assert "deadline_at" not in ms.storage._seam.unstructure(record)
 
 
 @pytest.fixture(params=["file", "sqlite", "postgres"])
@@ -147,7 +147,7 @@ def test_B1_steps_with_limits_and_a_deadline_read_back_exactly_on_every_backend(
             steps = (*plan.steps[:index], changed, *plan.steps[index + 1 :])
             record = attrs.evolve(record, plan=attrs.evolve(plan, steps=steps))
         record = attrs.evolve(record, deadline_at=None if deadline else 5.0, updated_at=2.0)
-        assert store.commit(record, "me:1:x")
+        assert store.replace(record, "me:1:x")
     finally:
         _close(store)
     fresh = backend()

@@ -14,12 +14,12 @@ import mainspring as ms
 PLAN = ms.Plan(id="p", goal="g", version=1, steps=())
 
 
-def _capture(root: Path) -> ms.storage.Checkpoint:
-    return ms.storage.capture_checkpoint(root, PLAN)
+def _capture(root: Path) -> ms.storage._seam.Checkpoint:
+    return ms.storage._seam.capture_checkpoint(root, PLAN)
 
 
-def _reasons(checkpoint: ms.storage.Checkpoint, root: Path) -> tuple[str, ...]:
-    return ms.storage.reconcile(checkpoint, root, PLAN).reasons
+def _reasons(checkpoint: ms.storage._seam.Checkpoint, root: Path) -> tuple[str, ...]:
+    return ms.storage._seam.reconcile(checkpoint, root, PLAN).reasons
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_R6_a_worktree_head_is_read_through_its_gitdir_and_commondir(
     (main / "packed-refs").write_text(
         "# pack-refs with: peeled\n" + "c" * 40 + " refs/heads/feature\n"
     )
-    assert ms.storage.capture_checkpoint(ws, PLAN).git_head == "c" * 40
+    assert ms.storage._seam.capture_checkpoint(ws, PLAN).git_head == "c" * 40
 
 
 def test_R6_a_submodule_gitdir_without_commondir_keeps_its_own_refs(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import attrs
 import pytest
 
 from mainspring.storage import (
-    Checkpoint,
     Execution,
     FileStore,
     Observation,
@@ -20,6 +19,7 @@ from mainspring.storage import (
     SqliteStore,
     _codec,
 )
+from mainspring.storage._seam import Checkpoint
 
 OWNER = "host-a:1:x"
 
@@ -48,7 +48,7 @@ def _run(store: Any, steps: int) -> Iterator[Execution]:
     store.create(Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0))
     lease = store.acquire("ex-1", OWNER, 600.0).lease
     execution = attrs.evolve(store.get("ex-1"), status="running", plan=plan, plan_version=1)
-    assert store.commit_many([(execution, OWNER)]) == ("ok",)
+    assert store.commit_runs([(execution, OWNER)]) == ("ok",)
     marked = list(plan.steps)
     for index, step in enumerate(plan.steps):
         marked[index] = attrs.evolve(step, status="succeeded")
@@ -62,7 +62,7 @@ def _run(store: Any, steps: int) -> Iterator[Execution]:
             checkpoints=(*execution.checkpoints, checkpoint)[-5:],
             lease=lease,
         )
-        assert store.commit_many([(execution, OWNER)]) == ("ok",)
+        assert store.commit_runs([(execution, OWNER)]) == ("ok",)
         yield execution
 
 
@@ -86,16 +86,16 @@ def test_a_long_runs_commit_compares_one_plan_step_as_a_short_runs_does(
     a record at every level (about log2 of the plan's length per commit)."""
     compared = _counted(monkeypatch, PlanStep, "__eq__")
     in_commits = [0]
-    commit_many = store.commit_many
+    commit_runs = store.commit_runs
 
     def counting_commits(commits: Any) -> Any:
         before = compared[0]
         try:
-            return commit_many(commits)
+            return commit_runs(commits)
         finally:
             in_commits[0] += compared[0] - before
 
-    store.commit_many = counting_commits
+    store.commit_runs = counting_commits
     run = _run(store, 600)
     for _ in range(500):
         next(run)

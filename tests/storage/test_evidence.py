@@ -16,12 +16,12 @@ import psycopg
 import pytest
 
 import mainspring as ms
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
 from mainspring.storage._evidence import seal
-from mainspring.storage._file import FileStore
 from mainspring.storage._persistence import open_committer
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, upgrade
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 Factory = Callable[[], Any]
@@ -77,7 +77,7 @@ def tamper(store: Any, digest: str, body: bytes) -> None:
 
 
 def test_canonical_json_is_sorted_compact_and_json_only() -> None:
-    assert ms.storage.canonical_json({"b": 1, "a": [True, None, 1.5, "é"]}) == (
+    assert ms.storage._seam.canonical_json({"b": 1, "a": [True, None, 1.5, "é"]}) == (
         '{"a":[true,null,1.5,"é"],"b":1}'.encode()
     )
     for bad in (
@@ -92,12 +92,12 @@ def test_canonical_json_is_sorted_compact_and_json_only() -> None:
         object(),
     ):
         with pytest.raises(ValueError, match="evidence"):
-            ms.storage.canonical_json(bad)
+            ms.storage._seam.canonical_json(bad)
     deep: Any = []
     for _ in range(300):
         deep = [deep]
     with pytest.raises(ValueError, match="nests"):
-        ms.storage.canonical_json(deep)
+        ms.storage._seam.canonical_json(deep)
 
 
 # -- every backend ---------------------------------------------------------------------------
@@ -110,9 +110,9 @@ def test_evidence_is_written_once_and_read_back_checked(make_store: Factory) -> 
     store.put_evidence(digest, body)
     store.put_evidence(digest, body)  # the same digest again: fine, left as it is
     assert store.get_evidence(digest) == body
-    assert ms.storage.load_evidence(make_store(), digest) == DOCUMENT  # another store object
+    assert ms.storage._seam.load_evidence(make_store(), digest) == DOCUMENT  # another store object
     missing = "0" * 64
-    with pytest.raises(ms.storage.EvidenceError, match="not stored"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="not stored"):
         store.get_evidence(missing)
 
 
@@ -121,11 +121,11 @@ def test_tampered_evidence_fails_closed(make_store: Factory) -> None:
     digest, body = seal(DOCUMENT)
     store.put_evidence(digest, body)
     tamper(store, digest, body.replace(b"pass", b"fail"))
-    with pytest.raises(ms.storage.EvidenceError, match="tampered"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="tampered"):
         store.get_evidence(digest)
-    with pytest.raises(ms.storage.EvidenceError, match="tampered"):
-        ms.storage.load_evidence(make_store(), digest)
-    with pytest.raises(ms.storage.EvidenceError, match="tampered"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="tampered"):
+        ms.storage._seam.load_evidence(make_store(), digest)
+    with pytest.raises(ms.storage._seam.EvidenceError, match="tampered"):
         store.put_evidence(digest, body)  # what is stored is checked, never overwritten
 
 
@@ -134,31 +134,31 @@ def test_bad_bodies_and_digests_are_refused_before_anything_is_written(
 ) -> None:
     store = make_store()
     digest, body = seal(DOCUMENT)
-    with pytest.raises(ms.storage.EvidenceError, match="digest"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="digest"):
         store.put_evidence(hashlib.sha256(b"other").hexdigest(), body)
     loose = orjson.dumps(DOCUMENT, option=orjson.OPT_INDENT_2)  # JSON, not canonical
-    with pytest.raises(ms.storage.EvidenceError, match="canonical"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="canonical"):
         store.put_evidence(hashlib.sha256(loose).hexdigest(), loose)
     nan = b'{"x":NaN}'
-    with pytest.raises(ms.storage.EvidenceError, match="canonical"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="canonical"):
         store.put_evidence(hashlib.sha256(nan).hexdigest(), nan)
-    huge = b'"' + b"x" * ms.storage.MAX_EVIDENCE_BYTES + b'"'
-    with pytest.raises(ms.storage.EvidenceError, match="limit"):
+    huge = b'"' + b"x" * ms.storage._seam.MAX_EVIDENCE_BYTES + b'"'
+    with pytest.raises(ms.storage._seam.EvidenceError, match="limit"):
         store.put_evidence(hashlib.sha256(huge).hexdigest(), huge)
     for bad in ("../" + "a" * 61, "A" * 64, "a" * 63, "", None, "a" * 63 + "/"):
-        with pytest.raises(ms.storage.EvidenceError, match="sha256"):
+        with pytest.raises(ms.storage._seam.EvidenceError, match="sha256"):
             store.put_evidence(bad, body)
-        with pytest.raises(ms.storage.EvidenceError, match="sha256"):
+        with pytest.raises(ms.storage._seam.EvidenceError, match="sha256"):
             store.get_evidence(bad)
     if isinstance(store, FileStore):
         assert not (store.path / "evidence").exists()  # nothing made of a refused one
-    with pytest.raises(ms.storage.EvidenceError, match="not stored"):
+    with pytest.raises(ms.storage._seam.EvidenceError, match="not stored"):
         store.get_evidence(digest)
 
 
 def test_a_document_over_the_bound_is_refused_when_sealed() -> None:
-    with pytest.raises(ms.storage.EvidenceError, match="limit"):
-        seal("x" * ms.storage.MAX_EVIDENCE_BYTES)
+    with pytest.raises(ms.storage._seam.EvidenceError, match="limit"):
+        seal("x" * ms.storage._seam.MAX_EVIDENCE_BYTES)
     with pytest.raises(ValueError, match="finite"):
         seal({"x": float("nan")})
 
@@ -182,12 +182,12 @@ def test_an_oversized_or_odd_evidence_file_fails_closed(tmp_path: Path) -> None:
     digest, body = seal(DOCUMENT)
     store.put_evidence(digest, body)
     path = tmp_path / "store" / "evidence" / f"{digest}.json"
-    path.write_bytes(b"x" * (ms.storage.MAX_EVIDENCE_BYTES + 10))
-    with pytest.raises(ms.storage.EvidenceError, match="limit"):
+    path.write_bytes(b"x" * (ms.storage._seam.MAX_EVIDENCE_BYTES + 10))
+    with pytest.raises(ms.storage._seam.EvidenceError, match="limit"):
         store.get_evidence(digest)
     path.unlink()
     path.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ms.storage.EvidenceError):
+    with pytest.raises(ms.storage._seam.EvidenceError):
         store.get_evidence(digest)
 
 
@@ -204,14 +204,14 @@ async def test_the_committer_seals_and_reads_evidence_off_the_loop(store: Any) -
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         digest = await committer.seal_evidence(DOCUMENT)
-        assert digest == hashlib.sha256(ms.storage.canonical_json(DOCUMENT)).hexdigest()
+        assert digest == hashlib.sha256(ms.storage._seam.canonical_json(DOCUMENT)).hexdigest()
         assert await committer.seal_evidence(DOCUMENT) == digest  # written once
         assert await committer.read_evidence(digest) == DOCUMENT
         with pytest.raises(ValueError, match="finite"):
             await committer.seal_evidence({"x": float("nan")})
-        with pytest.raises(ms.storage.EvidenceError):
+        with pytest.raises(ms.storage._seam.EvidenceError):
             await committer.read_evidence("f" * 64)
-        with pytest.raises(ms.storage.EvidenceError, match="sha256"):
+        with pytest.raises(ms.storage._seam.EvidenceError, match="sha256"):
             await committer.read_evidence("../etc/passwd")
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import _file, _frames
+from mainspring.storage._backends.file import frames as _frames
+from mainspring.storage._backends.file import store as _file
 
 #: Every call of an append (a commit): the journal opened, positioned, written, synced.
 APPEND = ["open", "lseek", "write", "fsync"]
@@ -89,7 +90,7 @@ def test_a_failing_append_never_acknowledges_and_never_leaves_a_mix(
     attempted = attrs_evolve(before, status="running", calls_used=5)
     failures = _inject(monkeypatch, call, code, times)
     with pytest.raises(OSError, match=os.strerror(code)) as info:
-        store.commit_progress(attempted, "a:1:x")
+        store.commit_run(attempted, "a:1:x")
     assert info.value.errno == code
     assert failures[0] >= 1
     monkeypatch.undo()
@@ -97,7 +98,7 @@ def test_a_failing_append_never_acknowledges_and_never_leaves_a_mix(
     assert store.get("ex-1") == before
     assert not [p for p in store.path.iterdir() if p.name.startswith(".tmp-")]
     # And the store still works once the fault is gone.
-    assert store.commit_progress(attempted, "a:1:x").ok
+    assert store.commit_run(attempted, "a:1:x").ok
     after = ms.storage.FileStore(store.path).get("ex-1")
     assert after is not None
     assert after.calls_used == 5
@@ -155,7 +156,7 @@ def test_a_failing_compaction_keeps_the_journal_and_the_durable_commit(
 
         monkeypatch.setattr(_frames.os, "open", opening)
         on("fsync", lambda fd, *a, **k: fd in directories)
-    assert store.commit_progress(attempted, "a:1:x").ok  # durable before compaction began
+    assert store.commit_run(attempted, "a:1:x").ok  # durable before compaction began
     assert failures[0] >= 1
     monkeypatch.undo()
     if call != "fsync-dir":  # the rename is in place once only the directory sync failed
@@ -174,7 +175,7 @@ def test_compaction_keeps_every_version_readable_and_shrinks_the_journal(
     journal = store.path / "ex-1.journal"
     sizes = []
     for n in range(300):
-        assert store.commit_progress(attrs_evolve(before, calls_used=n), "a:1:x").ok
+        assert store.commit_run(attrs_evolve(before, calls_used=n), "a:1:x").ok
         sizes.append(journal.stat().st_size)
         got = ms.storage.FileStore(store.path).get("ex-1")
         assert got is not None
@@ -231,11 +232,11 @@ def test_sqlite_a_failing_statement_never_acknowledges(
         store._data_version = None  # forget what this store wrote: the SELECT must run
         store._db = _FailingConnection(real, statement, times)  # type: ignore[assignment]
         with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
-            store.commit_progress(execution(status="running", calls_used=5), "a:1:x")
+            store.commit_run(execution(status="running", calls_used=5), "a:1:x")
         store._db = real
         assert not real.in_transaction  # rolled back, nothing half-open
         assert store.get("ex-1") == before  # the previous version, intact
-        assert store.commit_progress(execution(calls_used=6), "a:1:x").ok  # and it recovers
+        assert store.commit_run(execution(calls_used=6), "a:1:x").ok  # and it recovers
         after = store.get("ex-1")
         assert after is not None
         assert after.calls_used == 6

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mainspring.storage import _frames
-from mainspring.storage._errors import RecordError, StorageError, TooLarge
-from mainspring.storage._frames import (
+from mainspring.storage._backends.file import frames as _frames
+from mainspring.storage._backends.file.frames import (
     HEADER_SIZE,
     Scan,
     append_frames,
@@ -25,6 +24,7 @@ from mainspring.storage._frames import (
     replace_file,
     scan_frames,
 )
+from mainspring.storage._errors import RecordError, StorageError, TooLarge
 from tests._examples import examples
 
 MAX_FRAME = 1 << 20

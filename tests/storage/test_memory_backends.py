@@ -12,14 +12,13 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import (
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import (
     MAX_FACT_TEXT,
-    Fact,
     FactFilter,
     ForgetFact,
     MemoryBackend,
     RememberFact,
-    Scope,
     query_terms,
 )
 from tests.storage._memory_kit import (

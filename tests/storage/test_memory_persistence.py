@@ -13,8 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import ForgetFact, RememberFact
 from mainspring.storage._persistence import PersistenceFailed, open_committer
+from mainspring.storage._seam import ForgetFact, RememberFact
 from tests.storage._memory_kit import fact, memory_store
 
 __all__ = ["memory_store"]
@@ -118,7 +118,7 @@ async def test_a_write_that_cannot_apply_fails_alone_and_the_writer_goes_on(
         assert isinstance(first, ValueError)
         assert second == fact("ok")
         assert (await committer.memory([ForgetFact("ok")])) == (True,)
-        assert (await committer.commit(execution("ex-1", calls_used=2), OWNER)).ok
+        assert (await committer.submit(execution("ex-1", calls_used=2), OWNER)).ok
     assert await read(memory_store.memory_count) == 0
 
 
@@ -148,7 +148,7 @@ async def test_a_failed_memory_flush_fails_its_writers_and_stops_the_writer(
         with pytest.raises(PersistenceFailed, match="stopped after a failed write"):
             await committer.memory([RememberFact(fact("later"))])
         with pytest.raises(PersistenceFailed, match="stopped after a failed write"):
-            await committer.commit(execution("ex-1", calls_used=3), OWNER)
+            await committer.submit(execution("ex-1", calls_used=3), OWNER)
     assert await read(memory_store.memory_get, "kept") == fact("kept")
     assert await read(memory_store.memory_get, "lost") is None
     assert memory_store.get("ex-1").calls_used == 0

@@ -21,17 +21,11 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage import (
-    Fact,
-    FactFilter,
-    ForgetFact,
-    RememberFact,
-    Scope,
-    query_terms,
-)
+from mainspring.storage import Fact, Scope
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
 from mainspring.storage._persistence import open_committer
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, upgrade
-from mainspring.storage._postgres import PostgresStore
+from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact, query_terms
 from tests._postgres import postgres_url, server_url
 
 __all__ = ["postgres_url"]  # a fixture
@@ -95,7 +89,9 @@ def test_a_version_2_schema_is_upgraded_keeping_executions_and_adding_memory(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as older:  # the library as it was before memory
-        older.setattr("mainspring.storage._postgres.upgrade", functools.partial(upgrade, to=2))
+        older.setattr(
+            "mainspring.storage._backends.postgres.store.upgrade", functools.partial(upgrade, to=2)
+        )
         before = PostgresStore(postgres_url)
         try:
             assert before.create(
@@ -123,7 +119,9 @@ def test_a_read_only_store_on_a_schema_older_than_memory_reads_no_facts(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as older:
-        older.setattr("mainspring.storage._postgres.upgrade", functools.partial(upgrade, to=2))
+        older.setattr(
+            "mainspring.storage._backends.postgres.store.upgrade", functools.partial(upgrade, to=2)
+        )
         PostgresStore(postgres_url).close()
     reader = PostgresStore(postgres_url, read_only=True)
     try:
@@ -175,7 +173,7 @@ def test_the_facts_table_has_an_english_tsvector_without_diacritics_and_its_inde
     for query in ("cafe", "café", "CAFÉS", "naive"):
         hits = store.memory_search(query_terms(query), FactFilter(), limit=5)
         assert [h.fact.id for h in hits] == ["fact-b"], query
-    assert isinstance(store, ms.storage.MemoryBackend)
+    assert isinstance(store, ms.storage._seam.MemoryBackend)
     assert store.memory_ranking == "ts_rank"
 
 
@@ -220,7 +218,7 @@ def test_a_remember_s_generic_plan_reads_no_index_entry_per_current_fact(
         if analyzed:
             _sql(store, "ANALYZE {t}")
         for new in (fact("fact-new", "a new fact"), grouped):
-            plan = _generic_plan(store, *store._remember_sql(RememberFact(new)))
+            plan = _generic_plan(store, *store._facts._remember_sql(RememberFact(new)))
             assert "memory_facts_superseded_by" not in plan, plan
             assert "Seq Scan" not in plan, plan
             if new.conflict_group is None:
@@ -366,7 +364,7 @@ def test_a_search_fetches_past_facts_hidden_further_along_their_chain(
     # Chains old -> expired -> current: SQL sees only the expired direct superseder, the
     # walk hides the old fact. They rank first (the shortest texts), so the visible hits lie
     # beyond a first batch.
-    writes: list[ms.storage.MemoryWrite] = []
+    writes: list[ms.storage._seam.MemoryWrite] = []
     for n in range(6):
         group = f"g{n}"
         writes += [

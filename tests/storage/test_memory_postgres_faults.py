@@ -19,8 +19,13 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage import Fact, ForgetFact, RememberFact
-from mainspring.storage._postgres import CommitUnknown, PostgresStore, StoreUnavailable
+from mainspring.storage import Fact
+from mainspring.storage._backends.postgres.store import (
+    CommitUnknown,
+    PostgresStore,
+    StoreUnavailable,
+)
+from mainspring.storage._seam import ForgetFact, RememberFact
 from tests._postgres import postgres_url, require_server
 from tests.storage.test_memory_postgres import _all, _check_chains, _terminate, fact, store
 from tests.storage.test_postgres_faults import Terminator, _count_faults

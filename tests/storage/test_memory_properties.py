@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from mainspring.storage import Fact, FactFilter, ForgetFact, RememberFact, Scope
+from mainspring.storage import Fact, Scope
+from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact
 from tests._examples import SHRINKING, examples
 from tests.storage._memory_kit import MEMORY_BACKENDS, open_memory, usable_backends
 from tests.storage._memory_model import VOCABULARY, MemoryModel

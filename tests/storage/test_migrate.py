@@ -26,11 +26,9 @@ from mainspring.storage import (
     SqliteStore,
     StoreInUse,
     StoreNeedsMigration,
-    encode,
     migrate_store,
-    read_v1,
-    unstructure,
 )
+from mainspring.storage._seam import encode, read_v1, unstructure
 
 from . import _v1_app
 
@@ -198,7 +196,7 @@ def as_v2(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_v1_expected(view: dict[str, Any]) -> tuple[Execution, ...]:
-    return tuple(ms.storage.structure(view[k], Execution) for k in sorted(view))
+    return tuple(ms.storage._seam.structure(view[k], Execution) for k in sorted(view))
 
 
 @pytest.mark.anyio
@@ -217,7 +215,7 @@ async def test_a_migrated_0_1_run_resumes_and_completes_with_the_current_runtime
     assert done is not None
     assert done.status == "completed"
     # Completed steps were kept: the agent steps finished under 0.1 did not run again.
-    records, _ = ms.storage.parse_agent_tasks(stored(store, kind, "ex-paused"))
+    records, _ = ms.storage._seam.parse_agent_tasks(stored(store, kind, "ex-paused"))
     tasks = {t.step_id: t for t in records}
     assert tasks["a"].attempt == 1
     assert tasks["a"].findings[0].claim == "the notes are 19 characters long"
@@ -587,12 +585,14 @@ def _assert_reads_as_v2_did(store: Any, kind: str) -> None:
         ms.storage.Approval(plan_version=1),
         ms.storage.Approval(plan_version=1, step_id="b"),
     )
-    workers, dropped = ms.storage.parse_workers(stopping.workers)
-    assert dropped == 0
-    assert [w.status for w in workers] == [
+    # The typed records parse the new spelling: nothing is left Unreadable.
+    assert all(isinstance(w, ms.storage.WorkerRecord) for w in stopping.workers)
+    assert [w.status for w in stopping.workers] == [
         ms.storage.WorkerStatus.STOPPED,
         ms.storage.WorkerStatus.HANDING_OFF,
     ]
+    assert all(isinstance(t, ms.storage.WorkerTask) for t in stopping.worker_tasks)
+    assert ms.storage.WorkerTaskState.AWAITING_DELIVERY in {t.state for t in stopping.worker_tasks}
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
@@ -658,7 +658,7 @@ def _load_v2_schema(url: str, schema: str) -> None:
     """A fresh schema at version 4 (storage v2), holding the rows the v2 code wrote."""
     import psycopg
 
-    from mainspring.storage._pg_schema import upgrade
+    from mainspring.storage._backends.postgres.schema import upgrade
 
     dump = orjson.loads((V2 / "v2-postgres.json").read_bytes())
     with psycopg.connect(url, autocommit=True) as conn:

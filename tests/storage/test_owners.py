@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import mainspring as ms
-from mainspring.storage import new_owner_id, owner_gone, owner_here
 from mainspring.storage._owners import owner_process
+from mainspring.storage._seam import new_owner_id, owner_gone, owner_here
 
 REPO = Path(ms.__file__).resolve().parent.parent
 
@@ -18,7 +18,11 @@ REPO = Path(ms.__file__).resolve().parent.parent
 def exited_owner() -> str:
     """The owner id of a process of this host that has exited (and been reaped)."""
     out = subprocess.run(
-        [sys.executable, "-c", "from mainspring.storage import new_owner_id as n; print(n())"],
+        [
+            sys.executable,
+            "-c",
+            "from mainspring.storage._seam import new_owner_id; print(new_owner_id())",
+        ],
         capture_output=True,
         check=True,
         timeout=60,

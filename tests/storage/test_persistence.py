@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import CommitOutcome
+from mainspring.storage._backends.contract import CommitOutcome
 from mainspring.storage._persistence import PersistenceFailed, _Commit, open_committer
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 class CountingStore:
-    """Wraps a real store, counting durable flushes (one per commit_many call)."""
+    """Wraps a real store, counting durable flushes (one per commit_runs call)."""
 
     def __init__(self, inner: Any, fail_after: int | None = None, hold_first: bool = False) -> None:
         self.inner = inner
@@ -46,13 +46,13 @@ class CountingStore:
         if not hold_first:
             self.release.set()
 
-    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
         self.threads.append(threading.get_ident())
         self.release.wait(timeout=30)  # runs in a worker thread: blocking is what it is for
         if self.fail_after is not None and len(self.flushes) >= self.fail_after:
             raise OSError(5, "Input/output error")
         self.flushes.append(len(commits))
-        return self.inner.commit_many(commits)
+        return self.inner.commit_runs(commits)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -68,12 +68,12 @@ async def test_commits_are_answered_with_their_outcome_once_durable(store: Any) 
     _prepare(store, ["a"])
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
-        assert await committer.commit(execution("a", calls_used=1), OWNER) is CommitOutcome.OK
+        assert await committer.submit(execution("a", calls_used=1), OWNER) is CommitOutcome.OK
         stored = store.get("a")  # durable: a fresh read sees it
         assert stored.calls_used == 1
-        outcome = await committer.commit(execution("a"), "someone:else:1")
+        outcome = await committer.submit(execution("a"), "someone:else:1")
         assert outcome is CommitOutcome.FOREIGN_LEASE
-        assert await committer.commit(execution("zzz"), OWNER) is CommitOutcome.MISSING
+        assert await committer.submit(execution("zzz"), OWNER) is CommitOutcome.MISSING
 
 
 async def test_commits_of_one_execution_coalesce_latest_wins(store: Any) -> None:
@@ -110,7 +110,7 @@ async def test_commits_of_many_executions_share_flushes(store: Any) -> None:
         committer = await open_committer(system, counting)
         async with anyio.create_task_group() as tg:
             for execution_id in ids:
-                tg.start_soon(committer.commit, execution(execution_id, calls_used=3), OWNER)
+                tg.start_soon(committer.submit, execution(execution_id, calls_used=3), OWNER)
         await committer.drain()
     assert sum(counting.flushes) == 40
     assert len(counting.flushes) < 40  # group commit: several executions per durable flush
@@ -125,12 +125,12 @@ async def test_a_failed_write_is_never_acknowledged_and_the_writer_refuses_more(
     failing = CountingStore(store, fail_after=1)
     async with ms.open_system() as system:
         committer = await open_committer(system, failing)
-        assert (await committer.commit(execution("a", calls_used=1), OWNER)).ok
+        assert (await committer.submit(execution("a", calls_used=1), OWNER)).ok
         with pytest.raises(PersistenceFailed) as info:
-            await committer.commit(execution("a", calls_used=2), OWNER)
+            await committer.submit(execution("a", calls_used=2), OWNER)
         assert isinstance(info.value.__cause__, OSError)
         with pytest.raises(PersistenceFailed, match="stopped after a failed write"):
-            await committer.commit(execution("b", calls_used=9), OWNER)
+            await committer.submit(execution("b", calls_used=9), OWNER)
     assert store.get("a").calls_used == 1  # the acknowledged version, and only it
     assert store.get("b").calls_used == 0
 
@@ -140,7 +140,7 @@ async def test_stopping_the_writer_flushes_what_it_accepted(store: Any) -> None:
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(committer.commit, execution("a", calls_used=4), OWNER)
+            tg.start_soon(committer.submit, execution("a", calls_used=4), OWNER)
             await anyio.wait_all_tasks_blocked()
             await committer.ref.stop()
     assert store.get("a").calls_used == 4
@@ -152,8 +152,8 @@ async def test_a_bad_record_fails_only_its_own_commit(store: Any) -> None:
         committer = await open_committer(system, store)
         bad = execution("a", created_at=float("nan"))  # cannot be stored as JSON
         with pytest.raises(ValueError, match="created_at"):
-            await committer.commit(bad, OWNER)
-        assert (await committer.commit(execution("b", calls_used=2), OWNER)).ok  # still writing
+            await committer.submit(bad, OWNER)
+        assert (await committer.submit(execution("b", calls_used=2), OWNER)).ok  # still writing
     assert store.get("b").calls_used == 2
 
 
@@ -165,7 +165,7 @@ async def test_a_runner_that_lost_its_lease_hears_its_own_refusal(store: Any) ->
         results: dict[str, Any] = {}
 
         async def commit(who: str, owner: str, n: int) -> None:
-            results[who] = await committer.commit(execution("a", calls_used=n), owner)
+            results[who] = await committer.submit(execution("a", calls_used=n), owner)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(commit, "held", OWNER, 1)
@@ -211,9 +211,9 @@ class LoopStore:
         self.inner = inner
         self.threads: list[int] = []
 
-    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
         self.threads.append(threading.get_ident())
-        return self.inner.commit_many(commits)
+        return self.inner.commit_runs(commits)
 
     def renew_many(self, renewals: Sequence[Any]) -> Any:
         self.threads.append(threading.get_ident())
@@ -233,10 +233,10 @@ async def test_a_store_that_never_blocks_is_called_on_the_loop_and_others_in_a_t
     assert getattr(store, "blocking", True) is not False
     async with ms.open_system() as system:
         committer = await open_committer(system, on_loop)
-        assert (await committer.commit(execution("a", calls_used=1), OWNER)).ok
+        assert (await committer.submit(execution("a", calls_used=1), OWNER)).ok
         assert (await committer.renew("a", OWNER, 60))[0] is CommitOutcome.OK
         other = await open_committer(system, in_thread, name="threaded")
-        assert (await other.commit(execution("b", calls_used=2), OWNER)).ok
+        assert (await other.submit(execution("b", calls_used=2), OWNER)).ok
     assert on_loop.threads == [loop_thread, loop_thread]
     assert len(in_thread.threads) == 1
     assert in_thread.threads[0] != loop_thread
@@ -255,7 +255,7 @@ async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_h
 
         async def commit(who: str, n: int) -> None:
             try:
-                results[who] = await committer.commit(execution(who, calls_used=n), OWNER)
+                results[who] = await committer.submit(execution(who, calls_used=n), OWNER)
             except ms.ActorDeadError as exc:
                 results[who] = exc
 
@@ -280,7 +280,7 @@ async def test_a_flush_under_way_finishes_even_if_its_caller_is_cancelled(store:
         committer = await open_committer(system, counting)
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(committer.commit, execution("a", calls_used=5), OWNER)
+                tg.start_soon(committer.submit, execution("a", calls_used=5), OWNER)
                 await anyio.wait_all_tasks_blocked()  # its flush is held on disk
                 scope.cancel()
         counting.release.set()

@@ -20,7 +20,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import Execution, Lease
-from mainspring.storage._postgres import PostgresStore
+from mainspring.storage._backends.postgres.store import PostgresStore
 from tests._postgres import postgres_url
 
 __all__ = ["postgres_url"]  # the fixture, used by name

@@ -25,7 +25,11 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._postgres import CommitUnknown, PostgresStore, StoreUnavailable
+from mainspring.storage._backends.postgres.store import (
+    CommitUnknown,
+    PostgresStore,
+    StoreUnavailable,
+)
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 pytestmark = pytest.mark.slow
@@ -92,11 +96,11 @@ def _execution(execution_id: str) -> ms.storage.Execution:
 
 def _next(execution: ms.storage.Execution, what: str) -> ms.storage.Execution:
     """One more of everything a write is counted by: calls_used and an audit line."""
-    line = ms.storage.Control(action="answer", by=OWNER, at=time.time(), reason=what)
+    line = ms.storage._seam.Control(action="answer", by=OWNER, at=time.time(), reason=what)
     return attrs.evolve(
         execution,
         calls_used=execution.calls_used + 1,
-        controls=(*execution.controls, line)[-ms.storage.MAX_CONTROLS :],
+        controls=(*execution.controls, line)[-ms.storage._seam.MAX_CONTROLS :],
         updated_at=time.time(),
     )
 
@@ -143,16 +147,16 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
                 faulted = terminator.ended >= 20 and lost[0] >= 10
                 if (n >= CALLS and faulted) or (time.monotonic() > stop_at and n >= 60):
                     break
-                op = rng.choice(("commit_many", "commit_many", "edit", "renew"))
+                op = rng.choice(("commit_runs", "commit_runs", "edit", "renew"))
                 chosen = sorted(rng.sample(IDS, rng.randint(1, len(IDS))))
-                if op != "commit_many":
+                if op != "commit_runs":
                     chosen = chosen[:1]
                 before = {i: model[i] for i in chosen}
                 try:
-                    if op == "commit_many":
+                    if op == "commit_runs":
                         wanted = {i: _next(before[i], f"c{n}") for i in chosen}  # type: ignore[arg-type]
-                        results = store.commit_many([(wanted[i], OWNER) for i in chosen])
-                        assert results == (ms.storage.CommitOutcome.OK,) * len(chosen)
+                        results = store.commit_runs([(wanted[i], OWNER) for i in chosen])
+                        assert results == (ms.storage._seam.CommitOutcome.OK,) * len(chosen)
                         written = wanted
                     elif op == "edit":
                         edited = store.edit(chosen[0], lambda e, now, n=n: _next(e, f"e{n}"))
@@ -160,7 +164,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
                         written = {chosen[0]: edited}
                     else:
                         outcome, renewed = store.renew(chosen[0], OWNER, 3600, epoch=1)
-                        assert outcome is ms.storage.CommitOutcome.OK
+                        assert outcome is ms.storage._seam.CommitOutcome.OK
                         assert renewed is not None
                         written = {}
                         assert renewed.calls_used == before[chosen[0]].calls_used  # type: ignore[union-attr]
@@ -201,8 +205,8 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
 
         # The store keeps working: one more write of each, acknowledged at once.
         final = {i: _next(model[i], "after") for i in IDS}  # type: ignore[arg-type]
-        results = store.commit_many([(final[i], OWNER) for i in IDS])
-        assert results == (ms.storage.CommitOutcome.OK,) * len(IDS)
+        results = store.commit_runs([(final[i], OWNER) for i in IDS])
+        assert results == (ms.storage._seam.CommitOutcome.OK,) * len(IDS)
         for i in IDS:
             acked[i] += 1
     finally:
@@ -239,7 +243,7 @@ def test_sessions_terminated_mid_commit_never_lose_or_double_an_acknowledged_wri
 def test_a_session_ended_while_a_pipeline_was_busy_counts_as_lost_not_as_a_refusal() -> None:
     # What psycopg raises when the server ends the session during a pipelined COMMIT: the
     # pipeline's exit fails over the server's error, on a connection not yet marked broken.
-    from mainspring.storage._pg_connect import is_lost
+    from mainspring.storage._backends.postgres.connect import is_lost
 
     class Live:
         broken = closed = False

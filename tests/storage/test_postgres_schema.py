@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_schema import PG_SCHEMA_VERSION, parse_address, upgrade
+from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION, parse_address, upgrade
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 
@@ -162,5 +162,6 @@ def test_the_address_keeps_the_rest_of_the_url_and_hides_the_password() -> None:
     assert "s3cret" not in address.shown
     assert address.shown.startswith("postgresql://me:***@db.example:6543/app?")
     assert (
-        ms.storage.redact_url("postgresql://h/db?password=pw1") == "postgresql://h/db?password=***"
+        ms.storage._seam.redact_url("postgresql://h/db?password=pw1")
+        == "postgresql://h/db?password=***"
     )

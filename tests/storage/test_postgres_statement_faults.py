@@ -57,7 +57,7 @@ def _refusing(monkeypatch: pytest.MonkeyPatch, prefix: str, times: int) -> list[
 
 
 def _version(record: ms.storage.Execution, n: int) -> ms.storage.Execution:
-    line = ms.storage.Control(action="pause", by="op", at=float(n), reason=f"v{n}")
+    line = ms.storage._seam.Control(action="pause", by="op", at=float(n), reason=f"v{n}")
     seen = ms.storage.Observation(step_id=f"s{n}", ok=True, output=n)
     return attrs.evolve(
         record,
@@ -82,11 +82,11 @@ def test_a_refused_statement_never_acknowledges_and_never_leaves_a_mix(
     live = store.get("ex-1")
     assert live is not None
     first = _version(live, 1)
-    assert store.commit_many([(first, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(first, OWNER)]) == (ms.storage._seam.CommitOutcome.OK,)
     made = _refusing(monkeypatch, statement, times)
     second = _version(first, 2)
     try:
-        answered: Any = store.commit_many([(second, OWNER)])
+        answered: Any = store.commit_runs([(second, OWNER)])
     except ms.StorageError as exc:
         answered = exc
     monkeypatch.undo()
@@ -102,13 +102,13 @@ def test_a_refused_statement_never_acknowledges_and_never_leaves_a_mix(
         assert stored.calls_used == 1  # not acknowledged, and not written
         assert stored == attrs.evolve(first, lease=stored.lease)
     else:
-        assert answered == (ms.storage.CommitOutcome.OK,)
+        assert answered == (ms.storage._seam.CommitOutcome.OK,)
         assert stored.calls_used == 2  # acknowledged: durable
     controls = [e for e in history if e.kind == "control"]
     assert len(controls) == stored.calls_used  # each durable commit's entries, none else
     # The store works again (it trusts nothing it cached from the failed transaction).
     third = _version(stored, 3)
-    assert store.commit_many([(third, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(third, OWNER)]) == (ms.storage._seam.CommitOutcome.OK,)
     again = store.get("ex-1")
     assert again is not None
     assert again.calls_used == 3

@@ -19,7 +19,7 @@ import psycopg.connection
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_connect import quiet_pipeline
+from mainspring.storage._backends.postgres.connect import quiet_pipeline
 from tests._postgres import postgres_url, server_url
 
 __all__ = ["postgres_url"]  # the fixture, used by name
@@ -80,12 +80,12 @@ def test_a_cached_run_commit_waits_for_the_server_once(
     live = store.get("ex-1")
     assert live is not None
     live = attrs.evolve(live, status="running")
-    assert store.commit_many([(live, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, OWNER)]) == (ms.storage._seam.CommitOutcome.OK,)
     counts = _syncs_and_statements(monkeypatch)
     for n in range(1, 11):
         seen = ms.storage.Observation(step_id=f"s{n}", ok=True, output=n)
         live = attrs.evolve(live, calls_used=n, observations=(*live.observations, seen))
-        assert store.commit_many([(live, OWNER)]) == (ms.storage.CommitOutcome.OK,)
+        assert store.commit_runs([(live, OWNER)]) == (ms.storage._seam.CommitOutcome.OK,)
     assert counts["waited"] == 10
     assert counts["sent"] == 20
     # BEGIN, the row lock, the header with its part row (one statement: two before), COMMIT

@@ -71,8 +71,8 @@ def test_L4_a_lease_that_lapsed_on_the_server_is_refused_in_the_writing_statemen
         "UPDATE {table} SET lease_expires = 0, head = convert_to(jsonb_set(convert_from("
         "head, 'UTF8')::jsonb, '{lease,expires_at}', '0.0')::text, 'UTF8') WHERE id = 'ex-1'",
     )
-    outcome = store.commit_progress(attrs.evolve(live, goal="stale write"), "host-a:1:x")
-    assert outcome is ms.storage.CommitOutcome.RELEASED
+    outcome = store.commit_run(attrs.evolve(live, goal="stale write"), "host-a:1:x")
+    assert outcome is ms.storage._seam.CommitOutcome.RELEASED
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"  # nothing of the stale write
@@ -103,8 +103,8 @@ def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_w
             return original(*args)  # type: ignore[arg-type]
 
         store._write = write_later  # type: ignore[method-assign]
-        outcome = store.commit_progress(attrs.evolve(live, goal="too late"), "host-a:1:x")
-        assert outcome is ms.storage.CommitOutcome.RELEASED
+        outcome = store.commit_run(attrs.evolve(live, goal="too late"), "host-a:1:x")
+        assert outcome is ms.storage._seam.CommitOutcome.RELEASED
         store._write = original  # type: ignore[method-assign]
         stored = store.get("ex-1")
         assert stored is not None
@@ -124,7 +124,7 @@ def test_a_row_another_host_wrote_is_read_again_not_taken_from_the_cache(
     finally:
         other.close()
     renewed = store.renew("ex-1", "host-a:1:x", 60.0)
-    assert renewed[0] is ms.storage.CommitOutcome.OK
+    assert renewed[0] is ms.storage._seam.CommitOutcome.OK
     assert renewed[1] is not None
     assert renewed[1].goal == "edited on host B"
 
@@ -156,7 +156,7 @@ def test_a_row_whose_lease_columns_contradict_its_record_is_refused_not_retried_
     assert live is not None
     _sql(store, "UPDATE {table} SET lease_expires = 0 WHERE id = 'ex-1'")  # the record says live
     with pytest.raises(ms.storage.StorageError, match="refused this write as decided"):
-        store.commit_progress(attrs.evolve(live, goal="x"), "host-a:1:x")
+        store.commit_run(attrs.evolve(live, goal="x"), "host-a:1:x")
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"
@@ -210,7 +210,7 @@ def test_a_run_commit_takes_one_round_trip_while_the_cached_stamp_is_current(
     trips = _count_round_trips(monkeypatch)
     for n in range(1, 6):
         live = attrs.evolve(live, calls_used=n)
-        assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+        assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     # BEGIN, the row lock, the writes, the history entries and COMMIT: one round trip each.
     assert trips[0] == 5
     monkeypatch.undo()
@@ -233,22 +233,22 @@ def test_E2_a_one_round_trip_commit_over_a_row_another_host_wrote_is_decided_aga
     its stamp guard writes nothing, and the commit is decided again with the row locked:
     ``paused`` (E2), and B's pause stands."""
     live = _running(store)
-    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
     try:
         assert other.edit("ex-1", lambda e, now: attrs.evolve(e, status="paused"))
     finally:
         other.close()
     trips = _count_round_trips(monkeypatch)
-    outcome = store.commit_many([(attrs.evolve(live, goal="overwrite"), "host-a:1:x")])
-    assert outcome == (ms.storage.CommitOutcome.PAUSED,)
+    outcome = store.commit_runs([(attrs.evolve(live, goal="overwrite"), "host-a:1:x")])
+    assert outcome == (ms.storage._seam.CommitOutcome.PAUSED,)
     assert trips[0] > 1  # the guarded try, then the locked decision (and the read)
     monkeypatch.undo()
     stored = store.get("ex-1")
     assert stored is not None
     assert (stored.status, stored.goal) == ("paused", "g")
     # Then A is current again: one round trip per commit once more.
-    assert store.commit_many([(stored, "host-a:1:x")]) == (ms.storage.CommitOutcome.PAUSED,)
+    assert store.commit_runs([(stored, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.PAUSED,)
 
 
 def test_L4_a_one_round_trip_commit_is_fenced_by_the_servers_clock(
@@ -258,14 +258,14 @@ def test_L4_a_one_round_trip_commit_is_fenced_by_the_servers_clock(
     without locking first; the lease lapsed on the server: the UPDATE's fence writes
     nothing, and the commit, decided again, is refused."""
     live = _running(store)
-    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     _sql(
         store,
         "UPDATE {table} SET lease_expires = 0, head = convert_to(jsonb_set(convert_from("
         "head, 'UTF8')::jsonb, '{lease,expires_at}', '0.0')::text, 'UTF8') WHERE id = 'ex-1'",
     )
-    outcome = store.commit_many([(attrs.evolve(live, goal="stale write"), "host-a:1:x")])
-    assert outcome == (ms.storage.CommitOutcome.RELEASED,)
+    outcome = store.commit_runs([(attrs.evolve(live, goal="stale write"), "host-a:1:x")])
+    assert outcome == (ms.storage._seam.CommitOutcome.RELEASED,)
     stored = store.get("ex-1")
     assert stored is not None
     assert stored.goal == "g"
@@ -380,7 +380,7 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
     row locks is A's alone, made holding the lock: B still locks its row (which this store
     never wrote, so it has no stamp to skip the lock by), and both are answered."""
     live = _running(store)
-    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
     try:
         other.create(_execution("ex-2"))
@@ -403,7 +403,7 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
 
     def commit() -> None:
         batch = [(attrs.evolve(live, calls_used=1), "host-a:1:x")]
-        committed.append(store.commit_many(batch))
+        committed.append(store.commit_runs(batch))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(anyio.to_thread.run_sync, renew)
@@ -414,9 +414,9 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
             await _waited(asking)  # A is at the lock B holds
         finally:
             run.release.set()
-    assert committed == [(ms.storage.CommitOutcome.OK,)]
+    assert committed == [(ms.storage._seam.CommitOutcome.OK,)]
     [[(outcome, execution)]] = renewed
-    assert outcome is ms.storage.CommitOutcome.OK
+    assert outcome is ms.storage._seam.CommitOutcome.OK
     assert execution is not None
     assert execution.id == "ex-2"
     stored = store.get("ex-1")
@@ -509,7 +509,7 @@ def test_settling_a_lost_one_round_trip_commit_never_ends_a_session_that_is_not_
     ``settle_by_stamps`` ends whatever session holds the pid. Here the pid has gone to an
     unrelated session in the middle of its own transaction: settling must leave it be."""
     live = _running(store)
-    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     stamp = store._stamps["ex-1"]
     with psycopg.connect(server_url()) as bystander:  # someone else's, mid-transaction
         bystander.execute("SELECT txid_current()")
@@ -531,7 +531,7 @@ def test_settling_a_lost_one_round_trip_commit_ends_its_own_session_still_there(
     its pid and the start noted when it connected, ends it (its lock goes with it, L6), and
     only then reads the stamps: the answer is final, and the run is writable at once."""
     live = _running(store)
-    assert store.commit_many([(live, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
     stamp = store._stamps["ex-1"]
     table = f'"{store.schema}".executions'
     with store._connections.writing() as cut_off:
@@ -546,7 +546,7 @@ def test_settling_a_lost_one_round_trip_commit_ends_its_own_session_still_there(
         with pytest.raises(psycopg.OperationalError):
             cut_off.execute("SELECT 1")  # its session was ended
     nxt = attrs.evolve(live, calls_used=1)
-    assert store.commit_many([(nxt, "host-a:1:x")]) == (ms.storage.CommitOutcome.OK,)
+    assert store.commit_runs([(nxt, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
 
 
 def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
@@ -576,7 +576,7 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
         assert live is not None
         lives.append(live)
     batch = [(live, "host-a:1:x") for live in lives]
-    assert store.commit_many(batch) == (ms.storage.CommitOutcome.OK,) * 3
+    assert store.commit_runs(batch) == (ms.storage._seam.CommitOutcome.OK,) * 3
     other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
     try:
         assert other.edit("ex-0", lambda e, now: attrs.evolve(e, status="paused"))
@@ -596,8 +596,11 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
     monkeypatch.setattr(logging, "lastResort", Last(logging.WARNING))
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
     batch = [(attrs.evolve(live, goal="next"), "host-a:1:x") for live in lives]
-    outcomes = store.commit_many(batch)
-    assert outcomes == (ms.storage.CommitOutcome.PAUSED,) + (ms.storage.CommitOutcome.OK,) * 2
+    outcomes = store.commit_runs(batch)
+    assert (
+        outcomes
+        == (ms.storage._seam.CommitOutcome.PAUSED,) + (ms.storage._seam.CommitOutcome.OK,) * 2
+    )
     assert [record.getMessage() for record in printed] == []
 
 

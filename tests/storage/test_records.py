@@ -96,7 +96,10 @@ def _upgraded(given: dict[str, Any], record: object) -> frozenset[str]:
 def _taken_exactly(given: Any, record: Any, kept: Any, where: str) -> None:
     """Whatever was given is kept exactly; a field not given holds its default, and a field
     given its default may be left out of the stored form (fields added later, B1)."""
-    if attrs.has(type(record)):
+    if type(record) is ms.storage.Unreadable:  # an entry that does not parse: as given (E7)
+        assert record.raw is given, where
+        assert orjson.loads(canonical_json(kept)) == orjson.loads(canonical_json(given)), where
+    elif attrs.has(type(record)):
         assert type(given) is dict, where
         upgraded = _upgraded(given, record)
         for field in attrs.fields(type(record)):
@@ -172,7 +175,11 @@ def test_E8_agent_task_records_fail_closed_per_record(field: str, value: Any) ->
     tasks, dropped = rec.parse_agent_tasks(execution)
     assert [t.id for t in tasks] == ["t1", "t1"]
     assert dropped == 1
-    assert execution.agent_tasks[1] == bad  # E7: reading never writes or repairs
+    kept = execution.agent_tasks[1]  # E7: reading never writes or repairs
+    assert type(kept) is ms.storage.Unreadable
+    assert kept.raw == bad
+    assert kept.key == "t2"
+    assert unstructure(execution)["agent_tasks"][1] == bad  # written back as it was
 
 
 def test_plan_steps_name_exactly_one_target_and_plans_have_unique_steps() -> None:

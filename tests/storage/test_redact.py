@@ -287,7 +287,8 @@ def test_E5_redact_masks_a_secret_inside_a_vector_or_an_append_only_view() -> No
     # A live record's plan steps, observations and tasks are Vectors and an agent's inner
     # steps AppendOnly views, both documented to read as the tuple they stand for; redact()
     # walks tuples, so a secret inside either must be masked (it is returned untouched).
-    from mainspring.storage import AppendOnly, Plan, PlanStep, Vector
+    from mainspring.storage import Plan, PlanStep
+    from mainspring.storage._seam import AppendOnly, Vector
 
     register_secret("vector-held-secret")
     assert redact(("x vector-held-secret",)) == ("x [redacted secret]",)

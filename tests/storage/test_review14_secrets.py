@@ -76,7 +76,7 @@ def test_an_unknown_url_parameter_is_a_typed_error_and_the_command_does_not_cras
 def test_sslpassword_is_masked_like_password() -> None:
     """``sslpassword`` (the client key's passphrase, a libpq parameter) is a secret too."""
     url = f"postgresql://postgres@127.0.0.1:1/test?schema=t_rev_secret&sslpassword={SECRET}"
-    assert SECRET not in ms.storage.redact_url(url)
+    assert SECRET not in ms.storage._seam.redact_url(url)
     assert SECRET not in str(_opening(url))
     code, printed = _cli("ls", "--store", url)
     assert code != 0
@@ -89,7 +89,7 @@ def test_a_password_holding_a_url_delimiter_is_never_shown(sep: str) -> None:
     one) must still not be printed: the redaction splits on what urlsplit finds, which ends
     the user info early and shows the password's tail."""
     url = f"postgresql://postgres:pa{sep}{SECRET}@{_host()}/test?schema=t_rev_secret"
-    assert SECRET not in ms.storage.redact_url(url)
+    assert SECRET not in ms.storage._seam.redact_url(url)
     assert SECRET not in str(_opening(url))
     code, printed = _cli("ls", "--store", url)
     assert SECRET not in printed

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import FactFilter, ForgetFact, RememberFact, StorageError
+from mainspring.storage import StorageError
+from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact
 from tests.storage._memory_kit import fact, open_memory, remember
 
 CALLS: dict[str, Callable[[Any], object]] = {

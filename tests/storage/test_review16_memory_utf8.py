@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mainspring.cli import EXIT_OK, EXIT_UNKNOWN
-from mainspring.storage import FactFilter, query_terms
+from mainspring.storage._seam import FactFilter, query_terms
 from tests._cli_kit import run_cli
 from tests.storage._memory_kit import fact, open_memory, remember, tamper
 

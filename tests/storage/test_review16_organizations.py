@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from mainspring.storage import FactFilter, RememberFact, Scope
+from mainspring.storage import Scope
+from mainspring.storage._seam import FactFilter, RememberFact
 from tests.storage._memory_kit import fact, memory_store, remember
 
 __all__ = ["memory_store"]

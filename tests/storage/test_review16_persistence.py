@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import RememberFact, StorageError
+from mainspring.storage import StorageError
+from mainspring.storage._backends.postgres.store import CommitUnknown
 from mainspring.storage._persistence import PersistenceFailed, open_committer
-from mainspring.storage._postgres import CommitUnknown
+from mainspring.storage._seam import RememberFact
 from tests.storage._memory_kit import fact
 
 pytestmark = pytest.mark.anyio

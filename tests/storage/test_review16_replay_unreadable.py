@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mainspring.storage import RememberFact
+from mainspring.storage._seam import RememberFact
 from tests.storage._memory_kit import fact, memory_store, remember, tamper, wrong_values
 
 __all__ = ["memory_store"]

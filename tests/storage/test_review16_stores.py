@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from mainspring.storage import FactFilter, FileStore, query_terms
-from mainspring.storage._memory_local import MEMORY_FILE
+from mainspring.storage import FileStore
+from mainspring.storage._backends.file.memory import MEMORY_FILE
+from mainspring.storage._seam import FactFilter, query_terms
 from tests.storage._memory_kit import fact, memory_store, remember
 
 __all__ = ["memory_store"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mainspring.storage import FactFilter
+from mainspring.storage._seam import FactFilter
 from tests.storage._memory_kit import fact, memory_store, remember, tamper, wrong_values
 
 __all__ = ["memory_store"]

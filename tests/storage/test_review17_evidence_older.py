@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 import mainspring as ms
-from mainspring.storage._pg_schema import upgrade
-from mainspring.storage._postgres import PostgresStore
+from mainspring.storage._backends.postgres.schema import upgrade
+from mainspring.storage._backends.postgres.store import PostgresStore
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 
@@ -21,7 +21,7 @@ def test_evidence_of_a_version_3_schema_read_only_is_not_stored() -> None:
             assert upgrade(conn, name, to=3) == 3
         reader = PostgresStore(with_schema(url, name), read_only=True)
         try:
-            with pytest.raises(ms.storage.EvidenceError, match="not stored"):
+            with pytest.raises(ms.storage._seam.EvidenceError, match="not stored"):
                 reader.get_evidence("a" * 64)
             assert reader.get("ex-1") is None  # and the store is still usable
         finally:

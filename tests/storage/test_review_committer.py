@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, Observation, SqliteStore, open_committer
+from mainspring.storage import Observation, SqliteStore
+from mainspring.storage._seam import CommitOutcome, open_committer
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +24,7 @@ def execution(id: str, **changes: Any) -> ms.storage.Execution:
 
 async def test_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_path: Path) -> None:
     # An execution with two observations of one step (the Execution record allows it)
-    # makes SqliteStore raise sqlite3.IntegrityError from commit_many: the whole flush
+    # makes SqliteStore raise sqlite3.IntegrityError from commit_runs: the whole flush
     # fails, the actor marks itself broken, and every later commit of every run is refused
     # with PersistenceFailed. The contract: "a bad record (too large, unstorable) fails only
     # its own commit and writes nothing of it".
@@ -36,8 +37,8 @@ async def test_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_path: 
         async with ms.open_system() as system:
             committer = await open_committer(system, store)
             # Stored as it is (a part whose keys repeat is kept by position) ...
-            assert (await committer.commit(execution("bad", observations=twice), OWNER)).ok
-            outcome = await committer.commit(execution("good", calls_used=1), OWNER)
+            assert (await committer.submit(execution("bad", observations=twice), OWNER)).ok
+            outcome = await committer.submit(execution("good", calls_used=1), OWNER)
             assert outcome is CommitOutcome.OK  # ... and the writer goes on for everyone
         again = SqliteStore(tmp_path / "store.db")
         try:

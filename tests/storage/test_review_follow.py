@@ -11,7 +11,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import FileStore
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
 
 
 def execution(id: str, **changes: Any) -> ms.storage.Execution:

@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.storage import Checkpoint, Execution, FileStore, Observation, PlanStep, SqliteStore
-from mainspring.storage import _file as file_module
+from mainspring.storage import Execution, FileStore, Observation, PlanStep, SqliteStore
+from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._seam import Checkpoint
+from mainspring.storage._stored_form import stored_raw
 from tests._examples import SHRINKING, examples
 
 IDS = ["a", "b", "c", "d", "e", "f"]
@@ -135,7 +137,7 @@ def e_done(ex: Execution, d: Any) -> Execution:
 
 
 def e_tasks(ex: Execution, d: Any) -> Execution:
-    tasks = list(ex.agent_tasks)
+    tasks = [stored_raw(t) for t in ex.agent_tasks]
     what = d.draw(
         st.sampled_from(
             [

@@ -16,9 +16,10 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._stored_form import stored_raw
 
-S = ms.storage
+S = ms.storage._seam  # every storage name, the internal ones included
 
 
 def enc(value: Any) -> bytes:
@@ -50,7 +51,7 @@ def edit(rng: random.Random, ex: Any) -> Any:
     names = [f"s{i}" for i in range(6)]
     choice = rng.randrange(12)
     if choice in (9, 10, 11) and ex.agent_tasks:
-        tasks = list(ex.agent_tasks)
+        tasks = [stored_raw(t) for t in ex.agent_tasks]
         i = rng.randrange(len(tasks))
         raw = dict(tasks[i])
         if choice == 9 and raw.get("inner_observations"):  # an inner step re-run in place
@@ -100,7 +101,7 @@ def edit(rng: random.Random, ex: Any) -> Any:
     if choice == 6:  # an inner step appended to a task
         if not ex.agent_tasks:
             return ex
-        tasks = list(ex.agent_tasks)
+        tasks = [stored_raw(t) for t in ex.agent_tasks]
         i = rng.randrange(len(tasks))
         raw = dict(tasks[i])
         if "inner_observations" in raw:
@@ -111,7 +112,7 @@ def edit(rng: random.Random, ex: Any) -> Any:
         tasks[i] = raw
         return attrs.evolve(ex, agent_tasks=tuple(tasks))
     if choice == 7:  # tasks dropped or reordered
-        tasks = list(ex.agent_tasks)
+        tasks = [stored_raw(t) for t in ex.agent_tasks]
         rng.shuffle(tasks)
         return attrs.evolve(ex, agent_tasks=tuple(tasks[: rng.randrange(len(tasks) + 1)]))
     # a plan replaced

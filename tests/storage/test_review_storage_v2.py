@@ -16,7 +16,6 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import (
-    CommitOutcome,
     Execution,
     FileStore,
     Observation,
@@ -24,7 +23,8 @@ from mainspring.storage import (
     StorageError,
     TooLarge,
 )
-from mainspring.storage import _file as file_module
+from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._seam import CommitOutcome
 
 Factory = Callable[..., Any]
 
@@ -107,7 +107,7 @@ def test_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
 ) -> None:
     # The contract: "a bad record (too large, unstorable) fails only its own commit and
     # writes nothing of it". A repeated observation key raises sqlite3.IntegrityError out of
-    # commit_many, which fails the whole flush; the persistence actor then stops writing for
+    # commit_runs, which fails the whole flush; the persistence actor then stops writing for
     # good (every other run in the process loses its writer).
     store = SqliteStore(tmp_path / "mainspring.db")
     try:
@@ -118,7 +118,7 @@ def test_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
         twice = (Observation(step_id="a", ok=False), Observation(step_id="a", ok=True))
         bad = execution("bad", status="running", lease=bad_lease, observations=twice)
         good = execution("good", status="running", lease=good_lease, calls_used=3)
-        results = store.commit_many([(bad, "a:1:x"), (good, "a:1:x")])
+        results = store.commit_runs([(bad, "a:1:x"), (good, "a:1:x")])
         assert results[1] is CommitOutcome.OK
         stored = store.get("good")
         assert stored is not None
@@ -176,7 +176,7 @@ def test_X2_a_file_journal_does_not_grow_past_its_read_bound_by_small_commits(
         status = "running" if n % 2 == 0 else "waiting_for_budget"
         record = execution(status=status, lease=lease, calls_used=n)
         try:
-            outcome = writer.commit_progress(record, "a:1:x")
+            outcome = writer.commit_run(record, "a:1:x")
         except TooLarge:
             break  # refused before it is acknowledged: fine
         assert outcome.ok
@@ -231,7 +231,7 @@ def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
         counts[name] += 1
         status = "running" if counts[name] % 2 == 0 else "waiting_for_budget"
         record = execution(name, status=status, lease=leases[name], calls_used=count)
-        assert writer.commit_progress(record, "a:1:x").ok
+        assert writer.commit_run(record, "a:1:x").ok
 
     seen: list[ms.storage.HistoryEvent] = []
 
@@ -324,7 +324,7 @@ def test_a_file_store_compaction_never_fails_a_commit_that_is_durable(
 ) -> None:
     # Compaction writes the snapshot in frames of about 512 KiB (_file._CHUNK) whatever
     # max_bytes is, and only an OSError from it is swallowed: with max_bytes=100_000 the
-    # first compaction raises TooLarge out of commit_progress *after* the commit was
+    # first compaction raises TooLarge out of commit_run *after* the commit was
     # appended and fsynced. The caller is told the commit failed though it is durable, and
     # every later commit does the same (each durable, each raising): the run is wedged.
     monkeypatch.setattr(file_module, "_COMPACT_AT", 2_000)
@@ -338,7 +338,7 @@ def test_a_file_store_compaction_never_fails_a_commit_that_is_durable(
             status="running", lease=lease, observations=tuple(observations), calls_used=n
         )
         try:
-            outcome = store.commit_progress(record, "a:1:x")
+            outcome = store.commit_run(record, "a:1:x")
         except StorageError:
             stored = FileStore(tmp_path / "store", max_bytes=100_000).get("ex-1")
             assert stored is not None
@@ -365,7 +365,8 @@ def test_migrate_is_not_blocked_by_one_record_v2_cannot_store_as_it_is(
     # whole migration ("does not read back ... as it was"), so the store can be neither
     # migrated nor opened (StoreNeedsMigration). It should migrate, or be reported as a
     # Problem kept in the backup while the others migrate.
-    from mainspring.storage import encode, migrate_store
+    from mainspring.storage import migrate_store
+    from mainspring.storage._seam import encode
 
     path = tmp_path / "store"
     path.mkdir(mode=0o700)

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage import CommitOutcome, FileStore, SqliteStore
+from mainspring.storage import FileStore, SqliteStore
+from mainspring.storage._seam import CommitOutcome
 from tests.executions._kit import Gate, agent, plan_of
 
 Factory = Callable[..., Any]
@@ -60,7 +61,8 @@ def test_E7_a_task_record_with_an_id_that_is_not_a_string_does_not_break_the_nex
     assert written is not None
     fresh = make_store().get("ex-1")
     assert fresh is not None
-    assert fresh.agent_tasks == (unparsed, added)
+    assert ms.storage._seam.unstructure(fresh)["agent_tasks"] == [unparsed, added]
+    assert all(type(task) is ms.storage.Unreadable for task in fresh.agent_tasks)
 
 
 @pytest.mark.parametrize("unparsed", UNPARSED)
@@ -77,7 +79,7 @@ def test_E7_such_a_record_fails_at_most_its_own_commit_in_a_batch(
         "bad", status="running", lease=leases["bad"], agent_tasks=(unparsed, {"id": "t1"})
     )
     good = execution("good", status="running", lease=leases["good"], calls_used=3)
-    results = store.commit_many([(bad, owner), (good, owner)])  # one group commit
+    results = store.commit_runs([(bad, owner), (good, owner)])  # one group commit
     assert results[1] is CommitOutcome.OK
     stored = make_store().get("good")
     assert stored is not None
@@ -116,7 +118,7 @@ async def test_E7_a_run_with_such_a_record_resumes_and_completes(
         assert result.status == "completed"
         stored = await anyio.to_thread.run_sync(rt.store.get, "ex")
         assert stored is not None
-        assert unparsed in stored.agent_tasks
+        assert unparsed in ms.storage._seam.unstructure(stored)["agent_tasks"]
 
 
 @pytest.mark.anyio

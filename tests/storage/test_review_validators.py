@@ -42,7 +42,9 @@ def _plan_with_step_status(status: Any) -> ms.storage.Plan:
             id="observation-code",
         ),
         pytest.param(
-            lambda: execution(controls=(ms.storage.Control(action="bogus", by="me", at=1.0),)),
+            lambda: execution(
+                controls=(ms.storage._seam.Control(action="bogus", by="me", at=1.0),)
+            ),
             id="control-action",
         ),
     ],

@@ -16,20 +16,12 @@ from typing import Any
 import attrs
 import pytest
 
-from mainspring.storage import (
-    Encoded,
-    Execution,
-    Lease,
-    Observation,
-    Plan,
-    PlanStep,
-    encode_value,
-    unstructure,
-)
+from mainspring.storage import Execution, Lease, Observation, Plan, PlanStep
 from mainspring.storage._carried import carried, carry_encoded
 from mainspring.storage._codec import canonical_json
-from mainspring.storage._journal import snapshot_changes
+from mainspring.storage._journal.model import snapshot_changes
 from mainspring.storage._record_codec import execution_head, stored_observation
+from mainspring.storage._seam import Encoded, encode_value, unstructure
 
 OUTPUTS: list[Any] = [
     None,

@@ -14,22 +14,17 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mainspring.storage import (
+from mainspring.storage import Execution, FileStore, PostgresStore, RecordError, SqliteStore, Usage
+from mainspring.storage._codec import decode
+from mainspring.storage._journal.history import parse_event
+from mainspring.storage._seam import (
     MAX_COST,
     MAX_TOKENS,
-    Execution,
-    FileStore,
-    PostgresStore,
-    RecordError,
-    SqliteStore,
-    Usage,
     encode,
     parse_agent_tasks,
     structure,
     unstructure,
 )
-from mainspring.storage._codec import decode
-from mainspring.storage._history import parse_event
 from tests._examples import SHRINKING, examples
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 

@@ -22,18 +22,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import mainspring as ms
-from mainspring.storage import (
-    Execution,
-    FileStore,
-    Observation,
-    RecordError,
-    SqliteStore,
-    decode_value,
-    encode_value,
-    sha256_hex,
-)
+from mainspring.storage import Execution, FileStore, Observation, RecordError, SqliteStore
 from mainspring.storage._codec import decode, encode, structure, unstructure
 from mainspring.storage._records import Plan, PlanStep
+from mainspring.storage._seam import decode_value, encode_value, sha256_hex
 from tests._examples import SHRINKING, examples
 
 from .._exact import same
@@ -315,7 +307,7 @@ def test_a_malformed_tag_in_one_agent_task_drops_that_record_only() -> None:
     bad = unstructure(task)
     bad["inner_observations"][0]["output"]["$ms"] = "sett"
     execution = Execution(id="ex-1", goal="g", agent_tasks=(good, bad), created_at=1, updated_at=1)
-    records, dropped = ms.storage.parse_agent_tasks(decode(encode(execution), Execution))
+    records, dropped = ms.storage._seam.parse_agent_tasks(decode(encode(execution), Execution))
     assert dropped == 1  # E8: fail closed per record, never a guess
     assert records[0].inner_observations[0].output == {1}
 

@@ -16,22 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mainspring.storage import (
+from mainspring.storage import Execution, Observation, Plan, PlanStep
+from mainspring.storage._codec import canonical_json
+from mainspring.storage._journal.keys import _grown
+from mainspring.storage._plain import plain_record
+from mainspring.storage._seam import (
     AppendOnly,
     AppendOnlyList,
     Checkpoint,
-    Execution,
-    Observation,
-    Plan,
-    PlanStep,
     Vector,
     encode,
     structure,
     unstructure,
 )
-from mainspring.storage._codec import canonical_json
-from mainspring.storage._journal_keys import _grown
-from mainspring.storage._plain import plain_record
 
 items = st.integers(-3, 3) | st.text(max_size=2)
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mainspring as ms
-from mainspring.storage._fold import Folded, fold
-from mainspring.storage._journal import PARTS, Base, diff, snapshot_changes
+from mainspring.storage._journal.fold import Folded, fold
+from mainspring.storage._journal.model import PARTS, Base, diff, snapshot_changes
+from mainspring.storage._stored_form import stored_raw
 from tests._examples import examples
 
 
@@ -96,9 +97,10 @@ def test_diffs_of_worker_parts_read_back_exactly(commits: list[list[Any]]) -> No
     journal.apply(snapshot_changes(version), kind="test")
     seq = 0
     for ops in commits:
-        workers = list(version.workers)
-        trail = list(version.worker_trail)
-        tasks = list(version.worker_tasks)
+        # As stored: each entry's stored form (a record's, or what did not parse).
+        workers = [stored_raw(w) for w in version.workers]
+        trail = [stored_raw(e) for e in version.worker_trail]
+        tasks = [stored_raw(t) for t in version.worker_tasks]
         for op in ops:
             if op[0] == "add":
                 workers.append(worker(op[1]))  # may repeat an id
@@ -128,7 +130,7 @@ def test_diffs_of_worker_parts_read_back_exactly(commits: list[list[Any]]) -> No
             assert got.worker_tasks == new.worker_tasks
             assert got.worker_trail == new.worker_trail
             # types too (True is not 1): as stored
-            assert [list(map(type, w.values())) for w in got.workers] == [
-                list(map(type, w.values())) for w in new.workers
+            assert [list(map(type, stored_raw(w).values())) for w in got.workers] == [
+                list(map(type, stored_raw(w).values())) for w in new.workers
             ]
         version = new

@@ -14,11 +14,11 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backend import Store
-from mainspring.storage._file import FileStore
-from mainspring.storage._journal import Base, diff
-from mainspring.storage._postgres import PostgresStore
-from mainspring.storage._sqlite import SqliteStore
+from mainspring.storage._backends.contract import Store
+from mainspring.storage._backends.file.store import FileStore
+from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage._backends.sqlite.store import SqliteStore
+from mainspring.storage._journal.model import Base, diff
 from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
 
 Factory = Callable[[], Store]
@@ -64,19 +64,19 @@ def worker(n: int, **changes: Any) -> dict[str, Any]:
         created_at=1.0,
         updated_at=1.0,
     )
-    raw: dict[str, Any] = ms.storage.unstructure(record)
+    raw: dict[str, Any] = ms.storage._seam.unstructure(record)
     return raw | changes
 
 
 def worker_task(n: int, **changes: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = ms.storage.unstructure(
+    raw: dict[str, Any] = ms.storage._seam.unstructure(
         ms.storage.WorkerTask(id=f"t-{n}", step_id="s-1", updated_at=1.0)
     )
     return raw | changes
 
 
 def entry(seq: int) -> dict[str, Any]:
-    raw: dict[str, Any] = ms.storage.unstructure(
+    raw: dict[str, Any] = ms.storage._seam.unstructure(
         ms.storage.TrailEntry(
             seq=seq,
             at=float(seq),
@@ -101,7 +101,7 @@ def started(store: Store, first: ms.storage.Execution) -> None:
 
 
 def commit(store: Store, version: ms.storage.Execution) -> None:
-    assert store.commit_progress(version, OWNER) is ms.storage.CommitOutcome.OK
+    assert store.commit_run(version, OWNER) is ms.storage._seam.CommitOutcome.OK
 
 
 def same(got: ms.storage.Execution | None, want: ms.storage.Execution) -> None:
@@ -132,8 +132,8 @@ def test_workers_tasks_and_trail_read_back_exactly_after_reopen(make_store: Fact
         same(store.get("ex-1"), version)
     again = make_store()  # a new store object reads what is stored, not a cache
     same(again.get("ex-1"), version)
-    assert [w["id"] for w in version.workers] == ["w-1", "w-2", "w-3", "w-4", "w-5"]
-    parsed, dropped = ms.storage.parse_workers(again.get("ex-1").workers)  # type: ignore[union-attr]
+    assert [w.id for w in version.workers] == ["w-1", "w-2", "w-3", "w-4", "w-5"]  # type: ignore[union-attr]
+    parsed, dropped = ms.storage._seam.parse_workers(again.get("ex-1").workers)  # type: ignore[union-attr]
     assert dropped == 0
     assert [w.status for w in parsed] == ["running"] * 4 + ["assigned"]
 
@@ -148,7 +148,7 @@ def test_the_bounded_trail_keeps_the_last_entries_in_order(make_store: Factory) 
         commit(store, version)
     same(store.get("ex-1"), version)
     same(make_store().get("ex-1"), version)
-    assert [e["seq"] for e in version.worker_trail] == list(range(61, 101))
+    assert [e.seq for e in version.worker_trail] == list(range(61, 101))  # type: ignore[union-attr]
 
 
 def test_an_unparsable_worker_is_kept_as_stored_and_dropped_from_the_view(
@@ -160,13 +160,13 @@ def test_an_unparsable_worker_is_kept_as_stored_and_dropped_from_the_view(
     first = execution(workers=(worker(1), bad, worker(3)))
     started(store, first)
     same(store.get("ex-1"), first)
-    parsed, dropped = ms.storage.parse_workers(store.get("ex-1").workers)  # type: ignore[union-attr]
+    parsed, dropped = ms.storage._seam.parse_workers(store.get("ex-1").workers)  # type: ignore[union-attr]
     assert ([w.id for w in parsed], dropped) == (["w-1", "w-3"], 1)
     # A record with no id and a repeated id: the part is stored by position, as it is.
     second = attrs.evolve(first, workers=(worker(1), nameless, worker(1), worker(3)))
     commit(store, second)
     same(make_store().get("ex-1"), second)
-    parsed, dropped = ms.storage.parse_workers(make_store().get("ex-1").workers)  # type: ignore[union-attr]
+    parsed, dropped = ms.storage._seam.parse_workers(make_store().get("ex-1").workers)  # type: ignore[union-attr]
     assert ([w.id for w in parsed], dropped) == (["w-1", "w-1", "w-3"], 1)
     # Back to good records: keyed again, one at a time from then on.
     third = attrs.evolve(second, workers=(worker(1), worker(3)))
@@ -180,20 +180,20 @@ def test_one_changed_worker_writes_one_row_and_a_trail_append_two(tmp_path: Path
     # Rows are counted on SQLite; every backend stores the same changes (see the diff test).
     store = SqliteStore(tmp_path / "mainspring.db")
     workers = tuple(worker(n) for n in range(50))
-    trail = tuple(entry(seq) for seq in range(1, ms.storage.MAX_TRAIL + 1))
+    trail = tuple(entry(seq) for seq in range(1, ms.storage._seam.MAX_TRAIL + 1))
     version = execution(workers=workers, worker_trail=trail)
     started(store, version)
     written: list[str] = []
     store._db.set_trace_callback(written.append)
     try:
-        for seq in range(ms.storage.MAX_TRAIL + 1, ms.storage.MAX_TRAIL + 41):
+        for seq in range(ms.storage._seam.MAX_TRAIL + 1, ms.storage._seam.MAX_TRAIL + 41):
             written.clear()
             changed = list(version.workers)
             changed[seq % 50] = worker(seq % 50, status="running", updated_at=float(seq))
             version = attrs.evolve(
                 version,
                 workers=tuple(changed),
-                worker_trail=(*version.worker_trail, entry(seq))[-ms.storage.MAX_TRAIL :],
+                worker_trail=(*version.worker_trail, entry(seq))[-ms.storage._seam.MAX_TRAIL :],
             )
             commit(store, version)
             touched = [s for s in written if " workers " in s or " worker_trail " in s]
@@ -202,22 +202,22 @@ def test_one_changed_worker_writes_one_row_and_a_trail_append_two(tmp_path: Path
     finally:
         store._db.set_trace_callback(None)
     count = store._db.execute("SELECT count(*) FROM worker_trail").fetchone()[0]
-    assert count == ms.storage.MAX_TRAIL
+    assert count == ms.storage._seam.MAX_TRAIL
     same(SqliteStore(store.path).get("ex-1"), version)
     store.close()
 
 
 def test_a_journal_grows_by_what_a_trail_append_adds(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "store")
-    trail = tuple(entry(seq) for seq in range(1, ms.storage.MAX_TRAIL + 1))
+    trail = tuple(entry(seq) for seq in range(1, ms.storage._seam.MAX_TRAIL + 1))
     version = execution(worker_trail=trail)
     started(store, version)
     journal = tmp_path / "store" / "ex-1.journal"
     growth: list[int] = []
-    for seq in range(ms.storage.MAX_TRAIL + 1, ms.storage.MAX_TRAIL + 21):
+    for seq in range(ms.storage._seam.MAX_TRAIL + 1, ms.storage._seam.MAX_TRAIL + 21):
         before = journal.stat().st_size
         version = attrs.evolve(
-            version, worker_trail=(*version.worker_trail, entry(seq))[-ms.storage.MAX_TRAIL :]
+            version, worker_trail=(*version.worker_trail, entry(seq))[-ms.storage._seam.MAX_TRAIL :]
         )
         commit(store, version)
         growth.append(journal.stat().st_size - before)
@@ -227,21 +227,21 @@ def test_a_journal_grows_by_what_a_trail_append_adds(tmp_path: Path) -> None:
 
 def test_a_full_trail_stays_bounded_on_every_backend(make_store: Factory) -> None:
     store = make_store()
-    trail = tuple(entry(seq) for seq in range(1, ms.storage.MAX_TRAIL + 1))
+    trail = tuple(entry(seq) for seq in range(1, ms.storage._seam.MAX_TRAIL + 1))
     version = execution(worker_trail=trail)
     started(store, version)
-    for seq in range(ms.storage.MAX_TRAIL + 1, ms.storage.MAX_TRAIL + 11):
+    for seq in range(ms.storage._seam.MAX_TRAIL + 1, ms.storage._seam.MAX_TRAIL + 11):
         version = attrs.evolve(
-            version, worker_trail=(*version.worker_trail, entry(seq))[-ms.storage.MAX_TRAIL :]
+            version, worker_trail=(*version.worker_trail, entry(seq))[-ms.storage._seam.MAX_TRAIL :]
         )
         commit(store, version)
     got = make_store().get("ex-1")
     same(got, version)
     assert got is not None
-    assert got.worker_trail[0]["seq"] == 11
+    assert got.worker_trail[0].seq == 11  # type: ignore[union-attr]
     if isinstance(store, PostgresStore):
         rows = store._retrying(_pg_count, store)
-        assert rows == ms.storage.MAX_TRAIL
+        assert rows == ms.storage._seam.MAX_TRAIL
 
 
 def _pg_count(store: PostgresStore) -> int:
@@ -274,7 +274,7 @@ def test_diff_costs_what_changed_at_thousands_of_trail_entries() -> None:
         worker_tasks=tuple(worker_task(n) for n in range(20)),
     )
     base = Base.of(version, 1, window=[])
-    limit = ms.storage.MAX_TRAIL
+    limit = ms.storage._seam.MAX_TRAIL
     for seq in range(1, limit + 500):
         new = attrs.evolve(version, worker_trail=(*version.worker_trail, entry(seq))[-limit:])
         if seq % 7 == 0:
@@ -296,10 +296,10 @@ def test_diff_costs_what_changed_at_thousands_of_trail_entries() -> None:
 
 
 def test_the_raw_parts_leave_the_head_and_the_record_while_empty() -> None:
-    from mainspring.storage._journal import snapshot_changes
+    from mainspring.storage._journal.model import snapshot_changes
 
     plain = execution()
-    raw = ms.storage.unstructure(plain)
+    raw = ms.storage._seam.unstructure(plain)
     for name in ("workers", "worker_tasks", "worker_trail", "proof_digest"):
         assert name not in raw  # stored exactly as before these fields existed
     head = snapshot_changes(execution(workers=(worker(1),), proof_digest=DIGEST))[0][1]

@@ -27,8 +27,8 @@ async def test_a_restarted_instance_can_use_self_ref_in_init() -> None:
             return message
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(UsesRef, name="u")], name="sup"
+        sup = await ms.supervision.spawn_supervisor(
+            system, [ms.supervision.ChildSpec(UsesRef, name="u")], name="sup"
         )
         child = sup.child("u")
         assert child is not None
@@ -42,8 +42,11 @@ async def test_a_restarted_instance_can_use_self_ref_in_init() -> None:
 async def test_a_stop_between_two_lives_wins_over_a_granted_restart() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system(shutdown_timeout=0.01) as system:
-        sup = await system.spawn_supervisor(
-            specs(log, "w"), name="sup", backoff=ms.supervision.Backoff(initial=3600, maximum=3600)
+        sup = await ms.supervision.spawn_supervisor(
+            system,
+            specs(log, "w"),
+            name="sup",
+            backoff=ms.supervision.Backoff(initial=3600, maximum=3600),
         )
         w = sup.child("w")
         assert w is not None
@@ -70,7 +73,8 @@ async def test_a_temporary_child_on_its_way_out_is_not_restarted_with_the_group(
             await super().on_stop(reason)
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
+        sup = await ms.supervision.spawn_supervisor(
+            system,
             [
                 ms.supervision.ChildSpec(SlowExit, log, "t", name="t", restart="temporary"),
                 ms.supervision.ChildSpec(Worker, log, "a", name="a"),
@@ -143,8 +147,8 @@ async def test_restart_child_on_a_child_already_stopping_starts_a_new_one() -> N
             await release.wait()
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(SlowStop, log, "s", name="s")], name="sup"
+        sup = await ms.supervision.spawn_supervisor(
+            system, [ms.supervision.ChildSpec(SlowStop, log, "s", name="s")], name="sup"
         )
         s = sup.child("s")
         assert s is not None

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 async def test_events_carry_names_paths_reasons_and_counts_only() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system, recording_events(system) as events:
-        sup = await system.spawn_supervisor(specs(log, "a"), name="sup")
+        sup = await ms.supervision.spawn_supervisor(system, specs(log, "a"), name="sup")
         a = sup.child("a")
         assert a is not None
         with pytest.raises(ms.ActorFailed):
@@ -86,7 +86,8 @@ def test_backoff_grows_caps_and_jitters() -> None:
 async def test_backoff_delays_the_restart() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
+        sup = await ms.supervision.spawn_supervisor(
+            system,
             specs(log, "w"),
             name="sup",
             backoff=ms.supervision.Backoff(initial=0.05, maximum=0.05, jitter=0.0),
@@ -102,7 +103,7 @@ async def test_backoff_delays_the_restart() -> None:
 
 async def test_supervisor_ignores_stray_messages(caplog: pytest.LogCaptureFixture) -> None:
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor([], name="sup")
+        sup = await ms.supervision.spawn_supervisor(system, [], name="sup")
         assert await sup.ask("hello?") is None
         assert sup.is_alive
     assert "ignored a message" in caplog.text

@@ -105,8 +105,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         specs = [self._spec(n, t) for n, t in zip(names, types, strict=True)]
 
         async def spawn() -> ms.supervision.SupervisorRef:
-            sup: ms.supervision.SupervisorRef = await system.spawn_supervisor(
-                specs, name="sup", strategy=strategy, max_restarts=max_restarts,
+            sup: ms.supervision.SupervisorRef = await ms.supervision.spawn_supervisor(
+                system, specs, name="sup", strategy=strategy, max_restarts=max_restarts,
                 period=60.0, clock=FakeClock(), restart="temporary",
             )  # fmt: skip
             return sup

@@ -70,6 +70,6 @@ async def test_a_root_given_to_open_system_replaces_the_default_one() -> None:
 async def test_the_root_builds_supervisors_that_check_their_options() -> None:
     async with ms.open_system() as system:
         with pytest.raises(ValueError, match="strategy"):
-            await system.spawn_supervisor([], name="sup", strategy="all_for_none")
-        sup = await system.spawn_supervisor([], name="sup")
+            await ms.supervision.spawn_supervisor(system, [], name="sup", strategy="all_for_none")
+        sup = await ms.supervision.spawn_supervisor(system, [], name="sup")
         assert isinstance(sup, ms.supervision.SupervisorRef)

@@ -42,8 +42,8 @@ async def test_ten_thousand_restart_cycles_leak_nothing(caplog: pytest.LogCaptur
     caplog.set_level("CRITICAL")  # 10,000 crash reports would only slow the test down
     clock = FakeClock()
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(Flaky, name="flaky")], name="sup",
+        sup = await ms.supervision.spawn_supervisor(
+            system, [ms.supervision.ChildSpec(Flaky, name="flaky")], name="sup",
             max_restarts=3, period=1.0, clock=clock,
         )  # fmt: skip
         flaky = sup.child("flaky")

@@ -40,8 +40,8 @@ async def test_restart_types_permanent_transient_temporary(
 ) -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            specs(log, "w", restart=restart), name="sup", max_restarts=10
+        sup = await ms.supervision.spawn_supervisor(
+            system, specs(log, "w", restart=restart), name="sup", max_restarts=10
         )
         worker = await _child(sup, "w")
         if message == "crash":
@@ -68,7 +68,7 @@ async def test_restart_types_permanent_transient_temporary(
 async def test_stop_through_the_ref_is_final_even_for_permanent_children() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(specs(log, "w"), name="sup")
+        sup = await ms.supervision.spawn_supervisor(system, specs(log, "w"), name="sup")
         worker = await _child(sup, "w")
         reason = await worker.stop(ms.Pause(detail="operator"))
         assert isinstance(reason, ms.Pause)
@@ -93,8 +93,8 @@ async def test_ref_and_queued_messages_survive_a_restart_only_the_crashing_one_i
             return await super().receive(message)
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(Gated, log, "g", name="g")], name="sup"
+        sup = await ms.supervision.spawn_supervisor(
+            system, [ms.supervision.ChildSpec(Gated, log, "g", name="g")], name="sup"
         )
         worker = await _child(sup, "g")
         results: dict[str, Any] = {}
@@ -136,8 +136,8 @@ async def test_strategies_one_for_one_one_for_all_rest_for_one(
 ) -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            specs(log, "a", "b", "c", "d"), name="sup", strategy=strategy
+        sup = await ms.supervision.spawn_supervisor(
+            system, specs(log, "a", "b", "c", "d"), name="sup", strategy=strategy
         )
         assert starts(log) == ["a", "b", "c", "d"]
         b = await _child(sup, "b")
@@ -164,8 +164,8 @@ async def test_restart_intensity_exceeded_stops_children_and_fails_the_superviso
     log: list[tuple[Any, ...]] = []
     clock = FakeClock()
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            specs(log, "a", "b"), name="sup", max_restarts=2, period=10.0, clock=clock,
+        sup = await ms.supervision.spawn_supervisor(
+            system, specs(log, "a", "b"), name="sup", max_restarts=2, period=10.0, clock=clock,
             restart="temporary",
         )  # fmt: skip
         b = await _child(sup, "b")
@@ -187,8 +187,8 @@ async def test_restarts_outside_the_period_do_not_count() -> None:
     log: list[tuple[Any, ...]] = []
     clock = FakeClock()
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            specs(log, "w"), name="sup", max_restarts=1, period=5.0, clock=clock
+        sup = await ms.supervision.spawn_supervisor(
+            system, specs(log, "w"), name="sup", max_restarts=1, period=5.0, clock=clock
         )
         w = await _child(sup, "w")
         for _ in range(5):
@@ -210,8 +210,8 @@ async def test_three_level_escalation_chain() -> None:
     )  # default intensity: 3 restarts in 5 s
     async with ms.open_system() as system:
         async with recording_events(system) as events:
-            top = await system.spawn_supervisor(
-                [mid], name="top", max_restarts=1, period=60.0, clock=clock,
+            top = await ms.supervision.spawn_supervisor(
+                system, [mid], name="top", max_restarts=1, period=60.0, clock=clock,
                 restart="temporary",
             )  # fmt: skip
             # Crash the leaf until mid gives up, twice; top allows one restart of mid.
@@ -247,7 +247,7 @@ async def test_three_level_escalation_chain() -> None:
 async def test_shutdown_stops_children_in_reverse_order_with_the_supervisors_reason() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(specs(log, "a", "b", "c"), name="sup")
+        sup = await ms.supervision.spawn_supervisor(system, specs(log, "a", "b", "c"), name="sup")
         reason = ms.Shutdown(detail="deploy", source="ops")
         await sup.stop(reason)
     assert stops(log) == ["c", "b", "a"]
@@ -258,8 +258,10 @@ async def test_a_child_that_ignores_stop_is_cancelled_after_its_shutdown_seconds
     log: list[tuple[Any, ...]] = []
     entered = anyio.Event()
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
-            [ms.supervision.ChildSpec(Worker, log, "slow", name="slow", shutdown=0.05)], name="sup"
+        sup = await ms.supervision.spawn_supervisor(
+            system,
+            [ms.supervision.ChildSpec(Worker, log, "slow", name="slow", shutdown=0.05)],
+            name="sup",
         )
         slow = await _child(sup, "slow")
         slow.tell_nowait(("block", entered))
@@ -277,7 +279,7 @@ async def test_a_child_that_ignores_stop_is_cancelled_after_its_shutdown_seconds
 async def test_start_terminate_restart_and_which_children() -> None:
     log: list[tuple[Any, ...]] = []
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(specs(log, "a"), name="sup")
+        sup = await ms.supervision.spawn_supervisor(system, specs(log, "a"), name="sup")
         b = await sup.start_child(
             ms.supervision.ChildSpec(Worker, log, "b", name="b", restart="transient")
         )
@@ -307,10 +309,10 @@ async def test_start_terminate_restart_and_which_children() -> None:
 async def test_invalid_supervisor_arguments_are_refused() -> None:
     async with ms.open_system() as system:
         with pytest.raises(ValueError, match="strategy"):
-            await system.spawn_supervisor([], name="s", strategy="one_for_some")
+            await ms.supervision.spawn_supervisor(system, [], name="s", strategy="one_for_some")
         with pytest.raises(ValueError, match="unique"):
-            await system.spawn_supervisor(
-                [ms.supervision.ChildSpec(Worker, [], "x", name="x")] * 2, name="s2"
+            await ms.supervision.spawn_supervisor(
+                system, [ms.supervision.ChildSpec(Worker, [], "x", name="x")] * 2, name="s2"
             )
     with pytest.raises(ValueError, match="restart"):
         ms.supervision.ChildSpec(Worker, name="x", restart="sometimes")  # type: ignore[arg-type]
@@ -321,7 +323,9 @@ async def test_a_supervisor_inside_an_actor_stops_with_it() -> None:
 
     class Owner(ms.Actor):
         async def on_start(self) -> None:
-            self.sup = await self.spawn_supervisor(specs(log, "x", "y"), name="team")
+            self.sup = await ms.supervision.spawn_supervisor(
+                self, specs(log, "x", "y"), name="team"
+            )
 
         async def receive(self, message: Any) -> Any:
             return self.sup
@@ -383,7 +387,8 @@ async def test_cancel_from_outside_is_final_cancel_from_inside_is_a_normal_exit(
             return await super().receive(message)
 
     async with ms.open_system() as system:
-        sup = await system.spawn_supervisor(
+        sup = await ms.supervision.spawn_supervisor(
+            system,
             [
                 ms.supervision.ChildSpec(SelfCancel, log, "inner", name="inner"),
                 ms.supervision.ChildSpec(SelfCancel, log, "outer", name="outer"),

@@ -22,7 +22,8 @@ import anyio
 import anyio.to_thread
 
 from ...actors import ActorDeadError, ActorRef, MailboxFull
-from ...storage import Committer, LeaseResult, Store, parse_agent_tasks
+from ...storage import Store
+from ...storage._seam import Committer, LeaseResult
 from .._run.messages import Heartbeat, RunConfig
 from .handle import ExecutionBusy
 from .record_controls import answer_request_edit
@@ -117,7 +118,7 @@ async def wait_taken(
         stored = await anyio.to_thread.run_sync(store.get, execution_id)
         if stored is None or stored.terminal:
             return "taken"
-        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        task = next((t for t in stored.task_records if t.id == task_id), None)
         if task is None or task.state != "waiting_for_clarification":
             return "taken"
         if stored.lease is None or not stored.lease.owner:

@@ -4,6 +4,7 @@ name an execution (unknown, busy, already there, not waiting for an answer)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import final
 
 import anyio
 
@@ -67,6 +68,7 @@ class NotWaiting(MainspringError):
         self.status = status
 
 
+@final
 class ExecutionHandle:
     """A started or resumed execution: ``await handle.wait()`` gives its result.
 

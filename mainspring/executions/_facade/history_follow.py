@@ -5,7 +5,7 @@ process, or the durable history (V2) replayed from a sequence number and then fo
 A follower reads ``store.history`` a page at a time from the last sequence number it yielded;
 entries are committed in sequence order (V2), so it never yields one twice and never skips
 one. Between reads it waits until this process's writer made a write durable
-(:class:`~mainspring.storage.Durable`) or ``poll`` seconds passed, whichever comes first: the
+(:class:`~mainspring.storage._seam.Durable`) or ``poll`` seconds passed, whichever comes first: the
 timeout is what catches commits of other processes on the same store.
 
 Every stream handed out here ends, normally, when the runtime begins to close or when
@@ -20,13 +20,13 @@ import contextlib
 import functools
 import math
 from collections.abc import AsyncGenerator
-from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from ...actors import EventsDropped
-from ...storage import Durable, HistoryEvent, Store, check_id
+from ...storage import HistoryEvent, Store
+from ...storage._seam import Durable, check_id
 from .._run.events import RunEvent, RunEventBus
 
 __all__ = ["EventStreams", "HistoryFollowers"]
@@ -148,7 +148,7 @@ class EventStreams:
 
     def open(
         self, execution_id: str | None, *, after: int | None, buffer: int, poll: float
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]:
         """``Runtime.events``: the arguments checked at the call, then a history follower
         (``after`` given) or a subscription to the live bus, of one execution or of all."""
         if execution_id is not None:

@@ -20,7 +20,8 @@ import anyio
 import anyio.to_thread
 
 from ...actors import Shutdown, open_system
-from ...storage import Notifying, RetryPolicy, Store, new_owner_id, open_committer, open_store
+from ...storage import RetryPolicy, Store, open_store
+from ...storage._seam import Notifying, new_owner_id, open_committer
 from ...supervision import RootSupervisor
 from .._memory.memory import Memory, check_embedder, check_organization
 from .._rules.usage import check_limits

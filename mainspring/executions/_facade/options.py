@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...storage import check_id
+from ...storage._seam import check_id
 from .._rules.deadlines import Bounds, check_bounds
 
 __all__ = [

@@ -16,7 +16,8 @@ from collections.abc import Collection
 import anyio.to_thread
 import attrs
 
-from ...storage import EXECUTION_TERMINAL, Committer
+from ...storage import EXECUTION_TERMINAL
+from ...storage._seam import Committer
 
 __all__ = ["PRUNABLE", "PruneReport", "PruneSkip", "prune"]
 

@@ -17,20 +17,16 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import (
+from ...storage import STEP_FINISHED, AgentTaskRecord, Execution, ExecutionStatus, PlanStep, redact
+from ...storage._seam import (
     MAX_CONTROLS,
-    STEP_FINISHED,
-    AgentTaskRecord,
     AnswerRequest,
     Committer,
     Edit,
-    Execution,
-    PlanStep,
     holder,
-    parse_agent_tasks,
-    redact,
     redact_flagged,
 )
+from .._rules.lifecycle import execution_move
 from .._rules.scheduler import approval_key
 from .._rules.transitions import (
     add_control,
@@ -93,7 +89,7 @@ def unanswered(stored: Execution) -> list[AgentTaskRecord]:
     given = {(r.task_id, r.ask) for r in stored.answer_requests}
     waiting = [
         task
-        for task in parse_agent_tasks(stored)[0]
+        for task in stored.task_records
         if task.state == "waiting_for_clarification" and (task.id, next_ask(task)) not in given
     ]
     return sorted(waiting, key=lambda task: (task.created_at, task.id))
@@ -125,7 +121,7 @@ def answer_waiting(stored: Execution) -> bool:
     given = {(r.task_id, r.ask) for r in stored.answer_requests}
     return any(
         task.state == "waiting_for_clarification" and (task.id, next_ask(task)) in given
-        for task in parse_agent_tasks(stored)[0]
+        for task in stored.task_records
     )
 
 
@@ -254,7 +250,9 @@ def prepare_resume(
         record = attrs.evolve(record, max_cost=limits[1])
     if record.status != "running":
         record = add_control(record, "resume", owner, now)
-    record = attrs.evolve(record, status="running", updated_at=now)
+    # Never a terminal one (R4).
+    status = execution_move(record.id, record.status, ExecutionStatus.RUNNING)
+    record = attrs.evolve(record, status=status, updated_at=now)
     begin = Begin(
         resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
     )
@@ -296,7 +294,7 @@ class StoredTaskStop:
         stored = await self._read(execution_id)
         if stored is None:
             return unknown
-        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        task = next((t for t in stored.task_records if t.id == task_id), None)
         if task is None:
             return unknown
         base = {"task_id": task_id, "execution_id": execution_id, "operation_id": operation}
@@ -333,7 +331,7 @@ class StoredTaskStop:
         orphan = await stop_orphan(read, task_id, self.agents) if read is not None else None
         if isinstance(orphan, str):
             assert read is not None
-            tasks = parse_agent_tasks(read)[0]
+            tasks = read.task_records
             state = next((t.state for t in tasks if t.id == task_id), "unknown")
             return StopResult(ok=False, state=state, reason=orphan, **base)
 
@@ -393,7 +391,7 @@ class StoredTaskStop:
         stored = await self._read(execution_id)
         if stored is None:
             raise UnknownExecution(execution_id)
-        task = next((t for t in parse_agent_tasks(stored)[0] if t.id == task_id), None)
+        task = next((t for t in stored.task_records if t.id == task_id), None)
         state = task.state if task is not None else "unknown"
         why = (
             f"the task already {state}"

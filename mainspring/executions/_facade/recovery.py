@@ -28,7 +28,8 @@ import anyio.to_thread
 import attrs
 
 from ...actors import Actor
-from ...storage import Execution, Store, Unfinished, holder, owner_gone, owner_here
+from ...storage import Execution, Store
+from ...storage._seam import Unfinished, holder, owner_gone, owner_here
 from .._steps.failures import describe_off_loop
 from .handle import ExecutionBusy, ExecutionHandle, UnknownExecution
 from .record_controls import answer_waiting

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from decimal import Decimal
-from typing import Any, overload
+from typing import Any, final, overload
 
 import anyio
 import anyio.to_thread
@@ -35,20 +35,15 @@ from ...actors import (
 )
 from ...storage import (
     EXECUTION_TERMINAL,
-    MAX_COUNTER,
     AgentTaskRecord,
-    Edit,
     Execution,
     HistoryEvent,
     Lease,
     Plan,
     Store,
-    check_id,
-    holder,
-    owner_gone,
-    parse_agent_tasks,
     redact,
 )
+from ...storage._seam import MAX_COUNTER, Edit, check_id, holder, owner_gone
 from .._memory.memory import Memory
 from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable
@@ -129,6 +124,7 @@ class _NotOrphaned(Exception):
         self.status = status
 
 
+@final
 class Runtime:
     """Start, steer and watch durable executions; see :func:`open_runtime`.
 
@@ -730,8 +726,8 @@ class Runtime:
     async def agent_tasks(self, execution_id: str | None = None) -> list[AgentTaskRecord]:
         """The agent task records of one execution, or of all; unreadable ones are skipped."""
         if execution_id is not None:
-            return parse_agent_tasks(await self._require(execution_id))[0]
-        return [task for ex in await self.executions() for task in parse_agent_tasks(ex)[0]]
+            return (await self._require(execution_id)).task_records
+        return [task for ex in await self.executions() for task in ex.task_records]
 
     async def prune(
         self, *, older_than: float, statuses: Collection[str] = PRUNABLE, dry_run: bool = False
@@ -766,6 +762,16 @@ class Runtime:
         poll: float = 0.5,
     ) -> AsyncGenerator[HistoryEvent, None]: ...
 
+    @overload
+    def events(
+        self,
+        execution_id: str | None = None,
+        *,
+        after: int | None,
+        buffer: int = 1000,
+        poll: float = 0.5,
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]: ...
+
     def events(
         self,
         execution_id: str | None = None,
@@ -773,7 +779,7 @@ class Runtime:
         after: int | None = None,
         buffer: int = 1000,
         poll: float = 0.5,
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[RunEvent | EventsDropped, None] | AsyncGenerator[HistoryEvent, None]:
         """Iterate over what happens to executions (V1: ids, states, counts), of one
         execution or of all. Iteration ends, normally, when the runtime begins to close or
         :meth:`close_streams` is called (V4).

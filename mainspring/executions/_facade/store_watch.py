@@ -21,7 +21,7 @@ import anyio.to_thread
 import attrs
 
 from ...actors import Actor, ActorDeadError, ActorRef, ActorSystem, CancelReason, MailboxFull
-from ...storage import ChangeFeed, Durable, Notifying
+from ...storage._seam import ChangeFeed, Durable, Notifying
 from .._run.messages import Heartbeat
 
 __all__ = ["StoreWatcher", "watch_store"]

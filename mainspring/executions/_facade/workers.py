@@ -5,23 +5,20 @@ that work for :class:`~mainspring.Runtime`, which holds one and states the contr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from ...actors import ActorRef, MainspringError
-from ...storage import (
-    Execution,
-    TrailEntry,
-    WorkerRecord,
-    WorkerTask,
+from ...storage import Execution, TrailEntry, WorkerRecord, WorkerTask
+from ...storage._seam import (
     check_id,
+    parse_trail,
     parse_worker_tasks,
     parse_workers,
     redact_flagged,
-    structure,
 )
 from .._run.messages import RunServices
 from .._workers import fleet as fleet
@@ -40,6 +37,7 @@ class WorkerNotLive(MainspringError):
     another runtime): a repair instruction cannot reach it."""
 
 
+@final
 @attrs.frozen(kw_only=True)
 class WorkersView:
     """An execution's workers as stored: the records that parse, the tasks they serve,
@@ -56,13 +54,7 @@ class WorkersView:
 def view_of(record: Execution) -> WorkersView:
     workers, bad_workers = parse_workers(record.workers)
     tasks, bad_tasks = parse_worker_tasks(record.worker_tasks)
-    trail: list[TrailEntry] = []
-    bad_trail = 0
-    for raw in record.worker_trail:
-        try:
-            trail.append(structure(raw, TrailEntry))
-        except Exception:
-            bad_trail += 1
+    trail, bad_trail = parse_trail(record.worker_trail)
     return WorkersView(
         execution_id=record.id,
         workers=tuple(workers),

@@ -28,25 +28,24 @@ import operator
 import sys
 import time
 from collections.abc import Iterable
+from typing import final
 
 import anyio.to_thread
 import attrs
 
 from ...actors import MainspringError
-from ...storage import (
+from ...storage import Fact, Scope, redact
+from ...storage._seam import (
     MAX_FACT_TEXT,
     MAX_SEARCH_LIMIT,
     Committer,
-    Fact,
     FactFilter,
     ForgetFact,
     MemoryBackend,
     RememberFact,
-    Scope,
     check_id,
     new_fact_id,
     query_terms,
-    redact,
     sha256_hex,
 )
 from .rank import MAX_CANDIDATES, Embedder, EmbedderThreads, Fallback, VectorCache, rank_by_meaning
@@ -498,6 +497,7 @@ class Memory:
         )
 
 
+@final
 class AgentMemory(Memory):
     """``ctx.memory``: :class:`Memory` for one run of an agent task.
 

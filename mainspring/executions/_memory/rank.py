@@ -45,7 +45,8 @@ from typing import Any, Literal
 import anyio.to_thread
 import attrs
 
-from ...storage import MAX_SEARCH_LIMIT, Fact, FactFilter, MemoryBackend, redact
+from ...storage import Fact, redact
+from ...storage._seam import MAX_SEARCH_LIMIT, FactFilter, MemoryBackend
 
 __all__ = [
     "EMBED_BATCH",

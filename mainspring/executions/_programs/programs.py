@@ -27,7 +27,8 @@ import anyio.to_thread
 import attrs
 
 from ...actors import MainspringError, Timeout, cancel_reason
-from ...storage import encode, encode_value, redact
+from ...storage import redact
+from ...storage._seam import encode, encode_value
 from .._rules.limits import MAX_OUTPUT_BYTES
 from .proctree import stop_tree
 

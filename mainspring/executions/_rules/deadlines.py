@@ -30,17 +30,8 @@ from typing import Any, Literal
 import attrs
 
 from ...actors import ActorRef, ActorTask
-from ...storage import (
-    MAX_ATTEMPTS,
-    MAX_COUNTER,
-    Execution,
-    Observation,
-    PlanStep,
-    RetryPolicy,
-    check_id,
-    check_timeout,
-    redact,
-)
+from ...storage import Execution, Observation, PlanStep, RetryPolicy, redact
+from ...storage._seam import MAX_ATTEMPTS, MAX_COUNTER, check_id, check_timeout
 
 __all__ = [
     "MAX_ATTEMPT_ERROR",

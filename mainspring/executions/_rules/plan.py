@@ -7,16 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...actors import MainspringError
-from ...storage import (
-    STEP_FINISHED,
-    Finding,
-    Observation,
-    Plan,
-    PlanStep,
-    encode_value,
-    redact,
-    sha256_hex,
-)
+from ...storage import STEP_FINISHED, Finding, Observation, Plan, PlanStep, redact
+from ...storage._seam import encode_value, sha256_hex
 
 __all__ = [
     "InvalidPlan",

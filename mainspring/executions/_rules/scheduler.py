@@ -16,8 +16,9 @@ from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Approval, Plan, PlanStep, StepStatus, Vector
-from .status import step_move
+from ...storage import STEP_FINISHED, Approval, Plan, PlanStep, StepStatus
+from ...storage._seam import Vector
+from .lifecycle import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]
 

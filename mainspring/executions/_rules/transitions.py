@@ -16,12 +16,8 @@ from typing import Any, Literal
 import attrs
 
 from ...storage import (
-    MAX_CONTROLS,
-    MAX_COUNTER,
     STEP_FINISHED,
     AgentTaskRecord,
-    AnswerRequest,
-    Control,
     Execution,
     ExecutionStatus,
     Interruption,
@@ -30,14 +26,18 @@ from ...storage import (
     QuestionId,
     StepStatus,
     StopRequest,
-    parse_agent_task,
-    parse_agent_tasks,
+    Unreadable,
     redact,
-    redact_flagged,
-    unstructure,
 )
+from ...storage._seam import (
+    MAX_CONTROLS,
+    MAX_COUNTER,
+    AnswerRequest,
+    Control,
+    redact_flagged,
+)
+from .lifecycle import execution_move, step_move, task_move
 from .plan import observe, step_input_hash
-from .status import execution_move, step_move, task_move
 
 __all__ = [
     "add_control",
@@ -71,23 +71,22 @@ def clamp_count(value: int) -> int:
 def map_tasks(
     execution: Execution, change: Callable[[AgentTaskRecord], AgentTaskRecord | None]
 ) -> tuple[Execution, list[AgentTaskRecord]]:
-    """Apply ``change`` to every task record that parses; returns the new execution and the
-    records that changed. Unparsable records stay exactly as they were (E7)."""
-    raws: list[dict[str, Any]] = []
+    """Apply ``change`` to every task record that parsed; returns the new execution and the
+    records that changed. Records that did not parse stay exactly as they were (E7)."""
+    entries: list[AgentTaskRecord | Unreadable] = []
     changed: list[AgentTaskRecord] = []
-    for raw in execution.agent_tasks:
-        record = parse_agent_task(raw)
-        if record is None:
-            raws.append(raw)
+    for entry in execution.agent_tasks:
+        if type(entry) is not AgentTaskRecord:
+            entries.append(entry)
             continue
-        updated = change(record)
-        if updated is None or updated == record:
-            raws.append(raw)
+        updated = change(entry)
+        if updated is None or updated == entry:
+            entries.append(entry)
         else:
-            task_move(record.id, record.state, updated.state)  # R11: terminal is sticky
-            raws.append(unstructure(updated))
+            task_move(entry.id, entry.state, updated.state)  # R11: terminal is sticky
+            entries.append(updated)
             changed.append(updated)
-    return attrs.evolve(execution, agent_tasks=tuple(raws)), changed
+    return attrs.evolve(execution, agent_tasks=tuple(entries)), changed
 
 
 def stop_request(operation_id: str, task_id: str, *, cascade: bool = False) -> StopRequest:
@@ -270,7 +269,7 @@ def next_waiting(execution: Execution, *, excluding: str | None = None) -> Pendi
     waiting for an answer holds it; None if none waits."""
     waiting = [
         record
-        for record in parse_agent_tasks(execution)[0]
+        for record in execution.task_records
         if record.state == "waiting_for_clarification" and record.id != excluding
     ]
     if not waiting:

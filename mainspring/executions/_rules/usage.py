@@ -25,15 +25,8 @@ from typing import Any, Literal
 import attrs
 
 from ...actors import BudgetExhausted
-from ...storage import (
-    MAX_COUNTER,
-    BudgetInfo,
-    PlanStep,
-    StepStatus,
-    Usage,
-    check_cost,
-    check_tokens,
-)
+from ...storage import BudgetInfo, PlanStep, StepStatus, Usage
+from ...storage._seam import MAX_COUNTER, check_cost, check_tokens
 
 __all__ = [
     "Allowance",

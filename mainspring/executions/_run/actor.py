@@ -52,12 +52,9 @@ from ...storage import (
     Plan,
     PlanStep,
     StepStatus,
-    carry_encoded,
-    parse_agent_tasks,
-    plain_record,
-    reconcile,
     redact,
 )
+from ...storage._seam import carry_encoded, plain_record, reconcile
 from .._rules.plan import InvalidPlan, check_plan, fence, findings_brief, observe
 from .._rules.scheduler import pick
 from .._rules.transitions import (
@@ -833,7 +830,7 @@ class ExecutionActor(Actor):
                     )
                 )
         elif isinstance(reason, Cancel):
-            cancelled = sum(1 for t in parse_agent_tasks(record)[0] if not t.terminal)
+            cancelled = sum(1 for t in record.task_records if not t.terminal)
             record = cancel_execution(record, by, now, reason.detail)
             if released := await funnel.commit(record):
                 funnel.publish(

@@ -47,16 +47,8 @@ from ...actors import (
     Timeout,
     Timer,
 )
-from ...storage import (
-    MAX_ATTEMPTS,
-    Failure,
-    Observation,
-    PlanStep,
-    RetryPolicy,
-    StepStatus,
-    TaskState,
-    redact,
-)
+from ...storage import Failure, Observation, PlanStep, RetryPolicy, StepStatus, TaskState, redact
+from ...storage._seam import MAX_ATTEMPTS
 from .._rules.deadlines import (
     UNWIND,
     Attempt,
@@ -69,8 +61,8 @@ from .._rules.deadlines import (
     attempts_of,
     new_attempt,
 )
+from .._rules.lifecycle import task_move
 from .._rules.plan import observe
-from .._rules.status import task_move
 from .._rules.transitions import clamp_count
 from .._steps.children import TaskSave
 from .._steps.failures import Caught, log_failure

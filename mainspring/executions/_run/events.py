@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from ...actors import EventBus
+from ...actors._seam import EventBus
 
 if TYPE_CHECKING:
     from ...storage import WorkerRecord

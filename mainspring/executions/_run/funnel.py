@@ -15,18 +15,9 @@ from typing import Any
 import anyio.to_thread
 
 from ...actors import CancelReason, LeaseLost
-from ...storage import (
-    MAX_CHECKPOINTS,
-    Checkpoint,
-    CommitOutcome,
-    Execution,
-    PersistenceFailed,
-    Plan,
-    StorageError,
-    capture_checkpoint,
-    holder,
-)
-from .._rules.status import execution_move
+from ...storage import Execution, PersistenceFailed, Plan, StorageError
+from ...storage._seam import MAX_CHECKPOINTS, Checkpoint, CommitOutcome, capture_checkpoint, holder
+from .._rules.lifecycle import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
 from .events import RunEvent, StepFinished, worker_changed
 from .lease_guard import LeaseWatch
@@ -114,7 +105,7 @@ class Funnel:
         record = st.snapshot(**changes)  # one record built per commit
         sent = self.lease_watch.sent()  # L5: when the answer comes is checked
         try:
-            outcome = await self._committer.commit(record, self._cfg.owner)
+            outcome = await self._committer.submit(record, self._cfg.owner)
         except PersistenceFailed:
             raise  # the disk failed: nothing more can be saved; the run crashes, resumable
         except (StorageError, ValueError) as exc:  # this record cannot be written (X2)
@@ -136,7 +127,7 @@ class Funnel:
         st = self._state
         execution_move(record.id, st.rec.status, record.status)
         try:
-            outcome = await self._committer.commit(record, self._cfg.owner)
+            outcome = await self._committer.submit(record, self._cfg.owner)
         except Exception as exc:  # not saved: the result says so; the lease lapses on its own
             st.result = result_from(st.rec, outputs=st.outputs, error=str(exc))
             return False

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...storage import Plan, PlanStep, encode_value, sha256_hex
+from ...storage import Plan, PlanStep
+from ...storage._seam import encode_value, sha256_hex
 
 __all__ = ["MAX_LIVE_PLANS", "KeptInputs", "real_input_hash"]
 

@@ -21,7 +21,8 @@ from ...actors import (
     Pause,
     Timeout,
 )
-from ...storage import Committer, PlanStep
+from ...storage import PlanStep
+from ...storage._seam import Committer
 from .._rules.deadlines import Bounds
 from .._rules.usage import Meter
 from .events import RunEvent

@@ -15,16 +15,8 @@ from collections.abc import Mapping
 import attrs
 
 from ...actors import Cancel, CancelReason, LeaseLost, Pause
-from ...storage import (
-    AgentTaskRecord,
-    CommitOutcome,
-    Control,
-    Edit,
-    Execution,
-    Usage,
-    holder,
-    parse_agent_tasks,
-)
+from ...storage import AgentTaskRecord, Execution, Usage
+from ...storage._seam import CommitOutcome, Control, Edit, holder
 from .._rules.transitions import clamp_count, map_tasks
 from . import events as ev
 
@@ -109,7 +101,7 @@ def add_calls(
 def end_event(stored: Execution, now: float) -> ev.RunEvent | None:
     """The event that announces how ``stored`` ended when a control written elsewhere ended
     it: its watchers here learn it as if it had been issued here."""
-    tasks, _ = parse_agent_tasks(stored)
+    tasks = stored.task_records
     if stored.status == "cancelled":
         stamped = sum(
             1

@@ -23,12 +23,9 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
-    parse_agent_tasks,
-    plain_record,
     redact,
-    redact_flagged,
-    sha256_hex,
 )
+from ...storage._seam import plain_record, redact_flagged, sha256_hex
 
 
 @attrs.frozen(kw_only=True)
@@ -183,7 +180,7 @@ def failures_of(execution: Execution) -> tuple[StepFailure, ...]:
     """Every failed plan step of ``execution`` (in plan order), then the run's own failure (O2).
     An agent step's traceback is its task's (the task record keeps it)."""
     by_id = {obs.step_id: obs for obs in execution.observations}
-    tasks, _ = parse_agent_tasks(execution)
+    tasks = execution.task_records
     task_failures = {task.id: task.failure for task in tasks if task.failure is not None}
     found: list[StepFailure] = []
     steps = execution.plan.steps if execution.plan is not None else ()
@@ -239,7 +236,7 @@ def result_from(
         if error is None and execution.plan is not None:  # O2: which steps failed, and why
             failed = [step.id for step in execution.plan.steps if step.status == "failed"]
             error = failed_steps_error(execution.observations, failed)
-    tasks, _ = parse_agent_tasks(execution)
+    tasks = execution.task_records
     findings = [finding for task in tasks for finding in task.findings]
     stored = {obs.step_id: obs.output for obs in execution.observations if obs.ok}
     live = dict(outputs or {})

@@ -6,8 +6,9 @@ A snapshot is the record as it is now, built once per commit at the cost of what
 since the last one, not of the run's length: the plan's steps, the observations and the
 completed steps are persistent sequences (``storage.Vector``) whose next version is the
 last one with the steps whose status changed replaced, the new observations appended (or
-replaced, a retry) and the newly completed steps appended; only the agent tasks that changed
-are unstructured again (``task_raw``).
+replaced, a retry) and the newly completed steps appended; the agent tasks likewise (the
+store makes the stored form of those that changed, from the version it stored before:
+``storage._stored_form``).
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from ...storage import (
     Plan,
     PlanStep,
     StepStatus,
+    Unreadable,
     Usage,
-    Vector,
     WorkerRecord,
-    parse_agent_task,
 )
+from ...storage._seam import Vector
+from .._rules.lifecycle import task_move
 from .._rules.plan import step_input_hash
 from .._rules.scheduler import SATISFIED, Schedule
-from .._rules.status import task_move
-from .._rules.task_raw import task_raw
 from .._rules.transitions import clamp_count
 from .._rules.usage import exhausted
 from .._workers.board import WorkerBoard
@@ -49,7 +49,7 @@ V = TypeVar("V")
 
 class Recorded(dict[str, V]):
     """A dict of what the record holds as a sequence in the order keys were first set (the
-    observations by step id, the raw agent tasks by task id), and that sequence as the
+    observations by step id, the agent tasks by task id), and that sequence as the
     record stores it (:meth:`as_stored`: a :class:`Vector`): setting a key replaces its item
     in place or appends it, so a snapshot costs what was set since the last one. Items are
     only ever set (never removed), as a run records its steps and tasks."""
@@ -106,10 +106,8 @@ class RunState:
     plan: Plan | None
     sched: Schedule
     obs: Recorded[Observation]
-    tasks: dict[str, AgentTaskRecord]
-    raw: Recorded[dict[str, Any]]  # each parsed task as it is written back
-    raw_of: dict[str, AgentTaskRecord]  # the task each of our raw records was made from
-    unparsed: list[dict[str, Any]]
+    tasks: Recorded[AgentTaskRecord]
+    unreadable: list[Unreadable]  # kept as they were read, written back after ours (E7)
     charged: dict[str, int]  # calls charged to the execution, per task (P4, E9)
     charged_usage: dict[str, Usage]  # tokens and cost likewise (B3)
 
@@ -154,18 +152,10 @@ class RunState:
             record.completed_steps,  # in the order they completed
         )
         self.obs = Recorded((obs.step_id, obs) for obs in record.observations)
-        self.tasks = {}
-        parsed: list[tuple[str, dict[str, Any]]] = []
-        self.raw_of = {}  # none yet: a raw record read from disk is not reused as a base
-        self.unparsed = []  # kept as they are, never dropped (E7)
-        for raw in record.agent_tasks:
-            task = parse_agent_task(raw)
-            if task is None:
-                self.unparsed.append(raw)
-                continue
-            self.tasks[task.id] = task
-            parsed.append((task.id, raw))
-        self.raw = Recorded(parsed)
+        self.tasks = Recorded(
+            (task.id, task) for task in record.agent_tasks if type(task) is AgentTaskRecord
+        )
+        self.unreadable = [task for task in record.agent_tasks if type(task) is Unreadable]
         self.charged = {task.id: task.calls_used for task in self.tasks.values()}
         self.charged_usage = {task.id: task.usage for task in self.tasks.values()}
         self.claim_finished()
@@ -190,19 +180,13 @@ class RunState:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def set_task(self, task: AgentTaskRecord, appended_to: AgentTaskRecord | None = None) -> None:
-        """Keep ``task``; ``appended_to`` is the record its agent made it from by appending
-        one inner step (TaskSave)."""
+    def set_task(self, task: AgentTaskRecord) -> None:
+        """Keep ``task`` (the store makes its stored form from the one it stored before:
+        an agent's n-th inner step costs what it added, not the n before it)."""
         old = self.tasks.get(task.id)
         if old is not None:
             task_move(task.id, old.state, task.state)  # R11: terminal is sticky
         self.tasks[task.id] = task
-        # Only what changed since the last save is unstructured again: an agent's n-th
-        # inner step costs what it added, not the n before it.
-        base = self.raw_of.get(task.id)
-        grown = base is not None and appended_to is base
-        self.raw[task.id] = task_raw(task, base, self.raw.get(task.id), appended=grown)
-        self.raw_of[task.id] = task
 
     def user_stopped(self, step_id: str) -> bool:
         """The step ended because a user stopped its agent task (S1, S2)."""
@@ -305,9 +289,9 @@ class RunState:
             completed_steps=self.sched.completed_steps() if plan is not None else (),
             observations=self.obs.as_stored(),
             # Kept as they are, after ours (E7): then a tuple, once in a while.
-            agent_tasks=(*self.raw.values(), *self.unparsed)
-            if self.unparsed
-            else self.raw.as_stored(),
+            agent_tasks=(*self.tasks.values(), *self.unreadable)
+            if self.unreadable
+            else self.tasks.as_stored(),
             updated_at=time.time(),
             **changes,
         )

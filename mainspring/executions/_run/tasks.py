@@ -14,11 +14,7 @@ import attrs
 
 from ...actors import BudgetExhausted, Cancel, CancelReason, Stop
 from ...storage import (
-    MAX_CONTROLS,
-    MAX_DIAGNOSTICS,
     AgentTaskRecord,
-    AnswerRequest,
-    Checkpoint,
     Failure,
     Observation,
     ObservationCode,
@@ -28,11 +24,11 @@ from ...storage import (
     QuestionId,
     StepStatus,
     TaskState,
-    reconcile,
     redact,
 )
+from ...storage._seam import MAX_CONTROLS, MAX_DIAGNOSTICS, AnswerRequest, Checkpoint, reconcile
+from .._rules.lifecycle import task_move
 from .._rules.plan import observe, step_input_hash
-from .._rules.status import task_move
 from .._rules.transitions import answered, clamp_count, stop_request, stop_task
 from .._steps.children import TaskSave
 from .._steps.failures import log_failure
@@ -144,7 +140,7 @@ class TaskBook:
     def new_task(self, step: PlanStep, now: float) -> AgentTaskRecord:
         st = self._state
         cfg = self._cfg
-        number = len(st.tasks) + len(st.unparsed) + 1
+        number = len(st.tasks) + len(st.unreadable) + 1
         digest = step_input_hash(step)
         replaced = [
             t.id
@@ -249,7 +245,7 @@ class TaskBook:
         st.charged[task.id] = task.calls_used
         calls = clamp_count(st.rec.calls_used + max(delta, 0))
         usage = st.charge_usage(task.id, task.usage)  # B3: tokens and cost likewise
-        st.set_task(task, save.appended_to)
+        st.set_task(task)
         step = running.step
         # queued: the run's budget ran out under the agent (P4), which waits to run again.
         ended = task.state in ("completed", "failed", "waiting_for_clarification", "queued")

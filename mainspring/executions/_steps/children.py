@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, final
 
 import anyio
 import anyio.lowlevel
@@ -32,9 +32,6 @@ from ...actors import (
     cancel_reason,
 )
 from ...storage import (
-    MAX_DIAGNOSTICS,
-    MAX_FINDINGS,
-    MAX_TOUCHED_PATHS,
     AgentTaskRecord,
     Failure,
     Finding,
@@ -43,10 +40,15 @@ from ...storage import (
     Plan,
     PlanStep,
     Usage,
+    redact,
+)
+from ...storage._seam import (
+    MAX_DIAGNOSTICS,
+    MAX_FINDINGS,
+    MAX_TOUCHED_PATHS,
     appended,
     check_relative_path,
     hash_files,
-    redact,
 )
 from .._memory.memory import Memory
 from .._rules.deadlines import error_types
@@ -101,9 +103,6 @@ class TaskSave:
     record: AgentTaskRecord
     output: Any = None
     stored: Stored | None = None  # the output as it is stored, when completed
-    #: The record this one was made from by appending one inner step and nothing else, so
-    #: the execution need not compare the steps to know what is new (see _task_raw).
-    appended_to: AgentTaskRecord | None = None
     #: False when ``output`` is itself a masked copy read back from disk (E10): it is not
     #: given to the caller as what the agent returned; the stored, marked one is.
     live: bool = True
@@ -239,6 +238,7 @@ class PlannerActor(Actor):
         await self.ref.stop()
 
 
+@final
 @attrs.frozen(kw_only=True)
 class PlannerContext:
     """What a planner is told: the goal, and on a replan why and what came before.
@@ -331,11 +331,10 @@ class AgentTaskActor(Actor):
         self,
         output: Any = None,
         stored: Stored | None = None,
-        appended_to: AgentTaskRecord | None = None,
         *,
         live: bool = True,
     ) -> None:
-        save = TaskSave(self.record, output, stored, appended_to, live)
+        save = TaskSave(self.record, output, stored, live)
         try:
             accepted = await self._execution.ask(save)
         except (ActorDeadError, ActorFailed) as exc:
@@ -392,7 +391,6 @@ class AgentTaskActor(Actor):
         )
         self._index[name] = observation
         record = self.record
-        appended_to = None if rerun else record  # only this step appends to its inner steps
         changes: dict[str, Any] = {}
         if paths:
             # R8: the files as this step left them join the task's own checkpoint; one
@@ -423,7 +421,7 @@ class AgentTaskActor(Actor):
             )
         else:
             # Appended: the previous sequences are left as they are (the execution reuses
-            # what it stored of them, see _task_raw).
+            # what it stored of them, see storage._stored_form).
             self._position[name] = len(record.inner_observations)
             self._done.add(name)
             self._touch(
@@ -434,7 +432,7 @@ class AgentTaskActor(Actor):
                 inner_steps_done=min(record.inner_steps_done + 1, MAX_INNER_STEPS),
                 **changes,
             )
-        await self._save(appended_to=appended_to)
+        await self._save()
 
     async def wait_for_answer(self, question: str) -> NoReturn:
         """Save the question (P5), then wait to be stopped. The execution cancels this actor

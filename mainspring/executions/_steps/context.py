@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import anyio.lowlevel
 
 from ...actors import CancelReason, cancel_reason
-from ...storage import Finding, QuestionId, Usage, check_id
+from ...storage import Finding, QuestionId, Usage
+from ...storage._seam import check_id
 from .._memory.memory import AgentMemory
 from .._programs.programs import ProgramResult, run_program_result
 from .._rules.usage import split_usage
@@ -46,6 +47,7 @@ async def _no_new_call() -> None:
     await anyio.lowlevel.checkpoint_if_cancelled()
 
 
+@final
 class AgentContext:
     """What an agent gets: durable inner steps, questions, findings, metered calls.
 
@@ -81,7 +83,7 @@ class AgentContext:
 
     @property
     def memory(self) -> AgentMemory:
-        """Agent memory (:class:`~mainspring.executions.AgentMemory`): ``remember`` records
+        """Agent memory (:class:`~mainspring.executions._seam.AgentMemory`): ``remember`` records
         where a fact came from and is idempotent on replay; ``search``, ``get`` and ``list``
         are live reads, not replayed on resume (to replay one, return what you use of it,
         as storable values, from a ``ctx.step`` function)."""

@@ -6,18 +6,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ...storage import (
-    MAX_EVIDENCE,
-    AgentTaskRecord,
-    Evidence,
-    Finding,
-    Provenance,
-    RecordError,
-    check_id,
-    redact,
-    structure,
-    unstructure,
-)
+from ...storage import AgentTaskRecord, Evidence, Finding, RecordError, redact
+from ...storage._seam import MAX_EVIDENCE, Provenance, check_id, structure, unstructure
 
 __all__ = ["new_finding"]
 

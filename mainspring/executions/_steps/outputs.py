@@ -8,7 +8,8 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import Encoded, StorageError, encode_value, redact_flagged
+from ...storage import StorageError
+from ...storage._seam import Encoded, encode_value, redact_flagged
 from .._rules.limits import MAX_OUTPUT_BYTES
 
 __all__ = [

@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...storage import check_lease
+from ...storage._seam import check_lease
 from .driver import Driver, sha
 from .hosts import WorkerHost, command_of
 

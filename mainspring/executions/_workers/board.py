@@ -29,17 +29,8 @@ import anyio
 import attrs
 
 from ...actors import ActorDeadError, Cancel, CancelReason
-from ...storage import (
-    Edit,
-    Execution,
-    TrailEntry,
-    WorkerRecord,
-    WorkerStatus,
-    WorkerTask,
-    parse_worker_tasks,
-    parse_workers,
-    unstructure,
-)
+from ...storage import Execution, TrailEntry, Unreadable, WorkerRecord, WorkerStatus, WorkerTask
+from ...storage._seam import Edit
 from . import fleet as fleet
 from .evidence import EvidenceShelf
 
@@ -99,27 +90,21 @@ class WorkerBoard:
         shelf: EvidenceShelf,
         limit: int,
     ) -> None:
-        workers, _ = parse_workers(record.workers)
-        tasks, _ = parse_worker_tasks(record.worker_tasks)
+        workers = [w for w in record.workers if type(w) is WorkerRecord]
         self.workers: dict[str, WorkerRecord] = {w.id: w for w in workers}
-        self.tasks: dict[str, WorkerTask] = {t.id: t for t in tasks}
-        parsed = {w.id for w in workers}
-        parsed_tasks = {t.id for t in tasks}
-        # E7: what does not parse is kept as it is, never dropped from the record.
-        self.unparsed_workers = [r for r in record.workers if r.get("id") not in parsed]
-        self.unparsed_tasks = [r for r in record.worker_tasks if r.get("id") not in parsed_tasks]
+        self.tasks: dict[str, WorkerTask] = {
+            t.id: t for t in record.worker_tasks if type(t) is WorkerTask
+        }
+        # E7: what does not parse is kept as it was read, never dropped from the record.
+        self.unparsed_workers = [w for w in record.workers if type(w) is Unreadable]
+        self.unparsed_tasks = [t for t in record.worker_tasks if type(t) is Unreadable]
         # What the record says of each worker's (status, generation), and the workers put
         # since: a commit announces those that moved (WorkerChanged), at the cost of what
         # changed, as the history derives them (V2).
         self.committed = {w.id: (w.status, w.generation) for w in workers}
         self.moved: dict[str, None] = {}
-        self.trail: tuple[dict[str, Any], ...] = tuple(record.worker_trail)
+        self.trail: tuple[TrailEntry | Unreadable, ...] = tuple(record.worker_trail)
         self.next_seq = fleet.next_trail_seq(self.trail)  # kept as the trail grows
-        # Each record's unstructured form, by its id, while it is the same (frozen) object:
-        # a commit then unstructures only what changed, and hands the store the very dicts
-        # it saw before, which its diff compares by identity (a run of N workers would
-        # otherwise cost O(N) per commit twice over).
-        self._raw: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         self.proof_digest = record.proof_digest
         self.shelf = shelf
         self.limit = limit  # min(max parallel steps, max workers) active workers (capacity)
@@ -157,24 +142,13 @@ class WorkerBoard:
     def fields(self) -> dict[str, Any]:
         """The record's worker fields as they are now."""
         return {
-            "workers": (
-                *(self._unstructured("w", w) for w in self.workers.values()),
-                *self.unparsed_workers,
-            ),
-            "worker_tasks": (
-                *(self._unstructured("t", t) for t in self.tasks.values()),
-                *self.unparsed_tasks,
-            ),
+            # The records themselves: the store compares them by identity and makes the
+            # stored form of those that changed only.
+            "workers": (*self.workers.values(), *self.unparsed_workers),
+            "worker_tasks": (*self.tasks.values(), *self.unparsed_tasks),
             "worker_trail": self.trail,
             "proof_digest": self.proof_digest,
         }
-
-    def _unstructured(self, kind: str, record: WorkerRecord | WorkerTask) -> dict[str, Any]:
-        key = (kind, record.id)
-        cached = self._raw.get(key)
-        if cached is None or cached[0] is not record:
-            cached = self._raw[key] = (record, unstructure(record))
-        return cached[1]
 
 
 def worker_parts_edit(fields: dict[str, Any], epoch: int | None = None) -> Edit:

@@ -32,15 +32,8 @@ from ...actors import (
     Timeout,
     cancel_reason,
 )
-from ...storage import (
-    ACTIVE_WORKER,
-    StopIntent,
-    WorkerFailure,
-    WorkerRecord,
-    WorkerStatus,
-    WorkerTask,
-    redact_flagged,
-)
+from ...storage import TrailEntry, WorkerRecord, WorkerStatus, WorkerTask
+from ...storage._seam import ACTIVE_WORKER, StopIntent, WorkerFailure, redact_flagged
 from .._steps.children import CodedFailure, SaveRefused
 from .._steps.outputs import keep_result
 from . import fleet as fleet
@@ -195,13 +188,14 @@ class Driver:
         starts = [
             e
             for e in self.board.trail
-            if e.get("worker_id") == worker.id
-            and e.get("generation") == worker.generation
-            and e.get("event") == "starting"
+            if isinstance(e, TrailEntry)
+            and e.worker_id == worker.id
+            and e.generation == worker.generation
+            and e.event == "starting"
         ]
         if here is None or worker.session is None or not starts:
             return False
-        if starts[-1].get("detail") != made:
+        if starts[-1].detail != made:
             return False
         found = await find_start(self.agent.host, worker.session)
         if found is None:

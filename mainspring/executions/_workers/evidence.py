@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ...storage import (
+from ...storage._seam import (
     MAX_EVIDENCE_BYTES,
     Committer,
     EvidenceError,

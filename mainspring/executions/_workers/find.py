@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ...storage import ProcessIdentity
+from ...storage._seam import ProcessIdentity
 from .._programs.proctree import HAVE_PROC
 from .subprocess_host import SubprocessHost, process_stat
 

@@ -4,18 +4,20 @@ Each function takes the records as they are, what the caller believes about the 
 (:class:`Expect`: its id, generation and status), and returns the new records; it changes
 nothing it is given. A caller whose belief is out of date gets :class:`StaleWorker`, never a
 silent overwrite: the check on (worker id, generation, status) is what makes two writers
-about one worker safe. A move the lifecycle does not allow is :class:`WorkerRefused`, with a
-code that says which rule refused it.
+about one worker safe. A move a rule does not allow now is :class:`WorkerRefused`, with a
+code that says which rule refused it; the lifecycle tables are checked after the rules, and
+catch only a rule's own bug.
 
-The lifecycle (``WORKER_MOVES``)::
+The lifecycle (``WORKER_MOVES`` in ``_rules/lifecycle.py``, with every other table)::
 
     assigned -> starting -> running <-> idle -> handing_off -> fenced -> delivered
     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
     stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
 
-and the task a worker serves (``WorkerTask.state``): ready -> running -> awaiting_delivery ->
-delivered, back to ready when its process ended unexpectedly or failed to start, blocked when
-it made no progress or was stopped for good.
+and the task a worker serves (``WorkerTask.state``, ``WORKER_TASK_MOVES``): ready -> running
+-> awaiting_delivery -> delivered, back to ready when its process ended unexpectedly or
+failed to start, blocked when it made no progress or was stopped for good. Every change of
+either goes through its table (an illegal one raises ``IllegalTransition``: a bug here).
 
 Two rules need a fact only the host can give: a process is *confirmed dead* (inspected, not
 assumed). The functions that need it (:func:`takeover`, :func:`fence`, :func:`mark_stopped`,
@@ -37,39 +39,35 @@ from __future__ import annotations
 
 import hashlib
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 
 from ...actors import MainspringError
-from ...storage import (
+from ...storage import TrailEntry, Unreadable, WorkerRecord, WorkerStatus, WorkerTask
+from ...storage._seam import (
     ACTIVE_WORKER,
     LEASE_DEFAULT,
     MAX_TRAIL,
     MAX_USAGE_EPOCHS,
     ProcessIdentity,
     StopIntent,
-    TrailEntry,
     UsageEpoch,
     WorkerFailure,
-    WorkerRecord,
-    WorkerStatus,
-    WorkerTask,
     WorkerTaskState,
     check_cost,
     check_digest,
     check_lease,
     check_tokens,
     sha256_hex,
-    unstructure,
 )
+from .._rules.lifecycle import worker_move, worker_task_move
 
 __all__ = [
     "MAX_REPAIR",
     "NOT_FAILED",
-    "WORKER_MOVES",
     "Expect",
     "Observed",
     "Proof",
@@ -104,29 +102,6 @@ __all__ = [
 
 #: A repair instruction is 1..MAX_REPAIR characters once trimmed.
 MAX_REPAIR = 16_384
-
-WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
-    WorkerStatus.ASSIGNED: frozenset(
-        {WorkerStatus.STARTING, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
-    ),
-    WorkerStatus.STARTING: frozenset(
-        {WorkerStatus.RUNNING, WorkerStatus.IDLE, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
-    ),
-    WorkerStatus.RUNNING: frozenset(
-        {WorkerStatus.IDLE, WorkerStatus.HANDING_OFF, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
-    ),
-    WorkerStatus.IDLE: frozenset(
-        {WorkerStatus.RUNNING, WorkerStatus.HANDING_OFF, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
-    ),
-    WorkerStatus.HANDING_OFF: frozenset(
-        {WorkerStatus.FENCED, WorkerStatus.STOPPED, WorkerStatus.BLOCKED}
-    ),
-    WorkerStatus.FENCED: frozenset({WorkerStatus.DELIVERED}),
-    WorkerStatus.DELIVERED: frozenset(),
-    # A stopped worker (its process confirmed dead) may be taken over: generation + 1.
-    WorkerStatus.STOPPED: frozenset({WorkerStatus.ASSIGNED}),
-    WorkerStatus.BLOCKED: frozenset(),
-}
 
 #: Why a worker may be stopped without having failed: the run was paused, met its deadline,
 #: ran out of budget (B3: it waits for more), lost its lease or shut down. A start that
@@ -214,13 +189,17 @@ def _same(worker: WorkerRecord, belief: Expect) -> bool:  # the idempotent repea
 
 
 def _move(worker: WorkerRecord, new: WorkerStatus, now: float, **changes: object) -> WorkerRecord:
-    if new not in WORKER_MOVES[worker.status]:
-        raise WorkerRefused("illegal-move", f"worker {worker.id}: {worker.status} -> {new}")
-    return attrs.evolve(worker, status=new, updated_at=now, **changes)  # type: ignore[arg-type]
+    # The rule's own checks (_from) refused first what a caller can get wrong: the table
+    # catches a rule that forgot one (IllegalTransition, a bug).
+    status = worker_move(worker.id, worker.status, new)
+    return attrs.evolve(worker, status=status, updated_at=now, **changes)  # type: ignore[arg-type]
 
 
-def _task(task: WorkerTask, now: float, **changes: object) -> WorkerTask:
-    return attrs.evolve(task, updated_at=now, **changes)  # type: ignore[arg-type]
+def _task(
+    task: WorkerTask, now: float, state: WorkerTaskState | None = None, **changes: object
+) -> WorkerTask:
+    new = task.state if state is None else worker_task_move(task.id, task.state, state)
+    return attrs.evolve(task, state=new, updated_at=now, **changes)  # type: ignore[arg-type]
 
 
 def _active(workers: Iterable[WorkerRecord], task_id: str, *, limit: int, but: str = "") -> None:
@@ -322,7 +301,7 @@ def mark_started(
         reason="",
     )
     attempts = min(task.attempts + 1, 1_000_000)
-    return worker, _task(task, now, state="running", reason="", attempts=attempts)
+    return worker, _task(task, now, state=WorkerTaskState.RUNNING, reason="", attempts=attempts)
 
 
 def start_failed(
@@ -349,7 +328,7 @@ def start_failed(
         lease_expires_at=None,
         reason="native-start",
     )
-    return worker, _task(task, now, state="ready", reason="native-start")
+    return worker, _task(task, now, state=WorkerTaskState.READY, reason="native-start")
 
 
 # -- while it runs ------------------------------------------------------------------------
@@ -393,7 +372,7 @@ def observe(
     if seen == "exited":
         reason = "native-process-exited"
         worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
-        return worker, _task(task, now, state="ready", reason=reason)
+        return worker, _task(task, now, state=WorkerTaskState.READY, reason=reason)
     return worker, task
 
 
@@ -425,7 +404,7 @@ def takeover(
     worker = attrs.evolve(
         worker,
         generation=worker.generation + 1,
-        status="assigned",
+        status=worker_move(worker.id, worker.status, WorkerStatus.ASSIGNED),
         process=None,
         session=None,
         job=None,
@@ -435,7 +414,9 @@ def takeover(
         updated_at=now,
     )
     attempts = task.attempts - 1 if back else task.attempts
-    return worker, _task(task, now, state="ready", reason="takeover", attempts=attempts)
+    return worker, _task(
+        task, now, state=WorkerTaskState.READY, reason="takeover", attempts=attempts
+    )
 
 
 def report_failure(
@@ -594,7 +575,9 @@ def deliver(
     if worker.intent is None or worker.intent.delivery_digest != delivery_digest:
         raise WorkerRefused("digest-mismatch", f"worker {worker.id} did not intend to deliver that")
     worker = _move(worker, WorkerStatus.DELIVERED, now, delivered_digest=delivery_digest, reason="")
-    task = _task(task, now, state="delivered", reason="", delivery_digest=delivery_digest)
+    task = _task(
+        task, now, state=WorkerTaskState.DELIVERED, reason="", delivery_digest=delivery_digest
+    )
     return worker, task
 
 
@@ -617,7 +600,7 @@ def mark_stopped(
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
     worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
-    return worker, _task(task, now, state=task_state, reason=reason)
+    return worker, _task(task, now, state=WorkerTaskState(task_state), reason=reason)
 
 
 def block(
@@ -636,7 +619,7 @@ def block(
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
     worker = _move(worker, WorkerStatus.BLOCKED, now, lease_expires_at=None, reason=reason)
-    return worker, _task(task, now, state="blocked", reason=reason)
+    return worker, _task(task, now, state=WorkerTaskState.BLOCKED, reason=reason)
 
 
 # -- finalizing a run (its proof) and the bounded diagnostic trail ------------------------
@@ -700,16 +683,17 @@ def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof
     return sha256_hex(proof.plain())
 
 
-def next_trail_seq(trail: tuple[dict[str, Any], ...]) -> int:
-    """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first)."""
-    seqs = [e.get("seq") for e in trail if isinstance(e, dict)]
+def next_trail_seq(trail: Sequence[TrailEntry | Unreadable]) -> int:
+    """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first;
+    an entry that does not parse counts by the seq it was stored with, if any)."""
+    seqs = [e.seq if type(e) is TrailEntry else e.raw.get("seq") for e in trail]  # type: ignore[union-attr]
     return max((s for s in seqs if type(s) is int), default=0) + 1
 
 
 def trail_append(
-    trail: tuple[dict[str, Any], ...], entry: TrailEntry, *, next_seq: int | None = None
-) -> tuple[dict[str, Any], ...]:
-    """``trail`` with ``entry`` (unstructured) appended, keeping the last :data:`MAX_TRAIL`
+    trail: Sequence[TrailEntry | Unreadable], entry: TrailEntry, *, next_seq: int | None = None
+) -> tuple[TrailEntry | Unreadable, ...]:
+    """``trail`` with ``entry`` appended, keeping the last :data:`MAX_TRAIL`
     entries; ``entry.seq`` must come after every seq in the trail (ValueError).
 
     ``next_seq`` is ``next_trail_seq(trail)`` when the caller keeps it as the trail grows
@@ -718,5 +702,4 @@ def trail_append(
         raise TypeError(f"a trail entry is a TrailEntry, not {type(entry).__name__}")
     if entry.seq < (next_trail_seq(trail) if next_seq is None else next_seq):
         raise ValueError(f"trail seq {entry.seq} does not come after the trail's")
-    raw: dict[str, Any] = unstructure(entry)
-    return (*trail[-(MAX_TRAIL - 1) :], raw)
+    return (*trail[-(MAX_TRAIL - 1) :], entry)

@@ -2,9 +2,9 @@
 an external agent process, whatever runs it.
 
 A :class:`WorkerHost` is what a worker-backed agent is served by. The built-in one runs any
-command as a subprocess (``SubprocessHost``); ``ScriptedHost`` plays scripted processes for
-tests. A host knows nothing about executions or records: the runtime records what it is
-told (the process identity, what it reported) through the commit funnel.
+command as a subprocess (``SubprocessHost``); ``mainspring.testing.ScriptedHost`` plays
+scripted processes for tests. A host knows nothing about executions or records: the runtime
+records what it is told (the process identity, what it reported) through the commit funnel.
 
 What a worker process says (its *reports*) arrives as :class:`Report` values, one per line
 the process wrote to its stdout as a JSON object (``{"type": ...}``):
@@ -35,7 +35,7 @@ import attrs
 import orjson
 
 from ...actors import MainspringError
-from ...storage import ProcessIdentity
+from ...storage._seam import ProcessIdentity
 from .fleet import Observed
 
 __all__ = [

@@ -18,14 +18,8 @@ from typing import Any
 
 import attrs
 
-from ...storage import (
-    ACTIVE_WORKER,
-    Execution,
-    WorkerRecord,
-    parse_worker_tasks,
-    parse_workers,
-    unstructure,
-)
+from ...storage import Execution, WorkerRecord
+from ...storage._seam import ACTIVE_WORKER, parse_worker_tasks, parse_workers
 from . import fleet as fleet
 from .board import trail_entry
 from .find import find_start, host_of
@@ -105,16 +99,17 @@ async def stop_orphan(
         entry = trail_entry(seq, stopped, "stopped", "stop-task", time.time())
         return attrs.evolve(
             record,
-            workers=_replace(record.workers, stopped.id, unstructure(stopped)),
-            worker_tasks=_replace(record.worker_tasks, task.id, unstructure(task)),
+            workers=_replace(record.workers, stopped.id, stopped),
+            worker_tasks=_replace(record.worker_tasks, task.id, task),
             worker_trail=fleet.trail_append(record.worker_trail, entry),
         )
 
     return change
 
 
-def _replace(
-    raws: tuple[dict[str, Any], ...], record_id: str, new: dict[str, Any]
-) -> tuple[dict[str, Any], ...]:
-    """``raws`` with the record of ``record_id`` replaced (the others kept as stored, E7)."""
-    return tuple(new if raw.get("id") == record_id else raw for raw in raws)
+def _replace(entries: tuple[Any, ...], record_id: str, new: Any) -> tuple[Any, ...]:
+    """``entries`` with the record of ``record_id`` replaced (the others, and those that
+    did not parse, kept as they were, E7)."""
+    return tuple(
+        new if type(entry) is type(new) and entry.id == record_id else entry for entry in entries
+    )

@@ -37,7 +37,7 @@ import anyio.to_thread
 import attrs
 import orjson
 
-from ...storage import ProcessIdentity
+from ...storage._seam import ProcessIdentity
 from .._programs.proctree import HAVE_PROC, alive, stop_tree, tree_of
 from .hosts import (
     MAX_REPORT_LINE,
