@@ -28,6 +28,7 @@ from mainspring.storage import (
     SqliteStore,
     Store,
     TrailEntry,
+    Unreadable,
     WorkerRecord,
     WorkerTask,
 )
@@ -482,3 +483,27 @@ def test_stop_task_on_a_task_no_worker_serves_says_nothing_of_workers(tmp_path: 
     code, out = run_cli("stop-task", "ex-p:t1", "--store", str(tmp_path / "s.sqlite3"), "--json")
     assert code == EXIT_OK, out
     assert "worker" not in json.loads(out)
+
+
+def test_E8_doctor_reports_a_trail_entry_that_does_not_parse(tmp_path: Path) -> None:
+    """E8: a record that does not parse is left out of every view and counted; ``mainspring
+    workers`` counts an unreadable trail entry (on stderr), so the read-only check of every
+    record must too, instead of saying all is well."""
+    where = tmp_path / "s.sqlite3"
+    opened = SqliteStore(where)
+    entry = {"seq": 1, "at": 1.0, "worker_id": "w1", "generation": 1, "event": "beat"}
+    opened.create(
+        Execution(
+            id="ex-t",
+            goal="g",
+            status="completed",
+            worker_trail=(Unreadable(raw={**entry, "status": 7}, key="1"),),
+            created_at=1.0,
+            updated_at=1.0,
+        )
+    )
+    opened.close()
+    code, out = run_cli("doctor", "--store", str(where), "--json")
+    problems = [f for f in json.loads(out)["findings"] if f.get("id") == "ex-t"]
+    assert code == 1, out
+    assert problems, out

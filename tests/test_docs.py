@@ -173,3 +173,16 @@ def test_every_public_name_the_manual_writes_exists() -> None:
                 missing.append(name)
                 break
     assert not missing, f"the docs name what mainspring no longer has: {missing}"
+
+
+def test_the_manual_sends_readers_to_Store_for_the_backend_contract() -> None:
+    """The backend contract is the docstring of ``mainspring.storage.Store`` (the package
+    docstring only summarises it): a page that sends a store author to the package docstring
+    sends them to a summary."""
+    assert "The contract in full is the docstring of" in (ms.storage.__doc__ or "")
+    stale = [
+        page.relative_to(DOCS).as_posix()
+        for page in DOCS.rglob("*.md")
+        if re.search(r"contract \(the `mainspring\.storage` docstring\)", page.read_text())
+    ]
+    assert not stale, f"pages that say the contract is the package docstring: {stale}"

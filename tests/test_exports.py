@@ -40,7 +40,9 @@ def test_every_public_name_lives_in_exactly_one_namespace_and_resolves() -> None
 
 
 def test_the_top_level_is_short_and_holds_what_most_programs_need() -> None:
-    assert len(mainspring.__all__) <= 40
+    # The kernel's names (mainspring.actors lists only the overseer contract) and the durable
+    # API's: 41 with the one IllegalTransition and WithUsage.
+    assert len(mainspring.__all__) <= 41
     for name in ("open_system", "Actor", "ActorRef", "cancel_reason", "Pause", "ParentCancel",
                  "open_runtime", "Runtime", "Plan", "PlanStep", "AgentContext",
                  "MainspringError", "ExecutionBusy"):  # fmt: skip
@@ -184,7 +186,7 @@ def test_the_public_surface_is_short() -> None:
     # and memory APIs in executions. Internal seams live behind each package's _seam.
     sizes = {namespace.__name__: len(namespace.__all__) for namespace in NAMESPACES}
     assert sum(sizes.values()) < 150, sizes
-    assert sizes["mainspring"] <= 40, sizes
+    assert sizes["mainspring"] <= 41, sizes
     assert sizes["mainspring.storage"] <= 50, sizes
     assert sizes["mainspring.executions"] <= 35, sizes
     assert sizes["mainspring.actors"] <= 10, sizes
@@ -202,7 +204,7 @@ def test_what_left_the_public_namespaces_stays_importable_through_the_doors() ->
     for name in internal:
         assert name not in mainspring.storage.__all__, name
         assert getattr(storage_seam, name) is not None, name
-    for name in ("IllegalTransition", "WorkerHost", "Report", "Seen", "ExecutionEvent"):
+    for name in ("WorkerHost", "Report", "Seen", "ExecutionEvent"):
         assert name not in mainspring.executions.__all__, name
         assert getattr(executions_seam, name) is not None, name
     for name in ("spawn_supervised", "spawn_started", "publish_event", "EventBus", "ActorState"):

@@ -17,6 +17,7 @@ from mainspring.storage._seam import (
     MAX_TRAIL,
     ProcessIdentity,
     StopIntent,
+    Unreadable,
     WorkerFailure,
     sha256_hex,
 )
@@ -586,3 +587,26 @@ def test_a_trail_entry_must_come_after_the_next_seq_the_caller_keeps() -> None:
     with pytest.raises(ValueError, match="seq"):
         fleet.trail_append(trail, entry(5), next_seq=6)
     assert fleet.trail_append(trail, entry(6), next_seq=6)[-1].seq == 6  # type: ignore[union-attr]
+
+
+def test_E8_an_unreadable_trail_entry_out_of_range_does_not_stop_the_trail() -> None:
+    """A trail entry unreadable because its seq is out of range (a counter past 1,000,000)
+    fails closed on its own (E8): the next entry still gets a seq a trail entry can hold,
+    so the run's workers can still be recorded."""
+    bad = Unreadable(
+        raw={
+            "seq": 5_000_000,
+            "at": 1.0,
+            "worker_id": "w1",
+            "generation": 1,
+            "event": "beat",
+            "status": "running",
+            "detail": "",
+        },
+        key="5000000",
+    )
+    seq = fleet.next_trail_seq((bad,))
+    entry = TrailEntry(
+        seq=seq, at=2.0, worker_id="w1", generation=1, event="beat", status="running", detail=""
+    )
+    assert fleet.trail_append((bad,), entry, next_seq=seq)[-1] == entry

@@ -181,3 +181,51 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     trail = [e for e, _ in events(record)]
     assert trail[-1] == "delivered"
     assert trail.count("fenced") == (2 if status == "handing_off" else 1)
+
+
+async def test_E8_an_unreadable_worker_task_is_not_taken_for_absent_and_run_again(
+    tmp_path: Path,
+) -> None:
+    """A delivered worker task whose stored record does not parse is an Unreadable: not an
+    absent task. A resume must not serve the task again from a fresh record (a second
+    worker process, its delivery replaced: E10), nor store two worker tasks under one id."""
+    from ._worker_fake import FakeHost, Script
+
+    host = FakeHost([Script([("result", {"output": {"patch": "ok"}})])] * 2)
+    agents = {"coder": WorkerAgent(["fake-agent"], host=host, grace=0.1)}
+    async with runtime(tmp_path, agents=agents, **FAST) as rt:
+        handle = await rt.start("g", plan_of(agent("a", "coder")))
+        with anyio.fail_after(30):
+            assert (await handle.wait()).status == "completed"
+        done = stored(rt, handle.execution_id)
+    (delivered,) = done.worker_tasks
+    assert type(delivered) is ms.storage.WorkerTask
+    unreadable = ms.storage.Unreadable(
+        raw={**ms.storage.unstructure(delivered), "written_by_a_newer_version": 1},
+        key=delivered.id,
+    )
+    # The run crashed after the delivery, before its step's completion was committed.
+    crashed = attrs.evolve(
+        done,
+        status="running",
+        lease=None,
+        agent_tasks=tuple(
+            attrs.evolve(t, state="running", ended_at=None) for t in done.task_records
+        ),
+        plan=attrs.evolve(
+            done.plan, steps=tuple(attrs.evolve(s, status="running") for s in done.plan.steps)
+        ),
+        completed_steps=(),
+        observations=(),
+        worker_tasks=(unreadable,),
+    )
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
+    store.delete(done.id)
+    store.create(crashed)
+    async with runtime(store, agents=agents, **FAST) as rt:
+        with anyio.fail_after(30):
+            await (await rt.resume(handle.execution_id)).wait()
+        after = stored(rt, handle.execution_id)
+    assert len(host.specs) == 1  # the task was not served again by a second process
+    ids = [t.id if type(t) is ms.storage.WorkerTask else t.key for t in after.worker_tasks]
+    assert ids.count(delivered.id) == 1, ids

@@ -287,3 +287,32 @@ async def test_a_flush_under_way_finishes_even_if_its_caller_is_cancelled(store:
         stats = await committer.drain()  # the writer went on; the commit was written whole
     assert stats.writes == 1
     assert store.get("a").calls_used == 5
+
+
+class OldNamesStore(ms.storage.Store):
+    """A custom store written before the renames, declaring the ``Store`` protocol as its
+    base: it defines ``commit_many``, so its ``commit_runs`` is the protocol's stub (None)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def commit_many(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+        return self.inner.commit_runs(commits)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_E2_a_store_whose_commit_runs_answers_nothing_fails_the_write_not_the_writer(
+    store: Any,
+) -> None:
+    """A store that answers a batch with something that is not one result per commit (the
+    protocol's stub's None) fails that write like any store error (PersistenceFailed, never
+    acknowledged), as a store without ``commit_runs`` at all does (AttributeError): the
+    writer does not crash with a TypeError that kills it and every caller's system."""
+    _prepare(store, ["a"])
+    async with ms.open_system() as system:
+        committer = await open_committer(system, OldNamesStore(store))
+        with pytest.raises(PersistenceFailed):
+            await committer.submit(execution("a", calls_used=1), OWNER)
+    assert store.get("a").calls_used == 0

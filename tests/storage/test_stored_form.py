@@ -275,3 +275,38 @@ def test_E7_a_store_written_before_reads_back_and_round_trips_byte_equal(tmp_pat
     assert encode(attrs.evolve(reopened, goal="g")) == encode(
         attrs.evolve(execution, updated_at=reopened.updated_at)
     )
+
+
+def test_E7_a_view_made_by_unstructure_cannot_change_what_a_record_is_written_as(
+    tmp_path: Path,
+) -> None:
+    """``unstructure(execution)`` (the documented way to the stored form) gives plain data a
+    caller may change (a JSON view slimmed or annotated): the frozen records it was made of
+    must still be written as what they hold, not as the caller's edited copy."""
+    task = {
+        "v": 1,
+        "id": "ex-1:t1",
+        "execution_id": "ex-1",
+        "agent_id": "a",
+        "step_id": "s",
+        "state": "waiting_for_clarification",
+        "pending_question": "which city?",
+        "created_at": 1.0,
+        "updated_at": 1.0,
+    }
+    source = ms.storage.SqliteStore(tmp_path / "a.sqlite3")
+    assert source.create(_execution(agent_tasks=(task,)))
+    read = source.get("ex-1")
+    assert read is not None
+    view = ms.storage.unstructure(read)
+    view["agent_tasks"][0]["pending_question"] = "edited in a view"
+    view["agent_tasks"][0]["links"] = {"self": "/tasks/ex-1:t1"}
+    (record,) = read.agent_tasks
+    assert type(record) is ms.storage.AgentTaskRecord
+    assert record.pending_question == "which city?"
+    # A copy of the run (another store, a backup) writes the records as they are.
+    copy = ms.storage.FileStore(tmp_path / "copy")
+    assert copy.create(read)
+    (written,) = copy.get("ex-1").agent_tasks  # type: ignore[union-attr]
+    assert type(written) is ms.storage.AgentTaskRecord, written
+    assert written.pending_question == "which city?"
