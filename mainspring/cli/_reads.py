@@ -19,6 +19,7 @@ from ..storage._seam import (
     Notifying,
     holder,
     owner_gone,
+    parse_trail,
     parse_worker_tasks,
     parse_workers,
     store_kind,
@@ -455,6 +456,15 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "id": e.id,
                     "problem": "workers-dropped",
                     "detail": f"{bad_workers} worker or worker task records do not parse",
+                }
+            )
+        bad_trail = parse_trail(e.worker_trail)[1]
+        if bad_trail:  # E8: ``mainspring workers`` counts them too
+            findings.append(
+                {
+                    "id": e.id,
+                    "problem": "trail-dropped",
+                    "detail": f"{bad_trail} worker trail entries do not parse",
                 }
             )
         if e.status in ("running", "planned") and holder(e.lease, now) is None:

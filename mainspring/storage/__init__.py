@@ -22,6 +22,7 @@ from ._backends.postgres.retry import StoreUnavailable as StoreUnavailable
 from ._backends.postgres.store import PostgresStore as PostgresStore
 from ._backends.sqlite.schema import StoreNeedsMigration as StoreNeedsMigration
 from ._backends.sqlite.store import SqliteStore as SqliteStore
+from ._codec import unstructure as unstructure
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
@@ -119,6 +120,7 @@ __all__ = [
     "open_store",
     "redact",
     "register_secret",
+    "unstructure",
 ]
 
 publish(__name__, globals(), __all__)

@@ -173,9 +173,28 @@ def structure(raw: Any, cls: type[T], *, kind: str | None = None) -> T:
         raise RecordError(name, problems) from None
 
 
-def unstructure(record: Any) -> Any:
-    """Plain data (dicts, lists, strings, numbers) for ``record``."""
+def raw_form(record: Any) -> Any:
+    """Plain data for ``record``, sharing what the stores keep: each agent task's, worker's,
+    worker task's and trail entry's stored form (``storage._stored_form``) is the very dict
+    that is written for it. Only for storage's own use, which never changes it: anything
+    handed to a caller goes through :func:`unstructure`."""
     return converter.unstructure(record)
+
+
+def unstructure(record: Any) -> Any:
+    """Plain data (dicts, lists, strings, numbers) for ``record``: the form it is stored in,
+    as a copy the caller owns. Changing it (slimming or annotating a JSON view) changes
+    nothing that is written: the records it was made of are still stored as they hold (E7)."""
+    return _detached(converter.unstructure(record))
+
+
+def _detached(value: Any) -> Any:
+    # Every dict and list copied, all the way down (what they hold otherwise is immutable).
+    if type(value) is dict:
+        return {key: _detached(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_detached(item) for item in value]
+    return value
 
 
 def dumps_checked(raw: Any) -> bytes:
@@ -192,7 +211,7 @@ def encode(record: Any) -> bytes:
     Raises ValueError for NaN or infinity anywhere in it: JSON has no such numbers (orjson
     would write ``null``), so the record could never be read back.
     """
-    raw = unstructure(record)
+    raw = raw_form(record)
     if _has_non_finite(raw):
         _check_finite(raw, "")  # walks again, this time naming the path in the error
     return canonical_json(raw)

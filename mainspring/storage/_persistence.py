@@ -23,7 +23,7 @@ reads again at once instead of polling (V2).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -349,7 +349,7 @@ class PersistenceActor(Actor):
             return
         batch = [(key[0], key[1], ttl, key[2]) for key, (ttl, _) in renewals.items()]
         try:
-            results = await self._call_store(self.store.renew_many, batch)
+            results = _one_each(await self._call_store(self.store.renew_many, batch), batch)
         except Exception as exc:
             if isinstance(exc, OSError):
                 self._broken = exc
@@ -374,7 +374,11 @@ class PersistenceActor(Actor):
         entries = list(batch.values())
         commits = [(execution, owner) for execution, owner, _ in entries]
         try:
-            outcomes = await self._call_store(self.store.commit_runs, commits)
+            outcomes = _one_each(
+                await self._call_store(self.store.commit_runs, commits),
+                commits,
+                (CommitOutcome, Exception),
+            )
         except Exception as exc:
             self._broken = exc
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
@@ -415,6 +419,26 @@ class PersistenceActor(Actor):
                 if not ticket.done.is_set():
                     ticket.fail(ActorDeadError(self.ref, reason))
             self._waiting.clear()
+
+
+def _one_each(
+    results: Any, asked: Sequence[Any], kinds: tuple[type[Any], ...] = (object,)
+) -> list[Any]:
+    """``results`` as a list of one result (an instance of ``kinds``) per item ``asked``;
+    TypeError otherwise (E2: a custom store answering anything else, such as the ``Store``
+    protocol's stub's None, fails the write like any store error, never the writer)."""
+    if not isinstance(results, Iterable) or isinstance(results, str | bytes | Mapping):
+        raise TypeError(
+            f"the store answered {len(asked)} writes with {type(results).__name__}, "
+            "not a sequence of one result per write"
+        )
+    answered = list(results)
+    if len(answered) != len(asked):
+        raise TypeError(f"the store answered {len(asked)} writes with {len(answered)} results")
+    for result in answered:
+        if not isinstance(result, kinds):
+            raise TypeError(f"the store answered a write with {type(result).__name__}")
+    return answered
 
 
 class Committer:

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._codec import structure, unstructure
+from ._codec import raw_form, structure
 from ._errors import RecordError
 from ._records import AgentTaskRecord
 from ._task_raw import task_raw
@@ -83,7 +83,7 @@ def stored_raw(entry: Any, prev: Any = None) -> dict[str, Any]:
         base = _form(prev) if type(prev) is AgentTaskRecord and prev.id == entry.id else None
         raw = task_raw(entry, prev, base[0]) if base is not None and base[1] else task_raw(entry)
     else:
-        raw = unstructure(entry)
+        raw = raw_form(entry)
     _remember(entry, raw, written=True)
     return raw
 

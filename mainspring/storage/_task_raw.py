@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ._append_only import AppendOnly, AppendOnlyList
-from ._codec import unstructure
+from ._codec import raw_form
 from ._records import AgentTaskRecord
 
 __all__ = ["task_raw"]
@@ -31,7 +31,7 @@ _INNER = frozenset({"inner_completed", "inner_observations"})
 
 def _plain(value: Any) -> Any:
     """One field's value as the converter writes it (tuples become lists)."""
-    raw = unstructure(value)
+    raw = raw_form(value)
     return list(raw) if type(raw) is tuple else raw
 
 
@@ -69,7 +69,7 @@ def task_raw(
     base's are (``AppendOnly.shares``: the base's are a prefix of the task's).
     """
     if base is None or base_raw is None:
-        raw: dict[str, Any] = unstructure(task)
+        raw: dict[str, Any] = raw_form(task)
         return raw
     raw = {}
     for name in _names():

@@ -26,7 +26,7 @@ from ...storage import Store
 from ...storage._seam import Committer, LeaseResult
 from .._run.messages import Heartbeat, RunConfig
 from .handle import ExecutionBusy
-from .record_controls import answer_request_edit
+from .record_controls import answer_request_edit, unreadable_asker_error
 
 __all__ = ["answer_elsewhere", "check_answer", "request_answer", "wait_taken"]
 
@@ -63,10 +63,13 @@ async def request_answer(
     nothing was written (no agent's question is open, or no lease on the run is live).
     Without ``live_only``, written whenever the run waits for an answer, live or not
     (``Runtime.answer``; see ``answer_request_edit``). ExecutionBusy if every open question
-    has an answer waiting already."""
+    has an answer waiting already; RecordError if the asking task's record does not parse
+    (E8)."""
     asked: list[str] = []
     edit = answer_request_edit(by, answer, asked, live_only=live_only)
     written = await committer.edit(execution_id, edit)
+    if asked and asked[0].startswith("!"):
+        raise unreadable_asker_error(execution_id, asked[0][1:])  # E8: not "busy"
     if asked == [""]:
         raise ExecutionBusy(
             execution_id,

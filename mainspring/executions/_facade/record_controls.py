@@ -17,7 +17,15 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import STEP_FINISHED, AgentTaskRecord, Execution, ExecutionStatus, PlanStep, redact
+from ...storage import (
+    STEP_FINISHED,
+    AgentTaskRecord,
+    Execution,
+    ExecutionStatus,
+    PlanStep,
+    RecordError,
+    redact,
+)
 from ...storage._seam import (
     MAX_CONTROLS,
     AnswerRequest,
@@ -57,6 +65,8 @@ __all__ = [
     "prepare_resume",
     "question_answered",
     "unanswered",
+    "unreadable_asker",
+    "unreadable_asker_error",
     "waits_for_answer",
 ]
 
@@ -137,6 +147,30 @@ def question_answered(stored: Execution) -> bool:
     return not unanswered(stored)
 
 
+def unreadable_asker(stored: Execution) -> str | None:
+    """The id of the agent task whose open question holds the pending slot, if its stored
+    record does not parse (E8: kept as an Unreadable): it can take no answer, ever. None
+    otherwise (no agent's question open, or its record reads)."""
+    pending = stored.pending
+    if not waits_for_answer(stored) or pending is None or pending.agent_task_id is None:
+        return None
+    held = pending.agent_task_id
+    return held if any(t.key == held for t in stored.unreadable_tasks) else None
+
+
+def unreadable_asker_error(execution_id: str, task_id: str) -> RecordError:
+    """What an answer to a question whose task's record does not parse is refused with: not
+    ``ExecutionBusy`` (an answer waiting for its task: come back later), which waiting never
+    cures (E8)."""
+    return RecordError(
+        "AgentTaskRecord",
+        [
+            f"agent task {task_id} of execution {execution_id}, whose question is open, has a "
+            "stored record that does not parse: it cannot take an answer"
+        ],
+    )
+
+
 def answer_request_edit(by: str, answer: str, asked: list[str], *, live_only: bool = True) -> Edit:
     """R8 for a run live somewhere (here or on another host): the answer is written to the
     record as an :class:`AnswerRequest` for the first task whose question no stored answer
@@ -146,8 +180,9 @@ def answer_request_edit(by: str, answer: str, asked: list[str], *, live_only: bo
     without it (``Runtime.answer``), whenever the run waits for an answer (R5: the next
     resume applies it), the run's own question included (R10: stored for the execution's
     own id, see :func:`outer_answer`). Otherwise nothing is written. ``asked`` gets the
-    task's id (the execution's for its own question), or "" when every open question has
-    an answer waiting already (a second answer is refused, not dropped silently)."""
+    task's id (the execution's for its own question), "" when every open question has an
+    answer waiting already (a second answer is refused, not dropped silently), or "!" and
+    the task's id when the task whose question is open has a record that does not parse."""
 
     def change(stored: Execution, now: float) -> Execution | None:
         pending = stored.pending
@@ -163,7 +198,10 @@ def answer_request_edit(by: str, answer: str, asked: list[str], *, live_only: bo
         else:
             open_questions = unanswered(stored)
             if not open_questions:
-                asked.append("")
+                # E8: the task that holds the slot may have a record that does not parse: no
+                # answer waits for it, and none ever can be taken ("!": not "busy").
+                unreadable = unreadable_asker(stored)
+                asked.append("" if unreadable is None else f"!{unreadable}")
                 return None
             task_id, ask = open_questions[0].id, next_ask(open_questions[0])
         masked, redacted = redact_flagged(answer)  # E5: redacted before it reaches disk

@@ -68,6 +68,8 @@ from .record_controls import (
     pause_edit,
     prepare_resume,
     question_answered,
+    unreadable_asker,
+    unreadable_asker_error,
     waits_for_answer,
 )
 from .recovery import Recovery, RecoveryReport, recoverable
@@ -392,6 +394,9 @@ class Runtime:
         raises = max_calls is not None or limits != (None, None) or deadline is not None
         if answer is not None:
             waiting = await self._waiting(execution_id)  # NotWaiting: never dropped
+            unreadable = unreadable_asker(waiting)
+            if unreadable is not None:
+                raise unreadable_asker_error(execution_id, unreadable)  # E8: not "busy"
             if question_answered(waiting):
                 raise ExecutionBusy(execution_id, None, _ANSWERED)
         live = await self._settled(execution_id)
@@ -505,6 +510,9 @@ class Runtime:
                 # L8: paused (or set waiting) from elsewhere since recovery read it: a
                 # takeover must not undo that control; only a resume by hand decides to go on.
                 return None
+            unreadable = unreadable_asker(stored) if answer is not None else None
+            if unreadable is not None:
+                raise unreadable_asker_error(execution_id, unreadable)  # E8, as above
             if answer is not None and question_answered(stored):
                 # Answered by Runtime.answer since the check above: refused, not dropped
                 # (the lease is given back as for any refused edit).

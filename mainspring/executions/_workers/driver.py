@@ -56,8 +56,8 @@ _FLUSH = 0.1
 class WorkerStepFailed(CodedFailure):
     """A worker-backed step failed; ``code`` says why (``no-progress:<class>``,
     ``worker-start-limit``, ``worker-not-dead``, ``worker-unknown-host``,
-    ``worker-unconfirmed``, ``worker-blocked``, ``worker-protocol``, ``worker-finalized``,
-    ``agent-call-budget``)."""
+    ``worker-unconfirmed``, ``worker-blocked``, ``worker-task-unreadable``,
+    ``worker-protocol``, ``worker-finalized``, ``agent-call-budget``)."""
 
 
 class Driver:
@@ -109,6 +109,15 @@ class Driver:
         self.board = await self.actor._execution.ask(WorkerJoin())
         self.spending = SpendingLedger(self.actor, self.board)
         if self.task_id not in self.board.tasks:
+            if any(t.key == self.task_id for t in self.board.unparsed_tasks):
+                # E8: a stored task that does not parse is not an absent one: serving it
+                # again from a fresh record could start a second process and replace its
+                # delivery (E10). It fails closed, kept as it was read (E7).
+                raise WorkerStepFailed(
+                    "worker-task-unreadable",
+                    f"the stored record of worker task {self.task_id} does not parse: "
+                    "it is not served again",
+                )
             now = time.time()
             self.board.put_task(WorkerTask(id=self.task_id, step_id=self.step_id, updated_at=now))
         task = self.task()

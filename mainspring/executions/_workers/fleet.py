@@ -50,6 +50,7 @@ from ...storage import TrailEntry, Unreadable, WorkerRecord, WorkerStatus, Worke
 from ...storage._seam import (
     ACTIVE_WORKER,
     LEASE_DEFAULT,
+    MAX_COUNTER,
     MAX_TRAIL,
     MAX_USAGE_EPOCHS,
     ProcessIdentity,
@@ -685,9 +686,11 @@ def finalize(tasks: Iterable[WorkerTask], workers: Iterable[WorkerRecord], proof
 
 def next_trail_seq(trail: Sequence[TrailEntry | Unreadable]) -> int:
     """The seq the next trail entry takes: one past the highest in ``trail`` (1 at first;
-    an entry that does not parse counts by the seq it was stored with, if any)."""
+    an entry that does not parse counts by the seq it was stored with, if that is a seq a
+    trail entry can hold: one out of range fails closed on its own, E8, and does not push
+    every later seq out of range with it)."""
     seqs = [e.seq if type(e) is TrailEntry else e.raw.get("seq") for e in trail]  # type: ignore[union-attr]
-    return max((s for s in seqs if type(s) is int), default=0) + 1
+    return max((s for s in seqs if type(s) is int and 1 <= s <= MAX_COUNTER), default=0) + 1
 
 
 def trail_append(

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._codec import unstructure
+from .._codec import raw_form
 from .._records import Execution
 from .._stored_form import stored_raw
 from .._workers import WorkerStatus
@@ -143,7 +143,7 @@ def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -
     total = len(new.plan.steps) if new.plan is not None else 0
     done = len(new.completed_steps)
     base = {"execution_id": new.id, "at": at}
-    run_usage = usage_counts(unstructure(new.usage)) if new.usage else {}
+    run_usage = usage_counts(raw_form(new.usage)) if new.usage else {}
     events: list[dict[str, Any]] = []
     if old is None:
         events.append({**base, "kind": "created", "status": new.status})
