@@ -230,6 +230,7 @@ agent_tasks = st.builds(
         traceback=st.none() | st.text(max_size=200),
     ),
 )
+stop_requests = st.builds(rec.StopRequest, operation_id=ids, task_id=ids, cascade=st.booleans())
 # -- entries read one by one (E7, E8): a record, or what was stored if it does not parse ---
 
 _statuses = st.sampled_from(["assigned", "starting", "running", "idle", "stopped", "fenced"])
@@ -254,7 +255,7 @@ worker_task_records = st.builds(
     ms.storage.WorkerTask,
     id=ids,
     step_id=ids,
-    state=st.sampled_from(["ready", "running", "blocked", "awaiting-delivery", "delivered"]),
+    state=st.sampled_from(["ready", "running", "blocked", "awaiting_delivery", "delivered"]),
     worker_id=st.none() | ids,
     attempts=counters,
     delivery_digest=st.none() | digests,
@@ -339,9 +340,16 @@ executions = st.builds(
             by=short_text,
             at=times,
             answer_sha256=st.none() | digests,
+        )
+        | st.builds(
+            rec.Control, action=st.just("stop-task"), by=short_text, at=times, stop=stop_requests
         ),
         max_size=2,
     ).map(tuple),
+    approvals=st.lists(
+        st.builds(rec.Approval, plan_version=counters, step_id=st.none() | ids), max_size=2
+    ).map(tuple),
+    stop_requests=st.lists(stop_requests, max_size=2).map(tuple),
     deadline_at=st.none() | times,
     created_at=times,
     updated_at=times,

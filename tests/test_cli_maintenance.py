@@ -39,7 +39,7 @@ def test_migrate_converts_a_0_1_store_then_says_it_is_current(
     assert f"mainspring migrate --store {store}" in capsys.readouterr().err
     code, out = run_cli("migrate", "--store", str(store))
     assert code == EXIT_OK
-    assert f"3 executions migrated to storage layout 2; the 0.1 store is kept at {store}" in out
+    assert f"3 executions migrated to storage layout 3; the 0.1 store is kept at {store}" in out
     assert (tmp_path / f"{store.name}.v1-backup").exists()
     code, out = run_cli("ls", "--store", str(store), "--json")
     assert code == EXIT_OK
@@ -53,9 +53,10 @@ def test_migrate_converts_a_0_1_store_then_says_it_is_current(
         "migrated": 0,
         "backup": None,
         "problems": [],
+        "from_layout": 3,
     }
     code, out = run_cli("migrate", "--store", str(store))
-    assert "already current (storage layout 2): nothing changed" in out
+    assert "already current (storage layout 3): nothing changed" in out
 
 
 def test_migrate_reports_unreadable_records_with_exit_1(tmp_path: Path) -> None:

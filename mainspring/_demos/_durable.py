@@ -39,7 +39,7 @@ from ..executions import (
     PlannerContext,
     open_runtime,
 )
-from ..storage import Execution, Plan, PlanStep, SqliteStore
+from ..storage import Execution, Plan, PlanStep, QuestionId, SqliteStore
 
 #: Each run's id starts so; a fresh suffix each time lets one ``--store-dir`` hold many runs.
 EXECUTION_PREFIX = "demo-research"
@@ -300,7 +300,7 @@ class _Demo:
             f"inner:{task.agent_id}:{name}"
             for task in at_kill.task_records
             for name in task.inner_completed
-            if not name.startswith("ask.")
+            if not QuestionId.is_question(name)
         }
         self.say(
             f"  killed worker 1 with SIGKILL: {len(durable)} steps and {len(inner_durable)} agent"

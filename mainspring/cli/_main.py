@@ -101,16 +101,11 @@ def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, out: Out) -> int:
-    if args.command == "migrate":  # the one command that opens a 0.1 store
+    if args.command == "migrate":  # the one command that opens an older store
         from ._maintenance import run_migrate
 
-        if is_postgres_url(args.store_path):
-            raise CliError(
-                "migrate converts mainspring 0.1 stores (files, SQLite); a PostgreSQL store "
-                "is created and upgraded by the library itself",
-                EXIT_USAGE,
-            )
-        return run_migrate(Path(args.store_path), out)
+        store = args.store_path
+        return run_migrate(store if is_postgres_url(store) else Path(store), out)
     if args.command == "memory":
         check_memory_args(args)
         write = False  # forget, too, reads first (cli/_memory.py)

@@ -1,5 +1,6 @@
-"""The maintenance commands: ``migrate`` (a 0.1 store to the current layout, the old one
-kept) and ``prune`` (finished executions older than a duration, through the runtime)."""
+"""The maintenance commands: ``migrate`` (an older store to the current layout, the old one
+kept; a PostgreSQL schema upgraded in place) and ``prune`` (finished executions older than a
+duration, through the runtime)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..storage import MigrationError, StorageError, StoreInUse, migrate_store
+from ..storage._seam import redact_url
 from ._codes import EXIT_BUSY, EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, CliError
 from ._output import Out, clamp
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:  # migrate does not load the execution layer
     from ..executions import Runtime
 
 
-def run_migrate(path: Path, out: Out) -> int:
+def run_migrate(path: Path | str, out: Out) -> int:
     """``mainspring migrate``: 0 migrated (or already current), 1 if some records did not
     read (they stay in the backup), 4 if the store is in use, 5 if there is no store."""
     try:
@@ -25,7 +27,8 @@ def run_migrate(path: Path, out: Out) -> int:
     except MigrationError as exc:
         raise CliError(f"not migrated: {exc}", EXIT_FAILED) from None
     except (StorageError, OSError) as exc:
-        raise CliError(f"cannot migrate {path}: {exc}", EXIT_NO_STORE) from None
+        shown = redact_url(path) if isinstance(path, str) else path
+        raise CliError(f"cannot migrate {shown}: {exc}", EXIT_NO_STORE) from None
     problems = [{"id": p.id, "error": p.error} for p in report.problems]
     if out.as_json:
         out.data(
@@ -36,14 +39,24 @@ def run_migrate(path: Path, out: Out) -> int:
                 "migrated": report.migrated,
                 "backup": str(report.backup_path) if report.backup_path else None,
                 "problems": problems,
+                "from_layout": report.from_layout,
             }
         )
     elif report.already_current:
-        out.line(f"{report.new_path} is already current (storage layout 2): nothing changed")
-    else:
         out.line(
-            f"{report.new_path}: {report.migrated} executions migrated to storage layout 2; "
-            f"the 0.1 store is kept at {report.backup_path}"
+            f"{report.new_path} is already current (storage layout {report.to_layout}): "
+            "nothing changed"
+        )
+    elif report.kind == "postgres":
+        out.line(
+            f"{report.new_path}: schema upgraded to storage layout {report.to_layout}; "
+            f"{report.migrated} executions read"
+        )
+    else:
+        old = "0.1" if report.from_layout == 1 else f"v{report.from_layout}"
+        out.line(
+            f"{report.new_path}: {report.migrated} executions migrated to storage layout "
+            f"{report.to_layout}; the {old} store is kept at {report.backup_path}"
         )
         for problem in report.problems:
             error = clamp(problem.error, 500)

@@ -87,11 +87,9 @@ def since(text: str) -> tuple[str, float]:
 
 def _statuses(text: str) -> tuple[str, ...]:
     """An ``ls --status``: execution statuses, comma-separated (a usage error otherwise)."""
-    from typing import get_args
-
     from ..storage import ExecutionStatus
 
-    known = get_args(ExecutionStatus)
+    known = tuple(status.value for status in ExecutionStatus)
     given = tuple(s.strip() for s in text.split(","))
     unknown = [s for s in given if s not in known]
     if unknown:
@@ -463,8 +461,9 @@ def make_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "migrate",
         parents=[common],
-        help="convert a store written by mainspring 0.1 to the current layout "
-        "(the old store is kept as PATH.v1-backup)",
+        help="convert a store of an older layout (mainspring 0.1's, storage v2) to the "
+        "current one (the old store is kept as PATH.v1-backup or PATH.v2-backup; a "
+        "PostgreSQL schema is upgraded in place)",
     )
     prune = commands.add_parser(
         "prune", parents=[common], help="delete finished executions, with their history"

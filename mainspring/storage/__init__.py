@@ -58,6 +58,9 @@ from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
 from ._redact import redact as redact
 from ._redact import register_secret as register_secret
+from ._requests import Approval as Approval
+from ._requests import QuestionId as QuestionId
+from ._requests import StopRequest as StopRequest
 from ._retry import RetryPolicy as RetryPolicy
 from ._unreadable import Unreadable as Unreadable
 from ._usage import Usage as Usage
@@ -72,6 +75,7 @@ __all__ = [
     "STEP_FINISHED",
     "TASK_TERMINAL",
     "AgentTaskRecord",
+    "Approval",
     "BudgetInfo",
     "Evidence",
     "Execution",
@@ -92,11 +96,13 @@ __all__ = [
     "Pending",
     "PersistenceFailed",
     "PostgresStore",
+    "QuestionId",
     "RecordError",
     "RetryPolicy",
     "Scope",
     "SqliteStore",
     "StepStatus",
+    "StopRequest",
     "Store",
     "StoreInUse",
     "StoreNeedsMigration",

@@ -7,6 +7,7 @@ record that does not match is refused, never repaired.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 import typing
@@ -81,6 +82,22 @@ def _strict_literal(value: Any, tp: Any) -> Any:
     raise ValueError(f"expected one of {choices}, got {value!r}")
 
 
+def _is_str_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.StrEnum)
+
+
+def _strict_str_enum(value: Any, tp: Any) -> Any:
+    # A state is stored as its value, in one spelling: nothing else (no int, no other
+    # spelling) becomes a member.
+    if type(value) is str:
+        try:
+            return tp(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(m.value) for m in tp)
+    raise ValueError(f"expected one of {choices}, got {value!r}")
+
+
 def _is_homogeneous_sequence(tp: Any) -> bool:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -123,6 +140,9 @@ converter.register_structure_hook(float, _strict_float)
 converter.register_structure_hook(str, _strict_str)
 converter.register_structure_hook(bool, _strict_bool)
 converter.register_structure_hook_func(_is_literal, _strict_literal)
+converter.register_structure_hook_func(_is_str_enum, _strict_str_enum)
+# Unstructured as the plain value: a raw record holds what a read of it would hold.
+converter.register_unstructure_hook(enum.StrEnum, lambda member: member.value)
 
 
 def _path(message: str) -> str:

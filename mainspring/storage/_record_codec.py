@@ -15,6 +15,7 @@ from ._carried import take_carried
 from ._codec import converter
 from ._records import (
     AgentTaskRecord,
+    Control,
     Execution,
     Failure,
     Finding,
@@ -23,12 +24,22 @@ from ._records import (
     PlanStep,
     TaskEntry,
 )
+from ._requests import QuestionId
 from ._stored_form import hook, stored_raw
 from ._unreadable import Unreadable
 from ._values import Malformed, decode_value, encode_value
 from ._workers import ENTRY_KINDS, TrailItem, WorkerEntry, WorkerTaskEntry
 
 __all__ = ["execution_head", "stored_observation"]
+
+
+# A question id is stored as the ask step it names (``ask.0``), read back strictly.
+converter.register_unstructure_hook(QuestionId, lambda question: question.step_id)
+converter.register_structure_hook(QuestionId, lambda raw, _: QuestionId.parse(raw))
+# A control line names its stop request only for a stop: left out otherwise.
+converter.register_unstructure_hook(
+    Control, make_dict_unstructure_fn(Control, converter, stop=override(omit_if_default=True))
+)
 
 
 def _require_version(cls: type[Any]) -> None:

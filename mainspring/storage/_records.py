@@ -10,6 +10,7 @@ the others (E7, E8).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Literal
@@ -18,6 +19,7 @@ import attrs
 
 from ._codec import structure
 from ._errors import RecordError
+from ._requests import Approval, QuestionId, StopRequest
 from ._retry import RetryPolicy, check_timeout
 from ._unreadable import Unreadable
 from ._usage import NO_USAGE, Usage, valid_cost, valid_tokens
@@ -31,6 +33,7 @@ from ._validators import (
     _id,
     _ids,
     _kind,
+    _member,
     _optional_digest,
     _optional_id,
     _paths,
@@ -62,6 +65,7 @@ __all__ = [
     "TASK_TERMINAL",
     "AbsentDimension",
     "AgentTaskRecord",
+    "Approval",
     "BudgetInfo",
     "Checkpoint",
     "Control",
@@ -79,12 +83,15 @@ __all__ = [
     "Plan",
     "PlanStep",
     "Provenance",
+    "QuestionId",
     "StepStatus",
+    "StopRequest",
     "TaskEntry",
     "TaskState",
     "parse_agent_task",
     "parse_agent_tasks",
 ]
+
 
 MAX_FINDINGS = 200
 MAX_DIAGNOSTICS = 200
@@ -96,42 +103,83 @@ MAX_EVIDENCE = 100
 MAX_TRACEBACK = 8192
 MAX_ERROR_TYPE = 200
 
-#: Where an execution is: planned, running, paused, waiting (for what), or finished.
-ExecutionStatus = Literal[
-    "planned",
-    "running",
-    "paused",
-    "waiting_for_input",
-    "waiting_for_clarification",
-    "waiting_for_approval",
-    "waiting_for_budget",
-    "completed",
-    "failed",
-    "cancelled",
-]
-#: ``stopped``: its agent task was stopped by a user; the step counts as done without a
-#: result, so its dependents run (S2).
-StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled", "stopped"]
-#: Where an agent task is: an interruption explains a requeue, it is not a state (R3).
-TaskState = Literal[
-    "created",
-    "queued",
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "waiting_for_input",
-    "waiting_for_clarification",
-    "paused",
-]
+
+class ExecutionStatus(enum.StrEnum):
+    """Where an execution stands. Stored as its value (snake_case, the one spelling of every
+    state); a member equals its value, so ``status == "running"`` still holds."""
+
+    PLANNED = "planned"
+    RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_CLARIFICATION = "waiting_for_clarification"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    WAITING_FOR_BUDGET = "waiting_for_budget"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepStatus(enum.StrEnum):
+    """Where a plan step stands. ``stopped``: its agent task was stopped by a user; the step
+    counts as done without a result, so its dependents run (S2)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
+class TaskState(enum.StrEnum):
+    """Where an agent task stands (its lifecycle; an interruption is not a state, R3)."""
+
+    CREATED = "created"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_CLARIFICATION = "waiting_for_clarification"
+    PAUSED = "paused"
+
+
+def execution_status(value: object) -> ExecutionStatus:
+    """``value`` as an :class:`ExecutionStatus` (a member or its value); ValueError if not."""
+    return _member(ExecutionStatus, value, "status")
+
+
+def step_status(value: object) -> StepStatus:
+    """``value`` as a :class:`StepStatus` (a member or its value); ValueError if not."""
+    return _member(StepStatus, value, "status")
+
+
+def task_state(value: object) -> TaskState:
+    """``value`` as a :class:`TaskState` (a member or its value); ValueError if not."""
+    return _member(TaskState, value, "state")
+
+
 #: The finished states, written once: terminal executions and tasks are sticky (E2, R11).
-EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset({"completed", "failed", "cancelled"})
+EXECUTION_TERMINAL: frozenset[ExecutionStatus] = frozenset(
+    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+)
 #: The step states that end a step (its dependents may be decided).
 STEP_FINISHED: frozenset[StepStatus] = frozenset(
-    {"succeeded", "failed", "skipped", "cancelled", "stopped"}
+    {
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        StepStatus.SKIPPED,
+        StepStatus.CANCELLED,
+        StepStatus.STOPPED,
+    }
 )
 #: The agent task states that end it for good (R11).
-TASK_TERMINAL: frozenset[TaskState] = frozenset({"completed", "failed", "cancelled"})
+TASK_TERMINAL: frozenset[TaskState] = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
+)
 
 #: Why an observation records a step that did not simply succeed or fail in its own code.
 ObservationCode = Literal[
@@ -182,7 +230,7 @@ class PlanStep:
     # Stored in the typed encoding (E10); compared as stored, so 1 and True differ.
     input: dict[str, Any] = attrs.field(factory=dict, eq=attrs.cmp_using(eq=same_value))
     depends_on: tuple[str, ...] = attrs.field(default=(), validator=_ids)
-    status: StepStatus = attrs.field(default="pending", validator=one_of(StepStatus))
+    status: StepStatus = attrs.field(default=StepStatus.PENDING, converter=step_status)
     requires_approval: bool = False
     #: Seconds the step may run before it is cancelled with ``Timeout`` (B1); None: the
     #: runtime's default for its tool, skill or agent.
@@ -381,7 +429,7 @@ class AgentTaskRecord:
     id: str = attrs.field(validator=_id)
     agent_id: str = attrs.field(validator=_id)
     step_id: str = attrs.field(validator=_id)
-    state: TaskState = attrs.field(default="created", validator=one_of(TaskState))
+    state: TaskState = attrs.field(default=TaskState.CREATED, converter=task_state)
     created_at: float
     updated_at: float
     started_at: float | None = None
@@ -506,7 +554,13 @@ class Control:
     )
     by: str
     at: float
+    #: Free text: why (a pause's, a cancel's reason), never an encoded value.
     reason: str = ""
+    #: For a ``stop-task`` line: the stop request it wrote (its operation id ties the
+    #: request to who asked, V3). None for every other action.
+    stop: StopRequest | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(StopRequest))
+    )
     #: For an answer: the sha256 of the answer's text as given (before redaction), so an
     #: audit can tell which answer was given without the record keeping it.
     answer_sha256: str | None = attrs.field(default=None, validator=_optional_digest)
@@ -520,9 +574,11 @@ class AnswerRequest:
     the digest of the text as given."""
 
     task_id: str = attrs.field(validator=_id)
-    #: The question it answers: the task's ask step (``ask.0``, ``ask.1``...), so an answer
-    #: never lands on a later question of the same task (None: the question open now).
-    ask: str | None = attrs.field(default=None, validator=_optional_id)
+    #: The question it answers (stored as its ask step, ``ask.0``, ``ask.1``...), so an
+    #: answer never lands on a later question of the same task (None: the question open now).
+    ask: QuestionId | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(QuestionId))
+    )
     answer: str
     redacted: bool = False
     answer_sha256: str = attrs.field(validator=_optional_digest)
@@ -538,7 +594,9 @@ class Execution:
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
     goal: str
-    status: ExecutionStatus = attrs.field(default="planned", validator=one_of(ExecutionStatus))
+    status: ExecutionStatus = attrs.field(
+        default=ExecutionStatus.PLANNED, converter=execution_status
+    )
     plan: Plan | None = None
     plan_version: int = attrs.field(default=0, validator=_counter)
     completed_steps: tuple[str, ...] = attrs.field(default=(), validator=_ids)
@@ -566,9 +624,11 @@ class Execution:
     agent_tasks: tuple[TaskEntry, ...] = attrs.field(default=(), converter=_task_entries)
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
-    approvals: tuple[str, ...] = attrs.field(default=(), validator=[_ids, _at_most(MAX_CONTROLS)])
-    stop_requests: tuple[str, ...] = attrs.field(
-        default=(), validator=[_ids, _at_most(MAX_CONTROLS)]
+    #: The approvals given for this plan version and earlier ones (the last MAX_CONTROLS).
+    approvals: tuple[Approval, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
+    #: Stops asked for and not yet applied by the run that holds the task (S1).
+    stop_requests: tuple[StopRequest, ...] = attrs.field(
+        default=(), validator=_at_most(MAX_CONTROLS)
     )
     answer_requests: tuple[AnswerRequest, ...] = attrs.field(
         default=(), validator=_at_most(MAX_CONTROLS)

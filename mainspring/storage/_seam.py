@@ -127,6 +127,10 @@ from ._records import parse_agent_tasks as parse_agent_tasks
 from ._redact import redact as redact
 from ._redact import redact_flagged as redact_flagged
 from ._redact import register_secret as register_secret
+from ._requests import Approval as Approval
+from ._requests import BadEncoding as BadEncoding
+from ._requests import QuestionId as QuestionId
+from ._requests import StopRequest as StopRequest
 from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
 from ._retry import RetryPolicy as RetryPolicy
 from ._retry import check_timeout as check_timeout

@@ -1,4 +1,5 @@
-"""Reading stores written by mainspring 0.1, for ``mainspring migrate``: it never writes.
+"""Reading stores written by mainspring 0.1, and telling layouts apart, for ``mainspring
+migrate``: it never writes.
 
 The 0.1 layouts: a SqliteStore is one table ``executions(id TEXT PRIMARY KEY, body BLOB NOT
 NULL)`` whose body is ``encode(Execution)``; a FileStore is a directory of ``<id>.json``
@@ -21,11 +22,13 @@ from typing import Literal
 import orjson
 
 from ._backends.contract import Listing, Problem
-from ._codec import DEFAULT_MAX_BYTES, decode
+from ._backends.sqlite.schema import SCHEMA_VERSION
+from ._codec import DEFAULT_MAX_BYTES, structure
 from ._errors import RecordError, StorageError, TooLarge
 from ._ids import check_id
 from ._platform import O_BINARY, O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from ._records import Execution
+from ._v2 import upgrade_head
 
 __all__ = [
     "Kind",
@@ -53,15 +56,20 @@ def _tables(db: sqlite3.Connection) -> set[str]:
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+#: The layouts ``mainspring migrate`` knows: 0.1's, storage v2, and the one written now.
+_KNOWN = (1, 2, SCHEMA_VERSION)
+
+
 def sqlite_layout(db: sqlite3.Connection, path: Path) -> int:
-    """1 or 2: which layout the open database ``db`` at ``path`` holds; StorageError if it
-    is no mainspring store, or a layout this mainspring does not know."""
+    """1, 2 or 3: which layout the open database ``db`` at ``path`` holds; StorageError if
+    it is no mainspring store, or a layout this mainspring does not know."""
     tables = _tables(db)
     if "meta" in tables:
         row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None or row[0] != "2":
-            raise StorageError(f"{path} has storage layout {row and row[0]!r}, not 1 or 2")
-        return 2
+        known = {str(version): version for version in _KNOWN[1:]}
+        if row is None or row[0] not in known:
+            raise StorageError(f"{path} has storage layout {row and row[0]!r}, not 1, 2 or 3")
+        return known[row[0]]
     if "executions" in tables:
         columns = [row[1] for row in db.execute("PRAGMA table_info(executions)")]
         if columns == ["id", "body"]:
@@ -70,17 +78,17 @@ def sqlite_layout(db: sqlite3.Connection, path: Path) -> int:
 
 
 def files_layout(path: Path) -> int:
-    """1 or 2: which layout the FileStore directory ``path`` holds (``.format`` names 2; a
-    directory with ``.lock`` or ``*.json`` files and no ``.format`` is 0.1)."""
+    """1, 2 or 3: which layout the FileStore directory ``path`` holds (``.format`` names 2
+    or 3; a directory with ``.lock`` or ``*.json`` files and no ``.format`` is 0.1)."""
     marker = path / ".format"
     if marker.exists():
         try:
             value = orjson.loads(marker.read_bytes()[:4096]).get("layout")
         except (orjson.JSONDecodeError, AttributeError):
             value = None
-        if value != 2:
-            raise StorageError(f"{path} has storage layout {value!r}, not 1 or 2")
-        return 2
+        if type(value) is not int or value not in _KNOWN[1:]:
+            raise StorageError(f"{path} has storage layout {value!r}, not 1, 2 or 3")
+        return value
     with os.scandir(path) as entries:
         if any(e.name == ".lock" or e.name.endswith(_SUFFIX) for e in entries):
             return 1
@@ -88,7 +96,7 @@ def files_layout(path: Path) -> int:
 
 
 def layout(path: Path) -> tuple[Kind, int]:
-    """Which backend (``"sqlite"`` or ``"files"``) and layout (1 or 2) the store at ``path``
+    """Which backend (``"sqlite"`` or ``"files"``) and layout (1, 2 or 3) the store at ``path``
     is, changing nothing. StorageError if there is no store there."""
     try:
         info = os.stat(path)
@@ -127,7 +135,14 @@ def connect_existing(path: Path, *, read_only: bool = False) -> sqlite3.Connecti
 
 def _decode(name: str, body: bytes, max_bytes: int) -> Execution:
     kind = f"execution {name}"
-    execution = decode(body, Execution, kind=kind, max_bytes=max_bytes)
+    if len(body) > max_bytes:
+        raise TooLarge(kind, len(body), max_bytes)
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(kind, [f"(top level): not JSON ({exc})"]) from None
+    # Stop requests and approvals were strings then too: read as storage v3 holds them.
+    execution = structure(upgrade_head(raw), Execution, kind=kind)
     if execution.id != name:  # stored under one id, claiming another: not ours to pick
         raise RecordError(kind, [f"id: the record says {execution.id!r}"])
     return execution

@@ -6,10 +6,11 @@ and inner steps, a plan's step ids) check only what changed since the last recor
 
 from __future__ import annotations
 
+import enum
 import math
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -17,6 +18,8 @@ from ._append_only import AppendOnly, AppendOnlyList
 from ._ids import check_relative_path, is_valid_id
 from ._values import encode_value
 from ._vector import Vector
+
+_E = TypeVar("_E", bound=enum.StrEnum)
 
 MAX_COUNTER = 1_000_000
 MAX_TOUCHED_PATHS = 200
@@ -242,3 +245,17 @@ def same_json(a: Any, b: Any) -> bool:
             return bool(b != b)
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     return bool(a == b)
+
+
+def _member(cls: type[_E], value: object, name: str) -> _E:
+    """``value`` as a member of the state enum ``cls``: a member, or exactly one of its
+    values (a str); anything else is a ValueError naming the field (E8: never coerced)."""
+    if type(value) is cls:
+        return value
+    if type(value) is str:
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    choices = ", ".join(member.value for member in cls)
+    raise ValueError(f"{name} must be one of {choices}, not {value!r}")

@@ -17,6 +17,7 @@ and only its sha256 is kept here (V1, E5).
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable
 from decimal import Decimal
@@ -26,7 +27,15 @@ import attrs
 
 from ._unreadable import Unreadable
 from ._usage import valid_cost, valid_tokens
-from ._validators import _at_most, _counter, _counter_field, _id, _optional_digest, _optional_id
+from ._validators import (
+    _at_most,
+    _counter,
+    _counter_field,
+    _id,
+    _member,
+    _optional_digest,
+    _optional_id,
+)
 
 __all__ = [
     "ACTIVE_WORKER",
@@ -51,25 +60,55 @@ __all__ = [
     "parse_workers",
 ]
 
-#: Where an external worker is in its lifecycle (``ACTIVE_WORKER``: the live ones).
-WorkerStatus = Literal[
-    "assigned",
-    "starting",
-    "running",
-    "idle",
-    "handing-off",
-    "fenced",
-    "delivered",
-    "stopped",
-    "blocked",
-]
+
+class WorkerStatus(enum.StrEnum):
+    """Where an external worker stands. Stored as its value, snake_case (storage v3; v2
+    wrote ``handing-off``: ``mainspring migrate`` respells it)."""
+
+    ASSIGNED = "assigned"
+    STARTING = "starting"
+    RUNNING = "running"
+    IDLE = "idle"
+    HANDING_OFF = "handing_off"
+    FENCED = "fenced"
+    DELIVERED = "delivered"
+    STOPPED = "stopped"
+    BLOCKED = "blocked"
+
+
 #: The statuses in which a worker may still write into its task's workspace: at most one
 #: worker per task is in one of them, and at most min(jobs, the global maximum) per run.
 ACTIVE_WORKER: frozenset[WorkerStatus] = frozenset(
-    {"assigned", "starting", "running", "idle", "handing-off"}
+    {
+        WorkerStatus.ASSIGNED,
+        WorkerStatus.STARTING,
+        WorkerStatus.RUNNING,
+        WorkerStatus.IDLE,
+        WorkerStatus.HANDING_OFF,
+    }
 )
-#: Where a task served by external workers is, from ready to delivered.
-WorkerTaskState = Literal["ready", "running", "blocked", "awaiting-delivery", "delivered"]
+
+
+class WorkerTaskState(enum.StrEnum):
+    """Where an agent task served by workers stands in the fleet. Stored as its value,
+    snake_case (storage v3; v2 wrote ``awaiting-delivery``)."""
+
+    READY = "ready"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    AWAITING_DELIVERY = "awaiting_delivery"
+    DELIVERED = "delivered"
+
+
+def worker_status(value: object) -> WorkerStatus:
+    """``value`` as a :class:`WorkerStatus` (a member or its value); ValueError if not."""
+    return _member(WorkerStatus, value, "status")
+
+
+def worker_task_state(value: object) -> WorkerTaskState:
+    """``value`` as a :class:`WorkerTaskState` (a member or its value); ValueError if not."""
+    return _member(WorkerTaskState, value, "state")
+
 
 #: A worker's lease, in seconds: renewed by its heartbeat; when it lapses the worker is not
 #: assumed dead (takeover still inspects the process), only no longer vouched for.
@@ -257,7 +296,7 @@ class WorkerRecord:
     step_id: str = attrs.field(validator=_id)
     agent_id: str = attrs.field(validator=_id)
     generation: int = attrs.field(default=1, validator=_positive)
-    status: WorkerStatus = attrs.field(default="assigned")
+    status: WorkerStatus = attrs.field(default=WorkerStatus.ASSIGNED, converter=worker_status)
     lease: float = attrs.field(default=LEASE_DEFAULT, validator=_lease)
     lease_expires_at: float | None = attrs.field(default=None, validator=_optional_time)
     session: str | None = attrs.field(default=None, validator=_optional_id)
@@ -274,19 +313,10 @@ class WorkerRecord:
     created_at: float = attrs.field(validator=_time)
     updated_at: float = attrs.field(validator=_time)
 
-    @status.validator
-    def _status(self, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value not in _STATUSES:
-            raise ValueError(f"status must be one of {', '.join(_STATUSES)}, not {value!r}")
-
     @property
     def active(self) -> bool:
         """Whether the worker's status is one of a live worker's (``ACTIVE_WORKER``)."""
         return self.status in ACTIVE_WORKER
-
-
-_STATUSES: tuple[str, ...] = WorkerStatus.__args__  # type: ignore[attr-defined]
-_TASK_STATES: tuple[str, ...] = WorkerTaskState.__args__  # type: ignore[attr-defined]
 
 
 @attrs.frozen(kw_only=True)
@@ -299,17 +329,12 @@ class WorkerTask:
     v: Literal[1] = 1
     id: str = attrs.field(validator=_id)
     step_id: str = attrs.field(validator=_id)
-    state: WorkerTaskState = attrs.field(default="ready")
+    state: WorkerTaskState = attrs.field(default=WorkerTaskState.READY, converter=worker_task_state)
     reason: str = attrs.field(default="", validator=_short(256))
     worker_id: str | None = attrs.field(default=None, validator=_optional_id)
     attempts: int = _counter_field()
     delivery_digest: str | None = attrs.field(default=None, validator=_optional_digest)
     updated_at: float = attrs.field(validator=_time)
-
-    @state.validator
-    def _state(self, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value not in _TASK_STATES:
-            raise ValueError(f"state must be one of {', '.join(_TASK_STATES)}, not {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -323,7 +348,7 @@ class TrailEntry:
     worker_id: str = attrs.field(validator=_id)
     generation: int = attrs.field(validator=_positive)
     event: str = attrs.field(validator=_failure_class)
-    status: WorkerStatus
+    status: WorkerStatus = attrs.field(converter=worker_status)
     detail: str = attrs.field(default="", validator=_short(256))
 
 

@@ -121,6 +121,6 @@ def answerer(store: str, execution_id: str, text: str, *, skew: float) -> subpro
         ],
         stdout=subprocess.PIPE,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT.parent), str(ROOT)))},
         text=True,
     )

@@ -26,13 +26,13 @@ from mainspring.storage import WorkerRecord, WorkerTask
 from mainspring.storage._seam import ProcessIdentity, StopIntent, WorkerFailure
 from tests._examples import SHRINKING, examples
 
-ACTIVE = {"assigned", "starting", "running", "idle", "handing-off"}
+ACTIVE = {"assigned", "starting", "running", "idle", "handing_off"}
 STATUSES = [
     "assigned",
     "starting",
     "running",
     "idle",
-    "handing-off",
+    "handing_off",
     "fenced",
     "delivered",
     "stopped",
@@ -178,11 +178,11 @@ class Model:
 
     def handoff(self, wid: str, belief: Any, digests: tuple[str, str]) -> str | None:
         w = self.workers[wid]
-        if belief[:2] == (wid, w["gen"]) and w["status"] in ("handing-off", "fenced", "delivered"):
+        if belief[:2] == (wid, w["gen"]) and w["status"] in ("handing_off", "fenced", "delivered"):
             return None if w["intent"] == digests else "digest-mismatch"
         error = self._gate(wid, belief, {"running", "idle"}, "not-live", own=False)
         if error is None:
-            self._set(wid, "handing-off")
+            self._set(wid, "handing_off")
             w["intent"] = digests
         return error
 
@@ -190,11 +190,11 @@ class Model:
         w = self.workers[wid]
         if belief[:2] == (wid, w["gen"]) and w["status"] in ("fenced", "delivered"):
             return None
-        error = self._gate(wid, belief, {"handing-off"}, "illegal-move", own=True)
+        error = self._gate(wid, belief, {"handing_off"}, "illegal-move", own=True)
         if error is None and not dead:
             return "not-dead"
         if error is None:
-            self._set(wid, "fenced", "awaiting-delivery")
+            self._set(wid, "fenced", "awaiting_delivery")
         return error
 
     def deliver(self, wid: str, belief: Any, digest: str) -> str | None:
@@ -289,7 +289,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.workers[wid] = worker
         if task is not None:
             was = self.tasks[task.id].state
-            if task.state in ("blocked", "awaiting-delivery") and task.state != was:
+            if task.state in ("blocked", "awaiting_delivery") and task.state != was:
                 assert dead, f"task {task.id} became {task.state} with a live worker process"
             self.tasks[task.id] = task
         if worker.status in ("stopped", "fenced", "blocked") and worker.status != before:
@@ -537,7 +537,7 @@ class FleetMachine(RuleBasedStateMachine):
             self.mark_started(index=index, how="exact", status=status, ok=True)
         elif status in ("running", "idle"):
             self.begin_handoff(index=index, how="exact", status=status, d=digest, c=0)
-        elif status == "handing-off":
+        elif status == "handing_off":
             self.fence(index=index, how="exact", status=status, dead=True)
         elif status == "fenced":
             self.deliver(index=index, how="exact", status=status, d=digest)

@@ -110,7 +110,7 @@ def test_a_stale_belief_is_refused_with_stale_worker_for_every_write(
     write: str, wrong: str
 ) -> None:
     t, w = running()
-    good = expect(w, "assigned", "starting", "running", "idle", "handing-off", "fenced")
+    good = expect(w, "assigned", "starting", "running", "idle", "handing_off", "fenced")
     belief = {
         "id": attrs.evolve(good, worker_id="w2"),
         "generation": attrs.evolve(good, generation=2),
@@ -371,12 +371,12 @@ def test_repair_is_trimmed_bounded_and_only_its_digest_kept() -> None:
 
 def test_handoff_begins_fences_once_dead_and_delivers() -> None:
     t, w = handing_off()
-    assert (w.status, w.intent) == ("handing-off", intent())
+    assert (w.status, w.intent) == ("handing_off", intent())
     with pytest.raises(WorkerRefused) as caught:
         fleet.fence(w, t, expect(w), confirmed_dead=False, now=5.0)
     assert caught.value.code == "not-dead"
     w, t = fleet.fence(w, t, expect(w), confirmed_dead=True, now=5.0)
-    assert (w.status, t.state) == ("fenced", "awaiting-delivery")
+    assert (w.status, t.state) == ("fenced", "awaiting_delivery")
     w, t = fleet.deliver(w, t, expect(w), delivery_digest=D1, now=6.0)
     assert (w.status, t.state, t.delivery_digest, w.delivered_digest) == (
         "delivered",
@@ -391,10 +391,10 @@ def test_each_handoff_step_repeated_with_the_same_digests_changes_nothing() -> N
     assert fleet.begin_handoff(w, expect(w, "running"), intent()) == w
     t, w = fenced()
     assert fleet.begin_handoff(w, expect(w, "running"), intent()) == w
-    assert fleet.fence(w, t, expect(w, "handing-off"), confirmed_dead=False, now=9.0) == (w, t)
+    assert fleet.fence(w, t, expect(w, "handing_off"), confirmed_dead=False, now=9.0) == (w, t)
     w, t = fleet.deliver(w, t, expect(w), delivery_digest=D1, now=6.0)
     assert fleet.deliver(w, t, expect(w, "fenced"), delivery_digest=D1, now=9.0) == (w, t)
-    assert fleet.fence(w, t, expect(w, "handing-off"), confirmed_dead=True, now=9.0) == (w, t)
+    assert fleet.fence(w, t, expect(w, "handing_off"), confirmed_dead=True, now=9.0) == (w, t)
 
 
 def test_each_handoff_step_repeated_with_other_digests_is_refused() -> None:

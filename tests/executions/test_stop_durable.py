@@ -41,7 +41,7 @@ async def test_a_completed_live_stop_is_recorded_once_through_pause_and_resume(
         assert stop.state == "stopping"
         written = stored(rt, handle.execution_id)
         # Durable before the task unwound: the request names the task.
-        assert [t for _, t, _ in tr.parse_stop_requests(written.stop_requests)] == [task.id]
+        assert [r.task_id for r in written.stop_requests] == [task.id]
         await rt.pause(handle.execution_id)  # the stop under way is recorded as it ends
         assert tasks_of(stored(rt, handle.execution_id))[0].state == "cancelled"
         parked.opened.set()

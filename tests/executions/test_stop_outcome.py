@@ -210,21 +210,26 @@ async def test_S2_a_stop_request_met_at_the_runners_heartbeat_ends_the_same_way(
 
 
 def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> None:
-    from mainspring.executions._rules.transitions import parse_stop_requests, stop_request
+    from mainspring.executions._rules.transitions import stop_request
+    from mainspring.storage import StopRequest
+    from mainspring.storage._seam import BadEncoding
 
-    requests = (
-        stop_request("op-1", "ex-1:t1"),
-        stop_request("op-2", "ex-1:t2", cascade=True),
-        "op-3:ex-1:t3",  # as written before the cascade choice existed
-        "garbage",
-    )
-    for request in requests[:3]:
-        ms.storage._seam.check_id(request)  # X1: a request is stored as an id
-    assert parse_stop_requests(requests) == [
+    requests = (stop_request("op-1", "ex-1:t1"), stop_request("op-2", "ex-1:t2", cascade=True))
+    assert [(r.operation_id, r.task_id, r.cascade) for r in requests] == [
         ("op-1", "ex-1:t1", False),
         ("op-2", "ex-1:t2", True),
-        ("op-3", "ex-1:t3", False),
     ]
+    # As storage v2 wrote them (read by `mainspring migrate`): the third before the cascade
+    # choice existed.
+    old = ("op-1:ex-1:t1", "op-2.cascade:ex-1:t2", "op-3:ex-1:t3")
+    assert [StopRequest.parse_v2(text) for text in old] == [
+        *requests,
+        StopRequest(operation_id="op-3", task_id="ex-1:t3"),
+    ]
+    with pytest.raises(BadEncoding, match="not a v2 stop request"):
+        StopRequest.parse_v2("garbage")
+    with pytest.raises(ValueError, match="task_id"):
+        StopRequest(operation_id="op-1", task_id="bad id")  # X1: its ids are ids
 
 
 @settings(max_examples=examples(200), deadline=None)
@@ -236,11 +241,14 @@ def test_stop_requests_carry_the_cascade_choice_and_old_ones_still_parse() -> No
 def test_a_stop_request_round_trips_and_is_a_valid_id(
     operation: str, task_id: str, cascade: bool
 ) -> None:
-    from mainspring.executions._rules.transitions import parse_stop_requests, stop_request
+    from mainspring.executions._rules.transitions import stop_request
+    from mainspring.storage import StopRequest
 
     request = stop_request(operation, task_id, cascade=cascade)
-    ms.storage._seam.check_id(request)
-    assert parse_stop_requests((request,)) == [(operation, task_id, cascade)]
+    stored = ms.storage._seam.unstructure(request)
+    assert ms.storage._seam.structure(stored, StopRequest) == request
+    v2 = f"{operation}{'.cascade' if cascade else ''}:{task_id}"
+    assert StopRequest.parse_v2(v2) == request
 
 
 async def test_S2_the_step_is_left_to_run_again_if_the_plan_no_longer_holds_that_exact_step(

@@ -87,7 +87,7 @@ async def _scenario(store: Any) -> None:
             (1, "stopped"),  # its process exited: taken over
             (2, "starting"),
             (2, "running"),
-            (2, "handing-off"),
+            (2, "handing_off"),
             (2, "delivered"),
         ]
         assert len({entry.worker_id for entry in workers}) == 1

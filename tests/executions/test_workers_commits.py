@@ -87,7 +87,7 @@ async def test_a_delivered_step_commits_three_times_each_before_its_side_effect(
     assert at_start[1] == [("starting", 1)]
     assert at_start[2] == ["assigned", "starting"]
     # The handoff (the stop intent) durable before the process is stopped.
-    assert at_stop[1] == [("handing-off", 1)]
+    assert at_stop[1] == [("handing_off", 1)]
     # Fenced and delivered are durable with the step's output (the task's save).
     (worker,), _ = parse_workers(final.workers)
     assert worker.status == "delivered"
@@ -115,7 +115,7 @@ async def test_a_crash_before_the_output_is_saved_resumes_from_the_handoff(
     assert live.status == "completed"
     (record,) = crashed
     (worker,), _ = parse_workers(record.workers)
-    assert worker.status == "handing-off"  # fenced and delivered were never on disk alone
+    assert worker.status == "handing_off"  # fenced and delivered were never on disk alone
     assert worker.intent is not None
     store.delete(RUN)  # its evidence is kept
     store.create(attrs.evolve(record, lease=None, status="running"))

@@ -134,7 +134,7 @@ async def test_a_resume_does_not_take_over_a_start_it_cannot_look_for(tmp_path: 
     assert len(host.starts) == 1
 
 
-@pytest.mark.parametrize("status", ["handing-off", "fenced"])
+@pytest.mark.parametrize("status", ["handing_off", "fenced"])
 async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     tmp_path: Path, status: str
 ) -> None:
@@ -147,7 +147,7 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     )
     # (A fence moves the worker and its task in one write: a fenced worker's task awaits
     # the delivery.)
-    state = "awaiting-delivery" if status == "fenced" else "running"
+    state = "awaiting_delivery" if status == "fenced" else "running"
     wtask = dict(
         ms.storage._seam.unstructure(done.worker_tasks[0]), state=state, delivery_digest=None
     )
@@ -180,7 +180,7 @@ async def test_a_handoff_cut_by_a_crash_is_finished_from_the_sealed_delivery(
     assert view.tasks[0].state == "delivered"
     trail = [e for e, _ in events(record)]
     assert trail[-1] == "delivered"
-    assert trail.count("fenced") == (2 if status == "handing-off" else 1)
+    assert trail.count("fenced") == (2 if status == "handing_off" else 1)
 
 
 async def test_E8_an_unreadable_worker_task_is_not_taken_for_absent_and_run_again(

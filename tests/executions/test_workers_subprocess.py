@@ -125,7 +125,7 @@ async def test_B1_a_worker_handing_off_past_its_steps_timeout_is_recorded_stoppe
     # The result arrives long before the step's timeout; stopping the worker for its handoff
     # takes the whole grace (SIGTERM ignored), past the timeout. The step fails
     # agent-timeout, and its worker must say so: stopped (its process killed and confirmed
-    # dead) with the timeout as the reason, never handing-off (active, for good, under a
+    # dead) with the timeout as the reason, never handing_off (active, for good, under a
     # failed step) nor delivered. A result that came late (a loaded machine) ends the same.
     pidfile = tmp_path / "pid"
     agents = {"coder": worker(tmp_path, DELIVERS_THEN_LINGERS, str(pidfile), grace=3.0)}

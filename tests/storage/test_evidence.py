@@ -238,7 +238,7 @@ def test_a_version_3_schema_is_upgraded_to_4_keeping_its_data() -> None:
             assert store.get_evidence(digest) == body
         finally:
             store.close()
-        assert PG_SCHEMA_VERSION == 4
+        assert PG_SCHEMA_VERSION == 5  # 5: storage v3's values (no table changes)
         with psycopg.connect(url) as conn:
             version = conn.execute(
                 f"SELECT value FROM \"{name}\".meta WHERE key = 'schema_version'"
@@ -250,7 +250,7 @@ def test_a_version_3_schema_is_upgraded_to_4_keeping_its_data() -> None:
                     (name,),
                 )
             }
-        assert version == ("4",)
+        assert version == ("5",)
         assert {"workers", "worker_tasks", "worker_trail", "evidence"} <= tables
     finally:
         drop_schema(name)

@@ -1,7 +1,9 @@
 """``migrate_store``: 0.1 stores (made by the 0.1 code itself, and small committed fixtures
-made the same way) become v2 stores that read back exactly what 0.1 read; the old store is
-kept as a backup until the new one is durable; a crash at each step leaves something a
-rerun finishes or restarts; a v2 store is left alone; unreadable records are reported."""
+made the same way) and storage v2 stores (committed fixtures made by the v2 code, on every
+backend) become v3 stores that read back exactly what the old code read (v2's values in
+v3's spelling, history included); the old store is kept as a backup until the new one is
+durable; a crash at each step leaves something a rerun finishes or restarts; a current store
+is left alone; unreadable records are reported."""
 
 from __future__ import annotations
 
@@ -273,7 +275,7 @@ def test_a_crash_at_either_rename_is_finished_or_restarted_by_running_again(
     assert (report.migrated, report.problems, report.backup_path) == (3, (), backup)
     assert new_view(store, kind) == as_v2(expected)
     assert snapshot(backup) == before
-    assert sorted(p.name for p in tmp_path.iterdir() if "v2-migrating" in p.name) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if "v3-migrating" in p.name) == []
     assert migrate_store(store).already_current
 
 
@@ -298,7 +300,7 @@ def test_a_crash_while_building_leaves_the_old_store_in_place_and_a_rerun_restar
         with pytest.raises(Crash):
             migrate_store(store)
     assert snapshot(store) == before  # untouched, and still refused by the new code
-    assert os.path.lexists(store.with_name(store.name + ".v2-migrating"))
+    assert os.path.lexists(store.with_name(store.name + ".v3-migrating"))
     report = migrate_store(store)
     assert report.migrated == 3
     assert sorted(new_view(store, kind)) == ["ex-1", "ex-2", "ex-3"]
@@ -331,7 +333,7 @@ def test_a_crash_before_the_last_directory_fsync_reads_as_done(
 
 
 def test_a_half_done_migration_without_a_backup_is_refused(tmp_path: Path) -> None:
-    temp = tmp_path / "store.sqlite3.v2-migrating"
+    temp = tmp_path / "store.sqlite3.v3-migrating"
     SqliteStore(temp).close()
     with pytest.raises(MigrationError, match="without a backup"):
         migrate_store(tmp_path / "store.sqlite3")
@@ -492,3 +494,216 @@ def test_read_v1_refuses_what_is_not_a_0_1_store(tmp_path: Path) -> None:
     SqliteStore(v2).close()
     with pytest.raises(ms.storage.StorageError, match=r"not a mainspring 0\.1 store"):
         read_v1(v2)
+
+
+# -- storage v2 (made by the v2 code, committed under data/v2) -> v3, on every backend -------
+
+V2 = DATA / "v2"
+V2_VIEW = orjson.loads((V2 / "v2-view.json").read_bytes())
+
+
+def _v2_stop(text: str) -> dict[str, Any]:
+    # As the v2 code wrote them: "<operation>[.cascade]:<task id>".
+    operation, _, task_id = text.partition(":")
+    cascade = operation.endswith(".cascade")
+    return {
+        "operation_id": operation.removesuffix(".cascade"),
+        "task_id": task_id,
+        "cascade": cascade,
+    }
+
+
+def _v2_approval(text: str) -> dict[str, Any]:
+    # "plan.v<n>" or "step.<id>.v<n>".
+    rest, _, version = text.rpartition(".v")
+    return {"plan_version": int(version), "step_id": None if rest == "plan" else rest[5:]}
+
+
+_RESPELLED = {"handing-off": "handing_off", "awaiting-delivery": "awaiting_delivery"}
+
+
+def as_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """What the v2 code read back, as v3 reads the migrated store: states respelled, stop
+    requests and approvals typed, a stop's audit line naming its request (its reason free)."""
+    v3 = dict(raw)
+    v3["stop_requests"] = [_v2_stop(text) for text in raw["stop_requests"]]
+    v3["approvals"] = [_v2_approval(text) for text in raw["approvals"]]
+    v3["controls"] = [
+        {**c, "reason": "", "stop": _v2_stop(c["reason"])} if c["action"] == "stop-task" else c
+        for c in raw["controls"]
+    ]
+    for part, field in (
+        ("workers", "status"),
+        ("worker_tasks", "state"),
+        ("worker_trail", "status"),
+    ):
+        if part in raw:
+            v3[part] = [{**r, field: _RESPELLED.get(r[field], r[field])} for r in raw[part]]
+    return v3
+
+
+def history_as_v3(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**e, "status": _RESPELLED.get(e["status"], e["status"])} if e["kind"] == "worker" else e
+        for e in events
+    ]
+
+
+def test_the_v2_fixtures_hold_every_value_v3_spells_differently() -> None:
+    raw = orjson.dumps(V2_VIEW)
+    for old in (b"handing-off", b"awaiting-delivery", b"op-1.cascade:t-code", b"step.b.v1"):
+        assert old in raw
+    stopping = V2_VIEW["executions"]["ex-stopping"]
+    assert [c["reason"] for c in stopping["controls"][:2]] == ["op-1.cascade:t-code", "op-2:t-ask"]
+
+
+def _migrated_view(store: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    listing = store.list()
+    assert listing.problems == ()
+    executions = {e.id: orjson.loads(orjson.dumps(unstructure(e))) for e in listing.executions}
+    history = {
+        e.id: [orjson.loads(orjson.dumps(unstructure(h))) for h in store.history(e.id)]
+        for e in listing.executions
+    }
+    return executions, history
+
+
+def _assert_reads_as_v2_did(store: Any, kind: str) -> None:
+    executions, history = _migrated_view(store)
+    expected = V2_VIEW["executions"]
+    assert sorted(executions) == sorted(expected) == ["ex-done", "ex-paused", "ex-stopping"]
+    for execution_id, raw in expected.items():
+        assert executions[execution_id] == as_v3(raw), execution_id
+        assert history[execution_id] == history_as_v3(V2_VIEW["history"][kind][execution_id])
+    stopping = store.get("ex-stopping")
+    assert stopping.stop_requests == (
+        ms.storage.StopRequest(operation_id="op-1", task_id="t-code", cascade=True),
+        ms.storage.StopRequest(operation_id="op-2", task_id="t-ask"),
+    )
+    assert stopping.answer_requests[0].ask == ms.storage.QuestionId(0)
+    assert store.get("ex-done").approvals == (
+        ms.storage.Approval(plan_version=1),
+        ms.storage.Approval(plan_version=1, step_id="b"),
+    )
+    # The typed records parse the new spelling: nothing is left Unreadable.
+    assert all(isinstance(w, ms.storage.WorkerRecord) for w in stopping.workers)
+    assert [w.status for w in stopping.workers] == [
+        ms.storage.WorkerStatus.STOPPED,
+        ms.storage.WorkerStatus.HANDING_OFF,
+    ]
+    assert all(isinstance(t, ms.storage.WorkerTask) for t in stopping.worker_tasks)
+    assert ms.storage.WorkerTaskState.AWAITING_DELIVERY in {t.state for t in stopping.worker_tasks}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+def test_a_v2_store_made_by_the_v2_code_migrates_and_reads_back_as_it_was(
+    kind: str, tmp_path: Path
+) -> None:
+    name = "v2.sqlite3" if kind == "sqlite" else "v2-files"
+    store = tmp_path / name
+    if kind == "sqlite":
+        shutil.copy2(V2 / name, store)
+    else:
+        shutil.copytree(V2 / name, store)
+    before = snapshot(store)
+    with pytest.raises(StoreNeedsMigration, match="storage layout 2"):
+        open_v2(store, kind)
+    assert snapshot(store) == before  # refused, not changed
+    report = migrate_store(store)
+    backup = tmp_path / f"{name}.v2-backup"
+    assert (report.migrated, report.problems, report.backup_path) == (3, (), backup)
+    assert (report.from_layout, report.to_layout) == (2, 3)
+    assert snapshot(backup) == before  # the old store, kept as it was
+    new = open_v2(store, kind)
+    try:
+        _assert_reads_as_v2_did(new, kind)
+    finally:
+        new.close()
+    again = migrate_store(store)
+    assert again.already_current
+    assert again.migrated == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+def test_a_crash_while_building_from_v2_leaves_the_v2_store_in_place(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "v2.sqlite3" if kind == "sqlite" else "v2-files"
+    store = tmp_path / name
+    if kind == "sqlite":
+        shutil.copy2(V2 / name, store)
+    else:
+        shutil.copytree(V2 / name, store)
+    before = snapshot(store)
+    from mainspring.storage import _migrate
+
+    def crash(*_: Any) -> None:
+        raise Crash("crash while reading back")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_migrate, "_read_back", crash)
+        with pytest.raises(Crash):
+            migrate_store(store)
+    assert snapshot(store) == before  # untouched, still v2
+    assert os.path.lexists(store.with_name(store.name + ".v3-migrating"))
+    assert migrate_store(store).migrated == 3
+    new = open_v2(store, kind)
+    try:
+        _assert_reads_as_v2_did(new, kind)
+    finally:
+        new.close()
+
+
+def _load_v2_schema(url: str, schema: str) -> None:
+    """A fresh schema at version 4 (storage v2), holding the rows the v2 code wrote."""
+    import psycopg
+
+    from mainspring.storage._backends.postgres.schema import upgrade
+
+    dump = orjson.loads((V2 / "v2-postgres.json").read_bytes())
+    with psycopg.connect(url, autocommit=True) as conn:
+        upgrade(conn, schema, to=4)  # versions 1..4 are as the v2 code made them
+        with conn.transaction():
+            for table, content in dump.items():
+                if not content["rows"]:
+                    continue
+                columns = content["columns"]
+                conn.execute(f'DELETE FROM "{schema}"."{table}"')
+                binary = {"head", "checkpoints", "body"}
+                for row in content["rows"]:
+                    values = [
+                        bytes.fromhex(v) if c in binary and v is not None else v
+                        for c, v in zip(columns, row, strict=True)
+                    ]
+                    names = ", ".join(columns)
+                    marks = ", ".join(["%s"] * len(columns))
+                    conn.execute(
+                        f'INSERT INTO "{schema}"."{table}" ({names}) VALUES ({marks})', values
+                    )
+
+
+def test_a_v2_postgres_schema_made_by_the_v2_code_migrates_and_reads_back_as_it_was() -> None:
+    from tests._postgres import drop_schema, fresh_schema, require_server, with_schema
+
+    server = require_server()
+    schema = fresh_schema()
+    url = with_schema(server, schema)
+    try:
+        _load_v2_schema(server, schema)
+        old = ms.storage.PostgresStore(url, read_only=True)
+        try:  # reading never writes: the v2 rows are read as v3 spells them, in memory
+            _assert_reads_as_v2_did(old, "postgres")
+        finally:
+            old.close()
+        report = migrate_store(url)
+        assert (report.kind, report.migrated, report.problems) == ("postgres", 3, ())
+        assert (report.from_layout, report.already_current) == (2, False)
+        store = ms.storage.PostgresStore(url, read_only=True)
+        try:
+            _assert_reads_as_v2_did(store, "postgres")
+        finally:
+            store.close()
+        again = migrate_store(url)
+        assert again.already_current
+    finally:
+        drop_schema(schema)

@@ -300,7 +300,7 @@ def test_sqlite_store_of_a_newer_layout_is_refused_without_being_changed(tmp_pat
     path = tmp_path / "newer.db"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    db.execute("INSERT INTO meta VALUES ('schema_version', '4')")
     db.commit()
     db.close()
     os.chmod(path, 0o640)
@@ -384,7 +384,7 @@ def test_a_file_store_of_a_newer_layout_is_refused_without_being_changed(tmp_pat
     path = tmp_path / "store"
     path.mkdir(mode=0o750)
     os.chmod(path, 0o750)
-    (path / ".format").write_bytes(b'{"layout": 3}')
+    (path / ".format").write_bytes(b'{"layout": 4}')
     with pytest.raises(StorageError, match="upgrade mainspring"):
         FileStore(path)
     assert path.stat().st_mode & 0o777 == 0o750

@@ -17,7 +17,15 @@ from typing import Any
 import anyio.to_thread
 import attrs
 
-from ...storage import STEP_FINISHED, AgentTaskRecord, Execution, PlanStep, RecordError, redact
+from ...storage import (
+    STEP_FINISHED,
+    AgentTaskRecord,
+    Execution,
+    ExecutionStatus,
+    PlanStep,
+    RecordError,
+    redact,
+)
 from ...storage._seam import (
     MAX_CONTROLS,
     AnswerRequest,
@@ -35,7 +43,6 @@ from .._rules.transitions import (
     apply_answers,
     cancel_execution,
     next_ask,
-    parse_stop_requests,
     pause_execution,
     requeue_interrupted,
     stop_askers,
@@ -238,10 +245,12 @@ def prepare_resume(
     # R8: answers written for a run that ended before it could take them.
     record = apply_answers(record, record.answer_requests, now)
     askers = stop_askers(record)
-    for operation, task_id, cascade in parse_stop_requests(record.stop_requests):
+    for request in record.stop_requests:
         # Asked for while it ran (S1).
-        by = askers.get(operation, owner)
-        record, _ = stop_task(record, task_id, operation, now, by=by, cascade=cascade)
+        by = askers.get(request.operation_id, owner)
+        record, _ = stop_task(
+            record, request.task_id, request.operation_id, now, by=by, cascade=request.cascade
+        )
     replan_goal = False
     pending = record.pending
     stored_outer = outer_answer(record)
@@ -279,7 +288,8 @@ def prepare_resume(
         record = attrs.evolve(record, max_cost=limits[1])
     if record.status != "running":
         record = add_control(record, "resume", owner, now)
-    status = execution_move(record.id, record.status, "running")  # never a terminal one (R4)
+    # Never a terminal one (R4).
+    status = execution_move(record.id, record.status, ExecutionStatus.RUNNING)
     record = attrs.evolve(record, status=status, updated_at=now)
     begin = Begin(
         resumed=True, check_drift=not replan_goal, replan_goal=replan_goal, in_flight=in_flight
@@ -440,7 +450,7 @@ class StoredTaskStop:
             if stored.terminal or owner is None:
                 return None  # nobody would act on a request: say so instead
             runner.append(owner)
-            stored = add_control(stored, "stop-task", self.owner, now, request)
+            stored = add_control(stored, "stop-task", self.owner, now, stop=request)
             requests = (*stored.stop_requests, request)[-MAX_CONTROLS:]
             return attrs.evolve(stored, stop_requests=requests)
 

@@ -55,21 +55,23 @@ __all__ = [
 
 _WAITING: frozenset[ExecutionStatus] = frozenset(
     {
-        "waiting_for_input",
-        "waiting_for_clarification",
-        "waiting_for_approval",
-        "waiting_for_budget",
+        ExecutionStatus.WAITING_FOR_INPUT,
+        ExecutionStatus.WAITING_FOR_CLARIFICATION,
+        ExecutionStatus.WAITING_FOR_APPROVAL,
+        ExecutionStatus.WAITING_FOR_BUDGET,
     }
 )
-_STOPPED: frozenset[ExecutionStatus] = frozenset({"paused", "cancelled", "failed"})
+_STOPPED: frozenset[ExecutionStatus] = frozenset(
+    {ExecutionStatus.PAUSED, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED}
+)
 
 EXECUTION_MOVES: Mapping[ExecutionStatus, frozenset[ExecutionStatus]] = {
     # A new execution plans first; the planner may fail, ask, or want approval.
-    "planned": frozenset({"running", *_WAITING, *_STOPPED}),
-    "running": frozenset({"completed", *_WAITING, *_STOPPED}),
+    ExecutionStatus.PLANNED: frozenset({ExecutionStatus.RUNNING, *_WAITING, *_STOPPED}),
+    ExecutionStatus.RUNNING: frozenset({ExecutionStatus.COMPLETED, *_WAITING, *_STOPPED}),
     # Resumed (with an answer, an approval, more budget), or stopped from outside.
-    **{waiting: frozenset({"running", *_STOPPED}) for waiting in _WAITING},
-    "paused": frozenset({"running", "cancelled"}),
+    **{waiting: frozenset({ExecutionStatus.RUNNING, *_STOPPED}) for waiting in _WAITING},
+    ExecutionStatus.PAUSED: frozenset({ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED}),
     **{end: frozenset() for end in EXECUTION_TERMINAL},
 }
 
@@ -78,71 +80,99 @@ EXECUTION_MOVES: Mapping[ExecutionStatus, frozenset[ExecutionStatus]] = {
 STEP_MOVES: Mapping[StepStatus, frozenset[StepStatus]] = {
     # succeeded at once: a finished agent task is reused (R8); skipped / cancelled: cascades
     # and aborts (P2, P6); stopped: its queued or waiting agent task was stopped (S2).
-    "pending": frozenset({"running", "succeeded", "skipped", "cancelled", "stopped"}),
+    StepStatus.PENDING: frozenset(
+        {
+            StepStatus.RUNNING,
+            StepStatus.SUCCEEDED,
+            StepStatus.SKIPPED,
+            StepStatus.CANCELLED,
+            StepStatus.STOPPED,
+        }
+    ),
     # pending again: interrupted by a pause, a crash or a stop before it could finish.
-    "running": frozenset({"succeeded", "failed", "cancelled", "stopped", "pending"}),
-    "succeeded": frozenset({"failed"}),  # its result could not be stored (X2)
-    "failed": frozenset(),
-    "skipped": frozenset(),
-    "cancelled": frozenset(),
-    "stopped": frozenset(),
+    StepStatus.RUNNING: frozenset(
+        {
+            StepStatus.SUCCEEDED,
+            StepStatus.FAILED,
+            StepStatus.CANCELLED,
+            StepStatus.STOPPED,
+            StepStatus.PENDING,
+        }
+    ),
+    StepStatus.SUCCEEDED: frozenset({StepStatus.FAILED}),  # its result could not be stored (X2)
+    StepStatus.FAILED: frozenset(),
+    StepStatus.SKIPPED: frozenset(),
+    StepStatus.CANCELLED: frozenset(),
+    StepStatus.STOPPED: frozenset(),
 }
 
 # -- agent tasks --------------------------------------------------------------------------
 
 TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
-    "created": frozenset({"running", "queued", "cancelled", "failed"}),
-    "queued": frozenset({"running", "cancelled", "failed"}),
-    "running": frozenset(
+    TaskState.CREATED: frozenset(
+        {TaskState.RUNNING, TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED}
+    ),
+    TaskState.QUEUED: frozenset({TaskState.RUNNING, TaskState.CANCELLED, TaskState.FAILED}),
+    TaskState.RUNNING: frozenset(
         {
-            "completed",
-            "failed",
-            "cancelled",
-            "queued",  # requeued after a pause or a crash (R1, R3)
-            "paused",
-            "waiting_for_input",
-            "waiting_for_clarification",
+            TaskState.COMPLETED,
+            TaskState.FAILED,
+            TaskState.CANCELLED,
+            TaskState.QUEUED,  # requeued after a pause or a crash (R1, R3)
+            TaskState.PAUSED,
+            TaskState.WAITING_FOR_INPUT,
+            TaskState.WAITING_FOR_CLARIFICATION,
         }
     ),
     # Answered (queued to run again), or stopped.
-    "waiting_for_input": frozenset({"queued", "running", "cancelled", "failed"}),
-    "waiting_for_clarification": frozenset({"queued", "running", "cancelled", "failed"}),
-    "paused": frozenset({"queued", "running", "cancelled", "failed"}),
+    TaskState.WAITING_FOR_INPUT: frozenset(
+        {TaskState.QUEUED, TaskState.RUNNING, TaskState.CANCELLED, TaskState.FAILED}
+    ),
+    TaskState.WAITING_FOR_CLARIFICATION: frozenset(
+        {TaskState.QUEUED, TaskState.RUNNING, TaskState.CANCELLED, TaskState.FAILED}
+    ),
+    TaskState.PAUSED: frozenset(
+        {TaskState.QUEUED, TaskState.RUNNING, TaskState.CANCELLED, TaskState.FAILED}
+    ),
     **{end: frozenset() for end in TASK_TERMINAL},
 }
 
 # -- external workers ---------------------------------------------------------------------
 #
-#     assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
+#     assigned -> starting -> running <-> idle -> handing_off -> fenced -> delivered
 #     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
 #     stopped or active -> assigned: a takeover, generation + 1 (process confirmed dead)
 #
 # (The active statuses, ACTIVE_WORKER, are the records': those in which a worker may still
 # write into its task's workspace.)
 
+_W = WorkerStatus
 WORKER_MOVES: Mapping[WorkerStatus, frozenset[WorkerStatus]] = {
-    "assigned": frozenset({"starting", "stopped", "blocked"}),  # (assigned again: takeover)
-    "starting": frozenset({"running", "idle", "stopped", "blocked", "assigned"}),
-    "running": frozenset({"idle", "handing-off", "stopped", "blocked", "assigned"}),
-    "idle": frozenset({"running", "handing-off", "stopped", "blocked", "assigned"}),
-    "handing-off": frozenset({"fenced", "stopped", "blocked", "assigned"}),
-    "fenced": frozenset({"delivered"}),
-    "delivered": frozenset(),
-    "stopped": frozenset({"assigned"}),  # taken over once its process is confirmed dead
-    "blocked": frozenset(),
+    # (assigned again: takeover)
+    _W.ASSIGNED: frozenset({_W.STARTING, _W.STOPPED, _W.BLOCKED}),
+    _W.STARTING: frozenset({_W.RUNNING, _W.IDLE, _W.STOPPED, _W.BLOCKED, _W.ASSIGNED}),
+    _W.RUNNING: frozenset({_W.IDLE, _W.HANDING_OFF, _W.STOPPED, _W.BLOCKED, _W.ASSIGNED}),
+    _W.IDLE: frozenset({_W.RUNNING, _W.HANDING_OFF, _W.STOPPED, _W.BLOCKED, _W.ASSIGNED}),
+    _W.HANDING_OFF: frozenset({_W.FENCED, _W.STOPPED, _W.BLOCKED, _W.ASSIGNED}),
+    _W.FENCED: frozenset({_W.DELIVERED}),
+    _W.DELIVERED: frozenset(),
+    _W.STOPPED: frozenset({_W.ASSIGNED}),  # taken over once its process is confirmed dead
+    _W.BLOCKED: frozenset(),
 }
 
 #: The task a worker serves: ready for a worker; running while one's process runs;
-#: awaiting-delivery once the handing-off worker is fenced; delivered. Back to ready when its
+#: awaiting_delivery once the handing-off worker is fenced; delivered. Back to ready when its
 #: process ended unexpectedly, failed to start, was stopped (pause, deadline, lease loss) or
 #: taken over; blocked when it made no progress or was stopped for good.
+_T = WorkerTaskState
 WORKER_TASK_MOVES: Mapping[WorkerTaskState, frozenset[WorkerTaskState]] = {
-    "ready": frozenset({"running", "blocked"}),
-    "running": frozenset({"ready", "awaiting-delivery", "blocked"}),
-    "awaiting-delivery": frozenset({"delivered"}),
-    "delivered": frozenset(),
-    "blocked": frozenset(),
+    _T.READY: frozenset({_T.RUNNING, _T.BLOCKED}),
+    _T.RUNNING: frozenset({_T.READY, _T.AWAITING_DELIVERY, _T.BLOCKED}),
+    _T.AWAITING_DELIVERY: frozenset({_T.DELIVERED}),
+    _T.DELIVERED: frozenset(),
+    _T.BLOCKED: frozenset(),
 }
+del _W, _T
 
 
 # -- the checks ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Plan, PlanStep, StepStatus
+from ...storage import STEP_FINISHED, Approval, Plan, PlanStep, StepStatus
 from ...storage._seam import Vector
 from .lifecycle import step_move
 
@@ -24,7 +24,7 @@ __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost"
 
 #: What lets a dependent run (P2): its dependency succeeded, or was stopped by a user and
 #: counts as done without a result (S2).
-SATISFIED: frozenset[StepStatus] = frozenset({"succeeded", "stopped"})
+SATISFIED: frozenset[StepStatus] = frozenset({StepStatus.SUCCEEDED, StepStatus.STOPPED})
 
 
 @attrs.frozen
@@ -154,7 +154,9 @@ class Schedule:
             for dependent in self._dependents.get(dependency, ()):
                 if self.status[dependent] != "pending":
                     continue
-                new: StepStatus = "cancelled" if state == "cancelled" else "skipped"
+                new: StepStatus = (
+                    StepStatus.CANCELLED if state == StepStatus.CANCELLED else StepStatus.SKIPPED
+                )
                 self.set(dependent, new)
                 changes.append(Cascaded(dependent, new, dependency, state))
         return changes
@@ -189,11 +191,9 @@ class Schedule:
         return self._finished == len(self.status)
 
 
-def approval_key(plan_version: int, step: PlanStep | None) -> str:
-    """The key an approval of the plan (``step`` None) or of one step is recorded under."""
-    if step is None:
-        return f"plan.v{plan_version}"
-    return f"step.{step.id}.v{plan_version}"
+def approval_key(plan_version: int, step: PlanStep | None) -> Approval:
+    """The approval of version ``plan_version`` of the plan (``step`` None) or of one step."""
+    return Approval(plan_version=plan_version, step_id=step.id if step is not None else None)
 
 
 def cost(step: PlanStep, remaining: int, reservation: Callable[[int], int]) -> int | None:
@@ -231,7 +231,7 @@ def pick(
     limits: Mapping[str, int],
     remaining: int,
     reservation: Callable[[int], int],
-    approvals: Collection[str],
+    approvals: Collection[Approval],
     question_open: bool,
     asking: Collection[str] = (),
     answered: Collection[str] = (),

@@ -19,9 +19,13 @@ from ...storage import (
     STEP_FINISHED,
     AgentTaskRecord,
     Execution,
+    ExecutionStatus,
     Interruption,
     Observation,
     Pending,
+    QuestionId,
+    StepStatus,
+    StopRequest,
     Unreadable,
     redact,
 )
@@ -36,7 +40,6 @@ from .lifecycle import execution_move, step_move, task_move
 from .plan import observe, step_input_hash
 
 __all__ = [
-    "ASK_PREFIX",
     "add_control",
     "answer_digest",
     "answer_task",
@@ -48,7 +51,6 @@ __all__ = [
     "map_tasks",
     "next_ask",
     "next_waiting",
-    "parse_stop_requests",
     "pause_execution",
     "requeue_interrupted",
     "stop_askers",
@@ -56,7 +58,6 @@ __all__ = [
     "stop_task",
 ]
 
-ASK_PREFIX = "ask."
 ControlAction = Literal["pause", "resume", "cancel", "answer", "approve", "stop-task"]
 
 
@@ -88,36 +89,20 @@ def map_tasks(
     return attrs.evolve(execution, agent_tasks=tuple(entries)), changed
 
 
-_CASCADE = ".cascade"
-
-
-def stop_request(operation_id: str, task_id: str, *, cascade: bool = False) -> str:
-    """How a stop request is written: the operation id first (it has no colon), marked
-    ``.cascade`` when the stop cancels the task's dependents too. A request written before
-    the mark existed reads as a plain stop."""
-    return f"{operation_id}{_CASCADE if cascade else ''}:{task_id}"
+def stop_request(operation_id: str, task_id: str, *, cascade: bool = False) -> StopRequest:
+    """The stop request operation ``operation_id`` writes for ``task_id``; ``cascade``: the
+    task's dependents are cancelled too (S2)."""
+    return StopRequest(operation_id=operation_id, task_id=task_id, cascade=cascade)
 
 
 def stop_askers(execution: Execution) -> dict[str, str]:
     """The owner that asked for each stop request on the record, by operation id (V3): the
     audit line written with the request names it."""
     return {
-        operation: control.by
+        control.stop.operation_id: control.by
         for control in execution.controls
-        if control.action == "stop-task"
-        for operation, _, _ in parse_stop_requests((control.reason,))
+        if control.action == "stop-task" and control.stop is not None
     }
-
-
-def parse_stop_requests(requests: tuple[str, ...]) -> list[tuple[str, str, bool]]:
-    """``(operation id, task id, cascade)`` for each request written by :func:`stop_request`."""
-    parsed = []
-    for entry in requests:
-        operation, _, task_id = entry.partition(":")
-        if task_id:
-            cascade = operation.endswith(_CASCADE)
-            parsed.append((operation.removesuffix(_CASCADE), task_id, cascade))
-    return parsed
 
 
 #: How much of a free-text reason (a pause's, a cancel's) is kept: it is an explanation, and
@@ -141,10 +126,17 @@ def add_control(
     reason: str = "",
     *,
     answer_sha256: str | None = None,
+    stop: StopRequest | None = None,
 ) -> Execution:
-    """Append an audit line (bounded: the oldest go first)."""
+    """Append an audit line (bounded: the oldest go first); a ``stop-task`` line names the
+    stop request it wrote (``stop``)."""
     line = Control(
-        action=action, by=by, at=now, reason=bounded_reason(reason), answer_sha256=answer_sha256
+        action=action,
+        by=by,
+        at=now,
+        reason=bounded_reason(reason),
+        answer_sha256=answer_sha256,
+        stop=stop,
     )
     return attrs.evolve(execution, controls=(*execution.controls, line)[-MAX_CONTROLS:])
 
@@ -176,7 +168,7 @@ def requeue_interrupted(
     plan = execution.plan
     if plan is not None and any(step.status == "running" for step in plan.steps):
         steps = tuple(
-            attrs.evolve(step, status=step_move(step.id, step.status, "pending"))
+            attrs.evolve(step, status=step_move(step.id, step.status, StepStatus.PENDING))
             if step.status == "running"
             else step
             for step in plan.steps
@@ -190,12 +182,19 @@ def pause_execution(execution: Execution, by: str, now: float, reason: str = "")
     stop asked for and not yet recorded (a stop request) is applied first: a stop under way
     is not undone by the pause (S1, R11)."""
     askers = stop_askers(execution)
-    for operation, task_id, cascade in parse_stop_requests(execution.stop_requests):
-        asker = askers.get(operation, by)
-        execution, _ = stop_task(execution, task_id, operation, now, by=asker, cascade=cascade)
+    for request in execution.stop_requests:
+        asker = askers.get(request.operation_id, by)
+        execution, _ = stop_task(
+            execution,
+            request.task_id,
+            request.operation_id,
+            now,
+            by=asker,
+            cascade=request.cascade,
+        )
     execution, _ = requeue_interrupted(execution, "pause", now, reason)
     execution = add_control(execution, "pause", by, now, reason)
-    status = execution_move(execution.id, execution.status, "paused")
+    status = execution_move(execution.id, execution.status, ExecutionStatus.PAUSED)
     return attrs.evolve(execution, status=status, updated_at=now)
 
 
@@ -242,7 +241,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
                 steps.append(step)
                 continue
             started = step.status == "running" or step.kind == "agent"
-            status: Literal["cancelled", "skipped"] = "cancelled" if started else "skipped"
+            status = StepStatus.CANCELLED if started else StepStatus.SKIPPED
             steps.append(attrs.evolve(step, status=step_move(step.id, step.status, status)))
             observations, attempts = _ended_attempts(observations, step.id)  # B1
             observations.append(
@@ -258,7 +257,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     execution = add_control(execution, "cancel", by, now, reason)
     return attrs.evolve(
         execution,
-        status=execution_move(execution.id, execution.status, "cancelled"),
+        status=execution_move(execution.id, execution.status, ExecutionStatus.CANCELLED),
         pending=None,
         observations=tuple(observations),
         updated_at=now,
@@ -307,9 +306,9 @@ def answer_task(execution: Execution, task_id: str, answer: str, now: float) -> 
     return attrs.evolve(execution, pending=next_waiting(execution), updated_at=now)
 
 
-def next_ask(record: AgentTaskRecord) -> str:
-    """The ask step a waiting task's open question will be recorded as."""
-    return f"{ASK_PREFIX}{sum(n.startswith(ASK_PREFIX) for n in record.inner_completed)}"
+def next_ask(record: AgentTaskRecord) -> QuestionId:
+    """The question a waiting task's open question will be recorded as (its ask step)."""
+    return QuestionId(sum(QuestionId.is_question(n) for n in record.inner_completed))
 
 
 def answered(record: AgentTaskRecord, given: AnswerRequest, now: float) -> AgentTaskRecord | None:
@@ -320,7 +319,9 @@ def answered(record: AgentTaskRecord, given: AnswerRequest, now: float) -> Agent
     key = next_ask(record)
     if given.ask is not None and given.ask != key:
         return None  # it answered an earlier question of this task
-    observation = Observation(step_id=key, ok=True, output=given.answer, redacted=given.redacted)
+    observation = Observation(
+        step_id=key.step_id, ok=True, output=given.answer, redacted=given.redacted
+    )
     return attrs.evolve(
         record,
         state="queued",
@@ -328,7 +329,7 @@ def answered(record: AgentTaskRecord, given: AnswerRequest, now: float) -> Agent
         pending_question_at=None,
         answered_at=now,
         answer_sha256=given.answer_sha256,
-        inner_completed=(*record.inner_completed, key),
+        inner_completed=(*record.inner_completed, key.step_id),
         inner_observations=(*record.inner_observations, observation),
         updated_at=now,
     )
@@ -401,7 +402,7 @@ def stop_task(
                 and step.status not in STEP_FINISHED
             )
             if same:
-                status: Literal["cancelled", "stopped"] = "cancelled" if cascade else "stopped"
+                status = StepStatus.CANCELLED if cascade else StepStatus.STOPPED
                 step = attrs.evolve(step, status=step_move(step.id, step.status, status))
             steps.append(step)
             if same:
@@ -413,7 +414,7 @@ def stop_task(
                         agent=step.agent,
                         agent_task_id=record.id,
                         ok=False,
-                        code=status,
+                        code="cancelled" if cascade else "stopped",
                         error=f"{status}: the agent task was stopped; {why}",
                     ),
                 )
@@ -422,7 +423,7 @@ def stop_task(
     if pending is not None and pending.agent_task_id == task_id:
         pending = next_waiting(execution)
     request = stop_request(operation, task_id, cascade=cascade)
-    execution = add_control(execution, "stop-task", by or operation, now, request)
+    execution = add_control(execution, "stop-task", by or operation, now, stop=request)
     return attrs.evolve(
         execution, pending=pending, observations=observations, updated_at=now
     ), record

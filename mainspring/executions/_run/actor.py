@@ -60,7 +60,6 @@ from .._rules.scheduler import pick
 from .._rules.transitions import (
     cancel_execution,
     clamp_count,
-    parse_stop_requests,
     pause_execution,
     stop_askers,
     stop_task,
@@ -452,7 +451,7 @@ class ExecutionActor(Actor):
         st = self._st
         cfg = self._cfg
         now = time.time()
-        st.sched.set(step.id, "running")
+        st.sched.set(step.id, StepStatus.RUNNING)
         st.in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
         if self._funnel.listening():  # built only when someone hears it
             self._funnel.publish(
@@ -469,7 +468,7 @@ class ExecutionActor(Actor):
             try:
                 child = self.start_task(run_step, step, fn, meter)
             except ActorDeadError:  # stopping meanwhile: what ends the run decides
-                st.sched.set(step.id, "pending")
+                st.sched.set(step.id, StepStatus.PENDING)
                 return None
             self._children.track(Running(step, child, cost, meter=meter))
             return True
@@ -477,7 +476,7 @@ class ExecutionActor(Actor):
         if task is not None and task.state == "completed":
             # R8: this exact step already ran to completion (e.g. before a replan).
             st.set_task(task)
-            st.sched.set(step.id, "succeeded")
+            st.sched.set(step.id, StepStatus.SUCCEEDED)
             previous = next(
                 (o for o in st.obs.values() if o.agent_task_id == task.id and o.ok), None
             )
@@ -690,7 +689,7 @@ class ExecutionActor(Actor):
             started_at=started_at,
         ):  # fmt: skip
             return True
-        state: StepStatus = "succeeded" if done.ok else "failed"
+        state: StepStatus = StepStatus.SUCCEEDED if done.ok else StepStatus.FAILED
         st.sched.set(step.id, state)
         error, attempts = self._children.last_attempt(
             step, ok=done.ok, error=error, caught=caught, started_at=started_at
@@ -729,7 +728,7 @@ class ExecutionActor(Actor):
             committed = await self._funnel.commit(**changes)
         except Unstorable as exc:
             committed = await self._tasks.unstorable(step, None, str(exc), changes)
-            state = "failed"
+            state = StepStatus.FAILED
         if not committed:
             return False
         self._funnel.publish_step(step.id, state)
@@ -754,11 +753,12 @@ class ExecutionActor(Actor):
         if stored.answer_requests and not await self._tasks.take_answers(stored.answer_requests):
             return
         askers = stop_askers(stored)  # V3: the task is told who asked, as if asked here
-        for operation, task_id, cascade in parse_stop_requests(stored.stop_requests):
+        for request in stored.stop_requests:
+            task_id = request.task_id
             task = st.tasks.get(task_id)
             if task is not None and not task.terminal and task_id not in st.stopping_tasks:
-                by = askers.get(operation, "")
-                await self._tasks.stop(StopTask(task_id, operation, cascade, by))
+                by = askers.get(request.operation_id, "")
+                await self._tasks.stop(StopTask(task_id, request.operation_id, request.cascade, by))
             if st.stopping():
                 return
 

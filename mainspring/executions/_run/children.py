@@ -47,7 +47,7 @@ from ...actors import (
     Timeout,
     Timer,
 )
-from ...storage import Failure, Observation, PlanStep, RetryPolicy, redact
+from ...storage import Failure, Observation, PlanStep, RetryPolicy, StepStatus, TaskState, redact
 from ...storage._seam import MAX_ATTEMPTS
 from .._rules.deadlines import (
     UNWIND,
@@ -141,7 +141,7 @@ class Children:
         try:
             return await self._actor.spawn(factory, *args)
         except ActorDeadError:
-            self._state.sched.set(step.id, "pending")
+            self._state.sched.set(step.id, StepStatus.PENDING)
             return None
 
     def track(self, running: Running) -> None:
@@ -229,7 +229,7 @@ class Children:
                 return
             del self.backoff[message.step_id]
             if st.sched.status.get(message.step_id) == "running":
-                st.sched.set(message.step_id, "pending")  # the scheduler starts it again
+                st.sched.set(message.step_id, StepStatus.PENDING)  # the scheduler starts it again
             await self._advance()
         elif type(message) is DeadlinePassed:
             at = st.rec.deadline_at
@@ -411,7 +411,7 @@ class Children:
             await self._tasks.stopped(running, now)
             return
         # The child ended without reporting: it crashed.
-        st.sched.set(step_id, "failed")
+        st.sched.set(step_id, StepStatus.FAILED)
         st.obs[step_id] = observe(
             step,
             ok=False,
@@ -447,7 +447,7 @@ class Children:
             step, error, (), timed_out=True, changes=changes, started_at=started_at
         ):
             return
-        st.sched.set(step.id, "failed")
+        st.sched.set(step.id, StepStatus.FAILED)
         message, data = self.last_attempt(
             step, ok=False, error=error, timed_out=True, started_at=started_at
         )
@@ -478,13 +478,13 @@ class Children:
         if not task.terminal:
             task = attrs.evolve(
                 task,
-                state=task_move(task.id, task.state, "failed"),
+                state=task_move(task.id, task.state, TaskState.FAILED),
                 failure=Failure(code="agent-timeout", message=error),
                 ended_at=now,
                 updated_at=now,
             )
             st.set_task(task)
-        st.sched.set(step.id, "failed")
+        st.sched.set(step.id, StepStatus.FAILED)
         st.obs[step.id] = Observation(
             step_id=step.id,
             agent=step.target,

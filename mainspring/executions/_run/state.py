@@ -239,7 +239,7 @@ class RunState:
             # derived from the workspace. After a failure, steps done stay done.
             done: dict[tuple[str, str, str, str], StepStatus] = {}
             for step in previous.steps:
-                status = self.sched.status.get(step.id, "pending")
+                status = self.sched.status.get(step.id, StepStatus.PENDING)
                 if (self.keep_done and status in SATISFIED) or self.user_stopped(step.id):
                     done[(step.id, step.kind, step.target, step_input_hash(step))] = status
             kept = {
@@ -255,7 +255,7 @@ class RunState:
             keep(self.rec.id, plan)
         self.sched = Schedule(
             plan,
-            {step.id: kept.get(step.id, "pending") for step in plan.steps},
+            {step.id: kept.get(step.id, StepStatus.PENDING) for step in plan.steps},
             self.sched.completed,  # steps kept done keep their place in completion order
         )
         self.claimed.clear()

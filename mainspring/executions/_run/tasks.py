@@ -21,12 +21,15 @@ from ...storage import (
     Pending,
     Plan,
     PlanStep,
+    QuestionId,
+    StepStatus,
+    TaskState,
     redact,
 )
 from ...storage._seam import MAX_CONTROLS, MAX_DIAGNOSTICS, AnswerRequest, Checkpoint, reconcile
 from .._rules.lifecycle import task_move
 from .._rules.plan import observe, step_input_hash
-from .._rules.transitions import ASK_PREFIX, answered, clamp_count, stop_request, stop_task
+from .._rules.transitions import answered, clamp_count, stop_request, stop_task
 from .._steps.children import TaskSave
 from .._steps.failures import log_failure
 from . import events as ev
@@ -208,7 +211,7 @@ class TaskBook:
         envelope = self._cfg.agent_envelope
         if not why:  # an unknown (old) hash is known from now on
             return attrs.evolve(task, definition_hash=current, envelope_hash=envelope)
-        answers = tuple(o for o in task.inner_observations if o.step_id.startswith(ASK_PREFIX))
+        answers = tuple(o for o in task.inner_observations if QuestionId.is_question(o.step_id))
         attempt = clamp_count(task.attempt + 1)
         note = redact(f"attempt {attempt}: the inner work restarts: {why} (R8)")
         return attrs.evolve(
@@ -249,7 +252,7 @@ class TaskBook:
         changes: dict[str, Any] = {"calls_used": calls, "usage": usage}
         if task.state == "completed":
             # R12: the step joins the completed set in the same commit as the task.
-            st.sched.set(step.id, "succeeded")
+            st.sched.set(step.id, StepStatus.SUCCEEDED)
             if save.live:  # E10: a masked copy read back is not handed on as the original
                 st.outputs[step.id] = save.output
             stored = save.stored
@@ -266,7 +269,7 @@ class TaskBook:
                 ended_at=task.ended_at,
             )
         elif task.state == "failed":
-            st.sched.set(step.id, "failed")
+            st.sched.set(step.id, StepStatus.FAILED)
             failure = task.failure
             code = failure.code if failure is not None else "agent-failed"
             st.obs[step.id] = Observation(
@@ -294,11 +297,11 @@ class TaskBook:
         elif task.state == "queued":
             # P4: the step waits for budget with the task's durable steps kept; the task may
             # be claimed again as soon as budget allows (in this run or on a resume).
-            st.sched.set(step.id, "pending")
+            st.sched.set(step.id, StepStatus.PENDING)
             st.claimed.discard(task.id)
         elif task.state == "waiting_for_clarification":
             # P5: the step stays pending (not failed); the first waiting task holds the slot.
-            st.sched.set(step.id, "pending")
+            st.sched.set(step.id, StepStatus.PENDING)
             if st.rec.pending is None:
                 changes["pending"] = Pending(
                     kind="clarification",
@@ -371,8 +374,8 @@ class TaskBook:
         if st.sched.status[step.id] == "pending":
             # An agent's question that could not be stored: the wait it would have started
             # never reached disk, so the step was still running when it failed.
-            st.sched.set(step.id, "running")
-        st.sched.set(step.id, "failed")  # from succeeded too: its result is not storable
+            st.sched.set(step.id, StepStatus.RUNNING)
+        st.sched.set(step.id, StepStatus.FAILED)  # from succeeded too: its result is not storable
         st.running.pop(step.id, None)
         st.outputs.pop(step.id, None)
         message = f"its result could not be stored: {why}"
@@ -529,7 +532,7 @@ class TaskBook:
             "with; pass secrets by reference (an environment variable's name, a "
             "secret store key) instead of in the plan"
         )
-        st.sched.set(step.id, "failed")
+        st.sched.set(step.id, StepStatus.FAILED)
         st.obs[step.id] = observe(step, ok=False, error=why)
         if step.kind == "agent":
             # Its stored tasks end with it: a failed run holds no live task (R11 sticky).
@@ -541,7 +544,7 @@ class TaskBook:
                 st.set_task(
                     attrs.evolve(
                         task,
-                        state=task_move(task.id, task.state, "failed"),
+                        state=task_move(task.id, task.state, TaskState.FAILED),
                         pending_question=None,
                         ended_at=now,
                         updated_at=now,

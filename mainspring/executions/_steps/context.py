@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal, final
 import anyio.lowlevel
 
 from ...actors import CancelReason, cancel_reason
-from ...storage import Finding, Usage
+from ...storage import Finding, QuestionId, Usage
 from ...storage._seam import check_id
 from .._memory.memory import AgentMemory
 from .._programs.programs import ProgramResult, run_program_result
-from .._rules.transitions import ASK_PREFIX
 from .._rules.usage import split_usage
 from .outputs import keep_result, prepare_output_off_loop
 
@@ -143,8 +142,8 @@ class AgentContext:
         if on_redacted not in ("rerun", "replay"):
             raise ValueError(f"on_redacted must be 'rerun' or 'replay', not {on_redacted!r}")
         check_id(name)
-        if name.startswith(ASK_PREFIX):
-            raise ValueError(f"step names starting with {ASK_PREFIX!r} are reserved")
+        if QuestionId.is_question(name):
+            raise ValueError(f"step names starting with {QuestionId.PREFIX!r} are reserved")
         if name in self._seen:
             raise ValueError(f"inner step {name} ran twice in one task")
         declared = await self._actor.declared(paths)
@@ -181,7 +180,7 @@ class AgentContext:
         must let propagate (clean up in ``finally``, shielded if the cleanup awaits). On the
         resume that brings the answer, the agent runs again and this call returns it.
         """
-        key = f"{ASK_PREFIX}{self._asks}"
+        key = QuestionId(self._asks).step_id
         self._asks += 1
         recorded = self._actor.recorded(key)
         if recorded is None:

@@ -29,7 +29,7 @@ import anyio
 import attrs
 
 from ...actors import ActorDeadError, Cancel, CancelReason
-from ...storage import Execution, TrailEntry, Unreadable, WorkerRecord, WorkerTask
+from ...storage import Execution, TrailEntry, Unreadable, WorkerRecord, WorkerStatus, WorkerTask
 from ...storage._seam import Edit
 from . import fleet as fleet
 from .evidence import EvidenceShelf
@@ -313,7 +313,7 @@ async def _answer(
         if board is None or live is None:
             return None
         worker = board.workers[request.worker_id]
-        belief = fleet.expect(worker, "running", "idle")
+        belief = fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE)
         _, line, digest = fleet.repair(worker, belief, request.text, now=time.time())
         ticket = RepairTicket(digest=digest)
 

@@ -32,7 +32,7 @@ from ...actors import (
     Timeout,
     cancel_reason,
 )
-from ...storage import TrailEntry, WorkerRecord, WorkerTask
+from ...storage import TrailEntry, WorkerRecord, WorkerStatus, WorkerTask
 from ...storage._seam import ACTIVE_WORKER, StopIntent, WorkerFailure, redact_flagged
 from .._steps.children import CodedFailure, SaveRefused
 from .._steps.outputs import keep_result
@@ -143,8 +143,8 @@ class Driver:
         worker = self.worker()
         if worker is None:
             return None
-        if worker.status in ("handing-off", "fenced") and worker.intent is not None:
-            if worker.status == "handing-off":
+        if worker.status in (WorkerStatus.HANDING_OFF, "fenced") and worker.intent is not None:
+            if worker.status == WorkerStatus.HANDING_OFF:
                 await self.confirm_dead(worker, takeover=False)
                 worker = self.board.workers[worker.id]
                 await self.not_late(worker)
@@ -335,7 +335,11 @@ class Driver:
         now = time.time()
         session = f"s{secrets.token_hex(8)}"
         worker = fleet.mark_starting(
-            worker, fleet.expect(worker, "assigned"), session=session, job=self.task_id, now=now
+            worker,
+            fleet.expect(worker, WorkerStatus.ASSIGNED),
+            session=session,
+            job=self.task_id,
+            now=now,
         )
         here = host_of(self.agent.host)  # where to look for it if this runtime dies now
         self.board.put(worker, None, "starting", f"host={here}" if here else "")
@@ -357,7 +361,7 @@ class Driver:
             worker, task = fleet.start_failed(
                 worker,
                 self.task(),
-                fleet.expect(worker, "starting"),
+                fleet.expect(worker, WorkerStatus.STARTING),
                 now=time.time(),
                 digest=sha(str(exc)),
             )
@@ -369,7 +373,7 @@ class Driver:
         worker, task = fleet.mark_started(
             self.board.workers[worker.id],
             self.task(),
-            fleet.expect(worker, "starting"),
+            fleet.expect(worker, WorkerStatus.STARTING),
             process.identity,
             now=time.time(),
         )
@@ -447,7 +451,7 @@ class Driver:
                 worker, task = fleet.observe(
                     worker,
                     self.task(),
-                    fleet.expect(worker, "running", "idle"),
+                    fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE),
                     seen,
                     now=time.time(),
                 )
@@ -491,7 +495,10 @@ class Driver:
             await self.save()
             return False
         worker, stop = fleet.report_failure(
-            worker, fleet.expect(worker, "running", "idle"), failure, now=time.time()
+            worker,
+            fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE),
+            failure,
+            now=time.time(),
         )
         self.board.put(worker, None, "failure", failure.failure_class)
         await self.save()
@@ -574,7 +581,11 @@ class Driver:
         self.board.live.pop(worker.id, None)
         worker = self.board.workers[worker.id]
         worker, task = fleet.observe(
-            worker, self.task(), fleet.expect(worker, "running", "idle"), "exited", now=time.time()
+            worker,
+            self.task(),
+            fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE),
+            "exited",
+            now=time.time(),
         )
         # Committed on its own (rare): the durable history says generation 1 stopped before
         # generation 2 starts (V2); a crash before it finds the process dead again (R3).
@@ -609,7 +620,9 @@ class Driver:
             )
         except ValueError as exc:
             raise WorkerStepFailed("worker-protocol", f"a bad result: {exc}") from exc
-        worker = fleet.begin_handoff(worker, fleet.expect(worker, "running", "idle"), intent)
+        worker = fleet.begin_handoff(
+            worker, fleet.expect(worker, WorkerStatus.RUNNING, WorkerStatus.IDLE), intent
+        )
         self.board.put(worker, None, "handoff", digest)
         await self.save()
         await self.stop_confirmed(worker)
@@ -618,7 +631,7 @@ class Driver:
         worker, task = fleet.fence(
             worker,
             self.task(),
-            fleet.expect(worker, "handing-off"),
+            fleet.expect(worker, WorkerStatus.HANDING_OFF),
             confirmed_dead=True,
             now=time.time(),
         )
@@ -631,7 +644,7 @@ class Driver:
         process was confirmed dead, is recorded stopped (``timeout``) with its task, as a
         timeout outside a handoff leaves them; the cancellation then ends the driver, and
         the execution fails the step ``agent-timeout`` with the board as it is here. A
-        record saying ``handing-off`` (active) or ``delivered`` under a step that failed
+        record saying ``handing_off`` (active) or ``delivered`` under a step that failed
         would contradict it for good."""
         if not isinstance(cancel_reason(), Timeout):
             return
@@ -639,7 +652,7 @@ class Driver:
         worker, task = fleet.mark_stopped(
             worker,
             self.task(),
-            fleet.expect(worker, "handing-off"),
+            fleet.expect(worker, WorkerStatus.HANDING_OFF),
             confirmed_dead=True,
             reason=reason,
             task_state=state,
@@ -656,13 +669,13 @@ class Driver:
         worker, task = fleet.deliver(
             worker,
             self.task(),
-            fleet.expect(worker, "fenced"),
+            fleet.expect(worker, WorkerStatus.FENCED),
             delivery_digest=digest,
             now=time.time(),
         )
         # Not committed here: the step's output is published by the task's own save, whose
         # commit carries the board (E2), so fenced, delivered and the output become durable
-        # together. Until then the record says handing-off, with the evidence sealed and the
+        # together. Until then the record says handing_off, with the evidence sealed and the
         # process confirmed dead: a crash resumes from there (recover: confirmed dead again
         # by a look, fenced, delivered from the evidence, E10). Nothing outside the record
         # happens in between, so no phase a crash must resume from is skipped (E1).

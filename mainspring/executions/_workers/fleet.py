@@ -10,12 +10,12 @@ catch only a rule's own bug.
 
 The lifecycle (``WORKER_MOVES`` in ``_rules/lifecycle.py``, with every other table)::
 
-    assigned -> starting -> running <-> idle -> handing-off -> fenced -> delivered
+    assigned -> starting -> running <-> idle -> handing_off -> fenced -> delivered
     any active -> stopped (process confirmed dead) | blocked (a failed start, no progress)
     stopped or active -> assigned, generation + 1 (takeover, process confirmed dead)
 
 and the task a worker serves (``WorkerTask.state``, ``WORKER_TASK_MOVES``): ready -> running
--> awaiting-delivery -> delivered, back to ready when its process ended unexpectedly or
+-> awaiting_delivery -> delivered, back to ready when its process ended unexpectedly or
 failed to start, blocked when it made no progress or was stopped for good. Every change of
 either goes through its table (an illegal one raises ``IllegalTransition``: a bug here).
 
@@ -265,10 +265,10 @@ def mark_starting(
     ``assigned`` worker starts: a worker found ``starting`` may have a process nobody
     recorded, and only a :func:`takeover` (once it is confirmed dead) starts it again."""
     _check(worker, belief)
-    _from(worker, ("assigned",))
+    _from(worker, (WorkerStatus.ASSIGNED,))
     return _move(
         worker,
-        "starting",
+        WorkerStatus.STARTING,
         now,
         session=session,
         job=job,
@@ -292,12 +292,17 @@ def mark_started(
     error."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("starting",))
+    _from(worker, (WorkerStatus.STARTING,))
     worker = _move(
-        worker, "running", now, process=process, lease_expires_at=now + worker.lease, reason=""
+        worker,
+        WorkerStatus.RUNNING,
+        now,
+        process=process,
+        lease_expires_at=now + worker.lease,
+        reason="",
     )
     attempts = min(task.attempts + 1, 1_000_000)
-    return worker, _task(task, now, state="running", reason="", attempts=attempts)
+    return worker, _task(task, now, state=WorkerTaskState.RUNNING, reason="", attempts=attempts)
 
 
 def start_failed(
@@ -308,7 +313,7 @@ def start_failed(
     the task is ready again."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("starting",))
+    _from(worker, (WorkerStatus.STARTING,))
     failure = WorkerFailure(
         failure_class="native-start",
         fingerprint=digest or hashlib.sha256(b"native-start").hexdigest(),
@@ -317,9 +322,14 @@ def start_failed(
         at=now,
     )
     worker = _move(
-        worker, "blocked", now, failure=failure, lease_expires_at=None, reason="native-start"
+        worker,
+        WorkerStatus.BLOCKED,
+        now,
+        failure=failure,
+        lease_expires_at=None,
+        reason="native-start",
     )
-    return worker, _task(task, now, state="ready", reason="native-start")
+    return worker, _task(task, now, state=WorkerTaskState.READY, reason="native-start")
 
 
 # -- while it runs ------------------------------------------------------------------------
@@ -355,15 +365,15 @@ def observe(
         raise ValueError(f"a process is seen {', '.join(sorted(_SEEN))}, not {seen!r}")
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     if seen == worker.status:
         return attrs.evolve(worker, updated_at=now), task
     if seen in ("running", "idle"):
-        return _move(worker, seen, now), task
+        return _move(worker, WorkerStatus(seen), now), task
     if seen == "exited":
         reason = "native-process-exited"
-        worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
-        return worker, _task(task, now, state="ready", reason=reason)
+        worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
+        return worker, _task(task, now, state=WorkerTaskState.READY, reason=reason)
     return worker, task
 
 
@@ -384,7 +394,7 @@ def takeover(
     one stopped without failing (``NOT_FAILED``) gives its task's attempt back."""
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("stopped", *ACTIVE_WORKER))
+    _from(worker, (WorkerStatus.STOPPED, *ACTIVE_WORKER))
     if task.state not in ("ready", "running"):
         raise WorkerRefused("illegal-move", f"task {task.id} is {task.state}: no takeover")
     if not worker.active:
@@ -395,7 +405,7 @@ def takeover(
     worker = attrs.evolve(
         worker,
         generation=worker.generation + 1,
-        status=worker_move(worker.id, worker.status, "assigned"),
+        status=worker_move(worker.id, worker.status, WorkerStatus.ASSIGNED),
         process=None,
         session=None,
         job=None,
@@ -405,7 +415,9 @@ def takeover(
         updated_at=now,
     )
     attempts = task.attempts - 1 if back else task.attempts
-    return worker, _task(task, now, state="ready", reason="takeover", attempts=attempts)
+    return worker, _task(
+        task, now, state=WorkerTaskState.READY, reason="takeover", attempts=attempts
+    )
 
 
 def report_failure(
@@ -416,7 +428,7 @@ def report_failure(
     process and, once it is confirmed dead, :func:`block`\\ s the worker with
     ``no-progress:<class>``."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     if not isinstance(failure, WorkerFailure):
         raise TypeError(f"a failure is a WorkerFailure, not {type(failure).__name__}")
     previous = worker.failure
@@ -434,7 +446,7 @@ def progress(worker: WorkerRecord, belief: Expect, *, now: float) -> WorkerRecor
     """The worker reported useful progress: the no-progress rule starts over (the next
     failure is the first in a row, even if it is the same as the last)."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     return attrs.evolve(worker, repeats=0, updated_at=now) if worker.repeats else worker
 
 
@@ -445,7 +457,7 @@ def repair(
     Returns the worker (only the sha256 of the text is kept, V1), the trimmed text (to
     send), and its digest."""
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
     trimmed = text.strip() if isinstance(text, str) else ""
     try:
         encoded = trimmed.encode("utf-8")
@@ -509,17 +521,17 @@ def add_usage(
 
 
 def begin_handoff(worker: WorkerRecord, belief: Expect, intent: StopIntent) -> WorkerRecord:
-    """Begin delivering: record the stop intent (``handing-off``). Beginning again with the
+    """Begin delivering: record the stop intent (``handing_off``). Beginning again with the
     same digests changes nothing; with other digests it is refused (``digest-mismatch``)."""
-    if _same(worker, belief) and worker.status in ("handing-off", "fenced", "delivered"):
+    if _same(worker, belief) and worker.status in (WorkerStatus.HANDING_OFF, "fenced", "delivered"):
         if worker.intent is not None and worker.intent.same_digests(intent):
             return worker  # idempotent
         raise WorkerRefused(
             "digest-mismatch", f"worker {worker.id} is handing off another delivery"
         )
     _check(worker, belief)
-    _from(worker, ("running", "idle"), "not-live")
-    return _move(worker, "handing-off", intent.at, intent=intent, reason="handoff")
+    _from(worker, (WorkerStatus.RUNNING, WorkerStatus.IDLE), "not-live")
+    return _move(worker, WorkerStatus.HANDING_OFF, intent.at, intent=intent, reason="handoff")
 
 
 def fence(
@@ -530,16 +542,16 @@ def fence(
     confirmed_dead: bool,
     now: float,
 ) -> tuple[WorkerRecord, WorkerTask]:
-    """The handing-off worker's process is confirmed dead: ``fenced``, its task
-    ``awaiting-delivery``. Fencing a worker already fenced (or delivered) changes nothing."""
+    """The handing_off worker's process is confirmed dead: ``fenced``, its task
+    ``awaiting_delivery``. Fencing a worker already fenced (or delivered) changes nothing."""
     if _same(worker, belief) and worker.status in ("fenced", "delivered"):
         return worker, task
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("handing-off",))
+    _from(worker, (WorkerStatus.HANDING_OFF,))
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "fenced", now, lease_expires_at=None, reason="fenced")
-    return worker, _task(task, now, state="awaiting-delivery", reason="")
+    worker = _move(worker, WorkerStatus.FENCED, now, lease_expires_at=None, reason="fenced")
+    return worker, _task(task, now, state=WorkerTaskState.AWAITING_DELIVERY, reason="")
 
 
 def deliver(
@@ -560,11 +572,13 @@ def deliver(
         raise WorkerRefused("digest-mismatch", f"worker {worker.id} delivered something else")
     _check(worker, belief)
     _own(worker, task)
-    _from(worker, ("fenced",))
+    _from(worker, (WorkerStatus.FENCED,))
     if worker.intent is None or worker.intent.delivery_digest != delivery_digest:
         raise WorkerRefused("digest-mismatch", f"worker {worker.id} did not intend to deliver that")
-    worker = _move(worker, "delivered", now, delivered_digest=delivery_digest, reason="")
-    task = _task(task, now, state="delivered", reason="", delivery_digest=delivery_digest)
+    worker = _move(worker, WorkerStatus.DELIVERED, now, delivered_digest=delivery_digest, reason="")
+    task = _task(
+        task, now, state=WorkerTaskState.DELIVERED, reason="", delivery_digest=delivery_digest
+    )
     return worker, task
 
 
@@ -586,8 +600,8 @@ def mark_stopped(
     _own(worker, task)
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "stopped", now, lease_expires_at=None, reason=reason)
-    return worker, _task(task, now, state=task_state, reason=reason)
+    worker = _move(worker, WorkerStatus.STOPPED, now, lease_expires_at=None, reason=reason)
+    return worker, _task(task, now, state=WorkerTaskState(task_state), reason=reason)
 
 
 def block(
@@ -605,8 +619,8 @@ def block(
     _own(worker, task)
     _from(worker, ACTIVE_WORKER)
     _dead(worker, confirmed_dead)
-    worker = _move(worker, "blocked", now, lease_expires_at=None, reason=reason)
-    return worker, _task(task, now, state="blocked", reason=reason)
+    worker = _move(worker, WorkerStatus.BLOCKED, now, lease_expires_at=None, reason=reason)
+    return worker, _task(task, now, state=WorkerTaskState.BLOCKED, reason=reason)
 
 
 # -- finalizing a run (its proof) and the bounded diagnostic trail ------------------------

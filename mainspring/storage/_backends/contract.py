@@ -165,9 +165,13 @@ class Store(Protocol):
     ``Committer.seal_evidence`` / ``read_evidence`` call them off the event loop;
     ``load_evidence(store, digest)`` reads a document synchronously (the CLI).
 
-    *Layouts.* ``SCHEMA_VERSION`` is recorded in the store (SQLite ``meta``, files
-    ``.format``); an older layout is refused with ``StoreNeedsMigration`` (run ``mainspring
-    migrate``), a newer one with a clear error.
+    *Layouts.* ``SCHEMA_VERSION`` (3) is recorded in the store (SQLite ``meta``, files
+    ``.format``); an older layout (0.1's, storage v2) is refused with ``StoreNeedsMigration``
+    (run ``mainspring migrate``: ``storage._migrate``), a newer one with a clear error. A
+    PostgreSQL schema is upgraded when a writable store opens it; a read-only store of an
+    older schema reads it as v3 spells it, changing nothing. v3 spells every state one way
+    (snake_case ``enum.StrEnum`` members) and keeps stop requests, approvals and question ids
+    as typed values (``StopRequest``, ``Approval``, ``QuestionId``; ``storage._requests``).
 
     *Blocking.* Calls may block (a disk, a server, a lock held across I/O), so code on an
     event loop makes them in a worker thread. A store whose every call returns at once,

@@ -33,7 +33,7 @@ def usage_counts(raw: Any) -> dict[str, Any]:
 #: ``no-progress:lint``); anything else is left out, never text a worker wrote (V1).
 _REASON = re.compile(r"[a-z0-9._:-]{1,64}\Z")
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}\Z")
-_STATUSES = frozenset(WorkerStatus.__args__)  # type: ignore[attr-defined]
+_STATUSES = frozenset(member.value for member in WorkerStatus)
 
 
 def _an_id(value: Any) -> str | None:

@@ -202,6 +202,14 @@ class FileStore(CompareAndSetStore):
         ``StorageError`` (as on a closed SqliteStore); the journals need no closing."""
         self._memory.close()
 
+    #: The layout this store reads and writes; a migration's reader of an older one
+    #: (``storage._migrate``) says which, and rewrites what it reads (``_upgrade``).
+    _layout = SCHEMA_VERSION
+
+    def _upgrade(self, folded: Folded) -> Folded:
+        """What is read, as this layout's: unchanged (a migration's reader rewrites it)."""
+        return folded
+
     # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
 
     #: What a search ranks with (SQLite FTS5's ``bm25``).
@@ -259,17 +267,24 @@ class FileStore(CompareAndSetStore):
                     f"`mainspring migrate --store {self.path}` (the old store is kept)"
                 ) from None
             if not self.read_only:
-                replace_file(marker, canonical_json({"layout": SCHEMA_VERSION}))
+                replace_file(marker, canonical_json({"layout": self._layout}))
             return
         try:
             layout = orjson.loads(raw).get("layout")
         except (orjson.JSONDecodeError, AttributeError):
             layout = None
-        if layout != SCHEMA_VERSION:
-            raise StorageError(
-                f"{self.path} has storage layout {layout!r}; this mainspring reads layout "
-                f"{SCHEMA_VERSION}: upgrade mainspring to open it"
+        if layout == self._layout:
+            return
+        if type(layout) is int and 2 <= layout < self._layout:
+            raise StoreNeedsMigration(
+                f"{self.path} has storage layout {layout}; convert it to layout "
+                f"{self._layout} with `mainspring migrate --store {self.path}` (the old store "
+                "is kept)"
             )
+        raise StorageError(
+            f"{self.path} has storage layout {layout!r}; this mainspring reads layout "
+            f"{self._layout}: upgrade mainspring to open it"
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -293,7 +308,7 @@ class FileStore(CompareAndSetStore):
             problem = "journal: it holds no whole entry (a creation cut short, or not a journal)"
             raise RecordError(kind, [problem])
         folded, snapshot_frames, events = _replay(scan.payloads, kind, with_events=with_events)
-        execution = fold(folded, kind=kind)
+        execution = fold(self._upgrade(folded), kind=kind)
         sizes = [len(payload) + 16 for payload in scan.payloads]
         snapshot = sum(sizes[:snapshot_frames])
         tail = _Tail(length=scan.valid_length, snapshot=snapshot, since=sum(sizes) - snapshot)

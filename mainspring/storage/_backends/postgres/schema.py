@@ -4,6 +4,13 @@ The schema is created and upgraded by the library: ``meta`` holds a ``schema_ver
 each upgrade is one transaction, under an advisory lock, so two hosts opening a new server
 at once do not race; a schema newer than this library knows is refused with a clear error
 (an older library never writes into a layout it does not understand).
+
+Version 5 is storage v3's values (``storage._v2``: states in one spelling, typed stop requests
+and approvals): no table changes, but the JSON of the rows that hold such values rewritten,
+in the same one transaction as the version bump. It runs when a writable store opens the
+schema (or ``mainspring migrate URL``); a host of an older mainspring must not be running
+against the schema then, as it would go on writing the old values. A read-only store of an
+older schema reads its rows as v3 spells them, in memory (reading never writes).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ __all__ = [
     "PG_SCHEMA_VERSION",
     "TABLES",
     "TABLES_SINCE",
+    "VALUES_SINCE",
     "Address",
     "is_postgres_url",
     "parse_address",
@@ -119,8 +127,61 @@ _UPGRADES: dict[int, list[str]] = {
         "created_at double precision NOT NULL)",
     ],
 }
+_UPGRADES[5] = []  # storage v3's values: rewritten by ``_REWRITES[5]``, no table changes
+#: The first version whose rows hold storage v3's values: an older one must be upgraded
+#: before it is read.
+VALUES_SINCE = 5
 #: The newest schema this library writes.
 PG_SCHEMA_VERSION = max(_UPGRADES)
+
+
+def _rewrite(conn: Any, select: str, update: str, change: Any) -> None:
+    """Update each row ``select`` returns (``key..., body``) whose JSON body ``change``
+    rewrites; a body that is not JSON is left as it is (E7: never repaired)."""
+    import orjson
+
+    from ..._codec import dumps_checked
+
+    for *key, body in conn.execute(select).fetchall():
+        try:
+            raw = orjson.loads(bytes(body))
+        except (orjson.JSONDecodeError, TypeError):
+            continue
+        upgraded = change(raw)
+        if upgraded != raw:
+            conn.execute(update, (dumps_checked(upgraded), *key))
+
+
+def _storage_v3_values(conn: Any, schema: str) -> None:
+    """Version 5: every row holding a value storage v3 spells differently, rewritten."""
+    from ..._v2 import upgrade_event, upgrade_head, upgrade_part
+
+    _rewrite(
+        conn,
+        _q("SELECT id, head FROM {s}.executions", schema),
+        _q("UPDATE {s}.executions SET head = %s WHERE id = %s", schema),
+        upgrade_head,
+    )
+    for part in ("workers", "worker_tasks", "worker_trail"):
+        _rewrite(
+            conn,
+            _q(f"SELECT execution_id, key, body FROM {{s}}.{TABLES[part]}", schema),
+            _q(
+                f"UPDATE {{s}}.{TABLES[part]} SET body = %s WHERE execution_id = %s AND key = %s",
+                schema,
+            ),
+            lambda raw, part=part: upgrade_part(part, raw),
+        )
+    _rewrite(
+        conn,
+        _q("SELECT seq, body FROM {s}.events", schema),
+        _q("UPDATE {s}.events SET body = %s WHERE seq = %s", schema),
+        upgrade_event,
+    )
+
+
+#: Rewrites of stored rows a version makes, in the same transaction as its statements.
+_REWRITES: dict[int, Any] = {5: _storage_v3_values}
 
 
 class Address:
@@ -302,6 +363,8 @@ def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
             version += 1
             for statement in _UPGRADES[version]:
                 conn.execute(_q(statement, schema))
+            if version in _REWRITES:
+                _REWRITES[version](conn, schema)
             conn.execute(
                 _q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'", schema),
                 (str(version),),

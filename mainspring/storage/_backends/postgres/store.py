@@ -56,6 +56,7 @@ from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
 from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
 from ..._records import EXECUTION_TERMINAL, Execution, Lease
+from ..._v2 import upgrade_event, upgrade_folded
 from ..compare_and_set import CompareAndSetStore, OwnWrites, decide_commit, epoch_of, releases
 from ..contract import Clock, CommitOutcome, Listing, Problem
 from .connect import (
@@ -82,7 +83,14 @@ from .retry import (
     StoreUnavailable,
     retry_loop,
 )
-from .schema import NOT_WRITTEN, TABLES, parse_address, schema_version, upgrade
+from .schema import (
+    NOT_WRITTEN,
+    TABLES,
+    VALUES_SINCE,
+    parse_address,
+    schema_version,
+    upgrade,
+)
 from .sql import Statements, loads_row, rows_for, size_expr, with_puts
 
 __all__ = ["CommitUnknown", "PostgresStore", "StoreUnavailable"]
@@ -192,6 +200,7 @@ class PostgresStore(CompareAndSetStore):
         sql = Statements(self.schema)
         self._s = sql.s
         self._lock_sql, self._events_sql, self._read_sql = sql.lock, sql.events, sql.read
+        self._v2_values = False
         self._connections = Connections(
             self.address,
             pool_size=pool_size,
@@ -221,6 +230,9 @@ class PostgresStore(CompareAndSetStore):
                 f"no mainspring store in schema {self.schema!r} at {self.address.shown}"
             )
         upgrade(conn, self.schema, to=version)  # refuses a newer one; writes nothing
+        # An older schema is read as storage v3 spells it, in memory only (reading never
+        # writes); a writable store upgrades it on open.
+        self._v2_values = version < VALUES_SINCE
         self._read_sql = Statements(self.schema, version).read  # an older one's parts
 
     def __repr__(self) -> str:
@@ -332,6 +344,10 @@ class PostgresStore(CompareAndSetStore):
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _event(self, body: Any) -> Any:
+        raw = self._loads(body, "history entry")
+        return upgrade_event(raw) if self._v2_values else raw
+
     def _loads(self, body: Any, kind: str) -> Any:
         return loads_row(body, kind, self.max_bytes)  # E7, X2
 
@@ -363,6 +379,8 @@ class PostgresStore(CompareAndSetStore):
             items[part][key] = self._loads(body, kind)
             next_pos[part] = pos + 1
         folded.parts = items
+        if self._v2_values:
+            folded.head = upgrade_folded(folded.head, folded.parts)
         base = Base.of(fold(folded, kind=kind), seq, next_pos, window=folded.checkpoints)
         base.size = int(size)
         return base
@@ -422,9 +440,7 @@ class PostgresStore(CompareAndSetStore):
         if execution_id is not None:
             check_id(execution_id)
         rows = self._retrying(self._history_rows, execution_id, after, limit)
-        return tuple(
-            parse_event(seq, eseq, self._loads(body, "history entry")) for seq, eseq, body in rows
-        )
+        return tuple(parse_event(seq, eseq, self._event(body)) for seq, eseq, body in rows)
 
     def _history_rows(self, execution_id: str | None, after: int, limit: int) -> builtins.list[Any]:
         with self._connections.reading() as conn:

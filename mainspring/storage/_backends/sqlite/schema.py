@@ -23,8 +23,9 @@ __all__ = [
     "tables",
 ]
 
-#: The layout this library writes; a newer one is refused, an older one must be migrated.
-SCHEMA_VERSION = 2
+#: The layout this library writes; a newer one is refused, an older one must be migrated
+#: (``mainspring migrate``). 3: states in one spelling, typed stop requests and approvals.
+SCHEMA_VERSION = 3
 #: An execution read back whole (all its rows) is refused past this (X2); one row past
 #: ``max_bytes``.
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 * 1024
@@ -76,29 +77,39 @@ def tables(db: sqlite3.Connection) -> set[str]:
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def check_layout(db: sqlite3.Connection, path: Path, *, creating: bool) -> None:
-    """Refuse a v1 store (it needs ``mainspring migrate``) and a newer layout; create ours
-    in an empty database."""
-    present = tables(db)
-    if "meta" not in present:
-        if "executions" in present:
+def check_layout(
+    db: sqlite3.Connection, path: Path, *, creating: bool, layout: int = SCHEMA_VERSION
+) -> None:
+    """Refuse an older store (it needs ``mainspring migrate``) and a newer layout; create ours
+    in an empty database. ``layout``: the one expected (a migration reads an older one)."""
+    found = tables(db)
+    if "meta" not in found:
+        if "executions" in found:
             raise StoreNeedsMigration(
                 f"{path} is a mainspring 0.1 store; convert it with "
                 f"`mainspring migrate --store {path}` (the old store is kept)"
             )
-        if not creating or present:  # another application's database is not taken over
+        if not creating or found:  # another application's database is not taken over
             raise StorageError(f"{path} is a SQLite database, but not a mainspring store")
         return
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     version = row[0] if row is not None else None
-    if version != str(SCHEMA_VERSION):
-        raise StorageError(
-            f"{path} has storage layout {version!r}; this mainspring reads layout "
-            f"{SCHEMA_VERSION}: upgrade mainspring to open it"
+    if version == str(layout):
+        return
+    if version in {str(older) for older in range(2, layout)}:
+        raise StoreNeedsMigration(
+            f"{path} has storage layout {version}; convert it to layout {layout} with "
+            f"`mainspring migrate --store {path}` (the old store is kept)"
         )
+    raise StorageError(
+        f"{path} has storage layout {version!r}; this mainspring reads layout "
+        f"{layout}: upgrade mainspring to open it"
+    )
 
 
-def open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
+def open_read_only(
+    path: Path, busy_timeout: float, layout: int = SCHEMA_VERSION
+) -> sqlite3.Connection:
     """A connection that cannot write, to a database that must already be a store: nothing
     is created, converted or chmodded (a command that only reads must change nothing)."""
     if not path.is_file():
@@ -111,7 +122,7 @@ def open_read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
             isolation_level=None,
             check_same_thread=False,
         )
-        check_layout(db, path, creating=False)
+        check_layout(db, path, creating=False, layout=layout)
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
     return db

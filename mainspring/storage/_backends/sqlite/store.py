@@ -67,6 +67,10 @@ class SqliteStore(CompareAndSetStore):
     what it holds beside them on the same connection: agent memory (``memory``) and sealed
     evidence (``evidence``), to which its ``memory_*`` and ``*_evidence`` methods delegate."""
 
+    #: The layout this store reads and writes; a migration's reader of an older one
+    #: (``storage._migrate``) says which, and rewrites what it reads (``_upgrade``).
+    _layout = SCHEMA_VERSION
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -90,7 +94,7 @@ class SqliteStore(CompareAndSetStore):
         #: those parts read as empty; a writable open adds them).
         self._part_tables = dict(TABLES)
         if read_only:
-            self._db = open_read_only(self.path, busy_timeout)
+            self._db = open_read_only(self.path, busy_timeout, self._layout)
             present = tables(self._db)
             self._part_tables = {p: t for p, t in TABLES.items() if t in present}
             self._memory = SqliteMemory(self._db, self._lock, clock=clock, read_only=True)
@@ -112,18 +116,18 @@ class SqliteStore(CompareAndSetStore):
         try:
             # What is there is checked before anything is changed: a database that is not
             # a store, or of a newer layout, is refused as it was found.
-            check_layout(self._db, self.path, creating=True)
+            check_layout(self._db, self.path, creating=True, layout=self._layout)
             os.chmod(self.path, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                check_layout(self._db, self.path, creating=True)
+                check_layout(self._db, self.path, creating=True, layout=self._layout)
                 for statement in SCHEMA:
                     self._db.execute(statement)
                 self._db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
+                    (str(self._layout),),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -149,6 +153,10 @@ class SqliteStore(CompareAndSetStore):
         self._evidence = SqliteEvidence(
             self._db, self._lock, clock=clock, read_only=self.read_only, path=self.path
         )
+
+    def _upgrade(self, folded: Folded) -> Folded:
+        """What is read, as this layout's: unchanged (a migration's reader rewrites it)."""
+        return folded
 
     def _memory_of(self, *, write: bool) -> SqliteMemory:
         return self._memory
@@ -278,7 +286,7 @@ class SqliteStore(CompareAndSetStore):
                 top = pos
             folded.parts[part] = items
             next_pos[part] = top + 1
-        return fold(folded, kind=kind), seq, next_pos, folded.checkpoints
+        return fold(self._upgrade(folded), kind=kind), seq, next_pos, folded.checkpoints
 
     def get(self, execution_id: str) -> Execution | None:
         """The stored execution, or None. Raises ``RecordError``/``TooLarge`` for a bad one (X2)."""
