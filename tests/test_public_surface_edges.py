@@ -21,10 +21,6 @@ ERRORS: list[tuple[str, Callable[[], BaseException]]] = [
     ("ExecutionExists", lambda: executions.ExecutionExists("ex-1")),
     ("NotWaiting", lambda: executions.NotWaiting("ex-1", "completed")),
     ("IllegalTransition", lambda: ms.IllegalTransition("step", "s", "done", "running")),
-    (
-        "IllegalTransition",
-        lambda: executions._seam.IllegalTransition("step", "s", "done", "running"),
-    ),
     ("NameTaken", lambda: ms.NameTaken("a", "/")),
     ("NoSuchChild", lambda: supervision.NoSuchChild("/sup", "c")),
     ("RestartIntensityExceeded", lambda: supervision.RestartIntensityExceeded("/sup", 3, 5.0)),
