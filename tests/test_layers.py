@@ -194,3 +194,27 @@ def test_the_journal_imports_no_backend() -> None:
     for path in sorted((STORAGE / "_journal").rglob("*.py")):
         for line, name in _imports(path):
             assert not name.startswith("mainspring.storage._backends"), f"{path.name}:{line}"
+
+
+#: tests/ mirrors mainspring/: a suite is named after the module it tests, never after the
+#: review that found its regressions (a regression is named after its invariant instead).
+TESTS = ROOT.parent / "tests"
+
+
+def test_no_test_file_is_named_after_a_review() -> None:
+    named_for_a_review = sorted(
+        str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py") if "review" in p.name
+    )
+    assert named_for_a_review == []
+
+
+def test_the_executions_and_storage_suites_are_folders_that_mirror_the_code() -> None:
+    # tests/executions/<folder>/ for mainspring/executions/_<folder>/, and the storage
+    # backends' suites beside their backends.
+    for folder in ("facade", "rules", "run", "steps", "workers", "memory", "programs"):
+        assert (ROOT / "executions" / f"_{folder}").is_dir(), folder
+        assert any((TESTS / "executions" / folder).glob("test_*.py")), folder
+    for backend in ("file", "sqlite", "postgres"):
+        assert (ROOT / "storage" / "_backends" / backend).is_dir(), backend
+        assert any((TESTS / "storage" / "backends" / backend).glob("test_*.py")), backend
+    assert not list((TESTS / "executions").glob("test_*.py"))  # no flat suites left

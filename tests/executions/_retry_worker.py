@@ -1,4 +1,4 @@
-"""Subprocess for the kill-during-retries trial (tests/executions/test_retry_crash.py).
+"""Subprocess for the kill-during-retries trial (tests/executions/run/test_children.py).
 
     python _retry_worker.py start|resume <store> <ledger> asyncio|trio
 

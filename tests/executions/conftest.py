@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--trials",
         type=int,
         default=None,
-        help="crash-and-resume trials per store backend (tests/executions/test_crash_resume.py)",
+        help="crash-and-resume trials per store backend (tests/executions/facade/test_recovery.py)",
     )
 
 

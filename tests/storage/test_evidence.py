@@ -254,3 +254,26 @@ def test_a_version_3_schema_is_upgraded_to_4_keeping_its_data() -> None:
         assert {"workers", "worker_tasks", "worker_trail", "evidence"} <= tables
     finally:
         drop_schema(name)
+
+
+# ----------------------------------------------------------------------
+# Review #17: evidence read from a store written before evidence existed is "not stored"
+# (EvidenceError, failing closed) on every backend, as SQLite already said: a PostgreSQL
+# schema of version 3 opened read-only answered a raw StorageError about a missing table.
+
+
+def test_evidence_of_a_version_3_schema_read_only_is_not_stored() -> None:
+    url = require_server()
+    name = fresh_schema()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert upgrade(conn, name, to=3) == 3
+        reader = PostgresStore(with_schema(url, name), read_only=True)
+        try:
+            with pytest.raises(ms.storage._seam.EvidenceError, match="not stored"):
+                reader.get_evidence("a" * 64)
+            assert reader.get("ex-1") is None  # and the store is still usable
+        finally:
+            reader.close()
+    finally:
+        drop_schema(name)

@@ -3,6 +3,7 @@ the usage fields of executions and agent tasks read back exactly from every back
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 from collections.abc import Iterator
@@ -193,3 +194,26 @@ def test_B3_usage_fields_read_back_exactly_from_every_backend(
     assert [t.usage for t in parse_agent_tasks(back)[0]] == [
         t.usage for t in parse_agent_tasks(grown)[0]
     ]
+
+
+# ----------------------------------------------------------------------
+# Review of B3: a cost is taken the same whatever decimal context the caller has set.
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        decimal.Context(prec=4),
+        decimal.Context(prec=6, traps=[decimal.Inexact, decimal.Rounded]),
+    ],
+)
+def test_B3_a_cost_with_many_places_is_rounded_whatever_the_callers_context(
+    context: decimal.Context,
+) -> None:
+    """A skill that prices its call under its own (low-precision or trapping) decimal context
+    gets its cost rounded to 12 places, not a ``decimal.InvalidOperation``/``Inexact``."""
+    with decimal.localcontext(context):
+        usage = Usage(cost="0.00012345678901234567")
+        total = usage + Usage(cost="1234.5")
+    assert usage.cost == Decimal("0.000123456789")
+    assert total.cost == Decimal("1234.500123456789")

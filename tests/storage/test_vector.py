@@ -270,7 +270,7 @@ def test_E10_attrs_asdict_of_a_record_on_vectors_equals_that_of_the_record_on_tu
     # planner's ``previous_plan`` on a live replan and on one after a resume, a custom
     # store's commit and its get). attrs.asdict recurses into tuples only (a Vector cannot
     # be one), so the runtime hands user code its records made plain (``plain_record``:
-    # tests/executions/test_api.py checks the hand-overs), and a custom store converts
+    # tests/executions/facade/test_runtime.py checks the hand-overs), and a custom store converts
     # with ``tuple(x)``: either way asdict/astuple equal those of the record on tuples.
     steps = (PlanStep(id="a", tool="t", input={"x": 1}), PlanStep(id="b", tool="t"))
     on_tuples = Plan(id="p", goal="g", steps=steps)

@@ -1,6 +1,6 @@
 """mainspring.testing: the public test doubles (a store in memory, a manual clock; the
-scripted worker host is tested with the workers, tests/executions/test_hosts_scripted.py).
-The in-memory store also runs the store contract suite (tests/storage/test_backends.py)."""
+scripted worker host is tested with the workers, tests/executions/workers/test_scripted.py).
+The in-memory store also runs the store contract suite (tests/storage/backends/test_contract.py)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ class Store(Protocol):
     """The backend contract (storage v2): what every store offers and must keep.
 
     ``FileStore``, ``SqliteStore`` and ``PostgresStore`` implement it; one contract suite
-    (``tests/storage/test_backends.py``, parametrised by backend) checks each of them.
+    (``tests/storage/backends/test_contract.py``, parametrised by backend) checks each of them.
 
     *Shape.* An execution is stored as its head (every small field: status, lease, budget,
     pending question, controls, the plan without its steps) plus keyed, ordered parts (plan
