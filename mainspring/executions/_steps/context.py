@@ -130,7 +130,7 @@ class AgentContext:
         through a symlink).
 
         The result must be storable exactly (JSON values, or the typed encoding's tuples,
-        sets, bytes, datetimes...: see the README); anything else raises ``ValueError``
+        sets, bytes, datetimes...: see the manual); anything else raises ``ValueError``
         naming the path, before anything is recorded. What is stored is redacted (E5), while
         the first run gets the value itself. A result that redaction changed is not replayed
         as if it were the original (E10): on resume ``fn`` runs again and a diagnostic on
