@@ -164,8 +164,8 @@ def test_the_demo_on_a_store_dir_it_cannot_use_is_one_line_and_exit_5(
 
 
 # ----------------------------------------------------------------------
-# Edge cases of the `mainspring` command, the Runtime's control paths and the examples,
-# found in review: reads that changed what they read, silent no-ops, tracebacks instead of
+# Edge cases of the `mainspring` command, the Runtime's control paths and the examples:
+# reads that changed what they read, silent no-ops, tracebacks instead of
 # exit codes, redaction gaps. Each asserts what README.md and DESIGN.md promise.
 
 SECRET = "ghp_" + "Z" * 36

@@ -161,7 +161,7 @@ def test_prune_usage_errors(
 
 
 # ----------------------------------------------------------------------
-# Review of issue 13 (storage v2) from the command: ``prune`` where nothing has run yet.
+# ``prune`` where nothing has run yet.
 
 
 @pytest.fixture

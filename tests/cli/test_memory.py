@@ -365,7 +365,7 @@ def test_the_command_reads_and_forgets_on_postgresql(postgres_url: str) -> None:
 
 
 # ----------------------------------------------------------------------
-# Review of ``mainspring memory`` (issue #16): what the command prints of a fact's text.
+# ``mainspring memory``: what the command prints of a fact's text.
 
 #: What a fact's text may hold that a terminal would act on: a screen clear and colours
 #: (CSI), a carriage return over the line, a bell, a backspace, DEL, a C1 CSI, a bidi
@@ -405,7 +405,7 @@ def test_control_characters_in_a_fact_never_reach_the_terminal_raw(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): ``mainspring memory forget`` of an organization's fact
+# ``mainspring memory forget`` of an organization's fact
 # needs that organization (``--organization``), as ``ls`` and ``search`` need it to show the
 # fact: without it (or with another) the command says so, exits 3 and changes nothing. Before,
 # the store's raw read found the fact and the runtime's forget then refused it, or deleted it

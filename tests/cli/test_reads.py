@@ -1128,7 +1128,7 @@ def test_B3_resume_from_the_command_raises_a_budget_and_the_run_goes_on(
 
 
 # ----------------------------------------------------------------------
-# Review of B3 in the command: each agent task's tokens and cost are shown by ``show`` and
+# B3 in the command: each agent task's tokens and cost are shown by ``show`` and
 # ``tasks`` (not only in --json), and ``events`` prints a cost as ``ls`` / ``show`` do
 # (0.0000001, not 1E-7).
 

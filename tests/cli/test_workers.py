@@ -512,7 +512,7 @@ def test_E8_doctor_reports_a_trail_entry_that_does_not_parse(tmp_path: Path) -> 
 
 
 # ----------------------------------------------------------------------
-# Review #17: ``mainspring workers ID`` printed a worker's process host (free text a host
+# ``mainspring workers ID`` once printed a worker's process host (free text a host
 # reports, up to 256 characters) as it was stored: control characters in it reached the
 # reader's terminal. It is now clamped like every other stored text (escapes shown, redacted).
 

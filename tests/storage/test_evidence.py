@@ -257,7 +257,7 @@ def test_a_version_3_schema_is_upgraded_to_4_keeping_its_data() -> None:
 
 
 # ----------------------------------------------------------------------
-# Review #17: evidence read from a store written before evidence existed is "not stored"
+# Evidence read from a store written before evidence existed is "not stored"
 # (EvidenceError, failing closed) on every backend, as SQLite already said: a PostgreSQL
 # schema of version 3 opened read-only answered a raw StorageError about a missing table.
 

@@ -817,7 +817,7 @@ def check_one_chain_per_group(memory_store: Any, steps: list[tuple[str, str, boo
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): a closed store's memory stays closed. FileStore
+# Agent memory: a closed store's memory stays closed. FileStore
 # opened ``memory.sqlite3`` again on the next memory call (a connection nobody closes, e.g.
 # ``rt.memory.search`` after the runtime exited), where SqliteStore raised StorageError.
 
@@ -848,7 +848,7 @@ def test_a_closed_store_refuses_memory_calls(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): forgetting a stored row that does not read back
+# Agent memory: forgetting a stored row that does not read back
 # deletes it by its stored columns, the same on every backend (``storage._memory``: such rows
 # take part in the rules by their stored columns): what it superseded passes to its stored
 # superseder. Before, PostgreSQL deleted it and SQLite refused (``ValueError``), so a damaged
@@ -881,7 +881,7 @@ def test_forgetting_an_unreadable_row_deletes_it_and_relinks(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory), supersession and organizations: a fact remembered in
+# Agent memory, supersession and organizations: a fact remembered in
 # a conflict group supersedes the group's current facts of every scope, but never the
 # organization facts of another organization (the writer could not see them). Every backend.
 
@@ -949,7 +949,7 @@ def test_a_forged_writer_organization_is_refused_by_every_backend(memory_store: 
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): remembering again the id of a stored row that does not
+# Agent memory: remembering again the id of a stored row that does not
 # read back answers that write's error alone, on every backend, with or without a conflict
 # group. Before, SQLite's one-statement path for a fact without a group (no savepoint) let the
 # error escape ``memory_apply``: the whole batch was rolled back and raised.
@@ -977,7 +977,7 @@ def test_a_replayed_id_of_an_unreadable_row_answers_its_error_alone(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory), rows that do not read back as facts: every backend
+# Agent memory, rows that do not read back as facts: every backend
 # applies the same rule (``storage._memory``): such a row is never shown, but takes part in
 # the rules by its stored columns. Before, PostgreSQL marked one superseded when a new fact
 # joined its group and SQLite skipped it; and a damaged superseder hid a fact when it was the

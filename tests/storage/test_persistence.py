@@ -480,7 +480,7 @@ async def test_a_store_that_refuses_a_batch_without_a_disk_error_keeps_the_write
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory), the writer: memory batches through the persistence
+# Agent memory through the writer: memory batches through the persistence
 # actor when the store fails.
 
 
@@ -574,7 +574,7 @@ async def test_a_memory_batch_failing_on_disk_says_the_writer_has_stopped(
 
 
 # ----------------------------------------------------------------------
-# Review of issue 13 (storage v2): one record SQLite cannot store stops the persistence
+# One record SQLite cannot store stops the persistence
 # actor for every run in the process.
 
 

@@ -197,7 +197,7 @@ def test_B3_usage_fields_read_back_exactly_from_every_backend(
 
 
 # ----------------------------------------------------------------------
-# Review of B3: a cost is taken the same whatever decimal context the caller has set.
+# B3: a cost is taken the same whatever decimal context the caller has set.
 
 
 @pytest.mark.parametrize(

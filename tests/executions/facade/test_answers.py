@@ -393,7 +393,7 @@ async def test_E8_a_question_whose_task_record_is_unreadable_is_not_called_answe
 
 
 # ----------------------------------------------------------------------
-# Review #14: answers for a run live in this runtime (``request_answer``), on SQLite and
+# Answers for a run live in this runtime (``request_answer``), on SQLite and
 # PostgreSQL: two agent tasks asking at once (R9: the slot passes on).
 
 
@@ -423,7 +423,7 @@ async def _waiting(rt: ms.Runtime, execution_id: str, n: int) -> list[Any]:
             await anyio.sleep(0.02)
 
 
-async def test_two_tasks_asking_two_answers_in_a_row_reach_both_tasks(store: str) -> None:
+async def test_R9_two_tasks_asking_two_answers_in_a_row_reach_both_tasks(store: str) -> None:
     """Two agent tasks ask while a third step keeps the run live. The user answers the
     question shown (the first task's), then at once answers again: the second answer is for
     the question that now holds the slot (R9), the second task's. ``request_answer`` returns
@@ -476,7 +476,7 @@ async def test_two_tasks_asking_two_answers_in_a_row_reach_both_tasks(store: str
 
 
 # ----------------------------------------------------------------------
-# Review #14: answers for a run live on another host (R8 across hosts, ``_answers.py``).
+# Answers for a run live on another host (R8 across hosts, ``_answers.py``).
 #
 # Host A (a process of its own, 60 s heartbeat) runs ``_shared.ASKING``: its agent asks while
 # another step keeps the run live. A is frozen with SIGSTOP once the question is stored, so

@@ -624,8 +624,8 @@ async def test_l8_a_runtime_without_a_planner_leaves_an_unplanned_run_to_one_tha
 
 
 # ----------------------------------------------------------------------
-# ``recover()`` returns the runs it took over, and only those (found by a review of #14:
-# two hosts recovering at once both reported a run one of them had already finished).
+# ``recover()`` returns the runs it took over, and only those: two hosts
+# recovering at once must not both report a run one of them had already finished.
 
 
 async def _inc(x: int = 0) -> int:

@@ -1085,7 +1085,7 @@ def test_no_class_is_stitched_from_classes_of_other_modules(module: str) -> None
 
 
 # ----------------------------------------------------------------------
-# Review 13: smaller contract breaks of #12 — empty ids, base exceptions out of
+# Smaller contracts of the runtime — empty ids, base exceptions out of
 # open_system / open_runtime, lease bounds, findings' structure, question and answer times,
 # Crash's type as a field.
 
@@ -1093,7 +1093,7 @@ _ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.anyio
-async def test_start_refuses_an_empty_execution_id_and_stores_nothing(tmp_path: Path) -> None:
+async def test_X1_start_refuses_an_empty_execution_id_and_stores_nothing(tmp_path: Path) -> None:
     async with runtime(tmp_path) as rt:
         with pytest.raises(ms.storage.InvalidId):
             await rt.start("g", plan_of(tool("a", "inc")), execution_id="")

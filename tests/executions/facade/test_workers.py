@@ -308,7 +308,7 @@ def test_a_process_identity_is_bounded() -> None:
 
 
 # ----------------------------------------------------------------------
-# Review #17, the public surface of workers: a worker whose usage exhausts the run's
+# The public surface of workers: a worker whose usage exhausts the run's
 # budget is stopped (confirmed dead) and the run waits for budget with the work kept (B3,
 # P4); ``WorkerAgent`` refuses a bad command or environment where it is built; the errors
 # ``repair_worker`` and ``finalize`` raise are public names.

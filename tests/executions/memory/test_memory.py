@@ -569,7 +569,7 @@ async def test_agents_share_the_runtime_s_organization_and_embedder(
 
 
 # ----------------------------------------------------------------------
-# Review of agent memory (#16), inside agents: the documented way to replay a search
+# Agent memory inside agents: the documented way to replay a search
 # (a ``ctx.step`` that returns storable values taken from it) replays on resume, and the
 # objects memory hands back are refused by ``ctx.step`` with a clear error, as now
 # documented (the docs used to say "wrap a search in ctx.step to replay its result", which
@@ -649,7 +649,7 @@ async def test_memory_objects_returned_from_ctx_step_are_a_clear_error(
 
 
 # ----------------------------------------------------------------------
-# Review of agent memory (#16): what ``Memory`` takes. Every number the API clamps or
+# What ``Memory`` takes. Every number the API clamps or
 # bounds is taken whatever its size (a huge int clamps, it does not overflow) and whatever
 # its kind of number (``Decimal`` too); a domain or conflict group shaped like a secret is
 # refused instead of being stored in the clear; a wrong argument names its own type.
@@ -726,7 +726,7 @@ async def test_valid_until_of_any_size_is_a_clear_answer(memory_store: StoreSpec
         "xoxb-1234567890-abc",
     ],
 )
-async def test_a_name_shaped_like_a_secret_is_refused_never_stored(
+async def test_E5_a_name_shaped_like_a_secret_is_refused_never_stored(
     memory_store: StoreSpec, what: str, secret: str
 ) -> None:
     """Before the fix only the text was redacted: a key given as a domain or a conflict
@@ -749,7 +749,7 @@ async def test_a_wrong_scopes_argument_names_its_own_type(memory_store: StoreSpe
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): ``rt.memory`` after the runtime exited raises
+# Agent memory: ``rt.memory`` after the runtime exited raises
 # StorageError on every store kind (a FileStore opened its memory file again, and left the
 # connection open).
 
@@ -769,7 +769,7 @@ async def test_memory_after_the_runtime_exited_raises(memory_store: StoreSpec) -
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): an organization's facts belong to it (README): a
+# Agent memory: an organization's facts belong to it (README): a
 # runtime of another organization, or of none, neither reads one by id (``get`` answers None,
 # as ``list`` and ``search`` never show it) nor deletes one (``forget`` answers False and
 # changes nothing). Before, ``get`` and ``forget`` took any id: a runtime that may not even
@@ -822,7 +822,7 @@ async def test_an_agent_of_another_organization_neither_gets_nor_forgets(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory): a runtime of one organization (or of none)
+# Agent memory: a runtime of one organization (or of none)
 # remembering in a conflict group never hides another organization's facts from it.
 
 
@@ -876,7 +876,7 @@ async def test_an_agent_passes_its_runtimes_organization(spec: StoreSpec) -> Non
 
 
 # ----------------------------------------------------------------------
-# Review of agent memory (#16): an agent's ``remember`` across a kill -9 and a resume in a
+# Agent memory: an agent's ``remember`` across a kill -9 and a resume in a
 # fresh process stores each fact once, superseded once, with its provenance (slow: two
 # subprocesses per backend).
 

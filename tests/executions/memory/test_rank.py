@@ -405,7 +405,7 @@ async def test_the_newest_candidates_are_ranked_and_the_cap_is_reported(
 
 
 # ----------------------------------------------------------------------
-# Review of agent memory (#16): what an embedder can do to a runtime. A sync embedder that
+# Agent memory: what an embedder can do to a runtime. A sync embedder that
 # hangs must not take the worker threads the persistence actor needs, nor leave unbounded
 # threads behind cancelled searches; an answer that never ends is read only as far as it
 # counts; an error that cannot even be printed still falls back.

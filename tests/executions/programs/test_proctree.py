@@ -208,7 +208,7 @@ async def test_B2_a_worker_stop_kills_a_TERM_ignoring_child_that_left_its_tree(
 
 
 # ----------------------------------------------------------------------
-# Review #17: an identity recorded without a start time (the process was gone before
+# An identity recorded without a start time (the process was gone before
 # ``/proc`` could be read, ``started=0``) is never taken for whatever process has that pid
 # now: stopping it must not signal an unrelated session leader that reused the pid.
 

@@ -490,7 +490,7 @@ async def test_B2_an_agents_ctx_run_dies_with_its_task_on_pause_and_runs_again_o
 
 
 # ----------------------------------------------------------------------
-# Review of the subprocess helper (issue 15): a program that exited is not waited for by a
+# The subprocess helper: a program that exited is not waited for by a
 # background child holding its stdin, and the tool form's result always fits in one stored
 # output (X2), even at the largest cap or with output whose stored form is larger than its
 # bytes.

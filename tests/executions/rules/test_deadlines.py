@@ -733,7 +733,7 @@ async def test_B1_a_child_stuck_past_its_timeout_fails_without_waiting_for_it(
 
 
 # ----------------------------------------------------------------------
-# Review of deadlines and retries (B1): what a user of the public API ran into.
+# Deadlines and retries (B1) as a user of the public API meets them.
 #
 # Backoffs are a day where the test acts during one: nothing here depends on how long
 # anything takes.

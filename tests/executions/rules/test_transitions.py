@@ -491,7 +491,7 @@ def test_a_pause_applies_the_stop_requests_first() -> None:
 
 
 # ----------------------------------------------------------------------
-# Review 13: stopping one task leaves an honest run (S1, S2).
+# Stopping one task leaves an honest run (S1, S2).
 
 
 def _parker_stop(gate: Gate) -> Any:
@@ -512,7 +512,7 @@ def _diamond() -> ms.Plan:
     )
 
 
-async def test_stop_in_a_diamond_lets_the_join_run_and_the_run_complete(tmp_path: Path) -> None:
+async def test_S2_stop_in_a_diamond_lets_the_join_run_and_the_run_complete(tmp_path: Path) -> None:
     gate = Gate()
     ledger = Ledger()
     async with runtime(tmp_path, ledger, agents={"worker": _parker_stop(gate)}) as rt:
@@ -536,7 +536,7 @@ async def test_stop_in_a_diamond_lets_the_join_run_and_the_run_complete(tmp_path
     assert result.summary == "completed: 3 succeeded, 1 stopped of 4 steps"
 
 
-async def test_cascade_in_a_diamond_cancels_the_join_and_fails_the_run(tmp_path: Path) -> None:
+async def test_P2_cascade_in_a_diamond_cancels_the_join_and_fails_the_run(tmp_path: Path) -> None:
     gate = Gate()
     ledger = Ledger()
     async with runtime(tmp_path, ledger, agents={"worker": _parker_stop(gate)}) as rt:
@@ -560,7 +560,7 @@ async def test_cascade_in_a_diamond_cancels_the_join_and_fails_the_run(tmp_path:
     assert "d" in result.error
 
 
-async def test_stop_twice_and_after_the_end_say_what_happened(tmp_path: Path) -> None:
+async def test_S1_stop_twice_and_after_the_end_say_what_happened(tmp_path: Path) -> None:
     gate = Gate()
     async with runtime(tmp_path, agents={"worker": _parker_stop(gate)}) as rt:
         handle = await rt.start("g", plan_of(agent("w", "worker"), tool("t", "inc")))
@@ -579,7 +579,7 @@ async def test_stop_twice_and_after_the_end_say_what_happened(tmp_path: Path) ->
     assert len([o for o in record.observations if o.step_id == "w"]) == 1
 
 
-async def test_a_task_of_a_paused_run_stopped_then_resumed(tmp_path: Path) -> None:
+async def test_S1_a_task_of_a_paused_run_stopped_then_resumed(tmp_path: Path) -> None:
     gate = Gate()
     ledger = Ledger()
     plan = plan_of(agent("w", "worker"), tool("after", "inc", "w", x=7))
@@ -603,7 +603,7 @@ async def test_a_task_of_a_paused_run_stopped_then_resumed(tmp_path: Path) -> No
     assert result.stopped_steps == ("w",)
 
 
-async def test_a_task_waiting_for_budget_stopped_then_resumed(tmp_path: Path) -> None:
+async def test_S1_a_task_waiting_for_budget_stopped_then_resumed(tmp_path: Path) -> None:
     ledger = Ledger()
     runs: list[int] = []
 
@@ -702,7 +702,7 @@ async def test_a_stopped_task_is_not_run_again_after_a_drift_replan(tmp_path: Pa
     assert stop.state == "cancelled"
 
 
-async def test_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path: Path) -> None:
+async def test_S1_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path: Path) -> None:
     """S1/R11: stop_agent_task answered "stopping". While the task unwinds (its cleanup
     takes a moment), another process pauses the run. The stop must stand: on resume the
     stopped agent is not run again and its step is stopped."""
@@ -752,7 +752,7 @@ async def test_a_stop_under_way_is_not_undone_by_a_pause_from_elsewhere(tmp_path
     assert result.stopped_steps == ("w",)
 
 
-async def test_a_stop_while_the_planner_replans_does_not_finish_the_old_plan(
+async def test_S2_a_stop_while_the_planner_replans_does_not_finish_the_old_plan(
     tmp_path: Path,
 ) -> None:
     """R6: the workspace drifted, so the run is replanned. A stop that lands while the
@@ -801,7 +801,7 @@ async def test_a_stop_while_the_planner_replans_does_not_finish_the_old_plan(
     assert result.status == "completed"
 
 
-async def test_a_stop_request_the_runner_never_saw_is_applied_on_resume(tmp_path: Path) -> None:
+async def test_S1_a_stop_request_the_runner_never_saw_is_applied_on_resume(tmp_path: Path) -> None:
     """B asks A's runner to stop a task; A shuts down before its next heartbeat. The
     request was answered "stopping": it must stand when B resumes the run."""
     gate = Gate()

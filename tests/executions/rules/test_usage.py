@@ -723,7 +723,7 @@ async def test_P4_an_agent_short_of_budget_runs_again_at_once_when_other_steps_f
 
 
 # ----------------------------------------------------------------------
-# Review 13: an agent short of the run's budget waits for budget (P4), its calls accounted
+# An agent short of the run's budget waits for budget (P4), its calls accounted
 # once and never backwards (E9, B3).
 
 
@@ -736,7 +736,7 @@ def _durable_writer(runs: list[int], n: int = 5) -> Any:
     return writer
 
 
-async def test_resumed_with_a_lower_budget_it_keeps_waiting_and_nothing_goes_backwards(
+async def test_E9_resumed_with_a_lower_budget_it_keeps_waiting_and_nothing_goes_backwards(
     tmp_path: Path,
 ) -> None:
     ledger = Ledger()
@@ -763,7 +763,7 @@ async def test_resumed_with_a_lower_budget_it_keeps_waiting_and_nothing_goes_bac
     assert len(runs) == 2
 
 
-async def test_raised_by_one_call_at_a_time_it_makes_each_call_once(tmp_path: Path) -> None:
+async def test_E9_raised_by_one_call_at_a_time_it_makes_each_call_once(tmp_path: Path) -> None:
     ledger = Ledger()
     runs: list[int] = []
     plan = plan_of(agent("w", "writer"), tool("after", "inc", "w"))
@@ -789,7 +789,7 @@ async def test_raised_by_one_call_at_a_time_it_makes_each_call_once(tmp_path: Pa
     assert statuses(record) == {"w": "succeeded", "after": "succeeded"}
 
 
-async def test_calls_outside_ctx_step_are_made_again_and_counted_again(tmp_path: Path) -> None:
+async def test_E9_calls_outside_ctx_step_are_made_again_and_counted_again(tmp_path: Path) -> None:
     ledger = Ledger()
 
     async def chatty(ctx: ms.AgentContext, input: Any) -> str:
@@ -810,7 +810,7 @@ async def test_calls_outside_ctx_step_are_made_again_and_counted_again(tmp_path:
     assert task.calls_used == 8
 
 
-async def test_a_pause_from_elsewhere_keeps_the_calls_an_agent_made_before_it(
+async def test_E9_a_pause_from_elsewhere_keeps_the_calls_an_agent_made_before_it(
     tmp_path: Path,
 ) -> None:
     """E9/B3: calls_used counts every call made. Paused here, the calls an agent made but
@@ -838,7 +838,7 @@ async def test_a_pause_from_elsewhere_keeps_the_calls_an_agent_made_before_it(
     assert record.calls_used == 2
 
 
-async def test_a_pause_here_keeps_the_calls_an_agent_made_before_it(tmp_path: Path) -> None:
+async def test_E9_a_pause_here_keeps_the_calls_an_agent_made_before_it(tmp_path: Path) -> None:
     gate = Gate()
     ledger = Ledger()
 
@@ -855,7 +855,7 @@ async def test_a_pause_here_keeps_the_calls_an_agent_made_before_it(tmp_path: Pa
     assert record.calls_used == 2
 
 
-async def test_a_budget_wait_then_a_pause_then_a_resume_with_budget_completes(
+async def test_P4_a_budget_wait_then_a_pause_then_a_resume_with_budget_completes(
     tmp_path: Path,
 ) -> None:
     ledger = Ledger()
@@ -875,7 +875,7 @@ async def test_a_budget_wait_then_a_pause_then_a_resume_with_budget_completes(
 
 
 # ----------------------------------------------------------------------
-# Review of B3: a skill whose model call returned while its run was being paused has spent
+# B3: a skill whose model call returned while its run was being paused has spent
 # what it reports; that usage is accounting and must not be dropped with the step's result.
 
 SPENT = Usage(input_tokens=10, output_tokens=5, cost=Decimal("0.5"))
@@ -911,7 +911,7 @@ async def test_B3_a_skill_that_finishes_its_call_during_a_pause_or_cancel_is_cha
 
 
 # ----------------------------------------------------------------------
-# Review of B3: a tool that reports usage with ``WithUsage`` is treated alike whether it runs
+# B3: a tool that reports usage with ``WithUsage`` is treated alike whether it runs
 # as a plan step or through an agent's ``ctx.call_tool``.
 
 

@@ -538,7 +538,7 @@ def test_X3_the_findings_brief_is_bounded_fenced_and_clamped() -> None:
 
 
 # ----------------------------------------------------------------------
-# Edge cases of the durable-execution layer found in review: races between controls and
+# Edge cases of the durable-execution layer: races between controls and
 # a run that is settling, accounting across interruptions, stops under way, results too large
 # to store. Each docstring says what used to go wrong.
 
@@ -664,7 +664,7 @@ async def test_R2_a_cancel_sent_as_the_run_settles_still_cancels(tmp_path: Path)
     assert record.status == "cancelled"
 
 
-async def test_two_concurrent_resumes_run_the_execution_once(
+async def test_L1_two_concurrent_resumes_run_the_execution_once(
     tmp_path: Path,
 ) -> None:
     """Runtime.resume checks self._live, then awaits (acquire, edit) before registering. Two

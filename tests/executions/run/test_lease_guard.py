@@ -560,11 +560,10 @@ async def test_l5_the_default_lease_clock_goes_on_while_the_machine_is_suspended
 
 
 # ----------------------------------------------------------------------
-# Review #14: leases on the server's clock, never a host's ("Use the database's clock for
-# lease expiry, never the hosts'", issue 14; L4 "whatever the writer's clock says").
+# Leases on the server's clock, never a host's (L4: "whatever the writer's clock says").
 
 
-async def test_a_host_whose_clock_is_an_hour_behind_can_still_run_a_plan(
+async def test_L4_a_host_whose_clock_is_an_hour_behind_can_still_run_a_plan(
     postgres_url: str,
 ) -> None:
     """Host A's wall clock is an hour slow; the server's is right. A starts a three-step plan
@@ -580,7 +579,7 @@ async def test_a_host_whose_clock_is_an_hour_behind_can_still_run_a_plan(
     assert line == "ended completed Stop"  # as every run that ends by itself
 
 
-async def test_a_host_whose_clock_is_an_hour_ahead_leaves_no_hour_long_lease_behind(
+async def test_L4_a_host_whose_clock_is_an_hour_ahead_leaves_no_hour_long_lease_behind(
     postgres_url: str,
 ) -> None:
     """Host A's clock is an hour fast. It starts a run and dies before its first heartbeat

@@ -126,7 +126,7 @@ async def test_V3_a_lease_that_nobody_holds_any_more_is_not_blamed_on_an_owner(
 
 
 # ----------------------------------------------------------------------
-# Review 13: reasons survive the trip between processes (V3). Two runtimes on one store
+# Reasons survive the trip between processes (V3). Two runtimes on one store
 # stand in for two processes; the command (``mainspring cancel/pause/stop-task --store``) runs
 # in a worker thread with its own event loop, as a separate process would.
 
@@ -143,7 +143,7 @@ async def _cli(*argv: str) -> tuple[int, str]:
     return await anyio.to_thread.run_sync(lambda: run_cli(*argv))
 
 
-async def test_cli_cancel_reaches_the_running_tool_as_ParentCancel_of_that_Cancel(
+async def test_V3_cli_cancel_reaches_the_running_tool_as_ParentCancel_of_that_Cancel(
     tmp_path: Path,
 ) -> None:
     gate = Gate()
@@ -168,7 +168,7 @@ async def test_cli_cancel_reaches_the_running_tool_as_ParentCancel_of_that_Cance
     assert result.status == "cancelled"
 
 
-async def test_cli_pause_reaches_the_running_tool_as_that_Pause(tmp_path: Path) -> None:
+async def test_V3_cli_pause_reaches_the_running_tool_as_that_Pause(tmp_path: Path) -> None:
     gate = Gate()
     store = tmp_path / "store.sqlite3"
     async with runtime(tmp_path, tools={"gate": gate}, **FAST) as a:
@@ -189,7 +189,7 @@ async def test_cli_pause_reaches_the_running_tool_as_that_Pause(tmp_path: Path) 
     assert record.status == "paused"
 
 
-async def test_cli_stop_task_reaches_the_agent_as_Cancel_naming_who_asked(
+async def test_V3_cli_stop_task_reaches_the_agent_as_Cancel_naming_who_asked(
     tmp_path: Path,
 ) -> None:
     gate = Gate()
@@ -217,7 +217,7 @@ async def test_cli_stop_task_reaches_the_agent_as_Cancel_naming_who_asked(
     assert result.stopped_steps == ("w",)
 
 
-async def test_a_secret_in_a_cancel_reason_never_reaches_disk_nor_the_other_runner(
+async def test_E5_a_secret_in_a_cancel_reason_never_reaches_disk_nor_the_other_runner(
     tmp_path: Path,
 ) -> None:
     gate = Gate()
@@ -237,7 +237,7 @@ async def test_a_secret_in_a_cancel_reason_never_reaches_disk_nor_the_other_runn
     assert SECRET.encode() not in _store_bytes(tmp_path)
 
 
-async def test_a_secret_in_a_pause_reason_never_reaches_disk_nor_the_other_runner(
+async def test_E5_a_secret_in_a_pause_reason_never_reaches_disk_nor_the_other_runner(
     tmp_path: Path,
 ) -> None:
     gate = Gate()
@@ -265,7 +265,7 @@ async def test_a_secret_in_a_pause_reason_never_reaches_disk_nor_the_other_runne
     assert SECRET.encode() not in _store_bytes(tmp_path)
 
 
-async def test_cli_cancel_with_a_secret_reason_keeps_it_off_disk(tmp_path: Path) -> None:
+async def test_E5_cli_cancel_with_a_secret_reason_keeps_it_off_disk(tmp_path: Path) -> None:
     gate = Gate()
     store = tmp_path / "store.sqlite3"
     async with runtime(tmp_path, tools={"gate": gate}, **FAST) as a:
@@ -284,7 +284,7 @@ async def test_cli_cancel_with_a_secret_reason_keeps_it_off_disk(tmp_path: Path)
     assert SECRET.encode() not in _store_bytes(tmp_path)
 
 
-async def test_pause_then_cancel_from_elsewhere_reaches_the_running_tool_as_the_cancel(
+async def test_V3_pause_then_cancel_from_elsewhere_reaches_the_running_tool_as_the_cancel(
     tmp_path: Path,
 ) -> None:
     """B pauses, then cancels, before A looks (A's heartbeat is slow): A's first commit
@@ -314,7 +314,7 @@ async def test_pause_then_cancel_from_elsewhere_reaches_the_running_tool_as_the_
     assert result.status == "cancelled"
 
 
-async def test_cancel_of_a_waiting_run_from_elsewhere_stamps_its_task_with_the_reason(
+async def test_V3_cancel_of_a_waiting_run_from_elsewhere_stamps_its_task_with_the_reason(
     tmp_path: Path,
 ) -> None:
     async def curious(ctx: ms.AgentContext, input: Any) -> str:
@@ -337,7 +337,7 @@ async def test_cancel_of_a_waiting_run_from_elsewhere_stamps_its_task_with_the_r
     assert record.pending is None
 
 
-async def test_a_stolen_lease_is_LeaseLost_naming_the_thief_not_a_cancel(
+async def test_V3_a_stolen_lease_is_LeaseLost_naming_the_thief_not_a_cancel(
     tmp_path: Path,
 ) -> None:
     """The lease was taken by another owner (which then runs it): A's tool sees LeaseLost
@@ -379,7 +379,7 @@ async def test_a_stop_task_is_audited_under_the_owner_that_asked(tmp_path: Path)
     assert all(c.by == rt.owner for c in lines), [(c.by, c.reason) for c in lines]
 
 
-async def test_a_cancel_committed_during_the_final_write_is_told_as_that_cancel(
+async def test_E4_a_cancel_committed_during_the_final_write_is_told_as_that_cancel(
     tmp_path: Path,
 ) -> None:
     """B's cancel lands just before A's final commit (the store applies it first): A's run
@@ -445,7 +445,7 @@ async def test_a_local_cancel_racing_a_pause_from_elsewhere_is_not_dropped(
     assert result.status == "cancelled"
 
 
-async def test_a_local_pause_racing_a_cancel_from_elsewhere_reports_the_cancel(
+async def test_V3_a_local_pause_racing_a_cancel_from_elsewhere_reports_the_cancel(
     tmp_path: Path,
 ) -> None:
     """The other process's cancel wins on disk (E4); pause() must not report the run as
@@ -463,7 +463,7 @@ async def test_a_local_pause_racing_a_cancel_from_elsewhere_reports_the_cancel(
     assert result.status == "cancelled", result.status
 
 
-async def test_a_pause_landing_during_the_final_write_is_told_as_that_pause(
+async def test_E4_a_pause_landing_during_the_final_write_is_told_as_that_pause(
     tmp_path: Path,
 ) -> None:
     from mainspring.executions._facade.record_controls import pause_edit
@@ -494,7 +494,7 @@ async def test_a_cancel_with_a_huge_reason_still_cancels(tmp_path: Path) -> None
     assert record.status == "cancelled"
 
 
-async def test_a_lease_stolen_then_the_record_cancelled_is_told_as_the_cancel(
+async def test_V3_a_lease_stolen_then_the_record_cancelled_is_told_as_the_cancel(
     tmp_path: Path,
 ) -> None:
     gate = Gate()

@@ -129,7 +129,7 @@ async def test_steps_completing_out_of_order_cost_each_commit_what_changed(
 
 
 # ----------------------------------------------------------------------
-# Review of issue 13 (storage v2) from the runtime and the command: long runs, history,
+# The store through the runtime and the command: long runs, history,
 # prune and resume as a user sees them.
 
 
@@ -258,7 +258,7 @@ def test_a_step_late_in_a_long_linear_run_costs_what_an_early_one_does(backend: 
 
 
 # ----------------------------------------------------------------------
-# Review of storage v2 (issue 13) through the runtime: an agent with thousands of inner
+# The store through the runtime: an agent with thousands of inner
 # steps paused and resumed mid-way, in the same runtime and in another one on the store.
 #
 # Its tests carry the marks its module had:

@@ -461,7 +461,7 @@ def test_E10_values_replay_exactly_after_a_kill_and_a_resume_in_a_fresh_process(
 
 
 # ----------------------------------------------------------------------
-# Review 14: a run resumed twice in a row, in fresh runtimes, hands user code what the live
+# A run resumed twice in a row, in fresh runtimes, hands user code what the live
 # run handed it (E10): typed values in outputs, ctx.step results and step inputs.
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -656,8 +656,8 @@ async def test_E10_a_masked_output_read_back_after_a_resume_is_named_in_result_r
 
 
 # ----------------------------------------------------------------------
-# Review 12: exact replay (E10), redaction on the way to disk (E5), drift without blind spots
-# (R6, R8). Each test asserts what the README / issue #12 promise.
+# Exact replay (E10), redaction on the way to disk (E5), drift without blind spots
+# (R6, R8). Each test asserts what the README promises.
 
 ENC = ms.storage._seam.encode_value
 DEC = ms.storage._seam.decode_value

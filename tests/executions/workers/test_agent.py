@@ -596,7 +596,7 @@ async def test_e11_a_stopped_runners_worker_edit_never_overwrites_a_later_tenure
 
 
 # ----------------------------------------------------------------------
-# Review of #17: a finalized run (its proof recorded, no active writer) never starts a
+# A finalized run (its proof recorded, no active writer) never starts a
 # worker afterwards: a worker step that had not started when the run was finalized fails
 # ``worker-finalized`` instead of writing into a finalized run.
 

@@ -233,7 +233,7 @@ async def test_E8_an_unreadable_worker_task_is_not_taken_for_absent_and_run_agai
 
 
 # ----------------------------------------------------------------------
-# Review of #17 (worker lifecycle driven through WorkerAgent): useful progress resets the
+# The worker lifecycle driven through WorkerAgent: useful progress resets the
 # no-progress rule, a chatty worker does not flood the trail nor the store, and two
 # finalizes racing with different proofs never overwrite each other.
 
@@ -370,7 +370,7 @@ async def test_a_flood_of_state_and_usage_reports_is_committed_together(tmp_path
 
 
 # ----------------------------------------------------------------------
-# Review of #17: a repair instruction whose line takes time to reach the worker (a full
+# A repair instruction whose line takes time to reach the worker (a full
 # stdin pipe) never overwrites what the driver recorded meanwhile (V2: stale writes), and a
 # repair to a process that just ended is ``WorkerNotLive``, not a raw OS error.
 
@@ -495,7 +495,7 @@ async def test_a_repair_while_the_result_is_sealed_is_kept_by_the_handoff(tmp_pa
 
 
 # ----------------------------------------------------------------------
-# Review of #17: a task that used up its ``max_starts`` leaves no active worker behind
+# A task that used up its ``max_starts`` leaves no active worker behind
 # (a phantom ``assigned`` worker held a capacity slot and refused finalize for good).
 
 USAGE = {"type": "usage", "input_tokens": 5}

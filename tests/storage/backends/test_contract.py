@@ -1252,9 +1252,9 @@ def _trials(tmp_path: Path, backend: str, trials: int, url: Any = None) -> None:
 
 
 # ----------------------------------------------------------------------
-# Review of issue 13 (storage v2): bugs found from ``mainspring.storage``'s public API.
+# Bugs found from ``mainspring.storage``'s public API.
 #
-# Each test fails on the code as reviewed and passes once the bug it names is fixed.
+# Each test names a bug that was once there and fails if it comes back.
 
 Factory_storage_v2 = Callable[..., Any]
 
@@ -1508,7 +1508,7 @@ def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
 # -- read-only and foreign stores change nothing -----------------------------------------
 
 
-def test_a_read_only_file_store_creates_nothing(tmp_path: Path) -> None:
+def test_E7_a_read_only_file_store_creates_nothing(tmp_path: Path) -> None:
     FileStore(tmp_path / "store")  # a store nobody has written to yet: only .format
     before = sorted(os.listdir(tmp_path / "store"))
     reader = FileStore(tmp_path / "store", read_only=True)

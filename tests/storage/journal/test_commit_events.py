@@ -179,7 +179,7 @@ def test_the_history_has_every_move_and_no_other(
 
 
 # ----------------------------------------------------------------------
-# Review of storage v2 (issue 13): task transitions derived when tasks are rewritten whole
+# Task transitions derived when tasks are rewritten whole
 # (``_journal._task_events``) with an agent task record that does not parse (kept as it is,
 # E7) whose id is not even a string.
 

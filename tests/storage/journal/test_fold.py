@@ -305,10 +305,10 @@ def test_a_fresh_store_reads_back_every_committed_version(
 
 
 # ----------------------------------------------------------------------
-# Review of storage v2 (issue 13): random edits (repeated keys, parts switching between
+# Random edits (repeated keys, parts switching between
 # positional and keyed, tasks split and whole, inner steps appended, re-run, cut) through two
 # store objects on one path; a fresh store reads back what was committed, compared by its
-# encoding. (Held up, apart from what review13_journal.py shows, excluded here.)
+# encoding.
 
 S = ms.storage._seam  # every storage name, the internal ones included
 
@@ -351,7 +351,8 @@ def edit(rng: random.Random, ex: Any) -> Any:
             inner[j] = S.unstructure(obs(rng, inner[j]["step_id"]))
             raw["inner_observations"] = inner
         # (choice 10, a task replaced by a record without its inner fields: see
-        # review13_journal.py; it reads back with them added, so it is left out here)
+        # test_model.py, test_E7_a_task_replaced_by_a_record_without_its_inner_fields_...;
+        # it reads back with them added, so it is left out here)
         else:  # inner steps cut short
             for field in ("inner_observations", "inner_completed"):
                 if field in raw:

@@ -136,7 +136,7 @@ def test_a_checkpoint_naming_the_runs_completed_steps_encodes_none_of_them(
 
 
 # ----------------------------------------------------------------------
-# Review of storage v2 (issue 13): what a commit writes, as a fresh store reads it back.
+# What a commit writes, as a fresh store reads it back.
 #
 # Each test commits through the public store API (``create`` / ``edit``) and reads the
 # execution back from a *fresh* store on the same path, comparing the stored encoding (the
@@ -191,7 +191,7 @@ EQUAL_BUT_DIFFERENT = [
 
 
 @pytest.mark.parametrize(("before", "after"), EQUAL_BUT_DIFFERENT)
-def test_a_replaced_observation_output_reads_back_as_committed(
+def test_E10_a_replaced_observation_output_reads_back_as_committed(
     make_store: Factory, before: Any, after: Any
 ) -> None:
     store = make_store()
@@ -212,7 +212,7 @@ def test_a_replaced_observation_output_reads_back_as_committed(
 
 
 @pytest.mark.parametrize(("before", "after"), EQUAL_BUT_DIFFERENT)
-def test_a_replanned_step_input_reads_back_as_committed(
+def test_E10_a_replanned_step_input_reads_back_as_committed(
     make_store: Factory, before: Any, after: Any
 ) -> None:
     def plan(value: Any, version: int) -> ms.storage.Plan:
@@ -234,7 +234,7 @@ def test_a_replanned_step_input_reads_back_as_committed(
     assert type(fresh.plan.steps[0].input["n"]) is type(after)
 
 
-def test_an_agent_inner_output_reads_back_as_committed(make_store: Factory) -> None:
+def test_E10_an_agent_inner_output_reads_back_as_committed(make_store: Factory) -> None:
     def task(output: Any) -> dict[str, Any]:
         record = ms.storage.AgentTaskRecord(
             id="t1",

@@ -377,7 +377,7 @@ def test_a_refused_statement_never_acknowledges_and_never_leaves_a_mix(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #14: a server that went away is met with StoreUnavailable within
+# A server that went away is met with StoreUnavailable within
 # ``reconnect_timeout`` (not the pool's ``connect_timeout``), nothing written; a busy pool is not
 # reported as an unreachable server. The server is "gone" behind a TCP proxy of our own (never
 # the shared test server stopped).

@@ -181,7 +181,7 @@ def test_the_address_keeps_the_rest_of_the_url_and_hides_the_password() -> None:
 
 
 # ----------------------------------------------------------------------
-# Review of issue #14: the store URL reaches libpq as the user wrote it (only ``schema`` is
+# The store URL reaches libpq as the user wrote it (only ``schema`` is
 # taken out), and contradictory settings are refused, not silently resolved.
 
 
@@ -223,7 +223,7 @@ def test_a_schema_argument_contradicting_the_url_is_refused(postgres_url: str) -
 
 
 # ----------------------------------------------------------------------
-# Review of issue #14: a store URL's secrets never reach an error, a repr or the command's
+# A store URL's secrets never reach an error, a repr or the command's
 # output, whatever the URL looks like; a bad URL is a typed error, never a driver's crash.
 
 SECRET = "s3cretXY"
@@ -257,7 +257,7 @@ def _opening(url: str) -> BaseException | None:
     return None
 
 
-def test_a_bad_percent_escape_in_the_password_never_reaches_the_error() -> None:
+def test_E5_a_bad_percent_escape_in_the_password_never_reaches_the_error() -> None:
     """libpq's "invalid percent-encoded token" names the token, i.e. the password: the
     store's error must be a StorageError/ValueError without it (cause: _pg_connect._defaults
     calls psycopg's conninfo_to_dict unguarded)."""
@@ -268,7 +268,7 @@ def test_a_bad_percent_escape_in_the_password_never_reaches_the_error() -> None:
     assert isinstance(error, ms.StorageError | ValueError), type(error)
 
 
-def test_the_command_with_a_bad_percent_escape_exits_cleanly_without_the_password() -> None:
+def test_E5_the_command_with_a_bad_percent_escape_exits_cleanly_without_the_password() -> None:
     url = f"postgresql://postgres:{SECRET}%zz@{_host()}/test?schema=t_rev_secret"
     code, printed = _cli("ls", "--store", url)
     assert isinstance(code, int), code
@@ -287,7 +287,7 @@ def test_an_unknown_url_parameter_is_a_typed_error_and_the_command_does_not_cras
     assert code != 0
 
 
-def test_sslpassword_is_masked_like_password() -> None:
+def test_E5_sslpassword_is_masked_like_password() -> None:
     """``sslpassword`` (the client key's passphrase, a libpq parameter) is a secret too."""
     url = f"postgresql://postgres@127.0.0.1:1/test?schema=t_rev_secret&sslpassword={SECRET}"
     assert SECRET not in ms.storage._seam.redact_url(url)
@@ -298,7 +298,7 @@ def test_sslpassword_is_masked_like_password() -> None:
 
 
 @pytest.mark.parametrize("sep", ["/", "#", "?"])
-def test_a_password_holding_a_url_delimiter_is_never_shown(sep: str) -> None:
+def test_E5_a_password_holding_a_url_delimiter_is_never_shown(sep: str) -> None:
     """A password with an unescaped ``/``, ``#`` or ``?`` (a user's mistake, but a common
     one) must still not be printed: the redaction splits on what urlsplit finds, which ends
     the user info early and shows the password's tail."""

@@ -821,7 +821,7 @@ def test_the_feed_wakes_at_a_notice_from_another_thread(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #14: the lease clock of a call that waited for a row lock (another host in
+# The lease clock of a call that waited for a row lock (another host in
 # a transaction on the same execution). The store reads ``clock_timestamp()`` in the same
 # statement that locks the rows, but in the target list *before* the subqueries that wait for
 # the lock (``_postgres.py``, ``_lock_sql``): "now" is the time the call began waiting, not the

@@ -61,7 +61,7 @@ def test_the_command_lists_and_searches_past_a_row_that_is_not_utf8(
 
 
 # ----------------------------------------------------------------------
-# Review of issue #16 (agent memory), the stores: bugs found by attacking SqliteStore,
+# Agent memory in the stores: bugs found by attacking SqliteStore,
 # FileStore and PostgresStore directly, each pinned by a test (every backend).
 
 
@@ -139,7 +139,7 @@ def _file_state(path: Path) -> list[tuple[str, int, bytes]]:
     return sorted((p.name, p.stat().st_mtime_ns, p.read_bytes()) for p in path.iterdir())
 
 
-def test_a_read_of_an_empty_sidecar_writes_nothing_and_a_write_marks_its_layout(
+def test_E7_a_read_of_an_empty_sidecar_writes_nothing_and_a_write_marks_its_layout(
     tmp_path: Path,
 ) -> None:
     # An empty memory.sqlite3 (left by a crash between creating it and its first write):
@@ -166,7 +166,7 @@ def test_a_read_of_an_empty_sidecar_writes_nothing_and_a_write_marks_its_layout(
         db.close()
 
 
-def test_a_read_never_changes_a_sidecar_journal_mode(tmp_path: Path) -> None:
+def test_E7_a_read_never_changes_a_sidecar_journal_mode(tmp_path: Path) -> None:
     # A sidecar in rollback-journal mode (a restored copy): a read switched it to WAL.
     store_dir = tmp_path / "store"
     store = FileStore(store_dir)
