@@ -10,7 +10,7 @@ are carried through untouched (E7): nothing here drops a record it cannot read.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -198,12 +198,21 @@ def pause_execution(execution: Execution, by: str, now: float, reason: str = "")
     return attrs.evolve(execution, status=status, updated_at=now)
 
 
+def _waiting_retries(observations: Iterable[Observation]) -> dict[str, list[Observation]]:
+    """The observations that say a step waits to be tried again, by step id: found in one
+    pass, so a cancel of n steps stays O(n) (R2: a cancel of 8,200 steps)."""
+    waiting: dict[str, list[Observation]] = {}
+    for o in observations:
+        if o.data.get("retrying") is True:
+            waiting.setdefault(o.step_id, []).append(o)
+    return waiting
+
+
 def _ended_attempts(
-    observations: list[Observation], step_id: str
+    observations: list[Observation], waiting: list[Observation]
 ) -> tuple[list[Observation], dict[str, Any]]:
     """B1: a step cancelled while it waited to be tried again: its waiting observation goes,
     and the cancel's keeps the failed attempts without saying it waits any more."""
-    waiting = [o for o in observations if o.step_id == step_id and o.data.get("retrying") is True]
     if not waiting:
         return observations, {}
     data = {key: value for key, value in waiting[-1].data.items() if key != "retrying"}
@@ -233,6 +242,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     if reason and reason != why:
         why = f"{why}: {bounded_reason(reason)}"
     observations = list(execution.observations)
+    waiting = _waiting_retries(observations)
     plan = execution.plan
     if plan is not None:
         steps = []
@@ -243,7 +253,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
             started = step.status == "running" or step.kind == "agent"
             status = StepStatus.CANCELLED if started else StepStatus.SKIPPED
             steps.append(attrs.evolve(step, status=step_move(step.id, step.status, status)))
-            observations, attempts = _ended_attempts(observations, step.id)  # B1
+            observations, attempts = _ended_attempts(observations, waiting.get(step.id, []))  # B1
             observations.append(
                 observe(
                     step,
