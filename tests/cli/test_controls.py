@@ -143,7 +143,7 @@ def _no_secret(text: str) -> None:
     assert VAULT_TOKEN not in text
 
 
-async def test_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Path) -> None:
+async def test_E5_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Path) -> None:
     store = await _rich_record(tmp_path)
     reads = [
         (argv, extra)
@@ -167,7 +167,7 @@ async def test_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: 
                 json.loads(line)
 
 
-async def test_show_tells_the_operator_what_12_added(tmp_path: Path) -> None:
+async def test_E10_show_says_which_steps_were_stopped_masked_or_ran_again(tmp_path: Path) -> None:
     store = await _rich_record(tmp_path)
     done = await _shell("--store", store, "show", "ex-rich")
     assert done.returncode == 0, done.stderr
@@ -221,7 +221,7 @@ def _to_old_format(store: str, execution_id: str) -> None:
     write_raw(store, execution_id, body)
 
 
-async def test_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Path) -> None:
+async def test_E5_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Path) -> None:
     store = await _rich_record(tmp_path)
     await anyio.to_thread.run_sync(_to_old_format, store, "ex-rich")
     reads = [
@@ -242,7 +242,7 @@ async def test_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: 
     assert finding["evidence"][0]["detail"] == "read notes.md, line 3"
 
 
-async def test_calls_made_before_a_stop_task_from_the_command_are_kept(tmp_path: Path) -> None:
+async def test_E9_calls_made_before_a_stop_task_from_the_command_are_kept(tmp_path: Path) -> None:
     """E9/B3: an agent made three skill calls, then waits; `mainspring stop-task` in another
     process stops it. The record, the result and `ls --json` keep the three calls."""
     gate = Gate()
@@ -291,7 +291,9 @@ config = {"agents": {"asker": asker}, "skills": {"vault": vault}}
 """
 
 
-async def test_resume_from_the_command_with_a_secret_answer(tmp_path: Path) -> None:
+async def test_E10_resume_from_the_command_with_a_secret_answer_reruns_the_masked_step(
+    tmp_path: Path,
+) -> None:
     """`mainspring resume --answer` in another process: the answer's sha256 is of the answer
     as given, nothing secret is printed, the redacted inner step ran again (and says so),
     every call is counted once."""
@@ -350,7 +352,7 @@ async def test_resume_from_the_command_with_a_secret_answer(tmp_path: Path) -> N
     assert "inner step fetch ran again on resume" in shown.stdout
 
 
-async def test_pausing_then_resuming_a_run_waiting_for_budget_counts_each_call_once(
+async def test_E9_pausing_then_resuming_a_run_waiting_for_budget_counts_each_call_once(
     tmp_path: Path,
 ) -> None:
     """E9/B3: a run waits for budget with 2 calls used; `mainspring pause` (another process)
@@ -385,7 +387,7 @@ async def test_pausing_then_resuming_a_run_waiting_for_budget_counts_each_call_o
     assert (result.calls_used, record.calls_used, task.calls_used) == (4, 4, 4)
 
 
-async def test_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its_calls(
+async def test_E9_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its_calls(
     tmp_path: Path,
 ) -> None:
     store = str(tmp_path / "store.sqlite3")
@@ -408,7 +410,7 @@ async def test_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its_ca
     assert record.pending is None
 
 
-async def test_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path) -> None:
+async def test_E10_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path) -> None:
     """E10 in the operator's view ("what was stored masked is said, not hidden"): a step whose
     input had to be masked will fail if resumed elsewhere; `mainspring show` says which."""
     store = str(tmp_path / "store.sqlite3")
@@ -427,7 +429,7 @@ async def test_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path
         assert word in notes[1], notes[1]
 
 
-async def test_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_exits_1(
+async def test_R4_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_exits_1(
     tmp_path: Path,
 ) -> None:
     """README: "A control with nothing to do (pausing a finished run) exits 1". Resuming a
@@ -471,7 +473,7 @@ SECRET_NAMED = {
 }
 
 
-async def test_values_under_common_secret_names_are_not_printed_by_show(tmp_path: Path) -> None:
+async def test_E5_values_under_common_secret_names_are_not_printed_by_show(tmp_path: Path) -> None:
     """E5 and "everything printed is redacted": values under secret-named keys are masked
     whole — also in the spellings config and HTTP code use every day (camelCase, env-var
     names, a prefix), not only the exact snake_case names. Pagination keys stay."""

@@ -202,7 +202,7 @@ def _mode(path: Path) -> int:
 # -- 1. "a command never creates a store by accident" / "reads never write" ---------------------
 
 
-def test_ls_on_a_directory_that_is_not_a_store_neither_chmods_it_nor_calls_it_empty(
+def test_U6_ls_on_a_directory_that_is_not_a_store_neither_chmods_it_nor_calls_it_empty(
     tmp_path: Path,
 ) -> None:
     project = tmp_path / "project"
@@ -215,7 +215,7 @@ def test_ls_on_a_directory_that_is_not_a_store_neither_chmods_it_nor_calls_it_em
 
 
 @pytest.mark.parametrize("kind", ["foreign-sqlite", "empty-file"])
-def test_ls_on_a_sqlite_file_that_is_not_ours_leaves_it_alone(tmp_path: Path, kind: str) -> None:
+def test_U6_ls_on_a_sqlite_file_that_is_not_ours_leaves_it_alone(tmp_path: Path, kind: str) -> None:
     db = tmp_path / "other.sqlite3"
     if kind == "foreign-sqlite":
         conn = sqlite3.connect(db)
@@ -232,7 +232,7 @@ def test_ls_on_a_sqlite_file_that_is_not_ours_leaves_it_alone(tmp_path: Path, ki
     assert code == EXIT_NO_STORE
 
 
-def test_a_file_that_is_not_sqlite_is_refused_without_a_chmod(tmp_path: Path) -> None:
+def test_U6_a_file_that_is_not_sqlite_is_refused_without_a_chmod(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
     notes.chmod(0o644)
@@ -245,7 +245,7 @@ def test_a_file_that_is_not_sqlite_is_refused_without_a_chmod(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("command", ["ls", "doctor"])
-def test_a_corrupt_sqlite_store_is_an_exit_code_not_a_traceback(
+def test_U5_a_corrupt_sqlite_store_is_an_exit_code_not_a_traceback(
     tmp_path: Path, command: str
 ) -> None:
     store = tmp_path / "s.sqlite3"
@@ -258,7 +258,7 @@ def test_a_corrupt_sqlite_store_is_an_exit_code_not_a_traceback(
     assert code in (EXIT_FAILED, EXIT_NO_STORE)
 
 
-def test_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
+def test_U5_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
     tmp_path: Path,
 ) -> None:
     files = tmp_path / "files"
@@ -271,7 +271,7 @@ def test_show_of_a_record_that_cannot_be_opened_is_an_exit_code_not_a_traceback(
     assert code == EXIT_FAILED
 
 
-def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
+def test_U5_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
     tmp_path: Path,
 ) -> None:
     files = tmp_path / "files"
@@ -288,7 +288,7 @@ def test_one_record_with_an_odd_timestamp_does_not_break_ls_for_every_record(
 # -- 3. stop-task: "never a silent no-op" (S1) -------------------------------------------------
 
 
-def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
+def test_S1_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "s.sqlite3"
@@ -315,7 +315,7 @@ def test_stop_task_in_a_terminal_execution_does_not_claim_a_runner_will_stop_it(
 
 
 @pytest.mark.parametrize("command", ["pause", "cancel"])
-def test_a_control_refused_because_the_run_is_terminal_exits_1(
+def test_U5_a_control_refused_because_the_run_is_terminal_exits_1(
     tmp_path: Path, command: str
 ) -> None:
     store = tmp_path / "s.sqlite3"
@@ -325,7 +325,7 @@ def test_a_control_refused_because_the_run_is_terminal_exits_1(
     assert code == EXIT_FAILED  # ... so it was refused (README: 1); it used to be 0, like a success
 
 
-def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
+def test_U5_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = tmp_path / "s.sqlite3"
@@ -340,7 +340,7 @@ def test_an_app_module_that_fails_to_import_is_a_usage_error_not_a_traceback(
 # -- 5. "everything printed is redacted"; E7 "reports how many it dropped" ------------------------
 
 
-def test_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> None:
+def test_E5_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> None:
     files = ms.storage.FileStore(tmp_path / "files")
     now = time.time()
     goal = f"push with {SECRET} now"  # a record not written through the runtime
@@ -351,7 +351,7 @@ def test_a_clamped_goal_does_not_leak_a_prefix_of_a_secret(tmp_path: Path) -> No
     assert "ZZZZZZZZ" not in out  # it used to: clamped to 40 chars first, so the pattern misses
 
 
-def test_error_messages_are_redacted_too(
+def test_E5_error_messages_are_redacted_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "s.sqlite3"
@@ -361,7 +361,7 @@ def test_error_messages_are_redacted_too(
     assert SECRET not in capsys.readouterr().err  # it used to: printed as is
 
 
-def test_tasks_and_ls_json_say_what_they_could_not_read(
+def test_E7_tasks_and_ls_json_say_what_they_could_not_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = tmp_path / "files"
@@ -378,7 +378,7 @@ def test_tasks_and_ls_json_say_what_they_could_not_read(
     assert "broken" in out + capsys.readouterr().err  # ... and ls --json drops broken.json
 
 
-def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
+def test_U5_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
     _make_store(store)
 
@@ -405,7 +405,7 @@ def config():
 """
 
 
-def test_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
+def test_R7_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`python myapp.py` starts the run (tools in __main__); the operator resumes it with
@@ -437,7 +437,7 @@ pytest_anyio = pytest.mark.anyio
 
 
 @pytest_anyio
-async def test_resume_with_an_answer_once_the_store_says_waiting(tmp_path: Path) -> None:
+async def test_L3_resume_with_an_answer_once_the_store_says_waiting(tmp_path: Path) -> None:
     async with ms.open_runtime(
         store=tmp_path / "s.sqlite3", tools={"inc": inc}, agents={"asker": _asker}
     ) as rt:
@@ -468,7 +468,7 @@ def fastapi_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest_anyio
-async def test_fastapi_example_answers_400_for_a_bad_id_on_every_endpoint(
+async def test_X1_fastapi_example_answers_400_for_a_bad_id_on_every_endpoint(
     fastapi_app: Any,
 ) -> None:
     import httpx
@@ -491,7 +491,7 @@ async def test_fastapi_example_answers_400_for_a_bad_id_on_every_endpoint(
 
 
 @pytest_anyio
-async def test_fastapi_example_resumes_runs_the_last_shutdown_interrupted(
+async def test_L8_fastapi_example_resumes_runs_the_last_shutdown_interrupted(
     fastapi_app: Any, tmp_path: Path
 ) -> None:
     """README: on shutdown every run "stays resumable (rt.recover() on the next start)"."""
@@ -517,8 +517,8 @@ async def test_fastapi_example_resumes_runs_the_last_shutdown_interrupted(
 
 
 @pytest_anyio
-async def test_fastapi_example_accepts_an_answer_once_get_says_waiting(fastapi_app: Any) -> None:
-    """The same race as test_resume_with_an_answer_once_the_store_says_waiting, over HTTP:
+async def test_L3_fastapi_example_accepts_an_answer_once_get_says_waiting(fastapi_app: Any) -> None:
+    """The same race as test_L3_resume_with_an_answer_once_the_store_says_waiting, over HTTP:
     a client that polls GET until "waiting_for_clarification" and then answers gets 409."""
     import httpx
 

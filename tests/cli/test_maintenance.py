@@ -173,7 +173,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_prune_where_nothing_has_run_yet_deletes_nothing_and_says_so(
+def test_U6_prune_where_nothing_has_run_yet_deletes_nothing_and_says_so(
     home: Path, dry_run: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """README: where nothing has run yet the command says so, nothing is created, and with

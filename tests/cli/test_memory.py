@@ -387,7 +387,7 @@ def store_cli_memory(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("argv", [["ls"], ["ls", "--all"], ["search", "evil"]])
-def test_control_characters_in_a_fact_never_reach_the_terminal_raw(
+def test_U7_control_characters_in_a_fact_never_reach_the_terminal_raw(
     store_cli_memory: str, argv: list[str]
 ) -> None:
     fact_id = _remember(store_cli_memory, NASTY)
@@ -413,7 +413,7 @@ def test_control_characters_in_a_fact_never_reach_the_terminal_raw(
 
 
 @pytest.mark.parametrize("organization", [[], ["--organization", "globex"]])
-def test_forgetting_an_organizations_fact_needs_that_organization(
+def test_K2_forgetting_an_organizations_fact_needs_that_organization(
     store: str, organization: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     ids = _seed(store)

@@ -50,7 +50,7 @@ def _one_json_line(err: str) -> dict[str, object]:
 # -- bugs ------------------------------------------------------------------------------------
 
 
-def test_an_abbreviated_json_flag_still_gives_json(store: Path) -> None:
+def test_U5_an_abbreviated_json_flag_still_gives_json(store: Path) -> None:
     """argparse accepts ``--jso`` for ``--json`` (allow_abbrev), and before this commit the
     output followed ``args.json``. Now ``as_json = "--json" in argv`` looks at the raw words,
     so ``ls --jso`` parses as JSON-wanted but prints a table: a script gets unparseable
@@ -61,7 +61,7 @@ def test_an_abbreviated_json_flag_still_gives_json(store: Path) -> None:
     assert json.loads(out)[0]["id"] == "ex-1"
 
 
-def test_json_with_no_command_is_a_json_usage_error(
+def test_U5_json_with_no_command_is_a_json_usage_error(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``mainspring --json`` (no command) exits 2, a usage error, but prints the help on
@@ -75,7 +75,7 @@ def test_json_with_no_command_is_a_json_usage_error(
     "argv",
     [["--json", "demo-reasons", "--steps", "0"], ["--json", "demo-reasons", "--steps", "5000"]],
 )
-def test_json_demo_usage_error_is_json_not_a_traceback(
+def test_U5_json_demo_usage_error_is_json_not_a_traceback(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``_demo`` calls ``parser.error`` after parsing; with --json the parser raises
@@ -85,7 +85,7 @@ def test_json_demo_usage_error_is_json_not_a_traceback(
     assert _one_json_line(capsys.readouterr().err)["code"] == EXIT_USAGE
 
 
-def test_a_malformed_id_is_a_usage_error_on_an_empty_home_as_on_a_store(
+def test_X1_a_malformed_id_is_a_usage_error_on_an_empty_home_as_on_a_store(
     home: Path, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On a store ``show 'bad id!'`` is exit 2 (usage); ``stop-task 'bad id!'`` is 2 on an
@@ -99,7 +99,7 @@ def test_a_malformed_id_is_a_usage_error_on_an_empty_home_as_on_a_store(
     assert on_empty == on_store
 
 
-def test_a_home_that_is_a_file_is_not_reported_as_healthy(
+def test_U5_a_home_that_is_a_file_is_not_reported_as_healthy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """MAINSPRING_HOME naming a regular file: ``path.exists()`` of home/mainspring.sqlite3 is
@@ -120,7 +120,7 @@ def test_a_home_that_is_a_file_is_not_reported_as_healthy(
     assert code != EXIT_OK or json.loads(out)["ok"] is False
 
 
-def test_an_unreadable_home_is_an_exit_code_not_a_traceback(
+def test_U5_an_unreadable_home_is_an_exit_code_not_a_traceback(
     home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A home the user cannot search (mode 000, simulated: the tests run as root) makes
@@ -139,7 +139,7 @@ def test_an_unreadable_home_is_an_exit_code_not_a_traceback(
     assert _one_json_line(capsys.readouterr().err)["code"] == EXIT_NO_STORE
 
 
-def test_an_overlong_home_is_an_exit_code_not_a_traceback(
+def test_U5_an_overlong_home_is_an_exit_code_not_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same unguarded ``exists()``, reproduced without simulation: ENAMETOOLONG."""
@@ -148,7 +148,9 @@ def test_an_overlong_home_is_an_exit_code_not_a_traceback(
     assert _one_json_line(capsys.readouterr().err)["code"] == EXIT_NO_STORE
 
 
-def test_doctor_json_has_one_shape(home: Path, store: Path) -> None:
+def test_doctor_json_has_the_same_keys_on_an_empty_home_as_on_a_store(
+    home: Path, store: Path
+) -> None:
     """``doctor --json`` on an empty home has a "store" key (null) that doctor on a real
     store never has: a script reading result["store"] breaks on its first real store.
     Fixed: add "store": args.store_path to _doctor's object too (or drop it here)."""
@@ -157,7 +159,7 @@ def test_doctor_json_has_one_shape(home: Path, store: Path) -> None:
     assert set(json.loads(empty)) == set(json.loads(real))
 
 
-def test_events_json_says_what_it_could_not_read(
+def test_E7_events_json_says_what_it_could_not_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """README: what could not be read is said on stderr, never left out silently (JSON
@@ -176,7 +178,7 @@ def test_events_json_says_what_it_could_not_read(
     assert "warning" in json.loads(err.splitlines()[0])
 
 
-def test_a_usage_error_without_json_is_redacted_too(
+def test_E5_a_usage_error_without_json_is_redacted_too(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """README: everything printed is redacted. With --json, argparse's message goes through
@@ -191,7 +193,7 @@ def test_a_usage_error_without_json_is_redacted_too(
 # -- behaviour that held up ------------------------------------------------------------
 
 
-def test_json_before_the_command(
+def test_U5_json_before_the_command_gives_json_too(
     home: Path, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli("--json", "ls") == (EXIT_OK, "[]\n")
@@ -201,14 +203,14 @@ def test_json_before_the_command(
     assert _one_json_line(capsys.readouterr().err)["code"] == 3
 
 
-def test_json_usage_errors_are_redacted(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_E5_json_usage_errors_are_redacted(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli("--json", "ls", SECRET)[0] == EXIT_USAGE
     err = capsys.readouterr().err
     assert SECRET not in err
     assert _one_json_line(err)["code"] == EXIT_USAGE
 
 
-def test_json_help_is_help(capsys: pytest.CaptureFixture[str]) -> None:
+def test_U5_help_with_json_is_the_help_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit:
         main(["--json", "--help"])
     assert exit.value.code == 0
@@ -216,7 +218,7 @@ def test_json_help_is_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("mainspring_home", [None, ""])
-def test_xdg_default_empty_and_nothing_created(
+def test_U6_an_empty_xdg_default_is_read_as_empty_and_nothing_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mainspring_home: str | None
 ) -> None:
     if mainspring_home is None:
@@ -230,7 +232,7 @@ def test_xdg_default_empty_and_nothing_created(
     assert not (tmp_path / "state").exists()
 
 
-def test_an_existing_empty_home_dir_is_empty_and_untouched(
+def test_U6_an_existing_empty_home_dir_is_empty_and_untouched(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     home.mkdir(mode=0o755)

@@ -517,7 +517,7 @@ def test_E8_doctor_reports_a_trail_entry_that_does_not_parse(tmp_path: Path) -> 
 # reader's terminal. It is now clamped like every other stored text (escapes shown, redacted).
 
 
-def test_a_process_host_with_control_characters_is_escaped(tmp_path: Path) -> None:
+def test_U7_a_process_host_with_control_characters_is_escaped(tmp_path: Path) -> None:
     now = time.time()
     worker = WorkerRecord(
         id="w1",

@@ -262,7 +262,7 @@ def test_a_version_3_schema_is_upgraded_to_4_keeping_its_data() -> None:
 # schema of version 3 opened read-only answered a raw StorageError about a missing table.
 
 
-def test_evidence_of_a_version_3_schema_read_only_is_not_stored() -> None:
+def test_E7_evidence_of_a_version_3_schema_read_only_is_not_stored() -> None:
     url = require_server()
     name = fresh_schema()
     try:

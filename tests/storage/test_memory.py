@@ -834,7 +834,7 @@ CALLS: dict[str, Callable[[Any], object]] = {
 @pytest.mark.parametrize("used", [True, False])
 @pytest.mark.parametrize("call", sorted(CALLS))
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_closed_store_refuses_memory_calls(
+def test_D4_a_closed_store_refuses_memory_calls(
     kind: str, call: str, used: bool, tmp_path: Path
 ) -> None:
     with open_memory(kind, tmp_path) as store:
@@ -863,7 +863,7 @@ def _damage(store: Any, fact_id: str) -> None:
 
 
 @pytest.mark.parametrize("with_heir", [False, True])
-def test_forgetting_an_unreadable_row_deletes_it_and_relinks(
+def test_K4_forgetting_an_unreadable_row_deletes_it_and_relinks(
     memory_store: Any, with_heir: bool
 ) -> None:
     remember(memory_store, fact("a", "lemon tart", conflict_group="g"))
@@ -893,7 +893,7 @@ def _org(fact_id: str, organization: str, **fields: Any) -> Any:
 
 
 @pytest.mark.parametrize("writer", [None, "org-b"])
-def test_a_writer_never_supersedes_another_organizations_facts(
+def test_K2_a_writer_never_supersedes_another_organizations_facts(
     memory_store: Any, writer: str | None
 ) -> None:
     # Before: org-a's fact was marked superseded by a runtime of org-b (or of none), and
@@ -916,7 +916,7 @@ def test_a_writer_never_supersedes_another_organizations_facts(
     assert {hit.fact.id for hit in seen_by_a} == {"a1", "u2"}
 
 
-def test_a_writer_supersedes_its_own_organizations_facts(memory_store: Any) -> None:
+def test_K2_a_writer_supersedes_its_own_organizations_facts(memory_store: Any) -> None:
     remember(memory_store, _org("a1", "org-a"), _org("b1", "org-b"))
     memory_store.memory_apply(
         [RememberFact(fact("u2", conflict_group="g", created_at=2.0), organization="org-a")]
@@ -929,7 +929,7 @@ def test_a_writer_supersedes_its_own_organizations_facts(memory_store: Any) -> N
     assert memory_store.memory_get("a1").superseded_by == "u2"
 
 
-def test_the_writers_organization_is_checked() -> None:
+def test_K2_the_writers_organization_is_checked() -> None:
     with pytest.raises(ValueError, match="its own organization"):
         RememberFact(_org("a1", "org-a"), organization="org-b")
     with pytest.raises(ValueError, match="its own organization"):
@@ -940,7 +940,7 @@ def test_the_writers_organization_is_checked() -> None:
     assert RememberFact(fact("u1")).organization is None
 
 
-def test_a_forged_writer_organization_is_refused_by_every_backend(memory_store: Any) -> None:
+def test_K2_a_forged_writer_organization_is_refused_by_every_backend(memory_store: Any) -> None:
     write = RememberFact(_org("a1", "org-a"))
     object.__setattr__(write, "organization", "org-b")
     (answer,) = memory_store.memory_apply([write])
@@ -956,7 +956,7 @@ def test_a_forged_writer_organization_is_refused_by_every_backend(memory_store: 
 
 
 @pytest.mark.parametrize("group", [None, "g"])
-def test_a_replayed_id_of_an_unreadable_row_answers_its_error_alone(
+def test_K4_a_replayed_id_of_an_unreadable_row_answers_its_error_alone(
     memory_store: Any, group: str | None
 ) -> None:
     remember(memory_store, fact("old", "lemon tart", conflict_group=group))
@@ -1005,7 +1005,7 @@ def _shown(store: Any) -> tuple[list[str], list[str]]:
     return sorted(searched), sorted(listed)
 
 
-def test_a_new_fact_of_its_group_supersedes_an_unreadable_row(memory_store: Any) -> None:
+def test_K4_a_new_fact_of_its_group_supersedes_an_unreadable_row(memory_store: Any) -> None:
     remember(memory_store, fact("old", "lemon tart", conflict_group="g"))
     _damage_unreadable(memory_store, "old")
     remember(memory_store, fact("new", "lemon cake", conflict_group="g", created_at=2.0))
@@ -1015,7 +1015,9 @@ def test_a_new_fact_of_its_group_supersedes_an_unreadable_row(memory_store: Any)
 
 
 @pytest.mark.parametrize("superseder_expired", [False, True])
-def test_an_unreadable_direct_superseder_hides(memory_store: Any, superseder_expired: bool) -> None:
+def test_K4_an_unreadable_direct_superseder_still_hides_what_it_superseded(
+    memory_store: Any, superseder_expired: bool
+) -> None:
     # Its stored expiry cannot be trusted (the row does not read): it counts as unexpired.
     until = 5.0 if superseder_expired else None
     remember(memory_store, fact("a", "lemon tart", conflict_group="g"))
@@ -1027,7 +1029,9 @@ def test_an_unreadable_direct_superseder_hides(memory_store: Any, superseder_exp
     assert _shown(memory_store) == ([], [])
 
 
-def test_an_unreadable_superseder_down_the_chain_hides(memory_store: Any) -> None:
+def test_K4_an_unreadable_superseder_down_the_chain_still_hides_the_first_fact(
+    memory_store: Any,
+) -> None:
     remember(memory_store, fact("a", "lemon tart", conflict_group="g"))
     remember(memory_store, fact("b", "lemon pie", conflict_group="g", valid_until=5.0))
     remember(memory_store, fact("c", "lemon cake", conflict_group="g", created_at=3.0))

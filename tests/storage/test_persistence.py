@@ -498,7 +498,7 @@ class _UnknownOutcome:
         return getattr(self.inner, name)
 
 
-async def test_a_memory_batch_of_unknown_outcome_is_not_said_to_be_unapplied(
+async def test_D3_a_memory_batch_of_unknown_outcome_is_not_said_to_be_unapplied(
     tmp_path: Path,
 ) -> None:
     # The caller was told "nothing in it was applied" while the batch may well have been
@@ -536,7 +536,7 @@ class _RefusesOnce:
         return getattr(self.inner, name)
 
 
-async def test_a_refused_memory_batch_says_the_writer_goes_on_and_it_does(
+async def test_D3_a_refused_memory_batch_says_the_writer_goes_on_and_it_does(
     tmp_path: Path,
 ) -> None:
     # PersistenceFailed said "the writer has stopped", but a batch the store refused
@@ -558,7 +558,7 @@ async def test_a_refused_memory_batch_says_the_writer_goes_on_and_it_does(
         store.close()
 
 
-async def test_a_memory_batch_failing_on_disk_says_the_writer_has_stopped(
+async def test_D3_a_memory_batch_failing_on_disk_says_the_writer_has_stopped(
     tmp_path: Path,
 ) -> None:
     store = ms.storage.SqliteStore(tmp_path / "store.db")
@@ -578,7 +578,7 @@ async def test_a_memory_batch_failing_on_disk_says_the_writer_has_stopped(
 # actor for every run in the process.
 
 
-async def test_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_path: Path) -> None:
+async def test_D3_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_path: Path) -> None:
     # An execution with two observations of one step (the Execution record allows it)
     # makes SqliteStore raise sqlite3.IntegrityError from commit_runs: the whole flush
     # fails, the actor marks itself broken, and every later commit of every run is refused

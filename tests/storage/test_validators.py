@@ -50,7 +50,7 @@ def _plan_with_step_status(status: Any) -> ms.storage.Plan:
     ],
 )
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_record_that_builds_and_is_acknowledged_reads_back(
+def test_E10_a_record_that_builds_and_is_acknowledged_reads_back(
     tmp_path: Path, build: Any, kind: str
 ) -> None:
     """The records say "every field is validated when a record is built ... an invalid record cannot

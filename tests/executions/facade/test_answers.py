@@ -521,7 +521,7 @@ async def _frozen_asker(url: str) -> AsyncIterator[Host]:
         await anyio.to_thread.run_sync(a.finish)
 
 
-async def test_two_hosts_answering_one_question_only_one_answer_is_accepted(
+async def test_R8_two_hosts_answering_one_question_only_one_answer_is_accepted(
     postgres_url: str,  # noqa: F811
 ) -> None:
     """B and C both answer A's one question. One answer is given to the agent; the other
@@ -560,7 +560,7 @@ async def test_two_hosts_answering_one_question_only_one_answer_is_accepted(
     assert [ctl.action for ctl in record.controls].count("answer") == 1
 
 
-async def test_an_answer_written_for_a_run_then_paused_is_applied_by_the_next_resume(
+async def test_R5_an_answer_written_for_a_run_then_paused_is_applied_by_the_next_resume(
     postgres_url: str,  # noqa: F811
 ) -> None:
     """B answers while A is frozen (the answer is written to the record); C then pauses the
@@ -596,7 +596,7 @@ async def test_an_answer_written_for_a_run_then_paused_is_applied_by_the_next_re
     assert again.outputs["ask"] == "Lisbon"
 
 
-async def test_an_answer_from_a_host_whose_clock_is_ahead_is_not_reported_busy(
+async def test_L4_an_answer_from_a_host_whose_clock_is_ahead_is_not_reported_busy(
     postgres_url: str,  # noqa: F811
 ) -> None:
     """Host B's clock is an hour fast. B answers A's question (A frozen a moment, so B's

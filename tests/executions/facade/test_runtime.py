@@ -1102,7 +1102,7 @@ async def test_X1_start_refuses_an_empty_execution_id_and_stores_nothing(tmp_pat
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt])
-async def test_a_base_exception_leaves_open_runtime_unwrapped_and_the_run_resumable(
+async def test_A1_a_base_exception_leaves_open_runtime_unwrapped_and_the_run_resumable(
     tmp_path: Path, error: type[BaseException]
 ) -> None:
     gate = Gate()
@@ -1125,7 +1125,7 @@ async def test_a_base_exception_leaves_open_runtime_unwrapped_and_the_run_resuma
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt])
-async def test_a_base_exception_leaves_open_system_unwrapped_with_nothing_running(
+async def test_A1_a_base_exception_leaves_open_system_unwrapped_with_nothing_running(
     error: type[BaseException],
 ) -> None:
     stopped: list[ms.CancelReason] = []
@@ -1150,7 +1150,7 @@ async def test_a_base_exception_leaves_open_system_unwrapped_with_nothing_runnin
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("ttl", [True, "5", math.nan, math.inf, 0.999, 600.001, -1, 0, None, [5]])
-async def test_lease_ttl_out_of_bounds_or_not_a_number_is_refused_clearly(
+async def test_L2_lease_ttl_out_of_bounds_or_not_a_number_is_refused_clearly(
     tmp_path: Path, ttl: Any
 ) -> None:
     with pytest.raises((ValueError, TypeError), match="lease_ttl"):
@@ -1160,21 +1160,21 @@ async def test_lease_ttl_out_of_bounds_or_not_a_number_is_refused_clearly(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("ttl", [1, 1.0, 600, 600.0])
-async def test_lease_ttl_at_its_bounds_is_accepted(tmp_path: Path, ttl: Any) -> None:
+async def test_L2_lease_ttl_at_its_bounds_is_accepted(tmp_path: Path, ttl: Any) -> None:
     async with runtime(tmp_path, lease_ttl=ttl) as rt:
         result = await (await rt.start("g", plan_of(tool("a", "inc")))).wait()
     assert result.status == "completed"
 
 
 @pytest.mark.anyio
-async def test_heartbeat_interval_nan_is_refused(tmp_path: Path) -> None:
+async def test_L2_heartbeat_interval_nan_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="heartbeat_interval"):
         async with runtime(tmp_path, heartbeat_interval=math.nan):
             pass  # pragma: no cover
 
 
 @pytest.mark.anyio
-async def test_findings_carry_structure_ids_provenance_and_status(tmp_path: Path) -> None:
+async def test_E12_findings_carry_structure_ids_provenance_and_status(tmp_path: Path) -> None:
     async def finder(ctx: ms.AgentContext, input: Any) -> str:
         ctx.report_finding(
             "the wind is strong",
@@ -1216,7 +1216,7 @@ async def test_findings_carry_structure_ids_provenance_and_status(tmp_path: Path
 
 
 @pytest.mark.anyio
-async def test_question_and_answer_times_and_the_answer_digest(tmp_path: Path) -> None:
+async def test_E13_question_and_answer_times_and_the_answer_digest(tmp_path: Path) -> None:
     answer = "yes, with token ghp_" + "Z" * 36
 
     async def curious(ctx: ms.AgentContext, input: Any) -> str:
@@ -1245,7 +1245,7 @@ async def test_question_and_answer_times_and_the_answer_digest(tmp_path: Path) -
 
 
 @pytest.mark.anyio
-async def test_an_outer_question_has_its_time_too(tmp_path: Path) -> None:
+async def test_E13_an_outer_question_has_its_time_and_its_answer_its_digest(tmp_path: Path) -> None:
     def planner(goal: str, context: ms.PlannerContext) -> ms.Plan:
         if "Clarification" not in goal:
             raise ms.ClarificationNeeded("which city?")
@@ -1264,7 +1264,7 @@ async def test_an_outer_question_has_its_time_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_Crash_keeps_the_error_type_as_fields() -> None:
+async def test_A2_Crash_keeps_the_error_type_as_fields() -> None:
     class Outer:
         class Broken(Exception):
             pass
@@ -1288,7 +1288,7 @@ async def test_Crash_keeps_the_error_type_as_fields() -> None:
 
 
 @pytest.mark.anyio
-async def test_Crash_of_a_step_is_matchable_from_the_failed_steps_reason(tmp_path: Path) -> None:
+async def test_A2_Crash_of_a_step_is_matchable_from_the_failed_steps_reason(tmp_path: Path) -> None:
     """A Crash built directly (as users do in tests) has its error_type from the text."""
     crash = ms.Crash.from_exception(KeyError("k"))
     assert (crash.error_type, crash.module) == ("KeyError", "builtins")
@@ -1324,7 +1324,7 @@ anyio.run(main, backend=sys.argv[2])
 @pytest.mark.anyio
 @pytest.mark.parametrize("where", ["actor", "tool"])
 @pytest.mark.parametrize("error", ["SystemExit", "KeyboardInterrupt"])
-async def test_a_base_exception_raised_inside_an_actor_ends_the_program_instead_of_hanging(
+async def test_A1_a_base_exception_raised_inside_an_actor_ends_the_program_instead_of_hanging(
     tmp_path: Path, anyio_backend: Any, error: str, where: str
 ) -> None:
     """Ctrl-C on asyncio raises KeyboardInterrupt in whatever code runs, often an actor's
@@ -1353,7 +1353,9 @@ async def test_a_base_exception_raised_inside_an_actor_ends_the_program_instead_
 
 
 @pytest.mark.anyio
-async def test_a_findings_provenance_names_the_plan_version_it_ran_under(tmp_path: Path) -> None:
+async def test_E12_a_findings_provenance_names_the_plan_version_it_ran_under(
+    tmp_path: Path,
+) -> None:
     async def finder(ctx: ms.AgentContext, input: Any) -> str:
         ctx.report_finding("seen", evidence=[{"kind": "note", "detail": "v"}])
         return "ok"
@@ -1377,7 +1379,7 @@ async def test_a_findings_provenance_names_the_plan_version_it_ran_under(tmp_pat
 
 
 @pytest.mark.anyio
-async def test_the_next_waiting_question_keeps_its_own_time(tmp_path: Path) -> None:
+async def test_R9_the_next_waiting_question_keeps_its_own_time(tmp_path: Path) -> None:
     async def curious(ctx: ms.AgentContext, input: Any) -> str:
         return await ctx.ask(f"question {input['n']}?")
 

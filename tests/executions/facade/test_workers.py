@@ -384,7 +384,7 @@ async def test_B3_usage_within_the_budget_does_not_stop_the_worker(tmp_path: Pat
         (["ec\x00ho"], ValueError),
     ],
 )
-def test_a_bad_command_is_refused_clearly(command: Any, error: type[Exception]) -> None:
+def test_X4_a_bad_command_is_refused_clearly(command: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="worker command"):
         WorkerAgent(command, host=ScriptedHost())
 
@@ -401,7 +401,7 @@ def test_a_bad_command_is_refused_clearly(command: Any, error: type[Exception]) 
         "A=b",
     ],
 )
-def test_a_bad_environment_is_refused_where_the_agent_is_built(env: Any) -> None:
+def test_X4_a_bad_environment_is_refused_where_the_agent_is_built(env: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="env"):
         WorkerAgent(["echo"], host=ScriptedHost(), env=env)
 
@@ -432,7 +432,7 @@ async def test_P4_a_worker_past_its_task_reservation_is_stopped_and_the_step_fai
 
 
 @pytest.mark.anyio
-async def test_finalize_refuses_a_run_without_any_worker_task(tmp_path: Path) -> None:
+async def test_W3_finalize_refuses_a_run_without_any_worker_task(tmp_path: Path) -> None:
     """Before: a run with no worker task (or whose worker steps had not begun) was
     finalized: "every task delivered" held vacuously."""
     receipt = {"tests": "passed"}

@@ -577,7 +577,7 @@ async def test_agents_share_the_runtime_s_organization_and_embedder(
 
 
 @pytest.mark.anyio
-async def test_a_search_replayed_through_ctx_step_as_the_docs_say(
+async def test_E10_a_search_replayed_through_ctx_step_as_the_docs_say(
     memory_store: StoreSpec,
 ) -> None:
     gate = Gate()
@@ -613,7 +613,7 @@ async def test_a_search_replayed_through_ctx_step_as_the_docs_say(
 
 
 @pytest.mark.anyio
-async def test_memory_objects_returned_from_ctx_step_are_a_clear_error(
+async def test_E10_memory_objects_returned_from_ctx_step_are_a_clear_error(
     memory_store: StoreSpec,
 ) -> None:
     errors: dict[str, str] = {}
@@ -670,7 +670,7 @@ HUGE = 10**400  # finite, but beyond a float's range
         (fractions.Fraction(1, 4), 0.25),
     ],
 )
-async def test_any_finite_number_is_a_confidence_clamped_to_0_1(
+async def test_K5_any_finite_number_is_a_confidence_clamped_to_0_1(
     memory_store: StoreSpec, given: Any, stored: float
 ) -> None:
     async with ms.open_runtime(store=memory_store.target) as rt:
@@ -690,7 +690,7 @@ async def test_any_finite_number_is_a_confidence_clamped_to_0_1(
         (complex(0.5, 0), TypeError),
     ],
 )
-async def test_a_decimal_that_is_not_finite_is_refused_like_a_float(
+async def test_K5_a_decimal_that_is_not_finite_is_refused_like_a_float(
     memory_store: StoreSpec, given: Any, error: type[Exception]
 ) -> None:
     async with ms.open_runtime(store=memory_store.target) as rt:
@@ -702,7 +702,7 @@ async def test_a_decimal_that_is_not_finite_is_refused_like_a_float(
 
 
 @pytest.mark.anyio
-async def test_valid_until_of_any_size_is_a_clear_answer(memory_store: StoreSpec) -> None:
+async def test_K5_valid_until_of_any_size_is_a_clear_answer(memory_store: StoreSpec) -> None:
     async with ms.open_runtime(store=memory_store.target) as rt:
         forever = await rt.memory.remember("for ever", valid_until=HUGE)
         assert forever.valid_until == sys.float_info.max
@@ -740,7 +740,7 @@ async def test_E5_a_name_shaped_like_a_secret_is_refused_never_stored(
 
 
 @pytest.mark.anyio
-async def test_a_wrong_scopes_argument_names_its_own_type(memory_store: StoreSpec) -> None:
+async def test_K5_a_wrong_scopes_argument_names_its_own_type(memory_store: StoreSpec) -> None:
     async with ms.open_runtime(store=memory_store.target) as rt:
         with pytest.raises(TypeError, match="not bytes"):
             await rt.memory.search("x", scopes=b"user")  # type: ignore[arg-type]
@@ -755,7 +755,7 @@ async def test_a_wrong_scopes_argument_names_its_own_type(memory_store: StoreSpe
 
 
 @pytest.mark.anyio
-async def test_memory_after_the_runtime_exited_raises(memory_store: StoreSpec) -> None:
+async def test_D4_memory_after_the_runtime_exited_raises(memory_store: StoreSpec) -> None:
     async with ms.open_runtime(store=memory_store.target) as rt:
         fact = await rt.memory.remember("the build uses tox")
         memory = rt.memory
@@ -784,7 +784,7 @@ def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("other", [None, "globex"])
-async def test_another_organization_neither_gets_nor_forgets_this_ones_facts(
+async def test_K2_another_organization_neither_gets_nor_forgets_this_ones_facts(
     spec: StoreSpec, other: str | None
 ) -> None:
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
@@ -801,7 +801,7 @@ async def test_another_organization_neither_gets_nor_forgets_this_ones_facts(
 
 
 @pytest.mark.anyio
-async def test_an_agent_of_another_organization_neither_gets_nor_forgets(
+async def test_K2_an_agent_of_another_organization_neither_gets_nor_forgets(
     spec: StoreSpec,
 ) -> None:
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
@@ -828,7 +828,7 @@ async def test_an_agent_of_another_organization_neither_gets_nor_forgets(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("other", [None, "globex"])
-async def test_another_organization_does_not_hide_this_ones_facts(
+async def test_K2_another_organization_does_not_hide_this_ones_facts(
     spec: StoreSpec, other: str | None
 ) -> None:
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
@@ -853,7 +853,7 @@ async def test_another_organization_does_not_hide_this_ones_facts(
 
 
 @pytest.mark.anyio
-async def test_an_agent_passes_its_runtimes_organization(spec: StoreSpec) -> None:
+async def test_K2_an_agent_passes_its_runtimes_organization(spec: StoreSpec) -> None:
     async with ms.open_runtime(store=spec.target, organization="acme") as acme:
         mine = await acme.memory.remember(
             "on-call rotates weekly", scope="organization", conflict_group="oncall"
@@ -904,7 +904,7 @@ def _facts(kind: str, store: Path) -> list[Fact]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
-def test_remembered_facts_are_stored_once_across_a_kill_and_a_resume(
+def test_K1_remembered_facts_are_stored_once_across_a_kill_and_a_resume(
     kind: str, tmp_path: Path
 ) -> None:
     store = tmp_path / ("store.sqlite3" if kind == "sqlite" else "store")

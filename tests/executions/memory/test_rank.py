@@ -438,7 +438,7 @@ class Hanging:
 
 
 @pytest.mark.anyio
-async def test_a_hanging_sync_embedder_never_holds_up_memory_writes(
+async def test_K3_a_hanging_sync_embedder_never_holds_up_memory_writes(
     memory_store: StoreSpec,
 ) -> None:
     """Forty-five searches at once, each stuck in the embedder: before the fix each took
@@ -464,7 +464,7 @@ async def test_a_hanging_sync_embedder_never_holds_up_memory_writes(
 
 
 @pytest.mark.anyio
-async def test_searches_cancelled_while_the_embedder_hangs_leave_bounded_threads(
+async def test_K3_searches_cancelled_while_the_embedder_hangs_leave_bounded_threads(
     memory_store: StoreSpec,
 ) -> None:
     """A cancelled search abandons its embedder thread (cancellation is prompt), but the
@@ -507,7 +507,7 @@ def _endless(pulled: list[int]) -> Any:
 
 
 @pytest.mark.anyio
-async def test_an_answer_with_too_many_vectors_is_read_only_as_far_as_it_counts(
+async def test_K3_an_answer_with_too_many_vectors_is_read_only_as_far_as_it_counts(
     memory_store: StoreSpec,
 ) -> None:
     """Before the fix the whole answer was listed (in a thread that cancellation waits
@@ -528,7 +528,7 @@ class Unprintable(Exception):
 
 
 @pytest.mark.anyio
-async def test_an_embedder_error_that_cannot_be_printed_still_falls_back(
+async def test_K3_an_embedder_error_that_cannot_be_printed_still_falls_back(
     memory_store: StoreSpec,
 ) -> None:
     def broken(texts: list[str]) -> list[list[float]]:
@@ -543,7 +543,7 @@ async def test_an_embedder_error_that_cannot_be_printed_still_falls_back(
 
 
 @pytest.mark.anyio
-async def test_keyboard_interrupt_and_cancellation_from_an_embedder_are_not_swallowed(
+async def test_K3_keyboard_interrupt_and_cancellation_from_an_embedder_are_not_swallowed(
     memory_store: StoreSpec,
 ) -> None:
     def interrupted(texts: list[str]) -> list[list[float]]:
@@ -556,7 +556,7 @@ async def test_keyboard_interrupt_and_cancellation_from_an_embedder_are_not_swal
 
 
 @pytest.mark.anyio
-async def test_a_huge_embedder_error_is_redacted_off_the_event_loop(
+async def test_K3_a_huge_embedder_error_is_redacted_off_the_event_loop(
     memory_store: StoreSpec,
 ) -> None:
     """The reason a search reports is redacted then cut; redacting a multi-megabyte message

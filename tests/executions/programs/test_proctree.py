@@ -216,7 +216,7 @@ _unknown_start_mark1 = pytest.mark.skipif(not HAVE_PROC, reason="start times com
 
 
 @_unknown_start_mark1
-async def test_an_identity_without_a_start_time_is_not_a_live_process() -> None:
+async def test_B2_an_identity_without_a_start_time_is_not_a_live_process() -> None:
     host = SubprocessHost(grace=0.2)
     # An unrelated session leader: what a reused pid would belong to.
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # noqa: ASYNC220

@@ -642,7 +642,7 @@ async def test_E5_the_note_on_a_cancellation_does_not_show_a_registered_secret()
 
 @_programs_mark1
 @_programs_mark2
-async def test_a_large_tool_output_is_redacted_off_the_event_loop(
+async def test_E5_a_large_tool_output_is_redacted_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Redacting a megabyte of output (what run_program's tool form may return) takes about
@@ -669,7 +669,7 @@ async def test_a_large_tool_output_is_redacted_off_the_event_loop(
 @_programs_mark2
 @pytest.mark.parametrize("option", ["check", "shell"])
 @pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
-async def test_check_and_shell_are_booleans_not_truthy_values(option: str, value: Any) -> None:
+async def test_X4_check_and_shell_are_booleans_not_truthy_values(option: str, value: Any) -> None:
     # A planner writing {"check": "false"} must not get the opposite of what it asked for:
     # like timeout's bool, a flag of the wrong type is refused before anything starts.
     with pytest.raises(TypeError, match=option):

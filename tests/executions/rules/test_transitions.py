@@ -630,7 +630,7 @@ async def test_S1_a_task_waiting_for_budget_stopped_then_resumed(tmp_path: Path)
     assert result.pending is None
 
 
-async def test_the_command_lists_stopped_steps(tmp_path: Path) -> None:
+async def test_S1_the_command_lists_stopped_steps(tmp_path: Path) -> None:
     gate = Gate()
     store = tmp_path / "store.sqlite3"
     async with runtime(tmp_path, agents={"worker": _parker_stop(gate)}) as rt:
@@ -653,7 +653,7 @@ async def test_the_command_lists_stopped_steps(tmp_path: Path) -> None:
     assert "stopped" in out
 
 
-async def test_a_stopped_task_is_not_run_again_after_a_drift_replan(tmp_path: Path) -> None:
+async def test_S2_a_stopped_task_is_not_run_again_after_a_drift_replan(tmp_path: Path) -> None:
     """Stop during a replan: the run was paused with w queued, the workspace drifted, and
     while the planner works the user stops w. The new plan holds that exact step: the user's
     stop stands (the agent is not run again)."""

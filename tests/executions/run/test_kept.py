@@ -27,7 +27,9 @@ SECRET = "ghp_" + "Q" * 36
 TERMINAL_TASK = {"completed", "failed", "cancelled"}
 
 
-async def test_a_run_failed_for_a_masked_input_leaves_no_agent_task_queued(tmp_path: Path) -> None:
+async def test_P6_a_run_failed_for_a_masked_input_leaves_no_agent_task_queued(
+    tmp_path: Path,
+) -> None:
     """An agent step planned with a secret input asks a question; answered, the resume fails
     the step for its masked input (E10). The run ends failed: its agent task must not be left
     `queued` (an operator sees a live task in a finished run, `doctor` says all is well)."""
@@ -73,7 +75,7 @@ def _vault_then_work(runs: list[int], seen: list[Any], n: int = 4) -> Any:
     return worker
 
 
-async def test_a_redacted_inner_step_reruns_after_a_budget_wait_and_every_call_is_counted(
+async def test_E10_a_redacted_inner_step_reruns_after_a_budget_wait_and_every_call_is_counted(
     tmp_path: Path,
 ) -> None:
     """The agent's first ctx.step is redacted on disk, then the run waits for budget. On the
@@ -103,7 +105,7 @@ async def test_a_redacted_inner_step_reruns_after_a_budget_wait_and_every_call_i
     assert (done.calls_used, record.calls_used, task.calls_used) == (calls, calls, calls)
 
 
-async def test_stop_from_another_runtime_while_waiting_for_budget_then_resume(
+async def test_S2_stop_from_another_runtime_while_waiting_for_budget_then_resume_runs_its_dependent(
     tmp_path: Path,
 ) -> None:
     """A run waiting for budget; another runtime on the same store stops its agent task;
@@ -142,7 +144,7 @@ def _versioned_asker(version: str, got: list[Any], answers: list[str]) -> Any:
     return asker
 
 
-async def test_a_redefined_agent_with_a_redacted_inner_step_keeps_its_answer_and_its_calls(
+async def test_R8_a_redefined_agent_with_a_redacted_inner_step_keeps_its_answer_and_its_calls(
     tmp_path: Path,
 ) -> None:
     """R8 + E10 + E9: the agent asked after a ctx.step whose result was redacted; it is
@@ -177,7 +179,7 @@ async def test_a_redefined_agent_with_a_redacted_inner_step_keeps_its_answer_and
     assert (done.calls_used, record.calls_used, task.calls_used) == (2, 2, 2)
 
 
-async def test_a_cancel_from_elsewhere_while_a_redacted_step_reruns_is_that_cancel_and_counted(
+async def test_V3_a_cancel_from_elsewhere_while_a_redacted_step_reruns_is_that_cancel_and_counted(
     tmp_path: Path,
 ) -> None:
     """V3 + E10 + E9: on resume the agent re-runs its redacted ctx.step (which calls a skill,
@@ -226,7 +228,7 @@ async def test_a_cancel_from_elsewhere_while_a_redacted_step_reruns_is_that_canc
     assert (result.calls_used, record.calls_used) == (2, 2)
 
 
-async def test_a_masked_input_step_resumed_elsewhere_is_planned_again_and_runs_with_the_secret(
+async def test_E10_a_masked_input_step_resumed_elsewhere_is_planned_again_and_runs_with_the_secret(
     tmp_path: Path,
 ) -> None:
     """README: resumed elsewhere before it ran, a step whose input was masked fails saying
@@ -272,7 +274,7 @@ async def test_a_masked_input_step_resumed_elsewhere_is_planned_again_and_runs_w
     assert SECRET not in str(record)
 
 
-async def test_calls_across_pauses_from_elsewhere_resumes_and_a_stop_never_go_back_or_double(
+async def test_E9_calls_across_pauses_from_elsewhere_resumes_and_a_stop_never_go_back_or_double(
     tmp_path: Path,
 ) -> None:
     """E9/B3 over a cycle: pause from elsewhere, resume, pause from elsewhere, resume, stop
@@ -320,7 +322,7 @@ async def test_calls_across_pauses_from_elsewhere_resumes_and_a_stop_never_go_ba
     assert used == sorted(used), used
 
 
-async def test_why_a_run_with_every_step_stopped_failed_is_told_by_another_runtime_too(
+async def test_R4_why_a_run_with_every_step_stopped_failed_is_told_by_another_runtime_too(
     tmp_path: Path,
 ) -> None:
     """S2: a run whose only step was stopped ends failed "with an error naming them". The
@@ -352,7 +354,7 @@ async def test_why_a_run_with_every_step_stopped_failed_is_told_by_another_runti
     assert again.error == live.error
 
 
-async def test_a_stopped_step_with_a_secret_input_stays_stopped_after_a_replan_elsewhere(
+async def test_S2_a_stopped_step_with_a_secret_input_stays_stopped_after_a_replan_elsewhere(
     tmp_path: Path,
 ) -> None:
     """S2 + masked inputs: "a replan after a failure keeps a stopped step the new plan holds
@@ -402,7 +404,7 @@ async def test_a_stopped_step_with_a_secret_input_stays_stopped_after_a_replan_e
     assert result.stopped_steps == ("w",)
 
 
-async def test_a_plan_with_a_secret_input_approved_in_the_process_that_planned_it_runs(
+async def test_E10_a_plan_with_a_secret_input_approved_in_the_process_that_planned_it_runs(
     tmp_path: Path,
 ) -> None:
     """README: a plan step whose input held a secret "runs with its real input in the process
@@ -424,7 +426,7 @@ async def test_a_plan_with_a_secret_input_approved_in_the_process_that_planned_i
     assert got == [SECRET]
 
 
-async def test_an_agent_with_a_secret_input_answered_in_the_process_that_planned_it_completes(
+async def test_E10_an_agent_with_a_secret_input_answered_in_the_process_that_planned_it_completes(
     tmp_path: Path,
 ) -> None:
     """Same promise for a question: the agent ran live with its real input and asked; the
@@ -468,7 +470,7 @@ async def test_E9_raising_the_budget_by_one_makes_progress_with_a_redacted_inner
     assert result.status == "completed", (budget, progress, ledger.names("skill"))
 
 
-async def test_a_skill_step_with_a_secret_input_runs_after_a_budget_wait_in_the_same_runtime(
+async def test_E10_a_skill_step_with_a_secret_input_runs_after_a_budget_wait_in_the_same_runtime(
     tmp_path: Path,
 ) -> None:
     """The same promise across a budget wait (B3: "exhausting a budget waits with work
@@ -494,7 +496,7 @@ async def test_a_skill_step_with_a_secret_input_runs_after_a_budget_wait_in_the_
     assert got == ["", SECRET]
 
 
-async def test_a_stopped_agent_s_reservation_is_given_back_to_the_steps_after_it(
+async def test_P4_a_stopped_agent_s_reservation_is_given_back_to_the_steps_after_it(
     tmp_path: Path,
 ) -> None:
     """P4/B3: the agent holds a reservation of the run's whole budget and makes no call; the
@@ -528,7 +530,7 @@ async def test_a_stopped_agent_s_reservation_is_given_back_to_the_steps_after_it
 
 
 @pytest.mark.parametrize("control", ["cancel", "pause"])
-async def test_durable_calls_are_counted_once_when_the_run_is_stopped_from_elsewhere(
+async def test_E9_durable_calls_are_counted_once_when_the_run_is_stopped_from_elsewhere(
     tmp_path: Path, control: str
 ) -> None:
     """E9/B3: three calls inside ctx.step (durable, on the task), one outside, then the agent

@@ -633,7 +633,7 @@ def _doctor(url: str, skew: float) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-async def test_mainspring_doctor_on_a_host_with_a_fast_clock_calls_a_live_run_orphaned(
+async def test_L4_mainspring_doctor_on_a_host_with_a_fast_clock_does_not_call_a_live_run_orphaned(
     postgres_url: str,
 ) -> None:
     """Host A runs (its lease live on the server's clock for two minutes). ``mainspring

@@ -358,7 +358,7 @@ async def test_V3_a_stolen_lease_is_LeaseLost_naming_the_thief_not_a_cancel(
     assert result.stopped_by.owner == "thief:2:y"
 
 
-async def test_a_stop_task_is_audited_under_the_owner_that_asked(tmp_path: Path) -> None:
+async def test_E13_a_stop_task_is_audited_under_the_owner_that_asked(tmp_path: Path) -> None:
     """Controls are "who paused / resumed / cancelled / answered": a stop-task line names
     the owner that asked, like a pause's or a cancel's, not an operation id."""
     gate = Gate()
@@ -426,7 +426,7 @@ def _store_landing(path: Path, on_status: str, edit: Any) -> ms.storage.SqliteSt
     return Landing(path)
 
 
-async def test_a_local_cancel_racing_a_pause_from_elsewhere_is_not_dropped(
+async def test_R2_a_local_cancel_racing_a_pause_from_elsewhere_is_not_dropped(
     tmp_path: Path,
 ) -> None:
     """rt.cancel is final. Another process's pause lands just before this runtime writes
@@ -481,7 +481,7 @@ async def test_E4_a_pause_landing_during_the_final_write_is_told_as_that_pause(
 
 
 @pytest.mark.loop_guard(60)  # redacting 17 MB on the loop is heavy; not the point here
-async def test_a_cancel_with_a_huge_reason_still_cancels(tmp_path: Path) -> None:
+async def test_R2_a_cancel_with_a_huge_reason_still_cancels(tmp_path: Path) -> None:
     """A reason is free text: one too long to store must not leave the run stopped but
     'running' on disk (recover() would start it again) with cancel() raising."""
     gate = Gate()
@@ -516,7 +516,7 @@ async def test_V3_a_lease_stolen_then_the_record_cancelled_is_told_as_the_cancel
 
 
 @pytest.mark.parametrize("control", ["cancel", "pause"])
-async def test_the_runners_event_stream_says_the_run_ended_when_stopped_from_elsewhere(
+async def test_V2_the_runners_event_stream_says_the_run_ended_when_stopped_from_elsewhere(
     tmp_path: Path, control: str
 ) -> None:
     """A server streams A's rt.events() to its clients (examples/fastapi_app.py). A run
@@ -544,7 +544,7 @@ async def test_the_runners_event_stream_says_the_run_ended_when_stopped_from_els
     ]
 
 
-async def test_cancelling_a_waiting_run_is_announced_on_the_event_stream(tmp_path: Path) -> None:
+async def test_V2_cancelling_a_waiting_run_is_announced_on_the_event_stream(tmp_path: Path) -> None:
     """A stopped task of a stored run is announced (AgentTaskStopped, StepFinished); a
     cancel of a stored (waiting) run must be too."""
     from tests.executions._kit import recorded_events

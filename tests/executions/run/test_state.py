@@ -142,7 +142,7 @@ async def _inc(x: int = 0) -> int:
     return x + 1
 
 
-async def test_an_agent_with_1200_inner_steps_completes_and_reads_back(store_path: Path) -> None:
+async def test_D1_an_agent_with_1200_inner_steps_completes_and_reads_back(store_path: Path) -> None:
     """Issue 13: long agent loops are the case storage v2 is for ("one agent with 100, 10,000
     and 100,000 inner steps ... the 100,000-inner-step agent completes"). An agent that makes
     1,200 ``ctx.step`` calls must complete, and its record must read back with every one.
@@ -235,7 +235,7 @@ anyio.run(main, backend=sys.argv[1])
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_a_step_late_in_a_long_linear_run_costs_what_an_early_one_does(backend: str) -> None:
+def test_D1_a_step_late_in_a_long_linear_run_costs_what_an_early_one_does(backend: str) -> None:
     """Issue 13's headline: "a step costs the same at step 10 and at step 100,000". Counted,
     not timed (timings move with the machine's load): every function call made on the event
     loop's thread and the persistence actor's threads while steps 300-500 and the last 200
@@ -293,7 +293,7 @@ def typed(items: list[Any]) -> Any:
 
 @pytest.mark.loop_guard(1.0)
 @pytest.mark.slow
-async def test_an_agent_of_3000_inner_steps_paused_twice_mid_way_resumes_as_it_was(
+async def test_E10_an_agent_of_3000_inner_steps_paused_twice_mid_way_resumes_as_it_was(
     store_path: Path,
 ) -> None:
     n = 3_000
@@ -347,7 +347,7 @@ async def test_an_agent_of_3000_inner_steps_paused_twice_mid_way_resumes_as_it_w
 
 @pytest.mark.loop_guard(1.0)
 @pytest.mark.slow
-async def test_an_agent_with_redacted_inner_steps_resumed_elsewhere_reruns_only_those(
+async def test_E10_an_agent_with_redacted_inner_steps_resumed_elsewhere_reruns_only_those(
     store_path: Path,
 ) -> None:
     n, at = 3_000, 1_500

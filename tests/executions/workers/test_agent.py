@@ -602,7 +602,7 @@ async def test_e11_a_stopped_runners_worker_edit_never_overwrites_a_later_tenure
 
 
 @pytest.mark.anyio
-async def test_a_worker_step_after_finalize_does_not_start_a_worker(tmp_path: Path) -> None:
+async def test_W3_a_worker_step_after_finalize_does_not_start_a_worker(tmp_path: Path) -> None:
     gate, started = anyio.Event(), anyio.Event()
 
     async def waits(ctx: Any, input: Any) -> Any:
@@ -638,7 +638,7 @@ async def test_a_worker_step_after_finalize_does_not_start_a_worker(tmp_path: Pa
 
 
 @pytest.mark.anyio
-async def test_a_proof_recorded_by_another_runtime_survives_the_runs_commits(
+async def test_W3_a_proof_recorded_by_another_runtime_survives_the_runs_commits(
     tmp_path: Path,
 ) -> None:
     gate, started = anyio.Event(), anyio.Event()

@@ -245,7 +245,7 @@ def coder_worker_lifecycle(host: ScriptedHost) -> dict[str, Any]:
     return {"coder": WorkerAgent(["fake"], host=host, grace=0.1)}
 
 
-async def test_useful_progress_between_two_same_failures_resets_the_no_progress_rule(
+async def test_W4_useful_progress_between_two_same_failures_resets_the_no_progress_rule(
     tmp_path: Path,
 ) -> None:
     useful = {"type": "progress", "useful": True}
@@ -258,7 +258,9 @@ async def test_useful_progress_between_two_same_failures_resets_the_no_progress_
         assert result.outputs["a"] == {"ok": 1}
 
 
-async def test_progress_that_is_not_useful_does_not_reset_it(tmp_path: Path) -> None:
+async def test_W4_progress_that_is_not_useful_does_not_reset_the_no_progress_rule(
+    tmp_path: Path,
+) -> None:
     host = ScriptedHost([[FAIL, {"type": "progress"}, {"type": "progress", "useful": "yes"}, FAIL]])
     async with runtime(tmp_path, agents=coder_worker_lifecycle(host), **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))
@@ -269,7 +271,7 @@ async def test_progress_that_is_not_useful_does_not_reset_it(tmp_path: Path) -> 
     assert task.failure.code == "no-progress:tests-fail"
 
 
-async def test_a_chatty_worker_keeps_the_trail_and_the_commits_bounded(tmp_path: Path) -> None:
+async def test_W5_a_chatty_worker_keeps_the_trail_and_the_commits_bounded(tmp_path: Path) -> None:
     chatter: list[Any] = []
     for _ in range(1500):
         chatter += ["a log line, not a report", {"type": "busy"}, {"type": "progress"}]
@@ -298,7 +300,7 @@ def _proof(receipt: dict[str, Any]) -> ms.executions.Proof:
     )
 
 
-async def test_two_finalizes_racing_with_different_proofs_never_overwrite(
+async def test_W3_two_finalizes_racing_with_different_proofs_never_overwrite(
     tmp_path: Path,
 ) -> None:
     gate, started = anyio.Event(), anyio.Event()
@@ -335,7 +337,7 @@ async def test_two_finalizes_racing_with_different_proofs_never_overwrite(
         assert stored(rt, handle.execution_id).proof_digest == digest
 
 
-async def test_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: Path) -> None:
+async def test_W4_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: Path) -> None:
     name = "c" * 64  # the longest failure class
     failure = {"type": "failure", "class": name, "fingerprint": "x"}
     host = ScriptedHost([[failure, failure]])
@@ -351,7 +353,7 @@ async def test_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: Pat
     assert seen.tasks[0].reason == task.failure.code
 
 
-async def test_a_flood_of_state_and_usage_reports_is_committed_together(tmp_path: Path) -> None:
+async def test_W5_a_flood_of_state_and_usage_reports_is_committed_together(tmp_path: Path) -> None:
     flood: list[Any] = []
     for _ in range(2000):
         flood += [{"type": "busy"}, {"type": "idle"}, {"type": "usage", "input_tokens": 1}]
@@ -400,7 +402,7 @@ async def _worker(rt: ms.Runtime, execution_id: str, status: str) -> ms.storage.
     raise AssertionError(f"the worker never became {status}")
 
 
-async def test_a_slow_repair_does_not_overwrite_a_failure_recorded_meanwhile(
+async def test_W2_a_slow_repair_does_not_overwrite_a_failure_recorded_meanwhile(
     tmp_path: Path,
 ) -> None:
     go = anyio.Event()
@@ -436,7 +438,7 @@ async def test_a_slow_repair_does_not_overwrite_a_failure_recorded_meanwhile(
         await rt.cancel(handle.execution_id)
 
 
-async def test_a_repair_to_a_process_that_just_ended_is_worker_not_live(tmp_path: Path) -> None:
+async def test_W2_a_repair_to_a_process_that_just_ended_is_worker_not_live(tmp_path: Path) -> None:
     go = anyio.Event()
     result = {"type": "result", "output": 1}
     host = SlowSend([[{"type": "busy"}, ScriptedHost.wait(go), result]])
@@ -464,7 +466,9 @@ async def test_a_repair_to_a_process_that_just_ended_is_worker_not_live(tmp_path
             assert after.status == "delivered"
 
 
-async def test_a_repair_while_the_result_is_sealed_is_kept_by_the_handoff(tmp_path: Path) -> None:
+async def test_W2_a_repair_while_the_result_is_sealed_is_kept_by_the_handoff(
+    tmp_path: Path,
+) -> None:
     go, gate, sealing = anyio.Event(), anyio.Event(), anyio.Event()
     result = {"type": "result", "output": {"big": "x" * 1000}}
     host = ScriptedHost(
@@ -505,7 +509,7 @@ def coder_worker_starts(host: ScriptedHost, **options: Any) -> dict[str, Any]:
     return {"coder": WorkerAgent(["fake"], host=host, grace=0.1, **options)}
 
 
-async def test_exits_up_to_max_starts_leave_no_active_worker(tmp_path: Path) -> None:
+async def test_W4_exits_up_to_max_starts_leave_no_active_worker(tmp_path: Path) -> None:
     crash = [USAGE, ScriptedHost.exit(1)]
     host = ScriptedHost([crash, crash, crash])
     async with runtime(tmp_path, agents=coder_worker_starts(host, max_starts=2), **FAST) as rt:
@@ -524,7 +528,7 @@ async def test_exits_up_to_max_starts_leave_no_active_worker(tmp_path: Path) -> 
     assert [(e.generation, e.input_tokens) for e in worker.usage] == [(1, 5), (2, 5)]
 
 
-async def test_failed_starts_up_to_max_starts_leave_no_active_worker(tmp_path: Path) -> None:
+async def test_W4_failed_starts_up_to_max_starts_leave_no_active_worker(tmp_path: Path) -> None:
     host = ScriptedHost([ScriptedHost.fail_start()] * 3)
     async with runtime(tmp_path, agents=coder_worker_starts(host, max_starts=2), **FAST) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))

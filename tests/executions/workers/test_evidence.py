@@ -31,7 +31,7 @@ def _files(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
-async def test_a_delivery_with_a_secret_is_sealed_redacted(tmp_path: Path) -> None:
+async def test_E5_a_delivery_with_a_secret_is_sealed_redacted(tmp_path: Path) -> None:
     host = FakeHost([Script([RESULT])])
     store = ms.storage.FileStore(tmp_path / "fs")
     async with runtime(store, agents=coder(host), **FAST) as rt:
@@ -44,7 +44,7 @@ async def test_a_delivery_with_a_secret_is_sealed_redacted(tmp_path: Path) -> No
     assert TOKEN.encode() not in _files(tmp_path / "fs")  # E5: nor on disk
 
 
-async def test_a_masked_delivery_read_back_is_marked_not_replayed_as_the_original(
+async def test_E10_a_masked_delivery_read_back_is_marked_not_replayed_as_the_original(
     tmp_path: Path,
 ) -> None:
     host = FakeHost([Script([RESULT])])
@@ -90,7 +90,7 @@ OPENAI = "sk-proj-" + "abcdefghijklmnopqrstuvwx"  # a key shape that fits a fail
 AWS = "AKIA" + "ABCDEFGHIJKLMNOP"  # one that fits an id
 
 
-async def test_a_failure_whose_class_or_ids_are_secrets_is_kept_masked(tmp_path: Path) -> None:
+async def test_E5_a_failure_whose_class_or_ids_are_secrets_is_kept_masked(tmp_path: Path) -> None:
     failure = (
         "failure",
         {"class": OPENAI, "check_id": AWS, "pin_id": AWS, "phase": OPENAI, "fingerprint": "f"},
@@ -111,7 +111,7 @@ async def test_a_failure_whose_class_or_ids_are_secrets_is_kept_masked(tmp_path:
     assert AWS.encode() not in on_disk
 
 
-async def test_a_step_failed_by_a_bad_result_keeps_its_reason_on_the_worker(
+async def test_W1_a_step_failed_by_a_bad_result_keeps_its_reason_on_the_worker(
     tmp_path: Path,
 ) -> None:
     bad = ("result", {"output": {"n": 1}, "source_commit": "not-a-commit"})
@@ -133,7 +133,9 @@ async def test_a_step_failed_by_a_bad_result_keeps_its_reason_on_the_worker(
     assert task.reason == "worker-protocol"
 
 
-async def test_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(tmp_path: Path) -> None:
+async def test_W3_a_proof_whose_receipt_holds_a_secret_is_refused_not_sealed(
+    tmp_path: Path,
+) -> None:
     host = FakeHost([Script([("result", {"output": {"n": 1}})])])
     store = ms.storage.FileStore(tmp_path / "fs")
     receipt = {"tests": "passed", "ci_token": TOKEN}

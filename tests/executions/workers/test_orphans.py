@@ -227,7 +227,7 @@ async def wrote_pids(pids: Path, count: int) -> list[int]:
             await anyio.sleep(0.02)  # polls a file: no event says a process wrote it
 
 
-async def test_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None:
+async def test_W4_pauses_do_not_use_up_the_starts_of_a_task(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     agents = {"coder": worker(tmp_path, WAITS, str(pids), max_starts=1)}
     async with runtime(tmp_path, agents=agents, **FAST) as rt:
@@ -288,7 +288,7 @@ def leftovers(session: str) -> list[int]:
 
 
 @pytest.mark.slow
-async def test_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
+async def test_W1_stop_task_from_another_runtime_stops_the_orphaned_worker_first(
     tmp_path: Path,
 ) -> None:
     from .._orphan_child import EXECUTION
@@ -360,7 +360,7 @@ while True:
 """
 
 
-async def test_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
+async def test_W5_a_repair_to_a_worker_that_never_reads_does_not_block_forever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mainspring.executions._facade import workers as _worker_api

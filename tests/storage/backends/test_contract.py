@@ -1313,7 +1313,7 @@ def task(task_id: str, state: str = "running", **more: Any) -> dict[str, Any]:
         pytest.param({"completed_steps": ("a", "b", "a")}, id="a-completed-step-twice"),
     ],
 )
-def test_a_record_with_repeated_part_keys_reads_back_as_committed_or_is_refused(
+def test_E10_a_record_with_repeated_part_keys_reads_back_as_committed_or_is_refused(
     make_store_storage_v2: Factory_storage_v2, changes: dict[str, Any]
 ) -> None:
     # Execution accepts repeated observation step ids and repeated completed steps (v1
@@ -1334,7 +1334,7 @@ def test_a_record_with_repeated_part_keys_reads_back_as_committed_or_is_refused(
         assert fresh.get("edited") == written
 
 
-def test_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
+def test_D3_sqlite_a_commit_that_cannot_be_stored_fails_only_itself_in_a_batch(
     tmp_path: Path,
 ) -> None:
     # The contract: "a bad record (too large, unstorable) fails only its own commit and
@@ -1517,7 +1517,7 @@ def test_E7_a_read_only_file_store_creates_nothing(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "store")) == before
 
 
-def test_sqlite_store_does_not_take_over_a_database_that_is_not_a_store(tmp_path: Path) -> None:
+def test_D2_sqlite_store_does_not_take_over_a_database_that_is_not_a_store(tmp_path: Path) -> None:
     # Pointed (not read-only) at an application's SQLite file, SqliteStore adds its nine
     # tables and a meta row to it, switches it to WAL and chmods it 0600, instead of
     # refusing it like read_only=True does ("a SQLite database, but not a mainspring store").
@@ -1534,7 +1534,7 @@ def test_sqlite_store_does_not_take_over_a_database_that_is_not_a_store(tmp_path
     assert tables == {"users"}
 
 
-def test_sqlite_store_of_a_newer_layout_is_refused_without_being_changed(tmp_path: Path) -> None:
+def test_D2_sqlite_store_of_a_newer_layout_is_refused_without_being_changed(tmp_path: Path) -> None:
     path = tmp_path / "newer.db"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -1557,7 +1557,7 @@ def test_sqlite_store_of_a_newer_layout_is_refused_without_being_changed(tmp_pat
 # -- compaction --------------------------------------------------------------------------
 
 
-def test_a_file_store_compaction_never_fails_a_commit_that_is_durable(
+def test_D3_a_file_store_compaction_never_fails_a_commit_that_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Compaction writes the snapshot in frames of about 512 KiB (_file._CHUNK) whatever
@@ -1616,7 +1616,7 @@ def test_migrate_is_not_blocked_by_one_record_v2_cannot_store_as_it_is(
     assert FileStore(path).get("ok") == execution_storage_v2("ok")
 
 
-def test_a_file_store_of_a_newer_layout_is_refused_without_being_changed(tmp_path: Path) -> None:
+def test_D2_a_file_store_of_a_newer_layout_is_refused_without_being_changed(tmp_path: Path) -> None:
     # FileStore makes the directory 0700 (mkdir + chmod) before it reads .format, so a
     # store it refuses ("upgrade mainspring to open it") has its mode changed anyway.
     path = tmp_path / "store"

@@ -276,7 +276,7 @@ def _start() -> Execution:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())
-def test_a_fresh_store_reads_back_every_committed_version(
+def test_E10_a_fresh_store_reads_back_every_committed_version(
     kind: str, compact_at: int | None, data: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if compact_at is not None:
@@ -422,7 +422,7 @@ def edit(rng: random.Random, ex: Any) -> Any:
 
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 @pytest.mark.parametrize("seed", range(12))
-def test_random_edits_read_back_as_committed(
+def test_E10_random_edits_read_back_as_committed(
     kind: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(file_module, "_COMPACT_AT", 3_000)

@@ -20,7 +20,7 @@ def execution(id: str, **changes: Any) -> ms.storage.Execution:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_follower_sees_every_entry_once_in_order(
+def test_V2_a_follower_sees_every_entry_once_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     monkeypatch.setattr(file_module, "_COMPACT_AT", 1_200)

@@ -265,7 +265,7 @@ def test_E10_an_agent_inner_output_reads_back_as_committed(make_store: Factory) 
 # -- max_record_bytes refuses records that fit ----------------------------------------------
 
 
-def test_a_commit_that_shrinks_a_big_record_is_not_refused(make_store: Factory) -> None:
+def test_X2_a_commit_that_shrinks_a_big_record_is_not_refused(make_store: Factory) -> None:
     """X2 bounds what is read back: a commit whose result is smaller than what is stored
     (and well under the bound) must be accepted."""
     limit = 100_000
@@ -314,7 +314,7 @@ def test_E7_a_task_replaced_by_a_record_without_its_inner_fields_reads_back_as_i
 # -- an inner step replaced in place costs what changed --------------------------------------
 
 
-def test_replacing_one_inner_step_of_a_long_agent_costs_what_one_inner_step_does(
+def test_D1_replacing_one_inner_step_of_a_long_agent_costs_what_one_inner_step_does(
     tmp_path: Path,
 ) -> None:
     """The journal's module doc: "some items replaced in place, some appended" is the fast

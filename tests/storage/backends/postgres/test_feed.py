@@ -32,7 +32,7 @@ def _settled(name: str, want: int) -> int:
     return count
 
 
-def test_closing_the_store_closes_the_feeds_it_listened_with(postgres_url: str) -> None:
+def test_D4_closing_the_store_closes_the_feeds_it_listened_with(postgres_url: str) -> None:
     name = f"rev14_feed_{secrets.token_hex(4)}"
     store = ms.storage.PostgresStore(f"{postgres_url}&application_name={name}")
     feeds = [store.listen(), store.listen()]
@@ -45,7 +45,7 @@ def test_closing_the_store_closes_the_feeds_it_listened_with(postgres_url: str) 
             feed.close()
 
 
-def test_a_feed_of_a_closed_store_does_not_connect_again(postgres_url: str) -> None:
+def test_D4_a_feed_of_a_closed_store_does_not_connect_again(postgres_url: str) -> None:
     name = f"rev14_feed_{secrets.token_hex(4)}"
     store = ms.storage.PostgresStore(f"{postgres_url}&application_name={name}")
     feed = store.listen()

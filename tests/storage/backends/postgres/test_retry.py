@@ -418,7 +418,7 @@ def proxied() -> Iterator[tuple[TcpProxy, str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("call", ["get", "create"])
-def test_a_call_fails_within_reconnect_timeout_once_the_server_is_gone(
+def test_D5_a_call_fails_within_reconnect_timeout_once_the_server_is_gone(
     proxied: tuple[TcpProxy, str, str], call: str
 ) -> None:
     """reconnect_timeout=0.5 s, connect_timeout=12 s: today every call waits the pool's
@@ -451,7 +451,7 @@ def test_a_call_fails_within_reconnect_timeout_once_the_server_is_gone(
 
 
 @pytest.mark.slow
-def test_a_pool_busy_with_a_write_waiting_for_a_row_lock_is_not_an_unreachable_server() -> None:
+def test_D5_a_pool_busy_with_a_write_waiting_for_a_row_lock_is_not_an_unreachable_server() -> None:
     """The server is up and answering; the store's one connection is in a write waiting for
     another host's row lock. A read meanwhile is told "PostgreSQL ... was unreachable"
     (StoreUnavailable, meant for a server gone away) after reconnect_timeout: the pool's

@@ -277,7 +277,7 @@ def test_E5_the_command_with_a_bad_percent_escape_exits_cleanly_without_the_pass
     assert SECRET not in str(code)
 
 
-def test_an_unknown_url_parameter_is_a_typed_error_and_the_command_does_not_crash() -> None:
+def test_U5_an_unknown_url_parameter_is_a_typed_error_and_the_command_does_not_crash() -> None:
     url = f"postgresql://postgres@{_host()}/test?schema=t_rev_secret&bogus=1"
     error = _opening(url)
     assert error is not None

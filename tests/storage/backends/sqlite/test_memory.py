@@ -27,7 +27,7 @@ NOT_UTF8 = "CAST(X'6465706c6f79ff206e6f746573' AS TEXT)"
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
 @pytest.mark.parametrize("column", ["text", "domain", "id", "conflict_group", "organization"])
-def test_a_row_that_is_not_utf8_is_skipped_not_fatal(
+def test_K4_a_row_that_is_not_utf8_is_skipped_not_fatal(
     kind: str, column: str, tmp_path: Path
 ) -> None:
     with open_memory(kind, tmp_path) as store:
@@ -44,7 +44,7 @@ def test_a_row_that_is_not_utf8_is_skipped_not_fatal(
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
-def test_the_command_lists_and_searches_past_a_row_that_is_not_utf8(
+def test_K4_the_command_lists_and_searches_past_a_row_that_is_not_utf8(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with open_memory(kind, tmp_path) as store:
@@ -108,7 +108,7 @@ def test_query_terms_keep_marks_inside_words_and_drop_lone_ones() -> None:
         (1.0, "a", "x"),
     ],
 )
-def test_a_listing_refuses_a_malformed_after_on_every_backend(
+def test_K5_a_listing_refuses_a_malformed_after_on_every_backend(
     memory_store: Any, after: Any
 ) -> None:
     # SQLite and the file store took these (a string or a bool as the time, NaN: silently
@@ -118,7 +118,7 @@ def test_a_listing_refuses_a_malformed_after_on_every_backend(
         memory_store.memory_list(FactFilter(include_hidden=True), limit=10, after=after)
 
 
-def test_reads_refuse_what_is_not_a_filter_or_terms_on_every_backend(memory_store: Any) -> None:
+def test_K5_reads_refuse_what_is_not_a_filter_or_terms_on_every_backend(memory_store: Any) -> None:
     remember(memory_store, fact("a", "alpha"))
     for where in ({}, None, "user"):
         with pytest.raises(TypeError, match="FactFilter"):
