@@ -32,6 +32,7 @@ from mainspring.cli import (
     EXIT_USAGE,
     main,
 )
+from mainspring.cli._output import when
 from mainspring.cli._reads import _chosen
 from mainspring.executions import WithUsage
 from mainspring.storage import SqliteStore, Usage
@@ -422,9 +423,13 @@ def test_events_prints_the_durable_history(store: Path) -> None:
     assert code == EXIT_OK
     lines = out.splitlines()
     assert len(lines) == len(history)  # each once, though it read twice
-    assert lines[0].split() == [str(history[0].seq), "ex-1", "created", "planned"]
+    # seq, the time (local, to the second), execution, kind, what it has, then who.
+    first = lines[0].split()
+    assert [first[0], *first[3:6]] == [str(history[0].seq), "ex-1", "created", "planned"]
+    assert " ".join(first[1:3]) == when(history[0].at)
+    assert first[6:] == (["by", history[0].owner] if history[0].owner else [])
     assert any(
-        line.split()[1:5] == ["ex-1", "step", "succeeded", "step"] and "s1" in line
+        line.split()[3:7] == ["ex-1", "step", "succeeded", "step"] and "s1" in line
         for line in lines
     ), lines
     assert run_cli("events", "ex-nope", "--store", str(store))[0] == EXIT_UNKNOWN
