@@ -573,7 +573,8 @@ def test_events_prints_worker_moves(tmp_path: Path) -> None:
     assert code == 0
     lines = [line for line in out.splitlines() if "  worker " in line]
     assert len(lines) == 2
-    assert lines[0].split()[2:] == [
+    # seq, date, time (the timeline's column), execution id, then the entry
+    assert lines[0].split()[4:] == [
         "worker", "assigned", "worker", "w1", "step", "s1", "task", "t1", "generation", "1"
     ]  # fmt: skip
     assert lines[1].endswith("generation 2  reason takeover")
