@@ -20,6 +20,7 @@ span current; its inner steps and calls are children of that.
 from __future__ import annotations
 
 import enum
+import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,7 +34,6 @@ from opentelemetry.trace import Span, Status, StatusCode
 from ...actors import CancelReason, cancel_reason
 from ...storage import Execution, PlanStep, Usage, redact
 from .._rules.usage import split_usage
-from .._steps.context import call
 from .carrier import parent_from, traceparent_of
 from .metrics import Meters
 
@@ -232,7 +232,9 @@ class RunSpans:
                 set_status_on_exception=False,
             ) as span:
                 try:
-                    result = await call(fn, **kwargs)
+                    result = fn(**kwargs)  # a tool may be sync or async, as run_step takes it
+                    if inspect.isawaitable(result):
+                        result = await result
                 except BaseException as exc:
                     _mark_error(span, exc)
                     raise
