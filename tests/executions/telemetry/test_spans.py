@@ -57,7 +57,8 @@ async def test_O1_a_three_step_plan_is_a_run_span_over_its_steps_and_their_calls
     steps = {s.attributes["mainspring.step.id"]: s for s in otel.spans("mainspring.step")}
     assert sorted(steps) == ["a", "b", "c"]
     for step in steps.values():
-        assert step.parent is not None and step.parent.span_id == run.context.span_id
+        assert step.parent is not None
+        assert step.parent.span_id == run.context.span_id
     tool_call = otel.one("mainspring.tool")
     skill_call = otel.one("mainspring.skill")
     assert tool_call.parent.span_id == steps["a"].context.span_id
@@ -98,7 +99,8 @@ async def test_O1_spans_carry_ids_states_counts_and_usage() -> None:
     assert inner.attributes["mainspring.inner_step.rerun"] is False
     # V1: never an input, an output or the goal.
     text = repr([dict(s.attributes or {}) for s in otel.spans()])
-    assert "said hi" not in text and "count" not in text.replace("calls_used", "")
+    assert "said hi" not in text
+    assert "count" not in text.replace("calls_used", "")
 
 
 async def test_O1_a_failing_step_has_a_span_per_attempt_and_no_message() -> None:
@@ -201,4 +203,5 @@ async def test_O1_no_span_and_no_point_when_telemetry_is_off() -> None:
         record = await rt.get(result.execution_id)
     assert otel.spans() == []
     assert otel.points("mainspring.steps.started") == []
-    assert record is not None and record.trace_context is None
+    assert record is not None
+    assert record.trace_context is None
