@@ -46,8 +46,7 @@ async def main(store: str, execution_id: str, out: str) -> None:
         }
         for s in exporter.get_finished_spans()
     ]
-    with open(out, "w") as f:
-        json.dump(spans, f)
+    await anyio.Path(out).write_text(json.dumps(spans))
 
 
 if __name__ == "__main__":
