@@ -391,6 +391,14 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the traceback kept for each failure (redacted, bounded)",
     )
+    show.add_argument(
+        "--watch",
+        action="store_true",
+        help="then follow the run: each new history entry as it is committed, until it "
+        "finishes (Ctrl-C stops)",
+    )
+    show.add_argument("--interval", type=_interval, default=0.5, help=argparse.SUPPRESS)
+    show.add_argument("--max-polls", type=_polls, default=0, help=argparse.SUPPRESS)
     tasks = commands.add_parser("tasks", parents=[common], help="agent tasks (of one execution)")
     tasks.add_argument("id", nargs="?")
     for name, help_text in (

@@ -86,6 +86,26 @@ def _owner(execution: Execution, now: float) -> str:
     return printable(_holding(execution, now) or "-")  # an owner id on disk is anyone's
 
 
+def _no_owner_since(execution: Execution, now: float) -> float | None:
+    """When a run that should be running (planned or running) was last held, if nobody
+    holds it now: its lease lapsed (when it expired) or was released (its last write, the
+    one that let it go, e.g. a runtime closing). None while an owner holds it, and for a
+    run in any other status (paused, waiting, finished: nobody is meant to run it)."""
+    if execution.status not in ("planned", "running") or _holding(execution, now) is not None:
+        return None
+    lease = execution.lease
+    if lease is not None and lease.owner and lease.expires_at > 0:
+        return lease.expires_at
+    return execution.updated_at
+
+
+def _status_cell(execution: Execution, now: float) -> str:
+    since = _no_owner_since(execution, now)
+    if since is None:
+        return str(execution.status)
+    return f"{execution.status} (no owner since {when(since)})"
+
+
 def _usage_line(execution: Execution) -> str:
     """B3: tokens and cost used, and their limits where the record has them (set for this
     run, or, for a run waiting for budget, the runtime's as the wait recorded them)."""
@@ -138,6 +158,7 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "calls_used": e.calls_used,
                     "usage": unstructure(e.usage),  # B3: cost as exact decimal text
                     "lease_owner": _holding(e, now),
+                    "no_owner_since": _no_owner_since(e, now),
                     "updated_at": e.updated_at,
                 }
                 for e in executions
@@ -147,7 +168,7 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
         rows = [
             [
                 e.id,
-                e.status,
+                _status_cell(e, now),
                 clamp(e.goal, _GOAL_MOST, out.ellipsis),  # cut again to fit the terminal
                 _outcomes(e),
                 str(e.calls_used),
@@ -186,12 +207,27 @@ def _task_rows(tasks: Sequence[AgentTaskRecord]) -> list[list[str]]:
 
 def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     execution = get_execution(store, args.id)
+    if getattr(args, "watch", False):
+        # The history's position before the record is read: nothing after it is missed (V2).
+        last = _last_seq(store, execution.id)
+        execution = get_execution(store, args.id)
+        _render(store, out, args, execution)
+        return _watch(store, out, args, execution, last)
+    return _render(store, out, args, execution)
+
+
+def _render(store: Store, out: Out, args: argparse.Namespace, execution: Execution) -> int:
+    """``show``: one execution in detail (``--json``: the record as stored)."""
     tasks, dropped = execution.task_records, len(execution.unreadable_tasks)
     if out.as_json:
         out.data(unstructure(execution))
         return EXIT_OK
     now = store.now()  # the store's clock: a shared server's, not this host's
-    out.line(f"{execution.id}  {out.paint(execution.status, execution.status)}")
+    status = out.paint(execution.status, execution.status)
+    free_since = _no_owner_since(execution, now)
+    if free_since is not None:
+        status += f" (no owner since {when(free_since)})"
+    out.line(f"{execution.id}  {status}")
     out.line(f"goal:    {clamp(execution.goal, 200)}")
     out.line(
         f"steps:   {step_counts(execution)}, {execution.calls_used} calls used"  # O2
@@ -207,6 +243,11 @@ def _show(store: Store, out: Out, args: argparse.Namespace) -> int:
     if lease is not None and _holding(execution, now):
         until = f"until {when(lease.expires_at)} (epoch {lease.epoch})"
         out.line(f"lease:   {printable(lease.owner)} {until}")
+    elif free_since is not None:
+        out.line(
+            f"lease:   free since {when(free_since)}: nobody runs it (an open runtime takes it "
+            "over; or mainspring resume)"
+        )
     else:
         out.line("lease:   free")
     deadline = deadline_line(execution, now)  # B1
@@ -346,10 +387,48 @@ def _report_unreadable(out: Out, dropped: int, problems: Sequence[Any]) -> None:
 _PAGE = 1_000
 
 
-def _event_line(event: HistoryEvent) -> str:
-    """One history entry as a line: seq, execution, kind, then what the kind has (V1: ids,
-    states and counts)."""
-    parts = [str(event.seq), event.execution_id, f"{event.kind:<7}"]
+#: The kinds whose ``owner`` is who the entry is about (it died, lapsed, let go), not who
+#: holds the lease after it: nobody does.
+_LET_GO = ("crash", "lapse", "shutdown")
+
+
+class Owners:
+    """Who held each execution's lease as the history printed so far says: the owner of
+    its ``created`` or last ``takeover`` entry, nobody after a crash, lapse or shutdown.
+    Unknown (None) until such an entry was printed (``--after``, or entries written before
+    owners were kept)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, str | None] = {}
+
+    def who(self, event: HistoryEvent) -> str | None:
+        """Who the entry is by or about, where known; and note what it changes."""
+        if event.kind in ("created", "takeover"):
+            self._held[event.execution_id] = event.owner
+            return event.owner
+        if event.kind in _LET_GO:
+            self._held[event.execution_id] = None
+            return event.owner
+        if event.kind == "control" and event.owner is not None:
+            return event.owner  # who issued it, whoever held the lease
+        return self._held.get(event.execution_id)
+
+
+def _event_line(event: HistoryEvent, who: str | None = None) -> str:
+    """One history entry as a line: seq, time, execution, kind, then what the kind has (V1:
+    ids, states and counts), then who (the owner) where known."""
+    parts = [str(event.seq), when(event.at), event.execution_id, f"{event.kind:<7}"]
+    if event.kind == "takeover":
+        parts.append(f"from {printable(event.previous_owner or '-')}")
+    if event.attempt is not None:
+        most = f" of {event.max_attempts}" if event.max_attempts is not None else ""
+        parts.append(f"attempt {event.attempt}{most} failed")
+    if event.delay is not None:
+        parts.append(f"next in {event.delay:.3g} s")
+    if event.last_seen is not None:
+        parts.append(f"last seen {when(event.last_seen)}")
+    if event.lapsed_at is not None:
+        parts.append(f"lease lapsed {when(event.lapsed_at)}")
     if event.status is not None:
         parts.append(f"{event.was} -> {event.status}" if event.was else event.status)
     if event.plan_version is not None:
@@ -385,6 +464,8 @@ def _event_line(event: HistoryEvent) -> str:
         # As ls and show print it: the history keeps the exact text, checked when read.
         cost = f"{Decimal(event.cost):f}" if event.cost is not None else "-"
         parts.append(f"{tokens} tokens, cost {cost}")
+    if who is not None:
+        parts.append(f"by {clamp(who, 200)}")
     return "  ".join(parts)
 
 
@@ -412,17 +493,9 @@ def _print_history(
 ) -> int:
     last: int = args.after
     polls = 0
+    owners = Owners()
     while True:
-        while True:
-            page = store.history(args.id, after=last, limit=_PAGE)
-            for event in page:
-                if out.as_json:
-                    out.data({k: v for k, v in attrs.asdict(event).items() if v is not None})
-                else:
-                    out.line(_event_line(event))
-                last = event.seq  # Invariant V2: the next read starts after what was printed
-            if len(page) < _PAGE:
-                break
+        last = _print_page(store, out, args.id, last, owners)
         polls += 1
         if not args.follow or (args.max_polls and polls >= args.max_polls):
             return EXIT_OK
@@ -430,6 +503,82 @@ def _print_history(
             feed.wait(args.interval)
         else:
             time.sleep(args.interval)
+
+
+def _print_page(
+    store: Store,
+    out: Out,
+    execution_id: str | None,
+    last: int,
+    owners: Owners,
+    seen: Callable[[HistoryEvent], None] | None = None,
+) -> int:
+    """Print every entry after ``last`` (of ``execution_id``, or all); the last printed."""
+    while True:
+        page = store.history(execution_id, after=last, limit=_PAGE)
+        for event in page:
+            who = owners.who(event)
+            if out.as_json:
+                out.data({k: v for k, v in attrs.asdict(event).items() if v is not None})
+            else:
+                out.line(_event_line(event, who))
+            last = event.seq  # Invariant V2: the next read starts after what was printed
+            if seen is not None:
+                seen(event)
+        if len(page) < _PAGE:
+            return last
+
+
+def _last_seq(store: Store, execution_id: str) -> int:
+    """The global sequence of ``execution_id``'s newest history entry (0: none)."""
+    last = 0
+    while True:
+        page = store.history(execution_id, after=last, limit=10_000)
+        if page:
+            last = page[-1].seq
+        if len(page) < 10_000:
+            return last
+
+
+def _watch(
+    store: Store, out: Out, args: argparse.Namespace, execution: Execution, last: int
+) -> int:
+    """``show --watch``: after the run as it stands, each new history entry of it as it
+    is committed, read with ``after=`` the last one printed (V2: none missed, none twice),
+    until the run is finished (completed, failed or cancelled). Ctrl-C stops it (exit 130,
+    U2). A store that notifies (PostgreSQL) wakes it at once; else it polls."""
+    if execution.terminal:
+        return EXIT_OK
+    if not out.as_json:
+        out.line("")
+        out.line("watching (Ctrl-C to stop)")
+    owners = Owners()
+    ended: list[bool] = []
+
+    def seen(event: HistoryEvent) -> None:
+        if event.kind in ("status", "created") and event.status in _FINISHED:
+            ended.append(True)
+
+    feed = store.listen() if isinstance(store, Notifying) else None
+    polls = 0
+    try:
+        while True:
+            last = _print_page(store, out, execution.id, last, owners, seen)
+            if ended:
+                return EXIT_OK
+            polls += 1
+            if args.max_polls and polls >= args.max_polls:
+                return EXIT_OK
+            if feed is not None:
+                feed.wait(args.interval)
+            else:
+                time.sleep(args.interval)
+    finally:
+        if feed is not None:
+            feed.close()
+
+
+_FINISHED = ("completed", "failed", "cancelled")
 
 
 def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:

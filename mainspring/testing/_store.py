@@ -19,7 +19,6 @@ from ..storage._seam import (
     check_id,
     diff,
     dumps_checked,
-    events_for,
     parse_event,
     snapshot_changes,
 )
@@ -109,7 +108,7 @@ class MemoryStore(CompareAndSetStore):
                 if len(data) > self.max_bytes:
                     raise TooLarge(what, len(data), self.max_bytes)
         seq = base.seq + 1 if base is not None else 1
-        entries = [dumps_checked(event) for event in events_for(base, execution, changes)]
+        entries = [dumps_checked(event) for event in self._entries_for(base, execution, changes)]
         if base is None:
             window = next((list(c[1]) for c in changes if c[0] == "ckpts"), [])
             self._bases[execution_id] = Base.of(execution, seq, window=window)

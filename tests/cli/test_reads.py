@@ -32,6 +32,7 @@ from mainspring.cli import (
     EXIT_USAGE,
     main,
 )
+from mainspring.cli._output import when
 from mainspring.cli._reads import _chosen
 from mainspring.executions import WithUsage
 from mainspring.storage import SqliteStore, Usage
@@ -422,9 +423,13 @@ def test_events_prints_the_durable_history(store: Path) -> None:
     assert code == EXIT_OK
     lines = out.splitlines()
     assert len(lines) == len(history)  # each once, though it read twice
-    assert lines[0].split() == [str(history[0].seq), "ex-1", "created", "planned"]
+    # seq, the time (local, to the second), execution, kind, what it has, then who.
+    first = lines[0].split()
+    assert [first[0], *first[3:6]] == [str(history[0].seq), "ex-1", "created", "planned"]
+    assert " ".join(first[1:3]) == when(history[0].at)
+    assert first[6:] == (["by", history[0].owner] if history[0].owner else [])
     assert any(
-        line.split()[1:5] == ["ex-1", "step", "succeeded", "step"] and "s1" in line
+        line.split()[3:7] == ["ex-1", "step", "succeeded", "step"] and "s1" in line
         for line in lines
     ), lines
     assert run_cli("events", "ex-nope", "--store", str(store))[0] == EXIT_UNKNOWN
@@ -1183,3 +1188,132 @@ def test_B3_events_print_a_cost_as_plain_decimal_text_and_json_stays_exact(
     code, out = run_cli("events", "ex-1", "--store", str(store_cli_usage2), "--json")
     costs = {json.loads(line).get("cost") for line in out.splitlines()} - {None}
     assert {Decimal(cost) for cost in costs} == {Decimal("1E-7")}
+
+
+# -- the timeline: owners, runs nobody runs, following a run ------------------------------
+
+A, B = "host-a:1:aaaa", "host-b:2:bbbb"
+
+
+def _leased(store: SqliteStore, execution_id: str, status: str, lease: ms.storage.Lease) -> None:
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s1", tool="t"),))
+    record = ms.storage.Execution(
+        id=execution_id, goal="g", status=status, plan=plan, plan_version=1, lease=lease,
+        created_at=1_000.0, updated_at=2_000.0,
+    )  # fmt: skip
+    assert store.create(record)
+
+
+def _owners_store(path: Path) -> None:
+    store = SqliteStore(path)
+    try:
+        far = time.time() + 3_600
+        _leased(store, "ex-held", "running", ms.storage.Lease(owner=A, expires_at=far, epoch=1))
+        _leased(store, "ex-lapsed", "running", ms.storage.Lease(owner=A, expires_at=1_500, epoch=1))
+        _leased(store, "ex-released", "running", ms.storage.Lease(owner="", expires_at=0, epoch=1))
+        _leased(store, "ex-paused", "paused", ms.storage.Lease(owner="", expires_at=0, epoch=1))
+    finally:
+        store.close()
+
+
+def test_ls_and_show_say_when_a_running_run_has_no_owner(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    _owners_store(path)
+    code, out = run_cli("ls", "--store", str(path))
+    assert code == EXIT_OK
+    status = {line.split()[0]: line.split("  ")[1:] for line in out.splitlines()[1:]}
+    assert f"running (no owner since {when(1_500)})" in out  # lapsed: when its lease ended
+    assert f"running (no owner since {when(2_000)})" in out  # released: its last write
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "no owner" not in rows["ex-held"]
+    assert "no owner" not in rows["ex-paused"]  # nobody is meant to run a paused run
+    assert set(status) == {"ex-held", "ex-lapsed", "ex-released", "ex-paused"}
+    code, out = run_cli("ls", "--store", str(path), "--json")
+    since = {e["id"]: e["no_owner_since"] for e in json.loads(out)}
+    assert since == {"ex-held": None, "ex-lapsed": 1_500, "ex-released": 2_000, "ex-paused": None}
+    code, out = run_cli("show", "ex-lapsed", "--store", str(path))
+    first, *rest = out.splitlines()
+    assert first == f"ex-lapsed  running (no owner since {when(1_500)})"
+    assert any(line.startswith(f"lease:   free since {when(1_500)}") for line in rest)
+    code, out = run_cli("show", "ex-held", "--store", str(path))
+    assert out.splitlines()[0] == "ex-held  running"
+    assert f"lease:   {A}" in out
+
+
+def test_events_say_who_took_a_run_over_from_whom_and_who_ran_each_entry(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    _owners_store(path)
+    store = SqliteStore(path)
+    try:
+        taken = store.acquire("ex-lapsed", B, ttl=600)
+        assert taken.acquired
+        assert taken.lease is not None
+        stored = store.get("ex-lapsed")
+        assert stored is not None
+        assert stored.plan is not None
+        done = attrs.evolve(stored.plan.steps[0], status="succeeded")
+        plan = attrs.evolve(stored.plan, steps=(done,))
+        assert store.commit_run(attrs.evolve(stored, plan=plan, completed_steps=("s1",)), B).ok
+    finally:
+        store.close()
+    code, out = run_cli("events", "ex-lapsed", "--store", str(path))
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    created, plan, lapse, takeover, step = lines
+    assert created.endswith(f"created  running  by {A}")
+    assert plan.endswith(f"by {A}")  # who held the lease when it was written
+    assert "lapse" in lapse.split()
+    assert f"lease lapsed {when(1_500)}" in lapse
+    assert lapse.endswith(f"reason lease-expired  by {A}")
+    assert f"takeover  from {A}" in takeover
+    assert takeover.endswith(f"reason lease-expired  by {B}")
+    assert step.endswith(f"by {B}")
+    code, out = run_cli("events", "ex-lapsed", "--store", str(path), "--json")
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert [e["kind"] for e in entries] == ["created", "plan", "lapse", "takeover", "step"]
+    assert (entries[3]["owner"], entries[3]["previous_owner"]) == (B, A)
+    assert all("at" in e and "seq" in e for e in entries)  # --json keeps its fields
+
+
+def test_show_watch_prints_each_new_entry_and_stops_when_the_run_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    _owners_store(path)
+    writer = SqliteStore(path)
+    stored = writer.get("ex-held")
+    assert stored is not None
+    assert stored.plan is not None
+    done = attrs.evolve(stored.plan.steps[0], status="succeeded")
+    plan = attrs.evolve(stored.plan, steps=(done,))
+    steps = [
+        attrs.evolve(stored, plan=plan, completed_steps=("s1",)),
+        attrs.evolve(stored, plan=plan, completed_steps=("s1",), status="completed"),
+    ]
+    waits: list[float] = []
+
+    def next_write(interval: float) -> None:
+        """Where the watcher would wait: the run commits its next change instead."""
+        waits.append(interval)
+        assert steps, "the watcher went on after the run finished"
+        assert writer.commit_run(steps.pop(0), A).ok
+
+    monkeypatch.setattr("mainspring.cli._reads.time.sleep", next_write)
+    try:
+        code, out = run_cli(
+            "show", "ex-held", "--watch", "--interval", "0.01", "--store", str(path)
+        )
+    finally:
+        writer.close()
+    assert code == EXIT_OK
+    assert waits == [0.01, 0.01]
+    shown, followed = out.split("watching (Ctrl-C to stop)\n")
+    assert shown.startswith("ex-held  running")
+    lines = followed.splitlines()
+    assert [line.split()[4] for line in lines] == ["step", "status"]
+    assert "succeeded" in lines[0]
+    assert "running -> completed" in lines[1]
+    # A finished run is shown and not watched.
+    code, out = run_cli("show", "ex-held", "--watch", "--store", str(path))
+    assert code == EXIT_OK
+    assert "watching" not in out

@@ -15,7 +15,8 @@ The planner's timeout is ``timeouts["planner"]``.
 
 Attempts are durable without a record part of their own: while a step waits to be tried
 again its observation (``ok=False``) holds ``data["attempts"]``, one entry per failed attempt
-(``attempt``, ``error``, ``at``, ``timed_out``) and ``data["retrying"] = True``; the
+(``attempt``, ``error``, ``at``, ``timed_out``), ``data["retrying"] = True`` and
+``data["delay"]`` (the seconds before the next attempt); the
 observation that ends the step (success or giving up) keeps the list, so ``show`` lists every
 attempt. A crash or a pause between attempts therefore does not reset the count.
 """
@@ -293,9 +294,14 @@ def attempts_of(observation: Observation | None, *, live_only: bool = True) -> l
 
 
 def attempts_data(
-    attempts: list[Attempt], policy: RetryPolicy, outcome: Literal["retrying", "ended"]
+    attempts: list[Attempt],
+    policy: RetryPolicy,
+    outcome: Literal["retrying", "ended"],
+    delay: float | None = None,
 ) -> dict[str, Any]:
-    """What an observation's ``data`` holds about the attempts (see the module doc)."""
+    """What an observation's ``data`` holds about the attempts (see the module doc); a
+    step waiting to be tried again also keeps ``delay``, the seconds it waits (the history's
+    ``retry`` entry says it)."""
     kept = attempts[-MAX_ATTEMPTS:]
     # O2: a traceback on the last few attempts only, so the record stays small.
     kept = [
@@ -308,6 +314,8 @@ def attempts_data(
     }
     if outcome == "retrying":
         data["retrying"] = True
+        if delay is not None:
+            data["delay"] = delay
     return data
 
 

@@ -559,7 +559,7 @@ class Children:
             ok=False,
             error=redact(f"attempt {number} of {policy.max_attempts} failed: {error}")[:500],
             code="step-timeout" if timed_out else None,
-            data=attempts_data(attempts, policy, "retrying"),
+            data=attempts_data(attempts, policy, "retrying", delay),
             error_type=attempt.error_type,
             traceback=attempt.traceback,
             started_at=started_at,

@@ -19,7 +19,9 @@ from typing import Any
 import attrs
 
 from .._errors import StorageError
-from .._journal.model import Base, copy_with
+from .._journal.commit_events import events_for, release_entries, takeover_entries
+from .._journal.model import Base, Change, copy_with
+from .._owners import owner_gone
 from .._records import MAX_CONTROLS, Execution, Lease
 from .contract import (
     Clock,
@@ -264,6 +266,17 @@ class CompareAndSetStore:
 
     _clock: Clock
     _batch_keeps_earlier = False
+    #: The history entries the write under way says besides what its diff shows (set by
+    #: ``acquire`` and ``release`` inside their atomic section, taken by ``_entries_for``).
+    _notes: list[dict[str, Any]] | None = None
+
+    def _entries_for(
+        self, base: Base | None, execution: Execution, changes: Sequence[Change]
+    ) -> Any:
+        """The history entries of the write under way (V2): what ``events_for`` derives
+        from ``changes``, with what the deciding call noted (a takeover, a lapse)."""
+        notes, self._notes = self._notes, None
+        return events_for(base, execution, changes, notes)
 
     def _atomic(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
@@ -325,9 +338,22 @@ class CompareAndSetStore:
         with self._atomic():
             base = self._load(execution_id)
             stored = base.execution if base is not None else None
-            result, updated = decide_acquire(stored, owner, ttl, self._clock(), gone=gone)
+            now = self._clock()
+            result, updated = decide_acquire(stored, owner, ttl, now, gone=gone)
             if updated is not None:
-                self._store(base, updated)
+                assert stored is not None
+                assert updated.lease is not None
+                if stored.lease is not None and stored.lease.epoch != updated.lease.epoch:
+                    # A new tenure: who took it from whom, and why it was free (V2). The
+                    # first ever (a record stored without a lease) takes it from nobody.
+                    taken = gone is not None and holder(stored.lease, now) is not None
+                    self._notes = takeover_entries(
+                        stored, updated.lease, ttl, now, gone=taken, dead=owner_gone
+                    )
+                try:
+                    self._store(base, updated)
+                finally:
+                    self._notes = None
             return result
 
     def heartbeat(self, execution_id: str, owner: str, ttl: float) -> bool:
@@ -351,7 +377,13 @@ class CompareAndSetStore:
             updated = decide_release(base.execution if base is not None else None, owner)
             if updated is None:
                 return False
-            self._store(base, updated)
+            assert base is not None
+            # A lease that ran out before its owner let it go: said (V2); else nothing.
+            self._notes = release_entries(base.execution, self._clock())
+            try:
+                self._store(base, updated)
+            finally:
+                self._notes = None
             return True
 
     def _commit_one(self, execution: Execution, owner: str, now: float) -> CommitOutcome:

@@ -1,19 +1,32 @@
 """The history entries a commit adds (V2), derived from what it changed (``_journal``): ids,
-states and counts only (V1), written by the backends in the same atomic write as the commit."""
+states and counts only (V1), written by the backends in the same atomic write as the commit.
+
+What a record's diff cannot say -- why a lease was free when it was taken, whether the owner
+that held it is known dead -- is said by the write that decided it (``acquire``,
+``release``: :func:`takeover_entries`, :func:`release_entries`), passed as ``notes``.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._codec import raw_form
-from .._records import Execution
+from .._records import Execution, Lease
 from .._stored_form import stored_raw
 from .._workers import WorkerStatus
 from .model import Base, Change
 
-__all__ = ["events_for", "usage_counts"]
+__all__ = ["events_for", "release_entries", "takeover_entries", "usage_counts"]
+
+#: The statuses of a run that someone should be running (a lease released or lapsed on one
+#: of them leaves it to be taken over).
+_LIVE = ("planned", "running")
+#: The most of an owner id the history keeps (ids are short; one given by hand may not be).
+_OWNER_MOST = 256
+#: A failure's kind: an exception's class name (qualified or not), or ``timeout``.
+_FAILURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}\Z")
 
 
 def usage_counts(raw: Any) -> dict[str, Any]:
@@ -134,10 +147,129 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
     return events
 
 
-def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -> list[Any]:
+def _owner(owner: str) -> str:
+    return owner[:_OWNER_MOST]
+
+
+def takeover_entries(
+    stored: Execution,
+    lease: Lease,
+    ttl: float,
+    now: float,
+    *,
+    gone: bool,
+    dead: Callable[[str], bool],
+) -> list[dict[str, Any]]:
+    """What taking ``stored``'s lease as ``lease`` (a new tenure, at ``now`` on the store's
+    clock, for ``ttl`` s) adds to the history: a ``takeover`` naming both owners and why the
+    lease was free; before it, when the run was live under an owner that never let it go, a
+    ``crash`` (that owner is gone: ``gone``, the caller found it so (L7), or ``dead``, asked
+    only then, says so) or a ``lapse`` (nobody knows it dead). Owner ids only (V1)."""
+    base: dict[str, Any] = {"execution_id": stored.id, "at": now}
+    before = stored.lease
+    entries: list[dict[str, Any]] = []
+    previous = before.owner if before is not None and before.owner else None
+    if previous is not None and before is not None:
+        why = "owner-gone" if gone else "lease-expired"
+        if stored.status in _LIVE:
+            # Its last commit, or its last heartbeat (the expiry less a lease's length).
+            seen = min(max(stored.updated_at, before.expires_at - ttl), now)
+            found = gone or dead(previous)
+            entries.append(
+                {
+                    **base,
+                    "kind": "crash" if found else "lapse",
+                    "owner": _owner(previous),
+                    "last_seen": seen,
+                    "lapsed_at": before.expires_at,
+                    "reason": "owner-gone" if found else "lease-expired",
+                }
+            )
+    elif stored.status == "paused":
+        why = "after-pause"
+    elif stored.status in _LIVE:
+        why = "after-shutdown"
+    else:
+        why = "released"
+    entries.append(
+        {
+            **base,
+            "kind": "takeover",
+            "owner": _owner(lease.owner),
+            "previous_owner": _owner(previous) if previous is not None else None,
+            "reason": why,
+        }
+    )
+    return entries
+
+
+def release_entries(stored: Execution, now: float) -> list[dict[str, Any]]:
+    """What its owner letting ``stored``'s lease go at ``now`` adds to the history: a
+    ``lapse`` if the lease had run out already while the run was live (the owner lost it;
+    nobody took it since), else nothing (a run's own final write says the rest)."""
+    lease = stored.lease
+    if lease is None or not lease.owner or stored.status not in _LIVE:
+        return []
+    if lease.expires_at > now:
+        return []
+    return [
+        {
+            "execution_id": stored.id,
+            "at": now,
+            "kind": "lapse",
+            "owner": _owner(lease.owner),
+            "lapsed_at": lease.expires_at,
+            "reason": "lease-expired",
+        }
+    ]
+
+
+def _retry_event(raw: Any, step_id: str, base: dict[str, Any]) -> dict[str, Any] | None:
+    """A failed attempt that will be tried again, from the observation that keeps it
+    (``executions._rules.deadlines.attempts_data``): counts, a class name, a delay (V1)."""
+    data = raw.get("data") if type(raw) is dict else None
+    if type(data) is not dict or data.get("retrying") is not True:
+        return None
+    attempts = data.get("attempts")
+    last = attempts[-1] if type(attempts) is list and attempts else None
+    if type(last) is not dict or type(last.get("attempt")) is not int:
+        return None
+    kind = "timeout" if last.get("timed_out") is True else last.get("error_type")
+    at, delay, most = last.get("at"), data.get("delay"), data.get("max_attempts")
+    return {
+        **base,
+        "at": float(at) if isinstance(at, int | float) else base["at"],
+        "kind": "retry",
+        "step_id": step_id,
+        "attempt": last["attempt"],
+        "max_attempts": most if type(most) is int else None,
+        "reason": kind if type(kind) is str and _FAILURE.match(kind) else None,
+        "delay": float(delay) if isinstance(delay, int | float) else None,
+    }
+
+
+def _shutdown_event(old: Execution | None, new: Execution, base: dict[str, Any]) -> Any:
+    """A run's write that lets its lease go while leaving the run live: its runtime closed
+    (a pause, a wait or an end changes the status in that write)."""
+    before, after = old.lease if old is not None else None, new.lease
+    if before is None or not before.owner or after is None or after.owner:
+        return None
+    if new.status not in _LIVE:
+        return None
+    return {**base, "kind": "shutdown", "owner": _owner(before.owner), "status": new.status}
+
+
+def events_for(
+    stored: Base | None,
+    new: Execution,
+    changes: Sequence[Change],
+    notes: Sequence[dict[str, Any]] | None = None,
+) -> list[Any]:
     """The history entries a commit over ``stored`` (None: the first) adds: ids, states and
     counts only (V1), derived from what changed, so the history is exactly as durable as
-    the commit that made it (V2)."""
+    the commit that made it (V2). ``notes``: the entries the write that decided it says
+    (a lease taken or given up, see :func:`takeover_entries`); without them, a run's
+    write that gives its lease up leaving the run live adds a ``shutdown``."""
     old = stored.execution if stored is not None else None
     at = new.updated_at
     total = len(new.plan.steps) if new.plan is not None else 0
@@ -145,8 +277,13 @@ def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -
     base = {"execution_id": new.id, "at": at}
     run_usage = usage_counts(raw_form(new.usage)) if new.usage else {}
     events: list[dict[str, Any]] = []
+    if notes:
+        events.extend(notes)
     if old is None:
-        events.append({**base, "kind": "created", "status": new.status})
+        created: dict[str, Any] = {**base, "kind": "created", "status": new.status}
+        if new.lease is not None and new.lease.owner:
+            created["owner"] = _owner(new.lease.owner)
+        events.append(created)
     elif old.status != new.status:
         events.append({**base, "kind": "status", "status": new.status, "was": old.status})
     if new.plan_version != (old.plan_version if old is not None else 0):
@@ -167,6 +304,10 @@ def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -
                     **run_usage,
                 }
             )
+        elif op == "put" and change[1] == "obs":
+            retry = _retry_event(change[4], change[2], base)
+            if retry is not None:
+                events.append(retry)
         elif op == "put" and change[1] == "tasks":
             head = change[4].get("split", {})
             events.append(
@@ -203,5 +344,12 @@ def events_for(stored: Base | None, new: Execution, changes: Sequence[Change]) -
         seen = set(old_controls)
         for control in new.controls:
             if control not in seen:
-                events.append({**base, "kind": "control", "action": control.action})
+                entry = {**base, "kind": "control", "action": control.action}
+                if control.by:
+                    entry["owner"] = _owner(control.by)  # who issued it
+                events.append(entry)
+    if notes is None:
+        shutdown = _shutdown_event(old, new, base)
+        if shutdown is not None:
+            events.append(shutdown)
     return events

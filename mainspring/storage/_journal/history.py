@@ -17,8 +17,36 @@ from .._usage import check_cost
 
 __all__ = ["HistoryEvent", "HistoryKind", "check_after", "parse_event"]
 
-HistoryKind = Literal["created", "status", "plan", "step", "task", "pending", "control", "worker"]
-_KINDS = ("created", "status", "plan", "step", "task", "pending", "control", "worker")
+HistoryKind = Literal[
+    "created",
+    "status",
+    "plan",
+    "step",
+    "task",
+    "pending",
+    "control",
+    "worker",
+    "takeover",
+    "crash",
+    "lapse",
+    "shutdown",
+    "retry",
+]
+_KINDS = (
+    "created",
+    "status",
+    "plan",
+    "step",
+    "task",
+    "pending",
+    "control",
+    "worker",
+    "takeover",
+    "crash",
+    "lapse",
+    "shutdown",
+    "retry",
+)
 _TEXT = (
     "execution_id",
     "status",
@@ -30,6 +58,8 @@ _TEXT = (
     "pending",
     "worker_id",
     "reason",
+    "owner",
+    "previous_owner",
 )
 _COUNTS = (
     "generation",
@@ -40,7 +70,11 @@ _COUNTS = (
     "inner_done",
     "input_tokens",
     "output_tokens",
+    "attempt",
+    "max_attempts",
 )
+#: Times and durations (seconds), numbers only.
+_NUMBERS = ("last_seen", "lapsed_at", "delay")
 
 
 @attrs.frozen(kw_only=True)
@@ -58,7 +92,27 @@ class HistoryEvent:
     - ``control``: ``action`` (pause, resume, cancel, answer, approve, stop-task);
     - ``worker``: an external worker's transition: ``worker_id``, ``task_id``, ``step_id``,
       its ``generation`` and ``status``, and ``reason``, a short code (``native-start``,
-      ``no-progress:lint``) or None: never text a worker wrote (V1).
+      ``no-progress:lint``) or None: never text a worker wrote (V1);
+    - ``takeover``: a new tenure of the lease: ``owner`` took it from ``previous_owner``
+      (None when the lease had been released), ``reason`` says why it was free:
+      ``lease-expired``, ``owner-gone`` (its process on this host is gone, L7),
+      ``after-pause``, ``after-shutdown`` or ``released``;
+    - ``crash``: a takeover found the run live (planned or running) under an owner whose
+      process is gone: ``owner`` (the dead one), ``last_seen`` (its last commit or heartbeat,
+      a heartbeat's time estimated as its lease's expiry less the new lease's length),
+      ``lapsed_at`` (its lease's expiry), ``reason`` (``owner-gone``);
+    - ``lapse``: the live run's lease ran out while ``owner`` held it and nobody knows that
+      owner dead (it stalled, lost the store, or died on another host): written by whoever
+      meets it first, the next owner taking over or the owner itself letting it go;
+      ``lapsed_at``, and ``last_seen`` when a takeover found it;
+    - ``shutdown``: ``owner`` let its lease go while the run was live (its runtime closed):
+      the run is left ``status`` (planned or running) and resumable;
+    - ``retry``: a failed attempt of ``step_id`` that its retry policy tries again:
+      ``attempt`` (the one that failed), ``max_attempts``, ``reason`` (the failure's kind:
+      the exception's class name, or ``timeout``) and ``delay`` (seconds before the next).
+
+    Entries of older stores lack the fields and kinds added since; every field is optional
+    but ``seq``, ``execution_seq``, ``execution_id``, ``kind`` and ``at``.
     """
 
     seq: int
@@ -86,6 +140,13 @@ class HistoryEvent:
     worker_id: str | None = None
     generation: int | None = None
     reason: str | None = None
+    owner: str | None = None
+    previous_owner: str | None = None
+    attempt: int | None = None
+    max_attempts: int | None = None
+    last_seen: float | None = None
+    lapsed_at: float | None = None
+    delay: float | None = None
 
 
 #: The largest sequence number a store can hold (SQLite's and PostgreSQL's 64-bit integers).
@@ -121,10 +182,13 @@ def parse_event(seq: int, execution_seq: int, raw: Any) -> HistoryEvent:
                     check_cost(value if type(value) is str else None)
                 except (TypeError, ValueError):
                     raise RecordError(kind, ["cost: expected decimal text"]) from None
-        elif name == "at":
-            if type(value) not in (int, float):
-                raise RecordError(kind, ["at: expected a number"])
-            value = float(value)
+        elif name == "at" or name in _NUMBERS:
+            if name != "at" and value is None:
+                pass
+            elif type(value) not in (int, float):
+                raise RecordError(kind, [f"{name}: expected a number"])
+            else:
+                value = float(value)
         elif name != "kind":
             raise RecordError(kind, [f"{name}: unknown field"])
         fields[name] = value

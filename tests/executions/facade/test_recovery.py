@@ -989,3 +989,31 @@ def test_kill_9_then_resume_reruns_only_what_was_in_flight(
     finally:
         for schema in schemas:
             drop_schema(schema)
+
+
+@pytest.mark.anyio
+async def test_V2_a_resume_after_kill_9_writes_one_crash_and_one_takeover_naming_both_owners(
+    crash_store: StoreSpec,
+) -> None:
+    """The history says what the kill left unsaid: the owner that died (and when it was
+    last seen), and who took the run over from it, and why."""
+    calls: list[str] = []
+    _, tools = gate_tool(calls)
+    lease = await start_and_kill(crash_store, "ex-killed", ttl=60)
+    async with ms.open_runtime(
+        store=crash_store.target, tools=tools, lease_ttl=3, recover=False
+    ) as rt:
+        assert (await (await rt.resume("ex-killed")).wait()).status == "completed"
+        history = await anyio.to_thread.run_sync(lambda: rt.store.history("ex-killed"))
+    timeline = [(e.kind, e.owner, e.previous_owner, e.reason) for e in history]
+    assert [t for t in timeline if t[0] in ("crash", "lapse", "takeover", "shutdown")] == [
+        ("crash", lease.owner, None, "owner-gone"),
+        ("takeover", rt.owner, lease.owner, "owner-gone"),
+    ]
+    crash = next(e for e in history if e.kind == "crash")
+    assert crash.lapsed_at == lease.expires_at
+    assert crash.last_seen is not None
+    assert crash.last_seen <= crash.at
+    # Every entry the killed owner wrote comes before it (V2).
+    assert history[0].kind == "created"
+    assert calls == [""]

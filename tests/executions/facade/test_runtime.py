@@ -1453,3 +1453,33 @@ def test_a_type_checker_sees_what_events_yields(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.anyio
+async def test_V2_closing_the_runtime_mid_run_writes_one_shutdown_entry_naming_its_owner(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    async with runtime(tmp_path, tools={"gate": gate}) as rt:
+        first = rt.owner
+        handle = await rt.start("g", plan_of(tool("g1", "gate")))
+        await gate.entered.wait()
+    store = ms.storage.SqliteStore(tmp_path / "store.sqlite3")
+    try:
+        history = store.history(handle.execution_id)
+        (down,) = [e for e in history if e.kind == "shutdown"]
+        assert (down.owner, down.status) == (first, "running")
+        assert [e.kind for e in history if e.kind in ("crash", "lapse", "takeover")] == []
+        assert (history[0].kind, history[0].owner) == ("created", first)
+    finally:
+        store.close()
+    # The next runtime takes it over after the shutdown, and says so once.
+    gate.opened.set()
+    async with runtime(tmp_path, tools={"gate": gate}, recover=False) as rt:
+        assert (await (await rt.resume(handle.execution_id)).wait()).status == "completed"
+        history = rt.store.history(handle.execution_id)
+    timeline = [(e.kind, e.owner, e.previous_owner, e.reason) for e in history]
+    assert [t for t in timeline if t[0] in ("takeover", "crash", "lapse", "shutdown")] == [
+        ("shutdown", first, None, None),
+        ("takeover", rt.owner, None, "after-shutdown"),
+    ]

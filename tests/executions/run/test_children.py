@@ -323,3 +323,21 @@ def test_B1_a_kill_between_attempts_keeps_the_attempt_count(tmp_path: Path, back
     (observation,) = record.observations
     assert [a["attempt"] for a in observation.data["attempts"]] == [1, 2, 3]
     assert "gave up after 3 attempts" in (observation.error or "")
+
+
+@pytest.mark.anyio
+async def test_V2_each_retried_attempt_is_one_retry_entry_in_the_history(tmp_path: Path) -> None:
+    flaky = Flaky(2)
+    async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool:flaky": QUICK}) as rt:
+        result = await (await rt.start("g", plan_of(tool("a", "flaky")))).wait()
+        history = rt.store.history(result.execution_id)
+    assert result.status == "completed"
+    retries = [e for e in history if e.kind == "retry"]
+    assert [(e.step_id, e.attempt, e.max_attempts, e.reason) for e in retries] == [
+        ("a", 1, 3, "ConnectionError"),
+        ("a", 2, 3, "ConnectionError"),
+    ]
+    assert all(e.delay is not None and 0 < e.delay <= 0.001 for e in retries)  # with jitter
+    # Each before the step's end, in the order they happened (V2).
+    (end,) = [e for e in history if e.kind == "step" and e.status == "succeeded"]
+    assert all(e.seq < end.seq for e in retries)

@@ -1676,3 +1676,130 @@ def test_E7_sqlite_a_history_row_that_is_not_a_blob_is_a_storage_error(tmp_path:
             fresh.history()
     finally:
         fresh.close()
+
+
+# -- the timeline: lease entries in the history (V2) ---------------------------------------
+
+
+def _timeline(store: Store, execution_id: str = "ex-1") -> list[tuple[Any, ...]]:
+    kinds = ("takeover", "crash", "lapse", "shutdown")
+    return [
+        (e.kind, e.owner, e.previous_owner, e.reason)
+        for e in store.history(execution_id)
+        if e.kind in kinds
+    ]
+
+
+@EVERY_STORE
+def test_V2_a_takeover_of_a_lapsed_lease_names_both_owners_and_the_lapse(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    store.create(
+        execution(status="running", lease=ms.storage.Lease(owner=a, expires_at=0, epoch=1)),
+        lease_ttl=30,
+    )
+    assert [(e.kind, e.owner) for e in store.history("ex-1")] == [("created", a)]
+    clock.now += 20
+    assert store.heartbeat("ex-1", a, 30)  # a heartbeat adds nothing
+    assert _timeline(store) == []
+    clock.now += 31  # a stops renewing: its lease lapses at 1,050
+    taken = store.acquire("ex-1", b, ttl=30)
+    assert taken.acquired
+    entries = [e for e in store.history("ex-1") if e.kind in ("lapse", "takeover")]
+    assert [(e.kind, e.owner, e.previous_owner, e.reason) for e in entries] == [
+        ("lapse", a, None, "lease-expired"),
+        ("takeover", b, a, "lease-expired"),
+    ]
+    lapse = entries[0]
+    assert lapse.lapsed_at == 1_050.0
+    assert lapse.last_seen == 1_020.0  # its last heartbeat: the expiry less a lease's length
+    assert {e.at for e in entries} == {1_051.0}  # when the store decided it
+    assert entries[0].execution_seq == entries[1].execution_seq  # one write
+    # a lets go of a lease it no longer holds: nothing is written, no second entry.
+    assert not store.release("ex-1", a)
+    assert store.acquire("ex-1", b, ttl=30).acquired  # b again: no new tenure, no entry
+    assert len(_timeline(store)) == 2
+
+
+@EVERY_STORE
+def test_V2_L7_a_gone_owners_lease_taken_over_is_a_crash_and_a_takeover(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    dead, a = "host:9:dead", "host:1:aaaa"
+    store.create(execution(status="running"))
+    seen = store.acquire("ex-1", dead, ttl=60).lease
+    assert seen is not None
+    assert _timeline(store) == []  # the first lease ever is taken from nobody
+    clock.now += 5
+    assert store.acquire("ex-1", a, ttl=10, gone=seen).acquired
+    assert _timeline(store) == [
+        ("crash", dead, None, "owner-gone"),
+        ("takeover", a, dead, "owner-gone"),
+    ]
+    crash = store.history("ex-1")[-2]
+    assert (crash.lapsed_at, crash.at) == (1_060.0, 1_005.0)
+
+
+@EVERY_STORE
+def test_V2_a_run_that_lets_its_lease_go_while_live_says_shutdown_once(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    store.create(execution())
+    lease = store.acquire("ex-1", a, ttl=30).lease
+    assert lease is not None
+    running = execution(status="running", lease=lease)
+    assert store.commit_run(running, a).ok
+    released = attrs.evolve(
+        running, lease=ms.storage.Lease(owner="", expires_at=0, epoch=lease.epoch)
+    )
+    assert store.commit_run(released, a).ok  # a runtime closing: the run stays running
+    assert _timeline(store) == [("shutdown", a, None, None)]
+    assert store.history("ex-1")[-1].status == "running"
+    assert store.acquire("ex-1", b, ttl=30).acquired
+    assert _timeline(store)[1:] == [("takeover", b, None, "after-shutdown")]
+
+
+@EVERY_STORE
+def test_V2_a_pause_or_an_end_that_releases_is_no_shutdown_and_a_resume_says_after_pause(
+    make_store: Factory,
+) -> None:
+    store = make_store(Clock())
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    for name, status in (("p", "paused"), ("w", "waiting_for_clarification"), ("c", "completed")):
+        store.create(execution(name))
+        lease = store.acquire(name, a, ttl=30).lease
+        assert lease is not None
+        free = ms.storage.Lease(owner="", expires_at=0, epoch=lease.epoch)
+        assert store.commit_run(execution(name, status=status, lease=free), a).ok
+        assert _timeline(store, name) == []
+    assert store.acquire("p", b, ttl=30).acquired
+    assert store.acquire("w", b, ttl=30).acquired
+    assert _timeline(store, "p") == [("takeover", b, None, "after-pause")]
+    assert _timeline(store, "w") == [("takeover", b, None, "released")]
+
+
+@EVERY_STORE
+def test_V2_L4_an_owner_that_lets_go_of_a_lease_that_lapsed_says_lapse(
+    make_store: Factory,
+) -> None:
+    clock = Clock()
+    store = make_store(clock)
+    a = "host:1:aaaa"
+    store.create(execution(status="running"))
+    assert store.acquire("ex-1", a, ttl=30).acquired
+    assert store.release("ex-1", a)  # let go in time: nothing to say
+    assert _timeline(store) == []
+    assert store.acquire("ex-1", a, ttl=30).acquired
+    assert _timeline(store) == [("takeover", a, None, "after-shutdown")]
+    clock.now += 40  # nobody took it; its owner finds out and lets it go
+    assert store.release("ex-1", a)
+    assert _timeline(store)[1:] == [("lapse", a, None, "lease-expired")]
+    assert store.history("ex-1")[-1].lapsed_at == 1_030.0

@@ -321,3 +321,42 @@ async def test_E7_such_a_record_does_not_stop_the_writer_for_the_other_runs(tmp_
         with anyio.fail_after(30):
             result = await handle.wait()
         assert result.status == "completed"
+
+
+# -- retries: one entry per failed attempt a policy tries again (V1, V2) -------------------
+
+
+def _attempt_obs(number: int, *, retrying: bool, **extra: Any) -> ms.storage.Observation:
+    attempts = [
+        {"attempt": n, "error": "secret text the tool wrote", "at": 10.0 + n, "timed_out": False}
+        | extra
+        for n in range(1, number + 1)
+    ]
+    data: dict[str, Any] = {"attempts": attempts, "max_attempts": 3}
+    if retrying:
+        data |= {"retrying": True, "delay": 0.5 * number}
+    return ms.storage.Observation(step_id="s1", tool="t", ok=False, error="boom", data=data)
+
+
+def test_V2_each_retried_attempt_is_one_retry_entry_and_giving_up_is_none(store: Any) -> None:
+    store.create(ms.storage.Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0))
+    for number, retrying in ((1, True), (2, True), (3, False)):
+        extra = {"error_type": "ConnectionError"} if number == 1 else {"timed_out": True}
+        observation = _attempt_obs(number, retrying=retrying, **extra)
+        assert store.edit(
+            "ex-1", lambda stored, now, o=observation: attrs.evolve(stored, observations=(o,))
+        )
+    retries = [e for e in store.history("ex-1") if e.kind == "retry"]
+    assert [(e.step_id, e.attempt, e.max_attempts, e.reason, e.delay, e.at) for e in retries] == [
+        ("s1", 1, 3, "ConnectionError", 0.5, 11.0),
+        ("s1", 2, 3, "timeout", 1.0, 12.0),
+    ]
+    assert b"secret text" not in orjson.dumps([attrs.asdict(e) for e in retries])
+
+
+def test_V1_a_failure_kind_that_is_not_a_class_name_is_left_out(store: Any) -> None:
+    store.create(ms.storage.Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0))
+    observation = _attempt_obs(1, retrying=True, error_type="not a name: see /etc/passwd")
+    assert store.edit("ex-1", lambda stored, now: attrs.evolve(stored, observations=(observation,)))
+    (retry,) = [e for e in store.history("ex-1") if e.kind == "retry"]
+    assert (retry.attempt, retry.reason) == (1, None)

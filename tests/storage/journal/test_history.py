@@ -1,5 +1,7 @@
-"""Review of storage v2 (issue 13): a history follower (``history(after=last)`` again and
-again) across compactions, deletes and re-creations of the same id, and torn tails."""
+"""The durable history (V2): a follower (``history(after=last)`` again and again) sees every
+entry once in order across compactions, deletes, re-creations of the same id and torn tails;
+entries written before the timeline's kinds existed still parse, the new kinds and fields parse,
+and a field of the wrong type fails closed."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.storage import FileStore
+from mainspring.storage import FileStore, RecordError
 from mainspring.storage._backends.file import store as file_module
+from mainspring.storage._seam import parse_event
 
 
 def execution(id: str, **changes: Any) -> ms.storage.Execution:
@@ -91,3 +94,56 @@ def test_V2_a_follower_sees_every_entry_once_in_order(
     # What the follower saw is what was committed: live entries, or entries of deleted runs.
     final = {event.seq for event in everything}
     assert all(e.seq in final or (e.seq, e.execution_id) in deleted for e in seen)
+
+
+def test_V2_an_entry_written_before_the_timeline_kinds_reads_as_it_was() -> None:
+    old = {
+        "execution_id": "ex-1",
+        "kind": "status",
+        "at": 12,
+        "status": "running",
+        "was": "planned",
+    }
+    event = parse_event(7, 3, old)
+    assert (event.kind, event.status, event.was, event.at) == ("status", "running", "planned", 12.0)
+    assert event.owner is None
+    assert event.previous_owner is None
+    assert event.attempt is None
+    assert event.delay is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"kind": "takeover", "owner": "h:2:b", "previous_owner": "h:1:a", "reason": "owner-gone"},
+        {"kind": "takeover", "owner": "h:2:b", "previous_owner": None, "reason": "after-pause"},
+        {"kind": "crash", "owner": "h:1:a", "last_seen": 10, "lapsed_at": 20.5},
+        {"kind": "lapse", "owner": "h:1:a", "lapsed_at": 20.5, "last_seen": None},
+        {"kind": "shutdown", "owner": "h:1:a", "status": "running"},
+        {"kind": "retry", "step_id": "s1", "attempt": 1, "max_attempts": 3, "delay": 0.5},
+    ],
+)
+def test_V2_the_timeline_kinds_parse(raw: dict[str, object]) -> None:
+    event = parse_event(1, 1, {"execution_id": "ex-1", "at": 1.5, **raw})
+    assert event.kind == raw["kind"]
+    for name, value in raw.items():
+        assert getattr(event, name) == value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"owner": 3},
+        {"previous_owner": ["h:1:a"]},
+        {"attempt": 1.5},
+        {"max_attempts": "3"},
+        {"delay": "soon"},
+        {"last_seen": True},
+        {"lapsed_at": {}},
+        {"kind": "reboot"},
+    ],
+)
+def test_V2_a_timeline_field_of_the_wrong_type_fails_closed(bad: dict[str, object]) -> None:
+    raw = {"execution_id": "ex-1", "at": 1.0, "kind": "takeover", **bad}
+    with pytest.raises(RecordError):
+        parse_event(1, 1, raw)

@@ -27,7 +27,6 @@ import orjson
 from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ..._errors import RecordError, StorageError, TooLarge
 from ..._ids import check_id
-from ..._journal.commit_events import events_for
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, Change, diff, snapshot_changes
@@ -529,7 +528,7 @@ class FileStore(CompareAndSetStore):
         path = self._file(execution_id)
         changes = snapshot_changes(execution) if base is None else diff(base, execution)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base, execution, changes)
+        events = self._entries_for(base, execution, changes)
         tail = self._tails.get(execution_id) if base is not None else None
         if base is not None and tail is None:
             read = self._read(execution_id)  # the cache held the base but not where it ends

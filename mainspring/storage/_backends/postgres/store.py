@@ -50,7 +50,6 @@ from typing import Any, TypeVar
 from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ..._errors import RecordError, StorageError, TooLarge
 from ..._ids import check_id
-from ..._journal.commit_events import events_for
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
@@ -740,7 +739,7 @@ class PostgresStore(CompareAndSetStore):
         assert window is not None
         checkpoints = self._dumps(window, what)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base, execution, changes)
+        events = self._entries_for(base, execution, changes)
         # Everything is encoded and checked before the first statement (X2).
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
         size = (base.size if base is not None else 0) + len(head) + len(checkpoints) + written

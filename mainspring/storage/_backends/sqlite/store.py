@@ -30,7 +30,6 @@ import orjson
 from ..._codec import DEFAULT_MAX_BYTES, canonical_json, dumps_checked
 from ..._errors import RecordError, StorageError, TooLarge
 from ..._ids import check_id
-from ..._journal.commit_events import events_for
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
@@ -439,7 +438,7 @@ class SqliteStore(CompareAndSetStore):
         assert window is not None
         checkpoints = self._dumps(window, what)
         seq = base.seq + 1 if base is not None else 1
-        events = events_for(base, execution, changes)
+        events = self._entries_for(base, execution, changes)
         # Everything is encoded and checked before the first statement: a record that cannot
         # be stored (X2) leaves the transaction as it was for the other commits in it.
         event_rows = [(execution_id, seq, canonical_json(event)) for event in events]
