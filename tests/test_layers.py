@@ -112,16 +112,18 @@ def test_the_rule_sees_relative_imports() -> None:
 
 #: Inside executions/, the folders by job and what each may import from its siblings: an
 #: acyclic order, pure rules at the bottom, the facade on top. A step reports to its run and
-#: the run spawns its steps and holds the worker board, so the run sits above both.
+#: the run spawns its steps and holds the worker board, so the run sits above both. Telemetry
+#: (spans, metrics) sits low: the steps, the run and the facade report to it.
 EXECUTIONS = ROOT / "executions"
 FOLDER_ALLOWED: dict[str, set[str]] = {
     "_rules": set(),
     "_programs": {"_rules"},
     "_memory": {"_rules"},
-    "_steps": {"_rules", "_programs", "_memory"},
-    "_workers": {"_rules", "_programs", "_memory", "_steps"},
-    "_run": {"_rules", "_programs", "_memory", "_steps", "_workers"},
-    "_facade": {"_rules", "_programs", "_memory", "_steps", "_workers", "_run"},
+    "_telemetry": {"_rules"},
+    "_steps": {"_rules", "_programs", "_memory", "_telemetry"},
+    "_workers": {"_rules", "_programs", "_memory", "_telemetry", "_steps"},
+    "_run": {"_rules", "_programs", "_memory", "_telemetry", "_steps", "_workers"},
+    "_facade": {"_rules", "_programs", "_memory", "_telemetry", "_steps", "_workers", "_run"},
 }
 
 

@@ -129,7 +129,14 @@ _typed_value(PlanStep, "input", _decode_input)
 #: Execution fields added after records were first stored: left out while unset (see above).
 _EXECUTION_LATER: dict[str, Any] = {
     name: override(omit_if_default=True)
-    for name in ("deadline_at", "workers", "worker_tasks", "worker_trail", "proof_digest")
+    for name in (
+        "deadline_at",
+        "workers",
+        "worker_tasks",
+        "worker_trail",
+        "proof_digest",
+        "trace_context",
+    )
 }
 converter.register_unstructure_hook(
     Execution, make_dict_unstructure_fn(Execution, converter, **_EXECUTION_LATER)

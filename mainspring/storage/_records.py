@@ -36,6 +36,7 @@ from ._validators import (
     _member,
     _optional_digest,
     _optional_id,
+    _optional_traceparent,
     _paths,
     _unit,
     one_of,
@@ -649,6 +650,10 @@ class Execution:
     worker_trail: tuple[TrailItem, ...] = attrs.field(default=(), converter=trail_entries)
     # The sha256 of the run's sealed proof, once it was finalized (executions._workers.fleet).
     proof_digest: str | None = attrs.field(default=None, validator=_optional_digest)
+    #: O1: the W3C traceparent of the span of the execution's first traced run: every later
+    #: run of it (a resume, a recovery, in any process) continues that trace. None: never
+    #: traced. Written only when set, so a record without it reads as before.
+    trace_context: str | None = attrs.field(default=None, validator=_optional_traceparent)
     created_at: float
     updated_at: float
 

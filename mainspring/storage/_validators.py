@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -86,6 +87,15 @@ def _ids(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 def _optional_digest(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (len(value) != 64 or value.strip("0123456789abcdef")):
         raise ValueError(f"{attribute.name} must be a sha256 in hex")
+
+
+#: A W3C traceparent: version, trace id, parent span id, flags (lower-case hex).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
+
+
+def _optional_traceparent(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (type(value) is not str or not _TRACEPARENT.match(value)):
+        raise ValueError(f"{attribute.name} must be a W3C traceparent")
 
 
 def _counter(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:

@@ -30,6 +30,7 @@ from .._run.lease_guard import check_lease_clock
 from .._run.lease_guard import lease_clock as default_lease_clock
 from .._run.messages import RunConfig, RunServices
 from .._run.results import agent_hash, envelope_hash, tool_hash
+from .._telemetry import telemetry_from
 from .._workers.evidence import EvidenceShelf
 from .options import check_options, check_registries, check_step_limits
 from .recovery import RecoveryWatch
@@ -74,6 +75,9 @@ async def open_runtime(
     max_workers: int = 8,
     lease_clock: Callable[[], float] | None = None,
     recover: bool = True,
+    telemetry: bool | None = None,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> AsyncIterator[Runtime]:
     """Run durable executions for the duration of the ``async with`` block.
 
@@ -125,6 +129,13 @@ async def open_runtime(
     once it lapses. ``recover=False`` turns this off: runs are then taken over only by
     :meth:`Runtime.recover` or :meth:`Runtime.resume`.
 
+    Telemetry (O1, the ``otel`` extra): spans and metrics go to ``tracer_provider`` and
+    ``meter_provider`` when given, else to the providers the application set globally, as
+    OpenTelemetry libraries do; with neither, telemetry is off and ``opentelemetry`` is
+    never imported. ``telemetry=False`` turns it off whatever is set; ``True`` turns it on
+    with the global providers even if none was set. Spans and metrics carry ids, states,
+    counts, durations and usage only, redacted (see the telemetry guide).
+
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)
     picks it up, re-running only the steps that were in flight; another runtime open on
@@ -142,13 +153,15 @@ async def open_runtime(
         raise TypeError(f"recover must be True or False, not {recover!r}")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
         raise ValueError(f"max_workers must be a whole number of at least 1, not {max_workers!r}")
+    traced = telemetry_from(telemetry, tracer_provider, meter_provider)
     skill_versions = {name: str(getattr(fn, "version", "1")) for name, fn in skills.items()}
     tool_hashes = {name: tool_hash(fn) for name, fn in tools.items()}
     # Off the loop: opening a server store connects (and may create its schema).
     backend, close = await anyio.to_thread.run_sync(open_store, store)
     try:
         async with open_system("mainspring-runtime", root=RootSupervisor) as system:
-            committer = await open_committer(system, backend)
+            flushed = traced.flushed if traced is not None else None
+            committer = await open_committer(system, backend, flushed=flushed)
             bus = RunEventBus(system.new_event)
             cfg = RunConfig(
                 owner=owner or new_owner_id(),
@@ -185,6 +198,7 @@ async def open_runtime(
                 listening=bus.listening,
                 memory=Memory(committer, organization=organization, embedder=embedder),
                 evidence=EvidenceShelf(committer, backend),
+                telemetry=traced,
             )
             executions = await system.spawn(Executions, name="executions")
             runtime = Runtime(cfg, services, executions, bus)

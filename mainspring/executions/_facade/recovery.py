@@ -100,8 +100,10 @@ class Recovery:
         take: Callable[[str], Awaitable[ExecutionHandle | str]],
         *,
         rescan: float,
+        recovered: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
+        self._recovered = recovered  # told of each run taken over (a metric, O1)
         self._live = live
         self._take = take
         self._rescan = rescan
@@ -191,6 +193,8 @@ class Recovery:
                 skipped.append(SkippedRun(id=execution.id, reason=handle))
             elif handle._ran_here:
                 resumed.append(handle)
+                if self._recovered is not None:
+                    self._recovered()
             else:  # finished elsewhere since the listing: its result, not ours to run
                 skipped.append(SkippedRun(id=execution.id, reason="terminal"))
         self._watched = frozenset(watched)

@@ -154,8 +154,13 @@ class Runtime:
         self._workers = WorkerControls(services, self._live)
         # L8: finds runs nobody runs (here on request, and all along once open_runtime
         # starts its watch).
+        telemetry = services.telemetry
         self._recovery = Recovery(
-            committer.store, self._live, self._recover_one, rescan=cfg.heartbeat_interval
+            committer.store,
+            self._live,
+            self._recover_one,
+            rescan=cfg.heartbeat_interval,
+            recovered=telemetry.recovered if telemetry is not None else None,
         )
         # One control at a time per execution in this runtime: two resumes of one id must
         # not both spawn it, a stop must not interleave with a resume.
@@ -314,6 +319,9 @@ class Runtime:
                 return result
             return result_from(stored, outputs=result.outputs, stopped_by=result.stopped_by)
 
+        telemetry = self._services.telemetry
+        if telemetry is not None:  # O1: the run is traced under the caller's span
+            begin = attrs.evolve(begin, caller=telemetry.current())
         spawn = _Spawn(self._cfg, self._services, runs.kept, record, live_plan, begin, Watch())
         ref = await self._executions.ask(spawn)
         if isinstance(ref, NameTaken):

@@ -201,6 +201,7 @@ class ExecutionActor(Actor):
             return
         now = time.time()
         st.in_flight = set(begin.in_flight)
+        self._trace(begin)
         if st.plan is None or begin.replan_goal:
             if not await self._funnel.commit():
                 return
@@ -232,6 +233,18 @@ class ExecutionActor(Actor):
             )
         )
         await self._advance()
+
+    def _trace(self, begin: Begin) -> None:
+        """O1: the run's span begins (when telemetry is on); the execution keeps its first
+        traced run's trace context, written with the commit that follows."""
+        telemetry = self._services.telemetry
+        if telemetry is None:
+            return
+        st = self._st
+        spans = telemetry.run(st.rec, begin.caller, resumed=begin.resumed)
+        self._funnel.spans = spans
+        if st.rec.trace_context is None and spans.traceparent is not None:
+            st.rec = attrs.evolve(st.rec, trace_context=spans.traceparent)
 
     async def _drift(self) -> tuple[str, ...]:
         """R6: the latest checkpoint against the workspace now."""
@@ -457,10 +470,15 @@ class ExecutionActor(Actor):
             self._funnel.publish(
                 ev.StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
             )
+        spans = self._funnel.spans
+        if spans is not None:  # O1: this attempt's span
+            spans.step_started(step)
         if st.live_plan is None and step.id in st.rec.masked_inputs:
             return await self._tasks.masked_input(step)
         if step.kind != "agent":
             fn = cfg.tools[step.target] if step.kind == "tool" else cfg.skills[step.target]
+            if spans is not None:  # O1: the call's span is current while the tool runs
+                fn = spans.traced_call(step, fn)
             meter = Meter()  # B3: a result too late for _step_done still has its usage
             # A task of ours, not an actor: its own cancel scope carries every reason
             # (pause, cancel, timeout, lease lost) to the tool's cancel_reason(), and its
@@ -539,6 +557,7 @@ class ExecutionActor(Actor):
             ),
             self._services.memory,
             self._funnel.lease_watch.fresh,  # L5: read by the agent before each side effect
+            spans.for_task(step, task.id) if spans is not None else None,  # O1
         )
         if ref is None:
             return None
@@ -782,6 +801,9 @@ class ExecutionActor(Actor):
             result = st.result
             if result is None:
                 result = result_from(st.rec, outputs=st.outputs, stopped_by=reason)
+            spans = self._funnel.spans
+            if spans is not None:  # O1: the run's span ends with what stopped it
+                spans.end(reason, result.status, st.rec)
             # E2: a wind-down cut short (its last write still under way in the writer)
             # leaves where the run stands to the store, read once that write is done.
             self._watcher.ended(result, settled=wound_down)

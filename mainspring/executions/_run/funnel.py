@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
@@ -19,12 +19,15 @@ from ...storage import Execution, PersistenceFailed, Plan, StorageError
 from ...storage._seam import MAX_CHECKPOINTS, Checkpoint, CommitOutcome, capture_checkpoint, holder
 from .._rules.lifecycle import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
-from .events import RunEvent, StepFinished, worker_changed
+from .events import RunEvent, StepFinished, StepRetrying, worker_changed
 from .lease_guard import LeaseWatch
 from .messages import RunConfig, RunServices, Unstorable
 from .refusals import add_calls, end_event, refusal_reason
 from .results import config_hash, result_from
 from .state import RunState
+
+if TYPE_CHECKING:
+    from .._telemetry.spans import RunSpans
 
 __all__ = ["LATE_RENEWALS", "Funnel"]
 
@@ -63,11 +66,21 @@ class Funnel:
         self._same_set: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         # L5: how old our last confirmed renewal is, on this host's clock.
         self.lease_watch = LeaseWatch(state.cfg.lease_ttl, state.cfg.lease_clock)
+        self._telemetry = services.telemetry
+        #: O1: the run's spans, once it began (None: telemetry is off).
+        self.spans: RunSpans | None = None
 
     def publish(self, event: RunEvent) -> None:
+        if self.spans is not None and type(event) is StepRetrying:
+            self.spans.step_retrying(event.step_id, event.attempt)
         self._publish(event)
 
     def publish_step(self, step_id: str, state: str) -> None:
+        if self.spans is not None:  # O1: the step's last attempt ended
+            obs = self._state.obs.get(step_id)
+            task = self._state.tasks.get(obs.agent_task_id or "") if obs is not None else None
+            usage = task.usage if task is not None else None
+            self.spans.step_ended(step_id, state, obs, usage)
         if not self.listening():
             return  # nobody hears it: not built
         st = self._state
@@ -104,12 +117,15 @@ class Funnel:
             changes["checkpoints"] = checkpoints
         record = st.snapshot(**changes)  # one record built per commit
         sent = self.lease_watch.sent()  # L5: when the answer comes is checked
+        timed = time.perf_counter() if self._telemetry is not None else 0.0
         try:
             outcome = await self._committer.submit(record, self._cfg.owner)
         except PersistenceFailed:
             raise  # the disk failed: nothing more can be saved; the run crashes, resumable
         except (StorageError, ValueError) as exc:  # this record cannot be written (X2)
             raise Unstorable(str(exc)) from exc
+        if self._telemetry is not None:  # O1: the commit's latency
+            self._telemetry.committed(time.perf_counter() - timed)
         if outcome is CommitOutcome.OK:
             st.committed(record)
             self._announce_workers()

@@ -31,6 +31,7 @@ from .results import ExecutionResult
 
 if TYPE_CHECKING:
     from .._memory.memory import Memory
+    from .._telemetry import Telemetry
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +96,8 @@ class RunServices:
     memory: Memory | None = None
     #: Where worker handoffs and proofs are sealed (#17): an ``EvidenceShelf``.
     evidence: Any = None
+    #: Spans and metrics (O1, ``executions._telemetry``); None: telemetry is off.
+    telemetry: Telemetry | None = None
 
 
 class RunWatcher(Protocol):
@@ -118,6 +121,9 @@ class Begin:
     check_drift: bool = False
     replan_goal: bool = False
     in_flight: tuple[str, ...] = ()  # steps running when the run was interrupted
+    #: O1: the caller's trace context where the run was started or resumed (None: telemetry
+    #: is off); the run's span is its child unless the execution kept one of its own.
+    caller: Any = None
 
 
 @attrs.frozen

@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
 
 import anyio
 import anyio.lowlevel
@@ -57,6 +57,9 @@ from .context import MAX_INNER_STEPS, AgentContext, call
 from .failures import Caught, describe_off_loop
 from .findings import new_finding
 from .outputs import Stored, prepare_output_off_loop
+
+if TYPE_CHECKING:
+    from .._telemetry.spans import TaskSpans
 
 __all__ = [
     "AgentContext",
@@ -295,7 +298,10 @@ class AgentTaskActor(Actor):
         allowance: Allowance | None = None,
         memory: Memory | None = None,
         lease_fresh: Callable[[], bool] | None = None,
+        spans: TaskSpans | None = None,
     ) -> None:
+        #: O1: this task's spans (None: telemetry is off); read by its AgentContext.
+        self.spans = spans
         self.memory = memory  # the runtime's (ctx.memory is made from it)
         # L5: whether the execution's lease is known to be live now (read, never awaited)
         self._lease_fresh = lease_fresh
@@ -533,7 +539,11 @@ class AgentTaskActor(Actor):
         stored: Stored | None = None
         try:
             try:
-                output = await self._agent(AgentContext(self), self._step.input)
+                if self.spans is None:
+                    output = await self._agent(AgentContext(self), self._step.input)
+                else:  # O1: the agent runs with its step's span current
+                    with self.spans.running():
+                        output = await self._agent(AgentContext(self), self._step.input)
             except CodedFailure as exc:  # over budget, a worker-backed step's failure
                 self._fail(exc.code, str(exc))
             except SaveRefused:

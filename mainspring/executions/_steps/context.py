@@ -6,7 +6,8 @@ commits through the execution; this module holds only what the agent's code sees
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, final
 
 import anyio.lowlevel
@@ -27,6 +28,9 @@ __all__ = ["MAX_INNER_STEPS", "AgentContext", "call"]
 #: The most durable inner steps one agent task keeps (each is one save; their counters are
 #: bounded far above this by the record, E8).
 MAX_INNER_STEPS = 100_000
+
+#: O1: an inner step's span says whether it ran again on resume (its stored result masked).
+_RERUN = "mainspring.inner_step.rerun"
 
 
 async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -108,7 +112,12 @@ class AgentContext:
         stopped, the program's whole process tree is stopped with it."""
         await _no_new_call()
         await self._actor.live_lease()  # L5
-        return await run_program_result(argv, **options)
+        spans = self._actor.spans
+        if spans is None:
+            return await run_program_result(argv, **options)
+        program = argv if isinstance(argv, str) else (argv[0] if argv else "")
+        with spans.span("program", PurePath(str(program).split(" ", 1)[0]).name):
+            return await run_program_result(argv, **options)
 
     async def step(
         self,
@@ -161,7 +170,13 @@ class AgentContext:
         await _no_new_call()
         await self._actor.live_lease()  # L5: nothing new starts on a lease not known live
         # B3: a model call's WithUsage is charged with the step, so a replay charges nothing.
-        result, usage = split_usage(await call(fn, *args))
+        spans = self._actor.spans
+        if spans is None:
+            result, usage = split_usage(await call(fn, *args))
+        else:  # O1: the inner step's span, current while fn runs
+            with spans.span("inner_step", name, **{_RERUN: recorded is not None}) as span:
+                result, usage = split_usage(await call(fn, *args))
+                spans.usage(span, usage)
         self._actor.add_usage(usage)  # the call was made: charged even if unstorable
         stored = await prepare_output_off_loop(result, f"inner step {name}")
         if isinstance(stored, str):  # documented: the agent's code gets a ValueError
@@ -216,7 +231,7 @@ class AgentContext:
         await _no_new_call()
         await self._actor.live_lease()  # L5
         await self._actor.chargecall()
-        value, usage = split_usage(await call(self._actor.skills[name], *args, **kwargs))
+        value, usage = await self._call("skill", name, self._actor.skills, args, kwargs)
         self._actor.add_usage(usage)
         return value
 
@@ -235,6 +250,24 @@ class AgentContext:
         await _no_new_call()
         self._actor.charge_tool()
         await self._actor.live_lease()  # L5
-        value, usage = split_usage(await call(self._actor.tools[name], *args, **kwargs))
+        value, usage = await self._call("tool", name, self._actor.tools, args, kwargs)
         self._actor.add_usage(usage)
         return value
+
+    async def _call(
+        self,
+        kind: str,
+        name: str,
+        registry: Mapping[str, Callable[..., Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, Usage]:
+        """``registry[name](*args, **kwargs)`` as (value, usage), in its own span when
+        telemetry is on (O1)."""
+        spans = self._actor.spans
+        if spans is None:
+            return split_usage(await call(registry[name], *args, **kwargs))
+        with spans.span(kind, name) as span:
+            value, usage = split_usage(await call(registry[name], *args, **kwargs))
+            spans.usage(span, usage)
+        return value, usage
