@@ -46,7 +46,7 @@ class CommitOutcome(enum.StrEnum):
 
     OK = "ok"
     MISSING = "missing"  # the execution is not stored (any more)
-    FOREIGN_LEASE = "foreign-lease"  # another owner holds the lease
+    FOREIGN_LEASE = "foreign_lease"  # another owner holds the lease
     RELEASED = "released"  # nobody holds the lease (released, lapsed or never taken)
     TERMINAL = "terminal"  # completed, failed or cancelled on disk: sticky
     PAUSED = "paused"  # paused on disk: not the runner's to overwrite

@@ -951,6 +951,15 @@ def test_the_committer_submits_and_does_not_commit() -> None:
     assert not hasattr(ms.storage._seam.Committer, "commit")
 
 
+def test_E2_commit_outcomes_are_spelled_as_every_state_is() -> None:
+    # snake_case, like the StrEnums of the records (an outcome is never stored, only said).
+    assert [outcome.value for outcome in CommitOutcome] == [
+        "ok", "missing", "foreign_lease", "released", "terminal", "paused",
+    ]  # fmt: skip
+    for outcome in CommitOutcome:
+        assert outcome == outcome.name.lower(), outcome
+
+
 def test_the_contract_is_the_store_protocols_docstring() -> None:
     """``help(Store)`` shows the written contract: every operation and the invariants it
     keeps, which this suite checks on every backend."""
