@@ -290,9 +290,7 @@ async def list_executions(
         {
             "id": e.id,
             "status": e.status,
-            "steps_done": sum(1 for s in e.plan.steps if s.status in ms.storage.STEP_FINISHED)
-            if e.plan
-            else 0,
+            "steps_done": sum(1 for s in e.plan.steps if s.status.finished) if e.plan else 0,
             "steps_total": len(e.plan.steps) if e.plan else 0,
             "updated_at": e.updated_at,
         }
@@ -317,7 +315,9 @@ def _sse(entry: ms.storage.HistoryEvent) -> str:
 
 
 def _finished(entry: ms.storage.HistoryEvent) -> bool:
-    return entry.kind == "status" and entry.status in ms.storage.EXECUTION_TERMINAL
+    if entry.kind != "status" or entry.status is None:
+        return False
+    return ms.storage.ExecutionStatus(entry.status).terminal  # the execution's new status
 
 
 @app.get("/executions/{execution_id}/events")

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from . import actors
 from ._public import KERNEL, LAZY, TOP_LEVEL, publish
 from ._public import open_system as open_system
-from .actors import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from .actors import Actor as Actor
 from .actors import ActorDeadError as ActorDeadError
 from .actors import ActorFailed as ActorFailed

@@ -18,7 +18,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Top-level names from the kernel, loaded with ``import mainspring``.
 KERNEL = (
-    "DEFAULT_MAILBOX_SIZE", "Actor", "ActorDeadError", "ActorFailed", "ActorRef", "ActorSystem",
+    "Actor", "ActorDeadError", "ActorFailed", "ActorRef", "ActorSystem",
     "AskTimeout", "BudgetExhausted", "Cancel", "CancelReason", "Crash", "EventsDropped",
     "IllegalTransition", "LeaseLost", "MailboxFull", "MainspringError", "NameTaken",
     "ParentCancel", "Pause", "Shutdown", "Stop", "Terminated", "Timeout", "Timer",

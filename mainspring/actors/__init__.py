@@ -4,12 +4,13 @@ This package imports nothing from ``mainspring.supervision`` or ``mainspring.sto
 names are the top-level API's (``mainspring.Actor``, ...); ``__all__`` here lists the types of
 the contract between the kernel and an overseer (a supervisor; ``_overseer.py``), which
 ``open_system(root=...)`` takes: :class:`Overseer`, :class:`RootOverseer`,
-:data:`RootOverseerFactory`, :class:`Supervised`, :data:`RestartType`. What an overseer calls
-on the kernel besides is internal (``_seam``).
+:class:`Supervised`. ``root`` is a callable that takes the :class:`ActorSystem` and returns
+its :class:`RootOverseer`; a restart type is one of the strings ``"permanent"``,
+``"transient"``, ``"temporary"``. What an overseer calls on the kernel besides is internal
+(``_seam``).
 """
 
 from . import _seam as _seam  # the internal door (not public): see its docstring
-from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from ._actor import Actor as Actor
 from ._context import cancel_reason as cancel_reason
 from ._context import current_actor as current_actor
@@ -22,9 +23,7 @@ from ._errors import MainspringError as MainspringError
 from ._errors import NameTaken as NameTaken
 from ._events import EventsDropped as EventsDropped
 from ._overseer import Overseer as Overseer
-from ._overseer import RestartType as RestartType
 from ._overseer import RootOverseer as RootOverseer
-from ._overseer import RootOverseerFactory as RootOverseerFactory
 from ._overseer import Supervised as Supervised
 from ._reasons import BudgetExhausted as BudgetExhausted
 from ._reasons import Cancel as Cancel
@@ -46,8 +45,6 @@ from ._timer import Timer as Timer
 
 __all__ = [
     "Overseer",
-    "RestartType",
     "RootOverseer",
-    "RootOverseerFactory",
     "Supervised",
 ]

@@ -31,6 +31,10 @@ class Actor(abc.ABC):
     The runtime calls ``receive`` for one message at a time, so the actor's state needs no
     locks. ``self.ref`` already works inside ``__init__`` when the runtime constructs the actor.
 
+    Its mailbox is bounded: at most 1000 messages wait, unless the ``spawn`` that started it
+    (``ActorSystem.spawn``, :meth:`spawn`, a ``ChildSpec``) passed another ``mailbox_size``.
+    When it is full, ``tell`` waits for room and ``tell_nowait`` raises :class:`MailboxFull`.
+
     Names the framework reserves on your subclass: the public methods below (``ref``,
     ``spawn``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
     ``start_task``, ``stop_self``, ``messages_waiting``) and every name starting with

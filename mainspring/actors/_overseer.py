@@ -158,7 +158,8 @@ class Overseer(Protocol):
 class RootOverseer(Overseer, Protocol):
     """The overseer of a system's top-level actors.
 
-    One is made per system by a :data:`RootOverseerFactory` (see ``open_system(root=...)``).
+    One is made per system by the callable ``open_system(root=...)`` takes: given the
+    :class:`ActorSystem`, it returns the system's root overseer.
     """
 
     def adopt(self, child: Supervised, restart: RestartType) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ..storage import STEP_FINISHED, AgentTaskRecord, Execution, HistoryEvent, PlanStep, Store
+from ..storage import AgentTaskRecord, Execution, HistoryEvent, PlanStep, Store
 from ..storage._seam import (
     ChangeFeed,
     Notifying,
@@ -44,7 +44,7 @@ def _steps(execution: Execution) -> tuple[int, int]:
     plan = execution.plan
     if plan is None:
         return 0, 0
-    done = sum(1 for s in plan.steps if s.status in STEP_FINISHED)
+    done = sum(1 for s in plan.steps if s.status.finished)
     return done, len(plan.steps)
 
 
@@ -314,7 +314,7 @@ def _render(store: Store, out: Out, args: argparse.Namespace, execution: Executi
         for obs in execution.observations
         if obs.ok and obs.redacted
     ]
-    finished = {s.id for s in plan.steps if s.status in STEP_FINISHED} if plan else set()
+    finished = {s.id for s in plan.steps if s.status.finished} if plan else set()
     notes += [
         f"step {step_id}: its input is masked on disk (it held a secret); if the run is "
         "resumed elsewhere before it runs, it fails instead of running with the mask"

@@ -16,10 +16,13 @@ from ._facade.handle import NotWaiting as NotWaiting
 from ._facade.handle import UnknownExecution as UnknownExecution
 from ._facade.open import open_runtime as open_runtime
 from ._facade.prune import PruneReport as PruneReport
+from ._facade.recovery import RecoveryReport as RecoveryReport
 from ._facade.runtime import Runtime as Runtime
 from ._facade.workers import WorkerNotLive as WorkerNotLive
 from ._memory.embedders import minilm_embedder as minilm_embedder
 from ._memory.memory import Memory as Memory
+from ._memory.memory import MemoryHit as MemoryHit
+from ._memory.memory import MemorySearch as MemorySearch
 from ._memory.memory import ScopeNotConfigured as ScopeNotConfigured
 from ._programs.programs import ProgramFailed as ProgramFailed
 from ._programs.programs import ProgramResult as ProgramResult
@@ -71,11 +74,14 @@ __all__ = [
     "ExecutionStarted",
     "ExecutionWaiting",
     "Memory",
+    "MemoryHit",
+    "MemorySearch",
     "NotWaiting",
     "ProgramFailed",
     "ProgramResult",
     "Proof",
     "PruneReport",
+    "RecoveryReport",
     "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",

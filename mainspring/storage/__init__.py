@@ -16,13 +16,15 @@ template and one folder per backend (``file``, ``sqlite``, ``postgres``) are ``_
 
 from .._public import publish
 from . import _seam as _seam  # the internal door (not public): see its docstring
+from ._backends.contract import CommitOutcome as CommitOutcome
+from ._backends.contract import Listing as Listing
+from ._backends.contract import Problem as Problem
 from ._backends.contract import Store as Store
 from ._backends.file.store import FileStore as FileStore
 from ._backends.postgres.retry import StoreUnavailable as StoreUnavailable
 from ._backends.postgres.store import PostgresStore as PostgresStore
 from ._backends.sqlite.schema import StoreNeedsMigration as StoreNeedsMigration
 from ._backends.sqlite.store import SqliteStore as SqliteStore
-from ._codec import unstructure as unstructure
 from ._errors import InvalidId as InvalidId
 from ._errors import RecordError as RecordError
 from ._errors import StorageError as StorageError
@@ -36,24 +38,22 @@ from ._migrate import MigrationReport as MigrationReport
 from ._migrate import StoreInUse as StoreInUse
 from ._migrate import migrate_store as migrate_store
 from ._persistence import PersistenceFailed as PersistenceFailed
-from ._records import EXECUTION_TERMINAL as EXECUTION_TERMINAL
-from ._records import STEP_FINISHED as STEP_FINISHED
-from ._records import TASK_TERMINAL as TASK_TERMINAL
 from ._records import AgentTaskRecord as AgentTaskRecord
 from ._records import BudgetInfo as BudgetInfo
+from ._records import Checkpoint as Checkpoint
+from ._records import Control as Control
 from ._records import Evidence as Evidence
 from ._records import Execution as Execution
 from ._records import ExecutionStatus as ExecutionStatus
 from ._records import Failure as Failure
 from ._records import Finding as Finding
-from ._records import FindingStatus as FindingStatus
 from ._records import Interruption as Interruption
 from ._records import Lease as Lease
 from ._records import Observation as Observation
-from ._records import ObservationCode as ObservationCode
 from ._records import Pending as Pending
 from ._records import Plan as Plan
 from ._records import PlanStep as PlanStep
+from ._records import Provenance as Provenance
 from ._records import StepStatus as StepStatus
 from ._records import TaskState as TaskState
 from ._redact import redact as redact
@@ -71,12 +71,12 @@ from ._workers import WorkerTask as WorkerTask
 from ._workers import WorkerTaskState as WorkerTaskState
 
 __all__ = [
-    "EXECUTION_TERMINAL",
-    "STEP_FINISHED",
-    "TASK_TERMINAL",
     "AgentTaskRecord",
     "Approval",
     "BudgetInfo",
+    "Checkpoint",
+    "CommitOutcome",
+    "Control",
     "Evidence",
     "Execution",
     "ExecutionStatus",
@@ -84,18 +84,19 @@ __all__ = [
     "Failure",
     "FileStore",
     "Finding",
-    "FindingStatus",
     "HistoryEvent",
     "Interruption",
     "InvalidId",
     "Lease",
+    "Listing",
     "MigrationError",
     "MigrationReport",
     "Observation",
-    "ObservationCode",
     "Pending",
     "PersistenceFailed",
     "PostgresStore",
+    "Problem",
+    "Provenance",
     "QuestionId",
     "RecordError",
     "RetryPolicy",
@@ -120,7 +121,6 @@ __all__ = [
     "open_store",
     "redact",
     "register_secret",
-    "unstructure",
 ]
 
 publish(__name__, globals(), __all__)

@@ -120,6 +120,12 @@ class ExecutionStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    @property
+    def terminal(self) -> bool:
+        """True for ``completed``, ``failed`` and ``cancelled``: the run is over, for good
+        (E2: a terminal status on disk is sticky)."""
+        return self in EXECUTION_TERMINAL
+
 
 class StepStatus(enum.StrEnum):
     """Where a plan step stands. ``stopped``: its agent task was stopped by a user; the step
@@ -132,6 +138,12 @@ class StepStatus(enum.StrEnum):
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
     STOPPED = "stopped"
+
+    @property
+    def finished(self) -> bool:
+        """True for every state but ``pending`` and ``running``: the step is over, and its
+        dependents may be decided."""
+        return self in STEP_FINISHED
 
 
 class TaskState(enum.StrEnum):
@@ -146,6 +158,12 @@ class TaskState(enum.StrEnum):
     WAITING_FOR_INPUT = "waiting_for_input"
     WAITING_FOR_CLARIFICATION = "waiting_for_clarification"
     PAUSED = "paused"
+
+    @property
+    def terminal(self) -> bool:
+        """True for ``completed``, ``failed`` and ``cancelled``: the task is over, for good
+        (R11)."""
+        return self in TASK_TERMINAL
 
 
 def execution_status(value: object) -> ExecutionStatus:
@@ -289,6 +307,11 @@ class Observation:
     the value it was (E10). ``redacted`` says the stored output is not what the step returned:
     redaction masked something in it (E5), so it must not be replayed as if it were.
 
+    ``code`` says why a step did not simply succeed or fail in its own code, or is None:
+    ``"cancelled"``, ``"stopped"``, ``"agent-failed"``, ``"agent-timeout"``,
+    ``"step-timeout"``, ``"agent-call-budget"``, ``"agent-tool-budget"``,
+    ``"finding-contract"``, ``"agent-not-enabled"`` or ``"agent-waiting"``.
+
     A step that raised keeps why (O2): ``error_type`` (the exception's class name) and a
     bounded, redacted ``traceback``. ``started_at`` and ``ended_at`` say when the step (its
     last attempt) ran, on the runtime's wall clock; all four are None on observations stored
@@ -386,6 +409,8 @@ FindingStatus = Literal["active", "superseded", "contradicted"]
 class Finding:
     """A claim an agent reports, with its evidence; stored once, on its agent task (E5).
 
+    ``status`` is ``"active"`` until a later finding supersedes it (``"superseded"``;
+    ``superseded_by`` is the later one's id) or contradicts it (``"contradicted"``).
     ``agent_id``, ``task_id`` and ``provenance`` are set by the runtime (None on findings
     stored before they existed). Findings stored with evidence as plain strings and
     provenance as a string still parse: see :func:`_structure_finding`.

@@ -6,8 +6,8 @@ from typing import Any, Literal, final
 
 import attrs
 
-from ..actors import ActorRef, CancelReason, RestartType, Supervised
-from ..actors._seam import find_child
+from ..actors import ActorRef, CancelReason, Supervised
+from ..actors._seam import RestartType, find_child
 from ._spec import ChildSpec
 
 __all__ = ["ChildInfo", "ChildStatus", "SupervisorRef"]

@@ -13,11 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..actors import (
-    CancelReason,
-    RestartType,
-    Supervised,
-)
+from ..actors import CancelReason, Supervised
+from ..actors._seam import RestartType
 from ._events import ChildFailed, ChildRestarted, IntensityExceeded
 from ._intensity import RestartWindow
 from ._spec import should_restart

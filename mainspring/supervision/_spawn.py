@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from ..actors import Actor, ActorSystem, RestartType
-from ..actors._seam import spawn_started
+from ..actors import Actor, ActorSystem
+from ..actors._seam import RestartType, spawn_started
 from ._ref import SupervisorRef
 from ._spec import Backoff, ChildSpec, Strategy
 from ._supervisor import Supervisor

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ..actors import DEFAULT_MAILBOX_SIZE, Actor, RestartType
-from ..actors._seam import RESTART_TYPES
+from ..actors import Actor
+from ..actors._seam import DEFAULT_MAILBOX_SIZE, RESTART_TYPES, RestartType
 
 __all__ = ["Backoff", "ChildSpec", "RestartType", "Strategy", "should_restart"]
 
@@ -33,6 +33,10 @@ def should_restart(restart: RestartType, *, crashed: bool) -> bool:
 @attrs.frozen(init=False)
 class ChildSpec:
     """How to start one child: ``factory(*args)``, under ``name``, with a restart type.
+
+    ``restart`` is ``"permanent"`` (the default: restarted after any end it did not get from
+    outside), ``"transient"`` (after a crash only) or ``"temporary"`` (never).
+    ``mailbox_size`` bounds its mailbox (default 1000, as for any actor).
 
     ``shutdown`` is how long the child gets to stop gracefully (``stop(reason)``) when its
     supervisor stops it, before it is cancelled with the same reason.

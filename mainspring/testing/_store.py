@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-from ..storage import EXECUTION_TERMINAL, Execution, HistoryEvent, StorageError
+from ..storage import Execution, HistoryEvent, StorageError
 from ..storage._seam import (
     DEFAULT_MAX_BYTES,
     Base,
@@ -132,7 +132,7 @@ class MemoryStore(CompareAndSetStore):
 
     def unfinished(self, skip: Collection[str] = ()) -> Listing:
         """The executions that are not finished, by id, but those in ``skip``."""
-        return self._listing(lambda e: e.status not in EXECUTION_TERMINAL and e.id not in skip)
+        return self._listing(lambda e: not e.terminal and e.id not in skip)
 
     def _listing(self, keep: Callable[[Execution], bool]) -> Listing:
         with self._lock:

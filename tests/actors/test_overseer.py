@@ -15,6 +15,7 @@ import pytest
 
 import mainspring as ms
 import mainspring.actors as kernel
+from mainspring.actors._seam import RestartType, RootOverseerFactory
 from mainspring.actors._system import _KernelRoot
 
 from ._kit import Recorder
@@ -43,7 +44,7 @@ class Flaky(ms.Actor):
 class FakeOverseer:
     """Records what the kernel tells it; restarts by restart type only when told to."""
 
-    def __init__(self, restart: kernel.RestartType = "permanent") -> None:
+    def __init__(self, restart: RestartType = "permanent") -> None:
         self.restart = restart
         self.calls: list[tuple[Any, ...]] = []
         self.pending: list[kernel.Supervised] = []
@@ -72,9 +73,9 @@ class FakeRoot(FakeOverseer):
     def __init__(self, system: ms.ActorSystem) -> None:
         super().__init__()
         self.system = system
-        self.types: dict[kernel.Supervised, kernel.RestartType] = {}
+        self.types: dict[kernel.Supervised, RestartType] = {}
 
-    def adopt(self, child: kernel.Supervised, restart: kernel.RestartType) -> None:
+    def adopt(self, child: kernel.Supervised, restart: RestartType) -> None:
         self.calls.append(("adopt", child.path, restart))
         self.types[child] = restart
 
@@ -83,7 +84,7 @@ class FakeRoot(FakeOverseer):
         return super().may_restart(child, reason, crashed)
 
 
-def fake_root(holder: list[FakeRoot]) -> kernel.RootOverseerFactory:
+def fake_root(holder: list[FakeRoot]) -> RootOverseerFactory:
     def make(system: ms.ActorSystem) -> FakeRoot:
         holder.append(FakeRoot(system))
         return holder[-1]

@@ -280,9 +280,10 @@ def test_E7_a_store_written_before_reads_back_and_round_trips_byte_equal(tmp_pat
 def test_E7_a_view_made_by_unstructure_cannot_change_what_a_record_is_written_as(
     tmp_path: Path,
 ) -> None:
-    """``unstructure(execution)`` (the documented way to the stored form) gives plain data a
-    caller may change (a JSON view slimmed or annotated): the frozen records it was made of
-    must still be written as what they hold, not as the caller's edited copy."""
+    """``unstructure(execution)`` (the codec's way to the stored form, which the command's
+    JSON output shows) gives plain data a caller may change (a JSON view slimmed or
+    annotated): the frozen records it was made of must still be written as what they hold,
+    not as the caller's edited copy."""
     task = {
         "v": 1,
         "id": "ex-1:t1",
@@ -298,7 +299,7 @@ def test_E7_a_view_made_by_unstructure_cannot_change_what_a_record_is_written_as
     assert source.create(_execution(agent_tasks=(task,)))
     read = source.get("ex-1")
     assert read is not None
-    view = ms.storage.unstructure(read)
+    view = ms.storage._seam.unstructure(read)
     view["agent_tasks"][0]["pending_question"] = "edited in a view"
     view["agent_tasks"][0]["links"] = {"self": "/tasks/ex-1:t1"}
     (record,) = read.agent_tasks

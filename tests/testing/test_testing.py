@@ -73,6 +73,14 @@ def test_the_memory_store_is_bounded_in_executions_and_history() -> None:
             MemoryStore(max_history=bad)
 
 
+def test_the_memory_store_keeps_no_memory_and_no_evidence() -> None:
+    # What it says: the runtime then offers no memory and seals no evidence on it (the
+    # stores that hold memory and evidence forward to them; this one holds neither).
+    store = MemoryStore()
+    assert not isinstance(store, ms.storage._seam.MemoryBackend)
+    assert not isinstance(store, ms.storage._seam.EvidenceStore)
+
+
 def test_E5_X2_a_part_that_no_store_could_keep_is_refused_and_nothing_is_written() -> None:
     store = MemoryStore(max_bytes=1_024)
     with pytest.raises(ms.storage.TooLarge):

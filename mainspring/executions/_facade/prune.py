@@ -16,8 +16,7 @@ from collections.abc import Collection
 import anyio.to_thread
 import attrs
 
-from ...storage import EXECUTION_TERMINAL
-from ...storage._seam import Committer
+from ...storage._seam import EXECUTION_TERMINAL, Committer
 
 __all__ = ["PRUNABLE", "PruneReport", "PruneSkip", "prune"]
 

@@ -18,7 +18,6 @@ import anyio.to_thread
 import attrs
 
 from ...storage import (
-    STEP_FINISHED,
     AgentTaskRecord,
     Execution,
     ExecutionStatus,
@@ -407,7 +406,7 @@ class StoredTaskStop:
             state="cancelled",
         )
         self.publish(event)
-        if marked and marked[-1].status in STEP_FINISHED and edited is not None:
+        if marked and marked[-1].status.finished and edited is not None:
             # S2: the step was marked done (stopped, or cancelled with the cascade).
             _, done, total = summarize(edited)
             self.publish(

@@ -34,7 +34,6 @@ from ...actors import (
     Pause,
 )
 from ...storage import (
-    EXECUTION_TERMINAL,
     AgentTaskRecord,
     Execution,
     HistoryEvent,
@@ -43,7 +42,7 @@ from ...storage import (
     Store,
     redact,
 )
-from ...storage._seam import MAX_COUNTER, Edit, check_id, holder, owner_gone
+from ...storage._seam import EXECUTION_TERMINAL, MAX_COUNTER, Edit, check_id, holder, owner_gone
 from .._memory.memory import Memory
 from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable

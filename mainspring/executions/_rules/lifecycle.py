@@ -29,14 +29,13 @@ from typing import Any
 
 from ...actors import IllegalTransition
 from ...storage import (
-    EXECUTION_TERMINAL,
-    TASK_TERMINAL,
     ExecutionStatus,
     StepStatus,
     TaskState,
     WorkerStatus,
     WorkerTaskState,
 )
+from ...storage._seam import EXECUTION_TERMINAL, TASK_TERMINAL
 
 __all__ = [
     "EXECUTION_MOVES",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...actors import MainspringError
-from ...storage import STEP_FINISHED, Finding, Observation, Plan, PlanStep, redact
+from ...storage import Finding, Observation, Plan, PlanStep, redact
 from ...storage._seam import encode_value, sha256_hex
 
 __all__ = [
@@ -81,7 +81,7 @@ def unrunnable(
     for step in plan.steps:
         registry = {"tool": tools, "skill": skills, "agent": agents}[step.kind]
         named = f"{step.kind} {step.target}"
-        unfinished = step.status not in STEP_FINISHED
+        unfinished = not step.status.finished
         if unfinished and step.target not in registry and named not in missing:
             missing.append(named)
     return missing

@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from ...storage import STEP_FINISHED, Approval, Plan, PlanStep, StepStatus
-from ...storage._seam import Vector
+from ...storage import Approval, Plan, PlanStep, StepStatus
+from ...storage._seam import STEP_FINISHED, Vector
 from .lifecycle import step_move
 
 __all__ = ["SATISFIED", "Cascaded", "Picked", "Schedule", "approval_key", "cost", "pick"]

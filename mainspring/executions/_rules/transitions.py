@@ -16,7 +16,6 @@ from typing import Any, Literal
 import attrs
 
 from ...storage import (
-    STEP_FINISHED,
     AgentTaskRecord,
     Execution,
     ExecutionStatus,
@@ -247,7 +246,7 @@ def cancel_execution(execution: Execution, by: str, now: float, reason: str = ""
     if plan is not None:
         steps = []
         for step in plan.steps:
-            if step.status in STEP_FINISHED:
+            if step.status.finished:
                 steps.append(step)
                 continue
             started = step.status == "running" or step.kind == "agent"
@@ -409,7 +408,7 @@ def stop_task(
                 step.id == record.step_id
                 and step.agent == record.agent_id
                 and step_input_hash(step) == record.input_hash
-                and step.status not in STEP_FINISHED
+                and not step.status.finished
             )
             if same:
                 status = StepStatus.CANCELLED if cascade else StepStatus.STOPPED

@@ -14,7 +14,6 @@ import attrs
 
 from ...actors import CancelReason
 from ...storage import (
-    STEP_FINISHED,
     AgentTaskRecord,
     Execution,
     Finding,
@@ -25,7 +24,7 @@ from ...storage import (
     Usage,
     redact,
 )
-from ...storage._seam import plain_record, redact_flagged, sha256_hex
+from ...storage._seam import STEP_FINISHED, plain_record, redact_flagged, sha256_hex
 
 
 @attrs.frozen(kw_only=True)

@@ -17,7 +17,6 @@ from ...storage import (
     AgentTaskRecord,
     Failure,
     Observation,
-    ObservationCode,
     Pending,
     Plan,
     PlanStep,
@@ -26,7 +25,14 @@ from ...storage import (
     TaskState,
     redact,
 )
-from ...storage._seam import MAX_CONTROLS, MAX_DIAGNOSTICS, AnswerRequest, Checkpoint, reconcile
+from ...storage._seam import (
+    MAX_CONTROLS,
+    MAX_DIAGNOSTICS,
+    AnswerRequest,
+    Checkpoint,
+    ObservationCode,
+    reconcile,
+)
 from .._rules.lifecycle import task_move
 from .._rules.plan import observe, step_input_hash
 from .._rules.transitions import answered, clamp_count, stop_request, stop_task

@@ -46,7 +46,7 @@ class CommitOutcome(enum.StrEnum):
 
     OK = "ok"
     MISSING = "missing"  # the execution is not stored (any more)
-    FOREIGN_LEASE = "foreign-lease"  # another owner holds the lease
+    FOREIGN_LEASE = "foreign_lease"  # another owner holds the lease
     RELEASED = "released"  # nobody holds the lease (released, lapsed or never taken)
     TERMINAL = "terminal"  # completed, failed or cancelled on disk: sticky
     PAUSED = "paused"  # paused on disk: not the runner's to overwrite
@@ -189,9 +189,8 @@ class Store(Protocol):
     or ``AppendOnly`` sequences, which read as the tuple they stand for (an
     ``AppendOnlyList``: the list) but are not ``tuple`` instances: ``attrs.asdict``,
     ``json`` and ``isinstance(x, tuple)`` do not take them for one. A store that keeps or
-    serialises records itself converts them (``tuple(x)``, or the package's codec:
-    ``unstructure``, which writes them as lists); what ``get`` and ``list`` return should
-    hold plain tuples, as every store this package ships returns.
+    serialises records itself converts them (``tuple(x)``); what ``get`` and ``list``
+    return should hold plain tuples, as every store this package ships returns.
     """
 
     def get(self, execution_id: str) -> Execution | None:

@@ -374,7 +374,7 @@ async def test_E8_a_question_whose_task_record_is_unreadable_is_not_called_answe
     assert stored is not None
     (task,) = stored.agent_tasks
     assert type(task) is ms.storage.AgentTaskRecord
-    raw = {**ms.storage.unstructure(task), "written_by_a_newer_version": 1}
+    raw = {**ms.storage._seam.unstructure(task), "written_by_a_newer_version": 1}
     unreadable = ms.storage.Unreadable(raw=raw, key=task.id)
     assert store.acquire("ex-1", "tester", 30).acquired
     assert store.replace(attrs.evolve(stored, agent_tasks=(unreadable,)), "tester")

@@ -28,16 +28,18 @@ from mainspring.executions._rules.lifecycle import (
     worker_task_move,
 )
 from mainspring.storage import (
-    EXECUTION_TERMINAL,
-    STEP_FINISHED,
-    TASK_TERMINAL,
     ExecutionStatus,
     StepStatus,
     TaskState,
     WorkerStatus,
     WorkerTaskState,
 )
-from mainspring.storage._seam import ACTIVE_WORKER
+from mainspring.storage._seam import (
+    ACTIVE_WORKER,
+    EXECUTION_TERMINAL,
+    STEP_FINISHED,
+    TASK_TERMINAL,
+)
 from tests.executions._kit import (
     FAST,
     Gate,
@@ -136,6 +138,10 @@ def test_the_terminal_sets_are_the_records_own() -> None:
     assert {"completed", "failed", "cancelled"} == EXECUTION_TERMINAL
     assert {"completed", "failed", "cancelled"} == TASK_TERMINAL
     assert {"succeeded", "failed", "skipped", "cancelled", "stopped"} == STEP_FINISHED
+    # What users read: a property of each state (the sets are internal).
+    assert {status for status in ExecutionStatus if status.terminal} == EXECUTION_TERMINAL
+    assert {state for state in TaskState if state.terminal} == TASK_TERMINAL
+    assert {status for status in StepStatus if status.finished} == STEP_FINISHED
 
 
 def test_a_takeover_leaves_from_a_stopped_or_an_active_worker_only() -> None:

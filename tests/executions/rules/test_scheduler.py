@@ -285,7 +285,9 @@ def test_any_dag_runs_to_the_end_and_never_starts_a_step_early(
     while True:
         schedule.cascade()
         # What the schedule keeps as it goes equals a recount of the whole plan.
-        assert schedule.finished == schedule.count(*ms.storage.STEP_FINISHED)
+        assert schedule.finished == schedule.count(
+            *(s for s in ms.storage.StepStatus if s.finished)
+        )
         assert schedule.completed_steps() == tuple(succeeded)
         ready = sorted(schedule.ready, key=schedule.order.__getitem__)
         assert [s.id for s in schedule.ready_in_plan_order()] == ready

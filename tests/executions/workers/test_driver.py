@@ -202,7 +202,7 @@ async def test_E8_an_unreadable_worker_task_is_not_taken_for_absent_and_run_agai
     (delivered,) = done.worker_tasks
     assert type(delivered) is ms.storage.WorkerTask
     unreadable = ms.storage.Unreadable(
-        raw={**ms.storage.unstructure(delivered), "written_by_a_newer_version": 1},
+        raw={**ms.storage._seam.unstructure(delivered), "written_by_a_newer_version": 1},
         key=delivered.id,
     )
     # The run crashed after the delivery, before its step's completion was committed.

@@ -4,6 +4,7 @@ size bounds (X2), corrupt data (E7) and file modes."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import random
 import select
@@ -951,6 +952,15 @@ def test_the_committer_submits_and_does_not_commit() -> None:
     assert not hasattr(ms.storage._seam.Committer, "commit")
 
 
+def test_E2_commit_outcomes_are_spelled_as_every_state_is() -> None:
+    # snake_case, like the StrEnums of the records (an outcome is never stored, only said).
+    assert [outcome.value for outcome in CommitOutcome] == [
+        "ok", "missing", "foreign_lease", "released", "terminal", "paused",
+    ]  # fmt: skip
+    for outcome in CommitOutcome:
+        assert outcome == outcome.name.lower(), outcome
+
+
 def test_the_contract_is_the_store_protocols_docstring() -> None:
     """``help(Store)`` shows the written contract: every operation and the invariants it
     keeps, which this suite checks on every backend."""
@@ -982,9 +992,16 @@ def test_the_contract_is_the_store_protocols_docstring() -> None:
 def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
     store_class: type,
 ) -> None:
+    # One chain, no mixin: the compare-and-set template, then the forwarding to what the
+    # store holds (written once), then the backend, which makes the two collaborators.
     from mainspring.storage._backends.compare_and_set import CompareAndSetStore
+    from mainspring.storage._backends.holding import HoldingStore
 
-    assert store_class.__bases__ == (CompareAndSetStore,)
+    assert store_class.__bases__ == (HoldingStore,)
+    assert HoldingStore.__bases__ == (CompareAndSetStore,)
+    made = inspect.getsource(store_class)
+    assert "self._facts = " in made
+    assert "self._evidence = " in made
     for name in (
         "memory_apply",
         "memory_get",
@@ -996,7 +1013,8 @@ def test_a_store_holds_its_memory_and_evidence_rather_than_inheriting_them(
         "put_evidence",
         "get_evidence",
     ):
-        assert name in vars(store_class), f"{store_class.__name__}.{name} is not its own"
+        assert name in vars(HoldingStore), f"{name} is not forwarded in one place"
+        assert name not in vars(store_class), f"{store_class.__name__}.{name} forwards again"
 
 
 def test_every_store_keeps_memory_and_evidence(make_store: Factory) -> None:

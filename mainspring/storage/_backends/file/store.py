@@ -30,11 +30,11 @@ from ..._ids import check_id
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, Change, diff, snapshot_changes
-from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
 from ..._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, require_flock
 from ..._records import Execution
-from ..compare_and_set import CompareAndSetStore, OwnWrites
+from ..compare_and_set import OwnWrites
 from ..contract import Clock, Listing, Problem
+from ..holding import HoldingStore
 from ..sqlite.memory import MemoryOnSqlite, SqliteMemory
 from ..sqlite.schema import DEFAULT_MAX_RECORD_BYTES, SCHEMA_VERSION, StoreNeedsMigration
 from .evidence import FileEvidence
@@ -137,7 +137,7 @@ def _replay(
     return folded, snapshot_frames, events
 
 
-class FileStore(CompareAndSetStore):
+class FileStore(HoldingStore):
     """Executions as journal files under ``path`` (created 0700; files 0600, whatever the
     umask). It holds, and delegates its ``memory_*`` and ``*_evidence`` methods to, agent
     memory in its SQLite file ``memory.sqlite3`` (``memory``, on ``sqlite.memory``) and
@@ -208,50 +208,6 @@ class FileStore(CompareAndSetStore):
     def _upgrade(self, folded: Folded) -> Folded:
         """What is read, as this layout's: unchanged (a migration's reader rewrites it)."""
         return folded
-
-    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
-
-    #: What a search ranks with (SQLite FTS5's ``bm25``).
-    memory_ranking = MemoryOnSqlite.ranking
-
-    @property
-    def memory_dropped(self) -> int:
-        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
-        return self._facts.dropped
-
-    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
-        """See ``MemoryBackend.memory_apply``."""
-        return self._facts.apply(writes)
-
-    def memory_get(self, fact_id: str) -> Fact | None:
-        """See ``MemoryBackend.memory_get``."""
-        return self._facts.get(fact_id)
-
-    def memory_list(
-        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
-    ) -> list[Fact]:
-        """See ``MemoryBackend.memory_list``."""
-        return self._facts.listing(where, limit=limit, after=after)
-
-    def memory_search(
-        self, terms: Sequence[str], where: FactFilter, *, limit: int
-    ) -> list[TextHit]:
-        """See ``MemoryBackend.memory_search``."""
-        return self._facts.search(terms, where, limit=limit)
-
-    def memory_count(self) -> int:
-        """See ``MemoryBackend.memory_count``."""
-        return self._facts.count()
-
-    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        """See ``EvidenceStore.put_evidence``."""
-        self._evidence.put(digest, body)
-
-    def get_evidence(self, digest: str) -> bytes:
-        """See ``EvidenceStore.get_evidence``."""
-        return self._evidence.get(digest)
 
     def _check_format(self) -> None:
         marker = self.path / _FORMAT

@@ -53,11 +53,11 @@ from ..._ids import check_id
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
-from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
 from ..._records import EXECUTION_TERMINAL, Execution, Lease
 from ..._v2 import upgrade_event, upgrade_folded
-from ..compare_and_set import CompareAndSetStore, OwnWrites, decide_commit, epoch_of, releases
+from ..compare_and_set import OwnWrites, decide_commit, epoch_of, releases
 from ..contract import Clock, CommitOutcome, Listing, Problem
+from ..holding import HoldingStore
 from .connect import (
     LOCK_NOT_AVAILABLE,
     QUERY_CANCELED,
@@ -110,7 +110,7 @@ class CommitUnknown(StorageError, OSError):
     holds (it was written wholly or not at all)."""
 
 
-class PostgresStore(CompareAndSetStore):
+class PostgresStore(HoldingStore):
     """Executions in schema ``schema`` at ``url``, and what the store holds beside them:
     agent memory (``memory``) and sealed evidence (``evidence``), to which its ``memory_*``
     and ``*_evidence`` methods delegate.
@@ -249,51 +249,6 @@ class PostgresStore(CompareAndSetStore):
         feed = Feed(self._connections, self.channel)
         self._feeds.add(feed)
         return feed
-
-    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
-
-    #: What a search ranks with (PostgreSQL's ``ts_rank``; higher is better).
-    memory_ranking = PostgresMemory.ranking
-
-    @property
-    def memory_dropped(self) -> int:
-        """Rows that did not read back as facts (skipped, kept in the table: E7), since
-        this store opened."""
-        return self._facts.dropped
-
-    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
-        """See ``MemoryBackend.memory_apply``."""
-        return self._facts.apply(writes)
-
-    def memory_get(self, fact_id: str) -> Fact | None:
-        """See ``MemoryBackend.memory_get``."""
-        return self._facts.get(fact_id)
-
-    def memory_list(
-        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
-    ) -> list[Fact]:
-        """See ``MemoryBackend.memory_list``."""
-        return self._facts.listing(where, limit=limit, after=after)
-
-    def memory_search(
-        self, terms: Sequence[str], where: FactFilter, *, limit: int
-    ) -> list[TextHit]:
-        """See ``MemoryBackend.memory_search``."""
-        return self._facts.search(terms, where, limit=limit)
-
-    def memory_count(self) -> int:
-        """See ``MemoryBackend.memory_count``."""
-        return self._facts.count()
-
-    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        """See ``EvidenceStore.put_evidence``."""
-        self._evidence.put(digest, body)
-
-    def get_evidence(self, digest: str) -> bytes:
-        """See ``EvidenceStore.get_evidence``."""
-        return self._evidence.get(digest)
 
     # -- the clock and retries -------------------------------------------------------------
 

@@ -33,11 +33,11 @@ from ..._ids import check_id
 from ..._journal.fold import Folded, fold
 from ..._journal.history import HistoryEvent, check_after, parse_event
 from ..._journal.model import Base, diff, snapshot_changes
-from ..._memory import Fact, FactFilter, MemoryWrite, TextHit
 from ..._platform import O_CLOEXEC
 from ..._records import EXECUTION_TERMINAL, Execution
-from ..compare_and_set import CompareAndSetStore, OwnWrites
+from ..compare_and_set import OwnWrites
 from ..contract import Clock, Listing, Problem
+from ..holding import HoldingStore
 from .evidence import SqliteEvidence
 from .memory import MemoryOnSqlite, SqliteMemory
 from .schema import (
@@ -61,7 +61,7 @@ def _remove_new(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-class SqliteStore(CompareAndSetStore):
+class SqliteStore(HoldingStore):
     """Executions as rows of one SQLite database at ``path`` (its directory made 0700), and
     what it holds beside them on the same connection: agent memory (``memory``) and sealed
     evidence (``evidence``), to which its ``memory_*`` and ``*_evidence`` methods delegate."""
@@ -168,50 +168,6 @@ class SqliteStore(CompareAndSetStore):
         with self._lock:
             self._memory.closed = True  # its memory shares the connection
             self._db.close()
-
-    # -- agent memory (``MemoryBackend``): delegated to the memory this store holds -------
-
-    #: What a search ranks with (SQLite FTS5's ``bm25``).
-    memory_ranking = MemoryOnSqlite.ranking
-
-    @property
-    def memory_dropped(self) -> int:
-        """Rows that did not read back as facts (skipped, kept on disk: E7), since opening."""
-        return self._facts.dropped
-
-    def memory_apply(self, writes: Sequence[MemoryWrite]) -> tuple[Fact | bool | Exception, ...]:
-        """See ``MemoryBackend.memory_apply``."""
-        return self._facts.apply(writes)
-
-    def memory_get(self, fact_id: str) -> Fact | None:
-        """See ``MemoryBackend.memory_get``."""
-        return self._facts.get(fact_id)
-
-    def memory_list(
-        self, where: FactFilter, *, limit: int, after: tuple[float, str] | None = None
-    ) -> list[Fact]:
-        """See ``MemoryBackend.memory_list``."""
-        return self._facts.listing(where, limit=limit, after=after)
-
-    def memory_search(
-        self, terms: Sequence[str], where: FactFilter, *, limit: int
-    ) -> list[TextHit]:
-        """See ``MemoryBackend.memory_search``."""
-        return self._facts.search(terms, where, limit=limit)
-
-    def memory_count(self) -> int:
-        """See ``MemoryBackend.memory_count``."""
-        return self._facts.count()
-
-    # -- sealed evidence (``EvidenceStore``): delegated to the evidence this store holds ---
-
-    def put_evidence(self, digest: str, body: bytes) -> None:
-        """See ``EvidenceStore.put_evidence``."""
-        self._evidence.put(digest, body)
-
-    def get_evidence(self, digest: str) -> bytes:
-        """See ``EvidenceStore.get_evidence``."""
-        return self._evidence.get(digest)
 
     def _tighten_sidecars(self) -> None:
         # Once per sidecar: a chmod on every commit would dirty the inode and make each
