@@ -15,6 +15,7 @@ another site cannot post one: 415, 403).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -32,7 +33,7 @@ from ..storage import InvalidId, Store
 from ..storage._seam import check_id
 from ._auth import ASGIApp, TokenGate
 from ._controls import Controls, Refused
-from ._stream import BadCursor, cursor, history_events
+from ._stream import BadCursor, EventStream, cursor, history_events
 from ._views import MAX_RUNS, STATUSES, run_view, runs_view
 
 STATIC = Path(__file__).parent / "static"
@@ -80,11 +81,12 @@ async def _body(request: Request) -> dict[str, Any]:
         raise _Problem(413, f"a control's body is at most {MAX_BODY} bytes")
     size = 0
     chunks = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _Problem(413, f"a control's body is at most {MAX_BODY} bytes")
-        chunks.append(chunk)
+    async with contextlib.aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise _Problem(413, f"a control's body is at most {MAX_BODY} bytes")
+            chunks.append(chunk)
     try:
         body = orjson.loads(b"".join(chunks) or b"{}")
     except orjson.JSONDecodeError:
@@ -166,10 +168,8 @@ class _View:
             after = cursor(request.headers.get("last-event-id"), request.query_params.get("after"))
         except BadCursor as exc:
             raise _Problem(400, str(exc)) from None
-        return StreamingResponse(
-            history_events(self.rt, execution_id, after),
-            media_type="text/event-stream",
-            headers={"x-accel-buffering": "no"},
+        return EventStream(
+            history_events(self.rt, execution_id, after), headers={"x-accel-buffering": "no"}
         )
 
     async def run_events(self, request: Request) -> Response:

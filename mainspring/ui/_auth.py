@@ -91,11 +91,11 @@ class TokenGate:
             return
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
         from_query = next((value for key, value in query if key == PARAM), None)
-        if same(_header(scope, HEADER.encode()), self._token) or same(_cookie(scope), self._token):
-            await self._app(scope, receive, _with_headers(send))
-            return
         if same(from_query, self._token):
             await self._landing(scope, send, [(k, v) for k, v in query if k != PARAM])
+            return
+        if same(_header(scope, HEADER.encode()), self._token) or same(_cookie(scope), self._token):
+            await self._app(scope, receive, _with_headers(send))
             return
         await _plain(send, 403, b"403: this view needs the token printed by mainspring ui\n")
 

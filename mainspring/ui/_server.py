@@ -59,6 +59,13 @@ class UiServer:
     port: int
     token: str
     runtime: Runtime = attrs.field(repr=False)
+    _stopping: anyio.Event = attrs.field(repr=False, alias="stopping")
+
+    def stop(self) -> None:
+        """Begin stopping now, before the ``async with`` block ends: every event stream
+        ends (V4), no new request is taken, open ones get their grace."""
+        self.runtime.close_streams()
+        self._stopping.set()
 
     @property
     def base(self) -> str:
@@ -85,15 +92,18 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(app: Any, config: Config, stopping: anyio.Event) -> None:
-    if sniffio.current_async_library() == "trio":
-        from hypercorn.trio import serve as serve_trio
+async def _serve(app: Any, config: Config, stopping: anyio.Event, stopped: anyio.Event) -> None:
+    try:
+        if sniffio.current_async_library() == "trio":
+            from hypercorn.trio import serve as serve_trio
 
-        await serve_trio(app, config, shutdown_trigger=stopping.wait)
-    else:
-        from hypercorn.asyncio import serve as serve_asyncio
+            await serve_trio(app, config, shutdown_trigger=stopping.wait)
+        else:
+            from hypercorn.asyncio import serve as serve_asyncio
 
-        await serve_asyncio(app, config, shutdown_trigger=stopping.wait)
+            await serve_asyncio(app, config, shutdown_trigger=stopping.wait)
+    finally:
+        stopped.set()
 
 
 @asynccontextmanager
@@ -136,13 +146,16 @@ async def serve(
     config.include_server_header = False
     logging.getLogger("hypercorn.error").setLevel(logging.WARNING)
     async with open_runtime(store=store, **options) as rt:
-        server = UiServer(host=host, port=bound_port, token=secret, runtime=rt)
-        stopping = anyio.Event()
+        stopping, stopped = anyio.Event(), anyio.Event()
+        server = UiServer(host=host, port=bound_port, token=secret, runtime=rt, stopping=stopping)
         asgi = make_app(rt, token=secret, can_resume=app is not None)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_serve, asgi, config, stopping)
+            tg.start_soon(_serve, asgi, config, stopping, stopped)
             try:
                 yield server
             finally:
-                rt.close_streams()  # V4: each stream ends now; browsers resume on reconnect
-                stopping.set()
+                server.stop()  # V4: each stream ends now; browsers resume on reconnect
+                # A graceful stop even when the block raised (the task group would cancel
+                # the server mid-response): open requests get their grace, no more.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE + 2):
+                    await stopped.wait()

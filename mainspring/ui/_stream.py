@@ -9,9 +9,14 @@ reconnects to the next view and resumes from its last id.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
+import anyio
 import orjson
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..executions import Runtime
 from ..storage._seam import check_history_after
@@ -47,6 +52,34 @@ async def history_events(
     """The SSE body: a retry hint, then one ``entry`` event per history entry after
     ``after`` (of ``execution_id``, or of every run when None)."""
     yield f"retry: {RETRY_MS}\n\n".encode()
-    async for event in runtime.events(execution_id, after=after, poll=POLL):
-        data = orjson.dumps(history_entry(event)).decode()
-        yield f"id: {event.seq}\nevent: entry\ndata: {data}\n\n".encode()
+    async with contextlib.aclosing(runtime.events(execution_id, after=after, poll=POLL)) as events:
+        async for event in events:
+            data = orjson.dumps(history_entry(event)).decode()
+            yield f"id: {event.seq}\nevent: entry\ndata: {data}\n\n".encode()
+
+
+class EventStream(StreamingResponse):
+    """A ``text/event-stream`` response that ends when the browser leaves (its disconnect
+    is watched while the stream waits for news: a closed tab frees its follower at once,
+    not at the next commit) and whose body (an async generator) is closed however the
+    response ends, on asyncio and on trio."""
+
+    def __init__(self, body: AsyncIterator[bytes], **kwargs: Any) -> None:
+        super().__init__(body, media_type="text/event-stream", **kwargs)
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                async with contextlib.aclosing(self._body):  # type: ignore[type-var]
+                    await self.stream_response(send)
+            except OSError:  # the browser left while an entry was on its way
+                pass
+            tg.cancel_scope.cancel()
