@@ -225,6 +225,7 @@ def make_app(runtime: Runtime, *, token: str, can_resume: bool = False) -> ASGIA
     view = _View(runtime, Controls(runtime, can_resume=can_resume))
     routes = [
         Route("/", _guarded(view.index)),
+        Route("/favicon.ico", lambda _: Response(status_code=204)),
         Route("/runs/{id}", _guarded(view.run_page)),
         Route("/api/runs", _guarded(view.runs)),
         Route("/api/runs/{id}", _guarded(view.run)),

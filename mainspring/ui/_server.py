@@ -32,8 +32,9 @@ EXPOSED = (
     "over plain HTTP"
 )
 
-#: How long stopping waits for open requests (seconds); streams end at once (V4).
-GRACE = 3.0
+#: How long stopping waits for open requests (seconds); streams end at once (V4). Reads
+#: are short; a browser's idle keep-alive connection is not worth waiting for.
+GRACE = 1.0
 
 
 class RemoteRefused(ValueError):

@@ -13,6 +13,7 @@
   const live = document.getElementById("live");
   const message = document.getElementById("message");
   let timer = null;
+  let shown = null; // what the table shows now: rebuilt only when it changed
 
   for (const status of STATUSES) statusBox.append(ms.el("option", { value: status, text: status }));
   const start = new URLSearchParams(location.search);
@@ -52,8 +53,12 @@
     if (textBox.value) query.set("q", textBox.value.slice(0, 200));
     try {
       const view = await ms.api("/api/runs?" + query.toString());
-      ms.clear(body);
-      for (const run of view.runs) body.append(row(run));
+      const now = JSON.stringify(view.runs);
+      if (now !== shown) {
+        shown = now;
+        ms.clear(body);
+        for (const run of view.runs) body.append(row(run));
+      }
       document.getElementById("empty").hidden = view.runs.length > 0;
       const bad = document.getElementById("unreadable");
       bad.hidden = view.unreadable.length === 0;

@@ -21,6 +21,7 @@
   const opened = new Set(); // tracebacks the user opened stay open across refreshes
   let view = null;
   let pending = null;
+  let shown = null; // the view on screen: the page is rebuilt only when it changed
 
   document.getElementById("run-id").textContent = runId;
   document.title = "mainspring: " + runId;
@@ -311,7 +312,12 @@
   async function refresh() {
     pending = null;
     try {
-      render(await ms.api(base));
+      const fresh = await ms.api(base);
+      const key = JSON.stringify({ ...fresh, now: 0 });
+      if (key !== shown) {
+        shown = key;
+        render(fresh);
+      }
     } catch (error) {
       ms.say(message, "cannot read the run: " + error.message, true);
     }
