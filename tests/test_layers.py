@@ -1,6 +1,6 @@
 """The layers, read from the source: no module imports another package's private module but
 its one internal door (``<package>._seam``), and dependencies point inward only
-(actors <- supervision, storage <- executions <- cli)."""
+(actors <- supervision, storage <- executions <- ui <- cli)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "supervision": {"actors"},
     "storage": {"actors"},
     "executions": {"actors", "supervision", "storage"},
-    "cli": {"actors", "supervision", "storage", "executions", "_demos"},
+    "cli": {"actors", "supervision", "storage", "executions", "_demos", "ui"},
+    # the web view: the top layer with cli, which serves it (``mainspring ui``)
+    "ui": {"actors", "supervision", "storage", "executions"},
     "_demos": {"actors", "supervision", "storage", "executions"},
     "testing": {"actors", "supervision", "storage", "executions"},
 }
@@ -91,6 +93,9 @@ def test_the_rule_allows_the_door_and_refuses_every_other_private_module() -> No
     assert _refusal("cli", "mainspring.storage._seam_extra") is not None
     assert _refusal("storage", "mainspring.executions._seam") is not None  # inward only
     assert _refusal("actors", "mainspring.supervision._seam") is not None
+    assert _refusal("ui", "mainspring.cli") is not None  # the command serves the view
+    assert _refusal("ui", "mainspring.executions._facade.runtime") is not None
+    assert _refusal("storage", "mainspring.ui") is not None
 
 
 def test_upper_packages_reach_storage_and_executions_internals_only_through_the_door() -> None:
@@ -101,7 +106,7 @@ def test_upper_packages_reach_storage_and_executions_internals_only_through_the_
             parts = name.split(".")
             if len(parts) > 2 and parts[1] != own and parts[2] == DOOR:
                 doors.add((own, parts[1]))
-    assert {("executions", "storage"), ("cli", "storage")} <= doors
+    assert {("executions", "storage"), ("cli", "storage"), ("ui", "storage")} <= doors
 
 
 def test_the_rule_sees_relative_imports() -> None:

@@ -7,6 +7,7 @@ next heartbeat. ``resume`` runs user code, so it needs ``--app module:attr`` nam
 runtime configuration, the way ASGI servers name an app. ``memory ls | search`` read the
 facts agents remember (read-only too); ``memory forget`` deletes one through a runtime.
 ``workers [ID]`` shows external agent workers, their tasks and diagnostic trail (a read).
+``ui`` serves a local web view of the runs (the ``ui`` extra), with the same controls.
 Everything printed is redacted.
 
 Exit codes: 0 all well; 1 the operation was refused or ``doctor`` found problems; 2 usage;

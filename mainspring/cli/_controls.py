@@ -32,7 +32,7 @@ from ._output import Out, clamp, printable, when
 from ._workers import worker_line, worker_of
 
 
-def _load_app(spec: str) -> dict[str, Any]:
+def load_app(spec: str) -> dict[str, Any]:
     """``module:attr`` -> the runtime configuration (a dict, or a callable returning one)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -81,7 +81,7 @@ def run_control(store: Store, out: Out, args: argparse.Namespace) -> int:
 
 async def control(store: Store, out: Out, args: argparse.Namespace) -> int:
     """Run one control command against ``store``; returns the exit code."""
-    config = _load_app(args.app) if getattr(args, "app", None) else {}
+    config = load_app(args.app) if getattr(args, "app", None) else {}
     # L8: a command acts on the run it names only. Recovering would take over every run
     # nobody runs (a server's, to be picked up by it) into this short-lived process, run
     # it with whatever tools the command has, and stop it again on exit.

@@ -141,6 +141,10 @@ def _run(
     try:
         if args.command == "memory":
             return run_memory(store, out, args)
+        if args.command == "ui":
+            from ._ui import run_ui
+
+            return run_ui(store, out, args)
         if not write:
             return READS[args.command](store, out, args)
         # Imported here: reads never load the execution layer (or pay for its import).

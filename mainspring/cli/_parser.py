@@ -494,4 +494,43 @@ def make_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
     )
     _add_memory(commands, common)
+    _add_ui(commands, common)
     return parser
+
+
+def _port(text: str) -> int:
+    """A ``--port``: 0 (any free port) to 65535 (a usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"not a port (a whole number in 0..65535): {text}")
+    return value
+
+
+def _add_ui(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``ui``: the local web view of the runs (the ``ui`` extra)."""
+    ui = commands.add_parser(
+        "ui",
+        parents=[common],
+        help="a local web view of the runs: graph, timeline, live updates, controls",
+    )
+    ui.add_argument("--port", type=_port, default=0, help="the port (default 0: any free one)")
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1; another needs --allow-remote)",
+    )
+    ui.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen on a --host other machines can reach (the runs and their controls, "
+        "behind the token, over plain HTTP)",
+    )
+    ui.add_argument(
+        "--app", help="module:attr giving open_runtime's options (the resume button needs it)"
+    )
+    ui.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="event loop to serve on"
+    )

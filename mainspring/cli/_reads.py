@@ -26,7 +26,7 @@ from ..storage._seam import (
     unstructure,
 )
 from ._attempts import attempt_lines, deadline_line
-from ._codes import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, CliError
+from ._codes import EXIT_FAILED, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, CliError
 from ._failures import duration, failure_lines, run_observation, step_counts
 from ._integrity import integrity_findings
 from ._memory import nothing_remembered
@@ -710,6 +710,8 @@ def nothing_here_yet(path: Path, out: Out, args: argparse.Namespace) -> int:
         else:
             out.line(f"nothing to prune ({why})")
         return EXIT_OK
+    if command == "ui":  # a view of nothing: said, not served
+        raise CliError(f"nothing to show yet ({why})", EXIT_NO_STORE)
     target = "agent task" if command == "stop-task" else "execution"
     raise CliError(f"no {target} {args.id} ({why})", EXIT_UNKNOWN)
 

@@ -1,0 +1,378 @@
+"""The view over HTTP, served by hypercorn on the test's event loop: the token, every route,
+the history stream resuming with Last-Event-ID (V2), the controls reaching the store, ids
+checked before any query (X1), bounded bodies, redaction (E5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mainspring as ms
+from mainspring.storage import FileStore, SqliteStore
+from mainspring.ui import RemoteRefused, is_loopback, serve
+from mainspring.ui._server import GRACE
+from tests.executions._kit import FAST, Gate, plan_of, tool
+from tests.ui._kit import APP, SECRET, client, fill, raw, reaches, sse
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    path = str(tmp_path / "store.sqlite3")
+    await fill(path)
+    opened = await anyio.to_thread.run_sync(SqliteStore, path)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+async def test_every_request_needs_the_token(store: Any) -> None:
+    async with serve(store) as ui, client(ui, token=False) as http:
+        for path in ("/", "/api/runs", "/api/runs/ex-ok", "/static/run.js", "/nowhere"):
+            refused = await http.get(path)
+            assert refused.status_code == 403, path
+            assert "ex-ok" not in refused.text
+        assert (
+            await http.get("/api/runs", headers={"x-mainspring-token": "x" + ui.token})
+        ).status_code == 403
+        assert (await http.get("/api/runs", params={"token": ui.token[:-1]})).status_code == 403
+        bad_cookie = {"cookie": f"mainspring_ui_{ui.port}=nope"}
+        assert (await http.get("/api/runs", headers=bad_cookie)).status_code == 403
+        posted = await http.post("/api/runs/ex-ask/cancel", json={})
+        assert posted.status_code == 403
+        assert (await store_status(store, "ex-ask")) == "waiting_for_clarification"
+
+
+async def store_status(store: Any, execution_id: str) -> str:
+    record = await anyio.to_thread.run_sync(store.get, execution_id)
+    return str(record.status)
+
+
+async def test_the_printed_url_sets_a_strict_http_only_cookie_and_drops_the_token(
+    store: Any,
+) -> None:
+    async with serve(store) as ui, client(ui, token=False) as http:
+        assert ui.url == f"http://127.0.0.1:{ui.port}/?token={ui.token}"
+        landing = await http.get(ui.url)
+        assert landing.status_code == 303
+        assert landing.headers["location"] == "/"
+        cookie = landing.headers["set-cookie"]
+        assert cookie.startswith(f"mainspring_ui_{ui.port}={ui.token};")
+        assert "HttpOnly" in cookie
+        assert "SameSite=Strict" in cookie
+        deep = await http.get(f"/runs/ex-ok?token={ui.token}&x=1")
+        assert deep.headers["location"] == "/runs/ex-ok?x=1"
+        http.cookies.set(f"mainspring_ui_{ui.port}", ui.token)
+        page = await http.get("/")
+        assert page.status_code == 200
+        assert "text/html" in page.headers["content-type"]
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+        assert page.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_pages_and_static_files_are_the_packages_own(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        index = (await http.get("/")).text
+        run = (await http.get("/runs/ex-ok")).text
+        for page in (index, run):
+            # nothing from elsewhere (the one URL is the SVG namespace's name)
+            assert page.replace('xmlns="http://www.w3.org/2000/svg"', "").count("http") == 0
+            assert "<script>" not in page  # nothing inline (CSP)
+            assert "style=" not in page
+        for name in ("app.css", "common.js", "list.js", "run.js"):
+            served = await http.get(f"/static/{name}")
+            assert served.status_code == 200, name
+            assert served.headers["content-security-policy"].startswith("default-src 'self'")
+            assert ".innerHTML" not in served.text, name  # stored text is set as text only
+        assert (await http.get("/static/../_app.py")).status_code == 404
+
+
+async def test_the_runs_list_filters_by_status_and_text(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        every = (await http.get("/api/runs")).json()
+        assert [r["id"] for r in every["runs"]] == ["ex-ask", "ex-ok", "ex-fail"]
+        failed = (await http.get("/api/runs", params={"status": "failed,completed"})).json()
+        assert {r["id"] for r in failed["runs"]} == {"ex-ok", "ex-fail"}
+        (row,) = [r for r in failed["runs"] if r["id"] == "ex-fail"]
+        assert row["steps"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+        assert row["status"] == "failed"
+        text = (await http.get("/api/runs", params={"q": "TWICE"})).json()
+        assert [r["id"] for r in text["runs"]] == ["ex-ok"]
+        by_id = (await http.get("/api/runs", params={"q": "ex-as"})).json()
+        assert [r["id"] for r in by_id["runs"]] == ["ex-ask"]
+        assert (await http.get("/api/runs", params={"limit": "1"})).json()["more"] == 2
+        for bad in ({"status": "nope"}, {"q": "x" * 201}, {"limit": "0"}, {"limit": "-1"}):
+            assert (await http.get("/api/runs", params=bad)).status_code == 400, bad
+
+
+async def test_a_run_view_has_its_graph_errors_and_redacted_tracebacks(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        got = await http.get("/api/runs/ex-fail")
+        assert got.status_code == 200
+        assert SECRET not in got.text  # E5
+        view = got.json()
+        plan = view["plan"]
+        steps = {s["id"]: s for s in plan["steps"]}
+        assert {k: (s["depth"], s["status"]) for k, s in steps.items()} == {
+            "a": (0, "succeeded"),
+            "b": (1, "succeeded"),
+            "c": (1, "failed"),
+            "d": (2, "skipped"),
+        }
+        assert sorted((s["depth"], s["row"]) for s in steps.values()) == [
+            (0, 0),
+            (1, 0),
+            (1, 1),
+            (2, 0),
+        ]
+        assert (plan["columns"], plan["rows"]) == (3, 2)
+        assert steps["d"]["depends_on"] == ["b", "c"]
+        assert "this tool always fails" in steps["c"]["error"]
+        assert "Traceback" in steps["c"]["traceback"]
+        assert "RuntimeError" in steps["c"]["traceback"]
+        assert steps["a"]["seconds"] is not None
+        assert view["summary"]["status"] == "failed"
+        assert view["terminal"] is True
+        assert view["can_resume"] is False
+
+
+async def test_a_waiting_run_shows_its_question_task_and_inner_steps(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        view = (await http.get("/api/runs/ex-ask")).json()
+        assert view["pending"]["kind"] == "clarification"
+        (task,) = view["tasks"]
+        assert task["question"] == "which way?"
+        assert view["questions"] == [
+            {"task_id": task["id"], "question": "which way?", "asked_at": task["asked_at"]}
+        ]
+        assert [s["id"] for s in task["inner_steps"]] == ["look"]
+        assert task["inner_steps"][0]["status"] == "succeeded"
+        assert view["plan"]["steps"][0]["agent_task_id"] == task["id"]
+        assert view["memory"] == {"facts": [], "this_run": 0, "total": 0}
+        assert view["workers"]["workers"] == []
+
+
+async def test_ids_are_checked_before_any_query(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        for bad in ("a%20b", "a%2Cb", "x" * 257, "a%00b", "%E2%80%AE"):
+            assert (await http.get(f"/api/runs/{bad}")).status_code == 400, bad
+            assert (await http.get(f"/runs/{bad}")).status_code == 400, bad
+            assert (await http.get(f"/api/runs/{bad}/events")).status_code == 400, bad
+            assert (await http.post(f"/api/runs/{bad}/pause", json={})).status_code == 400, bad
+            assert (await http.post(f"/api/tasks/{bad}/stop", json={})).status_code == 400, bad
+        assert (await http.get("/api/runs/ex-none")).status_code == 404
+
+
+async def test_the_history_stream_resumes_after_last_event_id(store: Any) -> None:
+    """V2: every entry from the start, then from Last-Event-ID on: nothing twice, nothing
+    missed; a browser's reconnection carries it, over the page's first ``after``."""
+    async with serve(store) as ui, client(ui) as http:
+        history = await anyio.to_thread.run_sync(
+            lambda: store.history("ex-fail", after=0, limit=1000)
+        )
+        seqs = [e.seq for e in history]
+        first = await sse(ui, "/api/runs/ex-fail/events?after=0", len(seqs))
+        assert [seq for seq, _ in first] == seqs
+        assert all(data["execution_id"] == "ex-fail" for _, data in first)
+        assert first[0][1]["kind"] == "created"
+        middle = seqs[len(seqs) // 2]
+        rest = await sse(
+            ui,
+            "/api/runs/ex-fail/events?after=0",
+            len(seqs) - seqs.index(middle) - 1,
+            headers={"last-event-id": str(middle)},
+        )
+        assert [seq for seq, _ in rest] == seqs[seqs.index(middle) + 1 :]
+        every = await sse(ui, "/api/events?after=0", 3)
+        assert [seq for seq, _ in every] == [1, 2, 3]
+        for bad in ("-1", "x", "1.5", "9" * 30):
+            got = await http.get("/api/runs/ex-fail/events", headers={"last-event-id": bad})
+            assert got.status_code == 400, bad
+
+
+async def test_a_live_update_arrives_from_a_run_another_runtime_is_running(tmp_path: Path) -> None:
+    """A store a live server writes to: its commits reach the stream as they are made."""
+    path = str(tmp_path / "live.sqlite3")
+    gate = Gate()
+    async with ms.open_runtime(
+        store=path, tools={"inc": APP["tools"]["inc"], "gate": gate}, **FAST
+    ) as server:
+        handle = await server.start(
+            "wait at the gate",
+            plan_of(tool("g", "gate"), tool("b", "inc", "g")),
+            execution_id="ex-live",
+        )
+        await gate.entered.wait()
+        async with serve(path) as ui, client(ui) as http:
+            async with raw(ui, "GET", "/api/runs/ex-live/events?after=0") as stream:
+                with anyio.fail_after(30):  # the history so far: the run is running
+                    while '"status":"running"' not in (await stream.line() or '"status":"running"'):
+                        pass
+                gate.opened.set()  # the run goes on in the other runtime: its entries arrive
+                seen = []
+                with anyio.fail_after(30):
+                    while (line := await stream.line()) is not None:
+                        seen.append(line)
+                        if '"kind":"status"' in line and '"status":"completed"' in line:
+                            break
+                assert any('"step_id":"g"' in line and '"succeeded"' in line for line in seen)
+            assert (await handle.wait()).status == "completed"
+            view = (await http.get("/api/runs/ex-live")).json()
+            assert view["summary"]["status"] == "completed"
+
+
+async def test_pause_and_cancel_reach_the_store_and_a_finished_run_has_nothing_to_do(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "controls.sqlite3")
+    gate = Gate()
+    async with ms.open_runtime(
+        store=path, tools={"gate": gate, "inc": APP["tools"]["inc"]}, **FAST
+    ) as server:
+        handle = await server.start(
+            "gated", plan_of(tool("g", "gate"), tool("b", "inc", "g")), execution_id="ex-g"
+        )
+        await gate.entered.wait()
+        async with serve(path) as ui, client(ui) as http:
+            paused = await http.post("/api/runs/ex-g/pause", json={"reason": "lunch"})
+            assert paused.status_code == 200, paused.text
+            assert paused.json()["status"] == "paused"
+            result = await handle.wait()
+            assert result.status == "paused"
+            assert isinstance(gate.reasons[-1], ms.Pause)  # V3: the runner saw the pause as such
+            again = await http.post("/api/runs/ex-g/pause", json={})
+            assert again.status_code == 409
+            assert "nothing to pause" in again.json()["error"]
+            view = (await http.get("/api/runs/ex-g")).json()
+            assert [(c["action"], c["reason"]) for c in view["controls"]] == [("pause", "lunch")]
+            assert {s["id"]: s["status"] for s in view["plan"]["steps"]} == {
+                "g": "pending",
+                "b": "pending",
+            }
+            cancelled = await http.post("/api/runs/ex-g/cancel", json={})
+            assert cancelled.json()["status"] == "cancelled"
+            assert (await http.post("/api/runs/ex-g/cancel", json={})).status_code == 409
+            assert (await http.post("/api/runs/ex-none/pause", json={})).status_code == 404
+            assert (await http.post("/api/runs/ex-g/explode", json={})).status_code == 404
+        record = await server.get("ex-g")
+        assert record is not None
+        assert record.status == "cancelled"
+
+
+async def test_an_answer_reaches_a_waiting_run_through_a_runtime_open_on_the_store(
+    store: Any,
+) -> None:
+    """The page's answer is stored (as ``mainspring answer``); a runtime open on the store
+    (a server's) takes the run up and it goes on."""
+    async with (
+        ms.open_runtime(store=store, **APP) as server,
+        serve(store) as ui,
+        client(ui) as http,
+    ):
+        answered = await http.post("/api/runs/ex-ask/answer", json={"text": f"left {SECRET}"})
+        assert answered.status_code == 200, answered.text
+        assert SECRET not in answered.text
+        assert answered.json()["answered"] is True
+        await reaches(server, "ex-ask", "completed")
+        refused = await http.post("/api/runs/ex-ok/answer", json={"text": "nobody asked"})
+        assert refused.status_code == 409
+        assert (await http.post("/api/runs/ex-ask/answer", json={"text": " "})).status_code == 400
+
+
+async def test_resume_needs_the_users_code_and_says_how(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        refused = await http.post("/api/runs/ex-ask/resume", json={"answer": "left"})
+        assert refused.status_code == 409
+        assert "--app" in refused.json()["error"]
+        assert await store_status(store, "ex-ask") == "waiting_for_clarification"
+    async with serve(store, app=APP) as ui, client(ui) as http:
+        assert (await http.get("/api/runs/ex-ask")).json()["can_resume"] is True
+        resumed = await http.post("/api/runs/ex-ask/resume", json={"answer": "left"})
+        assert resumed.status_code == 200, resumed.text
+        await reaches(ui.runtime, "ex-ask", "completed")
+        finished = await http.post("/api/runs/ex-ok/resume", json={})
+        assert finished.status_code == 409
+        assert "nothing to resume" in finished.json()["error"]
+
+
+async def test_stop_task_reaches_the_store_and_an_unknown_task_is_said(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        (task,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        stopped = await http.post(f"/api/tasks/{task['id']}/stop", json={"cascade": False})
+        assert stopped.status_code == 200, stopped.text
+        assert stopped.json()["task_id"] == task["id"]
+        (after,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        assert after["state"] == "cancelled"
+        unknown = await http.post("/api/tasks/ex-ask:t99/stop", json={})
+        assert unknown.status_code == 404
+        assert (
+            await http.post(f"/api/tasks/{task['id']}/stop", json={"cascade": "yes"})
+        ).status_code == 400
+
+
+async def test_control_bodies_are_bounded_json_from_this_origin(store: Any) -> None:
+    async with serve(store) as ui, client(ui) as http:
+        form = await http.post("/api/runs/ex-ask/cancel", data={"reason": "x"})
+        assert form.status_code == 415
+        json_head = {"content-type": "application/json"}
+        huge = {**json_head, "content-length": "70000"}
+        async with raw(ui, "POST", "/api/runs/ex-ask/answer", headers=huge) as said:
+            assert said.status == 413  # refused before its body was read
+
+        # A body longer than it said: refused once it passes the bound, whatever it said.
+        lying = {**json_head, "content-length": str(80 * 1024)}
+        body = b'{"text": "' + b"x" * 70_000
+        async with raw(ui, "POST", "/api/runs/ex-ask/answer", headers=lying, body=body) as said:
+            assert said.status == 413
+        foreign = await http.post(
+            "/api/runs/ex-ask/cancel", json={}, headers={"origin": "http://evil.example"}
+        )
+        assert foreign.status_code == 403
+        for bad in (b"[1]", b"{", b'{"reason": 3}'):
+            got = await http.post(
+                "/api/runs/ex-ask/cancel", content=bad, headers={"content-type": "application/json"}
+            )
+            assert got.status_code == 400, bad
+        assert await store_status(store, "ex-ask") == "waiting_for_clarification"
+
+
+async def test_a_file_store_is_shown_too(tmp_path: Path) -> None:
+    path = tmp_path / "files"
+    await fill(str(path))
+    files = await anyio.to_thread.run_sync(FileStore, path)
+    try:
+        async with serve(files) as ui, client(ui) as http:
+            runs = (await http.get("/api/runs")).json()["runs"]
+            assert {r["id"] for r in runs} == {"ex-fail", "ex-ok", "ex-ask"}
+            assert (await http.get("/api/runs/ex-fail")).json()["plan"]["columns"] == 3
+            entries = await sse(ui, "/api/runs/ex-ok/events", 2)
+            assert entries[0][1]["kind"] == "created"
+    finally:
+        files.close()
+
+
+async def test_a_host_other_machines_reach_is_refused_unless_allowed(store: Any) -> None:
+    with pytest.raises(RemoteRefused, match="not a loopback address"):
+        async with serve(store, host="0.0.0.0"):
+            pass
+    for host in ("127.0.0.1", "::1", "[::1]", "localhost", "127.1.2.3"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "192.168.1.5", "example.com", ""):
+        assert not is_loopback(host), host
+
+
+async def test_stopping_the_view_ends_its_streams(store: Any) -> None:
+    """V4: a stream open when the view stops ends (the browser reconnects to the next view
+    with its Last-Event-ID), within the view's grace."""
+    async with serve(store) as ui, raw(ui, "GET", "/api/runs/ex-ok/events?after=999") as stream:
+        assert stream.status == 200
+        assert await stream.line() == "retry: 1000"
+        ui.stop()
+        with anyio.fail_after(GRACE + 5):
+            while await stream.line() is not None:
+                pass
