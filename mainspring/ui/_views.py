@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 
 from ..storage import (
-    STEP_FINISHED,
     AgentTaskRecord,
     Execution,
     ExecutionStatus,
@@ -25,6 +24,7 @@ from ..storage import (
     redact,
 )
 from ..storage._seam import (
+    STEP_FINISHED,
     FactFilter,
     MemoryBackend,
     holder,
