@@ -18,6 +18,7 @@ import attrs
 import pytest
 
 import mainspring as ms
+from mainspring.cli import _logs as cli_logs
 from mainspring.executions._facade.record_controls import pause_edit
 from mainspring.executions._memory import memory
 from mainspring.executions._run import log as run_log
@@ -266,12 +267,14 @@ def test_every_logger_hangs_under_the_one_with_the_null_handler() -> None:
         run_log.WORKERS.name,
         memory.logger.name,
         persistence.logger.name,
+        cli_logs.logger.name,
     ]
     assert names == [
         "mainspring.executions",
         "mainspring.workers",
         "mainspring.memory",
         "mainspring.storage",
+        "mainspring.cli",
     ]
     top = logging.getLogger("mainspring")
     assert any(isinstance(h, logging.NullHandler) for h in top.handlers)
