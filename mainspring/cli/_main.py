@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -20,6 +22,7 @@ from ..storage._seam import is_postgres_url
 from ._codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._console import make_safe
 from ._integrity import report_unusable
+from ._logs import logger, logging_to_stderr
 from ._memory import check_memory_args, run_memory
 from ._output import Out, fail, terminal_width
 from ._parser import UsageError, make_parser, version, wants_json
@@ -48,10 +51,38 @@ def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = wants_json(argv)
     parser = make_parser()
-    stream = stdout or sys.stdout
     try:
         args = parser.parse_args(argv)
-        as_json = bool(getattr(args, "json", as_json))
+    except UsageError as exc:
+        return _usage(exc, as_json)
+    as_json = bool(getattr(args, "json", as_json))
+    with logging_to_stderr(getattr(args, "log_level", None), as_json=as_json):
+        began = time.perf_counter()
+        code = _command(parser, args, stdout or sys.stdout, as_json)
+        if logger.isEnabledFor(logging.DEBUG):
+            took = time.perf_counter() - began
+            logger.debug(
+                "command %s ended with exit code %d in %.3f s",
+                args.command,
+                code,
+                took,
+                extra={"command": args.command, "exit_code": code, "duration": took},
+            )
+        return code
+
+
+def _usage(exc: UsageError, as_json: bool) -> int:
+    if as_json:
+        return fail(str(exc), EXIT_USAGE, as_json=True)
+    # As argparse prints it, but redacted: a secret typed as an argument stays off screen.
+    sys.stderr.write(exc.usage)
+    return fail(f"error: {exc}", EXIT_USAGE)
+
+
+def _command(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, stream: TextIO, as_json: bool
+) -> int:
+    try:
         if args.version:
             if as_json:
                 print(json.dumps({"version": version()}), file=stream, flush=True)
@@ -61,11 +92,7 @@ def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
         if args.command in ("demo", "demo-reasons"):
             return _demo(parser, args)
     except UsageError as exc:
-        if as_json:
-            return fail(str(exc), EXIT_USAGE, as_json=True)
-        # As argparse prints it, but redacted: a secret typed as an argument stays off screen.
-        sys.stderr.write(exc.usage)
-        return fail(f"error: {exc}", EXIT_USAGE)
+        return _usage(exc, as_json)
     if args.command is None:
         if as_json:
             return fail("a command is required (see mainspring --help)", EXIT_USAGE, as_json=True)

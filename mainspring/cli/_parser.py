@@ -16,6 +16,9 @@ from typing import Any, NoReturn
 #: A test checks the two agree.
 DEMO_REASONS = ("cancel", "pause", "timeout")
 
+#: ``--log-level`` choices (``_logs.logging_to_stderr``).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 
 class UsageError(Exception):
     """A command line that does not parse: ``usage`` is the usage of the parser that said so.
@@ -333,6 +336,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=argparse.SUPPRESS,
+        help="print the library's log at this level and above on stderr (JSON with --json)",
     )
     parser = _RaisingParser(
         prog="mainspring",

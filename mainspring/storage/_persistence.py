@@ -23,6 +23,8 @@ reads again at once instead of polling (V2).
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,8 +40,32 @@ from ._errors import StorageError
 from ._evidence import EvidenceStore, load_evidence, seal_into
 from ._memory import Fact, MemoryBackend, MemoryWrite
 from ._records import Execution, Lease
+from ._redact import redact
 
 __all__ = ["Committer", "Durable", "PersistenceActor", "PersistenceFailed", "open_committer"]
+
+#: The storage layer's logger: the writer's failures (ERROR once it stops writing, WARNING
+#: for a memory batch refused alone) and, at DEBUG, each flush with its counts and duration.
+#: Silent unless the application configures logging (O1).
+logger = logging.getLogger("mainspring.storage")
+
+#: How much of a store error's text a log record keeps (its start says most).
+_MAX_LOGGED = 2_000
+
+
+def _said(exc: BaseException) -> str:
+    """``Type: text`` of a store's error, redacted (E5: an error may quote what it was
+    given), bounded and with characters a terminal acts on shown as escapes."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__} (its message could not be read)"
+    text = str(redact(text))[:_MAX_LOGGED]
+    return (
+        text
+        if text.isprintable()
+        else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    )
 
 
 class PersistenceFailed(StorageError):
@@ -242,7 +268,7 @@ class PersistenceActor(Actor):
                 self.durable.notify()  # a create or an edit writes history too (V2)
                 return _Returned(value)
             except OSError as exc:  # the disk failed: stop writing for good, like a flush
-                self._broken = exc
+                self._stop_writing(exc, "write")
                 return _Raised(exc)
             except Exception as exc:
                 return _Raised(exc)
@@ -252,6 +278,18 @@ class PersistenceActor(Actor):
 
     def stats(self) -> PersistenceStats:
         return PersistenceStats(commits=self._commits, writes=self._writes, flushes=self._flushes)
+
+    def _stop_writing(self, exc: BaseException, what: str) -> None:
+        """A write failed so that nothing more may be written (see the module docstring):
+        every later write is refused with ``exc``. Logged once, when the writer stops."""
+        if self._broken is None and logger.isEnabledFor(logging.ERROR):
+            logger.error(
+                "the writer stopped after a failed %s; every later write is refused: %s",
+                what,
+                _said(exc),
+                extra={"error_type": type(exc).__name__, "status": "stopped"},
+            )
+        self._broken = exc
 
     def _refuse_if_broken(self, ticket: _Ticket) -> bool:
         if self._broken is None:
@@ -324,7 +362,14 @@ class PersistenceActor(Actor):
             results = await self._call_store(apply, writes)
         except Exception as exc:
             if isinstance(exc, OSError):
-                self._broken = exc
+                self._stop_writing(exc, "memory write")
+            elif logger.isEnabledFor(logging.WARNING):
+                logger.warning(
+                    "a memory write of %d changes failed; the writer goes on: %s",
+                    len(writes),
+                    _said(exc),
+                    extra={"error_type": type(exc).__name__, "count": len(writes)},
+                )
             # Only a lost COMMIT leaves the outcome open: it may have been applied, and a
             # caller told otherwise would remember its facts a second time.
             what = (
@@ -358,7 +403,7 @@ class PersistenceActor(Actor):
             results = _one_each(await self._call_store(self.store.renew_many, batch), batch)
         except Exception as exc:
             if isinstance(exc, OSError):
-                self._broken = exc
+                self._stop_writing(exc, "heartbeat write")
             failure = PersistenceFailed(f"heartbeat write failed: {exc}")
             failure.__cause__ = exc
             for _, tickets in renewals.values():
@@ -379,6 +424,8 @@ class PersistenceActor(Actor):
         batch, self._batch = self._batch, {}
         entries = list(batch.values())
         commits = [(execution, owner) for execution, owner, _ in entries]
+        timed = logger.isEnabledFor(logging.DEBUG)
+        began = time.perf_counter() if timed else 0.0
         try:
             outcomes = _one_each(
                 await self._call_store(self.store.commit_runs, commits),
@@ -386,7 +433,7 @@ class PersistenceActor(Actor):
                 (CommitOutcome, Exception),
             )
         except Exception as exc:
-            self._broken = exc
+            self._stop_writing(exc, "write")
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
             fatal.__cause__ = exc
             for _, _, tickets in entries:
@@ -401,6 +448,19 @@ class PersistenceActor(Actor):
         self.durable.notify()  # before the acks: a follower woken now reads this flush (V2)
         if self._flushed is not None:
             self._flushed(len(entries))
+        if timed:
+            took = time.perf_counter() - began
+            logger.debug(
+                "flushed %d commits of %d executions in %.1f ms",
+                sum(len(tickets) for _, _, tickets in entries),
+                len(entries),
+                took * 1000,
+                extra={
+                    "commits": sum(len(tickets) for _, _, tickets in entries),
+                    "count": len(entries),
+                    "duration": took,
+                },
+            )
         for (_, _, tickets), result in zip(entries, outcomes, strict=True):
             if isinstance(result, CommitOutcome):
                 self._writes += result is CommitOutcome.OK
@@ -409,7 +469,7 @@ class PersistenceActor(Actor):
                 continue
             failure: BaseException = result  # a record that cannot be written: only this one
             if isinstance(result, OSError):  # the disk failed: stop writing for good
-                self._broken = result
+                self._stop_writing(result, "write")
                 failure = PersistenceFailed(f"write failed, not acknowledged: {result}")
                 failure.__cause__ = result
             for ticket in tickets:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -605,3 +606,71 @@ async def test_D3_a_record_sqlite_cannot_store_fails_only_its_own_commit(tmp_pat
             again.close()
     finally:
         store.close()
+
+
+# ----------------------------------------------------------------------
+# The writer in the log (O1, O2): its stop at ERROR once, redacted; a memory batch refused
+# alone at WARNING; each flush at DEBUG with its counts and duration.
+
+LEAKED = "ghp_" + "L" * 36
+
+
+class _FailsOnDisk(CountingStore):
+    def commit_runs(self, commits: Sequence[tuple[ms.storage.Execution, str]]) -> Any:
+        raise OSError(5, f"Input/output error near {LEAKED}")
+
+
+async def test_O2_the_writer_stopping_is_logged_once_at_ERROR_redacted(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _prepare(store, ["a", "b"])
+    caplog.set_level(logging.DEBUG, logger="mainspring.storage")
+    async with ms.open_system() as system:
+        committer = await open_committer(system, _FailsOnDisk(store))
+        for execution_id in ("a", "b", "a"):
+            with pytest.raises(PersistenceFailed):
+                await committer.submit(execution(execution_id, calls_used=1), OWNER)
+    logged = [r for r in caplog.records if r.name == "mainspring.storage"]
+    (stopped,) = logged  # the later refusals are the callers' to report
+    assert stopped.levelno == logging.ERROR
+    assert (stopped.error_type, stopped.status) == ("OSError", "stopped")
+    assert stopped.getMessage().startswith(
+        "the writer stopped after a failed write; every later write is refused: OSError: "
+    )
+    assert "[redacted github-token]" in stopped.getMessage()
+    assert LEAKED not in caplog.text
+
+
+async def test_O1_a_flush_is_logged_at_DEBUG_with_its_counts_and_duration(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _prepare(store, ["a"])
+    caplog.set_level(logging.DEBUG, logger="mainspring.storage")
+    async with ms.open_system() as system:
+        committer = await open_committer(system, store)
+        assert (await committer.submit(execution("a", calls_used=1), OWNER)).ok
+    (flushed,) = [r for r in caplog.records if r.name == "mainspring.storage"]
+    assert flushed.levelno == logging.DEBUG
+    assert (flushed.commits, flushed.count) == (1, 1)
+    assert flushed.duration >= 0
+    assert flushed.getMessage().startswith("flushed 1 commits of 1 executions in ")
+
+
+async def test_a_memory_batch_refused_alone_is_logged_at_WARNING(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ms.storage.SqliteStore(tmp_path / "store.db")
+    caplog.set_level(logging.WARNING, logger="mainspring.storage")
+    try:
+        async with ms.open_system() as system:
+            refusing = _RefusesOnce(store, StorageError(f"read-only, key {LEAKED}"))
+            committer = await open_committer(system, refusing)
+            with pytest.raises(PersistenceFailed):
+                await committer.memory([RememberFact(fact("refused"))])
+    finally:
+        store.close()
+    (refused,) = [r for r in caplog.records if r.name == "mainspring.storage"]
+    assert refused.levelno == logging.WARNING
+    assert (refused.error_type, refused.count) == ("StorageError", 1)
+    assert "the writer goes on" in refused.getMessage()
+    assert LEAKED not in caplog.text

@@ -48,6 +48,7 @@ from .._rules.deadlines import check_deadline, resumed_deadline
 from .._rules.plan import InvalidPlan, check_plan, unrunnable
 from .._rules.transitions import bounded_reason
 from .._rules.usage import check_limits
+from .._run import log as _log
 from .._run.actor import ExecutionActor
 from .._run.events import RunEvent, RunEventBus
 from .._run.kept import KeptInputs
@@ -439,7 +440,7 @@ class Runtime:
         cfg = self._cfg
         handed: list[bool] = []
         try:
-            return await self._take_and_run(
+            taken = await self._take_and_run(
                 execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
                 handed, recovering,
             )  # fmt: skip
@@ -454,6 +455,12 @@ class Runtime:
                     with contextlib.suppress(Exception):
                         await self._committer.release(execution_id, cfg.owner)
             raise
+        if taken._ran_here and stored.status in ("running", "planned"):
+            # R3: it was left running with no live owner (a crash, a shutdown, a lost
+            # lease): taken over here, its tasks in flight requeued as interrupted.
+            previous = stored.lease.owner if stored.lease is not None else None
+            _log.recovered(execution_id, stored.status, previous or None, recovery=recovering)
+        return taken
 
     async def _take_and_run(
         self,
@@ -637,6 +644,7 @@ class Runtime:
             if written is None:  # it stopped waiting between the read and the edit
                 stored = await self._require(execution_id)
                 raise NotWaiting(execution_id, stored.status)
+            _log.control(execution_id, "answer", live=runner is not None)
 
     # -- controls --------------------------------------------------------------------------
 
@@ -669,6 +677,7 @@ class Runtime:
     ) -> ExecutionResult:
         async with self._exclusive(execution_id):
             live = await self._settled(execution_id)
+            _log.control(execution_id, reason.kind, live=live is not None)
             result: ExecutionResult | None = None
             if live is not None:
                 await live.ref.stop(reason)
@@ -684,6 +693,7 @@ class Runtime:
             if changed is not None:
                 event = end_event(changed, time.time())
                 if event is not None:
+                    _log.run_event(event, reason)
                     self._bus.publish(event)
             return result_from(await self._require(execution_id))
 
@@ -719,6 +729,7 @@ class Runtime:
             return unknown
         async with self._exclusive(execution_id):
             live = await self._settled(execution_id)
+            _log.control(execution_id, "stop-task", live=live is not None, task_id=task_id)
             if live is not None:
                 try:
                     request = StopTask(task_id, operation, cascade)

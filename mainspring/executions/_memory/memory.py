@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import decimal
+import logging
 import math
 import numbers
 import operator
@@ -64,6 +65,27 @@ __all__ = [
 MAX_NAME = 128
 #: The longest text taken for redaction (masks shorten secrets, never by this much).
 MAX_RAW_TEXT = 16 * MAX_FACT_TEXT
+
+
+#: Memory's logger: a search that could not rank by meaning (O1: silent unless configured).
+logger = logging.getLogger("mainspring.memory")
+
+
+def _logged_fallback(fallback: str, detail: str, considered: int) -> None:
+    """A search ranked by full text instead of by meaning: the embedder's failure at
+    WARNING, the other reasons (an empty query, no usable vectors) at DEBUG. ``detail`` is
+    redacted and bounded already (``rank.bounded_detail``); what a terminal would act on is
+    shown as escapes."""
+    level = logging.WARNING if fallback == "embedder-error" else logging.DEBUG
+    if logger.isEnabledFor(level):
+        shown = detail if detail.isprintable() else ascii(detail)[1:-1]
+        logger.log(
+            level,
+            "memory search ranked by full text (%s): %s",
+            fallback,
+            shown,
+            extra={"fallback": fallback, "considered": considered},
+        )
 
 
 class ScopeNotConfigured(MainspringError, ValueError):
@@ -463,6 +485,7 @@ class Memory:
                     hits=hits, ranking="cosine", considered=considered, capped=capped
                 )
             fallback, detail = ranked.fallback, ranked.detail
+            _logged_fallback(fallback, detail, considered)
         terms = query_terms(query)
         found = await anyio.to_thread.run_sync(
             lambda: backend.memory_search(terms, where, limit=limit)

@@ -79,6 +79,7 @@ from .._steps.children import (
 from .._steps.failures import Caught, log_failure
 from .._workers.board import BOARD_REQUESTS, WorkerBoard, WorkerCommit, WorkerJoin, answer
 from . import events as ev
+from . import log as _log
 from .children import TIMER_MESSAGES, Children
 from .funnel import Funnel
 from .kept import KeptInputs
@@ -93,7 +94,7 @@ from .messages import (
     Unstorable,
     for_children,
 )
-from .results import failed_steps_error, result_from, shortfall
+from .results import result_from, shortfall
 from .state import RunState
 from .tasks import TaskBook
 
@@ -310,8 +311,9 @@ class ExecutionActor(Actor):
             self.stop_self(LeaseLost(self._cfg.owner, detail="the pause was refused"))
             return
         st.ended = True
-        self._funnel.publish(ev.ExecutionPaused(execution_id=st.rec.id, at=now, requeued=0))
-        self._end(Pause(detail=redact(why), source=self.ref.path), error=redact(why))
+        pause = Pause(detail=redact(why), source=self.ref.path)
+        self._funnel.publish(ev.ExecutionPaused(execution_id=st.rec.id, at=now, requeued=0), pause)
+        self._end(pause, error=redact(why))
 
     async def _planned(self, planned: Planned) -> bool:
         st = self._st
@@ -466,13 +468,8 @@ class ExecutionActor(Actor):
         now = time.time()
         st.sched.set(step.id, StepStatus.RUNNING)
         st.in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
-        if self._funnel.listening():  # built only when someone hears it
-            self._funnel.publish(
-                ev.StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
-            )
+        self._funnel.step_started(step, now)  # logged, announced and traced (O1)
         spans = self._funnel.spans
-        if spans is not None:  # O1: this attempt's span
-            spans.step_started(step)
         if st.live_plan is None and step.id in st.rec.masked_inputs:
             return await self._tasks.masked_input(step)
         if step.kind != "agent":
@@ -656,12 +653,13 @@ class ExecutionActor(Actor):
         # leave a finished run held by a dead owner.
         if not await self._funnel.commit(status=status, pending=None, lease=st.released()):
             return
-        if status == "failed":
-            ids = [step_id for step_id, s in st.sched.status.items() if s == "failed"]
-            log_failure(  # O2
+        if status == "failed" and error is not None:
+            # O2: the run's own failure (its planner, its plan, steps stopped short); a
+            # step's failure was logged when the step failed, and is not logged again.
+            log_failure(
                 "the run failed",
                 execution_id=st.rec.id,
-                error=error or failed_steps_error(st.obs.values(), ids),
+                error=error,
                 traceback=caught.traceback if caught is not None else None,
                 level=logging.ERROR,
             )
@@ -733,12 +731,14 @@ class ExecutionActor(Actor):
             stored.encoded if stored is not None else None,
         )
         if not done.ok:
-            log_failure(  # O2
+            log_failure(  # O2: failed for good (its retries, if any, are spent)
                 f"step {step.id} ({step.kind} {step.target}) failed",
                 execution_id=st.rec.id,
                 step_id=step.id,
                 error=error,
                 traceback=caught.traceback if caught is not None else None,
+                attempt=attempts.get("attempt"),
+                level=logging.ERROR,
             )
         if done.ok:
             st.outputs[step.id] = done.output
@@ -849,19 +849,24 @@ class ExecutionActor(Actor):
                         at=now,
                         requeued=requeued,
                         cause="timeout" if timeout else "pause",
-                    )
+                    ),
+                    reason,
                 )
         elif isinstance(reason, Cancel):
             cancelled = sum(1 for t in record.task_records if not t.terminal)
             record = cancel_execution(record, by, now, reason.detail)
             if released := await funnel.commit(record):
                 funnel.publish(
-                    ev.ExecutionCancelled(execution_id=st.rec.id, at=now, cancelled_tasks=cancelled)
+                    ev.ExecutionCancelled(
+                        execution_id=st.rec.id, at=now, cancelled_tasks=cancelled
+                    ),
+                    reason,
                 )
         elif not isinstance(reason, Crash):
             # A shutdown: what was spent and stopped is saved; the tasks in flight stay as
             # they are, so the next resume requeues them as interrupted (R3).
             released = await funnel.commit(record)
+            _log.stopped_for_later(st.rec.id, reason)
         if not released:
             await funnel.release()
         if isinstance(reason, Crash):

@@ -461,6 +461,7 @@ class Children:
             execution_id=st.rec.id,
             step_id=step.id,
             error=message,
+            attempt=data.get("attempt"),
         )
         if await self._funnel.commit(**changes):
             self._funnel.publish_step(step.id, "failed")
@@ -572,7 +573,8 @@ class Children:
             step_id=step.id,
             error=error,
             traceback=attempt.traceback,
-            level=logging.INFO,  # not failed yet: the step is tried again
+            attempt=number,
+            level=logging.WARNING,  # not failed for good: the step is tried again
         )
         # The step stays ``running`` while it waits; it holds no slot (not in running).
         self.backoff[step.id] = number + 1

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from ...actors import CancelReason, LeaseLost
-from ...storage import Execution, PersistenceFailed, Plan, StorageError
+from ...storage import Execution, PersistenceFailed, Plan, PlanStep, StorageError
 from ...storage._seam import MAX_CHECKPOINTS, Checkpoint, CommitOutcome, capture_checkpoint, holder
 from .._rules.lifecycle import execution_move
 from .._workers.board import WorkerBoard, worker_parts_edit
-from .events import RunEvent, StepFinished, StepRetrying, worker_changed
+from . import log as _log
+from .events import RunEvent, StepFinished, StepRetrying, StepStarted, worker_changed
 from .lease_guard import LeaseWatch
 from .messages import RunConfig, RunServices, Unstorable
 from .refusals import add_calls, end_event, refusal_reason
@@ -70,20 +71,36 @@ class Funnel:
         #: O1: the run's spans, once it began (None: telemetry is off).
         self.spans: RunSpans | None = None
 
-    def publish(self, event: RunEvent) -> None:
+    def publish(self, event: RunEvent, reason: CancelReason | None = None) -> None:
+        """Announce ``event`` and log it (``reason``: what stopped the run, for its end)."""
+        _log.run_event(event, reason)
         if self.spans is not None and type(event) is StepRetrying:
             self.spans.step_retrying(event.step_id, event.attempt)
         self._publish(event)
 
+    def step_started(self, step: PlanStep, now: float) -> None:
+        """Announce, log (at DEBUG) and trace that ``step`` started: each built only when heard."""
+        st = self._state
+        if _log.steps_logged():
+            _log.step_started(st.rec.id, step.id, step.kind, step.target)
+        if self.listening():
+            self._publish(
+                StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
+            )
+        if self.spans is not None:  # O1: this attempt's span
+            self.spans.step_started(step)
+
     def publish_step(self, step_id: str, state: str) -> None:
+        st = self._state
         if self.spans is not None:  # O1: the step's last attempt ended
-            obs = self._state.obs.get(step_id)
-            task = self._state.tasks.get(obs.agent_task_id or "") if obs is not None else None
+            obs = st.obs.get(step_id)
+            task = st.tasks.get(obs.agent_task_id or "") if obs is not None else None
             usage = task.usage if task is not None else None
             self.spans.step_ended(step_id, state, obs, usage)
+        if _log.steps_logged():
+            self._log_step(step_id, state)
         if not self.listening():
             return  # nobody hears it: not built
-        st = self._state
         self._publish(
             StepFinished(
                 execution_id=st.rec.id,
@@ -95,6 +112,21 @@ class Funnel:
                 calls_used=st.rec.calls_used,
             )
         )
+
+    def _log_step(self, step_id: str, state: str) -> None:
+        """A step's end at DEBUG: how long it ran (its observation says when) and on which
+        attempt, when it had a retry policy."""
+        st = self._state
+        observation = st.obs.get(step_id)
+        duration = attempt = None
+        if observation is not None:
+            started, ended = observation.started_at, observation.ended_at
+            if started is not None and ended is not None:
+                duration = max(ended - started, 0.0)
+            number = observation.data.get("attempt")
+            attempt = number if type(number) is int else None
+        done, total = st.sched.finished, len(st.sched.status)
+        _log.step_finished(st.rec.id, step_id, state, duration, attempt, done, total)
 
     # -- the one commit --------------------------------------------------------------------
 
@@ -156,6 +188,8 @@ class Funnel:
         self.refusal = outcome
         stored = await self.read_stored()
         reason = refusal_reason(outcome, stored, self._cfg.owner, time.time())
+        if isinstance(reason, LeaseLost):
+            _log.lease_lost(st.rec.id, reason, outcome.value)
         await self.after_refusal(reason, stored)
         return False
 
@@ -270,6 +304,7 @@ class Funnel:
         )
         owner = other if other is not None and other != self._cfg.owner else ""
         reason = LeaseLost(owner, detail=detail, source=self._source)
+        _log.lease_lost(st.rec.id, reason, None)
         record = stored if stored is not None else st.rec
         st.result = result_from(record, outputs=st.outputs, stopped_by=reason)
         self._halt(reason)
@@ -283,6 +318,8 @@ class Funnel:
         stored = await self.read_stored()
         self.refused_record = stored
         reason = refusal_reason(outcome, stored, self._cfg.owner, time.time())
+        if isinstance(reason, LeaseLost):
+            _log.lease_lost(st.rec.id, reason, outcome.value)
         # E3: no further call by this owner. Children are interrupted now, not after the
         # current message, and nothing of ours is written again.
         self._halt(reason)
@@ -313,7 +350,7 @@ class Funnel:
         if stored is not None:
             event = end_event(stored, time.time())
             if event is not None:
-                self.publish(event)
+                self.publish(event, reason)  # V3: with the control's reason
 
     async def _keep_unsaved_calls(self) -> Execution | None:
         st = self._state

@@ -399,6 +399,13 @@ class TaskBook:
                 attrs.evolve(task, state="failed", failure=failure, ended_at=now, updated_at=now)
             )
         changes.pop("pending", None)
+        log_failure(  # O2
+            f"step {step.id} ({step.kind} {step.target}) failed",
+            execution_id=st.rec.id,
+            step_id=step.id,
+            agent_task_id=task.id if task is not None else None,
+            error=message,
+        )
         return await self._funnel.commit(**changes)
 
     # -- stops (S1, S2) ----------------------------------------------------------------------
@@ -540,6 +547,12 @@ class TaskBook:
         )
         st.sched.set(step.id, StepStatus.FAILED)
         st.obs[step.id] = observe(step, ok=False, error=why)
+        log_failure(  # O2
+            f"step {step.id} ({step.kind} {step.target}) failed",
+            execution_id=st.rec.id,
+            step_id=step.id,
+            error=why,
+        )
         if step.kind == "agent":
             # Its stored tasks end with it: a failed run holds no live task (R11 sticky).
             digest = step_input_hash(step)

@@ -36,7 +36,7 @@ __all__ = [
     "logger",
 ]
 
-#: The logger failures of runs are reported on (documented in the README).
+#: The logger failures of runs are reported on (docs/how-to/logging.md).
 LOGGER_NAME = "mainspring.executions"
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -160,19 +160,25 @@ def log_failure(
     step_id: str | None = None,
     agent_task_id: str | None = None,
     traceback: str | None = None,
-    level: int = logging.WARNING,
+    attempt: object = None,
+    level: int = logging.ERROR,
 ) -> None:
     """Log one failure (O2): ``execution <id>: <what>: <error>`` on one line, then its
     traceback indented, characters a terminal would act on shown as escapes.
-    ``what`` names the failed thing (``step s1 (tool fetch) failed on attempt 2``). The ids
-    are also on the record (``execution_id``, ``step_id``, ``agent_task_id``) for handlers
-    that format them. Everything is redacted again here (E5): a log line is disk too."""
+    ``what`` names the failed thing (``step s1 (tool fetch) failed on attempt 2``);
+    ``level`` is ERROR for a failure for good, WARNING for an attempt that will be retried.
+    The ids are also on the record (``execution_id``, ``step_id``, ``task_id`` and its
+    older name ``agent_task_id``, ``attempt`` when counted, ``status``) for handlers that
+    format them. Everything is redacted again here (E5): a log line is disk too."""
     if not logger.isEnabledFor(level):
         return
     extra: Mapping[str, object] = {
         "execution_id": execution_id,
         "step_id": step_id,
+        "task_id": agent_task_id,
         "agent_task_id": agent_task_id,
+        "attempt": attempt if type(attempt) is int else None,
+        "status": "failed" if level >= logging.ERROR else "retrying",
     }
     text = f"execution {execution_id}: {what}"
     if error:  # on the first line: its line breaks too are shown as escapes

@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import fractions
 import json
+import logging
 import math
 import os
 import select
@@ -24,6 +25,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions import Memory, ScopeNotConfigured
+from mainspring.executions._memory.memory import _logged_fallback
 from mainspring.executions._seam import AgentMemory, MemorySearch
 from mainspring.storage import Fact, InvalidId, Scope, StorageError
 from mainspring.storage._seam import MAX_FACT_TEXT, FactFilter
@@ -936,3 +938,16 @@ def test_K1_remembered_facts_are_stored_once_across_a_kill_and_a_resume(
         assert fact.step_id == "c"
         assert fact.task_id is not None
         assert fact.task_id.startswith(EXECUTION)
+
+
+def test_O1_a_fallback_of_the_embedder_is_a_WARNING_the_others_DEBUG(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mainspring.memory")
+    _logged_fallback("embedder-error", "ConnectionError: down\x1b[31m", 3)
+    _logged_fallback("degenerate-query", "the query is empty", 0)
+    failed, empty = caplog.records
+    assert (failed.levelno, empty.levelno) == (logging.WARNING, logging.DEBUG)
+    assert "\x1b" not in failed.getMessage()  # a terminal's escape is shown, not obeyed
+    assert failed.getMessage().endswith("ConnectionError: down\\x1b[31m")
+    assert (empty.fallback, empty.considered) == ("degenerate-query", 0)

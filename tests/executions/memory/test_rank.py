@@ -4,6 +4,7 @@ a deterministic fake embedder (sync and async): cosine order, ties by id, only s
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -301,9 +302,10 @@ async def test_no_usable_vectors_falls_back_and_unusable_ones_are_not_cached(
 
 @pytest.mark.anyio
 async def test_an_embedder_that_raises_falls_back_with_a_redacted_reason(
-    memory_store: StoreSpec, bag: SyncBag
+    memory_store: StoreSpec, bag: SyncBag, caplog: pytest.LogCaptureFixture
 ) -> None:
     key = "sk-" + "k" * 40
+    caplog.set_level(logging.DEBUG, logger="mainspring.memory")
     async with opened(memory_store, bag) as rt:
         walking, _ = await _two_facts(rt)
         bag.fail = ConnectionError(f"the service refused key {key}")
@@ -314,6 +316,14 @@ async def test_an_embedder_that_raises_falls_back_with_a_redacted_reason(
         assert "[redacted openai-key]" in found.detail
         assert len(found.detail) <= 300
         assert ids(found) == [walking.id]
+    # O1: said once in the log, at WARNING, as redacted as the search's detail
+    (said,) = [r for r in caplog.records if r.name == "mainspring.memory"]
+    assert said.levelno == logging.WARNING
+    assert (said.fallback, said.considered) == ("embedder-error", 2)
+    assert (
+        said.getMessage() == f"memory search ranked by full text (embedder-error): {found.detail}"
+    )
+    assert key not in caplog.text
 
 
 @pytest.mark.anyio
