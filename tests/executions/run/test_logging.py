@@ -198,7 +198,7 @@ async def test_O1_a_lost_lease_is_logged_at_WARNING_naming_the_holder(
             await handle.wait()
     (lost,) = [r for r in _records(caplog) if r.levelno == logging.WARNING]
     assert (lost.execution_id, lost.reason, lost.holder) == ("taken", "lease-lost", "thief:1:x")
-    assert lost.refused == "foreign-lease"
+    assert lost.refused == "foreign_lease"
     assert "lost its lease" in lost.getMessage()
 
 
