@@ -32,6 +32,7 @@ from anyio.lowlevel import checkpoint
 from .._ids import ID_RULE, is_valid_id
 from ._actor import Actor, _Stillborn
 from ._context import _constructing, _current_cell
+from ._crash_log import log_error
 from ._errors import ActorDeadError, ActorFailed, NameTaken
 from ._lifecycle import ActorState, check_transition
 from ._messaging import Messaging, _Ask
@@ -315,7 +316,7 @@ class Cell(Messaging, Stopping):
 
     def _crashed(self, exc: BaseException) -> None:
         reason = self._record(Crash.from_exception(exc, source=self.path))
-        _log().error("actor %s crashed: %s", self.path, reason, exc_info=exc)
+        log_error(_log(), "actor %s crashed: %s", self.path, reason, exc=exc, actor=self.path)
 
     def _fatal(self, exc: BaseException) -> None:
         """SystemExit, KeyboardInterrupt (any BaseException but cancellation) in the actor's
@@ -403,12 +404,16 @@ class Cell(Messaging, Stopping):
                     stop_scope.cancel(str(reason))
                 try:
                     await actor.on_stop(reason)
-                except Exception:
-                    _log().exception("actor %s: on_stop raised", self.path)
+                except Exception as exc:
+                    log_error(
+                        _log(), "actor %s: on_stop raised", self.path, exc=exc, actor=self.path
+                    )
                 except BaseException as exc:
                     if _is_cancellation(exc):
                         raise
-                    _log().error("actor %s: on_stop raised", self.path, exc_info=exc)
+                    log_error(
+                        _log(), "actor %s: on_stop raised", self.path, exc=exc, actor=self.path
+                    )
                     self.system._fail(exc)
             self._stop_scope = None
         # Watches belong to the instance that made them.

@@ -12,6 +12,9 @@ every package to it.
 
 from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from ._actor import Actor as Actor
+from ._crash_log import log_error as log_error
+from ._crash_log import scrub as scrub
+from ._crash_log import set_scrubber as set_scrubber
 from ._events import EventBus as EventBus
 from ._lifecycle import ActorState as ActorState
 from ._overseer import RESTART_TYPES as RESTART_TYPES

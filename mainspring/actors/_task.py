@@ -16,6 +16,7 @@ import anyio
 import attrs
 
 from ._context import _current_cell
+from ._crash_log import log_error
 from ._reasons import CancelReason, Crash, Stop
 from ._util import NoPublicConstructor
 
@@ -133,7 +134,9 @@ class ActorTask(metaclass=NoPublicConstructor):
             # SystemExit, KeyboardInterrupt: the program is to end, as from an actor's code
             # (``Cell._fatal``): the system is told and shuts down; the actor hears a Crash.
             crash = Crash.from_exception(exc, source=cell.path)
-            _log().error("a task of actor %s raised %s", cell.path, crash, exc_info=exc)
+            log_error(
+                _log(), "a task of actor %s raised %s", cell.path, crash, exc=exc, actor=cell.path
+            )
             cell.system._fail(exc)
         finally:
             self._ended = True

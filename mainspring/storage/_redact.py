@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ..actors._seam import set_scrubber
 from ._append_only import AppendOnly, AppendOnlyList
 from ._vector import Vector
 
@@ -253,3 +254,14 @@ def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> A
         }
         return attrs.evolve(value, **changes)
     return value
+
+
+def _scrub_log_text(text: str) -> str:
+    """What the kernel logs (an actor's crash and its traceback), redacted like a record."""
+    masked: str = redact(text)
+    return masked
+
+
+# E5, O1: the kernel cannot import this module; it logs crashes through the scrubber installed
+# here, which ``import mainspring`` always installs (storage is part of the package's import).
+set_scrubber(_scrub_log_text)

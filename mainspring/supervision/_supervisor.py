@@ -29,7 +29,7 @@ from ..actors import (
     Stop,
     Supervised,
 )
-from ..actors._seam import ActorState, deliver_control, publish_event, spawn_supervised
+from ..actors._seam import ActorState, deliver_control, publish_event, scrub, spawn_supervised
 from ._events import ChildFailed, ChildRestarted, ChildStarted, Escalated, IntensityExceeded
 from ._intensity import RestartWindow
 from ._ref import (
@@ -210,9 +210,13 @@ class Supervisor(Actor):
                 return [self._info(entry) for entry in self._entries]
         except (MainspringError, ValueError, TypeError) as exc:
             return _Refused(exc)  # the caller's mistake must not crash the supervisor
-        _log.warning(
-            "supervisor %s ignored a message it does not handle: %r", self.ref.path, message
-        )
+        if _log.isEnabledFor(logging.WARNING):  # the message is the caller's: scrubbed (E5)
+            _log.warning(
+                "%s",
+                scrub(
+                    f"supervisor {self.ref.path} ignored a message it does not handle: {message!r}"
+                ),
+            )
         return None
 
     async def _mainspring_stop_children(self, reason: CancelReason) -> None:

@@ -1,0 +1,63 @@
+"""How the kernel and its overseers log a crash: the exception's traceback as text, passed
+through the scrubber the durable layer installs, never through ``exc_info`` (which would let a
+handler print the exception's text as it is: E5, O1).
+
+The kernel imports nothing of storage, where secrets are known (``register_secret``, token
+shapes); ``mainspring.storage`` installs its redaction here when it is imported, which
+``import mainspring`` always does. Until then text passes unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = ["MAX_LOGGED_TRACEBACK", "log_error", "scrub", "set_scrubber"]
+
+#: The most characters of one traceback a log record carries (O2: bounded); the end is kept,
+#: where the raising line is.
+MAX_LOGGED_TRACEBACK = 16_384
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+_scrubber: Callable[[str], str] = _unchanged
+
+
+def set_scrubber(scrubber: Callable[[str], str]) -> None:
+    """Mask secrets in every text the kernel logs from now on (E5)."""
+    global _scrubber
+    _scrubber = scrubber
+
+
+def scrub(text: str) -> str:
+    """``text`` with secrets masked by the installed scrubber."""
+    return _scrubber(text)
+
+
+def log_error(
+    logger: logging.Logger,
+    message: str,
+    *args: object,
+    exc: BaseException | None = None,
+    **extra: object,
+) -> None:
+    """Log ``message % args`` at ERROR, with ``exc``'s traceback appended as scrubbed text;
+    ``extra`` becomes the record's fields. Nothing is formatted when ERROR is off."""
+    import logging  # on first use: ``import mainspring`` need not load logging
+    import traceback
+
+    if not logger.isEnabledFor(logging.ERROR):
+        return
+    text = message % args if args else message
+    if exc is not None:
+        lines = "".join(traceback.format_exception(exc))
+        if len(lines) > MAX_LOGGED_TRACEBACK:
+            lines = "...\n" + lines[-MAX_LOGGED_TRACEBACK:]
+        text = f"{text}\n{lines.rstrip()}"
+    logger.error("%s", scrub(text), extra=extra or None)
