@@ -19,7 +19,7 @@ __all__ = ["MAX_LOGGED_TRACEBACK", "log_error", "scrub", "set_scrubber"]
 
 #: The most characters of one traceback a log record carries (O2: bounded); the end is kept,
 #: where the raising line is.
-MAX_LOGGED_TRACEBACK = 16_384
+MAX_LOGGED_TRACEBACK = 8_192
 
 
 def _unchanged(text: str) -> str:
