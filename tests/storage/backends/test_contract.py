@@ -103,6 +103,51 @@ def test_create_get_and_list(make_store: Factory) -> None:
 
 
 @EVERY_STORE
+def test_what_a_store_reads_back_holds_plain_tuples_even_of_a_live_record(
+    make_store: Factory,
+) -> None:
+    # The contract (Store's docstring, "Live records"): a run commits records whose
+    # sequences are Vector or AppendOnly; what get, list and unfinished return holds plain
+    # tuples, so attrs.asdict, json and isinstance(x, tuple) see tuples on every store.
+    from mainspring.storage._seam import Vector
+
+    store = make_store()
+    plan = ms.Plan(id="p", goal="g", steps=Vector([ms.PlanStep(id="a", tool="t")]))
+    live = execution(plan=plan, completed_steps=Vector(["a"]))
+    assert store.create(live)
+    listed = store.list().executions
+    unfinished = getattr(store, "unfinished", store.list)().executions
+    for read in (store.get("ex-1"), *listed, *unfinished):
+        assert read is not None
+        assert read == live
+        assert type(read.completed_steps) is tuple
+        assert type(read.plan.steps) is tuple  # type: ignore[union-attr]
+        assert type(attrs.asdict(read)["completed_steps"]) is tuple
+
+
+@EVERY_STORE
+def test_a_stored_record_is_not_changed_by_mutating_what_was_given_or_read(
+    make_store: Factory,
+) -> None:
+    # A store keeps what was committed, not the caller's objects: changing a dict after
+    # create, or one inside a record read back, changes nothing stored.
+    store = make_store()
+    step = ms.PlanStep(id="a", tool="t", input={"items": [1]})
+    assert store.create(execution(plan=ms.Plan(id="p", goal="g", steps=(step,))))
+    step.input["items"].append(2)  # the caller's object, after create
+    first = store.get("ex-1")
+    assert first is not None
+    assert first.plan is not None
+    assert first.plan.steps[0].input == {"items": [1]}
+    first.plan.steps[0].input["more"] = True  # a reader's copy
+    again = store.get("ex-1")
+    assert again is not None
+    assert again.plan is not None
+    assert again.plan.steps[0].input == {"items": [1]}
+    assert again.plan.steps[0].input is not first.plan.steps[0].input
+
+
+@EVERY_STORE
 def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
     make_store: Factory,
 ) -> None:
