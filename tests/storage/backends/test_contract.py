@@ -1866,3 +1866,16 @@ def test_V2_L4_an_owner_that_lets_go_of_a_lease_that_lapsed_says_lapse(
     assert store.release("ex-1", a)
     assert _timeline(store)[1:] == [("lapse", a, None, "lease-expired")]
     assert store.history("ex-1")[-1].lapsed_at == 1_030.0
+
+
+def test_the_written_contract_names_the_layout_it_describes() -> None:
+    # help(Store) is the contract a backend author reads: its first line names the storage
+    # layout this mainspring writes, and every backend's docstring agrees with it.
+    from mainspring.storage._backends.sqlite.schema import SCHEMA_VERSION
+
+    current = f"storage v{SCHEMA_VERSION}"
+    first = (Store.__doc__ or "").splitlines()[0]
+    assert current in first, first
+    for backend in (file_module, ms.storage._backends.sqlite.store, PostgresStore):
+        opening = (inspect.getmodule(backend).__doc__ or "").splitlines()[0]  # type: ignore[union-attr]
+        assert "storage v" not in opening or current in opening, opening
