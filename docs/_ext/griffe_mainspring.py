@@ -82,10 +82,16 @@ class MainspringDocs(griffe.Extension):
                 obj.exports = list(names)
             for name, member in obj.members.items():
                 value = getattr(module, name, None)
-                if isinstance(member, griffe.Attribute) and inspect.isfunction(value):
+                # Exported from a private module (``open_system`` from ``_public``), the
+                # member is an alias: the attribute it names is what the reference shows.
+                try:
+                    target = member.final_target if member.is_alias else member
+                except griffe.AliasResolutionError:  # outside mainspring (``__future__``)
+                    continue
+                if isinstance(target, griffe.Attribute) and inspect.isfunction(value):
                     doc = inspect.getdoc(value)
-                    if doc and member.docstring is None:
-                        member.docstring = griffe.Docstring(rewrite(doc), parent=member)
+                    if doc and target.docstring is None:
+                        target.docstring = griffe.Docstring(rewrite(doc), parent=target)
         for member in obj.members.values():
             if not member.is_alias:
                 self._walk(member, seen)  # type: ignore[arg-type]

@@ -61,6 +61,8 @@ from ._home import store_kind as store_kind
 from ._ids import check_id as check_id
 from ._ids import check_relative_path as check_relative_path
 from ._journal.commit_events import events_for as events_for
+from ._journal.fold import Folded as Folded
+from ._journal.fold import fold as fold
 from ._journal.history import HistoryEvent as HistoryEvent
 from ._journal.history import check_after as _check_history_after
 from ._journal.history import parse_event as parse_event

@@ -8,17 +8,22 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 
+import attrs
+import orjson
+
 from ..storage import Execution, HistoryEvent, StorageError
 from ..storage._seam import (
     DEFAULT_MAX_BYTES,
     Base,
     CompareAndSetStore,
+    Folded,
     Listing,
     TooLarge,
     check_history_after,
     check_id,
     diff,
     dumps_checked,
+    fold,
     parse_event,
     snapshot_changes,
 )
@@ -31,6 +36,10 @@ class MemoryStore(CompareAndSetStore):
     real backends (leases L1-L4, the commit outcomes E2, history V2), nothing written
     anywhere, so a test measures the runtime, not the disk. Pass it as
     ``open_runtime(store=MemoryStore())``.
+
+    It keeps what was committed, as the real backends do, not the objects it was given:
+    every read returns a fresh record (plain tuples, dicts of its own), so changing what
+    was given or what was read changes nothing stored.
 
     What it keeps, it keeps until :meth:`delete` or until the object is gone: it does not
     survive the process (a "crash" test reopens a real store instead). Its calls never block
@@ -72,6 +81,9 @@ class MemoryStore(CompareAndSetStore):
         self.max_history = max_history
         self.max_bytes = max_bytes
         self._bases: dict[str, Base] = {}
+        # What is stored, as plain data decoded from what a real backend would write: reads
+        # are built from it, never from the records callers gave (those may be live).
+        self._stored: dict[str, Folded] = {}
         self._history: collections.deque[tuple[int, str, int, bytes]] = collections.deque(
             maxlen=max_history
         )
@@ -109,6 +121,10 @@ class MemoryStore(CompareAndSetStore):
                     raise TooLarge(what, len(data), self.max_bytes)
         seq = base.seq + 1 if base is not None else 1
         entries = [dumps_checked(event) for event in self._entries_for(base, execution, changes)]
+        stored = Folded(seq=seq) if base is None else self._stored[execution_id]
+        stored.apply(orjson.loads(dumps_checked(changes)), kind=what)
+        stored.seq = seq
+        self._stored[execution_id] = stored
         if base is None:
             window = next((list(c[1]) for c in changes if c[0] == "ckpts"), [])
             self._bases[execution_id] = Base.of(execution, seq, window=window)
@@ -123,8 +139,14 @@ class MemoryStore(CompareAndSetStore):
     def get(self, execution_id: str) -> Execution | None:
         """The execution as last committed, or None."""
         with self._lock:
-            base = self._load(execution_id)
-            return base.execution if base is not None else None
+            stored = self._stored.get(check_id(execution_id))
+            return self._read(execution_id, stored) if stored is not None else None
+
+    @staticmethod
+    def _read(execution_id: str, stored: Folded) -> Execution:
+        """A fresh record of what is stored: its own dicts and lists, plain tuples."""
+        copied = Folded(**orjson.loads(orjson.dumps(attrs.asdict(stored, recurse=False))))
+        return fold(copied, kind=f"execution {execution_id}")
 
     def list(self) -> Listing:
         """Every execution, by id (nothing here is ever unreadable)."""
@@ -136,8 +158,8 @@ class MemoryStore(CompareAndSetStore):
 
     def _listing(self, keep: Callable[[Execution], bool]) -> Listing:
         with self._lock:
-            found = [self._bases[key].execution for key in sorted(self._bases)]
-        return Listing(executions=tuple(e for e in found if keep(e)))
+            kept = [key for key in sorted(self._bases) if keep(self._bases[key].execution)]
+            return Listing(executions=tuple(self._read(key, self._stored[key]) for key in kept))
 
     def history(
         self, execution_id: str | None = None, *, after: int = 0, limit: int = 1_000
@@ -171,6 +193,7 @@ class MemoryStore(CompareAndSetStore):
             if base is None or not base.execution.terminal:
                 return False
             del self._bases[base.execution.id]
+            del self._stored[base.execution.id]
             kept = [row for row in self._history if row[1] != base.execution.id]
             self._history.clear()
             self._history.extend(kept)

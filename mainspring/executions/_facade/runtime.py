@@ -534,7 +534,9 @@ class Runtime:
             record, begin = prepare_resume(
                 stored, cfg.owner, answer, approve, max_calls, limits=limits
             )
-            record = resumed_deadline(stored, record, deadline, now)  # B1
+            # B1: a deadline is wall-clock (set at start and checked by the run on
+            # time.time()); ``now`` is the store's lease clock, which may read otherwise.
+            record = resumed_deadline(stored, record, deadline, time.time())
             begins.append(begin)
             return record
 

@@ -217,6 +217,8 @@ RunEvent: TypeAlias = (
     | ExecutionFailed
     | WorkerChanged
 )
+"""Every event a runtime publishes: ``Runtime.events()`` yields these (and the kernel's
+``EventsDropped`` when a subscriber fell behind); match on the class."""
 
 
 #: The runtime's bus: the kernel's, typed for run events.

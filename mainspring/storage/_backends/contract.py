@@ -89,7 +89,7 @@ class Listing:
 
 
 class Store(Protocol):
-    """The backend contract (storage v2): what every store offers and must keep.
+    """The backend contract (storage v3): what every store offers and must keep.
 
     ``FileStore``, ``SqliteStore`` and ``PostgresStore`` implement it; one contract suite
     (``tests/storage/backends/test_contract.py``, parametrised by backend) checks each of them.

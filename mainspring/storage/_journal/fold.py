@@ -1,4 +1,4 @@
-"""Reading storage v2 back: the changes of ``_journal`` replayed (files) or the rows read in
+"""Reading the journal back: the changes of ``_journal`` replayed (files) or the rows read in
 position order (SQLite) into plain data, then parsed strictly into the execution."""
 
 from __future__ import annotations

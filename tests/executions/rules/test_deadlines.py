@@ -245,6 +245,35 @@ async def test_B1_resume_with_a_new_deadline_stops_again_with_Timeout(tmp_path: 
     assert record.controls[-1].reason.startswith("timeout: ")
 
 
+async def test_B1_a_run_deadline_is_wall_clock_whatever_the_store_clock_reads() -> None:
+    # A store's clock decides leases (a PostgreSQL server's, a test's ManualClock); a run's
+    # deadline is wall-clock, set and checked on time.time(): a resume judges and sets it
+    # on the same clock, so a passed deadline is dropped and a new one counts from now.
+    from mainspring.testing import ManualClock, MemoryStore
+
+    hang = Hang()
+    store = MemoryStore(clock=ManualClock(start=1_000.0))
+    async with runtime(store, tools={"hang": hang}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "hang")), deadline=SHORT)
+        assert (await handle.wait()).status == "paused"
+        hang.finish = True
+        result = await (await rt.resume(handle.execution_id)).wait()
+        record = stored(rt, handle.execution_id)
+        assert result.status == "completed"
+        assert record.deadline_at is None
+        assert "deadline had passed" in record.controls[-1].reason
+        hang.finish = False
+        again = await rt.start("g", plan_of(tool("a", "hang")), deadline=SHORT)
+        assert (await again.wait()).status == "paused"
+        before = time.time()
+        resumed = await rt.resume(again.execution_id, deadline=86_400)
+        renewed = stored(rt, again.execution_id)
+        assert renewed.deadline_at is not None
+        assert renewed.deadline_at >= before + 86_400
+        hang.finish = True
+        assert (await resumed.wait()).status == "completed"
+
+
 async def test_B1_a_deadline_not_reached_changes_nothing(tmp_path: Path) -> None:
     async with runtime(tmp_path) as rt:
         handle = await rt.start("g", plan_of(tool("a", "inc", x=1)), deadline=86_400)

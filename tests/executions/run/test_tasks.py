@@ -535,6 +535,16 @@ def _counting(monkeypatch: pytest.MonkeyPatch, counts: collections.Counter[str])
             sys.setprofile(None)
 
 
+class _Kept(MemoryStore):
+    """Keeps the last record it was given to store: the run's own, not a read's copy."""
+
+    given: ms.storage.Execution | None = None
+
+    def _store(self, base: Any, execution: ms.storage.Execution) -> None:
+        super()._store(base, execution)
+        self.given = execution
+
+
 async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     async def work(ctx: ms.AgentContext, input: Any) -> int:
         total = 0
@@ -544,17 +554,21 @@ async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Count
 
     counts: collections.Counter[str] = collections.Counter()
     # No heartbeat or renewal falls inside the run: what is counted is the steps' own cost.
+    store = _Kept()
     async with runtime(
-        MemoryStore(), agents={"work": work}, lease_ttl=600.0, heartbeat_interval=300.0
+        store, agents={"work": work}, lease_ttl=600.0, heartbeat_interval=300.0
     ) as rt:
         with _counting(monkeypatch, counts):
             handle = await rt.start("count", plan_of(agent("a", "work")))
             result = await handle.wait()
-        record = stored(rt, result.execution_id)
+        assert stored(rt, result.execution_id) == store.given
+        record = store.given
     assert result.status == "completed"
     assert result.outputs["a"] == sum(range(steps))
-    # The stored record's inner steps are one shared list's view (a store makes their
-    # stored form from it, as views of one list too: test_stored_form.py).
+    # The record the run gave the store: its inner steps are one shared list's view (a
+    # store makes their stored form from it, as views of one list too:
+    # test_stored_form.py; what a read returns is a copy of plain tuples).
+    assert record is not None
     [task] = tasks_of(record)
     assert type(task.inner_completed) is AppendOnly
     assert type(task.inner_observations) is AppendOnly

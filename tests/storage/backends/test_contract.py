@@ -103,6 +103,51 @@ def test_create_get_and_list(make_store: Factory) -> None:
 
 
 @EVERY_STORE
+def test_what_a_store_reads_back_holds_plain_tuples_even_of_a_live_record(
+    make_store: Factory,
+) -> None:
+    # The contract (Store's docstring, "Live records"): a run commits records whose
+    # sequences are Vector or AppendOnly; what get, list and unfinished return holds plain
+    # tuples, so attrs.asdict, json and isinstance(x, tuple) see tuples on every store.
+    from mainspring.storage._seam import Vector
+
+    store = make_store()
+    plan = ms.Plan(id="p", goal="g", steps=Vector([ms.PlanStep(id="a", tool="t")]))
+    live = execution(plan=plan, completed_steps=Vector(["a"]))
+    assert store.create(live)
+    listed = store.list().executions
+    unfinished = getattr(store, "unfinished", store.list)().executions
+    for read in (store.get("ex-1"), *listed, *unfinished):
+        assert read is not None
+        assert read == live
+        assert type(read.completed_steps) is tuple
+        assert type(read.plan.steps) is tuple  # type: ignore[union-attr]
+        assert type(attrs.asdict(read)["completed_steps"]) is tuple
+
+
+@EVERY_STORE
+def test_a_stored_record_is_not_changed_by_mutating_what_was_given_or_read(
+    make_store: Factory,
+) -> None:
+    # A store keeps what was committed, not the caller's objects: changing a dict after
+    # create, or one inside a record read back, changes nothing stored.
+    store = make_store()
+    step = ms.PlanStep(id="a", tool="t", input={"items": [1]})
+    assert store.create(execution(plan=ms.Plan(id="p", goal="g", steps=(step,))))
+    step.input["items"].append(2)  # the caller's object, after create
+    first = store.get("ex-1")
+    assert first is not None
+    assert first.plan is not None
+    assert first.plan.steps[0].input == {"items": [1]}
+    first.plan.steps[0].input["more"] = True  # a reader's copy
+    again = store.get("ex-1")
+    assert again is not None
+    assert again.plan is not None
+    assert again.plan.steps[0].input == {"items": [1]}
+    assert again.plan.steps[0].input is not first.plan.steps[0].input
+
+
+@EVERY_STORE
 def test_L1_acquire_is_compare_and_set_and_takes_over_an_expired_lease(
     make_store: Factory,
 ) -> None:
@@ -1821,3 +1866,16 @@ def test_V2_L4_an_owner_that_lets_go_of_a_lease_that_lapsed_says_lapse(
     assert store.release("ex-1", a)
     assert _timeline(store)[1:] == [("lapse", a, None, "lease-expired")]
     assert store.history("ex-1")[-1].lapsed_at == 1_030.0
+
+
+def test_the_written_contract_names_the_layout_it_describes() -> None:
+    # help(Store) is the contract a backend author reads: its first line names the storage
+    # layout this mainspring writes, and every backend's docstring agrees with it.
+    from mainspring.storage._backends.sqlite.schema import SCHEMA_VERSION
+
+    current = f"storage v{SCHEMA_VERSION}"
+    first = (Store.__doc__ or "").splitlines()[0]
+    assert current in first, first
+    for backend in (file_module, ms.storage._backends.sqlite.store, PostgresStore):
+        opening = (inspect.getmodule(backend).__doc__ or "").splitlines()[0]  # type: ignore[union-attr]
+        assert "storage v" not in opening or current in opening, opening

@@ -1,4 +1,4 @@
-"""FileStore: storage v2 as one journal file per execution, shared safely by processes.
+"""FileStore: storage v3 as one journal file per execution, shared safely by processes.
 
 ``<id>.journal`` is a sequence of checksummed frames (``frames``). A commit appends
 one frame holding what changed (``storage._journal``) and the history entries it adds, then

@@ -1,4 +1,4 @@
-"""PostgresStore: storage v2 on a PostgreSQL server, for many hosts sharing one store.
+"""PostgresStore: storage v3 on a PostgreSQL server, for many hosts sharing one store.
 
 The same rows as SqliteStore (``schema``): a header row per execution plus one row per
 plan step, observation, completed step, agent task and inner step; a commit writes only

@@ -1,4 +1,4 @@
-"""SqliteStore: storage v2 in normalised tables of one WAL database, ``synchronous=FULL``.
+"""SqliteStore: storage v3 in normalised tables of one WAL database, ``synchronous=FULL``.
 
 An execution is a header row (``executions``: its head as JSON, status, update time, the
 per-execution sequence number and its checkpoint window) plus one row per plan step, per
