@@ -472,7 +472,7 @@ class ExecutionActor(Actor):
             )
         spans = self._funnel.spans
         if spans is not None:  # O1: this attempt's span
-            spans.step_started(step)
+            spans.step_started(step, self._children.attempt_of(step))
         if st.live_plan is None and step.id in st.rec.masked_inputs:
             return await self._tasks.masked_input(step)
         if step.kind != "agent":

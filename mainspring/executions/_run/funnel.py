@@ -72,7 +72,7 @@ class Funnel:
 
     def publish(self, event: RunEvent) -> None:
         if self.spans is not None and type(event) is StepRetrying:
-            self.spans.step_retrying(event.step_id, event.attempt)
+            self.spans.step_retrying(event.step_id)
         self._publish(event)
 
     def publish_step(self, step_id: str, state: str) -> None:
