@@ -94,8 +94,8 @@ def _no_owner_since(execution: Execution, now: float) -> float | None:
     if execution.status not in ("planned", "running") or _holding(execution, now) is not None:
         return None
     lease = execution.lease
-    if lease is not None and lease.owner and lease.expires_at > 0:
-        return lease.expires_at
+    if lease is not None and lease.expires_at > 0:
+        return lease.expires_at  # lapsed (and maybe let go since: it keeps its expiry)
     return execution.updated_at
 
 

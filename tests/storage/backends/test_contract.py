@@ -1821,3 +1821,27 @@ def test_V2_L4_an_owner_that_lets_go_of_a_lease_that_lapsed_says_lapse(
     assert store.release("ex-1", a)
     assert _timeline(store)[1:] == [("lapse", a, None, "lease-expired")]
     assert store.history("ex-1")[-1].lapsed_at == 1_030.0
+
+
+@EVERY_STORE
+def test_V2_a_takeover_after_an_owner_let_a_lapsed_lease_go_says_lease_expired(
+    make_store: Factory,
+) -> None:
+    # Its owner stalled past its lease and let it go (a lapse): the next tenure says the
+    # lease expired, never that a runtime shut down (there was no shutdown).
+    clock = Clock()
+    store = make_store(clock)
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    store.create(execution(status="running"))
+    assert store.acquire("ex-1", a, ttl=30).acquired
+    clock.now += 40
+    assert store.release("ex-1", a)
+    assert store.acquire("ex-1", b, ttl=30).acquired
+    assert _timeline(store) == [
+        ("lapse", a, None, "lease-expired"),
+        ("takeover", b, None, "lease-expired"),
+    ]
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.lease is not None
+    assert stored.lease.owner == b
