@@ -94,8 +94,8 @@ def _no_owner_since(execution: Execution, now: float) -> float | None:
     if execution.status not in ("planned", "running") or _holding(execution, now) is not None:
         return None
     lease = execution.lease
-    if lease is not None and lease.owner and lease.expires_at > 0:
-        return lease.expires_at
+    if lease is not None and lease.expires_at > 0:
+        return lease.expires_at  # lapsed (and maybe let go since: it keeps its expiry)
     return execution.updated_at
 
 
@@ -401,8 +401,10 @@ class Owners:
     def __init__(self) -> None:
         self._held: dict[str, str | None] = {}
 
-    def who(self, event: HistoryEvent) -> str | None:
-        """Who the entry is by or about, where known; and note what it changes."""
+    def who(self, event: HistoryEvent, issuer: str | None = None) -> str | None:
+        """Who the entry is by or about, where known; and note what it changes.
+        ``issuer``: who issued a control written in the same commit (E13): that commit
+        is theirs (a pause from elsewhere), whoever held the lease."""
         if event.kind in ("created", "takeover"):
             self._held[event.execution_id] = event.owner
             return event.owner
@@ -411,7 +413,19 @@ class Owners:
             return event.owner
         if event.kind == "control" and event.owner is not None:
             return event.owner  # who issued it, whoever held the lease
-        return self._held.get(event.execution_id)
+        by = issuer if issuer is not None else self._held.get(event.execution_id)
+        if event.kind == "status" and event.status not in ("planned", "running"):
+            self._held[event.execution_id] = None  # L3: a pause, a wait or an end lets go
+        return by
+
+
+def _issuers(page: Sequence[HistoryEvent]) -> dict[tuple[str, int], str]:
+    """Who issued a control, by the commit (execution, its sequence) that wrote it."""
+    found: dict[tuple[str, int], str] = {}
+    for event in page:
+        if event.kind == "control" and event.owner is not None:
+            found.setdefault((event.execution_id, event.execution_seq), event.owner)
+    return found
 
 
 def _event_line(event: HistoryEvent, who: str | None = None) -> str:
@@ -516,8 +530,9 @@ def _print_page(
     """Print every entry after ``last`` (of ``execution_id``, or all); the last printed."""
     while True:
         page = store.history(execution_id, after=last, limit=_PAGE)
+        issuers = _issuers(page)
         for event in page:
-            who = owners.who(event)
+            who = owners.who(event, issuers.get((event.execution_id, event.execution_seq)))
             if out.as_json:
                 out.data({k: v for k, v in attrs.asdict(event).items() if v is not None})
             else:

@@ -1317,3 +1317,27 @@ def test_show_watch_prints_each_new_entry_and_stops_when_the_run_finishes(
     code, out = run_cli("show", "ex-held", "--watch", "--store", str(path))
     assert code == EXIT_OK
     assert "watching" not in out
+
+
+def test_E13_events_credit_a_pause_and_a_cancel_from_elsewhere_to_who_issued_them(
+    tmp_path: Path,
+) -> None:
+    # A runs ex-held; the command pauses it, then cancels it. The status changes are the
+    # command's writes, not A's, and nobody holds the lease after the pause (L3).
+    path = tmp_path / "s.sqlite3"
+    _owners_store(path)
+    assert run_cli("pause", "ex-held", "--store", str(path))[0] == EXIT_OK
+    assert run_cli("cancel", "ex-held", "--store", str(path))[0] == EXIT_OK
+    code, out = run_cli("events", "ex-held", "--store", str(path))
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    paused = next(line for line in lines if "running -> paused" in line)
+    pause = next(line for line in lines if "  control  pause" in line)
+    cancelled = next(line for line in lines if "paused -> cancelled" in line)
+    cancel = next(line for line in lines if "  control  cancel" in line)
+    assert lines[0].endswith(f"by {A}")  # created: A held it
+    issuer = pause.rsplit("  by ", 1)[1]
+    assert issuer != A
+    assert paused.endswith(f"by {issuer}")
+    assert cancelled.endswith(f"by {cancel.rsplit('  by ', 1)[1]}")
+    assert not any(line.endswith(f"by {A}") for line in lines[lines.index(paused) :])

@@ -134,7 +134,8 @@ async def open_runtime(
     OpenTelemetry libraries do; with neither, telemetry is off and ``opentelemetry`` is
     never imported. ``telemetry=False`` turns it off whatever is set; ``True`` turns it on
     with the global providers even if none was set. Spans and metrics carry ids, states,
-    counts, durations and usage only, redacted (see the telemetry guide).
+    counts, durations and usage only, redacted (see the telemetry guide). A provider that
+    is not an OpenTelemetry ``TracerProvider`` / ``MeterProvider`` is a ``TypeError``.
 
     Leaving the block stops every run here with ``Shutdown``: each releases its lease and
     leaves its record as it was, so :meth:`Runtime.recover` (here or in another process)

@@ -468,8 +468,10 @@ class ExecutionActor(Actor):
         now = time.time()
         st.sched.set(step.id, StepStatus.RUNNING)
         st.in_flight.discard(step.id)  # restarted once; from now on it is an ordinary step
-        self._funnel.step_started(step, now)  # logged, announced and traced (O1)
+        self._funnel.step_started(step, now)  # logged and announced, each only when heard
         spans = self._funnel.spans
+        if spans is not None:  # O1: this attempt's span
+            spans.step_started(step, self._children.attempt_of(step))
         if st.live_plan is None and step.id in st.rec.masked_inputs:
             return await self._tasks.masked_input(step)
         if step.kind != "agent":

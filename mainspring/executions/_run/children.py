@@ -530,6 +530,12 @@ class Children:
             return []  # a replan gave the step id another target (R6): its own count
         return attempts_of(observation)
 
+    def attempt_of(self, step: PlanStep) -> int:
+        """The number of ``step``'s attempt that starts now: one past its failed attempts
+        kept on the record (a run resumed while the step waited to retry goes on counting)."""
+        before = self._attempts_so_far(step)
+        return before[-1].attempt + 1 if before else 1
+
     async def retry_later(
         self,
         step: PlanStep,

@@ -75,11 +75,11 @@ class Funnel:
         """Announce ``event`` and log it (``reason``: what stopped the run, for its end)."""
         _log.run_event(event, reason)
         if self.spans is not None and type(event) is StepRetrying:
-            self.spans.step_retrying(event.step_id, event.attempt)
+            self.spans.step_retrying(event.step_id)
         self._publish(event)
 
     def step_started(self, step: PlanStep, now: float) -> None:
-        """Announce, log (at DEBUG) and trace that ``step`` started: each built only when heard."""
+        """Announce and log (at DEBUG) that ``step`` started: built only when heard."""
         st = self._state
         if _log.steps_logged():
             _log.step_started(st.rec.id, step.id, step.kind, step.target)
@@ -87,8 +87,6 @@ class Funnel:
             self._publish(
                 StepStarted(execution_id=st.rec.id, at=now, step_id=step.id, kind=step.kind)
             )
-        if self.spans is not None:  # O1: this attempt's span
-            self.spans.step_started(step)
 
     def publish_step(self, step_id: str, state: str) -> None:
         st = self._state

@@ -144,14 +144,13 @@ class RunSpans:
         #: stored, then what is stored (a later run's span is never stored over it).
         self.traceparent = record.trace_context or traceparent_of(self.span)
         self._steps: dict[str, _Open] = {}
-        self._attempts: dict[str, int] = {}  # the next attempt of a retried step
         meters.runs.add(1, {STATUS: "running"})
         meters.leases_held.add(1)
 
     # -- steps -----------------------------------------------------------------------------
 
-    def step_started(self, step: PlanStep) -> None:
-        attempt = self._attempts.get(step.id, 1)
+    def step_started(self, step: PlanStep, attempt: int) -> None:
+        """Attempt ``attempt`` of ``step`` (counted on its record, across resumes) starts."""
         span = self._tracer.start_span(
             "mainspring.step",
             context=self._context,
@@ -175,9 +174,8 @@ class RunSpans:
             self._meters.step_duration.record(seconds, {STEP_KIND: opened.kind, STEP_STATE: state})
         return opened
 
-    def step_retrying(self, step_id: str, attempt: int) -> None:
-        """Attempt ``attempt`` failed and the step is retried: its span ends failed."""
-        self._attempts[step_id] = attempt + 1
+    def step_retrying(self, step_id: str) -> None:
+        """The step's attempt failed and it is retried: its span ends failed."""
         opened = self._close(step_id, "retrying")
         if opened is not None:
             opened.span.set_status(Status(StatusCode.ERROR, "attempt failed"))

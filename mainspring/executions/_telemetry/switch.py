@@ -47,7 +47,8 @@ def telemetry_from(enabled: Any, tracer_provider: Any, meter_provider: Any) -> T
     """``open_runtime``'s ``telemetry``, ``tracer_provider`` and ``meter_provider``: the
     runtime's :class:`Telemetry`, or None when it is off. ``enabled`` None (the default):
     on when a provider is given or the application set a global one; True: on (the global
-    providers, whatever they are); False: off, whatever is given."""
+    providers, whatever they are); False: off, whatever is given. A provider given that is
+    not OpenTelemetry's (API) ``TracerProvider`` / ``MeterProvider`` is a ``TypeError``."""
     if enabled is not None and not isinstance(enabled, bool):
         raise TypeError(f"telemetry must be True, False or None, not {enabled!r}")
     if enabled is False:
@@ -56,9 +57,18 @@ def telemetry_from(enabled: Any, tracer_provider: Any, meter_provider: Any) -> T
     if enabled is None and not given and not _global_provider_set():
         return None
     try:
-        import opentelemetry.trace  # noqa: F401
+        from opentelemetry import metrics, trace
     except ImportError as exc:
         raise ImportError("telemetry needs the otel extra: pip install 'mainspring[otel]'") from exc
+    for name, given_one, kind, spelled in (
+        ("tracer_provider", tracer_provider, trace.TracerProvider, "trace.TracerProvider"),
+        ("meter_provider", meter_provider, metrics.MeterProvider, "metrics.MeterProvider"),
+    ):
+        if given_one is not None and not isinstance(given_one, kind):
+            raise TypeError(
+                f"{name} must be an opentelemetry.{spelled} (or None), "
+                f"not {type(given_one).__name__}"
+            )
     return Telemetry(tracer_provider, meter_provider)
 
 

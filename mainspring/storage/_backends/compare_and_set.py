@@ -378,8 +378,14 @@ class CompareAndSetStore:
             if updated is None:
                 return False
             assert base is not None
-            # A lease that ran out before its owner let it go: said (V2); else nothing.
+            # A lease that ran out before its owner let it go: said (V2); else nothing. It
+            # keeps its expiry, so that the next tenure says the lease expired (not that a
+            # runtime shut down) and `ls` when nobody held it since.
             self._notes = release_entries(base.execution, self._clock())
+            before = base.execution.lease
+            if self._notes and before is not None:
+                lapsed = Lease(owner="", expires_at=before.expires_at, epoch=before.epoch)
+                updated = attrs.evolve(updated, lease=lapsed)
             try:
                 self._store(base, updated)
             finally:

@@ -188,7 +188,9 @@ def takeover_entries(
     elif stored.status == "paused":
         why = "after-pause"
     elif stored.status in _LIVE:
-        why = "after-shutdown"
+        # A lease its owner let go only after it lapsed keeps its expiry (``release``).
+        lapsed = before is not None and before.expires_at > 0
+        why = "lease-expired" if lapsed else "after-shutdown"
     else:
         why = "released"
     entries.append(

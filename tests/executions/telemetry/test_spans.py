@@ -3,6 +3,7 @@ status and event, redaction, and none at all when telemetry is off."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -205,3 +206,31 @@ async def test_O1_no_span_and_no_point_when_telemetry_is_off() -> None:
     assert otel.points("mainspring.steps.started") == []
     assert record is not None
     assert record.trace_context is None
+
+
+async def test_O1_a_resumed_step_keeps_counting_its_attempts() -> None:
+    # Attempt 1 fails and the run is paused while it waits to retry: the resumed run's
+    # attempt is the step's 2nd (as its record and the history say), not a 1st again.
+    calls: list[int] = []
+
+    async def flaky(**_: Any) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first time")
+        return 1
+
+    slow = RetryPolicy(max_attempts=3, base_delay=60.0, max_delay=60.0, jitter=0.0)
+    otel = Otel()
+    async with otel.runtime(tools={"flaky": flaky}, retries={"tool": slow}) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "flaky")))
+        history = rt.events(handle.execution_id, after=0, poll=0.01)
+        with anyio.fail_after(30):
+            async with aclosing(history):
+                async for entry in history:
+                    if entry.kind == "retry":
+                        break
+        await rt.pause(handle.execution_id)
+        result = await (await rt.resume(handle.execution_id)).wait()
+    assert result.status == "completed"
+    attempts = [s.attributes["mainspring.step.attempt"] for s in otel.spans("mainspring.step")]
+    assert sorted(attempts) == [1, 2]

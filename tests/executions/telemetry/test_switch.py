@@ -42,3 +42,17 @@ def test_O1_telemetry_is_off_without_a_provider_and_on_with_one() -> None:
 def test_O1_telemetry_takes_only_true_false_or_none() -> None:
     with pytest.raises(TypeError, match="telemetry"):
         telemetry_from("yes", None, None)
+
+
+def test_O1_a_provider_of_the_wrong_type_is_a_clear_error() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    with pytest.raises(TypeError, match="tracer_provider"):
+        telemetry_from(None, "x", None)
+    with pytest.raises(TypeError, match="tracer_provider"):
+        telemetry_from(True, MeterProvider(), None)  # the two swapped
+    with pytest.raises(TypeError, match="meter_provider"):
+        telemetry_from(None, None, TracerProvider())
+    with pytest.raises(TypeError, match="meter_provider"):
+        telemetry_from(None, TracerProvider(), object())

@@ -1879,3 +1879,27 @@ def test_the_written_contract_names_the_layout_it_describes() -> None:
     for backend in (file_module, ms.storage._backends.sqlite.store, PostgresStore):
         opening = (inspect.getmodule(backend).__doc__ or "").splitlines()[0]  # type: ignore[union-attr]
         assert "storage v" not in opening or current in opening, opening
+
+
+@EVERY_STORE
+def test_V2_a_takeover_after_an_owner_let_a_lapsed_lease_go_says_lease_expired(
+    make_store: Factory,
+) -> None:
+    # Its owner stalled past its lease and let it go (a lapse): the next tenure says the
+    # lease expired, never that a runtime shut down (there was no shutdown).
+    clock = Clock()
+    store = make_store(clock)
+    a, b = "host:1:aaaa", "host:2:bbbb"
+    store.create(execution(status="running"))
+    assert store.acquire("ex-1", a, ttl=30).acquired
+    clock.now += 40
+    assert store.release("ex-1", a)
+    assert store.acquire("ex-1", b, ttl=30).acquired
+    assert _timeline(store) == [
+        ("lapse", a, None, "lease-expired"),
+        ("takeover", b, None, "lease-expired"),
+    ]
+    stored = store.get("ex-1")
+    assert stored is not None
+    assert stored.lease is not None
+    assert stored.lease.owner == b
