@@ -99,11 +99,28 @@ def _no_owner_since(execution: Execution, now: float) -> float | None:
     return execution.updated_at
 
 
-def _status_cell(execution: Execution, now: float) -> str:
+def _owner_dead(execution: Execution, now: float) -> bool:
+    """L7: a run that should be running whose lease still looks live but whose owner, a
+    process of this host, is gone (``kill -9``): nobody runs it until the lease lapses or
+    a runtime recovers it. Reads ``/proc`` (the command is not on an event loop)."""
+    if execution.status not in ("planned", "running"):
+        return False
+    holder = _holding(execution, now)
+    return holder is not None and owner_gone(holder)
+
+
+def _owner_note(execution: Execution, now: float) -> str:
+    """What to add to a run's status when nobody runs it ("" when its owner does)."""
     since = _no_owner_since(execution, now)
-    if since is None:
-        return str(execution.status)
-    return f"{execution.status} (no owner since {when(since)})"
+    if since is not None:
+        return f" (no owner since {when(since)})"
+    if _owner_dead(execution, now):
+        return " (owner gone: its process ended)"
+    return ""
+
+
+def _status_cell(execution: Execution, now: float) -> str:
+    return f"{execution.status}{_owner_note(execution, now)}"
 
 
 def _usage_line(execution: Execution) -> str:
@@ -159,6 +176,7 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "usage": unstructure(e.usage),  # B3: cost as exact decimal text
                     "lease_owner": _holding(e, now),
                     "no_owner_since": _no_owner_since(e, now),
+                    "owner_gone": _owner_dead(e, now),
                     "updated_at": e.updated_at,
                 }
                 for e in executions
@@ -224,9 +242,8 @@ def _render(store: Store, out: Out, args: argparse.Namespace, execution: Executi
         return EXIT_OK
     now = store.now()  # the store's clock: a shared server's, not this host's
     status = out.paint(execution.status, execution.status)
+    status += _owner_note(execution, now)
     free_since = _no_owner_since(execution, now)
-    if free_since is not None:
-        status += f" (no owner since {when(free_since)})"
     out.line(f"{execution.id}  {status}")
     out.line(f"goal:    {clamp(execution.goal, 200)}")
     out.line(

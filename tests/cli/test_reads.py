@@ -1240,6 +1240,43 @@ def test_ls_and_show_say_when_a_running_run_has_no_owner(tmp_path: Path) -> None
     assert f"lease:   {A}" in out
 
 
+def test_L7_ls_and_show_say_when_a_live_looking_lease_belongs_to_a_process_that_ended(
+    tmp_path: Path,
+) -> None:
+    # A kill -9'd owner leaves a lease that still looks live: nobody runs the run until it
+    # lapses or a runtime recovers it (L7), and ls / show say so instead of plain "running".
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from mainspring.storage._seam import new_owner_id; print(new_owner_id())",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(ms.__file__).resolve().parent.parent)},
+    )
+    dead = child.stdout.decode().strip()  # the process that made this owner id has ended
+    path = tmp_path / "s.sqlite3"
+    store = SqliteStore(path)
+    try:
+        far = time.time() + 3_600
+        _leased(store, "ex-dead", "running", ms.storage.Lease(owner=dead, expires_at=far, epoch=1))
+        _leased(store, "ex-held", "running", ms.storage.Lease(owner=A, expires_at=far, epoch=1))
+    finally:
+        store.close()
+    code, out = run_cli("ls", "--store", str(path))
+    assert code == EXIT_OK
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "running (owner gone: its process ended)" in rows["ex-dead"]
+    assert "owner gone" not in rows["ex-held"]  # another host's owner: in doubt, alive
+    code, out = run_cli("ls", "--store", str(path), "--json")
+    gone = {e["id"]: e["owner_gone"] for e in json.loads(out)}
+    assert gone == {"ex-dead": True, "ex-held": False}
+    code, out = run_cli("show", "ex-dead", "--store", str(path))
+    assert out.splitlines()[0] == "ex-dead  running (owner gone: its process ended)"
+
+
 def test_events_say_who_took_a_run_over_from_whom_and_who_ran_each_entry(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     _owners_store(path)
