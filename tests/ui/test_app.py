@@ -376,3 +376,24 @@ async def test_stopping_the_view_ends_its_streams(store: Any) -> None:
         with anyio.fail_after(GRACE + 5):
             while await stream.line() is not None:
                 pass
+
+
+async def test_a_deep_plan_listed_last_step_first_is_laid_out(tmp_path: Path) -> None:
+    """A chain of 600 steps whose plan lists the last one first: the run view lays it out
+    (each step one column right of its dependency), without recursing once per step."""
+    path = str(tmp_path / "deep.sqlite3")
+    gate = Gate()
+    chain = [tool("s0", "gate")] + [tool(f"s{i}", "inc", f"s{i - 1}") for i in range(1, 600)]
+    async with ms.open_runtime(
+        store=path, tools={"gate": gate, "inc": APP["tools"]["inc"]}, **FAST
+    ) as server:
+        await server.start("deep", plan_of(*reversed(chain)), execution_id="ex-deep")
+        await gate.entered.wait()
+        async with serve(path) as ui, client(ui) as http:
+            got = await http.get("/api/runs/ex-deep")
+            assert got.status_code == 200, got.text[:200]
+            plan = got.json()["plan"]
+            assert {s["id"]: s["depth"] for s in plan["steps"]} == {f"s{i}": i for i in range(600)}
+            assert (plan["columns"], plan["rows"]) == (600, 1)
+            assert len(got.content) < 600 * 1_000  # bounded: no step sends more than its own
+        gate.opened.set()
