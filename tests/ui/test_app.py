@@ -397,3 +397,13 @@ async def test_a_deep_plan_listed_last_step_first_is_laid_out(tmp_path: Path) ->
             assert (plan["columns"], plan["rows"]) == (600, 1)
             assert len(got.content) < 600 * 1_000  # bounded: no step sends more than its own
         gate.opened.set()
+
+
+async def test_a_limit_of_digits_int_cannot_read_is_a_400_not_a_crash(store: Any) -> None:
+    """``str.isdigit`` says yes to a superscript two; ``int`` does not: refused as a bad
+    limit (400), never an internal error."""
+    async with serve(store) as ui, client(ui) as http:
+        for bad in ("\u00b2", "\u0661", "1\u00b2", "\uff11"):
+            got = await http.get("/api/runs", params={"limit": bad})
+            assert got.status_code == 400, (bad, got.status_code)
+            assert "limit" in got.json()["error"]
