@@ -407,3 +407,18 @@ async def test_a_limit_of_digits_int_cannot_read_is_a_400_not_a_crash(store: Any
             got = await http.get("/api/runs", params={"limit": bad})
             assert got.status_code == 400, (bad, got.status_code)
             assert "limit" in got.json()["error"]
+
+
+async def test_S1_stop_task_on_a_finished_task_is_refused_and_says_why(store: Any) -> None:
+    """S1: a finished task is reported and left alone: the button's answer is a refusal
+    (409, as a pause of a paused run, and as the command's exit 1) with the reason, never
+    a success the page would show as done."""
+    async with serve(store) as ui, client(ui) as http:
+        (task,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        first = await http.post(f"/api/tasks/{task['id']}/stop", json={})
+        assert first.status_code == 200, first.text
+        again = await http.post(f"/api/tasks/{task['id']}/stop", json={})
+        assert again.status_code == 409, again.text
+        assert "already cancelled" in again.json()["error"]
+        (after,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        assert after["state"] == "cancelled"
