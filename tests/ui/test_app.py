@@ -422,3 +422,19 @@ async def test_S1_stop_task_on_a_finished_task_is_refused_and_says_why(store: An
         assert "already cancelled" in again.json()["error"]
         (after,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
         assert after["state"] == "cancelled"
+
+
+async def test_the_printed_urls_redirect_stays_on_this_view(store: Any) -> None:
+    """The landing's redirect names a path of this view only: a path starting ``//`` is not
+    sent on to another host, and one holding CR LF is encoded, not a broken response."""
+    async with serve(store) as ui:
+        for path, expected in (
+            ("//evil.example/x", "/evil.example/x"),
+            ("/%2F%2Fevil.example", "/evil.example"),
+            ("/%0D%0ASet-Cookie:%20x=1", "/%0D%0ASet-Cookie%3A%20x%3D1"),
+            ("/runs/ex-ok", "/runs/ex-ok"),
+        ):
+            async with raw(ui, "GET", f"{path}?token={ui.token}") as said:
+                assert said.status == 303, (path, said.status)
+                assert said.headers["location"] == expected, path
+                assert "x=1" not in said.headers.get("set-cookie", ""), path
