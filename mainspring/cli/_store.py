@@ -34,7 +34,12 @@ def shown(store: str) -> str:
 
 def _open_postgres(url: str, *, write: bool) -> tuple[Store, Callable[[], None]]:
     try:
-        store = PostgresStore(url, read_only=not write)
+        # Read-only first, as for a file: it proves a store is there, creating nothing (a
+        # writable open makes the schema and its tables where none are).
+        store = PostgresStore(url, read_only=True)
+        if write:
+            store.close()
+            store = PostgresStore(url)
     except (StorageError, ValueError) as exc:
         raise CliError(f"cannot use the store at {shown(url)}: {exc}", EXIT_NO_STORE) from None
     return store, store.close

@@ -60,6 +60,12 @@ def _error(status: int, message: str) -> Response:
     return _json({"error": message}, status)
 
 
+def _whole(text: str) -> bool:
+    """Whether ``text`` is a whole number ``int`` reads: ASCII digits only (``isdigit``
+    alone also says yes to a superscript two, which ``int`` refuses), at most 20 of them."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
+
 def _id(request: Request, what: str = "execution") -> str:
     raw = request.path_params["id"]
     try:
@@ -77,7 +83,7 @@ async def _body(request: Request) -> dict[str, Any]:
     if origin is not None and origin != f"{request.url.scheme}://{request.headers.get('host')}":
         raise _Problem(403, "a control comes from this view's own page only")
     length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+    if length is not None and (not _whole(length) or int(length) > MAX_BODY):
         raise _Problem(413, f"a control's body is at most {MAX_BODY} bytes")
     size = 0
     chunks = []
@@ -148,7 +154,7 @@ class _View:
         if len(text) > MAX_QUERY:
             raise _Problem(400, f"the text filter is at most {MAX_QUERY} characters")
         raw_limit = params.get("limit", str(MAX_RUNS))
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_RUNS:
+        if not _whole(raw_limit) or not 1 <= int(raw_limit) <= MAX_RUNS:
             raise _Problem(400, f"limit is a whole number in 1..{MAX_RUNS}")
         view = await self.read(
             runs_view, self.store, statuses=statuses, text=text, limit=int(raw_limit)

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -102,7 +102,9 @@ class TokenGate:
     async def _landing(self, scope: Scope, send: Send, rest: list[tuple[str, str]]) -> None:
         """The printed URL: set the cookie and send the browser on without the token in its
         address bar (nor in its history)."""
-        target = scope.get("path", "/") or "/"
+        # A path of this view only: never ``//host`` (another site to a browser), and
+        # percent-encoded (the decoded path may hold CR LF, or anything).
+        target = quote("/" + str(scope.get("path") or "/").lstrip("/"), safe="/")
         if rest:
             target += "?" + urlencode(rest)
         cookie = (f"{cookie_name(scope)}={self._token}; Path=/; HttpOnly; SameSite=Strict").encode()

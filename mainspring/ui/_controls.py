@@ -104,8 +104,12 @@ class Controls:
         return {"id": execution_id, "status": record.status, "answered": True, "live": live}
 
     async def stop_task(self, task_id: str, *, cascade: bool) -> dict[str, Any]:
-        """``stop-task`` (as ``mainspring stop-task``): S1, never a silent no-op."""
+        """``stop-task`` (as ``mainspring stop-task``): S1, never a silent no-op. A task
+        that is not stopped (finished already, or its worker cannot be confirmed gone) is a
+        refusal with the reason (409), as the command's exit 1 is."""
         result = await self._rt.stop_agent_task(task_id, cascade=cascade)
         if result.state == "unknown":
             raise Refused(404, f"no agent task {task_id}: {result.reason}")
+        if not result.ok:
+            raise Refused(409, f"agent task {task_id} not stopped: {redact(result.reason)}")
         return dict(redact(attrs.asdict(result)))

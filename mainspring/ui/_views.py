@@ -133,20 +133,25 @@ def runs_view(
 def depths(plan: Plan) -> dict[str, int]:
     """Each step's depth in the plan's graph: 0 for a step with no dependency, else one more
     than its deepest dependency (a dependency the plan lacks is ignored; a cycle, which a
-    validated plan never has (P1), does not loop)."""
-    steps = {step.id: step for step in plan.steps}
+    validated plan never has (P1), does not loop). Walked with a stack of its own, not by
+    recursion: a chain of a thousand steps listed last step first is as fine as any."""
+    needs = {step.id: tuple(step.depends_on) for step in plan.steps}
     found: dict[str, int] = {}
-
-    def depth(step_id: str, seen: frozenset[str]) -> int:
-        if step_id in found:
-            return found[step_id]
-        deps = [d for d in steps[step_id].depends_on if d in steps and d not in seen]
-        value = 1 + max(depth(d, seen | {d}) for d in deps) if deps else 0
-        found[step_id] = value
-        return value
-
-    for step in plan.steps:
-        depth(step.id, frozenset({step.id}))
+    for root in needs:
+        if root in found:
+            continue
+        path = {root}
+        stack = [(root, iter(needs[root]))]
+        while stack:
+            step_id, rest = stack[-1]
+            below = next((d for d in rest if d in needs and d not in found and d not in path), None)
+            if below is not None:
+                path.add(below)
+                stack.append((below, iter(needs[below])))
+                continue
+            found[step_id] = 1 + max((found[d] for d in needs[step_id] if d in found), default=-1)
+            path.discard(step_id)
+            stack.pop()
     return found
 
 

@@ -376,3 +376,65 @@ async def test_stopping_the_view_ends_its_streams(store: Any) -> None:
         with anyio.fail_after(GRACE + 5):
             while await stream.line() is not None:
                 pass
+
+
+async def test_a_deep_plan_listed_last_step_first_is_laid_out(tmp_path: Path) -> None:
+    """A chain of 600 steps whose plan lists the last one first: the run view lays it out
+    (each step one column right of its dependency), without recursing once per step."""
+    path = str(tmp_path / "deep.sqlite3")
+    gate = Gate()
+    chain = [tool("s0", "gate")] + [tool(f"s{i}", "inc", f"s{i - 1}") for i in range(1, 600)]
+    async with ms.open_runtime(
+        store=path, tools={"gate": gate, "inc": APP["tools"]["inc"]}, **FAST
+    ) as server:
+        await server.start("deep", plan_of(*reversed(chain)), execution_id="ex-deep")
+        await gate.entered.wait()
+        async with serve(path) as ui, client(ui) as http:
+            got = await http.get("/api/runs/ex-deep")
+            assert got.status_code == 200, got.text[:200]
+            plan = got.json()["plan"]
+            assert {s["id"]: s["depth"] for s in plan["steps"]} == {f"s{i}": i for i in range(600)}
+            assert (plan["columns"], plan["rows"]) == (600, 1)
+            assert len(got.content) < 600 * 1_000  # bounded: no step sends more than its own
+        gate.opened.set()
+
+
+async def test_a_limit_of_digits_int_cannot_read_is_a_400_not_a_crash(store: Any) -> None:
+    """``str.isdigit`` says yes to a superscript two; ``int`` does not: refused as a bad
+    limit (400), never an internal error."""
+    async with serve(store) as ui, client(ui) as http:
+        for bad in ("\u00b2", "\u0661", "1\u00b2", "\uff11"):
+            got = await http.get("/api/runs", params={"limit": bad})
+            assert got.status_code == 400, (bad, got.status_code)
+            assert "limit" in got.json()["error"]
+
+
+async def test_S1_stop_task_on_a_finished_task_is_refused_and_says_why(store: Any) -> None:
+    """S1: a finished task is reported and left alone: the button's answer is a refusal
+    (409, as a pause of a paused run, and as the command's exit 1) with the reason, never
+    a success the page would show as done."""
+    async with serve(store) as ui, client(ui) as http:
+        (task,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        first = await http.post(f"/api/tasks/{task['id']}/stop", json={})
+        assert first.status_code == 200, first.text
+        again = await http.post(f"/api/tasks/{task['id']}/stop", json={})
+        assert again.status_code == 409, again.text
+        assert "already cancelled" in again.json()["error"]
+        (after,) = (await http.get("/api/runs/ex-ask")).json()["tasks"]
+        assert after["state"] == "cancelled"
+
+
+async def test_the_printed_urls_redirect_stays_on_this_view(store: Any) -> None:
+    """The landing's redirect names a path of this view only: a path starting ``//`` is not
+    sent on to another host, and one holding CR LF is encoded, not a broken response."""
+    async with serve(store) as ui:
+        for path, expected in (
+            ("//evil.example/x", "/evil.example/x"),
+            ("/%2F%2Fevil.example", "/evil.example"),
+            ("/%0D%0ASet-Cookie:%20x=1", "/%0D%0ASet-Cookie%3A%20x%3D1"),
+            ("/runs/ex-ok", "/runs/ex-ok"),
+        ):
+            async with raw(ui, "GET", f"{path}?token={ui.token}") as said:
+                assert said.status == 303, (path, said.status)
+                assert said.headers["location"] == expected, path
+                assert "x=1" not in said.headers.get("set-cookie", ""), path
