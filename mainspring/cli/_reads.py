@@ -429,7 +429,7 @@ def _print_history(
         if feed is not None:
             feed.wait(args.interval)
         else:
-            time.sleep(args.interval)
+            time.sleep(args.interval)  # a synchronous command: no event loop is running
 
 
 def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
@@ -581,7 +581,7 @@ def _follow_when_created(path: Path, out: Out, args: argparse.Namespace) -> int:
                 first_seen = first_seen or time.monotonic()
                 if time.monotonic() - first_seen > _STORE_BIRTH:
                     raise
-        time.sleep(args.interval)
+        time.sleep(args.interval)  # a synchronous command: no event loop is running
     try:
         return _events(store, out, args)
     finally:

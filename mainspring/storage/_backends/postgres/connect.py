@@ -483,14 +483,14 @@ class Connections:
                             if all(stamps.get(i) == stamp for i, stamp in before.items()):
                                 return "aborted"
                             return None
-                        time.sleep(0.02)
+                        time.sleep(0.02)  # a worker thread's wait (a store call), never a loop's
                 except self._psycopg.Error:
                     pass
                 finally:
                     conn.close()
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.1)
+            time.sleep(0.1)  # likewise: the store's calls run off the event loop
 
     def settle(self, txid: int, pid: int, timeout: float) -> str | None:
         """What became of transaction ``txid`` whose connection (to backend ``pid``) was
@@ -514,11 +514,11 @@ class Connections:
                             "WHERE pid = %s AND backend_xid::text::bigint = %s",
                             (pid, txid % 2**32),
                         )
-                        time.sleep(0.02)
+                        time.sleep(0.02)  # a worker thread's wait (a store call), never a loop's
                 except self._psycopg.Error:
                     pass
                 finally:
                     conn.close()
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.1)
+            time.sleep(0.1)  # likewise: the store's calls run off the event loop

@@ -90,6 +90,8 @@ class Feed:
         except Exception:
             self._drop()  # it is gone either way
             notes.append(("lost", ""))
+            # Not on an event loop: a runtime calls ``wait`` in a worker thread
+            # (StoreWatcher), the CLI from its own synchronous command.
             time.sleep(0.05)
         return [note for note in notes if note[0]]
 
