@@ -14,6 +14,10 @@ from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from ._actor import Actor as Actor
 from ._events import EventBus as EventBus
 from ._lifecycle import ActorState as ActorState
+
+# What the project's cost tests count: each message a mailbox takes, each control and ask.
+from ._mailbox import Mailbox as Mailbox
+from ._messaging import Messaging as Messaging
 from ._overseer import RESTART_TYPES as RESTART_TYPES
 from ._overseer import Overseer as Overseer
 from ._overseer import RestartType as RestartType

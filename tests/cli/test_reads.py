@@ -35,7 +35,7 @@ from mainspring.cli import (
 from mainspring.cli._reads import _chosen
 from mainspring.executions import WithUsage
 from mainspring.storage import SqliteStore, Usage
-from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._seam import encode_frame
 
 from .._cli_kit import inc, run_cli
 from .._postgres import postgres_url  # noqa: F401 - a fixture

@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage import PostgresStore
 from tests._postgres import require_server
 from tests._tcp_proxy import TcpProxy
 

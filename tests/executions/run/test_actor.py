@@ -20,14 +20,13 @@ import orjson
 import pytest
 
 import mainspring as ms
-from mainspring.actors._events import EventBus
-from mainspring.actors._mailbox import Mailbox
-from mainspring.actors._messaging import Messaging
+from mainspring.actors._seam import EventBus, Mailbox, Messaging
 from mainspring.executions._rules.plan import fence, findings_brief
 from mainspring.executions._steps import outputs as _outputs
+
+# Module globals the cost counts patch where storage looks them up (no door can stand in).
 from mainspring.storage import _redact, _validators, _values
-from mainspring.storage._backends.contract import store_blocks
-from mainspring.storage._journal.model import Base, diff, snapshot_changes
+from mainspring.storage._seam import Base, diff, snapshot_changes, store_blocks
 
 from .._kit import (
     FAST,
