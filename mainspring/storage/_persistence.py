@@ -238,7 +238,7 @@ class PersistenceActor(Actor):
             except OSError as exc:  # the disk failed: stop writing for good, like a flush
                 self._broken = exc
                 return _Raised(exc)
-            except Exception as exc:
+            except Exception as exc:  # any Store's error: the asker's to raise
                 return _Raised(exc)
         if isinstance(message, _Stats):
             return self.stats()
@@ -316,7 +316,7 @@ class PersistenceActor(Actor):
         apply = self.store.memory_apply  # type: ignore[attr-defined]
         try:
             results = await self._call_store(apply, writes)
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: every writer told
             if isinstance(exc, OSError):
                 self._broken = exc
             # Only a lost COMMIT leaves the outcome open: it may have been applied, and a
@@ -350,7 +350,7 @@ class PersistenceActor(Actor):
         batch = [(key[0], key[1], ttl, key[2]) for key, (ttl, _) in renewals.items()]
         try:
             results = _one_each(await self._call_store(self.store.renew_many, batch), batch)
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: every renewer told
             if isinstance(exc, OSError):
                 self._broken = exc
             failure = PersistenceFailed(f"heartbeat write failed: {exc}")
@@ -379,7 +379,7 @@ class PersistenceActor(Actor):
                 commits,
                 (CommitOutcome, Exception),
             )
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: nothing acknowledged
             self._broken = exc
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
             fatal.__cause__ = exc

@@ -419,7 +419,7 @@ class FileStore(CompareAndSetStore):
             check_regular_and_bounded(fd, kind=kind, max_bytes=self.max_record_bytes)
             info = os.fstat(fd)
             handle = os.fdopen(fd, "rb")
-        except BaseException:
+        except BaseException:  # any way out: the fd closed, re-raised
             os.close(fd)
             raise
         with handle:
@@ -485,7 +485,7 @@ class FileStore(CompareAndSetStore):
                     self._tails.clear()
                 try:
                     yield
-                except BaseException:
+                except BaseException:  # any way out, re-raised
                     self._cache.clear()  # nothing of a failed write is remembered
                     self._tails.clear()
                     raise
