@@ -515,7 +515,9 @@ ORPHAN_APP = """
 import anyio
 
 async def gate():
-    await anyio.sleep(1.5)  # the command stays open a while, as a real step does
+    # The window under test: the command's runtime stays open a while, as with a real step;
+    # a runtime recovering runs would take ex-other within it (its first sweep is at once).
+    await anyio.sleep(1.5)
     return 1
 
 def config():

@@ -710,14 +710,15 @@ async def test_S1_a_stop_during_a_cancel_does_not_take_the_runners_lease(
     lease*. The runner's final cancel commit is then refused (released): R2's terminal
     cancel is lost, the record stays "running" and recover() would run it again."""
     entered = anyio.Event()
+    unwound = anyio.Event()  # the task unwinds until the stop below waits behind the cancel
 
     async def slow_to_unwind(ctx: ms.AgentContext, input: Any) -> None:
         entered.set()
         try:
             await anyio.sleep_forever()
         finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.3)
+            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+                await unwound.wait()
 
     async with runtime(tmp_path, agents={"slow": slow_to_unwind}) as rt:
         handle = await rt.start("g", plan_of(agent("a", "slow")))
@@ -729,7 +730,11 @@ async def test_S1_a_stop_during_a_cancel_does_not_take_the_runners_lease(
             with anyio.fail_after(30):
                 while live.ref.is_alive:  # the cancel is under way; the task still unwinds
                     await anyio.lowlevel.checkpoint()
-            await rt.stop_agent_task(task.id)
+            tg.start_soon(rt.stop_agent_task, task.id)
+            with anyio.fail_after(30):
+                while rt._locks[handle.execution_id][1] < 2:  # the stop waits on the cancel
+                    await anyio.lowlevel.checkpoint()
+            unwound.set()
         result = await handle.wait()
         record = stored(rt, handle.execution_id)
     assert result.status == "cancelled"
@@ -744,6 +749,7 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
     _wind_down's pause_execution requeues the task instead. On resume the stopped task runs
     again (S1 "never a silent no-op", R11)."""
     entered = anyio.Event()
+    unwound = anyio.Event()  # the stopped task unwinds until the pause has halted the run
     runs = {"n": 0}
 
     async def worker(ctx: ms.AgentContext, input: Any) -> str:
@@ -752,8 +758,8 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
         try:
             await anyio.sleep_forever()
         finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.2)
+            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+                await unwound.wait()
         return "unreachable"
 
     async with runtime(tmp_path, agents={"worker": worker}) as rt:
@@ -762,7 +768,13 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
         (task,) = await rt.agent_tasks(handle.execution_id)
         stop = await rt.stop_agent_task(task.id)
         assert stop.state == "stopping"
-        await rt.pause(handle.execution_id)
+        async with anyio.create_task_group() as tg:
+            live = rt._live[handle.execution_id]
+            tg.start_soon(rt.pause, handle.execution_id)
+            with anyio.fail_after(30):
+                while live.ref.is_alive:  # the pause halted the run; the task still unwinds
+                    await anyio.lowlevel.checkpoint()
+            unwound.set()
         record = stored(rt, handle.execution_id)
     (after,) = tasks_of(record)
     assert after.state == "cancelled"
