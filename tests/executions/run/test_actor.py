@@ -26,7 +26,7 @@ from mainspring.executions._steps import outputs as _outputs
 
 # Module globals the cost counts patch where storage looks them up (no door can stand in).
 from mainspring.storage import _redact, _validators, _values
-from mainspring.storage._seam import Base, diff, snapshot_changes, store_blocks
+from mainspring.storage._seam import store_blocks
 
 from .._kit import (
     FAST,
@@ -1296,28 +1296,22 @@ MEMORY_SLACK = 8 * 1024
 
 
 class _WindowStore(MemoryStore):
-    """A store that diffs every commit against the last one it stored (the journal's model:
-    what a backend would write), and counts what the commits ``first`` to ``first +
-    WINDOW`` cost, on the loop's thread (this store never blocks: its calls run there)."""
+    """The in-memory store (it diffs every commit against what it stored last, the
+    journal's model: what a backend would write, and encodes what changed), counting what
+    the commits ``first`` to ``first + WINDOW`` cost, on the loop's thread (this store never
+    blocks: its calls run there)."""
 
     def __init__(self, first: int) -> None:
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
         self._first = first
         self._commits = 0
-        self._base: Base | None = None
         self._floor = 0
         self.peaks: list[int] = []
         self._active = False
 
     def _store(self, base: Any, execution: ms.storage.Execution) -> None:
         super()._store(base, execution)
-        mine = self._base
-        if mine is None or mine.execution.id != execution.id:
-            snapshot_changes(execution)
-            self._base = Base.of(execution, 1, window=[])
-        else:
-            mine.advance(execution, diff(mine, execution))
         self._commits += 1
         if self._commits == self._first:
             self._start()
@@ -1372,7 +1366,13 @@ async def _run_plan_step_cost_counts(steps: int, first: int) -> _WindowStore:
     return store
 
 
+#: A hang guard for the run of 10,000 steps, not a measure (what is asserted is counted): its
+#: 10-20 s of CPU under coverage took more than the default 120 s on a loaded machine.
+PLAN_OF_10_000_TIMEOUT = 600
+
+
 @pytest.mark.loop_guard(5.0)
+@pytest.mark.timeout(PLAN_OF_10_000_TIMEOUT)
 async def test_a_plan_step_costs_the_same_at_step_10_000_as_in_a_plan_of_40() -> None:
     short = await _run_plan_step_cost_counts(SHORT, 10)
     long = await _run_plan_step_cost_counts(LONG, LONG - 40)
