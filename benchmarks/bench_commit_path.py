@@ -62,6 +62,8 @@ class _Counts:
 def _patch(store: Any, counts: _Counts) -> None:
     import orjson
 
+    # The codec's own orjson, swapped for a counting one where the codec looks it up: a
+    # module global no public name or internal door can stand in for.
     from mainspring.storage import _codec
 
     dumps = orjson.dumps

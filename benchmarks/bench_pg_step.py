@@ -80,11 +80,11 @@ class Counts:
     def patch(self) -> None:
         import psycopg
 
-        from mainspring.storage._backends.postgres import feed as _pg_feed
-        from mainspring.storage._backends.postgres import store as _postgres
+        from mainspring.storage import PostgresStore
 
-        def counted(cls: Any, name: str, key: str, timed: bool = False) -> None:
-            original = getattr(cls, name)
+        def counted(owner: Any, name: str, key: str, timed: bool = False) -> None:
+            """Count ``owner.name`` (a class's method, or one object's)."""
+            original = getattr(owner, name)
 
             def call(*args: Any, **kwargs: Any) -> Any:
                 if not self.on:
@@ -97,15 +97,22 @@ class Counts:
                     if timed:
                         self.cpu[key] += time.thread_time() - start
 
-            setattr(cls, name, call)
+            setattr(owner, name, call)
 
         counted(psycopg.Connection, "execute", "statements")
         counted(psycopg.Pipeline, "_enqueue_sync", "syncs sent")
         counted(psycopg.Pipeline, "sync", "waits")
         counted(psycopg.Pipeline, "__exit__", "waits")
         for name in ("commit_runs", "renew_many", "create", "acquire", "release", "edit"):
-            counted(_postgres.PostgresStore, name, f"store.{name}", timed=True)
-        counted(_pg_feed.Feed, "wait", "feed.wait", timed=True)
+            counted(PostgresStore, name, f"store.{name}", timed=True)
+        listen = PostgresStore.listen
+
+        def listening(store: Any) -> Any:
+            feed = listen(store)  # each feed's waits counted on the feed itself
+            counted(feed, "wait", "feed.wait", timed=True)
+            return feed
+
+        PostgresStore.listen = listening  # type: ignore[method-assign]
 
 
 def run(in_flight: int, executions: int, backend: str) -> None:

@@ -86,7 +86,10 @@ def commits_per_second(kind: str, where: Path, concurrency: int, total: int, nai
     import anyio.to_thread
 
     import mainspring as ms
-    from mainspring.storage._persistence import open_committer
+
+    # The persistence actor alone, through storage's internal door: no public name starts
+    # it without a runtime around it.
+    from mainspring.storage._seam import open_committer
 
     owner = "bench:1:x"
     store = _store(kind, where)

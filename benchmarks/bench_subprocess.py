@@ -2,11 +2,11 @@
 
 Each row is spawn-to-exit of ``true``: ``anyio.run_process(["true"])`` (no session, output
 collected whole); the same in a session of its own (``start_new_session=True``), to show
-what the session costs by itself; mainspring's ``run_program(["true"])`` (its own session,
-stdout and stderr read concurrently under a cap, the timeout scope, stdin from /dev/null);
-and ``AgentContext.run``'s core (``run_program_result``, the same without the dict). Runs
-interleave the rows, so a busy machine slows every row alike; the figures are the median and
-the 90th percentile of N runs per backend, and the ratio of each to anyio's own.
+what the session costs by itself; and mainspring's ``run_program(["true"])`` (its own
+session, stdout and stderr read concurrently under a cap, the timeout scope, stdin from
+/dev/null; ``AgentContext.run`` is the same without the dict). Runs interleave the rows,
+so a busy machine slows every row alike; the figures are the median and the 90th
+percentile of N runs per backend, and the ratio of each to anyio's own.
 
     python benchmarks/bench_subprocess.py [--runs 300]
 """
@@ -22,13 +22,11 @@ from typing import Any
 import anyio
 
 from mainspring.executions import run_program
-from mainspring.executions._programs.programs import run_program_result
 
 ROWS: dict[str, Callable[[], Awaitable[Any]]] = {
     'anyio.run_process(["true"])': lambda: anyio.run_process(["true"]),
     "anyio.run_process, own session": lambda: anyio.run_process(["true"], start_new_session=True),
     'run_program(["true"])': lambda: run_program(["true"]),
-    'run_program_result(["true"]) (ctx.run)': lambda: run_program_result(["true"]),
 }
 BACKENDS = ("asyncio", "trio")
 

@@ -42,9 +42,14 @@ import attrs
 import mainspring as ms
 from mainspring.storage import Execution, Lease, Store
 
-# The backends' decisions, so that this store answers exactly as they do. (A benchmark may
-# reach into the storage package; the library never does.)
-from mainspring.storage._backends.compare_and_set import (
+# The backends' decisions, so that this store answers exactly as they do, through storage's
+# internal door: the public MemoryStore (``mainspring.testing``) encodes every commit as a
+# real backend would, which is storage's cost, not the runtime's.
+from mainspring.storage._seam import (
+    CommitOutcome,
+    Edit,
+    LeaseResult,
+    Listing,
     decide_acquire,
     decide_commit,
     decide_edit,
@@ -53,8 +58,6 @@ from mainspring.storage._backends.compare_and_set import (
     decide_renew,
     with_disk_lease,
 )
-from mainspring.storage._backends.contract import CommitResult, Edit, RenewResult
-from mainspring.storage._seam import CommitOutcome, LeaseResult, Listing
 
 LINEAR = (20, 1_000, 10_000)
 AGENT = (100, 10_000, 100_000)
@@ -169,10 +172,12 @@ class MemoryStore:
             self._put(updated)
             return updated
 
-    def renew_many(self, renewals: Sequence[Any]) -> tuple[RenewResult, ...]:
+    def renew_many(
+        self, renewals: Sequence[Any]
+    ) -> tuple[tuple[CommitOutcome, Execution | None], ...]:
         return tuple(self.renew(*renewal) for renewal in renewals)
 
-    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitResult, ...]:
+    def commit_runs(self, commits: Sequence[tuple[Execution, str]]) -> tuple[CommitOutcome, ...]:
         with self._lock:
             now = self._now()
             return tuple(self._commit_one(execution, owner, now) for execution, owner in commits)
@@ -252,27 +257,17 @@ async def run_case(case: str, limit: float) -> dict[str, Any]:
     }
 
 
-def one(
-    case: str,
-    backend: str,
-    limit: float,
-    inner_cap: int | None = None,
-    validators: bool = True,
-) -> dict[str, Any]:
+def one(case: str, backend: str, limit: float, validators: bool = True) -> dict[str, Any]:
     # Without validators: what the runtime costs once the records' constructors no longer
     # re-check every id of every tuple (storage's part, measured apart).
     attrs.validators.set_disabled(not validators)
-    if inner_cap is not None:  # to measure code whose cap is below the case's size
-        import mainspring.executions._steps.children as agent_module
-
-        agent_module.MAX_INNER_STEPS = inner_cap
     return dict(anyio.run(run_case, case, limit, backend=backend))
 
 
 def profiled(case: str, top: int, args: argparse.Namespace) -> str:
     profile = cProfile.Profile()
     profile.enable()
-    outcome = one(case, args.backend, args.limit, args.inner_cap, not args.no_validators)
+    outcome = one(case, args.backend, args.limit, not args.no_validators)
     profile.disable()
     out = io.StringIO()
     out.write(f"{case}: {_row(outcome)}\n\n")
@@ -299,9 +294,6 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3, help="runs per case (median)")
     parser.add_argument(
-        "--inner-cap", type=int, help="set the agent's inner-step cap (for older code)"
-    )
-    parser.add_argument(
         "--no-validators",
         action="store_true",
         help="run with attrs validators off: the runtime's cost without the records' checks",
@@ -309,7 +301,7 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        outcome = one(args.one, args.backend, args.limit, args.inner_cap, not args.no_validators)
+        outcome = one(args.one, args.backend, args.limit, not args.no_validators)
         print(json.dumps(outcome), flush=True)
         return
     every = [f"linear-{n}" for n in LINEAR] + [f"agent-{n}" for n in AGENT]
@@ -318,8 +310,6 @@ def main() -> None:
     for case in cases:
         argv = [sys.executable, __file__, "--one", case, "--backend", args.backend]
         argv += ["--limit", str(args.limit)]
-        if args.inner_cap is not None:
-            argv += ["--inner-cap", str(args.inner_cap)]
         if args.no_validators:
             argv.append("--no-validators")
         outcomes = []

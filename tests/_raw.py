@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 import mainspring as ms
-from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._seam import encode_frame
 
 _TABLES = (
     "plan_steps",

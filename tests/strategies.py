@@ -55,8 +55,8 @@ strategies = st.sampled_from(["one_for_one", "one_for_all", "rest_for_one"])
 
 # -- storage records ----------------------------------------------------------------------
 
-from mainspring.storage import _records as rec  # noqa: E402
-from mainspring.storage._codec import unstructure  # noqa: E402
+from mainspring.storage import _seam as rec  # noqa: E402
+from mainspring.storage._seam import unstructure  # noqa: E402
 
 ids = _words(string.ascii_letters + string.digits + "._:-", 1, 24).filter(
     lambda s: s not in {".", ".."}
@@ -76,6 +76,18 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(short_text, inner, max_size=3),
     max_leaves=6,
 )
+
+
+def holds_tag_key(value: Any) -> bool:
+    """Whether a JSON value holds the typed encoding's reserved key ``"$ms"`` (which that
+    encoding escapes: such a value is not stored as plain JSON)."""
+    if isinstance(value, dict):
+        return "$ms" in value or any(holds_tag_key(item) for item in value.values())
+    if isinstance(value, list):
+        return any(holds_tag_key(item) for item in value)
+    return False
+
+
 json_objects = st.dictionaries(short_text, json_values, max_size=3)
 #: Token counts and costs within Usage's bounds (B3); costs with up to 12 decimal places,
 #: any exponent (1E+3, 0.10, 5E-12): they must read back exactly as written.

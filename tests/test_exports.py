@@ -158,13 +158,6 @@ def test_runtime_made_objects_cannot_be_constructed_and_say_where_they_come_from
     assert str(info.value).startswith(f"{home}.{cls.__name__} has no public constructor")
 
 
-def test_a_class_not_exported_at_the_top_is_named_by_its_public_package() -> None:
-    from mainspring.actors._util import public_name
-
-    hidden = type("Hidden", (), {"__module__": "mainspring.supervision._ref"})
-    assert public_name(hidden) == "mainspring.supervision.Hidden"
-
-
 def test_every_public_error_reports_its_public_home_and_other_classes_their_source() -> None:
     import inspect
 

@@ -105,7 +105,7 @@ class Cell(Messaging, Stopping):
         cell.overseer = overseer
         try:
             cell.actor = cell._construct()
-        except BaseException:
+        except BaseException:  # any way out: the unborn actor undone, re-raised
             cell._discard_unborn()
             raise
         siblings[name] = cell
@@ -226,9 +226,10 @@ class Cell(Messaging, Stopping):
                     await self._main()
                     how = "cancelled" if self._hard else "stopped"
                 except Exception as exc:
+                    # An actor's crash, whatever it is: its overseer's to handle.
                     how = "crashed"
                     self._crashed(exc)
-                except BaseException as exc:
+                except BaseException as exc:  # cancellation passes; exits end the system
                     if _is_cancellation(exc):
                         raise
                     how = "crashed"
@@ -291,7 +292,7 @@ class Cell(Messaging, Stopping):
                     self._current = item
                     try:
                         value = await receive(item.message)
-                    except Exception as exc:
+                    except Exception as exc:  # the asker gets ActorFailed; the crash goes on
                         failure = ActorFailed(self.ref, exc)
                         failure.__cause__ = exc
                         item.fail(failure)
@@ -404,11 +405,11 @@ class Cell(Messaging, Stopping):
                     stop_scope.cancel(str(reason))
                 try:
                     await actor.on_stop(reason)
-                except Exception as exc:
+                except Exception as exc:  # the user's hook: logged, and the stop goes on
                     log_error(
                         _log(), "actor %s: on_stop raised", self.path, exc=exc, actor=self.path
                     )
-                except BaseException as exc:
+                except BaseException as exc:  # cancellation passes; exits end the system
                     if _is_cancellation(exc):
                         raise
                     log_error(

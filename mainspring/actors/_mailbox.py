@@ -95,7 +95,7 @@ class Mailbox:
         self._senders.append(waiter)
         try:
             await waiter.wait()
-        except BaseException:
+        except BaseException:  # cancelled too: the slot handed on, re-raised
             if waiter.is_set():
                 # We were granted a slot but will not use it: hand it on.
                 if not self._closed:

@@ -267,10 +267,10 @@ async def open_system(
             system._block = block
             try:
                 yield system
-            except Exception as exc:
+            except Exception as exc:  # whatever the caller's block raised
                 detail = f"the open_system block raised {type(exc).__qualname__}"
                 failure = exc  # re-raised below, outside the task group, so it is not wrapped
-            except BaseException as exc:
+            except BaseException as exc:  # cancellation passes; exits are re-raised
                 if isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit):
                     # Cancellation belongs to the task group's scope (or an outer one, or
                     # the block's own): it must pass through them, which know what to do.

@@ -117,9 +117,9 @@ class ActorTask(metaclass=NoPublicConstructor):
                 if self._reason is not None:
                     scope.cancel(str(self._reason))
                 value = await self._fn(*self._args)
-        except Exception as exc:
+        except Exception as exc:  # a task's code failing is its crash: recorded, its actor told
             crash = Crash.from_exception(exc, source=cell.path)
-        except BaseException as exc:
+        except BaseException as exc:  # cancellation and exits too: sorted below
             if isinstance(exc, anyio.get_cancelled_exc_class()) and self._reason is not None:
                 raise  # its own cancel, which its scope did not swallow: let it pass
             if isinstance(

@@ -50,7 +50,7 @@ def load_app(spec: str) -> dict[str, Any]:
         sys.path.remove(os.getcwd())
     try:
         config = target() if callable(target) else target
-    except Exception as exc:
+    except Exception as exc:  # whatever the user's factory raised
         raise CliError(f"--app {spec} failed: {type(exc).__name__}: {exc}", EXIT_USAGE) from exc
     if not isinstance(config, dict):
         raise CliError(f"--app {spec} must give a dict of open_runtime options", EXIT_USAGE)

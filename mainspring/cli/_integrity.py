@@ -11,14 +11,11 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from ..storage._seam import is_postgres_url, store_kind
+from ..storage._seam import MEMORY_FILE, is_postgres_url, store_kind
 from ._codes import EXIT_FAILED, EXIT_NO_STORE
 from ._output import Out, clamp, fail
 from ._store import shown
 
-#: FileStore's memory database, in its directory (``mainspring.storage``'s name for it; a
-#: test checks the two agree).
-MEMORY_FILE = "memory.sqlite3"
 #: At most this many of SQLite's lines per file (quick_check stops there), each cut to
 #: ``_LINE`` characters: a badly damaged file says a lot.
 _MOST_LINES = 10

@@ -533,7 +533,7 @@ def _print_history(
         if feed is not None:
             feed.wait(args.interval)
         else:
-            time.sleep(args.interval)
+            time.sleep(args.interval)  # a synchronous command: no event loop is running
 
 
 def _print_page(
@@ -764,7 +764,7 @@ def _follow_when_created(path: Path, out: Out, args: argparse.Namespace) -> int:
                 first_seen = first_seen or time.monotonic()
                 if time.monotonic() - first_seen > _STORE_BIRTH:
                     raise
-        time.sleep(args.interval)
+        time.sleep(args.interval)  # a synchronous command: no event loop is running
     try:
         return _events(store, out, args)
     finally:

@@ -119,7 +119,7 @@ def _strict_sequence(tp: Any) -> Any:
         for index, item in enumerate(value):
             try:
                 items.append(handler(item, element))
-            except Exception as exc:
+            except Exception as exc:  # whatever a hook raised: raised together below
                 exc.__notes__ = [
                     *getattr(exc, "__notes__", []),
                     cattrs.errors.IterableValidationNote(

@@ -270,7 +270,7 @@ class PersistenceActor(Actor):
             except OSError as exc:  # the disk failed: stop writing for good, like a flush
                 self._stop_writing(exc, "write")
                 return _Raised(exc)
-            except Exception as exc:
+            except Exception as exc:  # any Store's error: the asker's to raise
                 return _Raised(exc)
         if isinstance(message, _Stats):
             return self.stats()
@@ -360,7 +360,7 @@ class PersistenceActor(Actor):
         apply = self.store.memory_apply  # type: ignore[attr-defined]
         try:
             results = await self._call_store(apply, writes)
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: every writer told
             if isinstance(exc, OSError):
                 self._stop_writing(exc, "memory write")
             elif logger.isEnabledFor(logging.WARNING):
@@ -401,7 +401,7 @@ class PersistenceActor(Actor):
         batch = [(key[0], key[1], ttl, key[2]) for key, (ttl, _) in renewals.items()]
         try:
             results = _one_each(await self._call_store(self.store.renew_many, batch), batch)
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: every renewer told
             if isinstance(exc, OSError):
                 self._stop_writing(exc, "heartbeat write")
             failure = PersistenceFailed(f"heartbeat write failed: {exc}")
@@ -432,7 +432,7 @@ class PersistenceActor(Actor):
                 commits,
                 (CommitOutcome, Exception),
             )
-        except Exception as exc:
+        except Exception as exc:  # any Store's error: nothing acknowledged
             self._stop_writing(exc, "write")
             fatal = PersistenceFailed(f"write failed, nothing in it was acknowledged: {exc}")
             fatal.__cause__ = exc

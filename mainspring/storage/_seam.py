@@ -16,6 +16,16 @@ from ._append_only import appended as appended
 # What mainspring.testing's in-memory store builds on: the decisions every backend shares,
 # the journal's diff (what a commit changes) and the history entries derived from it.
 from ._backends.compare_and_set import CompareAndSetStore as CompareAndSetStore
+
+# The decisions themselves, for a store that keeps records as they are, without encoding
+# them (what the runtime's own benchmark measures on).
+from ._backends.compare_and_set import decide_acquire as decide_acquire
+from ._backends.compare_and_set import decide_commit as decide_commit
+from ._backends.compare_and_set import decide_edit as decide_edit
+from ._backends.compare_and_set import decide_heartbeat as decide_heartbeat
+from ._backends.compare_and_set import decide_release as decide_release
+from ._backends.compare_and_set import decide_renew as decide_renew
+from ._backends.compare_and_set import with_disk_lease as with_disk_lease
 from ._backends.contract import ChangeFeed as ChangeFeed
 from ._backends.contract import CommitOutcome as CommitOutcome
 from ._backends.contract import Edit as Edit
@@ -26,6 +36,12 @@ from ._backends.contract import Problem as Problem
 from ._backends.contract import Store as Store
 from ._backends.contract import Unfinished as Unfinished
 from ._backends.contract import holder as holder
+from ._backends.contract import store_blocks as store_blocks
+
+# A FileStore's layout: the name of its memory database (``doctor`` checks that file) and
+# the framing of its journals (for the project's tests that plant raw bytes).
+from ._backends.file.frames import encode_frame as encode_frame
+from ._backends.file.memory import MEMORY_FILE as MEMORY_FILE
 from ._backends.file.store import FileStore as FileStore
 from ._backends.postgres.retry import StoreUnavailable as StoreUnavailable
 from ._backends.postgres.schema import is_postgres_url as is_postgres_url

@@ -27,3 +27,12 @@ def test_only_the_table_s_transitions_are_allowed(current: ActorState, new: Acto
     else:
         with pytest.raises(IllegalTransition):
             check_transition(current, new)
+
+
+def test_the_kernel_raises_the_class_the_execution_tables_raise() -> None:
+    # One IllegalTransition for every lifecycle (tests/executions/rules/test_lifecycle.py
+    # holds the execution, step, task and worker tables to the same class).
+    with pytest.raises(IllegalTransition) as caught:
+        check_transition(ActorState.STOPPED, ActorState.RUNNING, "/a/b")
+    assert (caught.value.kind, caught.value.name) == ("actor", "/a/b")
+    assert (caught.value.old, caught.value.new) == ("stopped", "running")

@@ -289,7 +289,7 @@ async def test_invalid_names_are_refused(bad: str) -> None:
 
 
 async def test_actor_names_follow_the_same_rule_as_stored_ids() -> None:
-    from mainspring.storage._ids import check_id
+    from mainspring.storage._seam import check_id
 
     async with ms.open_system() as system:
         for name in ("a.b", "x" * 256, "ex-1:step_2", "..."):

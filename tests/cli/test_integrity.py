@@ -14,7 +14,6 @@ import pytest
 import mainspring as ms
 from mainspring.cli import EXIT_FAILED, EXIT_NO_STORE, EXIT_OK
 from mainspring.cli._integrity import MEMORY_FILE, quick_check
-from mainspring.storage._backends.file.memory import MEMORY_FILE as STORAGE_MEMORY_FILE
 
 from .._cli_kit import inc, run_cli
 
@@ -111,8 +110,17 @@ def test_u3_no_store_at_all_stays_exit_5(tmp_path: Path) -> None:
     assert run_cli("doctor", "--store", str(tmp_path / "none.sqlite3"))[0] == EXIT_NO_STORE
 
 
-def test_the_memory_file_name_is_storages() -> None:
-    assert MEMORY_FILE == STORAGE_MEMORY_FILE
+def test_the_memory_file_doctor_checks_is_the_one_a_file_store_remembers_in(
+    tmp_path: Path,
+) -> None:
+    files = tmp_path / "files"
+
+    async def remember() -> None:
+        async with ms.open_runtime(store=files) as rt:
+            await rt.memory.remember("the deploy uses blue-green rollouts")
+
+    anyio.run(remember)
+    assert (files / MEMORY_FILE).is_file()
 
 
 def test_u3_a_database_that_cannot_be_opened_here_is_not_called_corrupt(

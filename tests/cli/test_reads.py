@@ -36,7 +36,7 @@ from mainspring.cli._output import when
 from mainspring.cli._reads import _chosen
 from mainspring.executions import WithUsage
 from mainspring.storage import SqliteStore, Usage
-from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._seam import encode_frame
 
 from .._cli_kit import inc, run_cli
 from .._postgres import postgres_url  # noqa: F401 - a fixture
@@ -520,7 +520,9 @@ ORPHAN_APP = """
 import anyio
 
 async def gate():
-    await anyio.sleep(1.5)  # the command stays open a while, as a real step does
+    # The window under test: the command's runtime stays open a while, as with a real step;
+    # a runtime recovering runs would take ex-other within it (its first sweep is at once).
+    await anyio.sleep(1.5)
     return 1
 
 def config():

@@ -8,9 +8,6 @@ import collections
 import datetime as dt
 import decimal
 import enum
-import os
-import subprocess
-import sys
 import tempfile
 import uuid
 import zoneinfo
@@ -25,11 +22,11 @@ import mainspring as ms
 from mainspring.storage import Execution, FileStore, Observation, RecordError, SqliteStore
 from mainspring.storage._codec import decode, encode, raw_form, structure, unstructure
 from mainspring.storage._records import Plan, PlanStep
-from mainspring.storage._seam import decode_value, encode_value, sha256_hex
+from mainspring.storage._seam import decode_value, encode_value
 from tests._examples import SHRINKING, examples
 
 from .._exact import same
-from ..strategies import exact_values, json_values
+from ..strategies import exact_values, holds_tag_key, json_values
 
 REPO = Path(ms.__file__).parent.parent
 
@@ -104,7 +101,7 @@ def test_E10_the_coercions_the_issue_found_are_gone(kind: str, name: str, tmp_pa
 def test_plain_json_is_stored_as_it_is_without_a_copy(value: Any) -> None:
     # A dict holding the reserved key "$ms" is escaped (documented, and shown by the test of
     # the tagged form below); Hypothesis does draw that key, a string in the code under test.
-    assume(not _holds_tag_key(value))
+    assume(not holds_tag_key(value))
     assert encode_value(value) is value  # the fast path on every commit
     assert decode_value(value) is value
     # What the record holds on disk is the JSON it always was: old records still read.
@@ -310,47 +307,3 @@ def test_a_malformed_tag_in_one_agent_task_drops_that_record_only() -> None:
     records, dropped = ms.storage._seam.parse_agent_tasks(decode(encode(execution), Execution))
     assert dropped == 1  # E8: fail closed per record, never a guess
     assert records[0].inner_observations[0].output == {1}
-
-
-# -- hashes of step inputs -------------------------------------------------------------------
-
-
-def _holds_tag_key(value: Any) -> bool:
-    if isinstance(value, dict):
-        return "$ms" in value or any(_holds_tag_key(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_holds_tag_key(item) for item in value)
-    return False
-
-
-@given(value=json_values)
-@settings(max_examples=examples(200), deadline=None)
-def test_the_hash_of_a_plain_input_is_what_it_always_was(value: Any) -> None:
-    from mainspring.executions._rules.plan import step_input_hash
-
-    # A dict holding the reserved key "$ms" is escaped by the typed encoding (documented):
-    # it is not plain JSON as stored, so its hash is not the plain one.
-    assume(not _holds_tag_key(value))
-    step = PlanStep(id="s", agent="a", input={"value": value})
-    assert step_input_hash(step) == sha256_hex(ms.storage.redact({"value": value}))
-
-
-def test_the_hash_of_a_tagged_input_is_the_same_in_every_process() -> None:
-    code = (
-        "from mainspring.storage import PlanStep\n"
-        "from mainspring.executions._rules.plan import step_input_hash\n"
-        "words = {'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'}\n"
-        "print(step_input_hash(PlanStep(id='s', agent='a', input={'w': words, "
-        "'k': {frozenset(words): (1, b'x')}})))\n"
-    )
-    hashes = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
-            capture_output=True,
-            check=True,
-            text=True,
-        ).stdout
-        for seed in ("1", "2", "3")
-    }
-    assert len(hashes) == 1, hashes  # set order differs between these processes; hashes don't

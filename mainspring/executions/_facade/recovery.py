@@ -207,7 +207,7 @@ class Recovery:
             self._wake = anyio.Event()  # a notice during the sweep makes the next one at once
             try:
                 report, wait = await self.sweep()
-            except Exception as exc:
+            except Exception as exc:  # any Store's error: logged, tried again
                 await _warn("recovery sweep failed; trying again", exc)
                 wait = self._rescan
             else:

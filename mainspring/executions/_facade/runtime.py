@@ -10,7 +10,6 @@ an execution in ``_handle``; the default home and store selection live in storag
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
@@ -55,6 +54,7 @@ from .._run.kept import KeptInputs
 from .._run.messages import Begin, RunConfig, RunServices, RunWatcher, StopTask
 from .._run.refusals import end_event
 from .._run.results import ExecutionResult, StopResult, result_from, stored_plan
+from .._steps.failures import log_dropped
 from .._workers import fleet
 from .answers import answer_elsewhere, check_answer, request_answer
 from .handle import ExecutionBusy, ExecutionExists, ExecutionHandle, NotWaiting, UnknownExecution
@@ -444,7 +444,7 @@ class Runtime:
                 execution_id, answer, approve, max_calls, limits, deadline, raises, handle,
                 handed, recovering,
             )  # fmt: skip
-        except BaseException:
+        except BaseException:  # cancelled too: released, re-raised
             # Cancelled (a closing runtime's recovery, a caller giving up) or failed after
             # the lease may have been taken and before a run was asked to hold it: let it
             # go, so that no lease is left held by nobody for its ttl (a no-op unless it is
@@ -452,8 +452,10 @@ class Runtime:
             # is its own to release.
             if not handed:
                 with anyio.move_on_after(cfg.lease_ttl, shield=True):
-                    with contextlib.suppress(Exception):
+                    try:
                         await self._committer.release(execution_id, cfg.owner)
+                    except Exception as exc:  # any Store's error; what ended the run goes on
+                        log_dropped("releasing its lease failed", exc, execution_id=execution_id)
             raise
         if taken._ran_here and stored.status in ("running", "planned"):
             # R3: it was left running with no live owner (a crash, a shutdown, a lost
@@ -544,13 +546,15 @@ class Runtime:
         # is not a runner's to overwrite through the commit funnel (E2).
         try:
             record = await self._committer.edit(execution_id, change)
-        except Exception:
+        except Exception:  # any Store's error: released, re-raised
             # The edit was refused (a record grown past the store's limit by the answer,
             # the store away): nothing changed, so the lease just taken is given back,
             # not left to block every other resume until it lapses. (A cancelled caller
             # leaves it held, as documented: the edit may have landed.)
-            with contextlib.suppress(Exception):
+            try:
                 await self._committer.release(execution_id, cfg.owner)
+            except Exception as exc:  # any Store's error; the edit's refusal goes on
+                log_dropped("releasing its lease failed", exc, execution_id=execution_id)
             raise
         if record is None:
             await self._committer.release(execution_id, cfg.owner)

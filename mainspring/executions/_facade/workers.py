@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from ...actors import ActorRef, MainspringError
+from ...actors import ActorDeadError, ActorFailed, ActorRef, MainspringError
 from ...storage import Execution, TrailEntry, WorkerRecord, WorkerTask
 from ...storage._seam import (
     check_id,
@@ -97,7 +97,7 @@ class WorkerControls:
             return None
         try:
             answer = await live.ref.ask(request)
-        except Exception:  # it stopped (or failed) before answering: not live any more
+        except (ActorDeadError, ActorFailed):  # it stopped (or failed) before answering
             return False
         if isinstance(answer, fleet.WorkerRefused | fleet.StaleWorker):
             raise answer
@@ -117,7 +117,7 @@ class WorkerControls:
         # is read (V2: never on the copy read before the send).
         try:
             await ticket.done.wait()
-        except BaseException:
+        except BaseException:  # cancelled too: abandoned, re-raised
             ticket.abandon()
             raise
         if isinstance(ticket.outcome, Exception):

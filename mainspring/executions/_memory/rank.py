@@ -249,7 +249,7 @@ def _said(exc: Exception) -> str:
     made (a broken ``__str__`` is the embedder's fault too, never the search's)."""
     try:
         return f"{type(exc).__name__}: {exc}"
-    except Exception:
+    except Exception:  # a broken __str__ is the embedder's fault
         return f"{type(exc).__name__} (its message could not be read)"
 
 
@@ -259,7 +259,7 @@ def _vectors(raw: Any, count: int) -> list[array[float] | None]:
         raise EmbedderFailed(f"the embedder returned {type(raw).__name__}, not a list of vectors")
     try:  # read one row past the count at most: an answer may be a generator that never ends
         rows = list(itertools.islice(raw, count + 1))
-    except Exception as exc:
+    except Exception as exc:  # the user's answer: EmbedderFailed
         raise EmbedderFailed(f"the embedder's answer could not be read: {_said(exc)}") from exc
     if len(rows) > count:
         raise EmbedderFailed(f"the embedder returned more vectors than the {count} texts")
@@ -290,7 +290,7 @@ async def embed(
                     raw = await raw
         except EmbedderFailed:
             raise
-        except Exception as exc:
+        except Exception as exc:  # the user's embedder: EmbedderFailed
             said = _said(exc)
             if len(said) > 4 * MAX_DETAIL:  # redacting megabytes would hold the event loop
                 said = await anyio.to_thread.run_sync(bounded_detail, said)

@@ -7,7 +7,7 @@ the lease's renewals (L2, L5) and what a refusal leaves to be kept (E9, E11).
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from ...actors import CancelReason, LeaseLost
 from ...storage import Execution, PersistenceFailed, Plan, PlanStep, StorageError
 from ...storage._seam import MAX_CHECKPOINTS, Checkpoint, CommitOutcome, capture_checkpoint, holder
 from .._rules.lifecycle import execution_move
+from .._steps.failures import log_dropped
 from .._workers.board import WorkerBoard, worker_parts_edit
 from . import log as _log
 from .events import RunEvent, StepFinished, StepRetrying, StepStarted, worker_changed
@@ -270,8 +271,9 @@ class Funnel:
                 outcome, stored = await self._committer.renew(
                     st.rec.id, cfg.owner, cfg.lease_ttl, epoch=lease.epoch if lease else None
                 )
-            except Exception:  # the disk failed: we can no longer prove we hold the lease (E3)
+            except Exception as exc:  # any Store's error: we can no longer prove the lease (E3)
                 outcome, stored = CommitOutcome.RELEASED, None
+                log_dropped("renewing its lease failed", exc, execution_id=st.rec.id)
             if outcome is not CommitOutcome.OK:
                 if late is not None and outcome in _LAPSED:
                     await self._lapsed(late)  # the late answer was right to be doubted
@@ -325,13 +327,21 @@ class Funnel:
     async def release(self) -> None:
         # Only where no final write released it (a crash, a refusal): L3.
         # A failed release is harmless: the lease lapses by itself after its ttl.
-        with contextlib.suppress(Exception):
+        try:
             await self._committer.release(self._state.rec.id, self._cfg.owner)
+        except Exception as exc:  # whatever the store raised (any Store may): logged
+            log_dropped("releasing its lease failed", exc, execution_id=self._state.rec.id)
 
     async def read_stored(self) -> Execution | None:
         try:
             return await anyio.to_thread.run_sync(self._committer.store.get, self._state.rec.id)
-        except Exception:  # unreadable now
+        except Exception as exc:  # unreadable now, whatever the store raised: our copy stands
+            log_dropped(
+                "reading the stored record failed; the run's own copy stands",
+                exc,
+                execution_id=self._state.rec.id,
+                level=logging.WARNING,
+            )
             return None
 
     # -- after a refusal (E3, E9, E11) ----------------------------------------------------------
@@ -363,7 +373,13 @@ class Funnel:
         try:
             edit = add_calls(max(extra, 0), used, spent, usage)
             return await self._committer.edit(st.rec.id, edit)
-        except Exception:  # the disk failed: nothing more can be kept
+        except Exception as exc:  # any Store's error: nothing more can be kept
+            log_dropped(
+                "keeping the calls no commit recorded failed",
+                exc,
+                execution_id=st.rec.id,
+                level=logging.WARNING,
+            )
             return None
 
     async def keep_board(self, board: WorkerBoard) -> None:
@@ -380,7 +396,13 @@ class Funnel:
             lease = st.rec.lease
             edit = worker_parts_edit(fields, lease.epoch if lease is not None else None)
             written = await self._committer.edit(st.rec.id, edit)
-        except Exception:  # the disk failed: the next resume confirms them dead (R3)
+        except Exception as exc:  # any Store's error: the next resume confirms them dead (R3)
+            log_dropped(
+                "writing its stopped workers failed",
+                exc,
+                execution_id=st.rec.id,
+                level=logging.WARNING,
+            )
             return
         if written is None:
             return

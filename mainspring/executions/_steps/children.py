@@ -227,7 +227,7 @@ class PlannerActor(Actor):
             plan = await call(self._planner, self._context.goal, self._context)
         except ClarificationNeeded as exc:
             planned = Planned(None, question=str(exc.question))
-        except Exception as exc:
+        except Exception as exc:  # the user's planner: its failure, stored
             caught = await describe_off_loop(exc)  # O2
             planned = Planned(None, error=caught.message, caught=caught)
         else:
@@ -548,7 +548,7 @@ class AgentTaskActor(Actor):
                 self._fail(exc.code, str(exc))
             except SaveRefused:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the user's agent: its failure, stored
                 caught = await describe_off_loop(exc)  # O2
                 self._fail("agent-failed", caught.message, caught)
             else:

@@ -32,6 +32,7 @@ __all__ = [
     "clamp_message",
     "describe",
     "describe_off_loop",
+    "log_dropped",
     "log_failure",
     "logger",
 ]
@@ -120,7 +121,7 @@ def describe(exc: BaseException) -> Caught:
 def _line(exc: BaseException, name: str) -> str:
     try:
         return f"{name}: {exc}"
-    except Exception:
+    except Exception:  # a broken __str__ of the user's exception
         return f"{name}: (its message could not be read)"
 
 
@@ -188,6 +189,22 @@ def log_failure(
         kept = _inert(clamp_traceback(redact(_storable(traceback))).rstrip("\n"))
         text += "".join(f"\n  {line}" for line in kept.split("\n"))
     logger.log(level, "%s", text, extra=extra)
+
+
+def log_dropped(
+    what: str, exc: BaseException, *, execution_id: str, level: int = logging.DEBUG
+) -> None:
+    """Log an error that was handled by carrying on without it (a best-effort release, a
+    record read for a better answer), so that none passes silently. Its type and message
+    only, redacted (E5): formatting a traceback reads source files, which the event loop
+    must not; a message too long to redact on the loop is left out, never cut unredacted."""
+    if not logger.isEnabledFor(level):
+        return
+    name = type(exc).__name__[:MAX_TYPE_NAME]
+    error = _line(exc, name)
+    if len(error) > MAX_MESSAGE:
+        error = f"{name}: (its message, {len(error):,} characters, is left out here)"
+    log_failure(what, execution_id=execution_id, error=error, level=level)
 
 
 def _inert(text: str, keep: str = "\n\t") -> str:

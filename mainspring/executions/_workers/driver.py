@@ -12,6 +12,7 @@ reason)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from ...actors import (
 from ...storage import TrailEntry, WorkerRecord, WorkerStatus, WorkerTask
 from ...storage._seam import ACTIVE_WORKER, StopIntent, WorkerFailure, redact_flagged
 from .._steps.children import CodedFailure, SaveRefused
+from .._steps.failures import log_dropped
 from .._steps.outputs import keep_result
 from . import fleet as fleet
 from .board import LiveWorker, WorkerBoard, WorkerCommit, WorkerJoin
@@ -713,8 +715,14 @@ class Driver:
         reason, state = why(cancel_reason(), self.failed)
         try:
             seen = await self.agent.host.stop(identity, grace=self.agent.grace)
-        except Exception:
-            seen = None
+        except Exception as exc:  # the host is the user's: whatever it raised, no death seen
+            seen = None  # recorded below as a stop not confirmed; what the host said, logged
+            log_dropped(
+                f"worker {worker.id}: its host's stop raised",
+                exc,
+                execution_id=self.actor.record.execution_id,
+                level=logging.WARNING,
+            )
         worker = self.board.workers[worker.id]
         if seen is None or not seen.dead:
             self.board.put(worker, None, "stop-unconfirmed", reason)

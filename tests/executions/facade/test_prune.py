@@ -13,7 +13,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage import Execution, FileStore, Lease, SqliteStore, Store
-from mainspring.storage._backends.file.frames import encode_frame
+from mainspring.storage._seam import encode_frame
 
 from .._kit import FAST, linear
 

@@ -558,6 +558,29 @@ async def test_l8_a_run_paused_from_elsewhere_during_a_takeover_stays_paused(
     assert left.lease is None or not left.lease.owner
 
 
+async def _sweeps(rt: ms.Runtime, count: int) -> None:
+    """Until ``rt``'s recovery has swept the store ``count`` more times, whole (its watcher
+    sweeps every heartbeat interval while a run it skipped is there)."""
+    recovery = rt._recovery
+    sweep = recovery.sweep
+    done = anyio.Event()
+    swept = 0
+
+    async def counted() -> Any:
+        nonlocal swept
+        result = await sweep()
+        swept += 1
+        if swept == count:
+            done.set()
+        return result
+
+    recovery.sweep = counted  # type: ignore[method-assign]
+    try:
+        await done.wait()
+    finally:
+        del recovery.sweep  # the class's own again
+
+
 @pytest.mark.anyio
 async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
     store: StoreSpec,
@@ -574,7 +597,8 @@ async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
         assert [(s.id, s.reason) for s in report.skipped] == [
             ("ex-other-tools", "missing:tool:gate")
         ]
-        await anyio.sleep(1.5)  # several of its watcher's sweeps: nothing is taken
+        with anyio.fail_after(60):
+            await _sweeps(c, 3)  # several of its watcher's sweeps: nothing is taken
         left = await c.get("ex-other-tools")
         assert left is not None
         assert left.lease is not None

@@ -26,9 +26,7 @@ import mainspring.executions
 from mainspring.actors import Actor
 from mainspring.executions import ExecutionExists
 from mainspring.storage import open_store
-from mainspring.storage._backends.file.frames import encode_frame
-from mainspring.storage._codec import unstructure
-from mainspring.storage._seam import store_kind
+from mainspring.storage._seam import encode_frame, store_kind, unstructure
 
 from .._kit import (
     Gate,

@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 import mainspring as ms
-from mainspring.storage._backends.postgres.store import PostgresStore
+from mainspring.storage import PostgresStore
 from tests._postgres import require_server
 from tests._tcp_proxy import TcpProxy
 
@@ -185,6 +185,7 @@ async def test_two_hosts_recovering_at_once_each_win_different_runs(
     def leave_orphans() -> None:
         store = ms.storage.PostgresStore(postgres_url)
         plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="inc", input={"x": 1}),))
+        expires = 0.0
         for execution_id in ids:
             record = ms.storage.Execution(
                 id=execution_id,
@@ -195,11 +196,17 @@ async def test_two_hosts_recovering_at_once_each_win_different_runs(
                 updated_at=1.0,
             )
             assert store.create(record)
-            assert store.acquire(execution_id, "dead-host:1:x", 0.2).acquired
+            taken = store.acquire(execution_id, "dead-host:1:x", 0.2)
+            assert taken.acquired
+            assert taken.lease is not None
+            expires = max(expires, taken.lease.expires_at)
+        # The dead host's leases lapse (0.2 s ttl), on the server's clock: polled, bounded.
+        deadline = time.monotonic() + 60
+        while store.now() <= expires and time.monotonic() < deadline:
+            time.sleep(0.02)
         store.close()
 
     await anyio.to_thread.run_sync(leave_orphans)
-    await anyio.sleep(0.5)  # the dead host's leases lapse (0.2 s ttl, on the server's clock)
     won: dict[str, list[ms.ExecutionHandle]] = {}
     async with _host_b(postgres_url) as one, _host_b(postgres_url) as two:
 
@@ -338,7 +345,7 @@ async def test_the_server_restarted_during_50_in_flight_runs_loses_nothing(
         calls[(run, step)] += 1
         if sum(calls.values()) >= RUNS:  # every run has started its first step at least
             enough.set()
-        await anyio.sleep(0.5)
+        await anyio.sleep(0.5)  # a step's own length: runs are in flight across the restart
         return {"run": run, "step": step}
 
     lease_ttl = 20.0

@@ -25,7 +25,7 @@ import mainspring as ms
 from mainspring.executions import ProgramFailed, ProgramResult, run_program
 from mainspring.executions._programs.proctree import alive, stop_tree
 from mainspring.storage import register_secret
-from mainspring.storage._values import decode_value, encode_value
+from mainspring.storage._seam import decode_value, encode_value
 
 from ..._examples import examples
 from .._kit import FAST, agent, plan_of, runtime, stored, tasks_of, tool

@@ -180,15 +180,6 @@ def test_the_moves_the_invariants_forbid_raise(move: Move, old: str, new: str) -
         move("thing-1", old, new)
 
 
-def test_the_actor_kernel_raises_the_same_class() -> None:
-    from mainspring.actors._lifecycle import ActorState, check_transition
-
-    with pytest.raises(ms.IllegalTransition) as caught:
-        check_transition(ActorState.STOPPED, ActorState.RUNNING, "/a/b")
-    assert (caught.value.kind, caught.value.name) == ("actor", "/a/b")
-    assert (caught.value.old, caught.value.new) == ("stopped", "running")
-
-
 def test_exactly_one_class_named_illegal_transition_exists_in_mainspring() -> None:
     found: set[type] = set()
     for info in pkgutil.walk_packages(ms.__path__, "mainspring."):

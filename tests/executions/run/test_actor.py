@@ -20,14 +20,13 @@ import orjson
 import pytest
 
 import mainspring as ms
-from mainspring.actors._events import EventBus
-from mainspring.actors._mailbox import Mailbox
-from mainspring.actors._messaging import Messaging
+from mainspring.actors._seam import EventBus, Mailbox, Messaging
 from mainspring.executions._rules.plan import fence, findings_brief
 from mainspring.executions._steps import outputs as _outputs
+
+# Module globals the cost counts patch where storage looks them up (no door can stand in).
 from mainspring.storage import _redact, _validators, _values
-from mainspring.storage._backends.contract import store_blocks
-from mainspring.storage._journal.model import Base, diff, snapshot_changes
+from mainspring.storage._seam import store_blocks
 
 from .._kit import (
     FAST,
@@ -711,14 +710,15 @@ async def test_S1_a_stop_during_a_cancel_does_not_take_the_runners_lease(
     lease*. The runner's final cancel commit is then refused (released): R2's terminal
     cancel is lost, the record stays "running" and recover() would run it again."""
     entered = anyio.Event()
+    unwound = anyio.Event()  # the task unwinds until the stop below waits behind the cancel
 
     async def slow_to_unwind(ctx: ms.AgentContext, input: Any) -> None:
         entered.set()
         try:
             await anyio.sleep_forever()
         finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.3)
+            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+                await unwound.wait()
 
     async with runtime(tmp_path, agents={"slow": slow_to_unwind}) as rt:
         handle = await rt.start("g", plan_of(agent("a", "slow")))
@@ -730,7 +730,11 @@ async def test_S1_a_stop_during_a_cancel_does_not_take_the_runners_lease(
             with anyio.fail_after(30):
                 while live.ref.is_alive:  # the cancel is under way; the task still unwinds
                     await anyio.lowlevel.checkpoint()
-            await rt.stop_agent_task(task.id)
+            tg.start_soon(rt.stop_agent_task, task.id)
+            with anyio.fail_after(30):
+                while rt._locks[handle.execution_id][1] < 2:  # the stop waits on the cancel
+                    await anyio.lowlevel.checkpoint()
+            unwound.set()
         result = await handle.wait()
         record = stored(rt, handle.execution_id)
     assert result.status == "cancelled"
@@ -745,6 +749,7 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
     _wind_down's pause_execution requeues the task instead. On resume the stopped task runs
     again (S1 "never a silent no-op", R11)."""
     entered = anyio.Event()
+    unwound = anyio.Event()  # the stopped task unwinds until the pause has halted the run
     runs = {"n": 0}
 
     async def worker(ctx: ms.AgentContext, input: Any) -> str:
@@ -753,8 +758,8 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
         try:
             await anyio.sleep_forever()
         finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.2)
+            with anyio.CancelScope(shield=True), anyio.fail_after(30):
+                await unwound.wait()
         return "unreachable"
 
     async with runtime(tmp_path, agents={"worker": worker}) as rt:
@@ -763,7 +768,13 @@ async def test_S1_R11_a_stop_under_way_survives_a_pause(
         (task,) = await rt.agent_tasks(handle.execution_id)
         stop = await rt.stop_agent_task(task.id)
         assert stop.state == "stopping"
-        await rt.pause(handle.execution_id)
+        async with anyio.create_task_group() as tg:
+            live = rt._live[handle.execution_id]
+            tg.start_soon(rt.pause, handle.execution_id)
+            with anyio.fail_after(30):
+                while live.ref.is_alive:  # the pause halted the run; the task still unwinds
+                    await anyio.lowlevel.checkpoint()
+            unwound.set()
         record = stored(rt, handle.execution_id)
     (after,) = tasks_of(record)
     assert after.state == "cancelled"
@@ -1285,28 +1296,22 @@ MEMORY_SLACK = 8 * 1024
 
 
 class _WindowStore(MemoryStore):
-    """A store that diffs every commit against the last one it stored (the journal's model:
-    what a backend would write), and counts what the commits ``first`` to ``first +
-    WINDOW`` cost, on the loop's thread (this store never blocks: its calls run there)."""
+    """The in-memory store (it diffs every commit against what it stored last, the
+    journal's model: what a backend would write, and encodes what changed), counting what
+    the commits ``first`` to ``first + WINDOW`` cost, on the loop's thread (this store never
+    blocks: its calls run there)."""
 
     def __init__(self, first: int) -> None:
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
         self._first = first
         self._commits = 0
-        self._base: Base | None = None
         self._floor = 0
         self.peaks: list[int] = []
         self._active = False
 
     def _store(self, base: Any, execution: ms.storage.Execution) -> None:
         super()._store(base, execution)
-        mine = self._base
-        if mine is None or mine.execution.id != execution.id:
-            snapshot_changes(execution)
-            self._base = Base.of(execution, 1, window=[])
-        else:
-            mine.advance(execution, diff(mine, execution))
         self._commits += 1
         if self._commits == self._first:
             self._start()
@@ -1361,7 +1366,13 @@ async def _run_plan_step_cost_counts(steps: int, first: int) -> _WindowStore:
     return store
 
 
+#: A hang guard for the run of 10,000 steps, not a measure (what is asserted is counted): its
+#: 10-20 s of CPU under coverage took more than the default 120 s on a loaded machine.
+PLAN_OF_10_000_TIMEOUT = 600
+
+
 @pytest.mark.loop_guard(5.0)
+@pytest.mark.timeout(PLAN_OF_10_000_TIMEOUT)
 async def test_a_plan_step_costs_the_same_at_step_10_000_as_in_a_plan_of_40() -> None:
     short = await _run_plan_step_cost_counts(SHORT, 10)
     long = await _run_plan_step_cost_counts(LONG, LONG - 40)

@@ -106,6 +106,7 @@ async def test_steps_completing_out_of_order_cost_each_commit_what_changed(
     # they completed, so each completion is an append to the stored record, never a rewrite
     # of it: the journal's bytes per step do not grow with the run (was: the completed list
     # and five checkpoints rewritten whole on every out-of-order completion).
+    # The store's compaction threshold, a module global: patched where the store reads it.
     from mainspring.storage._backends.file import store as _file
 
     monkeypatch.setattr(_file, "_COMPACT_AT", 1 << 40)  # measure the appends themselves

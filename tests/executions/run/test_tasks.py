@@ -20,7 +20,7 @@ import pytest
 
 import mainspring as ms
 from mainspring.executions._run.results import agent_hash
-from mainspring.storage import _validators
+from mainspring.storage import _validators  # its id check is patched where it is looked up
 from mainspring.storage._seam import AppendOnly
 
 from .._kit import Gate, MemoryStore, agent, plan_of, runtime, stored, tasks_of, tool

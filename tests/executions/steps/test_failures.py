@@ -21,6 +21,7 @@ from mainspring.executions._steps.failures import (
     MAX_TRACEBACK_BYTES,
     clamp_traceback,
     describe,
+    log_dropped,
 )
 from mainspring.storage import RetryPolicy
 
@@ -71,6 +72,27 @@ def test_O2_a_described_exception_is_redacted_then_cut_to_its_last_bytes() -> No
     assert caught.traceback.startswith("[traceback cut: ")
     # the end, the exception's own line, is kept: masked before it was cut
     assert caught.traceback.rstrip().endswith("the token is [redacted github-token]")
+
+
+def test_O2_an_error_carried_on_from_is_logged_redacted_and_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    log_dropped("releasing its lease failed", OSError(f"token {SECRET}"), execution_id="ex-1")
+    log_dropped("x", OSError("y" * (MAX_MESSAGE + 1)), execution_id="ex-2")
+    log_dropped("z", Unreadable(), execution_id="ex-3", level=logging.WARNING)
+    first, huge, unreadable = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert first.levelno == logging.DEBUG
+    assert first.getMessage().startswith("execution ex-1: releasing its lease failed: OSError:")
+    assert SECRET not in caplog.text  # E5: a log line is disk too
+    assert "y" * 100 not in huge.getMessage()  # too long to redact on the loop: left out
+    assert "characters, is left out here" in huge.getMessage()
+    assert unreadable.levelno == logging.WARNING
+    assert "Unreadable: (its message could not be read)" in unreadable.getMessage()
 
 
 def test_O2_a_short_traceback_is_kept_whole_and_a_long_one_says_it_was_cut() -> None:

@@ -171,7 +171,7 @@ def read_journal(path: Path, *, kind: str, max_bytes: int, max_frame: int) -> Sc
     try:
         check_regular_and_bounded(fd, kind=kind, max_bytes=max_bytes)
         handle = os.fdopen(fd, "rb")
-    except BaseException:
+    except BaseException:  # any way out: the fd closed, re-raised
         os.close(fd)
         raise
     with handle:
@@ -276,7 +276,7 @@ def replace_file(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(temp, path)
-    except BaseException:
+    except BaseException:  # any way out: no temp file left, re-raised
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise

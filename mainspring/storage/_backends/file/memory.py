@@ -102,7 +102,7 @@ class MemoryFile:
         except sqlite3.Error as exc:
             db.close()
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
-        except BaseException:
+        except BaseException:  # any way out: closed, re-raised
             db.close()
             raise
         return db

@@ -374,7 +374,7 @@ class FileStore(HoldingStore):
             check_regular_and_bounded(fd, kind=kind, max_bytes=self.max_record_bytes)
             info = os.fstat(fd)
             handle = os.fdopen(fd, "rb")
-        except BaseException:
+        except BaseException:  # any way out: the fd closed, re-raised
             os.close(fd)
             raise
         with handle:
@@ -440,7 +440,7 @@ class FileStore(HoldingStore):
                     self._tails.clear()
                 try:
                     yield
-                except BaseException:
+                except BaseException:  # any way out, re-raised
                     self._cache.clear()  # nothing of a failed write is remembered
                     self._tails.clear()
                     raise

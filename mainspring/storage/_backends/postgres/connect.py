@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import math
 import os
 import re
@@ -22,6 +23,8 @@ import attrs
 
 from ..._errors import StorageError
 from .schema import Address, scrub
+
+_log = logging.getLogger("mainspring.storage")
 
 __all__ = [
     "LOCK_NOT_AVAILABLE",
@@ -256,9 +259,9 @@ def quiet_pipeline(conn: Any) -> Iterator[Any]:
         with conn.pipeline() as pipeline:
             try:
                 yield pipeline
-            except BaseException as exc:
+            except BaseException as exc:  # held, raised below
                 failure = exc  # psycopg leaves the pipeline as if nothing failed
-    except BaseException:
+    except BaseException:  # after ``failure``: dropped
         if failure is None:
             raise
         # Leaving the pipeline failed too, after ``failure``: ``failure`` says why.
@@ -380,13 +383,15 @@ class Connections:
     def open(self) -> None:
         try:
             self._pool.open(wait=True, timeout=self.connect_timeout)
-        except Exception as exc:
+        except Exception as exc:  # the pool's or the driver's
             raise StorageError(self._message(exc)) from None
 
     def close(self) -> None:
         self.closed = True
-        with contextlib.suppress(Exception):
+        try:
             self._pool.close()
+        except Exception as exc:  # the pool's or the driver's: closed for good either way
+            _log.debug("closing the pool of %s: %s", self.address.shown, self.scrub(exc))
 
     def check(self) -> None:
         """Test every idle connection and replace those that broke meanwhile (a restarted
@@ -483,14 +488,14 @@ class Connections:
                             if all(stamps.get(i) == stamp for i, stamp in before.items()):
                                 return "aborted"
                             return None
-                        time.sleep(0.02)
+                        time.sleep(0.02)  # a worker thread's wait (a store call), never a loop's
                 except self._psycopg.Error:
                     pass
                 finally:
                     conn.close()
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.1)
+            time.sleep(0.1)  # likewise: the store's calls run off the event loop
 
     def settle(self, txid: int, pid: int, timeout: float) -> str | None:
         """What became of transaction ``txid`` whose connection (to backend ``pid``) was
@@ -514,11 +519,11 @@ class Connections:
                             "WHERE pid = %s AND backend_xid::text::bigint = %s",
                             (pid, txid % 2**32),
                         )
-                        time.sleep(0.02)
+                        time.sleep(0.02)  # a worker thread's wait (a store call), never a loop's
                 except self._psycopg.Error:
                     pass
                 finally:
                     conn.close()
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.1)
+            time.sleep(0.1)  # likewise: the store's calls run off the event loop

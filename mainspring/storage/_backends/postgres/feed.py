@@ -46,7 +46,7 @@ class Feed:
         try:
             # The channel name is ours (``mainspring_<schema>``, the schema checked): quoted.
             conn.execute(f'LISTEN "{self._channel}"')
-        except Exception:
+        except Exception:  # whatever the driver raised: retried, then "lost"
             conn.close()
             return False
         self._conn = conn
@@ -87,9 +87,11 @@ class Feed:
                 if notes or remaining <= 0:
                     break
                 _readable(self._conn.fileno(), remaining)
-        except Exception:
+        except Exception:  # the driver's or select's: a "lost" note
             self._drop()  # it is gone either way
             notes.append(("lost", ""))
+            # Not on an event loop: a runtime calls ``wait`` in a worker thread
+            # (StoreWatcher), the CLI from its own synchronous command.
             time.sleep(0.05)
         return [note for note in notes if note[0]]
 

@@ -256,7 +256,7 @@ class PostgresMemory:
                     cursor.execute(*self._forget_sql(write.fact_id, locked))
             conn.execute("RELEASE SAVEPOINT memory_writes")
             self._store._pipeline.sync()  # one round trip: every answer, or the first refusal
-        except Exception as exc:
+        except Exception as exc:  # re-raised unless a refusal
             # A refusal comes with whatever statement reads the results next. The refused
             # write is the first without an answer (answers are read in order, and the
             # server skips everything after a refusal until the pipeline syncs).

@@ -78,7 +78,7 @@ def retry_loop(
                     f"session for {reconnect_timeout:g} s; nothing of this call was written "
                     f"({waited})"
                 ) from None
-            time.sleep(0.01)  # the wait itself was the server's lock_timeout
+            time.sleep(0.01)  # in a worker thread; the wait itself was the server's lock_timeout
         except StatementTimedOut as timed_out:
             if time.monotonic() >= deadline:
                 raise StoreUnavailable(
@@ -86,7 +86,7 @@ def retry_loop(
                     f"statement_timeout on every try for {reconnect_timeout:g} s; nothing of "
                     f"this call was written ({timed_out})"
                 ) from None
-            time.sleep(0.01)  # the wait itself was the server's statement_timeout
+            time.sleep(0.01)  # in a worker thread; the wait was the server's statement_timeout
         except DecideAgain as again:
             decisions += 1
             if decisions >= MAX_DECISIONS:

@@ -217,7 +217,7 @@ class PostgresStore(HoldingStore):
                 else:
                     upgrade(conn, self.schema)
             self._connections.open()
-        except BaseException:
+        except BaseException:  # any way out: closed, re-raised
             self._connections.close()
             raise
         self.channel = channel_name(self.schema)
@@ -446,7 +446,7 @@ class PostgresStore(HoldingStore):
                     # round trip per transaction).
                 if self._deferred is not None:
                     self._took_locks(self._deferred.fetchone())
-            except BaseException as exc:
+            except BaseException as exc:  # re-raised as what it means
                 self._forget()  # nothing of this transaction is remembered
                 if self._deferred is not None and self._txid is None:
                     with contextlib.suppress(Exception):  # its answer may have come back
@@ -475,7 +475,7 @@ class PostgresStore(HoldingStore):
         Returns (the call's answers stand) only if the COMMIT is known to have landed."""
         txid = self._txid
         if not is_lost(exc, conn):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the failure below says why
                 conn.execute("ROLLBACK")
             if isinstance(exc, Retry):
                 raise exc

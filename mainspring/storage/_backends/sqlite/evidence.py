@@ -55,7 +55,7 @@ class SqliteEvidence:
                     (digest, body, self.clock()),
                 )
                 self.db.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # any way out: rolled back, re-raised
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
                 raise

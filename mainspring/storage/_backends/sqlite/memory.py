@@ -342,7 +342,7 @@ class SqliteMemory:
                     for write in writes:
                         answers.append(self._apply_one(write))
                     self.db.execute("COMMIT")
-                except BaseException:
+                except BaseException:  # any way out: rolled back, re-raised
                     if self.db.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
                             self.db.execute("ROLLBACK")

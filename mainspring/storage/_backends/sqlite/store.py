@@ -129,7 +129,7 @@ class SqliteStore(HoldingStore):
                     (str(self._layout),),
                 )
                 self._db.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # any way out: rolled back, re-raised
                 self._db.execute("ROLLBACK")
                 raise
         except sqlite3.DatabaseError as exc:
@@ -137,7 +137,7 @@ class SqliteStore(HoldingStore):
             if created:
                 _remove_new(self.path)
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
-        except BaseException:
+        except BaseException:  # any way out: closed, re-raised
             self._db.close()
             if created:
                 _remove_new(self.path)
@@ -319,7 +319,7 @@ class SqliteStore(HoldingStore):
                     self._cache.clear()  # someone else committed: trust nothing we remember
                 yield
                 self._db.execute("COMMIT")
-            except BaseException:
+            except BaseException:  # any way out, re-raised
                 # Whatever failed, including the COMMIT itself (a failed fsync): nothing of
                 # this transaction is acknowledged, and no state of it is remembered.
                 self._cache.clear()

@@ -622,7 +622,11 @@ async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: 
         await anyio.sleep_forever()
 
     steps = tuple(ms.PlanStep(id=f"s{i}", tool="block", input={"i": i}) for i in range(8_200))
-    store = ms.storage.PostgresStore(postgres_url, reconnect_timeout=2.0)
+    # Opened and closed in a worker thread: connecting waits for the server, which a loaded
+    # machine makes slow, and that wait is not the loop's to make.
+    store = await anyio.to_thread.run_sync(
+        lambda: ms.storage.PostgresStore(postgres_url, reconnect_timeout=2.0)
+    )
     try:
         async with ms.open_runtime(store=store, tools={"block": block}, max_parallel_steps=1) as rt:
             run = await rt.start("g", ms.Plan(id="wide", goal="g", steps=steps))
@@ -633,7 +637,7 @@ async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: 
         assert stored is not None
         assert stored.status == "cancelled"
     finally:
-        store.close()
+        await anyio.to_thread.run_sync(store.close)
 
 
 # ----------------------------------------------------------------------
