@@ -11,7 +11,13 @@ import argparse
 import sqlite3
 from pathlib import Path
 
-from ..storage._seam import MEMORY_FILE, is_postgres_url, store_kind
+from ..storage._seam import (
+    MEMORY_FILE,
+    StorageError,
+    connect_read_only,
+    is_postgres_url,
+    store_kind,
+)
 from ._codes import EXIT_FAILED, EXIT_NO_STORE
 from ._output import Out, clamp, fail
 from ._store import shown
@@ -53,17 +59,13 @@ def quick_check(path: Path) -> str | None:
     """None if SQLite finds the database at ``path`` sound, else what it says is wrong (at
     most ``_MOST_LINES`` lines, one line of text). Opened read-only: nothing is changed.
     Raises ``sqlite3.Error`` when the check could not be made (a database another process
-    holds locked, one that cannot be opened here): that is not damage (U3)."""
-    try:
-        db = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro",
-            uri=True,
-            timeout=_BUSY_TIMEOUT,
-            isolation_level=None,
-        )
-    except sqlite3.Error as exc:
+    holds locked, one that cannot be opened here), StorageError when a read-only directory
+    keeps it from reading the file's write-ahead log: neither is damage (U3)."""
+    try:  # also in a read-only directory, where SQLite cannot make -wal and -shm
+        db = connect_read_only(path, timeout=_BUSY_TIMEOUT)
+    except sqlite3.Error as exc:  # its first read, of the schema, meets the damage
         if _damage(exc):
-            return f"cannot be opened: {exc}"
+            return str(exc)
         raise
     try:
         # The bound is a constant of ours, not input: PRAGMA takes no bound parameters.
@@ -87,7 +89,7 @@ def integrity_findings(store: str, out: Out) -> list[dict[str, str]]:
     for path in sqlite_files(store):
         try:
             problem = quick_check(path)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:  # a lock, a log it cannot read here
             out.warn(f"{path}: not checked for damage: {exc}")
             continue
         if problem is not None:

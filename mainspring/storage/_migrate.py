@@ -218,6 +218,19 @@ def _open_fd(path: Path, flags: int) -> Iterator[int]:
         os.close(fd)
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse, before anything is made, a store whose directory this process cannot write:
+    the new store is built beside the old one, and the two swap places by renames."""
+    directory = path.parent
+    effective = os.access in os.supports_effective_ids
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=effective):
+        raise MigrationError(
+            f"{path} cannot be migrated here: its directory {directory} is read-only (the "
+            "new store is built beside the old one, then the two swap places by renames): "
+            "nothing changed"
+        )
+
+
 def _build(items: Iterable[Execution | Problem], store: Store) -> tuple[int, list[Problem]]:
     """Create each readable execution in ``store`` exactly; the problems, reported."""
     migrated = 0
@@ -533,6 +546,7 @@ def _finish(path: Path, temp: Path, max_bytes: int) -> MigrationReport:
         raise MigrationError(f"{built} is not a finished v{expected} store: nothing changed")
     # The backup renamed last is the one this run made (a rename changes its ctime).
     backup = max(backups, key=lambda found: os.stat(found[1]).st_ctime_ns)[1]
+    _check_writable(path)
     os.rename(built, path)
     _fsync_directory(path.parent)
     return MigrationReport(
@@ -583,7 +597,8 @@ def migrate_store(
     ``<path>.v1-backup`` or ``<path>.v2-backup``; see the module docstring for the steps
     and what a crash at each leaves. A store of the current layout is left alone
     (``already_current``). Raises :class:`StoreInUse` if a process uses the store,
-    :class:`MigrationError` if it cannot be migrated, StorageError if there is no store.
+    :class:`MigrationError` if it cannot be migrated (its directory read-only included),
+    StorageError if there is no store.
     Blocking: call it through a worker thread from an event loop.
     """
     if is_postgres_url(path):
@@ -601,6 +616,7 @@ def migrate_store(
             return MigrationReport(
                 new_path=path, kind=kind, migrated=0, already_current=True, from_layout=version
             )
+        _check_writable(path)
         _discard(temp)
         if kind == "files":
             # Older writers take this lock for every write: none writes while it is held.

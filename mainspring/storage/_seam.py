@@ -48,6 +48,7 @@ from ._backends.postgres.schema import is_postgres_url as is_postgres_url
 from ._backends.postgres.schema import redact_url as redact_url
 from ._backends.postgres.store import CommitUnknown as CommitUnknown
 from ._backends.postgres.store import PostgresStore as PostgresStore
+from ._backends.sqlite.read_only import connect_read_only as connect_read_only
 from ._backends.sqlite.schema import StoreNeedsMigration as StoreNeedsMigration
 from ._backends.sqlite.store import SqliteStore as SqliteStore
 from ._carried import carry_encoded as carry_encoded

@@ -22,6 +22,7 @@ from typing import Literal
 import orjson
 
 from ._backends.contract import Listing, Problem
+from ._backends.sqlite.read_only import connect_read_only, side_files_refused
 from ._backends.sqlite.schema import SCHEMA_VERSION
 from ._codec import DEFAULT_MAX_BYTES, structure
 from ._errors import RecordError, StorageError, TooLarge
@@ -106,6 +107,15 @@ def layout(path: Path) -> tuple[Kind, int]:
         return "files", files_layout(path)
     db = connect_existing(path)
     try:
+        try:
+            return "sqlite", sqlite_layout(db, path)
+        except sqlite3.Error as exc:
+            if not side_files_refused(exc, path):
+                raise
+        # A read-only directory: SQLite cannot make the side files this connection reads
+        # a WAL database through; read it as a reader does there (sqlite.read_only).
+        db.close()
+        db = connect_read_only(path, timeout=30.0)
         return "sqlite", sqlite_layout(db, path)
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
@@ -113,17 +123,18 @@ def layout(path: Path) -> tuple[Kind, int]:
         db.close()
 
 
-def connect_existing(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+def connect_existing(path: Path) -> sqlite3.Connection:
     """A connection to the database at ``path``, which must exist (nothing is created).
 
-    Read-write by default, though nothing is written through it: a read-only connection to
-    a WAL database leaves empty ``-wal`` and ``-shm`` files behind, while the last
-    read-write connection to close removes them, so a look changes nothing on disk.
+    Read-write, though a look (``layout``) writes nothing through it: a read-only
+    connection to a WAL database leaves empty ``-wal`` and ``-shm`` files behind, while the
+    last read-write connection to close removes them, so a look changes nothing on disk.
+    (Where the directory is read-only neither can make them: ``layout`` then reads through
+    ``sqlite.read_only``.)
     """
-    mode = "ro" if read_only else "rw"
     try:
         return sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode={mode}",
+            f"{path.resolve().as_uri()}?mode=rw",
             uri=True,
             isolation_level=None,
             timeout=30.0,
@@ -224,7 +235,10 @@ def read_v1(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES)
     if kind == "files":
         items = list(iter_v1_files(path, max_bytes=max_bytes))
     else:
-        db = connect_existing(path, read_only=True)
+        try:
+            db = connect_read_only(path, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
         try:
             items = list(iter_v1_sqlite(db, max_bytes=max_bytes))
         except sqlite3.Error as exc:

@@ -15,6 +15,7 @@ from mainspring.storage import Execution, FileStore, SqliteStore
 from mainspring.storage._seam import encode
 
 from .._cli_kit import run_cli
+from .._read_only_dir import read_only_directory
 
 DATA = Path(__file__).parents[1] / "storage" / "data"
 
@@ -97,6 +98,27 @@ def test_migrate_of_a_store_in_use_is_busy(
         other.close()
     assert code == EXIT_BUSY
     assert "in use by another process" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_U5_migrate_in_a_read_only_directory_is_refused_with_exit_1_and_nothing_changes(
+    tmp_path: Path, kind: str, as_json: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "d"
+    where.mkdir()
+    store = v1_copy(where, kind)
+    before = sorted(str(p.relative_to(where)) for p in where.rglob("*"))
+    with read_only_directory(where):
+        code, out = run_cli("migrate", "--store", str(store), *(["--json"] if as_json else []))
+    err = capsys.readouterr().err
+    assert code == EXIT_FAILED
+    assert out == ""
+    message = json.loads(err)["error"] if as_json else err
+    assert f"{where} is read-only" in message
+    assert "not migrated" in message
+    assert "Traceback" not in err
+    assert sorted(str(p.relative_to(where)) for p in where.rglob("*")) == before
 
 
 def seed(store: SqliteStore | FileStore) -> None:

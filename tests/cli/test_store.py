@@ -24,6 +24,7 @@ from mainspring.cli import EXIT_BUSY, EXIT_NO_STORE, EXIT_OK, EXIT_UNKNOWN, EXIT
 
 from .._cli_kit import inc, run_cli
 from .._postgres import drop_schema, fresh_schema, postgres_url, require_server, with_schema
+from .._read_only_dir import read_only_directory
 
 __all__ = ["postgres_url"]
 
@@ -460,3 +461,53 @@ def test_E7_a_row_that_does_not_parse_is_unreadable_to_every_read(
         code, _ = run_cli(command, "cut", "--store", postgres_url)
         assert code == 1, command  # as doctor says: unreadable, not unknown (3)
         assert "execution cut cannot be read" in capsys.readouterr().err, command
+
+
+def _store_in(directory: Path, kind: str) -> Path:
+    """A store of ``kind`` holding ``ex-1`` (a plan of one step, never run), closed."""
+    directory.mkdir()
+    path = directory / ("store.db" if kind == "sqlite" else "store")
+    store = ms.storage.SqliteStore(path) if kind == "sqlite" else ms.storage.FileStore(path)
+    try:
+        store.create(ms.storage.Execution(id="ex-1", goal="g", created_at=1.0, updated_at=1.0))
+    finally:
+        store.close()
+    return path
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    "argv", [("ls",), ("ls", "--json"), ("show", "ex-1"), ("doctor",), ("migrate",)]
+)
+def test_U5_U6_reads_of_a_sqlite_store_in_a_read_only_directory_work_and_create_nothing(
+    argv: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _store_in(tmp_path / "d", "sqlite")
+    before = _files(path.parent)
+    with read_only_directory(path.parent):
+        code, out = run_cli(*argv, "--store", str(path))
+        err = capsys.readouterr().err
+        assert "not a readable SQLite database" not in err
+        assert "not checked for damage" not in err
+        assert code == (EXIT_OK if argv[0] != "doctor" else 1), err  # doctor: ex-1 orphaned
+        assert ("ex-1" in out) == (argv[0] != "migrate")
+        assert ("already current" in out) == (argv[0] == "migrate")
+        assert _files(path.parent) == before
+
+
+def test_U5_a_write_to_a_sqlite_store_in_a_read_only_directory_names_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _store_in(tmp_path / "d", "sqlite")
+    before = _files(path.parent)
+    with read_only_directory(path.parent):
+        code, _ = run_cli("cancel", "ex-1", "--store", str(path))
+        err = capsys.readouterr().err
+        assert code == EXIT_NO_STORE
+        assert f"its directory {path.parent} is read-only" in err
+        assert "not a readable SQLite database" not in err
+        assert "Traceback" not in err
+        assert _files(path.parent) == before

@@ -29,6 +29,7 @@ from mainspring.storage import (
     migrate_store,
 )
 from mainspring.storage._seam import encode, read_v1, unstructure
+from tests._read_only_dir import read_only_directory
 
 from . import _v1_app
 
@@ -458,6 +459,44 @@ def test_a_second_migrate_in_the_same_directory_is_refused(tmp_path: Path) -> No
     finally:
         os.close(fd)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store.sqlite3"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+def test_U5_a_store_in_a_read_only_directory_is_refused_naming_it_and_nothing_changes(
+    kind: str, version: int, tmp_path: Path
+) -> None:
+    # The new store is built beside the old one, which is then renamed: both need the
+    # directory writable. Refused as the documented MigrationError, not a bare OSError
+    # naming a file that was never made.
+    where = tmp_path / "d"
+    where.mkdir()
+    if version == 1:
+        path = make_v1(kind, where)
+    else:
+        name = "v2.sqlite3" if kind == "sqlite" else "v2-files"
+        path = where / name
+        if kind == "sqlite":
+            shutil.copy2(V2 / name, path)
+        else:
+            shutil.copytree(V2 / name, path)
+    before = snapshot(path)
+    with read_only_directory(where):
+        with pytest.raises(MigrationError, match="nothing changed") as raised:
+            migrate_store(path)
+        assert f"{where} is read-only" in str(raised.value)
+        assert sorted(p.name for p in where.iterdir()) == [path.name]
+        assert snapshot(path) == before
+
+
+def test_U6_a_current_store_in_a_read_only_directory_is_already_current(tmp_path: Path) -> None:
+    where = tmp_path / "d"
+    where.mkdir()
+    path = where / "store.db"
+    SqliteStore(path).close()
+    with read_only_directory(where):
+        assert migrate_store(path).already_current
+        assert sorted(p.name for p in where.iterdir()) == ["store.db"]
 
 
 def test_the_wal_of_a_0_1_sqlite_store_is_checkpointed_into_the_backup(tmp_path: Path) -> None:

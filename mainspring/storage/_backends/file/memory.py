@@ -16,6 +16,7 @@ from pathlib import Path
 from ..._errors import StorageError
 from ..._platform import O_CLOEXEC
 from ..sqlite.memory import SqliteMemory
+from ..sqlite.read_only import connect_read_only, read_only_directory_error, side_files_refused
 
 __all__ = ["MEMORY_FILE", "MemoryFile"]
 
@@ -77,15 +78,17 @@ class MemoryFile:
                 raise OSError(f"{self.path} could not be prepared for writing: {exc}") from exc
 
     def _open(self, *, create: bool) -> sqlite3.Connection:
-        if self.read_only:
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        if self.read_only:  # also in a read-only directory (sqlite.read_only)
             try:
-                db = sqlite3.connect(
-                    uri, uri=True, timeout=self.busy_timeout, isolation_level=None,
-                    check_same_thread=False,
-                )  # fmt: skip
+                db = connect_read_only(self.path, timeout=self.busy_timeout)
+            except sqlite3.Error as exc:
+                raise StorageError(
+                    f"{self.path} is not a readable SQLite database: {exc}"
+                ) from None
+            try:
                 self._check_layout(db)
             except sqlite3.Error as exc:
+                db.close()
                 raise StorageError(
                     f"{self.path} is not a readable SQLite database: {exc}"
                 ) from None
@@ -101,6 +104,8 @@ class MemoryFile:
             db.execute("PRAGMA synchronous=FULL")  # this connection's: nothing is written
         except sqlite3.Error as exc:
             db.close()
+            if side_files_refused(exc, self.path):  # the file is fine, its directory is not
+                raise read_only_directory_error(self.path) from None
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
         except BaseException:  # any way out: closed, re-raised
             db.close()

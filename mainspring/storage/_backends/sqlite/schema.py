@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..._errors import StorageError
 from .memory import MEMORY_SCHEMA
+from .read_only import connect_read_only
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
@@ -111,18 +112,20 @@ def open_read_only(
     path: Path, busy_timeout: float, layout: int = SCHEMA_VERSION
 ) -> sqlite3.Connection:
     """A connection that cannot write, to a database that must already be a store: nothing
-    is created, converted or chmodded (a command that only reads must change nothing)."""
+    is created, converted or chmodded (a command that only reads must change nothing), also
+    in a read-only directory (``read_only.connect_read_only``)."""
     if not path.is_file():
         raise StorageError(f"no store at {path}")
     try:
-        db = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro",
-            uri=True,
-            timeout=busy_timeout,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        check_layout(db, path, creating=False, layout=layout)
+        db = connect_read_only(path, timeout=busy_timeout)
     except sqlite3.Error as exc:
         raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
+    try:
+        check_layout(db, path, creating=False, layout=layout)
+    except sqlite3.Error as exc:
+        db.close()
+        raise StorageError(f"{path} is not a readable SQLite database: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
     return db

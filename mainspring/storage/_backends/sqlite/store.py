@@ -40,6 +40,7 @@ from ..contract import Clock, Listing, Problem
 from ..holding import HoldingStore
 from .evidence import SqliteEvidence
 from .memory import MemoryOnSqlite, SqliteMemory
+from .read_only import read_only_directory_error, side_files_refused
 from .schema import (
     DEFAULT_MAX_RECORD_BYTES,
     SCHEMA,
@@ -136,6 +137,8 @@ class SqliteStore(HoldingStore):
             self._db.close()
             if created:
                 _remove_new(self.path)
+            if side_files_refused(exc, self.path):  # the file is fine, its directory is not
+                raise read_only_directory_error(self.path) from None
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
         except BaseException:  # any way out: closed, re-raised
             self._db.close()
