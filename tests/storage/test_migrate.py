@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -22,6 +23,7 @@ import mainspring as ms
 from mainspring.storage import (
     Execution,
     FileStore,
+    HistoryEvent,
     MigrationError,
     SqliteStore,
     StoreInUse,
@@ -582,8 +584,16 @@ def as_v3(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def history_as_v3(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Fields added to history entries since v2 (the timeline's owner, attempt, ...) read as
+    # None on an entry written before them.
+    fields = {f.name: None for f in attrs.fields(HistoryEvent)}
     return [
-        {**e, "status": _RESPELLED.get(e["status"], e["status"])} if e["kind"] == "worker" else e
+        fields
+        | (
+            {**e, "status": _RESPELLED.get(e["status"], e["status"])}
+            if e["kind"] == "worker"
+            else e
+        )
         for e in events
     ]
 
