@@ -476,7 +476,7 @@ class ExecutionActor(Actor):
             return await self._tasks.masked_input(step)
         if step.kind != "agent":
             fn = cfg.tools[step.target] if step.kind == "tool" else cfg.skills[step.target]
-            if spans is not None:  # O1: the call's span is current while the tool runs
+            if spans is not None:  # O1: the attempt's span (its call's) is current while it runs
                 fn = spans.traced_call(step, fn)
             meter = Meter()  # B3: a result too late for _step_done still has its usage
             # A task of ours, not an actor: its own cancel scope carries every reason

@@ -11,10 +11,12 @@ reason, its root (the reason a ``ParentCancel`` chain started from), its detail 
 
 The tree: the run's span is the child of the span current where the run was started or
 resumed, or, once the execution has a stored trace context (its first run's span), of that:
-every run of one execution shares one trace, in any process. A step's span is the run's
-child; a tool or skill step's call is the step's child, and is the current span while the
-tool runs, so what the tool itself traces nests under it. An agent runs with its step's
-span current; its inner steps and calls are children of that.
+every run of one execution shares one trace, in any process. Each attempt of a step is a
+span, the run's child. An attempt of a tool or skill step is one call, and its span is both:
+named for the call (``mainspring.tool``, ``mainspring.skill``), with the step's ids, kind,
+attempt and state, and current while the tool runs, so what the tool itself traces nests
+under it. An agent step's attempt is ``mainspring.step``; the agent runs with it current,
+and its inner steps and calls are its children, a span each.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
@@ -59,6 +61,10 @@ CANCEL_EVENT = "mainspring.cancel"
 
 #: Reasons that end work without anything having failed: the span's status stays unset.
 _NOT_FAILURES = frozenset({"stop", "pause", "shutdown", "budget-exhausted"})
+
+#: A step attempt's span name, by the step's kind: a tool or skill attempt is its call.
+_ATTEMPT_NAMES = {"tool": "mainspring.tool", "skill": "mainspring.skill"}
+_ATTEMPT = "mainspring.step"
 
 
 def mark_cancelled(span: Span, reason: CancelReason) -> None:
@@ -95,23 +101,36 @@ def _text(value: Any) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
+def _usage_into(attributes: dict[str, Any], usage: Usage) -> None:
+    attributes[INPUT_TOKENS] = usage.input_tokens
+    attributes[OUTPUT_TOKENS] = usage.output_tokens
+    attributes[COST] = float(usage.cost)
+
+
 def _usage(span: Span, usage: Usage) -> None:
     if usage:
-        span.set_attribute(INPUT_TOKENS, usage.input_tokens)
-        span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
-        span.set_attribute(COST, float(usage.cost))
+        attributes: dict[str, Any] = {}
+        _usage_into(attributes, usage)
+        span.set_attributes(attributes)
 
 
 class _Open:
-    """A step's attempt whose span is open."""
+    """A step's attempt whose span is open. ``marked``: its call already gave the span its
+    status (an exception's type) or its cancel event, which its end does not repeat."""
 
-    __slots__ = ("context", "kind", "span", "started")
+    __slots__ = ("context", "kind", "marked", "span", "started")
 
     def __init__(self, span: Span, kind: str) -> None:
         self.span = span
         self.kind = kind
-        self.context = trace.set_span_in_context(span)
+        self.context: Context | None = None  # the span's context, made when first needed
+        self.marked = False
         self.started = time.perf_counter()
+
+    def current(self) -> Context:
+        if self.context is None:
+            self.context = trace.set_span_in_context(self.span)
+        return self.context
 
 
 class RunSpans:
@@ -144,43 +163,47 @@ class RunSpans:
         #: stored, then what is stored (a later run's span is never stored over it).
         self.traceparent = record.trace_context or traceparent_of(self.span)
         self._steps: dict[str, _Open] = {}
-        meters.runs.add(1, {STATUS: "running"})
+        meters.runs.add(1, meters.status("running"))
         meters.leases_held.add(1)
 
     # -- steps -----------------------------------------------------------------------------
 
     def step_started(self, step: PlanStep, attempt: int) -> None:
         """Attempt ``attempt`` of ``step`` (counted on its record, across resumes) starts."""
+        kind = step.kind
         span = self._tracer.start_span(
-            "mainspring.step",
+            _ATTEMPT_NAMES.get(kind, _ATTEMPT),
             context=self._context,
             attributes={
                 EXECUTION_ID: self._id,
                 STEP_ID: step.id,
-                STEP_KIND: step.kind,
+                STEP_KIND: kind,
                 TARGET: step.target,
                 ATTEMPT: attempt,
             },
         )
-        self._steps[step.id] = _Open(span, step.kind)
-        self._meters.steps_started.add(1, {STEP_KIND: step.kind})
+        self._steps[step.id] = _Open(span, kind)
+        meters = self._meters
+        meters.steps_started.add(1, meters.kind(kind))
 
     def _close(self, step_id: str, state: str) -> _Open | None:
         opened = self._steps.pop(step_id, None)
-        state = _text(state)
         if opened is not None:
-            opened.span.set_attribute(STEP_STATE, state)
             seconds = time.perf_counter() - opened.started
-            self._meters.step_duration.record(seconds, {STEP_KIND: opened.kind, STEP_STATE: state})
+            meters = self._meters
+            meters.step_duration.record(seconds, meters.kind_state(opened.kind, state))
         return opened
 
     def step_retrying(self, step_id: str) -> None:
         """The step's attempt failed and it is retried: its span ends failed."""
         opened = self._close(step_id, "retrying")
         if opened is not None:
-            opened.span.set_status(Status(StatusCode.ERROR, "attempt failed"))
-            opened.span.end()
-            self._meters.steps_retried.add(1, {STEP_KIND: opened.kind})
+            span = opened.span
+            span.set_attribute(STEP_STATE, "retrying")
+            if not opened.marked:
+                span.set_status(Status(StatusCode.ERROR, "attempt failed"))
+            span.end()
+            self._meters.steps_retried.add(1, self._meters.kind(opened.kind))
 
     def step_ended(
         self, step_id: str, state: str, observation: Observation | None, usage: Usage | None
@@ -192,52 +215,54 @@ class RunSpans:
         if opened is None:
             return  # skipped or cancelled before it ran: it had no span
         span = opened.span
+        ending: dict[str, Any] = {STEP_STATE: state}
         if observation is not None:
-            span.set_attribute(CALLS_USED, observation.calls_used)
+            ending[CALLS_USED] = observation.calls_used
             if observation.agent_task_id:
-                span.set_attribute(TASK_ID, observation.agent_task_id)
+                ending[TASK_ID] = observation.agent_task_id
             if observation.error_type:
-                span.set_attribute(ERROR_TYPE, observation.error_type)
-        if usage is not None:
-            _usage(span, usage)
-        kind = {STEP_KIND: opened.kind}
+                ending[ERROR_TYPE] = observation.error_type
+        if usage:
+            _usage_into(ending, usage)
+        span.set_attributes(ending)
+        meters = self._meters
         if state == "succeeded":
-            self._meters.steps_succeeded.add(1, kind)
+            meters.steps_succeeded.add(1, meters.kind(opened.kind))
         elif state == "failed":
-            self._meters.steps_failed.add(1, kind)
-            why = (observation.code if observation is not None else None) or state
-            span.set_status(Status(StatusCode.ERROR, str(why)))
+            meters.steps_failed.add(1, meters.kind(opened.kind))
+            if not opened.marked:
+                why = (observation.code if observation is not None else None) or state
+                span.set_status(Status(StatusCode.ERROR, str(why)))
         span.end()
 
     # -- what runs under a step ------------------------------------------------------------
 
     def traced_call(self, step: PlanStep, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` (a tool or skill step's callable) wrapped so that its call has a span,
-        current while it runs, under the step's."""
+        """``fn`` (a tool or skill step's callable) wrapped so that its attempt's span (which
+        is the call's) is current while it runs; what it raises, or the cancel that stops
+        it, marks the span, and what it spent is added to it."""
         opened = self._steps.get(step.id)
         if opened is None:
             return fn
-        tracer, parent = self._tracer, opened.context
-        name = f"mainspring.{step.kind}"
-        attributes = {EXECUTION_ID: self._id, STEP_ID: step.id, TARGET: step.target}
+        span, current = opened.span, opened.current()
 
         async def traced(**kwargs: Any) -> Any:
-            with tracer.start_as_current_span(
-                name,
-                context=parent,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
-                try:
-                    result = fn(**kwargs)  # a tool may be sync or async, as run_step takes it
-                    if inspect.isawaitable(result):
-                        result = await result
-                except BaseException as exc:
+            token = context.attach(current)
+            try:
+                result = fn(**kwargs)  # a tool may be sync or async, as run_step takes it
+                if inspect.isawaitable(result):
+                    result = await result
+            except BaseException as exc:
+                if span.is_recording():  # else the run ended it already, with its reason
                     _mark_error(span, exc)
-                    raise
-                _usage(span, split_usage(result)[1])
-                return result
+                    opened.marked = True
+                raise
+            finally:
+                context.detach(token)
+            usage = split_usage(result)[1]
+            if usage and span.is_recording():
+                _usage(span, usage)
+            return result
 
         return traced
 
@@ -258,7 +283,9 @@ class RunSpans:
         for step_id in list(self._steps):
             opened = self._close(step_id, "interrupted")
             if opened is not None:
-                mark_cancelled(opened.span, reason)
+                opened.span.set_attribute(STEP_STATE, "interrupted")
+                if not opened.marked:  # its call saw the cancel: it said why already
+                    mark_cancelled(opened.span, reason)
                 opened.span.end()
         span = self.span
         status = _text(status)
@@ -274,9 +301,10 @@ class RunSpans:
         if status == "failed":
             span.set_status(Status(StatusCode.ERROR, "failed"))
         span.end()
-        self._meters.runs.add(-1, {STATUS: "running"})
-        self._meters.leases_held.add(-1)
-        self._meters.runs_ended.add(1, {STATUS: status})
+        meters = self._meters
+        meters.runs.add(-1, meters.status("running"))
+        meters.leases_held.add(-1)
+        meters.runs_ended.add(1, meters.status(status))
 
 
 class TaskSpans:

@@ -39,6 +39,18 @@ class Otel:
         assert len(found) == 1, [(s.name, s.attributes) for s in self.spans()]
         return found[0]
 
+    def attempts(self, step_id: str | None = None) -> list[ReadableSpan]:
+        """The spans of step attempts (any name: a tool or skill step's attempt is its call's
+        span, ``mainspring.tool`` / ``mainspring.skill``; an agent step's, ``mainspring.step``),
+        of ``step_id`` only if given, in attempt order."""
+        found = [
+            s
+            for s in self.spans()
+            if "mainspring.step.attempt" in (s.attributes or {})
+            and (step_id is None or s.attributes["mainspring.step.id"] == step_id)
+        ]
+        return sorted(found, key=lambda s: s.attributes["mainspring.step.attempt"])
+
     def points(self, metric: str) -> list[Any]:
         data = self.reader.get_metrics_data()
         if data is None:

@@ -72,3 +72,19 @@ async def test_O1_a_run_taken_over_counts_as_a_recovery(tmp_path: Path) -> None:
         assert [h.execution_id for h in report] == [handle.execution_id]
         await report[0].wait()
     assert otel.total("mainspring.recoveries") == 1
+
+
+async def test_O1_runtimes_on_one_provider_add_up_their_counts() -> None:
+    # The counts are tallies per meter provider, reported when a reader collects: a second
+    # runtime on the same provider adds to them (as a counter would), it does not start over
+    # or go unreported.
+    otel = Otel()
+    for _ in range(2):
+        async with otel.runtime(tools={"inc": _inc}) as rt:
+            result = await (await rt.start("g", plan_of(tool("a", "inc")))).wait()
+        assert result.status == "completed"
+    assert otel.total("mainspring.steps.started", **{"mainspring.step.kind": "tool"}) == 2
+    assert otel.total("mainspring.steps.succeeded") == 2
+    assert otel.total("mainspring.runs.ended", **{"mainspring.execution.status": "completed"}) == 2
+    assert otel.total("mainspring.leases.held") == 0
+    assert sum(p.count for p in otel.points("mainspring.step.duration")) == 2

@@ -51,25 +51,31 @@ async def _run_three(otel: Otel) -> str:
 
 
 async def test_O1_a_three_step_plan_is_a_run_span_over_its_steps_and_their_calls() -> None:
+    # A tool or skill step's attempt is one call: one span, named for the call, carries the
+    # step's facts (no step span over a call span saying the same). An agent step's attempt
+    # is a `mainspring.step` span over its inner steps and calls.
     otel = Otel()
     await _run_three(otel)
     run = otel.one("mainspring.run")
     assert run.parent is None
-    steps = {s.attributes["mainspring.step.id"]: s for s in otel.spans("mainspring.step")}
+    steps = {s.attributes["mainspring.step.id"]: s for s in otel.attempts()}
     assert sorted(steps) == ["a", "b", "c"]
     for step in steps.values():
         assert step.parent is not None
         assert step.parent.span_id == run.context.span_id
     tool_call = otel.one("mainspring.tool")
     skill_call = otel.one("mainspring.skill")
-    assert tool_call.parent.span_id == steps["a"].context.span_id
-    assert skill_call.parent.span_id == steps["b"].context.span_id
+    assert tool_call.context.span_id == steps["a"].context.span_id
+    assert skill_call.context.span_id == steps["b"].context.span_id
+    assert tool_call.parent.span_id == run.context.span_id
+    assert skill_call.parent.span_id == run.context.span_id
+    assert otel.one("mainspring.step").context.span_id == steps["c"].context.span_id
     inner = otel.one("mainspring.agent.inner_step")
     agent_tool = otel.one("mainspring.agent.tool")
     assert inner.parent.span_id == steps["c"].context.span_id
     assert agent_tool.parent.span_id == steps["c"].context.span_id
     assert {s.context.trace_id for s in otel.spans()} == {run.context.trace_id}
-    assert len(otel.spans()) == 8
+    assert len(otel.spans()) == 6
 
 
 async def test_O1_spans_carry_ids_states_counts_and_usage() -> None:
@@ -85,12 +91,14 @@ async def test_O1_spans_carry_ids_states_counts_and_usage() -> None:
     assert run.attributes["mainspring.usage.cost"] == 0.5
     assert run.attributes["mainspring.resumed"] is False
     assert run.status.status_code is StatusCode.UNSET
-    b = otel.one("mainspring.step", **{"mainspring.step.id": "b"})
+    (b,) = otel.attempts("b")
+    assert b.name == "mainspring.skill"
     assert b.attributes["mainspring.step.kind"] == "skill"
     assert b.attributes["mainspring.target"] == "model"
     assert b.attributes["mainspring.step.state"] == "succeeded"
     assert b.attributes["mainspring.step.attempt"] == 1
-    assert otel.one("mainspring.skill").attributes["gen_ai.usage.input_tokens"] == 12
+    assert b.attributes["gen_ai.usage.input_tokens"] == 12
+    assert b.attributes["mainspring.calls_used"] == 1
     c = otel.one("mainspring.step", **{"mainspring.step.id": "c"})
     task_id = c.attributes["mainspring.agent_task.id"]
     assert task_id == f"{execution_id}:t1"
@@ -112,9 +120,7 @@ async def test_O1_a_failing_step_has_a_span_per_attempt_and_no_message() -> None
     async with otel.runtime(tools={"fail": fail}, retries={"tool": QUICK}) as rt:
         result = await (await rt.start("g", plan_of(tool("a", "fail")))).wait()
     assert result.status == "failed"
-    attempts = sorted(
-        otel.spans("mainspring.step"), key=lambda s: s.attributes["mainspring.step.attempt"]
-    )
+    attempts = otel.attempts()  # each attempt is its call's span
     assert [s.attributes["mainspring.step.attempt"] for s in attempts] == [1, 2, 3]
     assert [s.attributes["mainspring.step.state"] for s in attempts] == [
         "retrying",
@@ -125,6 +131,7 @@ async def test_O1_a_failing_step_has_a_span_per_attempt_and_no_message() -> None
     assert attempts[-1].attributes["error.type"] == "RuntimeError"
     calls = otel.spans("mainspring.tool")
     assert len(calls) == 3
+    assert {c.context.span_id for c in calls} == {a.context.span_id for a in attempts}
     assert {c.attributes["error.type"] for c in calls} == {"RuntimeError"}
     assert {c.status.description for c in calls} == {"RuntimeError"}
     run = otel.one("mainspring.run")
@@ -161,7 +168,8 @@ async def test_O1_a_pause_is_an_event_on_the_spans_it_ended_not_an_error() -> No
         "mainspring.cancel.detail": "lunch",
         "mainspring.cancel.source": _cancel_event(run)["mainspring.cancel.source"],
     }
-    step = otel.one("mainspring.step")
+    (step,) = otel.attempts()  # the tool's attempt, its call's span: one cancel event
+    assert step.name == "mainspring.tool"
     assert step.attributes["mainspring.step.state"] == "interrupted"
     assert _cancel_event(step)["mainspring.cancel.kind"] == "pause"
     call = otel.one("mainspring.tool")
@@ -181,7 +189,9 @@ async def test_O1_a_cancel_is_the_spans_error_status_and_event() -> None:
     assert call.status.status_code is StatusCode.ERROR
     assert call.status.description == "parent-cancel"
     assert _cancel_event(call)["mainspring.cancel.root"] == "cancel"
-    assert otel.one("mainspring.step").status.status_code is StatusCode.ERROR
+    (step,) = otel.attempts()  # the call's span is the attempt's
+    assert step.status.status_code is StatusCode.ERROR
+    assert step.attributes["mainspring.step.state"] == "interrupted"
 
 
 async def test_O1_E5_a_registered_secret_never_reaches_a_span() -> None:
@@ -232,5 +242,5 @@ async def test_O1_a_resumed_step_keeps_counting_its_attempts() -> None:
         await rt.pause(handle.execution_id)
         result = await (await rt.resume(handle.execution_id)).wait()
     assert result.status == "completed"
-    attempts = [s.attributes["mainspring.step.attempt"] for s in otel.spans("mainspring.step")]
-    assert sorted(attempts) == [1, 2]
+    attempts = [s.attributes["mainspring.step.attempt"] for s in otel.attempts("a")]
+    assert attempts == [1, 2]
