@@ -166,8 +166,14 @@ class _View:
         execution = await self.read(self.store.get, execution_id)
         if execution is None:
             raise _Problem(404, f"no execution {execution_id} in this store")
-        can_resume = self.controls.can_resume
-        return _json(await self.read(run_view, self.store, execution, can_resume=can_resume))
+        view = await self.read(
+            run_view,
+            self.store,
+            execution,
+            can_resume=self.controls.can_resume,
+            organization=self.rt.memory.organization,
+        )
+        return _json(view)
 
     def _stream(self, request: Request, execution_id: str | None) -> Response:
         try:

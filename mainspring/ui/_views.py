@@ -20,10 +20,12 @@ from ..storage import (
     HistoryEvent,
     Observation,
     Plan,
+    Scope,
     Store,
     redact,
 )
 from ..storage._seam import (
+    MAX_SEARCH_LIMIT,
     STEP_FINISHED,
     FactFilter,
     MemoryBackend,
@@ -313,15 +315,32 @@ def _workers(execution: Execution) -> dict[str, Any]:
     }
 
 
-def _memory(store: Store, execution_id: str, now: float) -> dict[str, Any] | None:
-    """The facts visible in the scopes a run sees (user, project, repository), those this
-    run remembered first; None for a store that keeps no memory."""
+def _memory(
+    store: Store, execution_id: str, organization: str | None, now: float
+) -> dict[str, Any] | None:
+    """The facts of the scopes this run used: those it remembered first (hidden ones too,
+    flagged), then the other visible facts of the scopes it remembered in, at most
+    :data:`FACTS_MOST` in all. Which scopes a run reads is not recorded, so a run that
+    remembered nothing shows none. An organization's facts only to a view of that
+    organization (K2, ``organization``: the view's runtime's); None for a store that keeps
+    no memory."""
     if not isinstance(store, MemoryBackend):
         return None
-    facts = store.memory_list(FactFilter(), limit=1_000)
-    own = [f for f in facts if f.execution_id == execution_id]
-    others = [f for f in facts if f.execution_id != execution_id]
-    shown = (own + others)[:FACTS_MOST]
+    mine = FactFilter(organization=organization, execution_id=execution_id, include_hidden=True)
+    own = store.memory_list(mine, limit=FACTS_MOST + 1)
+    seeable = [s for s in Scope if s is not Scope.ORGANIZATION or organization is not None]
+    used = [
+        scope
+        for scope in seeable
+        if store.memory_list(attrs.evolve(mine, scopes=frozenset({scope})), limit=1)
+    ]
+    others: list[Any] = []
+    if used and len(own) <= FACTS_MOST:
+        theirs = FactFilter(scopes=frozenset(used), organization=organization)
+        seen = {f.id for f in own}
+        listed = store.memory_list(theirs, limit=min(MAX_SEARCH_LIMIT, FACTS_MOST + 1 + len(own)))
+        others = [f for f in listed if f.id not in seen]
+    shown = (own + others)[: FACTS_MOST + 1]
     return {
         "facts": [
             {
@@ -331,19 +350,24 @@ def _memory(store: Store, execution_id: str, now: float) -> dict[str, Any] | Non
                 "domain": f.domain,
                 "confidence": f.confidence,
                 "expired": f.expired(now),
+                "superseded": f.superseded_by is not None,
                 "this_run": f.execution_id == execution_id,
                 "step_id": f.step_id,
                 "created_at": f.created_at,
             }
-            for f in shown
+            for f in shown[:FACTS_MOST]
         ],
-        "this_run": len(own),
-        "total": len(facts),
+        "this_run": min(len(own), FACTS_MOST),
+        "scopes": [scope.value for scope in used],
+        "more": len(shown) > FACTS_MOST,
     }
 
 
-def run_view(store: Store, execution: Execution, *, can_resume: bool) -> dict[str, Any]:
-    """Everything the run page shows of ``execution``. Blocking: call it in a worker
+def run_view(
+    store: Store, execution: Execution, *, can_resume: bool, organization: str | None = None
+) -> dict[str, Any]:
+    """Everything the run page shows of ``execution``, to a view of ``organization`` (its
+    runtime's: whose organization facts it may show, K2). Blocking: call it in a worker
     thread."""
     now = store.now()
     tasks = execution.task_records
@@ -383,7 +407,7 @@ def run_view(store: Store, execution: Execution, *, can_resume: bool) -> dict[st
         "tasks": [_task(t) for t in tasks],
         "tasks_unreadable": len(execution.unreadable_tasks),
         "workers": _workers(execution),
-        "memory": _memory(store, execution.id, now),
+        "memory": _memory(store, execution.id, organization, now),
         "controls": [
             {"action": c.action, "by": _clip(c.by, 200), "at": c.at, "reason": _clip(c.reason, 500)}
             for c in execution.controls

@@ -14,7 +14,7 @@ import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
 from mainspring.ui import RemoteRefused, is_loopback, serve
 from mainspring.ui._server import GRACE
-from tests.executions._kit import FAST, Gate, plan_of, tool
+from tests.executions._kit import FAST, Gate, agent, plan_of, tool
 from tests.ui._kit import APP, SECRET, client, fill, raw, reaches, sse
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +153,7 @@ async def test_a_waiting_run_shows_its_question_task_and_inner_steps(store: Any)
         assert [s["id"] for s in task["inner_steps"]] == ["look"]
         assert task["inner_steps"][0]["status"] == "succeeded"
         assert view["plan"]["steps"][0]["agent_task_id"] == task["id"]
-        assert view["memory"] == {"facts": [], "this_run": 0, "total": 0}
+        assert view["memory"] == {"facts": [], "this_run": 0, "scopes": [], "more": False}
         assert view["workers"]["workers"] == []
 
 
@@ -438,3 +438,47 @@ async def test_the_printed_urls_redirect_stays_on_this_view(store: Any) -> None:
                 assert said.status == 303, (path, said.status)
                 assert said.headers["location"] == expected, path
                 assert "x=1" not in said.headers.get("set-cookie", ""), path
+
+
+async def rememberer(ctx: ms.AgentContext, input: Any) -> str:
+    await ctx.memory.remember("deploys use canary releases", scope="project")
+    await ctx.memory.remember("acme ships on fridays", scope="organization")
+    return "remembered"
+
+
+async def test_K2_a_run_shows_the_facts_of_the_scopes_it_used_and_of_its_organization_only(
+    tmp_path: Path,
+) -> None:
+    """K2 and the run's scopes: the run view lists the facts this run remembered, then the
+    other facts of the scopes it remembered in; not a scope it never used, nor another
+    run's facts of such a scope, and an organization's facts only to a view of that
+    organization (``--app`` naming it)."""
+    path = str(tmp_path / "memory.sqlite3")
+    async with ms.open_runtime(
+        store=path, agents={"rem": rememberer}, organization="acme", **FAST
+    ) as rt:
+        run = await rt.start("remember", plan_of(agent("r", "rem")), execution_id="ex-mem")
+        assert (await run.wait()).status == "completed"
+        await rt.memory.remember("ci uses python 3.12", scope="project")
+        await rt.memory.remember("prefers short answers", scope="user")
+    async with ms.open_runtime(store=path, organization="globex", **FAST) as other:
+        await other.memory.remember("globex ships on mondays", scope="organization")
+    async with serve(path) as ui, client(ui) as http:
+        memory = (await http.get("/api/runs/ex-mem")).json()["memory"]
+        assert [(f["text"], f["this_run"]) for f in memory["facts"]] == [
+            ("deploys use canary releases", True),
+            ("ci uses python 3.12", False),
+        ]
+        assert memory["scopes"] == ["project"]
+        assert memory["this_run"] == 1
+        assert memory["more"] is False
+    async with serve(path, app={"organization": "acme"}) as ui, client(ui) as http:
+        memory = (await http.get("/api/runs/ex-mem")).json()["memory"]
+        assert [(f["text"], f["this_run"]) for f in memory["facts"]] == [
+            ("deploys use canary releases", True),
+            ("acme ships on fridays", True),
+            ("ci uses python 3.12", False),
+        ]
+        assert memory["scopes"] == ["project", "organization"]
+        assert "globex ships on mondays" not in str(memory)
+

@@ -255,14 +255,16 @@
       return;
     }
     if (!v.memory.facts.length) {
-      box.append(ms.el("p", { class: "note", text: "no facts remembered in the run's scopes" }));
+      box.append(ms.el("p", { class: "note", text: "this run remembered no facts (what it read is not recorded)" }));
       return;
     }
-    box.append(ms.el("p", { class: "note", text: `${v.memory.this_run} remembered by this run; ${v.memory.total} visible in its scopes` }));
+    box.append(ms.el("p", { class: "note", text: `${v.memory.this_run} remembered by this run, then the others ` +
+      `of the scopes it remembered in (${v.memory.scopes.join(", ")})` + (v.memory.more ? `; the first ${v.memory.facts.length} shown` : "") }));
     const list = ms.el("ul", { class: "plain" });
     for (const f of v.memory.facts) {
       list.append(ms.el("li", { class: f.this_run ? "own" : "" },
-        ms.el("code", { text: f.id }), ` ${f.scope}/${f.domain} ${f.confidence.toFixed(2)}` + (f.expired ? " expired" : "") + ": ",
+        ms.el("code", { text: f.id }), ` ${f.scope}/${f.domain} ${f.confidence.toFixed(2)}` +
+        (f.expired ? " expired" : "") + (f.superseded ? " superseded" : "") + ": ",
         f.text));
     }
     box.append(list);
