@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ..executions._seam import question_answered, unanswered
 from ..storage import (
     AgentTaskRecord,
     Execution,
@@ -374,14 +375,15 @@ def run_view(
     pending = execution.pending
     lease = execution.lease
     holding = _lease_holder(execution, now)
+    # The questions no stored answer answers yet (R9: the one holding the slot first).
     questions = [
         {
             "task_id": t.id,
             "question": _clip(t.pending_question, 4_000),
             "asked_at": t.pending_question_at,
         }
-        for t in tasks
-        if t.pending_question is not None and t.answered_at is None
+        for t in unanswered(execution)
+        if t.pending_question is not None
     ]
     view = {
         "summary": run_summary(execution, now),
@@ -400,6 +402,10 @@ def run_view(
             "agent_task_id": pending.agent_task_id,
             "asked_at": pending.asked_at,
             "budget": None if pending.budget is None else unstructure(pending.budget),
+            # An answer is stored for every open question: it waits for a runtime to take
+            # it (the run's, at its next heartbeat, or the next resume); another would be
+            # refused as busy, so the page offers none.
+            "answered": question_answered(execution),
         },
         "questions": questions,
         "plan": _plan(execution, tasks),

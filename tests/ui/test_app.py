@@ -482,3 +482,23 @@ async def test_K2_a_run_shows_the_facts_of_the_scopes_it_used_and_of_its_organiz
         assert memory["scopes"] == ["project", "organization"]
         assert "globex ships on mondays" not in str(memory)
 
+
+async def test_R9_an_answer_stored_for_a_run_nothing_runs_is_shown_waiting_not_asked_again(
+    store: Any,
+) -> None:
+    """R9/P5: an answer stored while no runtime runs the run fills its one open question:
+    the view says the answer waits for a runtime to take it (the page offers no second
+    answer, which would be refused as busy), and the run still waits."""
+    async with serve(store) as ui, client(ui) as http:
+        before = (await http.get("/api/runs/ex-ask")).json()
+        assert before["pending"]["answered"] is False
+        answered = await http.post("/api/runs/ex-ask/answer", json={"text": "left"})
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["live"] is False
+        view = (await http.get("/api/runs/ex-ask")).json()
+        assert view["summary"]["status"] == "waiting_for_clarification"
+        assert view["pending"]["answered"] is True
+        assert view["questions"] == []  # no question waits for an answer any more
+        again = await http.post("/api/runs/ex-ask/answer", json={"text": "right"})
+        assert again.status_code == 409
+        assert "answer already" in again.json()["error"]

@@ -165,6 +165,15 @@
     if (!asked) return;
     const from = v.pending.agent_task_id ? ` (agent task ${v.pending.agent_task_id})` : "";
     document.getElementById("question-text").textContent = (v.pending.question || "(no text)") + from;
+    // An answer is stored already: another would be refused (busy), so none is offered.
+    const answered = Boolean(v.pending.answered);
+    document.getElementById("answer-form").hidden = answered;
+    const stored = document.getElementById("answer-stored");
+    stored.hidden = !answered;
+    stored.textContent = !answered ? "" : v.lease
+      ? "An answer is stored: the run takes it at its next heartbeat."
+      : "An answer is stored. Nothing runs this run now: it waits for a runtime to pick it up " +
+        "(a runtime open on the store that recovers runs, or Resume).";
   }
 
   function tasks(v) {
