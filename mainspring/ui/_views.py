@@ -20,7 +20,6 @@ from ..storage import (
     ExecutionStatus,
     HistoryEvent,
     Observation,
-    Plan,
     Scope,
     Store,
     redact,
@@ -36,6 +35,7 @@ from ..storage._seam import (
     parse_workers,
     unstructure,
 )
+from ._layout import layout
 
 #: The statuses a list filter may name.
 STATUSES = tuple(status.value for status in ExecutionStatus)
@@ -133,31 +133,6 @@ def runs_view(
     return dict(redact(view))
 
 
-def depths(plan: Plan) -> dict[str, int]:
-    """Each step's depth in the plan's graph: 0 for a step with no dependency, else one more
-    than its deepest dependency (a dependency the plan lacks is ignored; a cycle, which a
-    validated plan never has (P1), does not loop). Walked with a stack of its own, not by
-    recursion: a chain of a thousand steps listed last step first is as fine as any."""
-    needs = {step.id: tuple(step.depends_on) for step in plan.steps}
-    found: dict[str, int] = {}
-    for root in needs:
-        if root in found:
-            continue
-        path = {root}
-        stack = [(root, iter(needs[root]))]
-        while stack:
-            step_id, rest = stack[-1]
-            below = next((d for d in rest if d in needs and d not in found and d not in path), None)
-            if below is not None:
-                path.add(below)
-                stack.append((below, iter(needs[below])))
-                continue
-            found[step_id] = 1 + max((found[d] for d in needs[step_id] if d in found), default=-1)
-            path.discard(step_id)
-            stack.pop()
-    return found
-
-
 def _attempts(observation: Observation) -> list[dict[str, Any]]:
     raw = observation.data.get("attempts")
     if type(raw) is not list:
@@ -187,14 +162,10 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
     ran = {obs.step_id: obs for obs in execution.observations}
     failures = {task.id: task.failure for task in tasks if task.failure is not None}
     by_step = {task.step_id: task.id for task in tasks}
-    level = depths(plan)
-    rows: dict[int, int] = {}
+    drawn = layout(plan)
     steps = []
     for step in plan.steps:
         obs = ran.get(step.id)
-        depth = level[step.id]
-        row = rows.get(depth, 0)
-        rows[depth] = row + 1
         task_id = obs.agent_task_id if obs is not None else None
         failure = failures.get(task_id or "")
         traceback = obs.traceback if obs is not None else None
@@ -208,8 +179,8 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
                 "description": _clip(step.description, 500),
                 "status": step.status.value,
                 "depends_on": list(step.depends_on),
-                "depth": depth,
-                "row": row,
+                "depth": drawn.depth[step.id],
+                "row": drawn.row[step.id],
                 "seconds": None if obs is None else _seconds(obs.started_at, obs.ended_at),
                 "started_at": None if obs is None else _finite(obs.started_at),
                 "error": None if obs is None else _clip(obs.error, 2_000),
@@ -223,8 +194,9 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
         "id": plan.id,
         "version": plan.version,
         "steps": steps,
-        "columns": 1 + max(level.values(), default=-1),
-        "rows": max(rows.values(), default=0),
+        "edges": drawn.edges,
+        "columns": drawn.columns,
+        "rows": drawn.rows,
     }
 
 
