@@ -14,6 +14,7 @@ import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
 from mainspring.ui import RemoteRefused, is_loopback, serve
 from mainspring.ui._server import GRACE
+from mainspring.ui._stream import history_end
 from tests.executions._kit import FAST, Gate, agent, plan_of, tool
 from tests.ui._kit import APP, SECRET, client, fill, raw, reaches, sse
 
@@ -502,3 +503,44 @@ async def test_R9_an_answer_stored_for_a_run_nothing_runs_is_shown_waiting_not_a
         again = await http.post("/api/runs/ex-ask/answer", json={"text": "right"})
         assert again.status_code == 409
         assert "answer already" in again.json()["error"]
+
+
+async def test_the_store_wide_stream_from_the_end_carries_only_what_comes_next(
+    tmp_path: Path,
+) -> None:
+    """V2 for the runs list: ``/api/events?after=end`` starts after the store's newest entry
+    (found in a few reads, however long the history) and carries every run's entries
+    committed from then on, by any process; ``Last-Event-ID`` still wins on a reconnection."""
+    path = str(tmp_path / "list.sqlite3")
+    await fill(path)
+    gate = Gate()
+    async with ms.open_runtime(
+        store=path, tools={"inc": APP["tools"]["inc"], "gate": gate}, **FAST
+    ) as server:
+        every = await anyio.to_thread.run_sync(lambda: server.store.history(None, limit=10_000))
+        assert await anyio.to_thread.run_sync(history_end, server.store) == every[-1].seq
+        empty = await anyio.to_thread.run_sync(SqliteStore, str(tmp_path / "empty.sqlite3"))
+        try:
+            assert await anyio.to_thread.run_sync(history_end, empty) == 0
+        finally:
+            empty.close()
+        async with serve(path) as ui, client(ui):
+            async with raw(ui, "GET", "/api/events?after=end") as stream:
+                assert stream.status == 200
+                handle = await server.start(
+                    "gated", plan_of(tool("g", "gate"), tool("b", "inc", "g")), execution_id="ex-n"
+                )
+                await gate.entered.wait()
+                gate.opened.set()
+                seen: list[int] = []
+                with anyio.fail_after(30):
+                    while (line := await stream.line()) is not None:
+                        if line.startswith("id: "):
+                            seen.append(int(line[4:]))
+                        if '"status":"completed"' in line and '"execution_id":"ex-n"' in line:
+                            break
+                assert seen[:1] == [every[-1].seq + 1]  # nothing before, nothing missed
+                assert seen == sorted(set(seen))
+            assert (await handle.wait()).status == "completed"
+            resumed = await sse(ui, "/api/events?after=end", 1, headers={"last-event-id": "0"})
+            assert resumed[0][0] == 1
