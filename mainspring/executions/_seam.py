@@ -17,6 +17,8 @@ from ._facade.handle import UnknownExecution as UnknownExecution
 from ._facade.open import open_runtime as open_runtime
 from ._facade.prune import PruneReport as PruneReport
 from ._facade.prune import PruneSkip as PruneSkip
+from ._facade.record_controls import question_answered as question_answered
+from ._facade.record_controls import unanswered as unanswered
 from ._facade.recovery import RecoveryReport as RecoveryReport
 from ._facade.recovery import SkippedRun as SkippedRun
 from ._facade.runtime import Runtime as Runtime

@@ -178,7 +178,8 @@ class FactFilter:
     ``scopes`` None means every scope except ``organization`` unless ``organization`` names
     one (then that organization's facts too); an explicit ``Scope.ORGANIZATION`` needs
     ``organization``. ``now`` None means the backend's clock. ``include_hidden`` (listings
-    only) also returns expired, superseded and low-confidence facts.
+    only) also returns expired, superseded and low-confidence facts. ``execution_id``
+    admits only the facts that run remembered (what a view of one run lists).
     """
 
     scopes: frozenset[Scope] | None = None
@@ -187,6 +188,7 @@ class FactFilter:
     organization: str | None = attrs.field(default=None, validator=_optional_id)
     now: float | None = attrs.field(default=None, validator=_time)
     include_hidden: bool = False
+    execution_id: str | None = attrs.field(default=None, validator=_optional_id)
 
     def __attrs_post_init__(self) -> None:
         if self.scopes is not None:
@@ -209,8 +211,11 @@ class FactFilter:
         return [scope for scope in Scope if scope in wanted]
 
     def admits(self, fact: Fact) -> bool:
-        """Scope, organization, domain and confidence (not expiry or supersession)."""
+        """Scope, organization, domain, execution and confidence (not expiry or
+        supersession)."""
         if fact.scope not in self.scope_list():
+            return False
+        if self.execution_id is not None and fact.execution_id != self.execution_id:
             return False
         if fact.scope is Scope.ORGANIZATION and fact.organization != self.organization:
             return False

@@ -3,7 +3,8 @@ controls, behind the token (:mod:`._auth`).
 
 Pages: ``/`` (the runs) and ``/runs/{id}`` (one run). Reads: ``GET /api/runs`` (``status``
 comma-separated, ``q`` text, ``limit``), ``GET /api/runs/{id}``, ``GET /api/runs/{id}/events``
-(server-sent events; ``after`` or ``Last-Event-ID``) and ``GET /api/events`` (every run's).
+(server-sent events; ``after`` or ``Last-Event-ID``) and ``GET /api/events`` (every run's;
+``after=end``: from now on, as the runs list follows them).
 Controls, ``POST`` with a JSON body: ``/api/runs/{id}/pause | cancel`` (``reason``),
 ``/api/runs/{id}/resume`` (``answer``, ``approve``), ``/api/runs/{id}/answer`` (``text``),
 ``/api/tasks/{id}/stop`` (``cascade``).
@@ -33,7 +34,7 @@ from ..storage import InvalidId, Store
 from ..storage._seam import check_id
 from ._auth import ASGIApp, TokenGate
 from ._controls import Controls, Refused
-from ._stream import BadCursor, EventStream, cursor, history_events
+from ._stream import BadCursor, EventStream, cursor, history_end, history_events
 from ._views import MAX_RUNS, STATUSES, run_view, runs_view
 
 STATIC = Path(__file__).parent / "static"
@@ -166,12 +167,22 @@ class _View:
         execution = await self.read(self.store.get, execution_id)
         if execution is None:
             raise _Problem(404, f"no execution {execution_id} in this store")
-        can_resume = self.controls.can_resume
-        return _json(await self.read(run_view, self.store, execution, can_resume=can_resume))
+        view = await self.read(
+            run_view,
+            self.store,
+            execution,
+            can_resume=self.controls.can_resume,
+            organization=self.rt.memory.organization,
+        )
+        return _json(view)
 
-    def _stream(self, request: Request, execution_id: str | None) -> Response:
+    async def _stream(self, request: Request, execution_id: str | None) -> Response:
+        resumed = request.headers.get("last-event-id")
+        start = request.query_params.get("after")
+        if start == "end" and resumed in (None, ""):  # what happens from now on
+            start = str(await self.read(history_end, self.store))
         try:
-            after = cursor(request.headers.get("last-event-id"), request.query_params.get("after"))
+            after = cursor(resumed, start)
         except BadCursor as exc:
             raise _Problem(400, str(exc)) from None
         return EventStream(
@@ -179,10 +190,10 @@ class _View:
         )
 
     async def run_events(self, request: Request) -> Response:
-        return self._stream(request, _id(request))
+        return await self._stream(request, _id(request))
 
     async def all_events(self, request: Request) -> Response:
-        return self._stream(request, None)
+        return await self._stream(request, None)
 
     async def control(self, request: Request) -> Response:
         execution_id = _id(request)

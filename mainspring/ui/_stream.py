@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..executions import Runtime
+from ..storage import Store
 from ..storage._seam import check_history_after
 from ._views import history_entry
 
@@ -26,6 +27,25 @@ from ._views import history_entry
 RETRY_MS = 1_000
 #: How often a follower looks for other processes' commits (seconds).
 POLL = 0.25
+
+
+def history_end(store: Store) -> int:
+    """The sequence number of the store's newest history entry (0: none), found in a few
+    one-entry reads (a binary search over ``after``, whatever the history's length): where
+    a stream of what happens from now on starts. Blocking: call it in a worker thread."""
+
+    def beyond(seq: int) -> bool:
+        return bool(store.history(None, after=seq, limit=1))
+
+    if not beyond(0):
+        return 0
+    low, high = 0, 1  # beyond(low) holds; find a high it does not
+    while beyond(high):
+        low, high = high, high * 2
+    while high - low > 1:  # beyond(low) and not beyond(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if beyond(middle) else (low, middle)
+    return high
 
 
 class BadCursor(ValueError):

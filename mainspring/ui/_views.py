@@ -13,17 +13,19 @@ from typing import Any
 
 import attrs
 
+from ..executions._seam import question_answered, unanswered
 from ..storage import (
     AgentTaskRecord,
     Execution,
     ExecutionStatus,
     HistoryEvent,
     Observation,
-    Plan,
+    Scope,
     Store,
     redact,
 )
 from ..storage._seam import (
+    MAX_SEARCH_LIMIT,
     STEP_FINISHED,
     FactFilter,
     MemoryBackend,
@@ -33,6 +35,7 @@ from ..storage._seam import (
     parse_workers,
     unstructure,
 )
+from ._layout import layout
 
 #: The statuses a list filter may name.
 STATUSES = tuple(status.value for status in ExecutionStatus)
@@ -130,31 +133,6 @@ def runs_view(
     return dict(redact(view))
 
 
-def depths(plan: Plan) -> dict[str, int]:
-    """Each step's depth in the plan's graph: 0 for a step with no dependency, else one more
-    than its deepest dependency (a dependency the plan lacks is ignored; a cycle, which a
-    validated plan never has (P1), does not loop). Walked with a stack of its own, not by
-    recursion: a chain of a thousand steps listed last step first is as fine as any."""
-    needs = {step.id: tuple(step.depends_on) for step in plan.steps}
-    found: dict[str, int] = {}
-    for root in needs:
-        if root in found:
-            continue
-        path = {root}
-        stack = [(root, iter(needs[root]))]
-        while stack:
-            step_id, rest = stack[-1]
-            below = next((d for d in rest if d in needs and d not in found and d not in path), None)
-            if below is not None:
-                path.add(below)
-                stack.append((below, iter(needs[below])))
-                continue
-            found[step_id] = 1 + max((found[d] for d in needs[step_id] if d in found), default=-1)
-            path.discard(step_id)
-            stack.pop()
-    return found
-
-
 def _attempts(observation: Observation) -> list[dict[str, Any]]:
     raw = observation.data.get("attempts")
     if type(raw) is not list:
@@ -184,14 +162,10 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
     ran = {obs.step_id: obs for obs in execution.observations}
     failures = {task.id: task.failure for task in tasks if task.failure is not None}
     by_step = {task.step_id: task.id for task in tasks}
-    level = depths(plan)
-    rows: dict[int, int] = {}
+    drawn = layout(plan)
     steps = []
     for step in plan.steps:
         obs = ran.get(step.id)
-        depth = level[step.id]
-        row = rows.get(depth, 0)
-        rows[depth] = row + 1
         task_id = obs.agent_task_id if obs is not None else None
         failure = failures.get(task_id or "")
         traceback = obs.traceback if obs is not None else None
@@ -205,8 +179,8 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
                 "description": _clip(step.description, 500),
                 "status": step.status.value,
                 "depends_on": list(step.depends_on),
-                "depth": depth,
-                "row": row,
+                "depth": drawn.depth[step.id],
+                "row": drawn.row[step.id],
                 "seconds": None if obs is None else _seconds(obs.started_at, obs.ended_at),
                 "started_at": None if obs is None else _finite(obs.started_at),
                 "error": None if obs is None else _clip(obs.error, 2_000),
@@ -220,8 +194,9 @@ def _plan(execution: Execution, tasks: Sequence[AgentTaskRecord]) -> dict[str, A
         "id": plan.id,
         "version": plan.version,
         "steps": steps,
-        "columns": 1 + max(level.values(), default=-1),
-        "rows": max(rows.values(), default=0),
+        "edges": drawn.edges,
+        "columns": drawn.columns,
+        "rows": drawn.rows,
     }
 
 
@@ -313,15 +288,32 @@ def _workers(execution: Execution) -> dict[str, Any]:
     }
 
 
-def _memory(store: Store, execution_id: str, now: float) -> dict[str, Any] | None:
-    """The facts visible in the scopes a run sees (user, project, repository), those this
-    run remembered first; None for a store that keeps no memory."""
+def _memory(
+    store: Store, execution_id: str, organization: str | None, now: float
+) -> dict[str, Any] | None:
+    """The facts of the scopes this run used: those it remembered first (hidden ones too,
+    flagged), then the other visible facts of the scopes it remembered in, at most
+    :data:`FACTS_MOST` in all. Which scopes a run reads is not recorded, so a run that
+    remembered nothing shows none. An organization's facts only to a view of that
+    organization (K2, ``organization``: the view's runtime's); None for a store that keeps
+    no memory."""
     if not isinstance(store, MemoryBackend):
         return None
-    facts = store.memory_list(FactFilter(), limit=1_000)
-    own = [f for f in facts if f.execution_id == execution_id]
-    others = [f for f in facts if f.execution_id != execution_id]
-    shown = (own + others)[:FACTS_MOST]
+    mine = FactFilter(organization=organization, execution_id=execution_id, include_hidden=True)
+    own = store.memory_list(mine, limit=FACTS_MOST + 1)
+    seeable = [s for s in Scope if s is not Scope.ORGANIZATION or organization is not None]
+    used = [
+        scope
+        for scope in seeable
+        if store.memory_list(attrs.evolve(mine, scopes=frozenset({scope})), limit=1)
+    ]
+    others: list[Any] = []
+    if used and len(own) <= FACTS_MOST:
+        theirs = FactFilter(scopes=frozenset(used), organization=organization)
+        seen = {f.id for f in own}
+        listed = store.memory_list(theirs, limit=min(MAX_SEARCH_LIMIT, FACTS_MOST + 1 + len(own)))
+        others = [f for f in listed if f.id not in seen]
+    shown = (own + others)[: FACTS_MOST + 1]
     return {
         "facts": [
             {
@@ -331,33 +323,39 @@ def _memory(store: Store, execution_id: str, now: float) -> dict[str, Any] | Non
                 "domain": f.domain,
                 "confidence": f.confidence,
                 "expired": f.expired(now),
+                "superseded": f.superseded_by is not None,
                 "this_run": f.execution_id == execution_id,
                 "step_id": f.step_id,
                 "created_at": f.created_at,
             }
-            for f in shown
+            for f in shown[:FACTS_MOST]
         ],
-        "this_run": len(own),
-        "total": len(facts),
+        "this_run": min(len(own), FACTS_MOST),
+        "scopes": [scope.value for scope in used],
+        "more": len(shown) > FACTS_MOST,
     }
 
 
-def run_view(store: Store, execution: Execution, *, can_resume: bool) -> dict[str, Any]:
-    """Everything the run page shows of ``execution``. Blocking: call it in a worker
+def run_view(
+    store: Store, execution: Execution, *, can_resume: bool, organization: str | None = None
+) -> dict[str, Any]:
+    """Everything the run page shows of ``execution``, to a view of ``organization`` (its
+    runtime's: whose organization facts it may show, K2). Blocking: call it in a worker
     thread."""
     now = store.now()
     tasks = execution.task_records
     pending = execution.pending
     lease = execution.lease
     holding = _lease_holder(execution, now)
+    # The questions no stored answer answers yet (R9: the one holding the slot first).
     questions = [
         {
             "task_id": t.id,
             "question": _clip(t.pending_question, 4_000),
             "asked_at": t.pending_question_at,
         }
-        for t in tasks
-        if t.pending_question is not None and t.answered_at is None
+        for t in unanswered(execution)
+        if t.pending_question is not None
     ]
     view = {
         "summary": run_summary(execution, now),
@@ -376,6 +374,10 @@ def run_view(store: Store, execution: Execution, *, can_resume: bool) -> dict[st
             "agent_task_id": pending.agent_task_id,
             "asked_at": pending.asked_at,
             "budget": None if pending.budget is None else unstructure(pending.budget),
+            # An answer is stored for every open question: it waits for a runtime to take
+            # it (the run's, at its next heartbeat, or the next resume); another would be
+            # refused as busy, so the page offers none.
+            "answered": question_answered(execution),
         },
         "questions": questions,
         "plan": _plan(execution, tasks),
@@ -383,7 +385,7 @@ def run_view(store: Store, execution: Execution, *, can_resume: bool) -> dict[st
         "tasks": [_task(t) for t in tasks],
         "tasks_unreadable": len(execution.unreadable_tasks),
         "workers": _workers(execution),
-        "memory": _memory(store, execution.id, now),
+        "memory": _memory(store, execution.id, organization, now),
         "controls": [
             {"action": c.action, "by": _clip(c.by, 200), "at": c.at, "reason": _clip(c.reason, 500)}
             for c in execution.controls

@@ -98,6 +98,8 @@ class MemoryModel:
             return False
         if fact.scope is Scope.ORGANIZATION and fact.organization != where.organization:
             return False
+        if where.execution_id is not None and fact.execution_id != where.execution_id:
+            return False
         return where.domain is None or fact.domain == where.domain
 
     def _live(self, fact: Fact, now: float) -> bool:

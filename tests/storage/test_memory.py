@@ -108,6 +108,27 @@ def test_listing_pages_by_created_at_then_id(memory_store: Any) -> None:
     assert seen == expected
 
 
+def test_a_listing_for_one_execution_shows_the_facts_it_remembered_only(
+    memory_store: Any,
+) -> None:
+    """``FactFilter.execution_id``: the facts one run remembered (what a view of that run
+    lists), in every other respect the filter it is part of."""
+    mine = fact("m", "mine", scope=Scope.PROJECT, execution_id="ex-1", step_id="s")
+    hidden = fact("h", "old", execution_id="ex-1", conflict_group="g")
+    theirs = fact("t", "theirs", scope=Scope.PROJECT, execution_id="ex-2")
+    loose = fact("l", "remembered outside a run")
+    remember(memory_store, mine, hidden, theirs, loose)
+    remember(memory_store, fact("n", "newer", conflict_group="g", created_at=2.0))
+    own = FactFilter(execution_id="ex-1", include_hidden=True)
+    assert ids(memory_store.memory_list(own, limit=10)) == ["h", "m"]
+    assert ids(memory_store.memory_list(FactFilter(execution_id="ex-1"), limit=10)) == ["m"]
+    assert ids(memory_store.memory_list(FactFilter(execution_id="ex-3"), limit=10)) == []
+    assert FactFilter(execution_id="ex-1").admits(mine)
+    assert not FactFilter(execution_id="ex-1").admits(theirs)
+    with pytest.raises(ValueError, match="execution_id"):
+        FactFilter(execution_id="a b")
+
+
 def test_remembering_a_stored_id_answers_the_stored_fact_and_changes_nothing(
     memory_store: Any,
 ) -> None:

@@ -14,7 +14,8 @@ import mainspring as ms
 from mainspring.storage import FileStore, SqliteStore
 from mainspring.ui import RemoteRefused, is_loopback, serve
 from mainspring.ui._server import GRACE
-from tests.executions._kit import FAST, Gate, plan_of, tool
+from mainspring.ui._stream import history_end
+from tests.executions._kit import FAST, Gate, agent, plan_of, tool
 from tests.ui._kit import APP, SECRET, client, fill, raw, reaches, sse
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +154,7 @@ async def test_a_waiting_run_shows_its_question_task_and_inner_steps(store: Any)
         assert [s["id"] for s in task["inner_steps"]] == ["look"]
         assert task["inner_steps"][0]["status"] == "succeeded"
         assert view["plan"]["steps"][0]["agent_task_id"] == task["id"]
-        assert view["memory"] == {"facts": [], "this_run": 0, "total": 0}
+        assert view["memory"] == {"facts": [], "this_run": 0, "scopes": [], "more": False}
         assert view["workers"]["workers"] == []
 
 
@@ -438,3 +439,108 @@ async def test_the_printed_urls_redirect_stays_on_this_view(store: Any) -> None:
                 assert said.status == 303, (path, said.status)
                 assert said.headers["location"] == expected, path
                 assert "x=1" not in said.headers.get("set-cookie", ""), path
+
+
+async def rememberer(ctx: ms.AgentContext, input: Any) -> str:
+    await ctx.memory.remember("deploys use canary releases", scope="project")
+    await ctx.memory.remember("acme ships on fridays", scope="organization")
+    return "remembered"
+
+
+async def test_K2_a_run_shows_the_facts_of_the_scopes_it_used_and_of_its_organization_only(
+    tmp_path: Path,
+) -> None:
+    """K2 and the run's scopes: the run view lists the facts this run remembered, then the
+    other facts of the scopes it remembered in; not a scope it never used, nor another
+    run's facts of such a scope, and an organization's facts only to a view of that
+    organization (``--app`` naming it)."""
+    path = str(tmp_path / "memory.sqlite3")
+    async with ms.open_runtime(
+        store=path, agents={"rem": rememberer}, organization="acme", **FAST
+    ) as rt:
+        run = await rt.start("remember", plan_of(agent("r", "rem")), execution_id="ex-mem")
+        assert (await run.wait()).status == "completed"
+        await rt.memory.remember("ci uses python 3.12", scope="project")
+        await rt.memory.remember("prefers short answers", scope="user")
+    async with ms.open_runtime(store=path, organization="globex", **FAST) as other:
+        await other.memory.remember("globex ships on mondays", scope="organization")
+    async with serve(path) as ui, client(ui) as http:
+        memory = (await http.get("/api/runs/ex-mem")).json()["memory"]
+        assert [(f["text"], f["this_run"]) for f in memory["facts"]] == [
+            ("deploys use canary releases", True),
+            ("ci uses python 3.12", False),
+        ]
+        assert memory["scopes"] == ["project"]
+        assert memory["this_run"] == 1
+        assert memory["more"] is False
+    async with serve(path, app={"organization": "acme"}) as ui, client(ui) as http:
+        memory = (await http.get("/api/runs/ex-mem")).json()["memory"]
+        assert [(f["text"], f["this_run"]) for f in memory["facts"]] == [
+            ("deploys use canary releases", True),
+            ("acme ships on fridays", True),
+            ("ci uses python 3.12", False),
+        ]
+        assert memory["scopes"] == ["project", "organization"]
+        assert "globex ships on mondays" not in str(memory)
+
+
+async def test_R9_an_answer_stored_for_a_run_nothing_runs_is_shown_waiting_not_asked_again(
+    store: Any,
+) -> None:
+    """R9/P5: an answer stored while no runtime runs the run fills its one open question:
+    the view says the answer waits for a runtime to take it (the page offers no second
+    answer, which would be refused as busy), and the run still waits."""
+    async with serve(store) as ui, client(ui) as http:
+        before = (await http.get("/api/runs/ex-ask")).json()
+        assert before["pending"]["answered"] is False
+        answered = await http.post("/api/runs/ex-ask/answer", json={"text": "left"})
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["live"] is False
+        view = (await http.get("/api/runs/ex-ask")).json()
+        assert view["summary"]["status"] == "waiting_for_clarification"
+        assert view["pending"]["answered"] is True
+        assert view["questions"] == []  # no question waits for an answer any more
+        again = await http.post("/api/runs/ex-ask/answer", json={"text": "right"})
+        assert again.status_code == 409
+        assert "answer already" in again.json()["error"]
+
+
+async def test_the_store_wide_stream_from_the_end_carries_only_what_comes_next(
+    tmp_path: Path,
+) -> None:
+    """V2 for the runs list: ``/api/events?after=end`` starts after the store's newest entry
+    (found in a few reads, however long the history) and carries every run's entries
+    committed from then on, by any process; ``Last-Event-ID`` still wins on a reconnection."""
+    path = str(tmp_path / "list.sqlite3")
+    await fill(path)
+    gate = Gate()
+    async with ms.open_runtime(
+        store=path, tools={"inc": APP["tools"]["inc"], "gate": gate}, **FAST
+    ) as server:
+        every = await anyio.to_thread.run_sync(lambda: server.store.history(None, limit=10_000))
+        assert await anyio.to_thread.run_sync(history_end, server.store) == every[-1].seq
+        empty = await anyio.to_thread.run_sync(SqliteStore, str(tmp_path / "empty.sqlite3"))
+        try:
+            assert await anyio.to_thread.run_sync(history_end, empty) == 0
+        finally:
+            empty.close()
+        async with serve(path) as ui, client(ui):
+            async with raw(ui, "GET", "/api/events?after=end") as stream:
+                assert stream.status == 200
+                handle = await server.start(
+                    "gated", plan_of(tool("g", "gate"), tool("b", "inc", "g")), execution_id="ex-n"
+                )
+                await gate.entered.wait()
+                gate.opened.set()
+                seen: list[int] = []
+                with anyio.fail_after(30):
+                    while (line := await stream.line()) is not None:
+                        if line.startswith("id: "):
+                            seen.append(int(line[4:]))
+                        if '"status":"completed"' in line and '"execution_id":"ex-n"' in line:
+                            break
+                assert seen[:1] == [every[-1].seq + 1]  # nothing before, nothing missed
+                assert seen == sorted(set(seen))
+            assert (await handle.wait()).status == "completed"
+            resumed = await sse(ui, "/api/events?after=end", 1, headers={"last-event-id": "0"})
+            assert resumed[0][0] == 1

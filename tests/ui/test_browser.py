@@ -1,5 +1,6 @@
 """The view in a real headless browser (Chromium, driven by selenium), served on asyncio and
-on trio: the list shows the runs and filters them; a run's graph has the right colours
+on trio: the list shows the runs and filters them, and an answer given while nothing runs
+the run is shown waiting for a runtime; a run's graph has the right colours
 after a pause; an answer typed into the page reaches a waiting run, which goes on; a live
 update arrives without a reload."""
 
@@ -86,7 +87,9 @@ def _text(browser: Any, selector: str) -> str:
     return text
 
 
-def test_the_list_shows_the_runs_and_filters_them(browser: Any, portal: Any, store: str) -> None:
+def test_the_list_filters_the_runs_and_an_answer_with_nothing_running_waits(
+    browser: Any, portal: Any, store: str
+) -> None:
     from selenium.webdriver.support.ui import Select
 
     with view(portal, store) as ui:
@@ -104,6 +107,17 @@ def test_the_list_shows_the_runs_and_filters_them(browser: Any, portal: Any, sto
         browser.execute_script("document.querySelector('#runs tr[data-run=\"ex-ask\"] a').click()")
         wait_for(browser, lambda b: b.current_url == ui.base + "/runs/ex-ask")
         wait_for(browser, lambda b: _text(b, "#status") == "waiting_for_clarification")
+        # R9/P5: answered while nothing runs the run, the page says the answer waits for a
+        # runtime and offers no second answer (which would be refused as busy).
+        wait_for(browser, lambda b: _css(b, "#answer-form")[0].is_displayed())
+        _css(browser, "#answer-text")[0].send_keys("left")
+        _css(browser, "#answer-send")[0].click()
+        stored = wait_for(
+            browser, lambda b: (e := _css(b, "#answer-stored")[0]).is_displayed() and e
+        )
+        assert "waits for a runtime" in stored.text
+        assert not _css(browser, "#answer-form")[0].is_displayed()
+        assert _text(browser, "#status") == "waiting_for_clarification"
 
 
 def test_a_failed_run_shows_its_graph_error_and_traceback(

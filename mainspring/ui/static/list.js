@@ -1,4 +1,8 @@
-// The runs list: filters (status, text), refreshed every few seconds.
+// The runs list: filters (status, text), live. It follows every run's durable history over
+// server-sent events from the moment the page opened (the browser resumes after the last
+// entry with Last-Event-ID) and reads the list again when something was committed; a slow
+// refresh besides catches what changes with time alone (a lease that lapses). The table is
+// rebuilt only when it changed.
 "use strict";
 
 (() => {
@@ -6,13 +10,15 @@
     "planned", "running", "paused", "waiting_for_input", "waiting_for_clarification",
     "waiting_for_approval", "waiting_for_budget", "completed", "failed", "cancelled",
   ];
-  const REFRESH_MS = 2000;
+  const REFRESH_MS = 30000; // time alone changes a lease's holder; commits come as events
+  const SOON_MS = 150; // entries come in bursts: one read for a burst
   const statusBox = document.getElementById("filter-status");
   const textBox = document.getElementById("filter-text");
   const body = document.querySelector("#runs tbody");
   const live = document.getElementById("live");
   const message = document.getElementById("message");
   let timer = null;
+  let pending = null;
   let shown = null; // what the table shows now: rebuilt only when it changed
 
   for (const status of STATUSES) statusBox.append(ms.el("option", { value: status, text: status }));
@@ -48,6 +54,8 @@
 
   async function refresh() {
     clearTimeout(timer);
+    clearTimeout(pending);
+    pending = null;
     const query = new URLSearchParams();
     if (statusBox.value) query.set("status", statusBox.value);
     if (textBox.value) query.set("q", textBox.value.slice(0, 200));
@@ -67,13 +75,27 @@
           view.unreadable.map((p) => p.id).join(", ")
         : "";
       ms.say(message, view.more ? `${view.more} older runs not shown` : "");
-      live.textContent = "updated " + ms.clock(view.now);
+      live.textContent = "live, read " + ms.clock(view.now);
       live.classList.remove("down");
     } catch (error) {
       live.textContent = "cannot reach the view: " + error.message;
       live.classList.add("down");
     }
     timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  function soon() {
+    if (pending === null) pending = setTimeout(refresh, SOON_MS);
+  }
+
+  function follow() {
+    const source = new EventSource("/api/events?after=end");
+    source.addEventListener("entry", soon);
+    source.addEventListener("open", soon); // (re)connected: what came meanwhile is read
+    source.addEventListener("error", () => {
+      live.textContent = "reconnecting";
+      live.classList.add("down");
+    });
   }
 
   function filtered() {
@@ -91,4 +113,5 @@
     filtered();
   });
   refresh();
+  follow();
 })();

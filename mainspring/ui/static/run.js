@@ -60,23 +60,35 @@
     for (const step of plan.steps) {
       at[step.id] = { x: PAD + step.depth * COLUMN, y: PAD + step.row * ROW };
     }
+    // Each edge from the right of its step to the left of the next, through a waypoint
+    // (a slot no box takes) in each layer it skips: every curve stays in a gap between
+    // columns and every straight piece in a free slot, so no edge crosses a box.
     const edges = ms.svg("g", { class: "edges" });
-    for (const step of plan.steps) {
-      for (const dep of step.depends_on) {
-        if (!at[dep]) continue;
-        const from = at[dep];
-        const to = at[step.id];
-        const x1 = from.x + BOX_W;
-        const y1 = from.y + BOX_H / 2;
-        const x2 = to.x;
-        const y2 = to.y + BOX_H / 2;
-        const mid = (x1 + x2) / 2;
-        edges.append(ms.svg("path", {
-          d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`,
-          class: "edge", "marker-end": "url(#arrow)",
-          "data-from": dep, "data-to": step.id,
-        }));
+    const middle = (row) => PAD + row * ROW + BOX_H / 2;
+    for (const edge of plan.edges) {
+      const from = at[edge.from];
+      const to = at[edge.to];
+      if (!from || !to) continue;
+      const points = [[from.x + BOX_W, from.y + BOX_H / 2]];
+      edge.via.forEach((row, i) => {
+        const left = from.x + (i + 1) * COLUMN;
+        points.push([left, middle(row)], [left + BOX_W, middle(row)]);
+      });
+      points.push([to.x, to.y + BOX_H / 2]);
+      let d = `M ${points[0][0]} ${points[0][1]}`;
+      for (let i = 1; i < points.length; i++) {
+        const [x1, y1] = points[i - 1];
+        const [x2, y2] = points[i];
+        if (i % 2 === 0) {
+          d += ` L ${x2} ${y2}`; // across a free slot
+        } else {
+          const mid = (x1 + x2) / 2;
+          d += ` C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`; // through a gap between columns
+        }
       }
+      edges.append(ms.svg("path", {
+        d, class: "edge", "marker-end": "url(#arrow)", "data-from": edge.from, "data-to": edge.to,
+      }));
     }
     root.append(edges);
     for (const step of plan.steps) {
@@ -165,6 +177,15 @@
     if (!asked) return;
     const from = v.pending.agent_task_id ? ` (agent task ${v.pending.agent_task_id})` : "";
     document.getElementById("question-text").textContent = (v.pending.question || "(no text)") + from;
+    // An answer is stored already: another would be refused (busy), so none is offered.
+    const answered = Boolean(v.pending.answered);
+    document.getElementById("answer-form").hidden = answered;
+    const stored = document.getElementById("answer-stored");
+    stored.hidden = !answered;
+    stored.textContent = !answered ? "" : v.lease
+      ? "An answer is stored: the run takes it at its next heartbeat."
+      : "An answer is stored. Nothing runs this run now: it waits for a runtime to pick it up " +
+        "(a runtime open on the store that recovers runs, or Resume).";
   }
 
   function tasks(v) {
@@ -255,14 +276,16 @@
       return;
     }
     if (!v.memory.facts.length) {
-      box.append(ms.el("p", { class: "note", text: "no facts remembered in the run's scopes" }));
+      box.append(ms.el("p", { class: "note", text: "this run remembered no facts (what it read is not recorded)" }));
       return;
     }
-    box.append(ms.el("p", { class: "note", text: `${v.memory.this_run} remembered by this run; ${v.memory.total} visible in its scopes` }));
+    box.append(ms.el("p", { class: "note", text: `${v.memory.this_run} remembered by this run, then the others ` +
+      `of the scopes it remembered in (${v.memory.scopes.join(", ")})` + (v.memory.more ? `; the first ${v.memory.facts.length} shown` : "") }));
     const list = ms.el("ul", { class: "plain" });
     for (const f of v.memory.facts) {
       list.append(ms.el("li", { class: f.this_run ? "own" : "" },
-        ms.el("code", { text: f.id }), ` ${f.scope}/${f.domain} ${f.confidence.toFixed(2)}` + (f.expired ? " expired" : "") + ": ",
+        ms.el("code", { text: f.id }), ` ${f.scope}/${f.domain} ${f.confidence.toFixed(2)}` +
+        (f.expired ? " expired" : "") + (f.superseded ? " superseded" : "") + ": ",
         f.text));
     }
     box.append(list);

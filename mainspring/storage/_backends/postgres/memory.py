@@ -152,6 +152,9 @@ def _conditions(where: FactFilter, *, visible: bool) -> tuple[list[str], dict[st
     if where.domain is not None:
         conditions.append("f.domain = %(domain)s")
         params["domain"] = where.domain
+    if where.execution_id is not None:
+        conditions.append("f.execution_id = %(execution_id)s")
+        params["execution_id"] = where.execution_id
     if visible:
         conditions += [
             "f.confidence >= %(confidence)s",

@@ -228,6 +228,9 @@ class SqliteMemory:
         if where.domain is not None:
             clauses.append("f.domain = ?")
             params.append(where.domain)
+        if where.execution_id is not None:
+            clauses.append("f.execution_id = ?")
+            params.append(where.execution_id)
         if not where.include_hidden:
             clauses += [
                 "f.confidence >= ?",
@@ -470,6 +473,7 @@ def _shown(where: FactFilter) -> FactFilter:
         min_confidence=where.min_confidence,
         organization=where.organization,
         now=where.now,
+        execution_id=where.execution_id,
     )
 
 
