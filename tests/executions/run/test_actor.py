@@ -959,6 +959,7 @@ async def test_E5_a_run_that_crashed_says_why_in_its_result_without_a_secret(
     assert result.error is not None
     assert "I/O error writing [redacted" in result.error
     assert _DISK_SECRET not in result.error
+    assert _DISK_SECRET not in result.summary
     assert _DISK_SECRET not in caplog.text
 
 
