@@ -39,7 +39,7 @@ from ._messaging import Messaging, _Ask
 from ._reasons import CancelReason, Crash
 from ._ref import ActorRef, Terminated
 from ._stopping import Stopping
-from ._task import ActorTask
+from ._task import ActorTask, _asyncio_cancelled
 from ._timer import Timer
 
 if TYPE_CHECKING:
@@ -61,6 +61,15 @@ def _log() -> logging.Logger:
 def _is_cancellation(exc: BaseException) -> bool:
     """The backend's cancellation, or a generator closing: never caught, never a crash."""
     return isinstance(exc, anyio.get_cancelled_exc_class() | GeneratorExit)
+
+
+def _unasked(exc: BaseException, scope: anyio.CancelScope) -> bool:
+    """A cancellation nobody asked of the actor: its scope is shielded, so only its own
+    ``cancel(reason)`` reaches it, and that cancels the scope first. Its own code raised it
+    (asyncio's ``CancelledError`` from a future someone else cancelled; on trio a plain
+    BaseException): it crashed, as with any exception, and the system lives on."""
+    cancelled = anyio.get_cancelled_exc_class() | _asyncio_cancelled()
+    return isinstance(exc, cancelled) and not scope.cancel_called
 
 
 # An actor whose handlers never await would otherwise hog the event loop while its mailbox
@@ -230,10 +239,14 @@ class Cell(Messaging, Stopping):
                     how = "crashed"
                     self._crashed(exc)
                 except BaseException as exc:  # cancellation passes; exits end the system
-                    if _is_cancellation(exc):
+                    if _unasked(exc, scope):  # O2: a crash, logged; never a hang
+                        how = "crashed"
+                        self._crashed(exc)
+                    elif _is_cancellation(exc):
                         raise
-                    how = "crashed"
-                    self._fatal(exc)
+                    else:
+                        how = "crashed"
+                        self._fatal(exc)
                 finally:
                     self._begin_stopping(how)
         finally:

@@ -135,3 +135,40 @@ async def test_an_exception_of_the_block_is_kept_as_the_context() -> None:
                 raise ValueError("the block's own")
     assert caught.value.code == 4
     assert isinstance(caught.value.__context__, ValueError)
+
+
+@pytest.mark.timeout(30)  # it hung on asyncio: a failure, not a stalled run
+async def test_O2_an_actor_raising_an_unasked_cancellation_crashes_once_and_the_system_lives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """asyncio's CancelledError raised by an actor's own code (an awaited future another
+    party cancelled, say), with nobody cancelling the actor: its scope is shielded and was
+    not cancelled, so this is no cancellation of it (on trio, a plain BaseException). The
+    actor crashed: it ends with a Crash, logged once, and the system lives on; it neither
+    hangs its watchers nor ends the program."""
+    import asyncio
+    import logging
+
+    class Odd(ms.Actor):
+        async def receive(self, message: Any) -> Any:
+            if message == "raise":
+                raise asyncio.CancelledError("raised by the actor's own code")
+            return message
+
+    class Echo(ms.Actor):
+        async def receive(self, message: Any) -> Any:
+            return message
+
+    caplog.set_level(logging.ERROR, logger="mainspring")
+    with anyio.fail_after(10):
+        async with ms.open_system() as system:
+            odd = await system.spawn(Odd, name="odd")
+            await odd.tell("raise")
+            reason = await odd.wait_stopped()
+            echo = await system.spawn(Echo, name="echo")
+            assert await echo.ask("still here?") == "still here?"  # the system lives on
+    assert isinstance(reason, ms.Crash)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.name == "mainspring.actors"
+    assert record.getMessage().startswith("actor /odd crashed")
+    assert "CancelledError" in record.getMessage()

@@ -872,6 +872,7 @@ class ExecutionActor(Actor):
         if not released:
             await funnel.release()
         if isinstance(reason, Crash):
-            st.result = result_from(
-                st.rec, outputs=st.outputs, stopped_by=reason, error=reason.error
-            )
+            # E5: why, as every error a result carries: a crash's text may quote a secret
+            # (a store's error quoting what it was given).
+            error = redact(reason.error) if reason.error is not None else None
+            st.result = result_from(st.rec, outputs=st.outputs, stopped_by=reason, error=error)

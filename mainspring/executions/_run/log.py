@@ -31,6 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...actors import CancelReason, LeaseLost
+from ...storage import redact
+from .._steps.failures import clamp_message
 from . import events as ev
 
 __all__ = [
@@ -52,6 +54,18 @@ WORKERS = logging.getLogger("mainspring.workers")
 _DEBUG = logging.DEBUG
 _INFO = logging.INFO
 _WARNING = logging.WARNING
+
+
+def _owner(owner: str | None) -> str | None:
+    """An owner id as a record carries it. It is read from the store, where anyone sharing
+    it may have written it: redacted as everything stored is (E5), cut, and with the
+    characters a terminal would act on shown as escapes."""
+    if owner is None:
+        return None
+    text = clamp_message(redact(owner))
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _kind(reason: CancelReason | None) -> str | None:
@@ -406,7 +420,7 @@ def lease_lost(execution_id: str, reason: LeaseLost, refused: str | None) -> Non
     """E3: the run stops here because another owner may hold it (``refused``: the store's
     answer that said so, None when the answer came too late)."""
     if EXECUTIONS.isEnabledFor(_WARNING):
-        holder = reason.owner or None
+        holder = _owner(reason.owner or None)
         EXECUTIONS.warning(
             "execution %s lost its lease (%s, holder=%s): it stops here and writes nothing more",
             execution_id,
@@ -425,6 +439,7 @@ def recovered(execution_id: str, status: str, previous: str | None, *, recovery:
     """A run left ``status`` (running, planned) with no live owner was taken over here
     (R3): by the runtime's recovery, or by a resume by hand."""
     if EXECUTIONS.isEnabledFor(_WARNING):
+        previous = _owner(previous)
         EXECUTIONS.warning(
             "execution %s taken over by %s: it was %s and its owner %s was gone",
             execution_id,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import logging
 import sys
 import tracemalloc
 from collections.abc import Iterator
@@ -940,6 +941,37 @@ async def test_after_a_failed_write_the_runtime_still_closes_cleanly(
             start_error.append(exc)
     (error,) = start_error
     assert isinstance(error, ms.StorageError), repr(error)  # PersistenceFailed
+
+
+#: A secret a failing disk quotes back (E5): the run's result must not carry it.
+_DISK_SECRET = "s3cr3t-the-disk-quoted-back"
+
+
+class _DiskQuotesASecret(_DiskFailsOnce):
+    def commit_runs(self, commits: Any) -> Any:
+        self.flushes += 1
+        if self.flushes == 2:
+            raise OSError(5, f"I/O error writing {_DISK_SECRET}")
+        return ms.storage.SqliteStore.commit_runs(self, commits)
+
+
+async def test_E5_a_run_that_crashed_says_why_in_its_result_without_a_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run whose actor crashed (here: its write failed) returns its crash as its result's
+    error: redacted as every error a result carries (E5), as its log records are."""
+    ms.storage.register_secret(_DISK_SECRET)
+    caplog.set_level(logging.ERROR, logger="mainspring")
+    store = _DiskQuotesASecret(tmp_path / "s.sqlite3")
+    with contextlib.suppress(ms.StorageError):  # the writer stopped: closing may say so
+        async with runtime(store) as rt:
+            plan = plan_of(tool("a", "inc"), tool("b", "inc", "a"))
+            result = await (await rt.start("g", plan)).wait()
+    assert result.error is not None
+    assert "I/O error writing [redacted" in result.error
+    assert _DISK_SECRET not in result.error
+    assert _DISK_SECRET not in result.summary
+    assert _DISK_SECRET not in caplog.text
 
 
 async def test_X2_a_result_too_large_to_store_fails_its_step_not_the_runtime(

@@ -90,3 +90,29 @@ async def test_O1_with_DEBUG_off_a_steps_log_is_never_built(
         logging.INFO,
         logging.INFO,
     ]
+
+
+#: An owner id anyone sharing the store could have written: a secret, a token, an escape.
+_SECRET_OWNER = "s3cr3t-owner-for-the-log-tests"
+_TOKEN = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+
+
+def test_E5_an_owner_id_is_redacted_and_inert_in_a_lost_lease_and_a_takeover(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A holder named by a lost lease, or the owner a run was taken over from, is read from
+    the store: it reaches a record as everything stored does, redacted (E5), with the
+    characters a terminal would act on shown as escapes."""
+    ms.storage.register_secret(_SECRET_OWNER)
+    caplog.set_level(logging.WARNING, logger="mainspring.executions")
+    owner = f"thief-{_SECRET_OWNER}-{_TOKEN}-\x1b[2J"
+    _log.lease_lost("ex", ms.LeaseLost(owner), "foreign_lease")
+    _log.recovered("ex", "running", owner, recovery=True)
+    lost, taken = caplog.records
+    for record, field in ((lost, "holder"), (taken, "previous_owner")):
+        text = record.getMessage() + repr(record.__dict__)
+        assert _SECRET_OWNER not in text
+        assert _TOKEN not in text
+        assert "\x1b" not in text
+        assert getattr(record, field).startswith("thief-[redacted")
+        assert getattr(record, field).endswith("-\\x1b[2J")
