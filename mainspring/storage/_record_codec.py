@@ -6,6 +6,8 @@ the first formats of findings and observations. Imported by ``_records`` itself,
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 import orjson
@@ -13,6 +15,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from ._carried import take_carried
 from ._codec import converter
+from ._entries import Entries
 from ._records import (
     AgentTaskRecord,
     Control,
@@ -25,7 +28,7 @@ from ._records import (
     TaskEntry,
 )
 from ._requests import QuestionId
-from ._stored_form import hook, stored_raw
+from ._stored_form import entries_hook, hook, stored_raw, stored_raws
 from ._unreadable import Unreadable
 from ._values import Malformed, decode_value, encode_value
 from ._workers import ENTRY_KINDS, TrailItem, WorkerEntry, WorkerTaskEntry
@@ -78,15 +81,27 @@ def _structure_finding(value: Any, _: Any) -> Finding:
     return _finding_fields(value, Finding)
 
 
-# Parsed once where read, each on its own (E8); written back as stored (E7).
-converter.register_structure_hook(TaskEntry, hook(AgentTaskRecord))
-converter.register_unstructure_hook(TaskEntry, stored_raw)
+# Held as read and parsed each on its own, once, when first looked at (E8); written back
+# as stored (E7), an entry never looked at included. (Before the hooks of ``Execution``
+# are made below, which take these.)
 converter.register_unstructure_hook(Unreadable, stored_raw)
-for _union, (_kind, _key) in zip(
-    (WorkerEntry, WorkerTaskEntry, TrailItem), ENTRY_KINDS.values(), strict=True
+converter.register_unstructure_hook(Entries, stored_raws)
+for _union, _held, (_kind, _key) in zip(
+    (TaskEntry, WorkerEntry, WorkerTaskEntry, TrailItem),
+    (
+        tuple[TaskEntry, ...],
+        tuple[WorkerEntry, ...],
+        tuple[WorkerTaskEntry, ...],
+        tuple[TrailItem, ...],
+    ),
+    ((AgentTaskRecord, "id"), *ENTRY_KINDS.values()),
+    strict=True,
 ):
     converter.register_structure_hook(_union, hook(_kind, _key))
     converter.register_unstructure_hook(_union, stored_raw)
+    _is_entries = functools.partial(operator.eq, _held)
+    converter.register_structure_hook_func(_is_entries, entries_hook(_kind))
+    converter.register_unstructure_hook_func(_is_entries, stored_raws)
 
 _finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
 converter.register_structure_hook(Finding, _structure_finding)

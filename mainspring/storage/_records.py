@@ -3,9 +3,9 @@
 Every field is validated when a record is built, from code or from disk, so an invalid record
 cannot exist in memory: ids match the id pattern (X1), counters are whole numbers in
 0..1,000,000, scores are within 0..1, bounded lists stay bounded. An execution's agent task
-records are parsed once, one by one, where it is read: one that does not parse is an
-:class:`Unreadable` holding what was stored, kept and written back as it was, without hiding
-the others (E7, E8).
+records are parsed once, one by one, when first looked at (``_entries``): one that does not
+parse is an :class:`Unreadable` holding what was stored, kept and written back as it was,
+without hiding the others (E7, E8).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Literal
 import attrs
 
 from ._codec import structure
+from ._entries import Entries
 from ._errors import RecordError
 from ._requests import Approval, QuestionId, StopRequest
 from ._retry import RetryPolicy, check_timeout
@@ -509,16 +510,15 @@ TaskEntry = AgentTaskRecord | Unreadable
 
 def _task_entries(value: Iterable[AgentTaskRecord | Unreadable | dict[str, Any]]) -> Any:
     """The agent tasks as the execution holds them: a run's persistent sequence as it is;
-    any stored object among them (an execution built from raw data) parsed once (E8)."""
+    stored objects (an execution built from stored data) held as read, each parsed once
+    when first looked at (``_stored_form.held_entries``, E8)."""
     if type(value) is Vector:
         return value  # a run's versions of its tasks, made of records
-    items = value if type(value) is tuple else tuple(value)
-    if dict in map(type, items):  # (checked in C: an evolve costs no Python loop)
-        from ._stored_form import read_entry
+    items = value if type(value) is tuple or type(value) is Entries else tuple(value)
+    if type(items) is Entries or dict in map(type, items):  # (in C: an evolve costs no loop)
+        from ._stored_form import held_entries
 
-        return tuple(
-            read_entry(item, AgentTaskRecord) if type(item) is dict else item for item in items
-        )
+        return held_entries(items, AgentTaskRecord)
     return items
 
 
@@ -645,8 +645,9 @@ class Execution:
     max_cost: Decimal | None = attrs.field(
         default=None, validator=attrs.validators.optional(valid_cost)
     )
-    # Parsed once where read; one that does not parse is kept as an Unreadable (E7, E8).
-    # Stores diff a commit against the last one by identity first (records are frozen).
+    # As read from a store: ``Entries``, each parsed once when first looked at; one that
+    # does not parse is an Unreadable (E7, E8). Stores diff a commit against the last one
+    # by identity first (records are frozen).
     agent_tasks: tuple[TaskEntry, ...] = attrs.field(default=(), converter=_task_entries)
     agent_tasks_dropped: int = _counter_field()
     controls: tuple[Control, ...] = attrs.field(default=(), validator=_at_most(MAX_CONTROLS))
@@ -700,8 +701,8 @@ class Execution:
 
 def parse_agent_task(raw: dict[str, Any]) -> AgentTaskRecord | None:
     """One stored agent task record (as stored: a dict), or None if it does not parse:
-    fail-closed (E8), never coerced. An execution's are parsed where it is read (its
-    ``agent_tasks``); this is for a record held as stored data."""
+    fail-closed (E8), never coerced. An execution's are parsed where they are looked at
+    (its ``agent_tasks``); this is for a record held as stored data."""
     try:
         return structure(raw, AgentTaskRecord)
     except RecordError:
@@ -710,7 +711,7 @@ def parse_agent_task(raw: dict[str, Any]) -> AgentTaskRecord | None:
 
 def parse_agent_tasks(execution: Execution) -> tuple[list[AgentTaskRecord], int]:
     """The execution's agent task records that parsed, and how many did not (its
-    :class:`Unreadable` entries); nothing is parsed again, they were where it was read.
+    :class:`Unreadable` entries); each is parsed once, the first time it is looked at.
 
     Fail-closed per record (E8): a record with unknown keys, a version other than 1, a counter
     out of range or too many findings is left out of the view and counted, never coerced.

@@ -17,6 +17,7 @@ import attrs
 
 from ..actors._seam import set_scrubber
 from ._append_only import AppendOnly, AppendOnlyList
+from ._entries import Entries
 from ._vector import Vector
 
 __all__ = ["PATTERNS", "redact", "redact_flagged", "register_secret"]
@@ -91,9 +92,10 @@ def _secret_key(key: str) -> bool:
 
 
 _MAX_DEPTH = 200
-#: Vectors and AppendOnly views read as the tuple (an AppendOnlyList: the list) they stand
-#: for, and are walked as one: a secret inside a live record's sequence is masked too (E5).
-_VIEWS = (Vector, AppendOnly)
+#: Vectors, AppendOnly views and Entries read as the tuple (an AppendOnlyList: the list)
+#: they stand for, and are walked as one: a secret inside a live record's sequence, or a
+#: read one's, is masked too (E5).
+_VIEWS = (Vector, AppendOnly, Entries)
 _CONTAINERS = (dict, list, tuple, set, frozenset, *_VIEWS)
 #: Shorter registered values would mask ordinary words. Every shape above is longer too
 #: (tests/storage/test_redact.py checks it), so a shorter text can hold no secret at all.
@@ -156,8 +158,8 @@ def _redact_text(text: str, extra: frozenset[str], changed: _Changed) -> str:
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """A copy of ``value`` with secrets masked, walking dicts (keys too), lists, tuples, sets,
     frozensets and attrs records, and the text inside bytes. A ``Vector`` or an ``AppendOnly``
-    view (a live record's sequences) is walked and returned as the tuple it stands for (an
-    ``AppendOnlyList`` as a list).
+    view (a live record's sequences) or ``Entries`` (a read one's) is walked and returned as
+    the tuple it stands for (an ``AppendOnlyList`` as a list).
 
     Strings are scanned for registered secrets, ``secrets`` given here, and known token shapes
     (AWS, GitHub, OpenAI, Anthropic, Slack, Google keys, JWTs, ``Authorization: Bearer`` values,

@@ -1,8 +1,11 @@
 """An execution's read-one-by-one entries (agent tasks; external workers, the tasks they
 serve, their trail) between their records and what is stored of them.
 
-Reading parses each stored entry once (:func:`read_entries`) into its record or an
-:class:`Unreadable` (E8). Writing needs each entry's stored form (:func:`stored_raw`): an
+Reading holds an execution's stored entries as they were read, in :class:`Entries`
+(:func:`held_entries`), each parsed once, the first time it is looked at (:func:`read_entry`),
+into its record or an :class:`Unreadable` (E8): a read costs what is looked at, not every
+inner step of every agent task. Writing needs each entry's stored form (:func:`stored_raw`,
+:func:`stored_raws`): an entry of an ``Entries`` is what was read for it, parsed or not; an
 ``Unreadable`` is its ``raw``; a record is what was read for it, if it was read and is the
 very object (so a store written before reads back and is written back byte-equal, E7), or
 what it was unstructured to last time; otherwise it is unstructured, for an agent task
@@ -20,16 +23,18 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ._codec import raw_form, structure
+from ._codec import _strict_sequence, raw_form, structure
+from ._entries import Entries
 from ._errors import RecordError
 from ._records import AgentTaskRecord
 from ._task_raw import task_raw
 from ._unreadable import Unreadable, entry_key
+from ._workers import ENTRY_KINDS
 
-__all__ = ["read_entries", "read_entry", "stored_raw"]
+__all__ = ["held_entries", "read_entries", "read_entry", "stored_raw", "stored_raws"]
 
 R = TypeVar("R")
 
@@ -68,6 +73,61 @@ def read_entry(raw: Any, kind: type[R], key_field: str = "id") -> R | Unreadable
 def read_entries(raws: Any, kind: type[R], key_field: str = "id") -> tuple[R | Unreadable, ...]:
     """Every item of ``raws`` (a JSON array) through :func:`read_entry`."""
     return tuple(read_entry(raw, kind, key_field) for raw in raws)
+
+
+#: Each record kind read one by one (an agent task; a worker, a worker task, a trail
+#: entry) and the key an unreadable one is known by.
+_KEYS: dict[type[Any], str] = {AgentTaskRecord: "id", **dict(ENTRY_KINDS.values())}
+#: The one reader of each kind: ``Entries`` made with it hold that kind.
+_READERS: dict[type[Any], Callable[[dict[str, Any]], Any]] = {
+    kind: functools.partial(read_entry, kind=kind, key_field=key) for kind, key in _KEYS.items()
+}
+
+
+def held_entries(value: Iterable[Any], kind: type[Any]) -> Any:
+    """``value`` as an execution holds its entries of ``kind``: stored objects (all of
+    them) in :class:`Entries`, each parsed when first looked at; records and
+    ``Unreadable`` as they are, a stored object among them parsed now (E8). A run's
+    persistent sequence (``Vector``) and ``Entries`` of this kind are kept as they are."""
+    read = _READERS[kind]
+    if type(value) is Entries and value.read is read:
+        return value
+    items = value if type(value) is tuple else tuple(value)
+    kinds = set(map(type, items))  # (in C: an evolve costs no Python loop)
+    if dict not in kinds:
+        return items
+    if len(kinds) == 1:
+        return Entries(items, read)
+    return tuple(read(item) if type(item) is dict else item for item in items)
+
+
+_DICT = frozenset({dict})
+
+
+def entries_hook(kind: type[Any]) -> Callable[[Any, Any], Any]:
+    """A converter structure hook for ``tuple[kind | Unreadable, ...]``: a JSON array of
+    objects is held as read (:func:`held_entries`); anything else goes through the strict
+    sequence hook, which names the item that is not an object (the whole record then does
+    not parse) and takes records as they are."""
+    strict: Callable[[Any, Any], Any] | None = None
+
+    def structure_entries(value: Any, tp: Any) -> Any:
+        nonlocal strict
+        if (type(value) is list or type(value) is tuple) and set(map(type, value)) <= _DICT:
+            return held_entries(value, kind)
+        if strict is None:
+            strict = _strict_sequence(tp)
+        return strict(value, tp)
+
+    return structure_entries
+
+
+def stored_raws(entries: Iterable[Any]) -> list[dict[str, Any]]:
+    """The stored form of every entry (:func:`stored_raw`); for :class:`Entries`, what
+    was read, without parsing any (an entry of them, parsed or not, is stored as read)."""
+    if type(entries) is Entries:
+        return list(entries.raws)
+    return [stored_raw(entry) for entry in entries]
 
 
 def stored_raw(entry: Any, prev: Any = None) -> dict[str, Any]:

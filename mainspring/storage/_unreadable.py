@@ -1,8 +1,9 @@
 """A stored entry that did not parse, kept as it was (E7, E8).
 
 An execution holds lists of records that are read one by one (its agent tasks, the external
-workers, the tasks they serve, their trail). Each item is parsed once, where the execution is
-read, into its record or, if it does not parse, into an :class:`Unreadable`: the stored data
+workers, the tasks they serve, their trail). Each item is parsed once, when it is first
+looked at (``_entries``), into its record or, if it does not parse, into an
+:class:`Unreadable`: the stored data
 verbatim, its key if one can be read, and why it did not parse. So one bad entry fails
 closed on its own (E8: never coerced, never taken for absent) and is written back exactly as
 it was read (E7: reading never writes, never loses).

@@ -3,12 +3,12 @@ diagnostic trail.
 
 A *worker* is one external process (a coding agent's CLI, a script, a model server) that
 serves one agent task of a run. Its record is keyed by worker id and kept in the execution
-(``Execution.workers``), like agent task records: parsed once, one by one, where the
-execution is read, so a record that does not parse is an :class:`Unreadable` that readers
-leave out and count, never coerced, and that is written back as it was (E7, E8). The task's
-fleet state is a :class:`WorkerTask` (``Execution.worker_tasks``, keyed by the agent task
-id); the trail is a bounded list of :class:`TrailEntry` (``Execution.worker_trail``, the
-last :data:`MAX_TRAIL`), read the same way.
+(``Execution.workers``), like agent task records: parsed once, one by one, when first
+looked at (``_entries``), so a record that does not parse is an :class:`Unreadable` that
+readers leave out and count, never coerced, and that is written back as it was (E7, E8).
+The task's fleet state is a :class:`WorkerTask` (``Execution.worker_tasks``, keyed by the
+agent task id); the trail is a bounded list of :class:`TrailEntry`
+(``Execution.worker_trail``, the last :data:`MAX_TRAIL`), read the same way.
 
 Records say ids, states, classes, counts and digests only: what a worker wrote (its output,
 its diagnostics, a repair instruction) is stored elsewhere (sealed evidence) or not at all,
@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._entries import Entries
 from ._unreadable import Unreadable
 from ._usage import valid_cost, valid_tokens
 from ._validators import (
@@ -366,18 +367,17 @@ ENTRY_KINDS: dict[str, tuple[type[Any], str]] = {
 
 
 def _entries(value: Any, field: str) -> Any:
-    kind, key = ENTRY_KINDS[field]
-    items = value if type(value) is tuple else tuple(value)
-    if dict not in map(type, items):  # (checked in C: an evolve costs no Python loop)
+    items = value if type(value) is tuple or type(value) is Entries else tuple(value)
+    if type(items) is not Entries and dict not in map(type, items):  # (in C: no loop)
         return items
-    from ._stored_form import read_entry
+    from ._stored_form import held_entries
 
-    return tuple(read_entry(i, kind, key) if type(i) is dict else i for i in items)
+    return held_entries(items, ENTRY_KINDS[field][0])
 
 
 # The converters of ``Execution.workers``, ``worker_tasks`` and ``worker_trail``: the entries
-# as a tuple, any stored object among them (an execution built from stored data) parsed
-# once (E8).
+# as a tuple; stored objects (an execution built from stored data) held as read, each parsed
+# once when first looked at (``_stored_form.held_entries``, E8).
 
 
 def worker_entries(value: Iterable[WorkerRecord | Unreadable | dict[str, Any]]) -> Any:
@@ -408,9 +408,9 @@ def _split(kind: type[Any], entries: Any, key: str = "id") -> tuple[list[Any], i
 
 
 def parse_workers(entries: Any) -> tuple[list[WorkerRecord], int]:
-    """The worker records among ``entries`` (``Execution.workers``: parsed where it was
-    read) and how many did not parse (E7, E8: fail closed per record). A stored object
-    among them is parsed here."""
+    """The worker records among ``entries`` (``Execution.workers``: each parsed once, when
+    first looked at) and how many did not parse (E7, E8: fail closed per record). A stored
+    object among them is parsed here."""
     return _split(WorkerRecord, entries)
 
 

@@ -1,5 +1,5 @@
-"""Entries read one by one (agent tasks; workers, worker tasks, the trail): parsed once where
-an execution is read, into their record or an ``Unreadable`` holding what was stored (E8),
+"""Entries read one by one (agent tasks; workers, worker tasks, the trail): parsed once, when
+first looked at, into their record or an ``Unreadable`` holding what was stored (E8),
 and written back exactly as read (E7). The stored bytes are those of before: a store written
 by an earlier version reads back and is written back byte-equal."""
 
@@ -251,7 +251,7 @@ def test_E7_a_store_written_before_reads_back_and_round_trips_byte_equal(tmp_pat
     expected = _expected_parts()
     for field, kind in kinds.items():
         good, bad = getattr(execution, field)
-        assert type(good) is kind  # parsed once, where read
+        assert type(good) is kind  # parsed once, when first looked at
         assert type(bad) is Unreadable  # E8: fails closed on its own, kept (E7)
         assert bad.raw == expected[field][1]
         # Written back as it was read: the same bytes as before.

@@ -190,7 +190,10 @@ class Store(Protocol):
     ``AppendOnlyList``: the list) but are not ``tuple`` instances: ``attrs.asdict``,
     ``json`` and ``isinstance(x, tuple)`` do not take them for one. A store that keeps or
     serialises records itself converts them (``tuple(x)``); what ``get`` and ``list``
-    return should hold plain tuples, as every store this package ships returns.
+    return should hold plain tuples, as every store this package ships returns, but for the
+    entries read one by one (an execution's agent tasks, workers, worker tasks and trail):
+    the package's codec reads those into ``Entries``, which read as the tuple of their
+    records and parse each one when it is first looked at (``storage._entries``).
     """
 
     def get(self, execution_id: str) -> Execution | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._codec import raw_form
 from .._records import Execution, Lease
-from .._stored_form import stored_raw
+from .._stored_form import stored_raws
 from .._workers import WorkerStatus
 from .model import Base, Change
 
@@ -103,10 +103,10 @@ def _worker_events(
         elif change[0] == "reset" and change[1] == "workers":
             before = {
                 raw.get("id"): raw
-                for raw in map(stored_raw, old.workers if old is not None else ())
+                for raw in stored_raws(old.workers if old is not None else ())
                 if type(raw) is dict and type(raw.get("id")) is str
             }
-            for raw in map(stored_raw, new.workers):
+            for raw in stored_raws(new.workers):
                 key = raw.get("id") if type(raw) is dict else None
                 event = _worker_event(raw, before.get(key) if type(key) is str else None, base)
                 if event is not None:
@@ -119,11 +119,11 @@ def _task_events(old: Execution | None, new: Execution, base: dict[str, Any]) ->
     among them, E7): found by comparing states, so the history misses none (V2)."""
     before = {
         raw.get("id"): raw.get("state")
-        for raw in map(stored_raw, old.agent_tasks if old is not None else ())
+        for raw in stored_raws(old.agent_tasks if old is not None else ())
         if type(raw.get("id")) is str  # a record that does not parse may hold anything (E7)
     }
     events: list[Any] = []
-    for raw in map(stored_raw, new.agent_tasks):
+    for raw in stored_raws(new.agent_tasks):
         task_id, state = raw.get("id"), raw.get("state")
         if type(task_id) is not str or type(state) is not str or before.get(task_id) == state:
             continue

@@ -44,7 +44,7 @@ from .._append_only import AppendOnlyList
 from .._codec import converter
 from .._record_codec import execution_head, stored_observation
 from .._records import MAX_CHECKPOINTS, Checkpoint, Execution, Observation
-from .._stored_form import stored_raw
+from .._stored_form import stored_raw, stored_raws
 from .._validators import same_json
 from .._vector import Vector
 from .keys import (
@@ -306,7 +306,7 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
     tasks: dict[str, Any] = {}
     inner_obs: dict[str, Any] = {}
     inner_done: dict[str, Any] = {}
-    raws = [stored_raw(task) for task in execution.agent_tasks]
+    raws = stored_raws(execution.agent_tasks)  # (tasks held as read: none is parsed)
     ids = [raw.get("id") for raw in raws]
     whole = len(set(map(repr, ids))) != len(ids) or not all(_splittable(raw) for raw in raws)
     for index, raw in enumerate(raws):
@@ -326,9 +326,9 @@ def _items(execution: Execution) -> dict[str, dict[str, Any]]:
         "tasks": tasks,
         "inner_obs": inner_obs,
         "inner_done": inner_done,
-        "workers": _raw_keyed(list(map(stored_raw, execution.workers)), _id_key),
-        "worker_tasks": _raw_keyed(list(map(stored_raw, execution.worker_tasks)), _id_key),
-        "worker_trail": _raw_keyed(list(map(stored_raw, execution.worker_trail)), _seq_key),
+        "workers": _raw_keyed(stored_raws(execution.workers), _id_key),
+        "worker_tasks": _raw_keyed(stored_raws(execution.worker_tasks), _id_key),
+        "worker_trail": _raw_keyed(stored_raws(execution.worker_trail), _seq_key),
     }
 
 
@@ -557,7 +557,7 @@ class _Diff:
             return
         if part not in self.base.positional and self._raw_moved(part, old, new):
             return
-        keyed = _raw_keyed(list(map(stored_raw, new)), _RAW_KEYS[part])
+        keyed = _raw_keyed(stored_raws(new), _RAW_KEYS[part])
         self.out.append(["reset", part, [[k, raw] for k, raw in keyed.items()]])
         self.next_pos[part] = len(new)
 
