@@ -22,6 +22,7 @@ from typing import Literal
 import orjson
 
 from ._backends.contract import Listing, Problem
+from ._backends.file.frames import read_bounded
 from ._backends.sqlite.read_only import connect_read_only, side_files_refused
 from ._backends.sqlite.schema import SCHEMA_VERSION
 from ._codec import DEFAULT_MAX_BYTES, structure
@@ -200,7 +201,7 @@ def _read_file(path: Path, name: str, max_bytes: int) -> bytes:
             raise RecordError(kind, ["(file): not a regular file"])
         if info.st_size > max_bytes:  # X2: bounded before reading
             raise TooLarge(kind, info.st_size, max_bytes)
-        data = handle.read(max_bytes + 1)
+        data = read_bounded(handle, info.st_size, max_bytes)
     if len(data) > max_bytes:  # it grew between fstat and read
         raise TooLarge(kind, len(data), max_bytes)
     return data

@@ -18,7 +18,7 @@ from ..._evidence import (
     not_stored,
 )
 from ..._platform import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
-from .frames import _fsync_directory, replace_file
+from .frames import _fsync_directory, read_bounded, replace_file
 
 __all__ = ["FileEvidence"]
 
@@ -60,10 +60,13 @@ class FileEvidence:
         except OSError as exc:
             raise EvidenceError(f"evidence {digest}: cannot be read ({exc.strerror})") from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise EvidenceError(f"evidence {digest}: not a regular file")
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                body = handle.read(MAX_EVIDENCE_BYTES + 1)  # X2: never past the bound
+            with os.fdopen(os.dup(fd), "rb") as handle:  # X2: never past the bound
+                body = read_bounded(
+                    handle, min(info.st_size, MAX_EVIDENCE_BYTES), MAX_EVIDENCE_BYTES
+                )
         finally:
             os.close(fd)
         return check_evidence(digest, body)

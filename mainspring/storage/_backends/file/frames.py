@@ -24,6 +24,7 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 
@@ -142,12 +143,38 @@ def scan_frames(data: bytes, *, kind: str, max_frame: int) -> Scan:
     return Scan(payloads=tuple(payloads), valid_length=offset, torn=False)
 
 
-def check_regular_and_bounded(fd: int, *, kind: str, max_bytes: int) -> None:
+def check_regular_and_bounded(fd: int, *, kind: str, max_bytes: int) -> int:
+    """The size of the regular file open as ``fd``; refuses anything else, or a file over
+    ``max_bytes`` (X2), before a byte is read."""
     info = os.fstat(fd)  # before fdopen, which raises IsADirectoryError for a directory
     if not stat.S_ISREG(info.st_mode):
         raise RecordError(kind, ["(file): not a regular file"])
     if info.st_size > max_bytes:  # X2: bounded before reading
         raise TooLarge(kind, info.st_size, max_bytes)
+    return info.st_size
+
+
+#: What one read of a file that grew after ``fstat`` asks for at a time.
+_GROWTH_CHUNK = 1 << 20
+
+
+def read_bounded(handle: BinaryIO, size: int, max_bytes: int) -> bytes:
+    """The file's bytes, at most ``max_bytes + 1`` of them (X2). One read of the ``size``
+    ``fstat`` gave (and one byte more, to see growth): a read asks for as much memory as it
+    may return, so asking for ``max_bytes`` would reserve the whole bound on every read. A
+    file that grew since is read on in bounded chunks, up to one byte past the bound."""
+    data = handle.read(size + 1)
+    if len(data) <= size:
+        return data
+    chunks = [data]
+    total = len(data)
+    while total <= max_bytes:
+        chunk = handle.read(min(_GROWTH_CHUNK, max_bytes + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def read_journal(path: Path, *, kind: str, max_bytes: int, max_frame: int) -> Scan | None:
@@ -155,7 +182,8 @@ def read_journal(path: Path, *, kind: str, max_bytes: int, max_frame: int) -> Sc
 
     Refuses (:class:`RecordError`) a symlink, FIFO, directory or anything else that is not a
     regular file, without blocking on it; refuses (:class:`TooLarge`) a file over
-    ``max_bytes`` before reading it, and reads at most ``max_bytes + 1`` bytes (X2).
+    ``max_bytes`` before reading it, and reads at most ``max_bytes + 1`` bytes (X2), asking
+    for no more memory than the file holds.
     """
     if not O_NOFOLLOW and path.is_symlink():  # the platform cannot refuse it at open()
         raise RecordError(kind, ["(file): a symlink, not a regular file"])
@@ -169,13 +197,13 @@ def read_journal(path: Path, *, kind: str, max_bytes: int, max_frame: int) -> Sc
             raise RecordError(kind, ["(file): a symlink, not a regular file"]) from None
         raise
     try:
-        check_regular_and_bounded(fd, kind=kind, max_bytes=max_bytes)
+        size = check_regular_and_bounded(fd, kind=kind, max_bytes=max_bytes)
         handle = os.fdopen(fd, "rb")
     except BaseException:  # any way out: the fd closed, re-raised
         os.close(fd)
         raise
     with handle:
-        data = handle.read(max_bytes + 1)
+        data = read_bounded(handle, size, max_bytes)
     if len(data) > max_bytes:  # X2: it grew between fstat and read
         raise TooLarge(kind, len(data), max_bytes)
     return scan_frames(data, kind=kind, max_frame=max_frame)

@@ -42,6 +42,7 @@ from .frames import (
     append_frames,
     check_regular_and_bounded,
     encode_frame,
+    read_bounded,
     read_journal,
     replace_file,
     scan_frames,
@@ -392,7 +393,7 @@ class FileStore(HoldingStore):
                     return []
                 start, last = seen.length, seen.last
             handle.seek(start)
-            data = handle.read(self.max_record_bytes - start + 1)
+            data = read_bounded(handle, info.st_size - start, self.max_record_bytes - start)
         if len(data) > self.max_record_bytes - start:
             raise TooLarge(kind, start + len(data), self.max_record_bytes)
         scan = scan_frames(data, kind=kind, max_frame=self.max_bytes)

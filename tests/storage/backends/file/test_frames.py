@@ -8,6 +8,7 @@ import os
 import random
 import stat
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -189,39 +190,60 @@ def test_read_journal_reads_a_file_and_none_when_there_is_none(tmp_path: Path) -
     assert _read(path) == _scan(_journal(payloads))
 
 
+class _ReadSpy:
+    """A file handle that records how many bytes each ``read`` asked for."""
+
+    def __init__(self, handle: Any, reads: list[int]) -> None:
+        self.handle = handle
+        self.reads = reads
+
+    def __enter__(self) -> _ReadSpy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+    def fileno(self) -> int:
+        return int(self.handle.fileno())
+
+    def read(self, n: int) -> bytes:
+        self.reads.append(n)
+        return bytes(self.handle.read(n))
+
+
+def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    real_fdopen = os.fdopen
+    reads: list[int] = []
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: _ReadSpy(real_fdopen(*a, **k), reads))
+    return reads
+
+
 def test_a_file_over_max_bytes_is_refused_without_reading_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "ex-1.journal"
     path.write_bytes(_journal(_payloads(10)))
     size = path.stat().st_size
-    real_fdopen = os.fdopen
-    reads: list[int] = []
-
-    class Spy:
-        def __init__(self, handle: object) -> None:
-            self.handle = handle
-
-        def __enter__(self) -> Spy:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.handle.close()  # type: ignore[attr-defined]
-
-        def fileno(self) -> int:
-            return self.handle.fileno()  # type: ignore[attr-defined,no-any-return]
-
-        def read(self, n: int) -> bytes:
-            reads.append(n)
-            return self.handle.read(n)  # type: ignore[attr-defined,no-any-return]
-
-    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Spy(real_fdopen(*a, **k)))
+    reads = _spy_reads(monkeypatch)
     with pytest.raises(TooLarge) as caught:
         _read(path, max_bytes=size - 1)
     assert (caught.value.size, caught.value.limit, caught.value.what) == (size, size - 1, KIND)
     assert reads == []  # X2: refused before reading
     assert _read(path, max_bytes=size) is not None
     assert reads == [size + 1]  # at most max_bytes + 1
+
+
+def test_X2_a_read_asks_for_no_more_memory_than_the_file_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read reserves what it asks for: asking for the bound (1 GiB) on every read of a small
+    # journal reserved a gigabyte each time. It asks for the size fstat saw, and one byte more.
+    path = tmp_path / "ex-1.journal"
+    path.write_bytes(_journal(_payloads(10)))
+    size = path.stat().st_size
+    reads = _spy_reads(monkeypatch)
+    assert _read(path, max_bytes=1 << 30) == _scan(_journal(_payloads(10)))
+    assert reads == [size + 1]
 
 
 def test_a_file_that_grows_after_fstat_is_still_bounded(

@@ -242,3 +242,40 @@ def test_sqlite_a_failing_statement_never_acknowledges(
         assert after.calls_used == 6
     finally:
         store.close()
+
+
+def test_X2_following_the_history_asks_for_no_more_memory_than_the_journal_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A follower reads the journal again and again (events --follow, the web view's stream):
+    # each read asked for the whole bound (the record's size limit) and so reserved it.
+    store = ms.storage.FileStore(tmp_path / "files")
+    assert store.create(execution(id="ex-1"))
+    journal = tmp_path / "files" / "executions" / "ex-1.journal"
+    if not journal.exists():
+        (journal,) = (tmp_path / "files").rglob("ex-1*")
+    size = journal.stat().st_size
+    real_fdopen = os.fdopen
+    reads: list[int] = []
+
+    class Spy:
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Spy:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def seek(self, offset: int) -> int:
+            return int(self.handle.seek(offset))
+
+        def read(self, n: int) -> bytes:
+            reads.append(n)
+            return bytes(self.handle.read(n))
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Spy(real_fdopen(*a, **k)))
+    assert [e.kind for e in store.history("ex-1")] == ["created"]
+    assert reads
+    assert max(reads) <= size + 1
