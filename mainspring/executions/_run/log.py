@@ -46,6 +46,7 @@ __all__ = [
     "step_started",
     "steps_logged",
     "stopped_for_later",
+    "writes_failed",
 ]
 
 EXECUTIONS = logging.getLogger("mainspring.executions")
@@ -58,11 +59,15 @@ _WARNING = logging.WARNING
 
 def _owner(owner: str | None) -> str | None:
     """An owner id as a record carries it. It is read from the store, where anyone sharing
-    it may have written it: redacted as everything stored is (E5), cut, and with the
-    characters a terminal would act on shown as escapes."""
-    if owner is None:
-        return None
-    text = clamp_message(redact(owner))
+    it may have written it: shown as :func:`_shown` shows it."""
+    return _shown(owner) if owner is not None else None
+
+
+def _shown(text: str) -> str:
+    """Text that is anyone's (read from the store, an error's message) as a record carries
+    it: redacted as everything stored is (E5), cut, and with the characters a terminal
+    would act on shown as escapes."""
+    text = clamp_message(redact(text))
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
@@ -432,6 +437,21 @@ def lease_lost(execution_id: str, reason: LeaseLost, refused: str | None) -> Non
                 "refused": refused,
                 "holder": holder,
             },
+        )
+
+
+def writes_failed(execution_id: str, status: str, error: str) -> None:
+    """The run stopped because a write of its failed: the writer logged why, once, under
+    ``mainspring.storage``; this is the run's end, once (O2). Nothing of it could be saved:
+    the store keeps it ``status`` as last saved, for a resume (R3)."""
+    if EXECUTIONS.isEnabledFor(logging.ERROR):
+        EXECUTIONS.error(
+            "execution %s stopped because its writes failed: %s; it is left %s as last "
+            "saved, for a resume",
+            execution_id,
+            _shown(error),
+            status,
+            extra={"execution_id": execution_id, "status": status, "reason": "crash"},
         )
 
 

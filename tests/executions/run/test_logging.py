@@ -218,6 +218,30 @@ async def test_O2_a_failed_write_logs_its_cause_once_and_the_runs_end_once(
     assert (end.execution_id, end.status) == ("dk", "running")
 
 
+async def test_O2_a_run_whose_actor_crashes_logs_its_end_once_with_the_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of the run's own actor (here: handling a step's end raises) is logged once,
+    under ``mainspring.executions`` with its traceback, not by the kernel too."""
+    from mainspring.executions._run.actor import ExecutionActor
+
+    async def faulty(self: Any, done: Any) -> bool:
+        raise RuntimeError("a fault in handling a step's end")
+
+    monkeypatch.setattr(ExecutionActor, "_step_done", faulty)
+    caplog.set_level(logging.INFO, logger="mainspring")
+    async with runtime(tmp_path) as rt:
+        result = await (await rt.start("g", plan_of(tool("a", "inc")), execution_id="ft")).wait()
+    assert result.error is not None
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert error.name == "mainspring.executions"
+    assert error.execution_id == "ft"
+    text = error.getMessage()
+    assert text.startswith("execution ft: the run's actor crashed")
+    assert "RuntimeError: a fault in handling a step's end" in text
+    assert "in faulty" in text  # its traceback
+
+
 async def test_O2_a_resume_after_a_graceful_shutdown_is_logged_at_INFO_never_as_a_takeover(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
