@@ -413,12 +413,12 @@ class Children:
         # The child ended without reporting: it crashed. O2: what it crashed with, as the
         # agent task's actor described it before it ended (the kernel does not log it), is
         # kept on the task and logged here, once, with its traceback.
-        caught = running.meter.crash if running.meter is not None else None
+        crash = running.meter.crash if running.meter is not None else None
         error = redact(str(notice.reason))
-        error_type = caught.error_type if caught is not None else None
+        error_type = crash.error_type if crash is not None else None
         if error_type is None and isinstance(reason, Crash):
             error_type = reason.error_type[:MAX_TYPE_NAME] or None
-        traceback = caught.traceback if caught is not None else None
+        traceback = crash.traceback if crash is not None else None
         st.sched.set(step_id, StepStatus.FAILED)
         st.obs[step_id] = observe(
             step,

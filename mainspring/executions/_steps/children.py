@@ -550,7 +550,13 @@ class AgentTaskActor(Actor):
                 # the loop, shielded so that a cancel meanwhile does not turn it into another
                 # end. A cancellation of ours, or the program's end, passes untouched.
                 with anyio.CancelScope(shield=True):
-                    self._meter.crash = await describe_off_loop(exc)
+                    caught = await describe_off_loop(exc)
+                self._meter.crash = Failure(
+                    code="agent-failed",
+                    message=redact(caught.message),
+                    error_type=caught.error_type,
+                    traceback=caught.traceback,
+                )
             raise
 
     async def _run(self) -> None:
