@@ -8,7 +8,10 @@ until the application configures logging, O1):
   completed, failed) and the controls issued to it at INFO; its steps and agent tasks
   starting and ending at DEBUG, with their durations; a failed attempt that will be retried
   at WARNING and a step or run that failed for good at ERROR, with its redacted traceback
-  (``_steps.failures.log_failure``, O2); recoveries, takeovers and lost leases at WARNING.
+  (``_steps.failures.log_failure``, O2), as is an agent task's or the run's actor that
+  crashed (the kernel leaves those to this logger) and a run stopped by a failed write;
+  takeovers from a gone owner and lost leases at WARNING, a run taken up again after a
+  shutdown at INFO.
 - ``mainspring.workers``: the fleet's external agent processes changing state (a takeover
   or a blocked worker at WARNING).
 - ``mainspring.memory`` (``_memory.memory``): a search that could not rank by meaning.
@@ -456,20 +459,38 @@ def writes_failed(execution_id: str, status: str, error: str) -> None:
 
 
 def recovered(execution_id: str, status: str, previous: str | None, *, recovery: bool) -> None:
-    """A run left ``status`` (running, planned) with no live owner was taken over here
-    (R3): by the runtime's recovery, or by a resume by hand."""
+    """A run left ``status`` (running, planned) was taken up here (R3), by the runtime's
+    recovery or by a resume by hand. ``previous``: the owner that held its lease, gone
+    (a crash): a takeover, at WARNING. None: its owner let the lease go as a shutdown does,
+    leaving the run for a resume: taking it up is no takeover from a dead owner, at INFO."""
+    if previous is None:
+        if EXECUTIONS.isEnabledFor(_INFO):
+            EXECUTIONS.info(
+                "execution %s resumed after a shutdown: it was %s, left for a resume",
+                execution_id,
+                status,
+                extra={
+                    "execution_id": execution_id,
+                    "status": status,
+                    "reason": "shutdown",
+                    "previous_owner": None,
+                    "recovery": recovery,
+                },
+            )
+        return
     if EXECUTIONS.isEnabledFor(_WARNING):
-        previous = _owner(previous)
+        owner = _owner(previous)
         EXECUTIONS.warning(
             "execution %s taken over by %s: it was %s and its owner %s was gone",
             execution_id,
             "recovery" if recovery else "a resume",
             status,
-            previous,
+            owner,
             extra={
                 "execution_id": execution_id,
                 "status": status,
-                "previous_owner": previous,
+                "reason": "owner-gone",
+                "previous_owner": owner,
                 "recovery": recovery,
             },
         )
