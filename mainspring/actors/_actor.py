@@ -39,8 +39,8 @@ class Actor(abc.ABC):
     ``spawn``, ``watch``, ``unwatch``, ``send_after``, ``send_every``,
     ``start_task``, ``stop_self``, ``messages_waiting``) and every name starting with
     ``_mainspring_``. Framework state lives in one attribute, ``_mainspring_cell``; the other
-    ``_mainspring_`` names are hooks for actors that oversee their children (supervisors),
-    documented below. Every other name is yours.
+    ``_mainspring_`` names are hooks for actors that oversee their children (supervisors)
+    or report their own crashes, documented below. Every other name is yours.
     """
 
     _mainspring_cell: Cell
@@ -54,6 +54,13 @@ class Actor(abc.ABC):
     #: Hook: True if this actor's children observe its own reason when it stops or is
     #: cancelled, rather than a :class:`ParentCancel` leading to it (supervisors pass theirs on).
     _mainspring_passes_reason: ClassVar[bool] = False
+
+    #: Hook: True if this actor's crashes are logged by the code that knows what they mean
+    #: (its own ``on_stop``, or the actor that watches it), with their traceback. The kernel
+    #: then logs none of them (every failure is logged once); it still ends the actor with a
+    #: :class:`Crash`, fails its askers and tells its overseer and watchers, as for any crash.
+    #: A crash that ends the program (``SystemExit``, ``KeyboardInterrupt``) is still logged.
+    _mainspring_crashes_reported: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         self = super().__new__(cls)

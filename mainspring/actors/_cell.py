@@ -328,8 +328,11 @@ class Cell(Messaging, Stopping):
                 in_a_row = 0
                 await mailbox.wait()
 
-    def _crashed(self, exc: BaseException) -> None:
+    def _crashed(self, exc: BaseException, *, fatal: bool = False) -> None:
         reason = self._record(Crash.from_exception(exc, source=self.path))
+        actor = self.actor
+        if not fatal and actor is not None and actor._mainspring_crashes_reported:
+            return  # O2: logged once, by whoever knows what it means (see Actor)
         log_error(_log(), "actor %s crashed: %s", self.path, reason, exc=exc, actor=self.path)
 
     def _fatal(self, exc: BaseException) -> None:
@@ -339,7 +342,7 @@ class Cell(Messaging, Stopping):
         out of this task it would reach the task group (wrapped in a group) or, on asyncio,
         escape the event loop past the shutdown, leaving shielded actors behind."""
         self._final = True
-        self._crashed(exc)
+        self._crashed(exc, fatal=True)
         self.system._fail(exc)
 
     def _begin_stopping(self, how: str) -> None:

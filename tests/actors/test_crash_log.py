@@ -95,3 +95,34 @@ def test_O1_nothing_is_formatted_when_error_is_off() -> None:
             raise AssertionError("formatted although ERROR is off")
 
     log_error(quiet, "never %s", "seen", exc=Boom())
+
+
+async def test_O2_an_actor_whose_crashes_are_reported_elsewhere_crashes_unlogged_by_the_kernel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An actor class that says its crashes are logged by the code that knows what they
+    mean (``_mainspring_crashes_reported``): the kernel still ends it with a Crash and tells
+    its watchers, but logs nothing of it; another actor's crash is still logged."""
+
+    class Reported(ms.Actor):
+        _mainspring_crashes_reported = True
+
+        async def receive(self, message: Any) -> Any:
+            raise RuntimeError("reported by whoever watches it")
+
+    class Plain(ms.Actor):
+        async def receive(self, message: Any) -> Any:
+            raise RuntimeError("logged by the kernel")
+
+    caplog.set_level(logging.DEBUG, logger="mainspring.actors")
+    async with ms.open_system() as system:
+        reported = await system.spawn(Reported, name="reported")
+        await reported.tell("go")
+        reason = await reported.wait_stopped()
+        plain = await system.spawn(Plain, name="plain")
+        await plain.tell("go")
+        await plain.wait_stopped()
+    assert isinstance(reason, ms.Crash)
+    assert reason.error_type == "RuntimeError"
+    (record,) = _kernel_records(caplog)
+    assert record.getMessage().startswith("actor /plain crashed")

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import attrs
 
 from ...actors import BudgetExhausted
-from ...storage import BudgetInfo, PlanStep, StepStatus, Usage
+from ...storage import BudgetInfo, Failure, PlanStep, StepStatus, Usage
 from ...storage._seam import MAX_COUNTER, check_cost, check_tokens
 
 __all__ = [
@@ -143,13 +143,16 @@ def needed_calls(
 
 class Meter:
     """Model calls an agent task has made so far, shared with its execution so that calls
-    made before an interruption are charged even if no save recorded them (P4, E9)."""
+    made before an interruption are charged even if no save recorded them (P4, E9); and,
+    when the task's actor crashed, why (``crash``: the exception's type and redacted
+    traceback, for the execution to keep on the task and log once, O2)."""
 
-    __slots__ = ("calls_used", "usage")
+    __slots__ = ("calls_used", "crash", "usage")
 
     def __init__(self, calls_used: int = 0, usage: Usage | None = None) -> None:
         self.calls_used = calls_used
         self.usage = usage if usage is not None else Usage()  # tokens and cost alike (B3)
+        self.crash: Failure | None = None
 
 
 TokenReservation = Callable[[int], int]

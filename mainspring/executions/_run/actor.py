@@ -49,6 +49,7 @@ from ...storage import (
     Execution,
     Observation,
     Pending,
+    PersistenceFailed,
     Plan,
     PlanStep,
     StepStatus,
@@ -76,7 +77,7 @@ from .._steps.children import (
     TaskSave,
     run_step,
 )
-from .._steps.failures import Caught, log_failure
+from .._steps.failures import Caught, describe_off_loop, log_failure
 from .._workers.board import BOARD_REQUESTS, WorkerBoard, WorkerCommit, WorkerJoin, answer
 from . import events as ev
 from . import log as _log
@@ -107,6 +108,9 @@ class ExecutionActor(Actor):
     inputs (``kept``, E10); the runtime reaches it only through its mailbox."""
 
     _mainspring_orders_children = True  # we cancel our children ourselves, with our reason
+    #: O2: a crash of this actor is the run's end, logged once by :meth:`on_stop` (a failed
+    #: write's cause is logged by the writer), not by the kernel too.
+    _mainspring_crashes_reported = True
 
     def __init__(
         self,
@@ -127,6 +131,8 @@ class ExecutionActor(Actor):
         self._children = Children(
             self, self._st, self._funnel, self._tasks, self._advance, self._fail
         )
+        #: What the last message's handling raised: a crash's exception, for on_stop (O2).
+        self._escaped: BaseException | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -135,6 +141,13 @@ class ExecutionActor(Actor):
         self._children.arm_deadline()  # B1
 
     async def receive(self, message: Any) -> Any:
+        try:
+            return await self._handle(message)
+        except BaseException as exc:  # kept for on_stop to log a crash with (O2); re-raised
+            self._escaped = exc
+            raise
+
+    async def _handle(self, message: Any) -> Any:
         kind = type(message)
         if kind is TaskEnded:  # a tool or skill step ended, with its report (StepDone)
             if message.value is not None:
@@ -794,7 +807,10 @@ class ExecutionActor(Actor):
     async def on_stop(self, reason: CancelReason) -> None:
         st = self._st
         wound_down = False
+        escaped, self._escaped = self._escaped, None
         try:
+            if isinstance(reason, Crash):
+                await self._crashed(reason, escaped)
             await self._wind_down(reason)
             if self._funnel.refusal is not None and st.board is not None:
                 await self._funnel.keep_board(st.board)
@@ -809,6 +825,23 @@ class ExecutionActor(Actor):
             # E2: a wind-down cut short (its last write still under way in the writer)
             # leaves where the run stands to the store, read once that write is done.
             self._watcher.ended(result, settled=wound_down)
+
+    async def _crashed(self, reason: Crash, escaped: BaseException | None) -> None:
+        """O2: the run's end by a crash of this actor, logged once (the kernel does not).
+        A failed write: its cause was logged by the writer; this says the run stopped for
+        it, left as last saved for a resume. Anything else: with its traceback, described
+        off the loop."""
+        st = self._st
+        if isinstance(escaped, PersistenceFailed):
+            _log.writes_failed(st.rec.id, st.rec.status, reason.error)
+            return
+        caught = await describe_off_loop(escaped) if escaped is not None else None
+        log_failure(
+            "the run's actor crashed; the run is left as last saved, for a resume",
+            execution_id=st.rec.id,
+            error=caught.message if caught is not None else reason.error,
+            traceback=caught.traceback if caught is not None else None,
+        )
 
     async def _wind_down(self, reason: CancelReason) -> None:
         st = self._st

@@ -65,7 +65,7 @@ from .._rules.lifecycle import task_move
 from .._rules.plan import observe
 from .._rules.transitions import clamp_count
 from .._steps.children import TaskSave
-from .._steps.failures import Caught, log_failure
+from .._steps.failures import MAX_TYPE_NAME, Caught, log_failure
 from . import events as ev
 from .funnel import Funnel
 from .messages import Running, Unstorable, for_children
@@ -410,13 +410,24 @@ class Children:
         if running.task_id is not None and running.task_id in st.stopping_tasks:
             await self._tasks.stopped(running, now)
             return
-        # The child ended without reporting: it crashed.
+        # The child ended without reporting: it crashed. O2: what it crashed with, as the
+        # agent task's actor described it before it ended (the kernel does not log it), is
+        # kept on the task and logged here, once, with its traceback.
+        crash = running.meter.crash if running.meter is not None else None
+        error = redact(str(notice.reason))
+        error_type = crash.error_type if crash is not None else None
+        if error_type is None and isinstance(reason, Crash):
+            error_type = reason.error_type[:MAX_TYPE_NAME] or None
+        traceback = crash.traceback if crash is not None else None
         st.sched.set(step_id, StepStatus.FAILED)
         st.obs[step_id] = observe(
             step,
             ok=False,
-            error=redact(str(notice.reason)),
+            error=error,
             code="agent-failed" if step.kind == "agent" else None,
+            agent_task_id=running.task_id,
+            error_type=error_type,  # the traceback is kept once, on the task's failure
+            traceback=traceback if running.task_id is None else None,
             started_at=running.started_at,
             ended_at=now,
         )
@@ -425,11 +436,17 @@ class Children:
             execution_id=st.rec.id,
             step_id=step_id,
             agent_task_id=running.task_id,
-            error=str(notice.reason),
+            error=error,
+            traceback=traceback,
         )
         if running.task_id is not None:
             task = st.tasks[running.task_id]
-            st.set_task(attrs.evolve(task, state="failed", ended_at=now, updated_at=now))
+            failure = Failure(
+                code="agent-failed", message=error, error_type=error_type, traceback=traceback
+            )
+            st.set_task(
+                attrs.evolve(task, state="failed", ended_at=now, updated_at=now, failure=failure)
+            )
         if await self._funnel.commit():
             self._funnel.publish_step(step_id, "failed")
             await self._advance()

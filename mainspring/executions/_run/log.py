@@ -8,7 +8,10 @@ until the application configures logging, O1):
   completed, failed) and the controls issued to it at INFO; its steps and agent tasks
   starting and ending at DEBUG, with their durations; a failed attempt that will be retried
   at WARNING and a step or run that failed for good at ERROR, with its redacted traceback
-  (``_steps.failures.log_failure``, O2); recoveries, takeovers and lost leases at WARNING.
+  (``_steps.failures.log_failure``, O2), as is an agent task's or the run's actor that
+  crashed (the kernel leaves those to this logger) and a run stopped by a failed write;
+  takeovers from a gone owner and lost leases at WARNING, a run taken up again after a
+  shutdown at INFO.
 - ``mainspring.workers``: the fleet's external agent processes changing state (a takeover
   or a blocked worker at WARNING).
 - ``mainspring.memory`` (``_memory.memory``): a search that could not rank by meaning.
@@ -46,6 +49,7 @@ __all__ = [
     "step_started",
     "steps_logged",
     "stopped_for_later",
+    "writes_failed",
 ]
 
 EXECUTIONS = logging.getLogger("mainspring.executions")
@@ -58,11 +62,15 @@ _WARNING = logging.WARNING
 
 def _owner(owner: str | None) -> str | None:
     """An owner id as a record carries it. It is read from the store, where anyone sharing
-    it may have written it: redacted as everything stored is (E5), cut, and with the
-    characters a terminal would act on shown as escapes."""
-    if owner is None:
-        return None
-    text = clamp_message(redact(owner))
+    it may have written it: shown as :func:`_shown` shows it."""
+    return _shown(owner) if owner is not None else None
+
+
+def _shown(text: str) -> str:
+    """Text that is anyone's (read from the store, an error's message) as a record carries
+    it: redacted as everything stored is (E5), cut, and with the characters a terminal
+    would act on shown as escapes."""
+    text = clamp_message(redact(text))
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
@@ -435,21 +443,54 @@ def lease_lost(execution_id: str, reason: LeaseLost, refused: str | None) -> Non
         )
 
 
+def writes_failed(execution_id: str, status: str, error: str) -> None:
+    """The run stopped because a write of its failed: the writer logged why, once, under
+    ``mainspring.storage``; this is the run's end, once (O2). Nothing of it could be saved:
+    the store keeps it ``status`` as last saved, for a resume (R3)."""
+    if EXECUTIONS.isEnabledFor(logging.ERROR):
+        EXECUTIONS.error(
+            "execution %s stopped because its writes failed: %s; it is left %s as last "
+            "saved, for a resume",
+            execution_id,
+            _shown(error),
+            status,
+            extra={"execution_id": execution_id, "status": status, "reason": "crash"},
+        )
+
+
 def recovered(execution_id: str, status: str, previous: str | None, *, recovery: bool) -> None:
-    """A run left ``status`` (running, planned) with no live owner was taken over here
-    (R3): by the runtime's recovery, or by a resume by hand."""
+    """A run left ``status`` (running, planned) was taken up here (R3), by the runtime's
+    recovery or by a resume by hand. ``previous``: the owner that held its lease, gone
+    (a crash): a takeover, at WARNING. None: its owner let the lease go as a shutdown does,
+    leaving the run for a resume: taking it up is no takeover from a dead owner, at INFO."""
+    if previous is None:
+        if EXECUTIONS.isEnabledFor(_INFO):
+            EXECUTIONS.info(
+                "execution %s resumed after a shutdown: it was %s, left for a resume",
+                execution_id,
+                status,
+                extra={
+                    "execution_id": execution_id,
+                    "status": status,
+                    "reason": "shutdown",
+                    "previous_owner": None,
+                    "recovery": recovery,
+                },
+            )
+        return
     if EXECUTIONS.isEnabledFor(_WARNING):
-        previous = _owner(previous)
+        owner = _owner(previous)
         EXECUTIONS.warning(
             "execution %s taken over by %s: it was %s and its owner %s was gone",
             execution_id,
             "recovery" if recovery else "a resume",
             status,
-            previous,
+            owner,
             extra={
                 "execution_id": execution_id,
                 "status": status,
-                "previous_owner": previous,
+                "reason": "owner-gone",
+                "previous_owner": owner,
                 "recovery": recovery,
             },
         )

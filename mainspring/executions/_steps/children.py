@@ -279,7 +279,14 @@ def _leading_out(root: Path, paths: Iterable[str]) -> str | None:
 
 
 class AgentTaskActor(Actor):
-    """Runs one agent step as one agent task (its record is the durable state)."""
+    """Runs one agent step as one agent task (its record is the durable state).
+
+    Its crashes (what escapes :meth:`receive`: an agent raising what is no ``Exception``, a
+    fault of ours) are logged by its execution, which keeps them on the task (O2): the kernel
+    does not log them too. Before it ends, the actor describes what it crashed with on its
+    meter, where the execution finds it."""
+
+    _mainspring_crashes_reported = True
 
     def __init__(
         self,
@@ -535,6 +542,24 @@ class AgentTaskActor(Actor):
         self._touch(state="failed", ended_at=time.time(), failure=failure)
 
     async def receive(self, message: Any) -> Any:
+        try:
+            await self._run()
+        except BaseException as exc:
+            if not isinstance(exc, SystemExit | KeyboardInterrupt) and cancel_reason() is None:
+                # A crash (nobody is stopping this actor): described for the execution, off
+                # the loop, shielded so that a cancel meanwhile does not turn it into another
+                # end. A cancellation of ours, or the program's end, passes untouched.
+                with anyio.CancelScope(shield=True):
+                    caught = await describe_off_loop(exc)
+                self._meter.crash = Failure(
+                    code="agent-failed",
+                    message=redact(caught.message),
+                    error_type=caught.error_type,
+                    traceback=caught.traceback,
+                )
+            raise
+
+    async def _run(self) -> None:
         output: Any = None
         stored: Stored | None = None
         try:

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_MESSAGE",
     "MAX_TRACEBACK_BYTES",
+    "MAX_TYPE_NAME",
     "Caught",
     "clamp_message",
     "describe",

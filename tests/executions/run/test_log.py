@@ -116,3 +116,26 @@ def test_E5_an_owner_id_is_redacted_and_inert_in_a_lost_lease_and_a_takeover(
         assert "\x1b" not in text
         assert getattr(record, field).startswith("thief-[redacted")
         assert getattr(record, field).endswith("-\\x1b[2J")
+
+
+def test_O2_a_run_taken_up_after_a_shutdown_is_logged_at_INFO_naming_no_owner(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No owner left the lease held (its runtime shut down and let it go): a resume, not a
+    takeover from a dead owner, and never an owner called ``None``."""
+    caplog.set_level(logging.DEBUG, logger="mainspring.executions")
+    _log.recovered("ex", "running", None, recovery=True)
+    _log.recovered("ex", "planned", "gone:1:x", recovery=False)
+    after_shutdown, taken = caplog.records
+    assert after_shutdown.levelno == logging.INFO
+    assert after_shutdown.getMessage() == (
+        "execution ex resumed after a shutdown: it was running, left for a resume"
+    )
+    assert (after_shutdown.reason, after_shutdown.previous_owner) == ("shutdown", None)
+    assert after_shutdown.recovery is True
+    assert "None" not in after_shutdown.getMessage()
+    assert taken.levelno == logging.WARNING
+    assert taken.getMessage() == (
+        "execution ex taken over by a resume: it was planned and its owner gone:1:x was gone"
+    )
+    assert taken.reason == "owner-gone"

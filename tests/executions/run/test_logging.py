@@ -25,7 +25,7 @@ from mainspring.executions._run import log as run_log
 from mainspring.storage import RetryPolicy, register_secret
 from mainspring.storage import _persistence as persistence
 
-from .._kit import FAST, Gate, agent, linear, plan_of, runtime, tool
+from .._kit import FAST, Gate, agent, linear, plan_of, runtime, stored, tasks_of, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -138,6 +138,135 @@ async def test_O2_an_agent_that_fails_logs_one_ERROR_naming_its_task(
     started = [r for r in records if r.getMessage().startswith("execution ag: agent task")]
     assert _field(started, "task_id")[0] == "ag:t1"
     assert REGISTERED not in caplog.text
+
+
+async def test_O2_an_agent_whose_actor_crashes_logs_one_ERROR_with_its_traceback_and_keeps_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent raising what is no Exception (asyncio's CancelledError, from its own code,
+    nobody cancelling it) crashes its task's actor. One ERROR says so, under
+    ``mainspring.executions``, with the traceback and the ids; the kernel does not log it a
+    second time; the task's record keeps the error type and the redacted traceback, as a
+    failed tool step's does."""
+    import asyncio
+
+    register_secret(REGISTERED)
+
+    async def scout(ctx: ms.AgentContext, input: Any) -> str:
+        raise asyncio.CancelledError(f"odd, with {REGISTERED}")
+
+    caplog.set_level(logging.DEBUG, logger="mainspring")
+    async with runtime(tmp_path, agents={"scout": scout}) as rt:
+        result = await (await rt.start("g", plan_of(agent("a", "scout")), execution_id="cr")).wait()
+        (task,) = tasks_of(stored(rt, "cr"))
+    assert result.status == "failed"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    (error,) = errors  # O2: once, not once by the kernel and once by the run
+    assert error.name == "mainspring.executions"
+    assert (error.execution_id, error.step_id, error.task_id) == ("cr", "a", "cr:t1")
+    assert error.exc_info is None
+    text = error.getMessage()
+    assert text.startswith("execution cr: step a (agent scout) crashed")
+    assert "Traceback" in text
+    assert "in scout" in text
+    assert "CancelledError" in text
+    assert task.state == "failed"
+    assert task.failure is not None
+    assert task.failure.code == "agent-failed"
+    assert task.failure.error_type == "CancelledError"
+    assert task.failure.traceback is not None
+    assert "in scout" in task.failure.traceback
+    assert REGISTERED not in task.failure.traceback
+    assert REGISTERED not in caplog.text
+
+
+class _DiskFailsOnce(ms.storage.SqliteStore):
+    """The second durable flush fails with EIO."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.flushes = 0
+
+    def commit_runs(self, commits: Any) -> Any:
+        self.flushes += 1
+        if self.flushes == 2:
+            raise OSError(5, "I/O error")
+        return super().commit_runs(commits)
+
+
+async def test_O2_a_failed_write_logs_its_cause_once_and_the_runs_end_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writer's failure is logged where it happened (``mainspring.storage``, once); the
+    run that stops because of it says so under ``mainspring.executions``, once; the run's
+    actor crashing on it is not logged again by the kernel."""
+    import contextlib
+
+    caplog.set_level(logging.INFO, logger="mainspring")
+    store = _DiskFailsOnce(tmp_path / "s.sqlite3")
+    with contextlib.suppress(ms.StorageError):  # the writer stopped: closing may say so
+        async with runtime(store) as rt:
+            plan = plan_of(tool("a", "inc"), tool("b", "inc", "a"))
+            result = await (await rt.start("g", plan, execution_id="dk")).wait()
+    assert result.error is not None
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.name for r in errors] == ["mainspring.storage", "mainspring.executions"]
+    cause, end = errors
+    assert "the writer stopped" in cause.getMessage()
+    assert end.getMessage().startswith("execution dk stopped because its writes failed")
+    assert "I/O error" in end.getMessage()
+    assert (end.execution_id, end.status) == ("dk", "running")
+
+
+async def test_O2_a_run_whose_actor_crashes_logs_its_end_once_with_the_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of the run's own actor (here: handling a step's end raises) is logged once,
+    under ``mainspring.executions`` with its traceback, not by the kernel too."""
+    from mainspring.executions._run.actor import ExecutionActor
+
+    async def faulty(self: Any, done: Any) -> bool:
+        raise RuntimeError("a fault in handling a step's end")
+
+    monkeypatch.setattr(ExecutionActor, "_step_done", faulty)
+    caplog.set_level(logging.INFO, logger="mainspring")
+    async with runtime(tmp_path) as rt:
+        result = await (await rt.start("g", plan_of(tool("a", "inc")), execution_id="ft")).wait()
+    assert result.error is not None
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert error.name == "mainspring.executions"
+    assert error.execution_id == "ft"
+    text = error.getMessage()
+    assert text.startswith("execution ft: the run's actor crashed")
+    assert "RuntimeError: a fault in handling a step's end" in text
+    assert "in faulty" in text  # its traceback
+
+
+async def test_O2_a_resume_after_a_graceful_shutdown_is_logged_at_INFO_never_as_a_takeover(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run a shutdown stopped was left for a resume by its owner, who released its lease:
+    taking it up again is no takeover from a dead owner (no WARNING), and no record names an
+    owner ``None``."""
+    caplog.set_level(logging.INFO, logger="mainspring.executions")
+    gate = Gate()
+    async with runtime(tmp_path, tools={"gate": gate}) as rt:
+        await rt.start("g", plan_of(tool("g1", "gate")), execution_id="again")
+        await gate.entered.wait()
+    caplog.clear()
+    gate.opened.set()
+    async with runtime(tmp_path, tools={"gate": gate}) as rt:
+        result = await (await rt.resume("again")).wait()
+    assert result.status == "completed"
+    records = _records(caplog)
+    assert [r for r in records if r.levelno >= logging.WARNING] == []
+    (taken,) = [r for r in records if "after a shutdown" in r.getMessage()]
+    assert taken.levelno == logging.INFO
+    assert taken.getMessage() == (
+        "execution again resumed after a shutdown: it was running, left for a resume"
+    )
+    assert (taken.execution_id, taken.status, taken.reason) == ("again", "running", "shutdown")
+    assert "None" not in caplog.text
 
 
 async def test_O1_a_pause_from_another_process_is_logged_by_the_runner_with_its_reason(
