@@ -27,10 +27,11 @@ under the interpreter lock) and both get that one.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
 from ._append_only import AppendOnly
+from ._tuple_like import TupleLike
 from ._vector import Vector
 
 __all__ = ["Entries"]
@@ -38,7 +39,7 @@ __all__ = ["Entries"]
 E = TypeVar("E")
 
 
-class Entries(Sequence[E], Generic[E]):
+class Entries(TupleLike[E], Generic[E]):
     """Stored entries, each parsed by ``read`` when first looked at (see the module
     docstring). ``raws`` are the stored objects as read; nothing changes them."""
 
@@ -117,19 +118,6 @@ class Entries(Sequence[E], Generic[E]):
     def __reversed__(self) -> Iterator[E]:
         return map(self._at, reversed(range(len(self._raws))))
 
-    def __contains__(self, item: object) -> bool:
-        return any(x is item or x == item for x in self)
-
-    def _other(self, other: object) -> tuple[Any, ...] | None:
-        """``other`` as a tuple if it stands for one, else None."""
-        if isinstance(other, tuple):
-            return other
-        if isinstance(other, Entries | Vector):
-            return other._tuple()
-        if isinstance(other, AppendOnly) and other._as is tuple:
-            return tuple(other)
-        return None
-
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Entries) and other._raws is self._raws and other._read is self._read:
             return True  # the same stored objects, parsed the same way
@@ -140,44 +128,8 @@ class Entries(Sequence[E], Generic[E]):
         theirs = self._other(other)
         return theirs is not None and self._tuple() == theirs
 
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __lt__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() < theirs
-
-    def __le__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() <= theirs
-
-    def __gt__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() > theirs
-
-    def __ge__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() >= theirs
-
     def __hash__(self) -> int:
         return hash(self._tuple())
-
-    def __add__(self, other: object) -> Any:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() + theirs
-
-    def __radd__(self, other: object) -> Any:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else theirs + self._tuple()
-
-    def __mul__(self, times: int) -> Any:
-        return self._tuple() * times
-
-    __rmul__ = __mul__
-
-    def __repr__(self) -> str:
-        return repr(self._tuple())
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (tuple, (self._tuple(),))

@@ -30,8 +30,10 @@ from __future__ import annotations
 import copy
 import itertools
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
+
+from ._tuple_like import TupleLike
 
 __all__ = ["Vector"]
 
@@ -49,7 +51,7 @@ def _replace(node: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
     return (*node[:index], item, *node[index + 1 :])
 
 
-class Vector(Sequence[T], Generic[T]):
+class Vector(TupleLike[T], Generic[T]):
     """A persistent sequence that reads as a tuple (see the module docstring).
 
     Layout: the last 1..32 items are the ``tail`` (a tuple); the others, a multiple of 32,
@@ -328,22 +330,8 @@ class Vector(Sequence[T], Generic[T]):
     def __reversed__(self) -> Iterator[T]:
         return reversed(self._tuple())
 
-    def __contains__(self, item: object) -> bool:
-        return any(x is item or x == item for x in self)
-
     def _tuple(self) -> tuple[T, ...]:
         return tuple(self)
-
-    def _other(self, other: object) -> tuple[Any, ...] | None:
-        """``other`` as a tuple if it stands for one, else None."""
-        if isinstance(other, tuple):
-            return other
-        if isinstance(other, Vector):
-            return other._tuple()
-        plain = getattr(other, "_plain", None)  # an AppendOnly view standing for a tuple
-        if plain is not None and getattr(other, "_as", None) is tuple:
-            return cast(tuple[Any, ...], plain())
-        return None
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Vector):
@@ -363,46 +351,10 @@ class Vector(Sequence[T], Generic[T]):
             return NotImplemented
         return len(theirs) == self._len and self._tuple() == theirs
 
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __lt__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() < theirs
-
-    def __le__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() <= theirs
-
-    def __gt__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() > theirs
-
-    def __ge__(self, other: object) -> bool:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() >= theirs
-
     def __hash__(self) -> int:
         if self._hash is None:
             self._hash = hash(self._tuple())
         return self._hash
-
-    def __add__(self, other: object) -> Any:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else self._tuple() + theirs
-
-    def __radd__(self, other: object) -> Any:
-        theirs = self._other(other)
-        return NotImplemented if theirs is None else theirs + self._tuple()
-
-    def __mul__(self, times: int) -> Any:
-        return self._tuple() * times
-
-    __rmul__ = __mul__
-
-    def __repr__(self) -> str:
-        return repr(self._tuple())
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._tuple(),))

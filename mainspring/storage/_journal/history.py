@@ -8,7 +8,7 @@ nothing and never sees a change that was not durable.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import attrs
 
@@ -32,21 +32,7 @@ HistoryKind = Literal[
     "shutdown",
     "retry",
 ]
-_KINDS = (
-    "created",
-    "status",
-    "plan",
-    "step",
-    "task",
-    "pending",
-    "control",
-    "worker",
-    "takeover",
-    "crash",
-    "lapse",
-    "shutdown",
-    "retry",
-)
+_KINDS: tuple[str, ...] = get_args(HistoryKind)
 _TEXT = (
     "execution_id",
     "status",
