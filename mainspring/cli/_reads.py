@@ -17,8 +17,9 @@ from ..storage import AgentTaskRecord, Execution, HistoryEvent, PlanStep, Store
 from ..storage._seam import (
     ChangeFeed,
     Notifying,
-    holder,
-    owner_gone,
+    holding,
+    no_owner_since,
+    owner_dead,
     parse_trail,
     parse_worker_tasks,
     parse_workers,
@@ -76,45 +77,16 @@ def _stopped(execution: Execution) -> list[str]:
     return [s.id for s in execution.plan.steps if s.status == "stopped"] if execution.plan else []
 
 
-def _holding(execution: Execution, now: float) -> str | None:
-    """Who holds the run's lease now; nobody holds a finished run: a terminal record's lease
-    is void (L3; records written before the final write released it may still name one)."""
-    return None if execution.terminal else holder(execution.lease, now)
-
-
 def _owner(execution: Execution, now: float) -> str:
-    return printable(_holding(execution, now) or "-")  # an owner id on disk is anyone's
-
-
-def _no_owner_since(execution: Execution, now: float) -> float | None:
-    """When a run that should be running (planned or running) was last held, if nobody
-    holds it now: its lease lapsed (when it expired) or was released (its last write, the
-    one that let it go, e.g. a runtime closing). None while an owner holds it, and for a
-    run in any other status (paused, waiting, finished: nobody is meant to run it)."""
-    if execution.status not in ("planned", "running") or _holding(execution, now) is not None:
-        return None
-    lease = execution.lease
-    if lease is not None and lease.expires_at > 0:
-        return lease.expires_at  # lapsed (and maybe let go since: it keeps its expiry)
-    return execution.updated_at
-
-
-def _owner_dead(execution: Execution, now: float) -> bool:
-    """L7: a run that should be running whose lease still looks live but whose owner, a
-    process of this host, is gone (``kill -9``): nobody runs it until the lease lapses or
-    a runtime recovers it. Reads ``/proc`` (the command is not on an event loop)."""
-    if execution.status not in ("planned", "running"):
-        return False
-    holder = _holding(execution, now)
-    return holder is not None and owner_gone(holder)
+    return printable(holding(execution, now) or "-")  # an owner id on disk is anyone's
 
 
 def _owner_note(execution: Execution, now: float) -> str:
     """What to add to a run's status when nobody runs it ("" when its owner does)."""
-    since = _no_owner_since(execution, now)
+    since = no_owner_since(execution, now)
     if since is not None:
         return f" (no owner since {when(since)})"
-    if _owner_dead(execution, now):
+    if owner_dead(execution, now):
         return " (owner gone: its process ended)"
     return ""
 
@@ -174,9 +146,9 @@ def _ls(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "stopped_steps": _stopped(e),
                     "calls_used": e.calls_used,
                     "usage": unstructure(e.usage),  # B3: cost as exact decimal text
-                    "lease_owner": _holding(e, now),
-                    "no_owner_since": _no_owner_since(e, now),
-                    "owner_gone": _owner_dead(e, now),
+                    "lease_owner": holding(e, now),
+                    "no_owner_since": no_owner_since(e, now),
+                    "owner_gone": owner_dead(e, now),
                     "updated_at": e.updated_at,
                 }
                 for e in executions
@@ -243,7 +215,7 @@ def _render(store: Store, out: Out, args: argparse.Namespace, execution: Executi
     now = store.now()  # the store's clock: a shared server's, not this host's
     status = out.paint(execution.status, execution.status)
     status += _owner_note(execution, now)
-    free_since = _no_owner_since(execution, now)
+    free_since = no_owner_since(execution, now)
     out.line(f"{execution.id}  {status}")
     out.line(f"goal:    {clamp(execution.goal, 200)}")
     out.line(
@@ -257,7 +229,7 @@ def _render(store: Store, out: Out, args: argparse.Namespace, execution: Executi
     if execution.status == "failed" and why is not None and why.error:
         out.line(f"why:     {clamp(why.error, 300)}")
     lease = execution.lease
-    if lease is not None and _holding(execution, now):
+    if lease is not None and holding(execution, now):
         until = f"until {when(lease.expires_at)} (epoch {lease.epoch})"
         out.line(f"lease:   {printable(lease.owner)} {until}")
     elif free_since is not None:
@@ -648,7 +620,7 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "detail": f"{bad_trail} worker trail entries do not parse",
                 }
             )
-        if e.status in ("running", "planned") and holder(e.lease, now) is None:
+        if no_owner_since(e, now) is not None:
             findings.append(
                 {
                     "id": e.id,
@@ -657,15 +629,13 @@ def _doctor(store: Store, out: Out, args: argparse.Namespace) -> int:
                     "resume it (mainspring resume, or Runtime.recover)",
                 }
             )
-        elif (
-            e.status in ("running", "planned") and e.lease is not None and owner_gone(e.lease.owner)
-        ):
+        elif owner_dead(e, now):
             # L7: its lease looks live, but the process holding it (on this host) is gone.
             findings.append(
                 {
                     "id": e.id,
                     "problem": "dead-owner",
-                    "detail": f"held by {e.lease.owner}, a process of this host that is "
+                    "detail": f"held by {holding(e, now)}, a process of this host that is "
                     "gone; an open runtime takes it over at once (or Runtime.recover)",
                 }
             )

@@ -153,6 +153,9 @@ from ._requests import StopRequest as StopRequest
 from ._retry import MAX_ATTEMPTS as MAX_ATTEMPTS
 from ._retry import RetryPolicy as RetryPolicy
 from ._retry import check_timeout as check_timeout
+from ._tenure import holding as holding
+from ._tenure import no_owner_since as no_owner_since
+from ._tenure import owner_dead as owner_dead
 from ._unreadable import Unreadable as Unreadable
 from ._usage import MAX_COST as MAX_COST
 from ._usage import MAX_TOKENS as MAX_TOKENS

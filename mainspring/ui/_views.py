@@ -29,7 +29,9 @@ from ..storage._seam import (
     STEP_FINISHED,
     FactFilter,
     MemoryBackend,
-    holder,
+    holding,
+    no_owner_since,
+    owner_dead,
     parse_trail,
     parse_worker_tasks,
     parse_workers,
@@ -74,11 +76,6 @@ def _seconds(start: Any, end: Any) -> float | None:
     return None if first is None or last is None else max(0.0, last - first)
 
 
-def _lease_holder(execution: Execution, now: float) -> str | None:
-    """Who holds the lease now; nobody holds a finished run's (L3)."""
-    return None if execution.terminal else holder(execution.lease, now)
-
-
 def _step_counts(execution: Execution) -> dict[str, int]:
     counts: dict[str, int] = {}
     for step in execution.plan.steps if execution.plan is not None else ():
@@ -101,7 +98,10 @@ def run_summary(execution: Execution, now: float) -> dict[str, Any]:
         "calls_used": execution.calls_used,
         "tokens": execution.usage.tokens,
         "cost": f"{execution.usage.cost:f}",
-        "lease_owner": _lease_holder(execution, now),
+        "lease_owner": holding(execution, now),
+        # Nobody runs it, as ``ls`` says (L7): since when, or its owner's process ended.
+        "no_owner_since": no_owner_since(execution, now),
+        "owner_gone": owner_dead(execution, now),
         "pending": None if execution.pending is None else execution.pending.kind,
         "created_at": execution.created_at,
         "updated_at": execution.updated_at,
@@ -346,7 +346,7 @@ def run_view(
     tasks = execution.task_records
     pending = execution.pending
     lease = execution.lease
-    holding = _lease_holder(execution, now)
+    held_by = holding(execution, now)
     # The questions no stored answer answers yet (R9: the one holding the slot first).
     questions = [
         {
@@ -364,8 +364,8 @@ def run_view(
         "usage": unstructure(execution.usage),
         "deadline_at": execution.deadline_at,
         "lease": None
-        if holding is None or lease is None
-        else {"owner": holding, "expires_at": lease.expires_at, "epoch": lease.epoch},
+        if held_by is None or lease is None
+        else {"owner": held_by, "expires_at": lease.expires_at, "epoch": lease.epoch},
         "pending": None
         if pending is None
         else {

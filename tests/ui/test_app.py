@@ -4,6 +4,9 @@ checked before any query (X1), bounded bodies, redaction (E5)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -544,3 +547,68 @@ async def test_the_store_wide_stream_from_the_end_carries_only_what_comes_next(
             assert (await handle.wait()).status == "completed"
             resumed = await sse(ui, "/api/events?after=end", 1, headers={"last-event-id": "0"})
             assert resumed[0][0] == 1
+
+
+def _owners_store(path: Path, dead: str) -> SqliteStore:
+    """Running runs held, lapsed, let go and held by ``dead`` (a process that ended), and a
+    paused one, as a server's shutdown or ``kill -9`` leaves them."""
+    far = time.time() + 3_600
+    leases = {
+        "ex-held": ms.storage.Lease(owner="host-a:1:aaaa", expires_at=far, epoch=1),
+        "ex-lapsed": ms.storage.Lease(owner="host-a:1:aaaa", expires_at=1_500, epoch=1),
+        "ex-released": ms.storage.Lease(owner="", expires_at=0, epoch=1),
+        "ex-dead": ms.storage.Lease(owner=dead, expires_at=far, epoch=1),
+        "ex-paused": ms.storage.Lease(owner="", expires_at=0, epoch=1),
+    }
+    store = SqliteStore(path)
+    for run_id, lease in leases.items():
+        assert store.create(
+            ms.storage.Execution(
+                id=run_id,
+                goal="g",
+                status="paused" if run_id == "ex-paused" else "running",
+                plan=ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s1", tool="t"),)),
+                plan_version=1,
+                lease=lease,
+                created_at=1_000.0,
+                updated_at=2_000.0,
+            )
+        )
+    return store
+
+
+#: This checkout, for a child process to import it.
+_ROOT = str(Path(ms.__file__).resolve().parent.parent)
+
+
+async def test_L7_the_view_says_when_nobody_runs_a_running_run(tmp_path: Path) -> None:
+    """As ``ls`` and ``show`` do: a running run whose lease lapsed or was let go (a shutdown)
+    has no owner since then; one whose owner's process on this host ended (``kill -9``) has
+    its owner gone (L7), though its lease still looks live. A held run, a paused one: none."""
+    child = await anyio.run_process(
+        [
+            sys.executable,
+            "-c",
+            "from mainspring.storage._seam import new_owner_id as n; print(n())",
+        ],
+        env={**os.environ, "PYTHONPATH": _ROOT},
+    )
+    dead = child.stdout.decode().strip()  # the process that made this owner id has ended
+    store = await anyio.to_thread.run_sync(_owners_store, tmp_path / "s.sqlite3", dead)
+    try:
+        async with serve(store) as ui, client(ui) as http:
+            rows = {r["id"]: r for r in (await http.get("/api/runs")).json()["runs"]}
+            since = {run_id: row["no_owner_since"] for run_id, row in rows.items()}
+            assert since == {
+                "ex-held": None, "ex-lapsed": 1_500, "ex-released": 2_000, "ex-dead": None,
+                "ex-paused": None,
+            }  # fmt: skip
+            gone = {run_id for run_id, row in rows.items() if row["owner_gone"]}
+            assert gone == {"ex-dead"}
+            view = (await http.get("/api/runs/ex-dead")).json()
+            assert view["summary"]["owner_gone"] is True
+            view = (await http.get("/api/runs/ex-lapsed")).json()
+            assert view["summary"]["no_owner_since"] == 1_500
+            assert view["lease"] is None
+    finally:
+        await anyio.to_thread.run_sync(store.close)

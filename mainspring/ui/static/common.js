@@ -80,10 +80,16 @@ const ms = (() => {
     return el("span", { class: `badge st-${status}`, text: status });
   }
 
+  // What `ls` adds to a running run's status when nobody runs it (L7), or "".
+  function owner(run) {
+    if (run.no_owner_since != null) return `no owner since ${when(run.no_owner_since)}`;
+    return run.owner_gone ? "owner gone: its process ended" : "";
+  }
+
   function say(node, text, isError) {
     node.textContent = text || "";
     node.classList.toggle("error", Boolean(isError));
   }
 
-  return { el, svg, clear, api, post, when, clock, span, badge, say };
+  return { el, svg, clear, api, post, when, clock, span, badge, owner, say };
 })();

@@ -160,7 +160,8 @@
         Object.entries(s.steps).map(([k, n]) => `, ${n} ${k}`).join("")],
       ["calls", `${s.calls_used}` + (v.max_calls != null ? ` of ${v.max_calls}` : "")],
       ["usage", `${(usage.input_tokens + usage.output_tokens).toLocaleString()} tokens, cost ${usage.cost}`],
-      ["lease", v.lease ? `${v.lease.owner} until ${ms.when(v.lease.expires_at)} (epoch ${v.lease.epoch})` : "free"],
+      ["lease", (v.lease ? `${v.lease.owner} until ${ms.when(v.lease.expires_at)} (epoch ${v.lease.epoch})` : "free") +
+        (ms.owner(s) ? ` (${ms.owner(s)})` : "")],
       ["updated", ms.when(s.updated_at)],
     ];
     if (v.deadline_at != null) rows.push(["deadline", ms.when(v.deadline_at)]);
