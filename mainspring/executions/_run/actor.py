@@ -501,6 +501,7 @@ class ExecutionActor(Actor):
                 st.sched.set(step.id, StepStatus.PENDING)
                 return None
             self._children.track(Running(step, child, cost, meter=meter))
+            st.started.add(step.id)  # on disk as running at the next heartbeat, if it runs on
             return True
         task = self._tasks.claim(step)
         if task is not None and task.state == "completed":
@@ -795,6 +796,12 @@ class ExecutionActor(Actor):
                 await self._tasks.stop(StopTask(task_id, request.operation_id, request.cascade, by))
             if st.stopping():
                 return
+        if st.unsaved_starts():
+            # A step that started since the last commit still runs: one commit says so (its
+            # plan step running, and the history's entry for it), through the one funnel
+            # (E2, fenced, a refusal stops the run: E3). Steps that start and end between
+            # two heartbeats cost nothing more: their end's commit is the only one.
+            await self._funnel.commit()
 
     # -- the end ---------------------------------------------------------------------------
 

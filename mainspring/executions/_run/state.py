@@ -128,6 +128,9 @@ class RunState:
         self.keep_done = False
         self.planning = False  # a planner child works: the plan in hand is not run (R6)
         self.in_flight: set[str] = set()  # started before an interruption: not "new" (P5)
+        #: Tool and skill steps started since the last commit: the next heartbeat commits
+        #: those still running, so a long step is on disk as running (``unsaved_starts``).
+        self.started: set[str] = set()
         self.ended = False  # the final state is committed (or refused): nothing more to write
         self.result: ExecutionResult | None = None  # what the run ended with, once it has
         #: Agent steps the last pick gave all the budget that remained (P4).
@@ -167,6 +170,13 @@ class RunState:
             if state == "succeeded" and observation is not None and observation.agent_task_id:
                 self.claimed.add(observation.agent_task_id)
 
+    def unsaved_starts(self) -> bool:
+        """Whether a step started since the last commit still runs: on disk it is still
+        pending (a step that started and ended between two commits is not: its end was
+        committed)."""
+        status = self.sched.status
+        return any(status.get(step_id) == StepStatus.RUNNING for step_id in self.started)
+
     def stopping(self) -> bool:
         """Whether the run's end is written (or refused): nothing more is ours to write.
         Read through a call after an await: the flag may have changed meanwhile."""
@@ -175,6 +185,7 @@ class RunState:
     def committed(self, record: Execution) -> None:
         """``record`` is durable: it is the record from now on."""
         self.rec = record
+        self.started.clear()  # every step it started is in it, with the status it has now
         self.durable_calls = record.calls_used  # as the store has it
         self.durable_usage = record.usage
 

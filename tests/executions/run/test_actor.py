@@ -1421,3 +1421,81 @@ async def test_a_plan_step_costs_the_same_at_step_10_000_as_in_a_plan_of_40() ->
         f"a step of the long plan allocates {long_peak:,} bytes above what it keeps, "
         f"one of the short {short_peak:,}: something as long as the plan is copied"
     )
+
+
+# ----------------------------------------------------------------------
+# A long tool step is on disk as running (issue #31): the heartbeat after it started commits
+# it once, so `show`, `events` and the web view see it running, and the history says so.
+
+
+async def _stored_when(
+    rt: ms.Runtime, execution_id: str, ready: Any, *, within: float = 10.0
+) -> ms.storage.Execution:
+    """The stored record once ``ready(record)`` holds: read again every few milliseconds,
+    bounded by ``within`` seconds (the test waits for the store's change, not for a time)."""
+    with anyio.fail_after(within):
+        while True:
+            record = await anyio.to_thread.run_sync(rt.store.get, execution_id)
+            if record is not None and ready(record):
+                return record
+            await anyio.sleep(0.01)
+
+
+async def test_V2_a_long_tool_step_is_stored_running_after_a_heartbeat(tmp_path: Path) -> None:
+    gate = Gate()
+    plan = plan_of(tool("a", "inc", x=1), tool("b", "gate", "a"), tool("c", "inc", "b", x=2))
+    async with runtime(
+        tmp_path, tools={"gate": gate}, lease_ttl=1.0, heartbeat_interval=0.05
+    ) as rt:
+        handle = await rt.start("g", plan, execution_id="ex-long")
+        await gate.entered.wait()
+        record = await _stored_when(rt, "ex-long", lambda r: statuses(r)["b"] == "running")
+        assert statuses(record) == {"a": "succeeded", "b": "running", "c": "pending"}
+        assert record.status == "running"
+        assert record.completed_steps == ("a",)
+        running = [e for e in rt.store.history("ex-long") if e.kind == "step" and e.step_id == "b"]
+        assert [e.status for e in running] == ["running"]  # committed once, not per heartbeat
+        gate.opened.set()
+        result = await handle.wait()
+        history = rt.store.history("ex-long")
+    assert result.status == "completed"
+    b = [(e.status, e.seq) for e in history if e.kind == "step" and e.step_id == "b"]
+    assert [status for status, _ in b] == ["running", "succeeded"]
+    assert b[0][1] < b[1][1]  # in the order they happened (V2)
+    # The instant steps were never stored running: their ends were their only commits.
+    instant = [e.status for e in history if e.kind == "step" and e.step_id in ("a", "c")]
+    assert instant == ["succeeded", "succeeded"]
+
+
+async def test_R1_a_pause_stores_a_step_stored_running_as_pending_again(tmp_path: Path) -> None:
+    gate = Gate()
+    async with runtime(
+        tmp_path, tools={"gate": gate}, lease_ttl=1.0, heartbeat_interval=0.05
+    ) as rt:
+        handle = await rt.start("g", plan_of(tool("a", "gate")), execution_id="ex-paused")
+        await gate.entered.wait()
+        await _stored_when(rt, "ex-paused", lambda r: statuses(r)["a"] == "running")
+        await rt.pause(handle.execution_id)
+        record = stored(rt, "ex-paused")
+        history = rt.store.history("ex-paused")
+    assert record.status == "paused"
+    assert statuses(record) == {"a": "pending"}  # R1: it runs again on resume
+    assert record.lease is not None
+    assert record.lease.owner == ""  # L3
+    steps = [e.status for e in history if e.kind == "step" and e.step_id == "a"]
+    assert steps == ["running", "pending"]
+    assert len(gate.reasons) == 1
+    assert isinstance(gate.reasons[0], ms.Pause)
+
+
+async def test_E2_instant_steps_cost_no_commit_at_their_start() -> None:
+    """A 20-step plan of instant steps makes as many commits as before a heartbeat stored
+    long steps as running: its beginning, each step's end, nothing more (22). A step that
+    starts and ends between two heartbeats is never committed as running."""
+    counts: collections.Counter[str] = collections.Counter()
+    async with runtime(_CountingStore(counts), recover=False) as rt:
+        result = await (await rt.start("count", linear(N), execution_id="ex-instant")).wait()
+        history = rt.store.history("ex-instant")
+    assert result.status == "completed"
+    assert counts["commits"] == N + 2
+    assert not [e for e in history if e.kind == "step" and e.status == "running"]
