@@ -10,6 +10,10 @@ Property tests draw a quarter of their examples in the default run (Hypothesis p
 ``quick``) and all of them with ``HYPOTHESIS_PROFILE=thorough``, which ``.ci/run`` uses; see
 ``tests/_examples.py``, which also says why the default run does not explain a failure and
 which tests get a longer timeout.
+
+A test whose size is the point (thousands of steps, every byte of a journal, a plan of 8,200
+steps) is marked ``no_cover`` (pytest-cov's marker): it runs lines that smaller tests cover
+too, and coverage's tracing took two to three times its CPU time in the default run.
 """
 
 from __future__ import annotations

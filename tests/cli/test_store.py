@@ -221,12 +221,19 @@ def test_u2_ctrl_c_on_events_follow_exits_130_without_a_traceback(
 
     anyio.run(build)
     argv = ["events", "--follow", "--interval", "0.05", "--store", str(store)]
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "mainspring.cli", *argv, *(["--json"] if as_json else [])],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    # A shell's background job starts with SIGINT ignored, and an ignored signal stays ignored
+    # across exec: handled here while the command starts, it starts as from a terminal (the
+    # handler resets to the default in the child, and Python installs its own).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "mainspring.cli", *argv, *(["--json"] if as_json else [])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         assert follower.stdout is not None
         assert b"ex-1" in follower.stdout.readline()  # it follows: the history is printed

@@ -4,13 +4,15 @@
 (a function that opens a fresh store of that kind under a test's directory and closes it;
 PostgreSQL's gets a schema of its own, dropped on close). ``memory_store`` (a fixture)
 gives each test one fresh store per backend; ``open_memory`` opens one where a fixture
-cannot (Hypothesis state machines). ``tamper``, ``total_changes``, ``sqlite_memory``,
+cannot (Hypothesis examples: on PostgreSQL those share one schema per process, emptied
+for each). ``tamper``, ``total_changes``, ``sqlite_memory``,
 ``store_files``, ``reopen`` and ``wrong_values`` reach behind a backend (damaged rows,
 "reads never write", faults, file modes): they know the SQLite family and PostgreSQL.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -64,6 +66,30 @@ def _postgres(path: Path) -> Iterator[Any]:
         drop_schema(schema)
 
 
+#: The schema this process's property tests reuse (see ``open_memory``), dropped at exit.
+_examples_schema: list[str] = []
+
+
+def _drop_examples_schema() -> None:
+    # If the server went away first, the schema goes with the test database.
+    with contextlib.suppress(Exception):
+        drop_schema(_examples_schema[0])
+
+
+@contextlib.contextmanager
+def _postgres_emptied(path: Path) -> Iterator[Any]:
+    url = require_server()
+    if not _examples_schema:
+        _examples_schema.append(fresh_schema())
+        atexit.register(_drop_examples_schema)
+    store = ms.storage.PostgresStore(with_schema(url, _examples_schema[0]))
+    try:
+        _on_server(store, "TRUNCATE memory_facts")  # the facts the last example left
+        yield store
+    finally:
+        store.close()
+
+
 _OPENERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[Any]]] = {
     "file": _file,
     "sqlite": _sqlite,
@@ -78,8 +104,16 @@ def usable_backends() -> tuple[str, ...]:
     return tuple(kind for kind in MEMORY_BACKENDS if kind != "postgres" or server_expected())
 
 
-def open_memory(kind: str, path: Path) -> contextlib.AbstractContextManager[Any]:
-    """A fresh store of ``kind`` under ``path`` (an empty directory), closed on exit."""
+def open_memory(
+    kind: str, path: Path, *, examples: bool = False
+) -> contextlib.AbstractContextManager[Any]:
+    """A fresh store of ``kind`` under ``path`` (an empty directory), closed on exit.
+
+    ``examples=True`` is for a property test's examples, which only remember, forget and
+    read: on PostgreSQL each gets a new store on one schema per process, its facts deleted,
+    instead of a schema of its own (creating one is most of a small example's time)."""
+    if examples and kind == "postgres":
+        return _postgres_emptied(path)
     return _OPENERS[kind](path)
 
 

@@ -728,7 +728,8 @@ class MemoryMachine(RuleBasedStateMachine):
         self.stores: list[Any] = []
         for kind in usable_backends():
             (self.root / kind).mkdir()
-            self.stores.append(self.exits.enter_context(open_memory(kind, self.root / kind)))
+            opened = open_memory(kind, self.root / kind, examples=True)
+            self.stores.append(self.exits.enter_context(opened))
 
     def _apply(self, batch: list[Any]) -> None:
         expected = self.model.apply(batch)
@@ -806,7 +807,10 @@ def test_each_group_is_one_chain_in_remembering_order_whose_head_is_shown(
 ) -> None:
     """Many facts in few groups, remembered and forgotten in any order, nothing expiring:
     each group is one chain in remembering order, and a search shows its last fact only."""
-    with tempfile.TemporaryDirectory() as root, open_memory(kind, Path(root)) as store:
+    with (
+        tempfile.TemporaryDirectory() as root,
+        open_memory(kind, Path(root), examples=True) as store,
+    ):
         check_one_chain_per_group(store, steps)
 
 

@@ -380,17 +380,18 @@ async def test_l8_failed_sweeps_and_recoveries_are_logged_redacted_and_retried(
 
 class _SlowTake(ms.storage.SqliteStore):
     """A SQLite store whose first lease taken lands and then answers late (a loaded
-    server): ``taken`` is set once it has landed."""
+    server): ``taken`` is set once it has landed; the answer comes once ``closing`` is set."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.taken = threading.Event()
+        self.closing = threading.Event()
 
     def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
         result = super().acquire(*args, **kwargs)
         if not self.taken.is_set():
             self.taken.set()
-            threading.Event().wait(5)  # the answer is late; the runtime closes meanwhile
+            self.closing.wait(60)  # the answer is late; the runtime closes meanwhile
         return result
 
 
@@ -410,6 +411,9 @@ async def test_l8_a_runtime_closing_mid_takeover_leaves_no_lease_held(tmp_path: 
             with anyio.fail_after(60):
                 await anyio.to_thread.run_sync(slow.taken.wait)
             owner = rt.owner
+            # The answer is let go as the block ends: the runtime begins closing (its
+            # recovery is cancelled) before its next step, so before the answer is read.
+            slow.closing.set()
     finally:
         slow.close()
     left = await anyio.to_thread.run_sync(stored, spec, "ex-mid")

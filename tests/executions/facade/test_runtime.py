@@ -971,16 +971,22 @@ async def test_R8_a_resume_whose_answer_cannot_be_stored_gives_the_lease_back(
     path = tmp_path / "s.sqlite3"
     plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", agent="asks"),))
     agents = {"asks": _asks}
-    async with ms.open_runtime(store=path, agents=agents, lease_ttl=60) as rt:
-        result = await (await rt.start("g", plan, execution_id="ex-big")).wait()
-        assert result.status == "waiting_for_clarification"
-        before = await rt.get("ex-big")
-        with pytest.raises(ValueError, match="UTF-8"):
-            await rt.resume("ex-big", answer="caf\udce9")  # undecodable bytes, as argv has them
-        assert await rt.get("ex-big") == before  # refused before anything was taken
-        with pytest.raises(ms.storage.TooLarge):
-            await rt.resume("ex-big", answer="x" * (17 * 1024 * 1024))
-        after = await rt.get("ex-big")
+    # A store bound of 1 MiB instead of the default 16: an answer past it is refused the same
+    # way, and masking secrets in 17 MB of answer took longer than the rest of the test.
+    small = ms.storage.SqliteStore(path, max_bytes=1 << 20)
+    try:
+        async with ms.open_runtime(store=small, agents=agents, lease_ttl=60) as rt:
+            result = await (await rt.start("g", plan, execution_id="ex-big")).wait()
+            assert result.status == "waiting_for_clarification"
+            before = await rt.get("ex-big")
+            with pytest.raises(ValueError, match="UTF-8"):
+                await rt.resume("ex-big", answer="caf\udce9")  # undecodable bytes, as argv has them
+            assert await rt.get("ex-big") == before  # refused before anything was taken
+            with pytest.raises(ms.storage.TooLarge, match="over the 1,048,576-byte limit"):
+                await rt.resume("ex-big", answer="x" * ((1 << 20) + 1))
+            after = await rt.get("ex-big")
+    finally:
+        small.close()
     assert after is not None
     assert after.status == "waiting_for_clarification"
     assert after.lease is not None
