@@ -73,7 +73,7 @@ def _prepare(store: Any, ids: list[str]) -> None:
 
 
 async def test_commits_are_answered_with_their_outcome_once_durable(store: Any) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         assert await committer.submit(execution("a", calls_used=1), OWNER) is CommitOutcome.OK
@@ -85,7 +85,7 @@ async def test_commits_are_answered_with_their_outcome_once_durable(store: Any) 
 
 
 async def test_commits_of_one_execution_coalesce_latest_wins(store: Any) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     counting = CountingStore(store, hold_first=True)
     async with ms.open_system() as system:
         committer = await open_committer(system, counting)
@@ -112,7 +112,7 @@ async def test_commits_of_one_execution_coalesce_latest_wins(store: Any) -> None
 
 async def test_commits_of_many_executions_share_flushes(store: Any) -> None:
     ids = [f"ex-{i}" for i in range(40)]
-    _prepare(store, ids)
+    await anyio.to_thread.run_sync(_prepare, store, ids)
     counting = CountingStore(store)
     async with ms.open_system() as system:
         committer = await open_committer(system, counting)
@@ -129,7 +129,7 @@ async def test_commits_of_many_executions_share_flushes(store: Any) -> None:
 async def test_a_failed_write_is_never_acknowledged_and_the_writer_refuses_more(
     store: Any,
 ) -> None:
-    _prepare(store, ["a", "b"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a", "b"])
     failing = CountingStore(store, fail_after=1)
     async with ms.open_system() as system:
         committer = await open_committer(system, failing)
@@ -144,7 +144,7 @@ async def test_a_failed_write_is_never_acknowledged_and_the_writer_refuses_more(
 
 
 async def test_stopping_the_writer_flushes_what_it_accepted(store: Any) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         async with anyio.create_task_group() as tg:
@@ -155,7 +155,7 @@ async def test_stopping_the_writer_flushes_what_it_accepted(store: Any) -> None:
 
 
 async def test_a_bad_record_fails_only_its_own_commit(store: Any) -> None:
-    _prepare(store, ["a", "b"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a", "b"])
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         bad = execution("a", created_at=float("nan"))  # cannot be stored as JSON
@@ -166,7 +166,7 @@ async def test_a_bad_record_fails_only_its_own_commit(store: Any) -> None:
 
 
 async def test_a_runner_that_lost_its_lease_hears_its_own_refusal(store: Any) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     counting = CountingStore(store, hold_first=True)
     async with ms.open_system() as system:
         committer = await open_committer(system, counting)
@@ -193,7 +193,7 @@ async def test_a_runner_that_lost_its_lease_hears_its_own_refusal(store: Any) ->
 
 async def test_L2_heartbeats_that_arrive_together_share_one_durable_write(store: Any) -> None:
     ids = [f"hb-{i}" for i in range(20)]
-    _prepare(store, ids)
+    await anyio.to_thread.run_sync(_prepare, store, ids)
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
         before = await committer.stats()
@@ -234,7 +234,7 @@ class LoopStore:
 async def test_a_store_that_never_blocks_is_called_on_the_loop_and_others_in_a_thread(
     store: Any,
 ) -> None:
-    _prepare(store, ["a", "b"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a", "b"])
     loop_thread = threading.get_ident()
     on_loop = LoopStore(store)
     in_thread = CountingStore(store)  # says nothing (as every shipped store): it blocks
@@ -255,7 +255,7 @@ async def test_a_store_that_never_blocks_is_called_on_the_loop_and_others_in_a_t
 async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_hangs(
     store: Any,
 ) -> None:
-    _prepare(store, ["a", "b"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a", "b"])
     counting = CountingStore(store, hold_first=True)
     results: dict[str, Any] = {}
     async with ms.open_system() as system:
@@ -282,7 +282,7 @@ async def test_a_told_commit_still_queued_when_the_writer_stops_hears_it_never_h
 
 
 async def test_a_flush_under_way_finishes_even_if_its_caller_is_cancelled(store: Any) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     counting = CountingStore(store, hold_first=True)
     async with ms.open_system() as system:
         committer = await open_committer(system, counting)
@@ -318,7 +318,7 @@ async def test_E2_a_store_whose_commit_runs_answers_nothing_fails_the_write_not_
     protocol's stub's None) fails that write like any store error (PersistenceFailed, never
     acknowledged), as a store without ``commit_runs`` at all does (AttributeError): the
     writer does not crash with a TypeError that kills it and every caller's system."""
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     async with ms.open_system() as system:
         committer = await open_committer(system, OldNamesStore(store))
         with pytest.raises(PersistenceFailed):
@@ -623,7 +623,7 @@ class _FailsOnDisk(CountingStore):
 async def test_O2_the_writer_stopping_is_logged_once_at_ERROR_redacted(
     store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _prepare(store, ["a", "b"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a", "b"])
     caplog.set_level(logging.DEBUG, logger="mainspring.storage")
     async with ms.open_system() as system:
         committer = await open_committer(system, _FailsOnDisk(store))
@@ -644,7 +644,7 @@ async def test_O2_the_writer_stopping_is_logged_once_at_ERROR_redacted(
 async def test_O1_a_flush_is_logged_at_DEBUG_with_its_counts_and_duration(
     store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _prepare(store, ["a"])
+    await anyio.to_thread.run_sync(_prepare, store, ["a"])
     caplog.set_level(logging.DEBUG, logger="mainspring.storage")
     async with ms.open_system() as system:
         committer = await open_committer(system, store)
