@@ -1361,7 +1361,7 @@ async def _run_plan_step_cost_counts(steps: int, first: int) -> _WindowStore:
     return store
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.loop_guard(5.0)
 async def test_a_plan_step_costs_the_same_at_step_10_000_as_in_a_plan_of_40() -> None:
     short = await _run_plan_step_cost_counts(SHORT, 10)
