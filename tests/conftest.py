@@ -12,8 +12,10 @@ Property tests draw a quarter of their examples in the default run (Hypothesis p
 which tests get a longer timeout.
 
 A test whose size is the point (thousands of steps, every byte of a journal, a plan of 8,200
-steps) is marked ``no_cover`` (pytest-cov's marker): it runs lines that smaller tests cover
-too, and coverage's tracing took two to three times its CPU time in the default run.
+steps) is marked ``untraced``: coverage is stopped while it runs. It runs lines that smaller
+tests cover too, and coverage's tracing took two to three times its CPU time in the default
+run. (pytest-cov's own ``no_cover`` does not do it under xdist: a worker holds two coverage
+instances, and stopping one resumes the other.)
 """
 
 from __future__ import annotations
@@ -78,6 +80,28 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "loop_guard(limit): a test whose steps are heavy on purpose gets a higher limit (s)",
     )
+    config.addinivalue_line(
+        "markers", "untraced: coverage is stopped while the test runs (its size is the point)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("untraced") is None:
+        return (yield)
+    try:
+        import coverage
+    except ImportError:
+        return (yield)
+    stopped = []  # every running instance, the one tracing first
+    while (current := coverage.Coverage.current()) is not None:
+        current.stop()
+        stopped.append(current)
+    try:
+        return (yield)
+    finally:
+        for instance in reversed(stopped):  # started again in the order they were
+            instance.start()
 
 
 @pytest.fixture(autouse=True)

@@ -268,7 +268,7 @@ def test_an_older_sqlite_store_gets_the_worker_tables_on_open(tmp_path: Path) ->
 # -- the journal: what a commit changes ------------------------------------------------------
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_diff_costs_what_changed_at_thousands_of_trail_entries() -> None:
     version = execution(
         workers=tuple(worker(n) for n in range(20)),

@@ -562,27 +562,33 @@ async def test_l8_a_run_paused_from_elsewhere_during_a_takeover_stays_paused(
     assert left.lease is None or not left.lease.owner
 
 
-async def _sweeps(rt: ms.Runtime, count: int) -> None:
-    """Until ``rt``'s recovery has swept the store ``count`` more times, whole (its watcher
-    sweeps every heartbeat interval while a run it skipped is there)."""
-    recovery = rt._recovery
-    sweep = recovery.sweep
-    done = anyio.Event()
-    swept = 0
+class _Sweeps:
+    """Counts the listings of unfinished runs of a store (each sweep of a runtime's recovery,
+    and each ``recover()``, makes one), so that a test waits for sweeps, not for a time."""
 
-    async def counted() -> Any:
-        nonlocal swept
-        result = await sweep()
-        swept += 1
-        if swept == count:
-            done.set()
-        return result
+    def __init__(self, opened: ms.storage.Store) -> None:
+        self.count = 0
+        self._changed = threading.Condition()
+        real = opened.unfinished
 
-    recovery.sweep = counted  # type: ignore[method-assign]
-    try:
-        await done.wait()
-    finally:
-        del recovery.sweep  # the class's own again
+        def unfinished(*args: Any, **kwargs: Any) -> Any:
+            listing = real(*args, **kwargs)
+            with self._changed:
+                self.count += 1
+                self._changed.notify_all()
+            return listing
+
+        opened.unfinished = unfinished  # type: ignore[method-assign]
+
+    async def more(self, n: int) -> None:
+        """Until ``n`` more listings than so far (off the loop: they are made in threads)."""
+        target = self.count + n
+
+        def wait() -> bool:
+            with self._changed:
+                return self._changed.wait_for(lambda: self.count >= target, timeout=60)
+
+        assert await anyio.to_thread.run_sync(wait), f"{self.count} listings, not {target}"
 
 
 @pytest.mark.anyio
@@ -595,14 +601,18 @@ async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
     by hand (``InvalidPlan``, nothing changes); a runtime with the tool then runs it."""
     planted_run = await plant(store, "ex-other-tools")
     assert planted_run.lease is not None
-    async with ms.open_runtime(store=store.target, tools={"other": lambda: 1}, lease_ttl=1) as c:
+    opened, close = await anyio.to_thread.run_sync(open_store, store.target)
+    sweeps = _Sweeps(opened)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(anyio.to_thread.run_sync, close)
+        options: dict[str, Any] = {"tools": {"other": lambda: 1}, "lease_ttl": 1}
+        c = await stack.enter_async_context(ms.open_runtime(store=opened, **options))
         report = await c.recover()
         assert list(report) == []
         assert [(s.id, s.reason) for s in report.skipped] == [
             ("ex-other-tools", "missing:tool:gate")
         ]
-        with anyio.fail_after(60):
-            await _sweeps(c, 3)  # several of its watcher's sweeps: nothing is taken
+        await sweeps.more(3)  # several of its watcher's sweeps: nothing is taken
         left = await c.get("ex-other-tools")
         assert left is not None
         assert left.lease is not None

@@ -52,7 +52,7 @@ async def test_E6_completed_steps_are_in_the_order_steps_completed(tmp_path: Pat
     ]
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_an_agent_of_two_thousand_inner_steps_completes() -> None:
     async def long(ctx: ms.AgentContext, input: Any) -> int:
         total = 0
@@ -144,7 +144,7 @@ async def _inc(x: int = 0) -> int:
     return x + 1
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_D1_an_agent_with_1200_inner_steps_completes_and_reads_back(store_path: Path) -> None:
     """Issue 13: long agent loops are the case storage v2 is for ("one agent with 100, 10,000
     and 100,000 inner steps ... the 100,000-inner-step agent completes"). An agent that makes

@@ -907,7 +907,7 @@ async def test_E10_a_redacted_inner_step_reruns_on_every_resume_and_says_so_once
     )
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.anyio
 @pytest.mark.loop_guard(10)
 async def test_X2_an_output_whose_masked_form_exceeds_1_MiB_is_not_stored_over_the_bound(

@@ -353,7 +353,7 @@ async def test_W4_a_long_failure_class_reaches_the_step_failure_whole(tmp_path: 
     assert seen.tasks[0].reason == task.failure.code
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_W5_a_flood_of_state_and_usage_reports_is_committed_together(tmp_path: Path) -> None:
     flood: list[Any] = []
     for _ in range(2000):

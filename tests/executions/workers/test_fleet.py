@@ -566,7 +566,7 @@ def entry(seq: int) -> TrailEntry:
     )
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_the_trail_keeps_the_last_2000_entries_in_seq_order() -> None:
     trail: tuple[Any, ...] = ()
     assert fleet.next_trail_seq(trail) == 1

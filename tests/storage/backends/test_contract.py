@@ -324,7 +324,7 @@ def _acknowledged(store: Store) -> list[ms.storage.Execution]:
     return versions
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_a_journal_cut_at_every_byte_reads_as_its_last_whole_commit(tmp_path: Path) -> None:
     # A crash mid-append leaves a torn last frame: readers see the commit before it, whole,
     # never a mix, never an error (a journal with no whole entry at all is unreadable, E7);

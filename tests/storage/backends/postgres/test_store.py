@@ -608,7 +608,7 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
     assert [record.getMessage() for record in printed] == []
 
 
-@pytest.mark.no_cover  # its size is the point, not its lines (tests/conftest.py)
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.anyio
 @pytest.mark.loop_guard(5.0)  # a plan of 8,200 steps: started and cancelled on the loop
 async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: str) -> None:
