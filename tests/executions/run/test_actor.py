@@ -1398,6 +1398,11 @@ async def _run_plan_step_cost_counts(steps: int, first: int) -> _WindowStore:
     return store
 
 
+#: A hang guard for the run of 10,000 steps, not a measure (what is asserted is counted): its
+#: 10-20 s of CPU under coverage took more than the default 120 s on a loaded machine.
+PLAN_OF_10_000_TIMEOUT = 600
+
+
 @pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.loop_guard(5.0)
 @pytest.mark.timeout(PLAN_OF_10_000_TIMEOUT)
