@@ -120,11 +120,26 @@ def _command(
             return report_unusable(args, out, f"the store failed: {exc}")
         return fail(f"the store failed: {exc}", EXIT_NO_STORE, as_json=as_json)
     except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly, and keep Python from complaining
-        # about the closed pipe at exit.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The reader went away (``| head``): stop quietly (U5).
+        _quiet_closed_stdout(stream)
         return EXIT_OK
+
+
+def _quiet_closed_stdout(stream: TextIO) -> None:
+    """Keep Python from complaining at exit about the process's own closed stdout.
+
+    Only the process's own stdout is pointed at /dev/null: a stream handed to ``main`` by an
+    embedding program (or a test) is that program's, and the descriptor behind ``sys.stdout``
+    may be another one it owns (pytest's capture file). The descriptor opened here is closed.
+    """
+    if stream is not sys.__stdout__ or stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
 
 
 def _dispatch(args: argparse.Namespace, out: Out) -> int:

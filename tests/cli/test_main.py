@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
 import stat
 import subprocess
@@ -386,8 +387,49 @@ def test_U5_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
         def write(self, text: str) -> int:
             raise BrokenPipeError(32, "Broken pipe")
 
+    before = os.fstat(sys.stdout.fileno()) if _has_fd(sys.stdout) else None
+    opened = _open_fds()
     code = main(["events", "--store", str(store)], stdout=ClosedPipe())  # `| head`
-    assert isinstance(code, int)
+    assert code == EXIT_OK
+    # The stream that broke was the caller's, not the process's stdout: the descriptor behind
+    # sys.stdout (pytest's capture file here) still points where it did, and nothing opened
+    # on the way out is left open.
+    if before is not None:
+        after = os.fstat(sys.stdout.fileno())
+        assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    assert _open_fds() <= opened
+
+
+def _has_fd(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    return True
+
+
+def _open_fds() -> set[int]:
+    return (
+        {int(fd) for fd in os.listdir("/proc/self/fd")} if Path("/proc/self/fd").is_dir() else set()
+    )
+
+
+def test_U5_a_command_whose_reader_went_away_exits_0_silently(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite3"
+    _make_store(store)
+    script = (
+        "import sys; from mainspring.cli import main; "
+        f"sys.exit(main(['events', '--store', {str(store)!r}]))"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # `| head -0`: the reader is gone before the first line
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == EXIT_OK
+    assert err == b""
 
 
 # -- 6. resume --app: a script's tools are "__main__" tools -----------------------------------
