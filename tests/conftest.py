@@ -21,9 +21,13 @@ instances, and stopping one resumes the other.)
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import importlib
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +35,33 @@ import pytest
 from hypothesis import settings
 
 from tests import _examples, _loop_guard
+
+
+def _share_bytecode() -> None:
+    """Compile the library once per run, not once per process.
+
+    The suite starts hundreds of Python processes (the command, crash tests, workers,
+    programs), each importing mainspring: from source that costs about 0.25 s of CPU a
+    process. Where the environment forbids writing bytecode (``PYTHONDONTWRITEBYTECODE``, as
+    on CI), the run keeps its bytecode in a directory of its own instead (never the checkout),
+    which every process of the run, xdist's workers included, reads and writes; it goes when
+    the run ends.
+    """
+    if not sys.dont_write_bytecode or sys.pycache_prefix is not None:
+        return
+    shared = os.environ.get(_PYCACHE)
+    if shared is None:  # the first process of the run: xdist's workers inherit the variable
+        shared = tempfile.mkdtemp(prefix="mainspring-tests-pycache-")
+        os.environ[_PYCACHE] = shared
+        atexit.register(shutil.rmtree, shared, ignore_errors=True)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = shared
+    sys.pycache_prefix = shared
+    sys.dont_write_bytecode = False
+
+
+_PYCACHE = "MAINSPRING_TESTS_PYCACHE"
+_share_bytecode()
 
 settings.register_profile("quick", max_examples=_examples.FULL // 4, phases=_examples.QUICK_PHASES)
 settings.register_profile("thorough", max_examples=_examples.FULL)
