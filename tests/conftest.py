@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,28 +39,38 @@ from tests import _examples, _loop_guard
 
 
 def _share_bytecode() -> None:
-    """Compile the library once per run, not once per process.
+    """Compile the library and the tests once, not once per process and per run.
 
     The suite starts hundreds of Python processes (the command, crash tests, workers,
     programs), each importing mainspring: from source that costs about 0.25 s of CPU a
-    process. Where the environment forbids writing bytecode (``PYTHONDONTWRITEBYTECODE``, as
-    on CI), the run keeps its bytecode in a directory of its own instead (never the checkout),
-    which every process of the run, xdist's workers included, reads and writes; it goes when
-    the run ends.
+    process, and each xdist worker rewrites and compiles every test module (about 9 s of CPU
+    apiece). Where the environment forbids writing bytecode beside the sources
+    (``PYTHONDONTWRITEBYTECODE``, as on CI), the run keeps it elsewhere: in the project's own
+    virtualenv when the tests run from one inside the checkout (``.venv/pycache``: later runs,
+    and ``.ci/run``'s later steps, start warm; it goes with the virtualenv), else in a
+    directory of the run's own, removed when the run ends. Every process of the run, xdist's
+    workers included, reads and writes it; a stale entry is never used (Python and pytest
+    check each source's size and time).
     """
     if not sys.dont_write_bytecode or sys.pycache_prefix is not None:
         return
     shared = os.environ.get(_PYCACHE)
     if shared is None:  # the first process of the run: xdist's workers inherit the variable
-        shared = tempfile.mkdtemp(prefix="mainspring-tests-pycache-")
+        venv = Path(sys.prefix).resolve()
+        if sys.prefix != sys.base_prefix and venv.is_relative_to(_ROOT):
+            shared = str(venv / "pycache")
+            os.makedirs(shared, mode=0o700, exist_ok=True)
+        else:
+            shared = tempfile.mkdtemp(prefix="mainspring-tests-pycache-")
+            atexit.register(shutil.rmtree, shared, ignore_errors=True)
         os.environ[_PYCACHE] = shared
-        atexit.register(shutil.rmtree, shared, ignore_errors=True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = shared
     sys.pycache_prefix = shared
     sys.dont_write_bytecode = False
 
 
+_ROOT = Path(__file__).resolve().parent.parent
 _PYCACHE = "MAINSPRING_TESTS_PYCACHE"
 _share_bytecode()
 
