@@ -1,9 +1,12 @@
-"""Review 14: the operator's view — the command, run as a real process, on records that hold
-what #12 added (stopped steps, redacted outputs, masked inputs, structured findings, answers,
-diagnostics, typed values) and on records of the older format (V3, E5, E7, E10)."""
+"""Review 14: the operator's view — the command on records that hold what #12 added (stopped
+steps, redacted outputs, masked inputs, structured findings, answers, diagnostics, typed
+values) and on records of the older format (V3, E5, E7, E10). A control that must come from
+another process (a cancel, a stop-task, a pause, a resume while a runtime holds the store) runs
+as a real process; a read of a record at rest runs in this process through ``main``."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -16,6 +19,7 @@ import anyio.to_thread
 import pytest
 
 import mainspring as ms
+from mainspring.cli import main
 from tests._raw import read_raw, write_raw
 from tests.executions._kit import FAST, Gate, agent, plan_of, runtime, stored, tasks_of, tool
 
@@ -42,17 +46,14 @@ async def _shell(*argv: str) -> subprocess.CompletedProcess[str]:
     return await anyio.to_thread.run_sync(lambda: _command(*argv))
 
 
-async def _shells(*argvs: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
-    """Each ``argv`` in a process of its own, all at once (they only read): in order."""
-    done: list[subprocess.CompletedProcess[str] | None] = [None] * len(argvs)
-
-    async def one(i: int) -> None:
-        done[i] = await _shell(*argvs[i])
-
-    async with anyio.create_task_group() as tg:
-        for i in range(len(argvs)):
-            tg.start_soon(one, i)
-    return [d for d in done if d is not None]
+async def _read(capsys: pytest.CaptureFixture[str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """``mainspring ARGV`` in this process, through ``main`` (what it prints, not a process of
+    its own, is the point): its exit code, stdout and stderr. ``main`` runs an event loop of
+    its own when the command needs one, so it is called from a worker thread."""
+    capsys.readouterr()
+    out = io.StringIO()
+    code = await anyio.to_thread.run_sync(lambda: main(list(argv), stdout=out))
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), capsys.readouterr().err)
 
 
 async def test_V3_a_cancel_from_the_command_in_another_process_reaches_the_tool_as_that_cancel(
@@ -143,14 +144,10 @@ def _no_secret(text: str) -> None:
     assert VAULT_TOKEN not in text
 
 
-# The reads below are processes of their own reading a record at rest: what they print does
-# not depend on the loop that built it, so they run once (on asyncio) rather than once per
-# loop; test_E10_show_says_which_steps_were_stopped_masked_or_ran_again builds the same record
-# on both loops.
-
-
-def test_E5_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Path) -> None:
-    store = anyio.run(_rich_record, tmp_path)
+async def test_E5_every_read_of_a_rich_record_works_and_prints_no_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = await _rich_record(tmp_path)
     reads = [
         (argv, extra)
         for argv in (
@@ -163,7 +160,7 @@ def test_E5_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Pat
         )
         for extra in ((), ("--json",))
     ]
-    results = anyio.run(_shells, *(("--store", store, *extra, *argv) for argv, extra in reads))
+    results = [await _read(capsys, "--store", store, *extra, *argv) for argv, extra in reads]
     for (argv, extra), done in zip(reads, results, strict=True):
         assert done.returncode == 0, (argv, extra, done.stderr)
         assert done.stderr == "", (argv, extra, done.stderr)
@@ -173,9 +170,11 @@ def test_E5_every_read_of_a_rich_record_works_and_prints_no_secret(tmp_path: Pat
                 json.loads(line)
 
 
-async def test_E10_show_says_which_steps_were_stopped_masked_or_ran_again(tmp_path: Path) -> None:
+async def test_E10_show_says_which_steps_were_stopped_masked_or_ran_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = await _rich_record(tmp_path)
-    done = await _shell("--store", store, "show", "ex-rich")
+    done = await _read(capsys, "--store", store, "show", "ex-rich")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "stopped: f" in out
@@ -184,7 +183,7 @@ async def test_E10_show_says_which_steps_were_stopped_masked_or_ran_again(tmp_pa
     assert "answered" in out
     assert "sha256" in out
     assert "1 evidence" in out
-    shown = json.loads((await _shell("--store", store, "--json", "show", "ex-rich")).stdout)
+    shown = json.loads((await _read(capsys, "--store", store, "--json", "show", "ex-rich")).stdout)
     (obs,) = [o for o in shown["observations"] if o["step_id"] == "t"]
     assert obs["redacted"] is True
     # The typed encoding is shown as stored, tags and all: it decodes to the stored value.
@@ -227,15 +226,17 @@ def _to_old_format(store: str, execution_id: str) -> None:
     write_raw(store, execution_id, body)
 
 
-def test_E5_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Path) -> None:
-    store = anyio.run(_rich_record, tmp_path)
-    _to_old_format(store, "ex-rich")
+async def test_E5_reads_of_an_old_format_record_work_and_print_no_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = await _rich_record(tmp_path)
+    await anyio.to_thread.run_sync(_to_old_format, store, "ex-rich")
     reads = [
         (argv, extra)
         for argv in (("show", "ex-rich"), ("ls",), ("tasks",), ("events",), ("doctor",))
         for extra in ((), ("--json",))
     ]
-    results = anyio.run(_shells, *(("--store", store, *extra, *argv) for argv, extra in reads))
+    results = [await _read(capsys, "--store", store, *extra, *argv) for argv, extra in reads]
     for (argv, extra), done in zip(reads, results, strict=True):
         assert done.returncode == 0, (argv, extra, done.stdout, done.stderr)
         assert done.stderr == "", (argv, extra, done.stderr)
@@ -248,7 +249,9 @@ def test_E5_reads_of_an_old_format_record_work_and_print_no_secret(tmp_path: Pat
     assert finding["evidence"][0]["detail"] == "read notes.md, line 3"
 
 
-async def test_E9_calls_made_before_a_stop_task_from_the_command_are_kept(tmp_path: Path) -> None:
+async def test_E9_calls_made_before_a_stop_task_from_the_command_are_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """E9/B3: an agent made three skill calls, then waits; `mainspring stop-task` in another
     process stops it. The record, the result and `ls --json` keep the three calls."""
     gate = Gate()
@@ -274,7 +277,7 @@ async def test_E9_calls_made_before_a_stop_task_from_the_command_are_kept(tmp_pa
     assert result.status == "completed"
     (task,) = tasks_of(record)
     assert (result.calls_used, record.calls_used, task.calls_used) == (3, 3, 3)
-    (row,) = json.loads((await _shell("--store", store, "--json", "ls")).stdout)
+    (row,) = json.loads((await _read(capsys, "--store", store, "--json", "ls")).stdout)
     assert row["calls_used"] == 3
     assert row["stopped_steps"] == ["w"]
 
@@ -298,7 +301,7 @@ config = {"agents": {"asker": asker}, "skills": {"vault": vault}}
 
 
 async def test_E10_resume_from_the_command_with_a_secret_answer_reruns_the_masked_step(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`mainspring resume --answer` in another process: the answer's sha256 is of the answer
     as given, nothing secret is printed, the redacted inner step ran again (and says so),
@@ -353,8 +356,8 @@ async def test_E10_resume_from_the_command_with_a_secret_answer_reruns_the_maske
     assert task.answer_sha256 == hashlib.sha256(answer.encode()).hexdigest()
     assert any("fetch" in line and "redacted" in line for line in task.diagnostics)
     assert record.calls_used == 2 == task.calls_used
-    shown = await _shell("--store", store, "show", "ex-q")
-    _no_secret(shown.stdout)
+    shown = await _read(capsys, "--store", store, "show", "ex-q")
+    _no_secret(shown.stdout + shown.stderr)
     assert "inner step fetch ran again on resume" in shown.stdout
 
 
@@ -416,7 +419,9 @@ async def test_E9_cancelling_a_run_waiting_for_budget_from_the_command_keeps_its
     assert record.pending is None
 
 
-async def test_E10_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: Path) -> None:
+async def test_E10_show_names_the_steps_whose_input_is_masked_on_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """E10 in the operator's view ("what was stored masked is said, not hidden"): a step whose
     input had to be masked will fail if resumed elsewhere; `mainspring show` says which."""
     store = str(tmp_path / "store.sqlite3")
@@ -426,9 +431,9 @@ async def test_E10_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: 
         ).wait()
         assert first.status == "waiting_for_approval"
         assert stored(rt, first.execution_id).masked_inputs == ("b",)
-    done = await _shell("--store", store, "show", first.execution_id)
+    done = await _read(capsys, "--store", store, "show", first.execution_id)
     assert done.returncode == 0
-    _no_secret(done.stdout)
+    _no_secret(done.stdout + done.stderr)
     notes = done.stdout.split("\nnotes\n", 1)
     assert len(notes) == 2, done.stdout
     for word in ("step b", "input", "masked"):
@@ -436,7 +441,7 @@ async def test_E10_show_names_the_steps_whose_input_is_masked_on_disk(tmp_path: 
 
 
 async def test_R4_resume_of_a_finished_run_from_the_command_has_nothing_to_do_and_exits_1(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """README: "A control with nothing to do (pausing a finished run) exits 1". Resuming a
     cancelled (or completed) run has nothing to do either: it must say so and exit 1, like
@@ -446,22 +451,14 @@ async def test_R4_resume_of_a_finished_run_from_the_command_has_nothing_to_do_an
     async with runtime(tmp_path, require_plan_approval=True) as rt:
         first = await (await rt.start("g", plan_of(tool("a", "inc")))).wait()
         await rt.cancel(first.execution_id)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-
-    def command(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mainspring.cli", "--store", store, *argv],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=60,
-        )
-
-    again = await anyio.to_thread.run_sync(lambda: command("cancel", first.execution_id))
+    # The command in this process (its exit code is the point): --app is found in the
+    # working directory, as from a shell there.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "app14b", raising=False)
+    again = await _read(capsys, "--store", store, "cancel", first.execution_id)
     assert again.returncode == 1, again  # the documented refusal, for comparison
-    done = await anyio.to_thread.run_sync(
-        lambda: command("resume", first.execution_id, "--app", "app14b:config")
+    done = await _read(
+        capsys, "--store", store, "resume", first.execution_id, "--app", "app14b:config"
     )
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
 
@@ -479,7 +476,9 @@ SECRET_NAMED = {
 }
 
 
-async def test_E5_values_under_common_secret_names_are_not_printed_by_show(tmp_path: Path) -> None:
+async def test_E5_values_under_common_secret_names_are_not_printed_by_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """E5 and "everything printed is redacted": values under secret-named keys are masked
     whole — also in the spellings config and HTTP code use every day (camelCase, env-var
     names, a prefix), not only the exact snake_case names. Pagination keys stay."""
@@ -491,7 +490,7 @@ async def test_E5_values_under_common_secret_names_are_not_printed_by_show(tmp_p
     async with runtime(tmp_path, tools={"config": config}) as rt:
         result = await (await rt.start("g", plan_of(tool("c", "config")))).wait()
     assert result.status == "completed"
-    done = await _shell("--store", store, "--json", "show", result.execution_id)
+    done = await _read(capsys, "--store", store, "--json", "show", result.execution_id)
     assert done.returncode == 0
     leaked = [key for key, value in SECRET_NAMED.items() if value in done.stdout]
     assert leaked == [], f"printed and stored in clear: {leaked}"

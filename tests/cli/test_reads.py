@@ -516,13 +516,38 @@ def test_L5_a_terminal_runs_lease_is_void_to_doctor_and_the_reads(tmp_path: Path
     assert "gone:1:x" not in out
 
 
+def _count_sweeps(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the recovery sweeps begun and ended in this process from now on. A sweep is
+    the one way a runtime takes over runs nobody runs (its watch at open and after, and
+    ``Runtime.recover``); a runtime that recovers begins its first as it opens."""
+    from mainspring.executions._facade.recovery import Recovery
+
+    sweeps = {"begun": 0, "ended": 0}
+    real = Recovery.sweep
+
+    async def counted(self: Recovery) -> Any:
+        sweeps["begun"] += 1
+        try:
+            return await real(self)
+        finally:
+            sweeps["ended"] += 1
+
+    monkeypatch.setattr(Recovery, "sweep", counted)
+    return sweeps
+
+
 ORPHAN_APP = """
 import anyio
 
+SWEEPS = {"begun": 0, "ended": 0}  # the test's counts of recovery sweeps
+
 async def gate():
-    # The window under test: the command's runtime stays open a while, as with a real step;
-    # a runtime recovering runs would take ex-other within it (its first sweep is at once).
-    await anyio.sleep(1.5)
+    # The window under test: the command's runtime stays open until every recovery sweep
+    # it began has ended (a runtime recovering runs begins its first as it opens, before
+    # this step can run, and would take ex-other in it).
+    with anyio.fail_after(30):
+        while SWEEPS["begun"] > SWEEPS["ended"]:
+            await anyio.sleep(0.01)
     return 1
 
 def config():
@@ -549,6 +574,11 @@ def test_l8_a_command_takes_over_no_run_but_the_one_it_is_told_to(
     touches only the run it names: other runs nobody runs are left to the servers."""
     (tmp_path / "orphanapp.py").write_text(ORPHAN_APP)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "orphanapp", raising=False)
+    import orphanapp  # type: ignore[import-not-found]  # the module --app loads, as loaded
+
+    orphanapp.SWEEPS = sweeps = _count_sweeps(monkeypatch)
     path = tmp_path / "o.sqlite3"
     sqlite = ms.storage.SqliteStore(path)
     try:
@@ -560,6 +590,7 @@ def test_l8_a_command_takes_over_no_run_but_the_one_it_is_told_to(
     assert code == EXIT_OK
     assert "ex-mine: completed" in out
     code, _ = run_cli("cancel", "ex-mine", "--store", str(path))  # finished: nothing to do
+    assert sweeps == {"begun": 0, "ended": 0}  # the command's runtime never looked for orphans
     sqlite = ms.storage.SqliteStore(path)
     try:
         other = sqlite.get("ex-other")
@@ -615,6 +646,7 @@ TAKEOVER_APP = """
 import anyio
 
 STATE = {"building": False, "started": [], "wake": None, "taken": None}
+SWEEPS = {"begun": 0, "ended": 0}  # the test's counts of recovery sweeps
 
 
 async def _hold(name):
@@ -633,8 +665,14 @@ async def orphan_step():
 async def gate():
     if STATE["building"]:
         await _hold("gate")
-    with anyio.move_on_after(5):  # long enough for a takeover to show
-        await STATE["taken"].wait()
+    # Long enough for a takeover to show: until every recovery sweep the command's runtime
+    # began has ended (a runtime recovering runs begins its first as it opens, before this
+    # step can run), and the orphan's step has run if a sweep took it.
+    with anyio.fail_after(30):
+        while SWEEPS["begun"] > SWEEPS["ended"]:
+            await anyio.sleep(0.01)
+        if SWEEPS["begun"]:
+            await STATE["taken"].wait()
     return "done"
 
 
@@ -681,10 +719,12 @@ def test_L8_a_command_never_takes_over_the_stores_other_runs(
         sqlite.close()
     assert before is not None
     assert before.status == "running"
+    app.SWEEPS = sweeps = _count_sweeps(monkeypatch)
     code, out = run_cli("answer", "held", "x", "--store", str(path))
     assert code == EXIT_FAILED  # not waiting for an answer
     code, out = run_cli("resume", "held", "--store", str(path), "--app", "takeover_app:config")
     assert (code, "held: completed" in out) == (EXIT_OK, True)
+    assert sweeps == {"begun": 0, "ended": 0}  # the command's runtime never looked for orphans
     sqlite = ms.storage.SqliteStore(path)
     try:
         after = sqlite.get("orph")

@@ -61,10 +61,19 @@ def portal_of(backend: str) -> Iterator[BlockingPortal]:
 
 
 @contextmanager
-def view(portal: BlockingPortal, store: Any, **options: Any) -> Iterator[UiServer]:
-    """The view of ``store``, served on the portal's loop."""
+def view(
+    portal: BlockingPortal, store: Any, browser: Any = None, **options: Any
+) -> Iterator[UiServer]:
+    """The view of ``store``, served on the portal's loop, for ``browser``.
+
+    When the block ends, the browser leaves the view's page before the view stops, as a
+    person closes the tab: a page left open keeps a live event stream, which reconnects
+    at once when the stop ends it, and on trio that late request holds the stop for its
+    whole grace (1 s a test)."""
     with portal.wrap_async_context_manager(serve(store, **options)) as ui:
         yield ui
+        if browser is not None:
+            browser.get("about:blank")
 
 
 def wait_for(browser: Any, what: Callable[[Any], Any], timeout: float = 20) -> Any:

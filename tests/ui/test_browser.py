@@ -23,6 +23,10 @@ GREY = "rgb(140, 149, 159)"
 RED = "rgb(207, 34, 46)"
 LIGHT = "rgb(196, 202, 208)"
 
+#: One Chromium per worker (the module-scoped ``browser``, ~2.5 s to start): under
+#: ``--dist loadgroup`` every test here runs on the same worker, so one starts in all.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
@@ -92,7 +96,7 @@ def test_the_list_filters_the_runs_and_an_answer_with_nothing_running_waits(
 ) -> None:
     from selenium.webdriver.support.ui import Select
 
-    with view(portal, store) as ui:
+    with view(portal, store, browser) as ui:
         browser.get(ui.url)
         assert browser.current_url == ui.base + "/"  # the token left the address bar
         rows = wait_for(browser, lambda b: len(_rows(b)) == 3 and _rows(b))
@@ -123,7 +127,7 @@ def test_the_list_filters_the_runs_and_an_answer_with_nothing_running_waits(
 def test_a_failed_run_shows_its_graph_error_and_traceback(
     browser: Any, portal: Any, store: str
 ) -> None:
-    with view(portal, store) as ui:
+    with view(portal, store, browser) as ui:
         browser.get(ui.url)
         browser.get(ui.base + "/runs/ex-fail")
         wait_for(browser, lambda b: len(_css(b, "#graph g.step")) == 4)
@@ -168,7 +172,7 @@ def test_the_graph_has_the_right_colours_after_a_pause(
     ) as server:
         handle = portal.call(lambda: server.start("gated", plan, execution_id="ex-g"))
         portal.call(gate.entered.wait)
-        with view(portal, path) as ui:
+        with view(portal, path, browser) as ui:
             browser.get(ui.url)
             browser.get(ui.base + "/runs/ex-g")
             wait_for(browser, lambda b: _text(b, "#status") == "running")
@@ -200,7 +204,7 @@ def test_an_answer_typed_into_the_page_reaches_the_waiting_run(
 ) -> None:
     with (
         portal.wrap_async_context_manager(ms.open_runtime(store=store, **APP)) as server,
-        view(portal, store) as ui,
+        view(portal, store, browser) as ui,
     ):
         browser.get(ui.url)
         browser.get(ui.base + "/runs/ex-ask")
@@ -230,7 +234,7 @@ def test_a_live_update_arrives_without_a_reload(browser: Any, portal: Any, tmp_p
     ) as server:
         handle = portal.call(lambda: server.start("gated", plan, execution_id="ex-live"))
         portal.call(gate.entered.wait)
-        with view(portal, path) as ui:
+        with view(portal, path, browser) as ui:
             browser.get(ui.url)
             browser.get(ui.base + "/runs/ex-live")
             wait_for(browser, lambda b: _text(b, "#live") == "live")
