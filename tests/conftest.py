@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import gc
 import importlib
 import os
@@ -104,11 +105,17 @@ _LAZY = (
     "psycopg",
     "psycopg_pool",
 )
+#: The same for the web view's server (the ``ui`` extra), where it is installed: the first
+#: test to serve the view on each loop imported hypercorn's loop module on that loop.
+_LAZY_IF_INSTALLED = ("mainspring.ui", "hypercorn.asyncio", "hypercorn.trio")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     for name in _LAZY:
         importlib.import_module(name)
+    for name in _LAZY_IF_INSTALLED:
+        with contextlib.suppress(ImportError):  # not installed: those tests skip
+            importlib.import_module(name)
     # Everything imported and collected so far (the test modules, hypothesis, psycopg...)
     # lives until the end: moved out of the collector's generations, a full collection
     # during a test scans what the tests make, not the whole suite's heap. Without it a
