@@ -357,6 +357,9 @@ def cpu_hogs() -> Iterator[None]:
             hog.wait()
 
 
+# A load test: its hogs take every core for seconds, which slows every other test running
+# beside it in the default run's workers; CI's slow suite runs it alone.
+@pytest.mark.slow
 @pytest.mark.skipif(
     not _loop_guard.StepMeter(limit=1).precise,
     reason="needs /proc/<tid>/schedstat to tell preemption from sleep",
