@@ -225,3 +225,21 @@ def test_the_executions_and_storage_suites_are_folders_that_mirror_the_code() ->
         assert (ROOT / "storage" / "_backends" / backend).is_dir(), backend
         assert any((TESTS / "storage" / "backends" / backend).glob("test_*.py")), backend
     assert not list((TESTS / "executions").glob("test_*.py"))  # no flat suites left
+
+
+def test_every_property_test_scales_its_examples_with_the_profile() -> None:
+    # tests/_examples.py: the default run draws a quarter of what a property test asks for
+    # and CI's thorough profile every one; a bare number above the floor of 10 would draw
+    # the thorough count in every run.
+    bare = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "max_examples":
+                value = node.value
+                if (
+                    isinstance(value, ast.Constant)
+                    and isinstance(value.value, int)
+                    and value.value > 10
+                ):
+                    bare.append(f"{path.relative_to(TESTS)}:{value.lineno}")
+    assert bare == []

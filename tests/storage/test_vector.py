@@ -29,6 +29,7 @@ from mainspring.storage._seam import (
     structure,
     unstructure,
 )
+from tests._examples import examples
 
 items = st.integers(-3, 3) | st.text(max_size=2)
 
@@ -72,7 +73,7 @@ firsts = st.lists(items, max_size=40) | st.integers(0, 1100).map(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(firsts, edits)
 def test_every_version_reads_as_its_tuple(first: list[Any], steps: Any) -> None:
     for vector, plain in _versions(first, steps):
@@ -122,7 +123,7 @@ numbers = st.lists(st.integers(-3, 3), max_size=40) | st.integers(0, 1100).map(
 number_edits = edits_of(st.integers(-3, 3))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(numbers, number_edits)
 def test_versions_compare_with_each_other_as_their_tuples(first: list[Any], steps: Any) -> None:
     versions = _versions(first, steps)
@@ -133,7 +134,7 @@ def test_versions_compare_with_each_other_as_their_tuples(first: list[Any], step
             assert (a != b) == (plain_a != plain_b)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(firsts, edits)
 def test_what_changed_between_two_versions_is_where_they_hold_other_objects(
     first: list[Any], steps: Any
@@ -148,7 +149,7 @@ def test_what_changed_between_two_versions_is_where_they_hold_other_objects(
             assert changed == [i for i in range(len(old)) if new[i] is not old[i]]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(firsts, edits)
 def test_a_version_knows_what_it_changed_since_the_one_it_was_made_from(
     first: list[Any], steps: Any
@@ -252,7 +253,7 @@ def test_a_record_on_vectors_is_stored_and_read_back_as_the_one_on_tuples() -> N
     assert pickle.loads(pickle.dumps(on_vectors)) == on_tuples
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(numbers, edits)
 def test_the_journal_finds_what_changed_between_versions_as_between_tuples(
     first: list[Any], steps: Any
