@@ -80,11 +80,33 @@ async def plant(spec: StoreSpec, execution_id: str, **options: Any) -> ms.storag
     return await anyio.to_thread.run_sync(lambda: planted(spec, execution_id, **options))
 
 
-def planted(
-    spec: StoreSpec, execution_id: str, *, owner: str = "", ttl: float | None = None, **fields: Any
-) -> ms.storage.Execution:
+def planted(spec: StoreSpec, execution_id: str, **options: Any) -> ms.storage.Execution:
     """Store a run as a crashed process leaves it: ``running`` with its plan, the lease
     ``owner``'s for ``ttl`` s on the store's clock (released when ``owner`` is empty)."""
+    with backend(spec) as opened:
+        return planted_in(opened, execution_id, **options)
+
+
+async def plant_all(spec: StoreSpec, ids: list[str], **options: Any) -> None:
+    """:func:`planted` for each of ``ids``, through one handle (one connection), off the loop."""
+
+    def planting() -> None:
+        with backend(spec) as opened:
+            for execution_id in ids:
+                planted_in(opened, execution_id, **options)
+
+    await anyio.to_thread.run_sync(planting)
+
+
+def planted_in(
+    opened: ms.storage.Store,
+    execution_id: str,
+    *,
+    owner: str = "",
+    ttl: float | None = None,
+    **fields: Any,
+) -> ms.storage.Execution:
+    """:func:`planted`, through the handle ``opened``."""
     now = time.time()
     record = ms.storage.Execution(
         id=execution_id,
@@ -97,11 +119,22 @@ def planted(
         updated_at=now,
         **fields,
     )
-    with backend(spec) as opened:
-        assert opened.create(record, lease_ttl=ttl if owner else None)
-        stored = opened.get(execution_id)
+    assert opened.create(record, lease_ttl=ttl if owner else None)
+    stored = opened.get(execution_id)
     assert stored is not None
     return stored
+
+
+def last_heartbeat(spec: StoreSpec, execution_id: str, owner: str, ttl: float) -> ms.storage.Lease:
+    """``owner``'s heartbeat of its live lease: it now lapses ``ttl`` s from now (store's
+    clock); the lease as stored (blocking)."""
+    with backend(spec) as opened:
+        assert opened.heartbeat(execution_id, owner, ttl)
+        stored = opened.get(execution_id)
+    assert stored is not None
+    assert stored.lease is not None
+    assert stored.lease.owner == owner
+    return stored.lease
 
 
 def gate_tool(
@@ -167,7 +200,9 @@ async def test_l8_a_run_of_a_killed_process_on_this_host_is_taken_over_without_r
     ran, tools = gate_tool(calls, stamps=taken_at)
 
     def opening() -> Any:
-        return ms.open_runtime(store=crash_store.target, tools=tools, lease_ttl=3)
+        # A sweep at least every 0.2 s (its own lease, never needed this long, stays 3 s).
+        options: dict[str, Any] = {"lease_ttl": 3, "heartbeat_interval": 0.2}
+        return ms.open_runtime(store=crash_store.target, tools=tools, **options)
 
     async with contextlib.AsyncExitStack() as stack:
         if when == "open-before":  # its sweeps see the worker's live lease, then its death
@@ -192,22 +227,27 @@ async def test_l8_a_run_of_a_killed_process_on_this_host_is_taken_over_without_r
 async def test_l8_a_lease_of_another_host_is_not_taken_before_it_lapses_and_is_after(
     store: StoreSpec,
 ) -> None:
-    far = await plant(store, "ex-far", owner=FOREIGN, ttl=2.0)
+    # A long lease first, so that "before it lapses" is looked at whatever the machine's
+    # load: then the other host's last heartbeat, after which it lapses soon.
+    far = await plant(store, "ex-far", owner=FOREIGN, ttl=600)
     assert far.lease is not None
     calls: list[str] = []
     taken_at: list[float] = []
     ran, tools = gate_tool(calls, stamps=taken_at, clock=lambda: store_clock(store))
-    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3) as rt:
+    # A sweep every 0.2 s (its own lease, never needed this long, stays 3 s).
+    options: dict[str, Any] = {"lease_ttl": 3, "heartbeat_interval": 0.2}
+    async with ms.open_runtime(store=store.target, tools=tools, **options) as rt:
         report = await rt.recover()
-        if not taken_at:  # looked at before the lease lapsed: left alone, and why
-            assert [s.reason for s in report.skipped if s.id == "ex-far"] in (
-                [f"lease-live:{FOREIGN}"],
-                [],  # the watcher took it between the listing and now
-            )
+        # Looked at before the lease lapsed: left alone, and why.
+        assert [s.reason for s in report.skipped if s.id == "ex-far"] == [f"lease-live:{FOREIGN}"]
+        assert list(report) == []
+        assert calls == []
+        lease = await anyio.to_thread.run_sync(last_heartbeat, store, "ex-far", FOREIGN, 0.5)
+        assert lease.epoch == far.lease.epoch
         with anyio.fail_after(60):
             await ran.wait()
             await completed(rt, "ex-far")
-    assert taken_at[0] >= far.lease.expires_at  # by the store's clock
+    assert taken_at[0] >= lease.expires_at  # by the store's clock
     assert calls == [""]
 
 
@@ -219,14 +259,15 @@ async def test_l8_two_runtimes_racing_for_lapsed_runs_run_each_exactly_once(
     _, first = gate_tool(calls, "first")
     _, second = gate_tool(calls, "second")
     ids = [f"ex-race-{n}" for n in range(6)]
+    # Each sweeps every 0.2 s (their own leases, never needed this long, stay 3 s).
+    options: dict[str, Any] = {"lease_ttl": 3, "heartbeat_interval": 0.2}
     async with (
-        ms.open_runtime(store=store.target, tools=first, lease_ttl=3) as a,
-        ms.open_runtime(store=store.target, tools=second, lease_ttl=3) as b,
+        ms.open_runtime(store=store.target, tools=first, **options) as a,
+        ms.open_runtime(store=store.target, tools=second, **options) as b,
     ):
         # Both runtimes are open (and sweeping) before the runs exist; both see the leases
         # and wake when they lapse, together.
-        for execution_id in ids:
-            await plant(store, execution_id, owner=FOREIGN, ttl=1.5)
+        await plant_all(store, ids, owner=FOREIGN, ttl=0.6)
         with anyio.fail_after(90):
             for execution_id in ids:
                 await completed(a, execution_id)
@@ -244,15 +285,30 @@ async def test_l8_open_runtime_recover_false_takes_nothing_over_by_itself(
     await plant(store, "ex-left")
     calls: list[str] = []
     ran, tools = gate_tool(calls)
-    async with ms.open_runtime(store=store.target, tools=tools, lease_ttl=3, recover=False) as rt:
-        with anyio.move_on_after(1.5):  # several sweeps of a recovering runtime
-            await ran.wait()
+    async with contextlib.AsyncExitStack() as stack:
+        opened, close = await anyio.to_thread.run_sync(open_store, store.target)
+        stack.push_async_callback(anyio.to_thread.run_sync, close)
+        listings = _Sweeps(opened)  # what this runtime lists of the store
+        options: dict[str, Any] = {"tools": tools, "lease_ttl": 3, "recover": False}
+        rt = await stack.enter_async_context(ms.open_runtime(store=opened, **options))
+        # Meanwhile a recovering runtime on the same store (without the run's tool: it
+        # leaves the run alone, "missing:tool:gate") sweeps several times, every 0.1 s: a
+        # window counted in sweeps, not in seconds. This one has not swept once.
+        other, close_other = await anyio.to_thread.run_sync(open_store, store.target)
+        stack.push_async_callback(anyio.to_thread.run_sync, close_other)
+        sweeps = _Sweeps(other)
+        recovering: dict[str, Any] = {"lease_ttl": 3, "heartbeat_interval": 0.1}
+        async with ms.open_runtime(store=other, tools={"other": lambda: 1}, **recovering):
+            await sweeps.more(3)
+        assert listings.count == 0
+        assert not ran.is_set()
         assert calls == []
         stored = await rt.get("ex-left")
         assert stored is not None
         assert stored.status == "running"
         assert rt.live() == []
         (handle,) = await rt.recover()  # only when asked
+        assert listings.count == 1
         assert (await handle.wait()).status == "completed"
     assert calls == [""]
     with pytest.raises(TypeError, match="recover must be True or False"):
@@ -358,7 +414,10 @@ async def test_l8_failed_sweeps_and_recoveries_are_logged_redacted_and_retried(
     ran, tools = gate_tool(calls)
     caplog.set_level(logging.WARNING, logger="mainspring.executions")
     try:
-        async with ms.open_runtime(store=flaky, tools=tools, lease_ttl=3) as rt:
+        # It sweeps again every 0.1 s after a failure (its own lease, never needed this
+        # long, stays 3 s).
+        options: dict[str, Any] = {"lease_ttl": 3, "heartbeat_interval": 0.1}
+        async with ms.open_runtime(store=flaky, tools=tools, **options) as rt:
             with anyio.fail_after(60):  # the watcher's first sweep fails, a later one takes it
                 await ran.wait()
                 await completed(rt, "ex-flaky")
@@ -440,8 +499,7 @@ async def test_l8_a_sweep_reads_only_unfinished_runs(tmp_path: Path) -> None:
     store keeps, and still takes an orphan over."""
     target = str(tmp_path / "big.db")
     spec = StoreSpec("sqlite", target, tmp_path, None)
-    for n in range(20):
-        await plant(spec, f"ex-done-{n}", status="completed")
+    await plant_all(spec, [f"ex-done-{n}" for n in range(20)], status="completed")
     await plant(spec, "ex-orphan")
     quiet = _NoWholeListing(target)
     calls: list[str] = []
@@ -605,7 +663,12 @@ async def test_l8_a_runtime_without_a_runs_tool_leaves_it_to_one_that_has_it(
     sweeps = _Sweeps(opened)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(anyio.to_thread.run_sync, close)
-        options: dict[str, Any] = {"tools": {"other": lambda: 1}, "lease_ttl": 1}
+        # A sweep every 0.1 s: its watcher's sweeps are counted, not waited for in seconds.
+        options: dict[str, Any] = {
+            "tools": {"other": lambda: 1},
+            "lease_ttl": 1,
+            "heartbeat_interval": 0.1,
+        }
         c = await stack.enter_async_context(ms.open_runtime(store=opened, **options))
         report = await c.recover()
         assert list(report) == []

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,25 +201,39 @@ def test_from_dict_refuses_what_is_not_a_stored_result() -> None:
 # -- the tree stopped ------------------------------------------------------------------------
 
 
+#: The first timeout a tree is given: on a quiet machine its processes start within a tenth
+#: of it. A timeout that fired before the whole tree started is tried again, doubled.
+FIRST_TIMEOUT = 0.5
+
+
+def _timeouts(tmp_path: Path) -> Iterator[tuple[Tree, float]]:
+    """A fresh tree and a timeout for it, doubled each time the caller asks again (the
+    timeout fired before the tree had started whole: a loaded machine), up to 32 s."""
+    timeout = FIRST_TIMEOUT
+    while timeout <= 32:
+        where = tmp_path / f"timeout-{timeout:g}"
+        where.mkdir()
+        yield Tree(where), timeout
+        timeout *= 2
+    raise AssertionError("the tree never started whole within a 32 s timeout")
+
+
 async def test_B2_a_timeout_stops_the_whole_tree_and_the_result_says_Timeout(
     tmp_path: Path,
 ) -> None:
-    tree = Tree(tmp_path)
-    pids: list[int] = []
-
-    async def watch() -> None:
-        pids.extend(await tree.started())
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
-        # Long enough for the tree to start on a loaded machine; it never ends by itself.
+    for tree, timeout in _timeouts(tmp_path):
+        # The tree never ends by itself.
         result = ProgramResult.from_dict(
-            await run_program(tree.argv, timeout=3, grace=0.2, check=False)
+            await run_program(tree.argv, timeout=timeout, grace=0.2, check=False)
         )
+        pids = tree.pids()
+        assert survivors(pids) == []  # stopped, however much of it had started
+        if len(pids) == TREE_SIZE:
+            break
     assert len(pids) == TREE_SIZE
     assert survivors(pids) == []
     assert isinstance(result.stopped_by, ms.Timeout)
-    assert "timeout of 3 s" in result.stopped_by.detail
+    assert f"timeout of {timeout:g} s" in result.stopped_by.detail
     assert result.returncode is not None
     assert result.returncode < 0  # signalled
     assert not result.ok
@@ -413,24 +428,22 @@ async def test_B2_leaving_the_runtime_stops_the_tree_with_Shutdown(tmp_path: Pat
 async def test_B2_the_programs_own_timeout_stops_the_tree_and_fails_the_step_naming_it(
     tmp_path: Path,
 ) -> None:
-    tree = Tree(tmp_path)
-    pids: list[int] = []
-
-    async def watch() -> None:
-        pids.extend(await tree.started())
-
-    async with runtime(tmp_path, tools={"sh": run_program}) as rt, anyio.create_task_group() as tg:
-        tg.start_soon(watch)
-        handle = await rt.start("g", plan_of(_tree_step(tree, timeout=3)))
-        with anyio.fail_after(60):
-            result = await handle.wait()
+    async with runtime(tmp_path, tools={"sh": run_program}) as rt:
+        for tree, timeout in _timeouts(tmp_path):
+            handle = await rt.start("g", plan_of(_tree_step(tree, timeout=timeout)))
+            with anyio.fail_after(60):
+                result = await handle.wait()
+            pids = tree.pids()
+            assert survivors(pids) == []  # stopped, however much of it had started
+            if len(pids) == TREE_SIZE:
+                break
         (observation,) = stored(rt, handle.execution_id).observations
     assert len(pids) == TREE_SIZE
     assert survivors(pids) == []
     assert result.status == "failed"
     assert observation.error is not None
     assert observation.error.startswith("ProgramFailed: the program")
-    assert "stopped: it ran longer than its timeout of 3 s" in observation.error
+    assert f"stopped: it ran longer than its timeout of {timeout:g} s" in observation.error
 
 
 async def test_run_program_as_a_tool_returns_a_stored_result_and_fails_on_a_bad_exit(
@@ -680,12 +693,20 @@ _SUBREAPER_HOST = """
 import ctypes, os, sys, anyio
 from mainspring.executions import ProgramFailed, run_program
 
-async def main():
-    for _ in range(3):  # a tree whose orphan is re-parented to this process, then stopped
-        with anyio.move_on_after(0.5):
-            await run_program(
-                ["sh", "-c", "sh -c 'sleep 100 & exit 0'; sleep 100"], grace=0.1
-            )
+async def main(where):
+    for n in range(3):  # a tree whose orphan is re-parented to this process, then stopped
+        started = os.path.join(where, f"started{n}")  # once the orphan is re-parented
+        script = 'sh -c "sleep 100 & exit 0"; : > "$0"; sleep 100'
+
+        async def run():
+            await run_program(["sh", "-c", script, started], grace=0.1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(60):
+                while not os.path.exists(started):
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -701,7 +722,7 @@ async def main():
 if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
     print("skip")
 else:
-    anyio.run(main, backend=sys.argv[1])
+    anyio.run(main, sys.argv[2], backend=sys.argv[1])
 """
 
 
@@ -709,13 +730,14 @@ else:
 @_programs_mark2
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux's")
 async def test_B2_a_host_that_is_a_subreaper_or_pid_1_is_not_left_with_zombies(
-    anyio_backend_name: str,
+    anyio_backend_name: str, tmp_path: Path
 ) -> None:
     # In a container without an init, the runtime's process is PID 1: every orphan of a
     # program is re-parented to it. Those the tree stopping killed must be reaped, not left
     # as zombies filling the process table. Run in a process of its own (the flag is for
     # life).
-    host = await anyio.run_process([PY, "-c", _SUBREAPER_HOST, anyio_backend_name], check=True)
+    argv = [PY, "-c", _SUBREAPER_HOST, anyio_backend_name, str(tmp_path)]
+    host = await anyio.run_process(argv, check=True)
     out = host.stdout.decode().strip()
     if out == "skip":
         pytest.skip("cannot become a subreaper here")

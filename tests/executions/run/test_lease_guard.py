@@ -262,8 +262,12 @@ async def test_l5_a_lease_gone_stale_between_steps_is_renewed_before_the_next_st
                     return
 
     plan = plan_of(ms.PlanStep(id="f", tool="flaky"))
-    # The backoff (2 s) leaves the watcher ample time to move the clock before the retry.
-    policy = RetryPolicy(max_attempts=2, base_delay=2.0, max_delay=2.0)
+    # The watcher moves the clock before the retry whatever the machine's load: the
+    # StepRetrying that wakes it is published before the backoff's timer is even set, so
+    # the watcher (one step of a task already runnable) runs well before the timer fires
+    # and its message reaches the runner (several steps later); the backoff (0.25 s) only
+    # has to outlast one pass of the event loop.
+    policy = RetryPolicy(max_attempts=2, base_delay=0.25, max_delay=0.25, jitter=0.0)
     async with (
         runtime(
             store,
@@ -395,7 +399,10 @@ async def test_l5_a_commit_is_no_renewal_so_a_step_never_starts_after_the_stores
                     return
 
     plan = plan_of(ms.PlanStep(id="f", tool="flaky"))
-    policy = RetryPolicy(max_attempts=2, base_delay=1.0, max_delay=1.0)
+    # The backoff runs on the real clock; the lease on the fake one, which the watcher
+    # moves before the retry (see the test above: it is woken before the backoff's timer
+    # is set, so 0.25 s is one pass of the event loop many times over).
+    policy = RetryPolicy(max_attempts=2, base_delay=0.25, max_delay=0.25, jitter=0.0)
     async with (
         runtime(
             store,

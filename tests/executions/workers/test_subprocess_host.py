@@ -559,11 +559,15 @@ async def test_B1_a_worker_handing_off_past_its_steps_timeout_is_recorded_stoppe
     # agent-timeout, and its worker must say so: stopped (its process killed and confirmed
     # dead) with the timeout as the reason, never handing_off (active, for good, under a
     # failed step) nor delivered. A result that came late (a loaded machine) ends the same.
+    # The grace outlasts the timeout: the handoff starts after the step did, so its stop
+    # (the whole grace) ends past the timeout whatever the load. The timeout is several
+    # times what this plain script takes to write its pid and deliver on a loaded machine
+    # (under 0.1 s).
     pidfile = tmp_path / "pid"
     agents = {
-        "coder": worker_workers_subprocess(tmp_path, DELIVERS_THEN_LINGERS, str(pidfile), grace=3.0)
+        "coder": worker_workers_subprocess(tmp_path, DELIVERS_THEN_LINGERS, str(pidfile), grace=1.0)
     }
-    options: dict[str, Any] = {**FAST, "timeouts": {"agent": 1.5}}
+    options: dict[str, Any] = {**FAST, "timeouts": {"agent": 0.75}}
     async with runtime(tmp_path, agents=agents, **options) as rt:
         handle = await rt.start("g", plan_of(agent("a", "coder")))
         with anyio.fail_after(60):
