@@ -273,3 +273,13 @@ def recycled_store() -> Iterator[str]:
 
 
 _spare_registered: list[bool] = []
+
+
+@pytest.fixture
+def postgres_store_url() -> Iterator[str]:
+    """A store URL on the test server whose schema holds an empty store at the newest
+    version (see ``recycled_store``): for a test that opens a writable store there first.
+    A test that needs the schema not to exist yet (an older version made by hand, a
+    read-only open of nothing, a foreign table) takes ``postgres_url``."""
+    with recycled_store() as schema:
+        yield with_schema(server_url(), schema)
