@@ -69,7 +69,7 @@ def with_schema(url: str, schema: str) -> str:
 
 
 _admin: Any = None
-_admin_lock = threading.Lock()
+_admin_lock = threading.RLock()  # a helper that nests uses the same session
 
 
 @contextlib.contextmanager
@@ -77,13 +77,20 @@ def admin() -> Iterator[Any]:
     """This process's own autocommit connection to the test server, for the harness's work
     behind a store's back (dropping a test's schema, reading or damaging its rows): one
     connection per process, not one per call (a new session is a new server process).
-    One thread uses it at a time; a broken one is replaced. Leave it as found (no open
-    transaction, no session settings)."""
+    One thread uses it at a time; one that no longer answers (a restarted server) is
+    replaced. Leave it as found (no open transaction, no session settings)."""
     import psycopg
 
     global _admin
     with _admin_lock:
-        if _admin is None or _admin.closed or _admin.broken:
+        if _admin is not None:
+            try:  # the server may have been restarted (the slow suites do) since last time
+                _admin.execute("SELECT 1")
+            except psycopg.Error:
+                with contextlib.suppress(Exception):
+                    _admin.close()
+                _admin = None
+        if _admin is None:
             _admin = psycopg.connect(server_url(), autocommit=True)
         try:
             yield _admin
@@ -97,14 +104,8 @@ def admin() -> Iterator[Any]:
 
 
 def drop_schema(schema: str) -> None:
-    import psycopg
-
-    try:
-        with admin() as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    except psycopg.OperationalError:  # the shared session was gone: once more, anew
-        with admin() as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with admin() as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def fresh_schema() -> str:
