@@ -134,7 +134,9 @@ def postgres_url() -> Iterator[str]:
 # dropped as before.
 
 #: Every catalog row of a schema and of what is in it, by identity and row version (any
-#: ALTER, CREATE, GRANT, TRUNCATE writes a new version of some row listed here). Found
+#: ALTER, CREATE, GRANT, TRUNCATE writes a new version of some row listed here), and the
+#: planner's view of each table and index (its size and statistics, which VACUUM, ANALYZE
+#: and CREATE INDEX change in place: a reused store plans as a new one would). Found
 #: through ``pg_depend``'s index (what depends on the schema, and what depends on that:
 #: indexes, constraints, triggers, rules, policies, defaults), never by scanning a catalog.
 _FINGERPRINT = """
@@ -153,23 +155,25 @@ SELECT coalesce(string_agg(row, ',' ORDER BY row), '') FROM (
    WHERE n.oid = to_regnamespace(%(s)s)
   UNION ALL
   SELECT o.classid || '/' || o.objid || ':' || coalesce(
-    (SELECT c.xmin FROM pg_catalog.pg_class c
+    (SELECT c.xmin || '/' || c.reltuples || '/' || c.relpages || '/' || c.relallvisible
+            || '/' || (SELECT count(*) FROM pg_catalog.pg_statistic z WHERE z.starelid = c.oid)
+       FROM pg_catalog.pg_class c
       WHERE o.classid = 'pg_catalog.pg_class'::regclass AND c.oid = o.objid),
-    (SELECT p.xmin FROM pg_catalog.pg_proc p
+    (SELECT p.xmin::text FROM pg_catalog.pg_proc p
       WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND p.oid = o.objid),
-    (SELECT k.xmin FROM pg_catalog.pg_constraint k
+    (SELECT k.xmin::text FROM pg_catalog.pg_constraint k
       WHERE o.classid = 'pg_catalog.pg_constraint'::regclass AND k.oid = o.objid),
-    (SELECT t.xmin FROM pg_catalog.pg_trigger t
+    (SELECT t.xmin::text FROM pg_catalog.pg_trigger t
       WHERE o.classid = 'pg_catalog.pg_trigger'::regclass AND t.oid = o.objid),
-    (SELECT w.xmin FROM pg_catalog.pg_rewrite w
+    (SELECT w.xmin::text FROM pg_catalog.pg_rewrite w
       WHERE o.classid = 'pg_catalog.pg_rewrite'::regclass AND w.oid = o.objid),
-    (SELECT y.xmin FROM pg_catalog.pg_type y
+    (SELECT y.xmin::text FROM pg_catalog.pg_type y
       WHERE o.classid = 'pg_catalog.pg_type'::regclass AND y.oid = o.objid),
-    (SELECT f.xmin FROM pg_catalog.pg_attrdef f
+    (SELECT f.xmin::text FROM pg_catalog.pg_attrdef f
       WHERE o.classid = 'pg_catalog.pg_attrdef'::regclass AND f.oid = o.objid),
-    (SELECT l.xmin FROM pg_catalog.pg_policy l
+    (SELECT l.xmin::text FROM pg_catalog.pg_policy l
       WHERE o.classid = 'pg_catalog.pg_policy'::regclass AND l.oid = o.objid),
-    '0'::xid) FROM objects o
+    '') FROM objects o
   UNION ALL
   SELECT 'a' || a.attrelid || '.' || a.attnum || ':' || a.xmin FROM pg_catalog.pg_attribute a
    JOIN objects o ON o.classid = 'pg_catalog.pg_class'::regclass AND a.attrelid = o.objid
@@ -184,9 +188,9 @@ _TABLES = (
     "FROM pg_catalog.pg_class c WHERE c.relnamespace = to_regnamespace(%(s)s) "
     "AND c.relkind = 'r'"
 )
-#: A reused store's tables are vacuumed every so many uses (the server's autovacuum may be
-#: off): the rows deleted for reuse do not pile up.
-_VACUUM_EVERY = 40
+#: A reused store is dropped after so many uses (a new one is made): the rows deleted for
+#: reuse do not pile up (vacuuming would change what the planner sees, see above).
+_RETIRE_AFTER = 50
 
 
 def _fingerprint(conn: Any, schema: str) -> str:
@@ -195,38 +199,38 @@ def _fingerprint(conn: Any, schema: str) -> str:
 
 
 def _emptied(schema: str, fingerprint: str, tables: str, uses: int) -> bool:
-    """Empty the store in ``schema`` if its structure is as ``fingerprint`` says and it is
-    at the newest version (True), else leave it (to be dropped). Its rows are deleted, not
-    truncated: the tables keep their files and catalog rows, so the fingerprint holds."""
+    """Empty the store in ``schema`` if its structure is as ``fingerprint`` says, it is at
+    the newest version and not used ``_RETIRE_AFTER`` times yet (True), else leave it (to be
+    dropped). Its rows are deleted, not truncated: the tables keep their files and catalog
+    rows, so the fingerprint holds."""
     import psycopg
 
     from mainspring.storage._backends.postgres.schema import PG_SCHEMA_VERSION
 
+    if uses + 1 >= _RETIRE_AFTER:
+        return False
     try:
-        with admin() as conn:
-            with conn.transaction():
-                # A session still in the schema (a store left open) would make this wait:
-                # then the schema is dropped instead, which waits as it always did.
-                conn.execute("SET LOCAL lock_timeout = '2s'")
-                if _fingerprint(conn, schema) != fingerprint:
-                    return False
-                row = conn.execute(
-                    f'SELECT value FROM "{schema}".meta WHERE key = %s', ("schema_version",)
-                ).fetchone()
-                if row != (str(PG_SCHEMA_VERSION),):
-                    return False
-                # Every table but meta; then what the store's creation wrote besides its
-                # tables (schema.py, version 1).
-                conn.execute(
-                    ";".join(
-                        f"DELETE FROM {table}"
-                        for table in tables.split(", ")
-                        if table != f'"{schema}".meta' and table != f"{schema}.meta"
-                    )
-                    + f";INSERT INTO \"{schema}\".counters (name, value) VALUES ('history', 0)"
+        with admin() as conn, conn.transaction():
+            # A session still in the schema (a store left open) would make this wait:
+            # then the schema is dropped instead, which waits as it always did.
+            conn.execute("SET LOCAL lock_timeout = '2s'")
+            if _fingerprint(conn, schema) != fingerprint:
+                return False
+            row = conn.execute(
+                f'SELECT value FROM "{schema}".meta WHERE key = %s', ("schema_version",)
+            ).fetchone()
+            if row != (str(PG_SCHEMA_VERSION),):
+                return False
+            # Every table but meta; then what the store's creation wrote besides its
+            # tables (schema.py, version 1).
+            conn.execute(
+                ";".join(
+                    f"DELETE FROM {table}"
+                    for table in tables.split(", ")
+                    if table != f'"{schema}".meta' and table != f"{schema}.meta"
                 )
-            if uses % _VACUUM_EVERY == _VACUUM_EVERY - 1:
-                conn.execute(f"VACUUM {tables}")
+                + f";INSERT INTO \"{schema}\".counters (name, value) VALUES ('history', 0)"
+            )
         return True
     except psycopg.Error:
         return False
