@@ -14,7 +14,7 @@ import pytest
 
 import mainspring as ms
 
-from .._postgres import drop_schema, fresh_schema, require_server, with_schema
+from .._postgres import admin, recycled_store, require_server, with_schema
 
 #: The store kinds every memory test runs on; PostgreSQL is one more entry here.
 STORE_KINDS = ["sqlite", "files"]
@@ -38,9 +38,7 @@ class StoreSpec:
             return any(
                 data in path.read_bytes() for path in self._root.rglob("*") if path.is_file()
             )
-        import psycopg
-
-        with psycopg.connect(self.target.split("?")[0], autocommit=True) as conn:
+        with admin() as conn:
             tables = conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
                 (self._schema,),
@@ -59,11 +57,8 @@ def store_spec(kind: str, tmp_path: Path) -> Iterator[StoreSpec]:
     """A fresh store of ``kind`` (the ``memory_store`` fixture of conftest.py)."""
     if kind == "postgres":
         url = require_server()
-        schema = fresh_schema()
-        try:
+        with recycled_store() as schema:  # an empty store, perhaps an earlier test's, emptied
             yield StoreSpec(kind, with_schema(url, schema), None, schema)
-        finally:
-            drop_schema(schema)
         return
     root = tmp_path / "store"
     root.mkdir()

@@ -25,8 +25,10 @@ import mainspring as ms
 from mainspring.storage import Fact, Scope
 from mainspring.storage._seam import ForgetFact, RememberFact
 from tests._postgres import (
+    admin,
     drop_schema,
     fresh_schema,
+    recycled_store,
     require_server,
     server_expected,
     server_url,
@@ -55,19 +57,18 @@ def _sqlite(path: Path) -> Iterator[Any]:
 @contextlib.contextmanager
 def _postgres(path: Path) -> Iterator[Any]:
     url = require_server()  # skips (or, under CI, fails) without a server
-    schema = fresh_schema()
-    try:
+    with recycled_store() as schema:  # an empty store, perhaps an earlier test's, emptied
         store = ms.storage.PostgresStore(with_schema(url, schema))
         try:
             yield store
         finally:
             store.close()
-    finally:
-        drop_schema(schema)
 
 
 #: The schema this process's property tests reuse (see ``open_memory``), dropped at exit.
 _examples_schema: list[str] = []
+#: One entry per example that emptied it.
+_examples_emptied: list[bool] = []
 
 
 def _drop_examples_schema() -> None:
@@ -84,7 +85,14 @@ def _postgres_emptied(path: Path) -> Iterator[Any]:
         atexit.register(_drop_examples_schema)
     store = ms.storage.PostgresStore(with_schema(url, _examples_schema[0]))
     try:
-        _on_server(store, "TRUNCATE memory_facts")  # the facts the last example left
+        # The facts the last example left: deleted (a TRUNCATE gives the table and its
+        # indexes new files and catalog rows, each time), and vacuumed now and then (the
+        # server's autovacuum may be off).
+        _on_server(store, "DELETE FROM memory_facts")
+        _examples_emptied.append(True)
+        if len(_examples_emptied) % 40 == 0:
+            with admin() as conn:
+                conn.execute(f'VACUUM "{store.schema}".memory_facts')
         yield store
     finally:
         store.close()
@@ -153,11 +161,9 @@ def sqlite_memory(store: Any) -> Any:
 
 def _on_server(store: Any, sql: str, *params: Any) -> list[Any]:
     """Run ``sql`` (``?`` placeholders, unqualified names) in a PostgresStore's schema, on a
-    connection of its own."""
-    import psycopg
-
-    with psycopg.connect(server_url(), autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{store.schema}"')
+    connection of the harness's own (in a transaction of its own)."""
+    with admin() as conn, conn.transaction():
+        conn.execute("SELECT set_config('search_path', %s, true)", (f'"{store.schema}"',))
         cursor = conn.execute(sql.replace("?", "%s"), params)
         return cursor.fetchall() if cursor.description else []
 

@@ -31,7 +31,14 @@ from mainspring.storage._backends.postgres.store import PostgresStore
 from mainspring.storage._backends.sqlite.store import SqliteStore
 from mainspring.storage._journal.model import Base
 from mainspring.testing import MemoryStore
-from tests._postgres import drop_schema, fresh_schema, require_server, server_url, with_schema
+from tests._postgres import (
+    drop_schema,
+    fresh_schema,
+    recycled_store,
+    require_server,
+    server_url,
+    with_schema,
+)
 
 
 class Clock:
@@ -49,9 +56,10 @@ Factory = Callable[..., Store]
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     made: list[Any] = []
     schema = ""
+    recycled = contextlib.ExitStack()
     if request.param == "postgres":
         url = require_server()
-        schema = fresh_schema()
+        schema = recycled.enter_context(recycled_store())  # an empty store, perhaps reused
 
     def make(clock: Clock | None = None, **options: Any) -> Store:
         kwargs: dict[str, Any] = dict(options)
@@ -70,11 +78,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
 
     make.kind = request.param  # type: ignore[attr-defined]
     yield make
-    for store in made:
-        if isinstance(store, SqliteStore | PostgresStore):
-            store.close()
-    if schema:
-        drop_schema(schema)
+    with recycled:  # emptied for the next test (or dropped) once its stores are closed
+        for store in made:
+            if isinstance(store, SqliteStore | PostgresStore):
+                store.close()
 
 
 #: The contract every store keeps, ``mainspring.testing.MemoryStore`` included (the tests of

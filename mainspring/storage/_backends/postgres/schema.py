@@ -1,9 +1,10 @@
 """PostgreSQL: the store's address (a URL naming a schema), and its schema, versioned.
 
 The schema is created and upgraded by the library: ``meta`` holds a ``schema_version`` row;
-each upgrade is one transaction, under an advisory lock, so two hosts opening a new server
-at once do not race; a schema newer than this library knows is refused with a clear error
-(an older library never writes into a layout it does not understand).
+a new store is created in one transaction and each upgrade of an existing one is one
+transaction, under an advisory lock, so two hosts opening a new server at once do not race;
+a schema newer than this library knows is refused with a clear error (an older library
+never writes into a layout it does not understand).
 
 Version 5 is storage v3's values (``storage._v2``: states in one spelling, typed stop requests
 and approvals): no table changes, but the JSON of the rows that hold such values rewritten,
@@ -71,7 +72,7 @@ def _part_table(table: str) -> list[str]:
 # Version 1: the tables. Version 2: history read per execution without a scan. Version 3:
 # agent memory (``memory``). Version 4: external workers' parts (``storage._workers``)
 # and sealed evidence (``storage._evidence``). Each entry is applied in a transaction of its own, in
-# order, from the version stored.
+# order, from the version stored; a new store gets them all, in order, in one transaction.
 _UPGRADES: dict[int, list[str]] = {
     1: [
         "CREATE TABLE {s}.executions (id text PRIMARY KEY, seq bigint NOT NULL, "
@@ -299,17 +300,27 @@ def _q(statement: str, schema: str) -> str:
     return statement.replace("{s}", f'"{schema}"')
 
 
+#: Whether ``schema`` exists, whether it holds a table named ``meta``, and how many tables
+#: it holds (of what ``information_schema.tables`` lists: tables, views, foreign and
+#: partitioned tables); one question, answered from the catalog's indexes (that view checks
+#: privileges row by row, and scanning ``pg_class`` by schema reads every relation of the
+#: database).
+_TABLES_OF = (
+    "SELECT (SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relname = 'meta' "
+    "AND c.relnamespace = n.oid AND c.relkind IN ('r', 'v', 'f', 'p')), "
+    "(SELECT count(*) FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid "
+    "WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass AND d.refobjid = n.oid "
+    "AND d.classid = 'pg_catalog.pg_class'::regclass AND c.relkind IN ('r', 'v', 'f', 'p')) "
+    "FROM pg_catalog.pg_namespace n WHERE n.nspname = %s"
+)
+
+
 def schema_version(conn: Any, schema: str) -> int | None:
     """The version stored in ``schema``, or None if it holds no mainspring store. Raises
     StorageError if the schema holds tables of something else."""
-    tables = {
-        row[0]
-        for row in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-            (schema,),
-        )
-    }
-    if "meta" not in tables:
+    row = conn.execute(_TABLES_OF, (schema,)).fetchone()
+    meta, tables = (row[0], row[1]) if row is not None else (0, 0)
+    if not meta:
         if tables:
             raise StorageError(
                 f"schema {schema!r} holds tables that are not a mainspring store; "
@@ -333,9 +344,20 @@ def _refuse_newer(version: int, schema: str) -> None:
         )
 
 
+def _statements(version: int, schema: str) -> str:
+    """Version ``version``'s statements, as one string (one round trip; none takes
+    parameters)."""
+    return ";\n".join(_q(statement, schema) for statement in _UPGRADES[version])
+
+
 def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
-    """Create or upgrade the store in ``schema`` up to version ``to``, one transaction per
-    version; returns the version now stored. ``conn`` is an autocommit connection."""
+    """Create or upgrade the store in ``schema`` up to version ``to``; returns the version
+    now stored. ``conn`` is an autocommit connection.
+
+    A new store is created in one transaction, every version's statements in order (there
+    are no rows to rewrite); an existing one is upgraded one transaction per version, each
+    version's rewrites with its statements. Either way each transaction holds the schema's
+    advisory lock and reads the version again under it: another host may have gone first."""
     version = schema_version(conn, schema)
     if version is not None:
         _refuse_newer(version, schema)
@@ -343,26 +365,35 @@ def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
         with conn.transaction():
             # An upgrade waits for other hosts' transactions and for another host's upgrade
             # as long as they take: the session's lock and statement bounds (L6) are for a
-            # store's own calls, which retry; an upgrade refused half way would not.
-            conn.execute("SET LOCAL lock_timeout = 0")
-            conn.execute("SET LOCAL statement_timeout = 0")
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+            # store's own calls, which retry; an upgrade refused half way would not. (The
+            # lock's key is ours, a number: written into the statement, all in one trip.)
+            conn.execute(
+                "SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; "
+                f"SELECT pg_advisory_xact_lock({int(_lock_key(schema))})"
+            )
             version = schema_version(conn, schema)  # another host may have gone first
             if version is None:
-                conn.execute(_q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+                version = to
+                statements = [
+                    "CREATE SCHEMA IF NOT EXISTS {s}",
+                    "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
+                    f"INSERT INTO {{s}}.meta (key, value) VALUES ('schema_version', '{to:d}')",
+                ]
                 conn.execute(
-                    _q("CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)", schema)
+                    ";\n".join(
+                        [
+                            *(_q(statement, schema) for statement in statements),
+                            *(_statements(v, schema) for v in range(1, to + 1) if _UPGRADES[v]),
+                        ]
+                    )
                 )
-                conn.execute(
-                    _q("INSERT INTO {s}.meta (key, value) VALUES ('schema_version', '0')", schema)
-                )
-                version = 0
+                break
             _refuse_newer(version, schema)
             if version >= to:
                 break
             version += 1
-            for statement in _UPGRADES[version]:
-                conn.execute(_q(statement, schema))
+            if _UPGRADES[version]:
+                conn.execute(_statements(version, schema))
             if version in _REWRITES:
                 _REWRITES[version](conn, schema)
             conn.execute(

@@ -21,9 +21,9 @@ import pytest
 import mainspring as ms
 from mainspring.storage import Execution, Lease
 from mainspring.storage._backends.postgres.store import PostgresStore
-from tests._postgres import postgres_url
+from tests._postgres import postgres_store_url
 
-__all__ = ["postgres_url"]  # the fixture, used by name
+__all__ = ["postgres_store_url"]  # the fixture, used by name
 
 pytestmark = pytest.mark.anyio
 
@@ -49,14 +49,14 @@ def _seed(url: str) -> None:
 
 
 @pytest.fixture
-def seeded(postgres_url: str) -> str:
-    _seed(postgres_url)
-    return postgres_url
+def seeded(postgres_store_url: str) -> str:
+    _seed(postgres_store_url)
+    return postgres_store_url
 
 
-def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url: str) -> None:
+def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_store_url: str) -> None:
     store = PostgresStore(
-        postgres_url, session_timeout=3.0, lock_timeout=0.75, statement_timeout=40.0
+        postgres_store_url, session_timeout=3.0, lock_timeout=0.75, statement_timeout=40.0
     )
     try:
         with store._connections.reading() as conn:
@@ -77,8 +77,10 @@ def test_l6_a_store_session_has_its_server_side_timeouts_in_effect(postgres_url:
     }
 
 
-def test_l6_the_url_s_own_options_are_kept_beside_the_store_s_timeouts(postgres_url: str) -> None:
-    url = f"{postgres_url}&options=-c%20work_mem%3D8MB%20-c%20lock_timeout%3D5s"
+def test_l6_the_url_s_own_options_are_kept_beside_the_store_s_timeouts(
+    postgres_store_url: str,
+) -> None:
+    url = f"{postgres_store_url}&options=-c%20work_mem%3D8MB%20-c%20lock_timeout%3D5s"
     store = PostgresStore(url)
     try:
         with store._connections.reading() as conn:
@@ -169,11 +171,11 @@ async def test_l6_a_resume_waiting_for_a_row_lock_is_cancelled_promptly(
 
 
 def test_l6_a_url_setting_deadlock_timeout_keeps_the_store_s_lock_timeout(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
     """A setting is matched by its whole name: ``deadlock_timeout`` in the URL's options
     once passed for ``lock_timeout`` (a substring), and the lock wait was left unbounded."""
-    url = f"{postgres_url}&options=-c%20deadlock_timeout%3D2s"
+    url = f"{postgres_store_url}&options=-c%20deadlock_timeout%3D2s"
     store = PostgresStore(url, lock_timeout=0.75)
     try:
         with store._connections.reading() as conn:
@@ -185,12 +187,12 @@ def test_l6_a_url_setting_deadlock_timeout_keeps_the_store_s_lock_timeout(
 
 
 def test_l6_pgoptions_from_the_environment_are_kept_beside_the_store_s_timeouts(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libpq reads PGOPTIONS only when no options are given; the store's own options once
     replaced it, silently dropping what the operator set (and a lock_timeout set there)."""
     monkeypatch.setenv("PGOPTIONS", "-c work_mem=8MB -c lock_timeout=5s")
-    store = PostgresStore(postgres_url)
+    store = PostgresStore(postgres_store_url)
     try:
         with store._connections.reading() as conn:
             work_mem = conn.execute("SHOW work_mem").fetchone()[0]

@@ -33,10 +33,16 @@ from mainspring.storage._backends.postgres.store import (
 )
 from mainspring.storage._persistence import open_committer
 from mainspring.storage._seam import FactFilter, ForgetFact, RememberFact, query_terms
-from tests._postgres import postgres_url, require_server, server_url
+from tests._postgres import (
+    admin,
+    postgres_store_url,
+    postgres_url,
+    require_server,
+    server_url,
+)
 from tests.storage.backends.postgres.test_retry import Terminator, _count_faults
 
-__all__ = ["postgres_url", "store"]
+__all__ = ["postgres_store_url", "postgres_url", "store"]
 
 EVERYTHING = FactFilter(include_hidden=True)
 
@@ -47,21 +53,21 @@ def fact(fact_id: str, text: str = "a fact", **fields: Any) -> Fact:
 
 
 @pytest.fixture
-def store(postgres_url: str) -> Iterator[PostgresStore]:
-    made = PostgresStore(postgres_url, reconnect_timeout=10.0)
+def store(postgres_store_url: str) -> Iterator[PostgresStore]:
+    made = PostgresStore(postgres_store_url, reconnect_timeout=10.0)
     yield made
     made.close()
 
 
 def _sql(store: PostgresStore, statement: str, *args: Any) -> list[Any]:
-    """Run ``statement`` ({t}: the facts table) on a connection of its own."""
-    with psycopg.connect(server_url(), autocommit=True) as conn:
+    """Run ``statement`` ({t}: the facts table) on the harness's own connection."""
+    with admin() as conn:
         cursor = conn.execute(statement.replace("{t}", f'"{store.schema}".memory_facts'), args)
         return cursor.fetchall() if cursor.description else []
 
 
 def _terminate(pid: int) -> None:
-    with psycopg.connect(server_url(), autocommit=True) as conn:
+    with admin() as conn:
         row = conn.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()
     assert row == (True,)
 
@@ -239,9 +245,9 @@ def test_a_remember_s_generic_plan_reads_no_index_entry_per_current_fact(
 
 
 def test_two_stores_writing_one_group_at_once_keep_one_current_fact_and_whole_chains(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
-    stores = [PostgresStore(postgres_url) for _ in range(2)]
+    stores = [PostgresStore(postgres_store_url) for _ in range(2)]
     gate = threading.Barrier(2)
     errors: list[BaseException] = []
     kept: list[set[str]] = [set(), set()]
@@ -309,8 +315,8 @@ def test_expiry_is_the_servers_clock_when_the_filter_names_no_now(
     assert sorted(h.fact.id for h in hits) == ["fact-early", "fact-gone", "fact-live"]
 
 
-def test_a_test_clock_stands_in_for_the_servers(postgres_url: str) -> None:
-    store = PostgresStore(postgres_url, clock=lambda: 150.0)
+def test_a_test_clock_stands_in_for_the_servers(postgres_store_url: str) -> None:
+    store = PostgresStore(postgres_store_url, clock=lambda: 150.0)
     try:
         store.memory_apply(
             [
@@ -647,11 +653,11 @@ def test_a_batch_whose_commit_cannot_be_settled_raises_commit_unknown(
 
 @pytest.mark.slow
 def test_sessions_terminated_mid_batch_never_lose_or_double_an_acknowledged_write(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
     app = f"mainspring-memfaults-{secrets.token_hex(4)}"
-    store = PostgresStore(f"{postgres_url}&application_name={app}", reconnect_timeout=20.0)
-    checker = PostgresStore(postgres_url)  # other sessions: never terminated
+    store = PostgresStore(f"{postgres_store_url}&application_name={app}", reconnect_timeout=20.0)
+    checker = PostgresStore(postgres_store_url)  # other sessions: never terminated
     model: dict[str, Fact] = {}
     outcomes = collections.Counter[str]()
     rng = random.Random(16)

@@ -8,6 +8,7 @@ import io
 import secrets
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -75,6 +76,82 @@ def test_an_older_schema_is_upgraded_one_version_at_a_time(schema: tuple[str, st
         assert conn.execute(
             f"SELECT value FROM {_q(name)}.counters WHERE name = 'probe'"
         ).fetchone() == (7,)
+
+
+class _CountingTransactions:
+    """A connection that counts the transactions ``upgrade`` opens on it."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.transactions = 0
+
+    def transaction(self) -> Any:
+        self.transactions += 1
+        return self.conn.transaction()
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self.conn.execute(*args, **kwargs)
+
+
+def test_a_new_store_is_created_in_one_transaction_and_an_old_one_upgraded_per_version(
+    schema: tuple[str, str],
+) -> None:
+    """Creating a store is one transaction, every version's statements in order (a first
+    open is one commit, not one per version); upgrading an existing store stays one
+    transaction per version, so a crash between versions leaves a version that is whole."""
+    url, name = schema
+    with psycopg.connect(url, autocommit=True) as raw:
+        conn = _CountingTransactions(raw)
+        assert upgrade(conn, name, to=1) == 1
+        assert conn.transactions == 1
+        assert upgrade(conn, name) == PG_SCHEMA_VERSION
+        assert conn.transactions == 1 + (PG_SCHEMA_VERSION - 1)
+        assert upgrade(conn, name) == PG_SCHEMA_VERSION  # nothing to do: no transaction
+        assert conn.transactions == PG_SCHEMA_VERSION
+    assert _version(url, name) == str(PG_SCHEMA_VERSION)
+    other = fresh_schema()
+    try:
+        with psycopg.connect(url, autocommit=True) as raw:
+            conn = _CountingTransactions(raw)
+            assert upgrade(conn, other) == PG_SCHEMA_VERSION
+            assert conn.transactions == 1
+        assert _version(url, other) == str(PG_SCHEMA_VERSION)
+        # What the one transaction made is what the versions one by one made.
+        with psycopg.connect(url) as raw:
+            shapes = [
+                raw.execute(
+                    "SELECT c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod), "
+                    "a.attnotnull FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+                    "WHERE n.nspname = %s ORDER BY 1, 3",
+                    (schema_name,),
+                ).fetchall()
+                for schema_name in (name, other)
+            ]
+        assert shapes[0] == shapes[1]
+        assert shapes[0]
+    finally:
+        drop_schema(other)
+
+
+def test_an_empty_schema_gets_a_store_and_one_holding_only_a_view_is_refused(
+    schema: tuple[str, str],
+) -> None:
+    url, name = schema
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    ms.storage.PostgresStore(with_schema(url, name)).close()  # an empty schema is taken
+    assert _version(url, name) == str(PG_SCHEMA_VERSION)
+    other = fresh_schema()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{other}"')
+            conn.execute(f'CREATE VIEW "{other}".report AS SELECT 1 AS one')
+        for read_only in (False, True):
+            with pytest.raises(ms.storage.StorageError, match="not a mainspring store"):
+                ms.storage.PostgresStore(with_schema(url, other), read_only=read_only)
+    finally:
+        drop_schema(other)
 
 
 def test_a_newer_schema_is_refused_and_left_as_it_is(schema: tuple[str, str]) -> None:

@@ -20,9 +20,9 @@ import pytest
 
 import mainspring as ms
 from mainspring.storage._backends.postgres.connect import quiet_pipeline
-from tests._postgres import postgres_url, server_url
+from tests._postgres import postgres_store_url, server_url
 
-__all__ = ["postgres_url"]
+__all__ = ["postgres_store_url"]
 
 
 def _execution(execution_id: str = "ex-1") -> ms.storage.Execution:
@@ -43,8 +43,8 @@ def _sql(store: ms.storage.PostgresStore, statement: str) -> None:
 
 
 @pytest.fixture
-def store(postgres_url: str) -> ms.storage.PostgresStore:
-    made = ms.storage.PostgresStore(postgres_url)
+def store(postgres_store_url: str) -> ms.storage.PostgresStore:
+    made = ms.storage.PostgresStore(postgres_store_url)
     yield made  # type: ignore[misc]
     made.close()
 
@@ -83,7 +83,7 @@ def test_L4_a_lease_that_lapsed_on_the_server_is_refused_in_the_writing_statemen
 
 
 def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_write(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
     """A clock that jumps past the lease between the decision and the write: the decision
     says yes, the statement says no, and the call answers as the store now stands."""
@@ -94,7 +94,7 @@ def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_w
         calls[0] += 1
         return now[0]
 
-    store = ms.storage.PostgresStore(postgres_url, clock=clock)
+    store = ms.storage.PostgresStore(postgres_store_url, clock=clock)
     try:
         store.create(_execution())
         assert store.acquire("ex-1", "host-a:1:x", 10.0).acquired
@@ -118,11 +118,11 @@ def test_L4_the_fence_holds_when_the_lease_lapses_between_the_decision_and_the_w
 
 
 def test_a_row_another_host_wrote_is_read_again_not_taken_from_the_cache(
-    store: ms.storage.PostgresStore, postgres_url: str
+    store: ms.storage.PostgresStore, postgres_store_url: str
 ) -> None:
     store.create(_execution())
     assert store.acquire("ex-1", "host-a:1:x", 60.0).acquired
-    other = ms.storage.PostgresStore(postgres_url)
+    other = ms.storage.PostgresStore(postgres_store_url)
     try:
         assert other.edit("ex-1", lambda e, now: attrs.evolve(e, goal="edited on host B"))
     finally:
@@ -134,9 +134,9 @@ def test_a_row_another_host_wrote_is_read_again_not_taken_from_the_cache(
 
 
 def test_history_sequences_are_unique_and_in_commit_order_across_stores(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
-    stores = [ms.storage.PostgresStore(postgres_url) for _ in range(3)]
+    stores = [ms.storage.PostgresStore(postgres_store_url) for _ in range(3)]
     try:
         for n, store in enumerate(stores):
             for k in range(5):
@@ -231,14 +231,14 @@ def test_a_run_commit_takes_one_round_trip_while_the_cached_stamp_is_current(
 
 
 def test_E2_a_one_round_trip_commit_over_a_row_another_host_wrote_is_decided_again_locked(
-    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    store: ms.storage.PostgresStore, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Host B pauses the run behind host A's cache: A's commit goes out in one round trip,
     its stamp guard writes nothing, and the commit is decided again with the row locked:
     ``paused`` (E2), and B's pause stands."""
     live = _running(store)
     assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
-    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    other = ms.storage.PostgresStore(postgres_store_url, schema=store.schema)
     try:
         assert other.edit("ex-1", lambda e, now: attrs.evolve(e, status="paused"))
     finally:
@@ -377,7 +377,7 @@ async def test_now_from_another_thread_never_runs_on_a_transactions_connection(
 
 @pytest.mark.anyio
 async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_the_lock(
-    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    store: ms.storage.PostgresStore, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Thread B's heartbeat batch holds the store's lock, its transaction about to begin,
     when thread A's run commit (all cached: one round trip) arrives. A's choice to skip the
@@ -385,7 +385,7 @@ async def test_a_batch_skips_its_row_locks_only_by_its_own_decision_made_under_t
     never wrote, so it has no stamp to skip the lock by), and both are answered."""
     live = _running(store)
     assert store.commit_runs([(live, "host-a:1:x")]) == (ms.storage._seam.CommitOutcome.OK,)
-    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    other = ms.storage.PostgresStore(postgres_store_url, schema=store.schema)
     try:
         other.create(_execution("ex-2"))
         assert other.acquire("ex-2", "host-b:1:x", 60.0).acquired
@@ -459,7 +459,7 @@ class _FrozenMidCommit(threading.Thread):
 
 @pytest.mark.anyio
 async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_host_resumes(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
     """Host A's run commit goes out in one round trip (its row cached, its lease live) and
     A freezes right after deciding it, as in ``test_pg_connect``'s frozen host. A's lease
@@ -470,7 +470,7 @@ async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_ho
     bound; A's session should be ended after its ``session_timeout`` (1 s) and B take over."""
 
     def begin() -> _FrozenMidCommit:
-        a = ms.storage.PostgresStore(postgres_url, session_timeout=1.0)
+        a = ms.storage.PostgresStore(postgres_store_url, session_timeout=1.0)
         assert a.create(attrs.evolve(_execution("ex-frozen"), status="running"))
         assert a.acquire("ex-frozen", "host-a:1:x", 2.0).acquired  # lapses 2 s from now
         live = a.get("ex-frozen")
@@ -483,7 +483,9 @@ async def test_L6_a_host_frozen_mid_run_commit_loses_its_row_lock_and_another_ho
     try:
         await _waited(frozen.decided)
         b = await anyio.to_thread.run_sync(
-            lambda: ms.storage.PostgresStore(postgres_url, lock_timeout=0.5, reconnect_timeout=10.0)
+            lambda: ms.storage.PostgresStore(
+                postgres_store_url, lock_timeout=0.5, reconnect_timeout=10.0
+            )
         )
         assert frozen.live.lease is not None
         # A's lease lapses on the server's clock: until then the run is A's, frozen or not.
@@ -554,7 +556,7 @@ def test_settling_a_lost_one_round_trip_commit_ends_its_own_session_still_there(
 
 
 def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
-    store: ms.storage.PostgresStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    store: ms.storage.PostgresStore, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every control another host makes (pause, cancel, an answer) makes this host's next
     cached commit of that run miss its stamp guard. In a group commit the server answers
@@ -581,7 +583,7 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
         lives.append(live)
     batch = [(live, "host-a:1:x") for live in lives]
     assert store.commit_runs(batch) == (ms.storage._seam.CommitOutcome.OK,) * 3
-    other = ms.storage.PostgresStore(postgres_url, schema=store.schema)
+    other = ms.storage.PostgresStore(postgres_store_url, schema=store.schema)
     try:
         assert other.edit("ex-0", lambda e, now: attrs.evolve(e, status="paused"))
     finally:
@@ -611,7 +613,7 @@ def test_O1_a_one_round_trip_batch_decided_again_prints_nothing(
 @pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.anyio
 @pytest.mark.loop_guard(5.0)  # a plan of 8,200 steps: started and cancelled on the loop
-async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: str) -> None:
+async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_store_url: str) -> None:
     # A cancel skips every step not started (P6): one commit of upserts alone, each step's
     # plan row and observation row. Written as one statement of 4 parameters a row, past
     # 8,190 steps it holds more than the 65,535 parameters a statement may carry, and the
@@ -626,7 +628,7 @@ async def test_R2_a_cancel_that_ends_8200_pending_steps_is_stored(postgres_url: 
     # Opened and closed in a worker thread: connecting waits for the server, which a loaded
     # machine makes slow, and that wait is not the loop's to make.
     store = await anyio.to_thread.run_sync(
-        lambda: ms.storage.PostgresStore(postgres_url, reconnect_timeout=2.0)
+        lambda: ms.storage.PostgresStore(postgres_store_url, reconnect_timeout=2.0)
     )
     try:
         async with ms.open_runtime(store=store, tools={"block": block}, max_parallel_steps=1) as rt:
@@ -654,8 +656,8 @@ OWNER = "host-a:1:x"
 
 
 @pytest.fixture
-def store_postgres_step_cost(postgres_url: str) -> Any:
-    made = ms.storage.PostgresStore(postgres_url)
+def store_postgres_step_cost(postgres_store_url: str) -> Any:
+    made = ms.storage.PostgresStore(postgres_store_url)
     yield made
     made.close()
 
@@ -775,7 +777,7 @@ def test_a_feed_does_no_work_between_notices(
 
 
 def test_leaving_a_pipeline_reports_the_first_refusal_not_the_abort_after_it(
-    postgres_url: str,
+    postgres_store_url: str,
 ) -> None:
     """The server refuses a statement while the rest of the transaction is queued behind
     it, and its answer is read as the pipeline is left (where a transaction's answers are
@@ -847,8 +849,8 @@ def _now(conn: psycopg.Connection[Any]) -> float:
 
 
 @pytest.fixture
-def store_lease_clock(postgres_url: str) -> Iterator[ms.storage.PostgresStore]:
-    made = ms.storage.PostgresStore(postgres_url + "&application_name=rev14_lease_clock")
+def store_lease_clock(postgres_store_url: str) -> Iterator[ms.storage.PostgresStore]:
+    made = ms.storage.PostgresStore(postgres_store_url + "&application_name=rev14_lease_clock")
     yield made
     made.close()
 
