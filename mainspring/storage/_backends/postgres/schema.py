@@ -365,19 +365,15 @@ def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
         with conn.transaction():
             # An upgrade waits for other hosts' transactions and for another host's upgrade
             # as long as they take: the session's lock and statement bounds (L6) are for a
-            # store's own calls, which retry; an upgrade refused half way would not. (The
-            # lock's key is ours, a number: written into the statement, all in one trip.)
-            conn.execute(
-                "SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; "
-                f"SELECT pg_advisory_xact_lock({int(_lock_key(schema))})"
-            )
+            # store's own calls, which retry; an upgrade refused half way would not.
+            conn.execute("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
             version = schema_version(conn, schema)  # another host may have gone first
             if version is None:
                 version = to
                 statements = [
                     "CREATE SCHEMA IF NOT EXISTS {s}",
                     "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
-                    f"INSERT INTO {{s}}.meta (key, value) VALUES ('schema_version', '{to:d}')",
                 ]
                 conn.execute(
                     ";\n".join(
@@ -386,6 +382,10 @@ def upgrade(conn: Any, schema: str, *, to: int = PG_SCHEMA_VERSION) -> int:
                             *(_statements(v, schema) for v in range(1, to + 1) if _UPGRADES[v]),
                         ]
                     )
+                )
+                conn.execute(
+                    _q("INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %s)", schema),
+                    (str(to),),
                 )
                 break
             _refuse_newer(version, schema)
