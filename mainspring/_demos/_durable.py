@@ -230,7 +230,14 @@ class _Demo:
             args += ["--answer", answer]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, bufsize=1)
         role = "starts the run" if mode == "start" else "resumes it"
-        self.say(f"  worker {number} (pid {proc.pid}): {role}")
+        try:
+            self.say(f"  worker {number} (pid {proc.pid}): {role}")
+        except BaseException:  # the reader went away (``| head``): the worker goes too
+            proc.kill()
+            proc.wait(timeout=30)
+            assert proc.stdout is not None
+            proc.stdout.close()
+            raise
         return _Worker(number, proc)
 
     def follow(self, worker: _Worker, *, kill: bool) -> dict[str, Any]:

@@ -35,9 +35,18 @@ REASONS: dict[str, Callable[[], CancelReason]] = {
 class _Say:
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.gone = False
 
     def __call__(self, who: str, text: str) -> None:
-        print(f"  {who:<28} {text}", file=self.out, flush=True)
+        # An actor's line that met a closed pipe (``| head``) crashed the actor, its
+        # supervisor restarted it, again and again, and the demo never ended: once the
+        # reader is gone, the actors' lines are dropped and the demo runs to its end.
+        if self.gone:
+            return
+        try:
+            print(f"  {who:<28} {text}", file=self.out, flush=True)
+        except BrokenPipeError:
+            self.gone = True
 
 
 class Tool(Actor):

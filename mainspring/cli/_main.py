@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
@@ -41,10 +42,17 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         # Invariant U2: Ctrl-C is how a user stops a command (``events --follow`` above
         # all): exit 130, no traceback. What the command opened was closed on the way out.
         return EXIT_INTERRUPTED
-    except BaseExceptionGroup as group:  # Ctrl-C inside a task group (resume, memory forget)
-        if group.split(KeyboardInterrupt)[0] is None:
-            raise
-        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``| head``), whatever was printing: stop quietly (U5).
+        _quiet_closed_stdout(stdout if stdout is not None else sys.stdout)
+        return EXIT_OK
+    except BaseExceptionGroup as group:  # from a task group (resume's progress, memory forget)
+        if group.split(KeyboardInterrupt)[0] is not None:  # Ctrl-C
+            return EXIT_INTERRUPTED
+        if group.split(BrokenPipeError)[1] is None:  # the reader went away, nothing else
+            _quiet_closed_stdout(stdout if stdout is not None else sys.stdout)
+            return EXIT_OK
+        raise
 
 
 def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
@@ -58,7 +66,9 @@ def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:
     as_json = bool(getattr(args, "json", as_json))
     with logging_to_stderr(getattr(args, "log_level", None), as_json=as_json):
         began = time.perf_counter()
-        code = _command(parser, args, stdout or sys.stdout, as_json)
+        # A process started with its descriptor 1 closed (``>&-``) has no sys.stdout.
+        stream = stdout if stdout is not None else sys.stdout
+        code = _command(parser, args, stream if stream is not None else _Nowhere(), as_json)
         if logger.isEnabledFor(logging.DEBUG):
             took = time.perf_counter() - began
             logger.debug(
@@ -119,13 +129,16 @@ def _command(
         if args.command == "doctor":
             return report_unusable(args, out, f"the store failed: {exc}")
         return fail(f"the store failed: {exc}", EXIT_NO_STORE, as_json=as_json)
-    except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly (U5).
-        _quiet_closed_stdout(stream)
-        return EXIT_OK
 
 
-def _quiet_closed_stdout(stream: TextIO) -> None:
+class _Nowhere(io.StringIO):
+    """Where the output of a process without stdout goes: nowhere (nothing is kept)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _quiet_closed_stdout(stream: TextIO | None) -> None:
     """Keep Python from complaining at exit about the process's own closed stdout.
 
     Only the process's own stdout is pointed at /dev/null: a stream handed to ``main`` by an

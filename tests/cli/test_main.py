@@ -3,6 +3,7 @@ re-run) and the reasons demo (every actor's own view of why it stopped)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -398,6 +399,101 @@ def test_U5_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
         after = os.fstat(sys.stdout.fileno())
         assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
     assert _open_fds() <= opened
+
+
+class _ClosedPipe(io.StringIO):
+    """A stream whose reader went away (`| head -0`)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class _PipeClosingAfterOnePrint(io.StringIO):
+    """A stream whose reader takes what one print() wrote and goes away (`| head -1`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        if self.writes > 2:  # print() writes its text, then its end
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--version", "--json"]])
+def test_U5_version_into_a_closed_pipe_is_not_a_traceback(argv: list[str]) -> None:
+    assert main(argv, stdout=_ClosedPipe()) == EXIT_OK  # it raised BrokenPipeError
+
+
+def test_U5_resume_whose_progress_meets_a_closed_pipe_is_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mainspring resume ID --app myapp:config | head -0`: the first progress line is
+    written by a task beside the run; its BrokenPipeError came out of main() wrapped in an
+    ExceptionGroup (a traceback, exit 1)."""
+    (tmp_path / "myapp.py").write_text(APP_SOURCE)
+    script: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(APP_SOURCE, str(tmp_path / "myapp.py"), "exec"), script)
+    store = tmp_path / "s.sqlite3"
+
+    async def start() -> str:
+        async with ms.open_runtime(store=store, **script["config"]()) as rt:
+            return (await (await rt.start("g", _plan(), execution_id="ex-1")).wait()).status
+
+    assert anyio.run(start) == "waiting_for_clarification"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "myapp", raising=False)
+    argv = ["resume", "ex-1", "--store", str(store), "--app", "myapp:config", "--answer", "yes"]
+    assert main(argv, stdout=_ClosedPipe()) == EXIT_OK
+
+
+def test_U5_a_process_without_stdout_is_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mainspring ls >&-`: Python gives a process whose descriptor 1 is closed no
+    sys.stdout (None); the command took its isatty() (AttributeError)."""
+    store = tmp_path / "s.sqlite3"
+    _make_store(store)
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["ls", "--store", str(store)]) == EXIT_OK
+    assert main(["show", "nope", "--store", str(store)]) == 3  # the outcome's code, still
+
+
+@pytest.mark.anyio
+async def test_U5_demo_reasons_whose_reader_went_away_ends(tmp_path: Path) -> None:
+    """`mainspring demo-reasons | head -1`: an actor's line met the closed pipe, its
+    supervisor restarted it again and again, the steps never added up and the demo never
+    ended."""
+    out = _PipeClosingAfterOnePrint()
+    # The demo's own line may meet the closed pipe: main() turns that into exit 0.
+    with anyio.fail_after(30), contextlib.suppress(BrokenPipeError):
+        await run_reasons_demo(out, steps=3)
+    assert out.getvalue().startswith("mainspring demo:")  # its header, and nothing after
+
+
+def test_U5_demo_whose_reader_went_away_leaves_no_worker_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mainspring demo | head -2`: the line naming a worker met the closed pipe after the
+    worker started; the demo exited and left the worker running the run on its own (its
+    traceback on the shared stderr once its own pipe broke)."""
+    from mainspring._demos import _durable
+
+    started: list[subprocess.Popen[str]] = []
+    real = subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(_durable.subprocess, "Popen", popen)
+    demo = _durable._Demo(_ClosedPipe(), tmp_path, "asyncio", interactive=False)
+    with pytest.raises(BrokenPipeError):
+        demo.spawn(1, "start")
+    assert len(started) == 1
+    assert started[0].poll() is not None  # it ended with the demo
 
 
 def _has_fd(stream: Any) -> bool:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
@@ -385,3 +386,45 @@ def test_E5_a_password_holding_a_url_delimiter_is_never_shown(sep: str) -> None:
     code, printed = _cli("ls", "--store", url)
     assert SECRET not in printed
     assert SECRET not in str(code)
+
+
+def test_D2_a_recycled_store_holds_nothing_of_the_test_before() -> None:
+    """The harness's reused store (tests/_postgres.py, ``recycled_store``) is as a new one:
+    no row of an earlier test in any table, the history's counter back at 0, ``meta``
+    holding only the version."""
+    from tests._postgres import admin, recycled_store
+
+    async def run(url: str) -> None:
+        async with ms.open_runtime(store=url, tools={"inc": _inc}) as rt:
+            plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="s", tool="inc"),))
+            await (await rt.start("g", plan, execution_id="ex-1")).wait()
+
+    require_server()
+    with recycled_store() as first:
+        anyio.run(run, with_schema(server_url(), first))
+        with admin() as conn:
+            assert conn.execute(f'SELECT count(*) FROM "{first}".events').fetchone() != (0,)
+    with recycled_store() as schema:
+        assert schema == first  # the same store, emptied
+        with admin() as conn:
+            tables = conn.execute(
+                "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind = 'r' "
+                "AND c.relnamespace = to_regnamespace(%s)",
+                (schema,),
+            ).fetchall()
+            for (table,) in tables:
+                rows = conn.execute(f'SELECT * FROM "{schema}"."{table}"').fetchall()
+                if table == "meta":
+                    assert rows == [("schema_version", str(PG_SCHEMA_VERSION))]
+                elif table == "counters":
+                    assert rows == [("history", 0)]
+                else:
+                    assert rows == [], table
+        # A run in it numbers its history from 1, as in a new store.
+        anyio.run(run, with_schema(server_url(), schema))
+        with admin() as conn:
+            assert conn.execute(f'SELECT min(seq) FROM "{schema}".events').fetchone() == (1,)
+
+
+async def _inc(x: int = 0) -> int:
+    return x + 1
