@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import select
 import sqlite3
 import sys
 import time
@@ -42,17 +43,45 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         # Invariant U2: Ctrl-C is how a user stops a command (``events --follow`` above
         # all): exit 130, no traceback. What the command opened was closed on the way out.
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (``| head``), whatever was printing: stop quietly (U5).
-        _quiet_closed_stdout(stdout if stdout is not None else sys.stdout)
-        return EXIT_OK
+    except BrokenPipeError as exc:
+        return _closed_pipe(exc, stdout)
     except BaseExceptionGroup as group:  # from a task group (resume's progress, memory forget)
         if group.split(KeyboardInterrupt)[0] is not None:  # Ctrl-C
             return EXIT_INTERRUPTED
-        if group.split(BrokenPipeError)[1] is None:  # the reader went away, nothing else
-            _quiet_closed_stdout(stdout if stdout is not None else sys.stdout)
-            return EXIT_OK
+        pipes, rest = group.split(BrokenPipeError)
+        if pipes is not None and rest is None:
+            return _closed_pipe(pipes, stdout)
         raise
+
+
+def _closed_pipe(exc: BaseException, stdout: TextIO | None) -> int:
+    """A pipe broke. If it is stdout's, the reader went away (``| head``), whatever was
+    printing: stop quietly (U5). Any other pipe (a worker's, a program's) is a failure and
+    says so: a closed pipe is never a silent success unless it is the one we print to."""
+    stream = stdout if stdout is not None else sys.stdout
+    if not _reader_present(stream):
+        _quiet_closed_stdout(stream)
+        return EXIT_OK
+    return fail(f"a pipe closed under the command: {exc}", EXIT_FAILED)
+
+
+def _reader_present(stream: TextIO | None) -> bool:
+    """Whether ``stream`` is known to still have a reader: a pipe or socket whose other end
+    is open. A stream without a descriptor (an embedding program's) cannot tell: the broken
+    pipe is taken to be its own."""
+    try:
+        fd = stream.fileno() if stream is not None else -1
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    if fd < 0:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):  # no poll (Windows): cannot tell
+        return False
+    return not any(mask & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, mask in events)
 
 
 def _main(argv: Sequence[str] | None, stdout: TextIO | None) -> int:

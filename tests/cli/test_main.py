@@ -721,3 +721,27 @@ def test_resume_prints_why_a_run_failed_with_its_control_characters_escaped(
     assert "why: step b failed: ValueError: evil \\x1b[31mred\\x07" in out, out
     assert "\x1b" not in out
     assert "\x07" not in out
+
+
+def test_U5_a_broken_pipe_that_is_not_stdouts_is_a_failure_not_a_quiet_success(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only stdout's reader going away is a quiet exit 0: a pipe to a worker or a program
+    that breaks while the command's own reader is still there is reported, exit 1."""
+    import mainspring.cli._main as cli_main
+
+    def broken(*_: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe (a worker's)")
+
+    monkeypatch.setattr(cli_main, "_dispatch", broken)
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as reader, os.fdopen(write_end, "w") as stream:
+        code = main(["ls", "--store", str(tmp_path / "s.sqlite3")], stdout=stream)
+        assert reader is not None  # the reader is still there
+    assert code == EXIT_FAILED
+    assert "a pipe closed under the command" in capsys.readouterr().err
+    # The same error where stdout's own reader is gone is the quiet exit 0 of `| head`.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w") as stream:
+        assert main(["ls", "--store", str(tmp_path / "s.sqlite3")], stdout=stream) == EXIT_OK
