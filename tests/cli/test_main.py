@@ -433,18 +433,8 @@ def test_U5_resume_whose_progress_meets_a_closed_pipe_is_not_a_traceback(
     """`mainspring resume ID --app myapp:config | head -0`: the first progress line is
     written by a task beside the run; its BrokenPipeError came out of main() wrapped in an
     ExceptionGroup (a traceback, exit 1)."""
-    (tmp_path / "myapp.py").write_text(APP_SOURCE)
-    script: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(APP_SOURCE, str(tmp_path / "myapp.py"), "exec"), script)
-    store = tmp_path / "s.sqlite3"
-
-    async def start() -> str:
-        async with ms.open_runtime(store=store, **script["config"]()) as rt:
-            return (await (await rt.start("g", _plan(), execution_id="ex-1")).wait()).status
-
-    assert anyio.run(start) == "waiting_for_clarification"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "myapp", raising=False)
+    store, status = _asker_run_started_by_a_script(tmp_path, monkeypatch)
+    assert status == "waiting_for_clarification"
     argv = ["resume", "ex-1", "--store", str(store), "--app", "myapp:config", "--answer", "yes"]
     assert main(argv, stdout=_ClosedPipe()) == EXIT_OK
 
@@ -543,11 +533,12 @@ def config():
 """
 
 
-def test_R7_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
+def _asker_run_started_by_a_script(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`python myapp.py` starts the run (tools in __main__); the operator resumes it with
-    `mainspring resume ID --app myapp:config`, exactly as README suggests."""
+) -> tuple[Path, str]:
+    """`python myapp.py` starts run ex-1 with its tools in `__main__`; the shell then moves
+    to the script's folder, where `--app myapp:config` imports it anew. Returns the store
+    and the status the run stopped in."""
     (tmp_path / "myapp.py").write_text(APP_SOURCE)
     script: dict[str, Any] = {"__name__": "__main__"}
     exec(compile(APP_SOURCE, str(tmp_path / "myapp.py"), "exec"), script)
@@ -557,9 +548,19 @@ def test_R7_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
         async with ms.open_runtime(store=store, **script["config"]()) as rt:
             return (await (await rt.start("g", _plan(), execution_id="ex-1")).wait()).status
 
-    assert anyio.run(start) == "waiting_for_clarification"
+    status = anyio.run(start)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "myapp", raising=False)
+    return store, status
+
+
+def test_R7_resume_app_of_the_same_tools_a_script_ran_is_not_drift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python myapp.py` starts the run (tools in __main__); the operator resumes it with
+    `mainspring resume ID --app myapp:config`, exactly as README suggests."""
+    store, status = _asker_run_started_by_a_script(tmp_path, monkeypatch)
+    assert status == "waiting_for_clarification"
     _, out = run_cli("resume", "ex-1", "--store", str(store), "--app", "myapp:config",
                   "--answer", "yes")  # fmt: skip
     # it used to: "tool inc changed" (its hash includes __module__), no planner -> the run is
