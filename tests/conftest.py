@@ -75,6 +75,59 @@ _ROOT = Path(__file__).resolve().parent.parent
 _PYCACHE = "MAINSPRING_TESTS_PYCACHE"
 _share_bytecode()
 
+
+def _temp_in_memory() -> None:
+    """Keep the run's temporary files (``tmp_path``, ``tempfile``) in memory where the machine
+    has a memory file system with room to spare.
+
+    Every store a test opens fsyncs its commits (SQLite's ``synchronous=FULL``, the file
+    store's journal and directory syncs): on a virtual machine's disk those syncs cost about a
+    tenth of the default run's wall time and CPU. What the tests prove does not rest on them:
+    a crash test kills a process, and a killed process loses nothing the kernel holds, synced
+    or not. The library calls fsync exactly as it does on a disk; the file system answers at
+    once. ``MAINSPRING_TEST_TMPDIR`` names another directory (``MAINSPRING_TEST_TMPDIR=/tmp``:
+    the disk, to see what the syncs cost). A test that needs a disk's own behaviour asks for
+    ``disk_tmp_path``.
+    """
+    if _DISK_TEMP in os.environ:  # chosen by the run's first process: workers inherit it
+        return
+    os.environ[_DISK_TEMP] = tempfile.gettempdir()
+    chosen = os.environ.get("MAINSPRING_TEST_TMPDIR") or _memory_file_system()
+    if chosen is None:
+        return
+    os.environ["TMPDIR"] = chosen
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def _memory_file_system(at: str = "/dev/shm", room: int = 2 << 30) -> str | None:
+    """``at`` if it is a tmpfs this process may write, with ``room`` bytes free; else None
+    (no such mount, as on macOS; a container's 64 MB one)."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            kinds = {fields[1]: fields[2] for fields in map(str.split, mounts) if len(fields) > 2}
+        stat = os.statvfs(at)
+    except OSError:
+        return None
+    if kinds.get(at) != "tmpfs" or not os.access(at, os.W_OK | os.X_OK):
+        return None
+    return at if stat.f_bavail * stat.f_frsize >= room else None
+
+
+_DISK_TEMP = "MAINSPRING_TESTS_DISK_TEMP"
+_temp_in_memory()
+
+
+@pytest.fixture
+def disk_tmp_path() -> Iterator[Path]:
+    """A directory on the machine's own temporary file system (a disk, as a rule) even when
+    the run keeps ``tmp_path`` in memory: for a test of what a disk's file system does."""
+    path = Path(tempfile.mkdtemp(prefix="mainspring-disk-", dir=os.environ[_DISK_TEMP]))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 settings.register_profile("quick", max_examples=_examples.FULL // 4, phases=_examples.QUICK_PHASES)
 settings.register_profile("thorough", max_examples=_examples.FULL)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))

@@ -1514,7 +1514,7 @@ def test_V2_task_transitions_are_in_the_history_when_a_task_record_does_not_pars
 
 
 def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    disk_tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # FileStore.history remembers how far it read a journal by (st_dev, st_ino) and length.
     # A compaction renames a new file over the journal and frees the old inode, which the
@@ -1522,14 +1522,16 @@ def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
     # file for the one it read and reads on from its old length, mid-frame. It finds
     # nothing there (or a "corrupt" journal, skipped); meanwhile it moves its cursor on with
     # another execution's entries, so the entries of the compacted one are lost for good.
+    # It needs a disk's file system: ext4 hands inodes out again, tmpfs (where the run may
+    # keep tmp_path) does not.
     monkeypatch.setattr(file_module, "_COMPACT_AT", 1500)
-    writer = FileStore(tmp_path / "store")
-    follower = FileStore(tmp_path / "store")
+    writer = FileStore(disk_tmp_path / "store")
+    follower = FileStore(disk_tmp_path / "store")
     leases = {}
     for name in ("ex-1", "ex-2"):
         writer.create(execution_storage_v2(name, status="running"))
         leases[name] = writer.acquire(name, "a:1:x", ttl=600).lease
-    journal = tmp_path / "store" / "ex-1.journal"
+    journal = disk_tmp_path / "store" / "ex-1.journal"
     count = 0
 
     counts = {"ex-1": 0, "ex-2": 0}
@@ -1572,7 +1574,7 @@ def test_V2_a_follower_misses_nothing_when_a_new_journal_reuses_the_old_inode(
         commit()
         commit("ex-2")
         follow()
-    truth = FileStore(tmp_path / "store").history(limit=10_000)
+    truth = FileStore(disk_tmp_path / "store").history(limit=10_000)
     assert [e.seq for e in seen] == [e.seq for e in truth]
 
 
