@@ -201,6 +201,7 @@ async def _ticker(ticks: list[int], stop: anyio.Event) -> None:
         await checkpoint()
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 @pytest.mark.parametrize("where", ["system", "actor"])
 async def test_a_long_spawn_loop_lets_other_tasks_run(where: str) -> None:
     ticks: list[int] = []
@@ -348,6 +349,7 @@ class Parent(ms.Actor):
         return len(self.children)
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_a_spawn_loop_in_on_start_and_under_a_supervisor_restart() -> None:
     async with ms.open_system() as system:
         parent = await system.spawn(Parent, 2_000)

@@ -180,6 +180,17 @@ def test_an_older_version_keeps_its_items_when_a_newer_one_is_made() -> None:
     assert first.changed_since(second) is None  # shorter: not a later version
 
 
+def test_what_changed_is_found_when_the_newer_version_grew_its_tree_by_levels() -> None:
+    # 100 items fit a tree of one level; 40,000 need three: the walk starts in the newer
+    # tree's subtree that covers the whole older tree.
+    first = Vector(range(100))
+    grown = first.updated({7: "seven"}, range(100, 40_000))
+    assert grown.changed_since(first) == [7]
+    later = grown.updated({39_999: "last", 8: "eight"}, [])
+    assert later.changed_since(first) == [7, 8]
+    assert later.changed_since(grown) == [8, 39_999]
+
+
 def test_checks_passed_carry_to_the_next_version_only_as_what_it_changed() -> None:
     first = Vector(["a", "b"])
     assert not first.passed("x")

@@ -100,6 +100,7 @@ async def test_an_agent_task_keeps_at_most_the_cap_of_durable_steps(
     assert task.inner_completed == ("i0", "i1", "i2")
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_steps_completing_out_of_order_cost_each_commit_what_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

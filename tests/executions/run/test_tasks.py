@@ -576,6 +576,7 @@ async def _run(steps: int, monkeypatch: pytest.MonkeyPatch) -> collections.Count
     return counts
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 async def test_an_inner_step_costs_the_same_at_step_n_and_step_10n(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -518,6 +518,7 @@ def test_E2_a_commit_from_another_connection_is_seen(make_store: Factory, tmp_pa
     assert first.commit_run(execution(status="running"), "a:1:x") is CommitOutcome.TERMINAL
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_a_file_store_never_trusts_its_memory_after_another_store_wrote(tmp_path: Path) -> None:
     # Inodes are reused and mtimes are coarse: only the shared generation counter decides.
     first = FileStore(tmp_path / "s")
@@ -703,6 +704,7 @@ def test_delete_removes_only_a_finished_execution_with_its_history(make_store: F
     assert not store.delete("done")
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_a_commit_costs_what_changed_not_the_length_of_the_run(tmp_path: Path) -> None:
     # The bytes one step's commit appends are the same at step 10 and step 1,000.
     store = FileStore(tmp_path / "store")

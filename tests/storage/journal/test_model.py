@@ -314,6 +314,7 @@ def test_E7_a_task_replaced_by_a_record_without_its_inner_fields_reads_back_as_i
 # -- an inner step replaced in place costs what changed --------------------------------------
 
 
+@pytest.mark.untraced  # its size is the point, not its lines (tests/conftest.py)
 def test_D1_replacing_one_inner_step_of_a_long_agent_costs_what_one_inner_step_does(
     tmp_path: Path,
 ) -> None:
