@@ -237,6 +237,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: three workers for every two cores, at least two and at most four. The
     suite waits on subprocesses and a PostgreSQL server, so a worker per core leaves the
     cores idle: on 2 cores (temporary files in memory, coverage on) 2 workers took 4 min
-    16 s, 3 took 3 min 40 s to 4 min, and 4 took longer again (more CPU each)."""
+    16 s, 3 took 3 min 40 s to 4 min; 4 workers, measured with files on the disk, took
+    longer than 3 (more CPU each)."""
     cores = os.cpu_count() or 1
     return max(2, min(4, cores * 3 // 2))
