@@ -99,7 +99,8 @@ def _temp_in_memory() -> None:
         raise pytest.UsageError(
             f"MAINSPRING_TEST_TMPDIR={chosen!r} is not a directory this user may write"
         )
-    os.environ["TMPDIR"] = chosen
+    # Absolute: a child process started in another directory (cwd=) resolves the same one.
+    os.environ["TMPDIR"] = os.path.abspath(chosen)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
