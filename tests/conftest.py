@@ -86,13 +86,16 @@ def _temp_in_memory() -> None:
     a crash test kills a process, and a killed process loses nothing the kernel holds, synced
     or not. The library calls fsync exactly as it does on a disk; the file system answers at
     once. ``MAINSPRING_TEST_TMPDIR`` names another directory (``MAINSPRING_TEST_TMPDIR=/tmp``:
-    the disk, to see what the syncs cost). A test that needs a disk's own behaviour asks for
-    ``disk_tmp_path``.
+    the disk, to see what the syncs cost); a ``TMPDIR`` the user set is left as it is. A test
+    that needs a disk's own behaviour asks for ``disk_tmp_path``.
     """
     if _DISK_TEMP in os.environ:  # chosen by the run's first process: workers inherit it
         return
     os.environ[_DISK_TEMP] = tempfile.gettempdir()
-    chosen = os.environ.get("MAINSPRING_TEST_TMPDIR") or _memory_file_system()
+    chosen = os.environ.get("MAINSPRING_TEST_TMPDIR")
+    if not chosen and os.environ.get("TMPDIR"):
+        return  # the user's own choice of temporary directory stands
+    chosen = chosen or _memory_file_system()
     if chosen is None:
         return
     if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK | os.X_OK):

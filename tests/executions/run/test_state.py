@@ -221,9 +221,11 @@ async def main() -> None:
         )
         for i in range(n)
     )
-    store = Path(tempfile.mkdtemp()) / "store.sqlite3"
-    async with ms.open_runtime(store=store, tools={"inc": tick}) as rt:
-        result = await (await rt.start("count", ms.Plan(id="p", goal="g", steps=steps))).wait()
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "store.sqlite3"
+        async with ms.open_runtime(store=store, tools={"inc": tick}) as rt:
+            plan = ms.Plan(id="p", goal="g", steps=steps)
+            result = await (await rt.start("count", plan)).wait()
     assert result.status == "completed"
     early = (marks[500] - marks[300]) / 200
     late = (marks[n - 1] - marks[n - 200]) / 199
