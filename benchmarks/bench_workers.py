@@ -34,8 +34,7 @@ from typing import Any
 import anyio
 
 import mainspring as ms
-from mainspring.executions import SubprocessHost, WorkerAgent
-from mainspring.executions._seam import WorkerSpec
+from mainspring.executions import SubprocessHost, WorkerAgent, WorkerSpec
 
 BACKENDS = ("asyncio", "trio")
 # It says so once SIGTERM is ignored: a TERM sent before that would end it at once.

@@ -44,9 +44,9 @@ async def watch(rt: ms.Runtime, task_status: Any = trio.TASK_STATUS_IGNORED) -> 
     async with contextlib.aclosing(rt.events()) as events:
         task_status.started()
         async for event in events:
-            if isinstance(event, ms.executions.StepFinished):
+            if isinstance(event, ms.events.StepFinished):
                 print(f"  step {event.step_id}: {event.state} ({event.done}/{event.total})")
-            elif isinstance(event, ms.executions.AgentTaskWaiting):
+            elif isinstance(event, ms.events.AgentTaskWaiting):
                 print(f"  task {event.task_id} asks a question")
 
 

@@ -2,9 +2,10 @@
 
 The names most programs need are here. The rest live in one namespace each:
 ``mainspring.supervision`` (supervisors), ``mainspring.storage`` (records and stores),
-``mainspring.executions`` (run events and the rest of the durable layer),
-``mainspring.testing`` (test doubles: a store in memory, a manual clock, a scripted worker
-host) and ``mainspring.actors`` (the types of the contract a supervisor implements).
+``mainspring.executions`` (the rest of the durable layer), ``mainspring.events`` (the run
+events ``Runtime.events()`` yields), ``mainspring.testing`` (test doubles: a store in
+memory, a manual clock, a scripted worker host) and ``mainspring.actors`` (the types of the
+contract a supervisor implements).
 ``import mainspring`` loads the kernel only; supervision, the durable layer and the stores
 load on first use.
 """
@@ -50,6 +51,7 @@ from .actors import current_actor as current_actor
 logging.getLogger("mainspring").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
+    from . import events as events
     from . import executions as executions
     from . import storage as storage
     from . import supervision as supervision
@@ -75,7 +77,7 @@ publish(__name__, globals(), KERNEL)
 publish(actors.__name__, vars(actors), actors.__all__)  # the overseer contract
 
 _LAZY = LAZY
-_NAMESPACES = ("executions", "storage", "supervision", "testing", "cli")
+_NAMESPACES = ("executions", "events", "storage", "supervision", "testing", "cli")
 
 
 def __getattr__(name: str) -> Any:

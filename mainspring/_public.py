@@ -3,7 +3,8 @@ which of them load on first use), and how classes come to name their public home
 
 Every public name lives in exactly one namespace: the top level (``mainspring``), or
 ``mainspring.actors`` (the overseer contract), ``mainspring.supervision``,
-``mainspring.storage``, ``mainspring.executions``. ``tests/test_exports.py`` checks it.
+``mainspring.storage``, ``mainspring.executions``, ``mainspring.events`` (the run events),
+``mainspring.testing``. ``tests/test_exports.py`` checks it.
 """
 
 from __future__ import annotations

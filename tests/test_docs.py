@@ -145,7 +145,7 @@ def test_every_invariant_id_in_the_docs_links_to_its_legend_entry() -> None:
 
 # -- names the manual uses exist ------------------------------------------------------------
 
-NAMESPACES = ("actors", "supervision", "storage", "executions", "testing")
+NAMESPACES = ("actors", "supervision", "storage", "executions", "events", "testing")
 
 
 def _named(text: str) -> set[str]:

@@ -21,6 +21,7 @@ import mainspring as ms
 import mainspring._demos
 import mainspring.actors
 import mainspring.cli
+import mainspring.events
 import mainspring.executions
 import mainspring.storage
 import mainspring.supervision
@@ -33,6 +34,7 @@ NAMESPACES = [
     mainspring.supervision,
     mainspring.storage,
     mainspring.executions,
+    mainspring.events,
     mainspring.testing,
 ]
 
@@ -131,6 +133,7 @@ def test_private_modules_are_underscored() -> None:
         mainspring.supervision,
         mainspring.storage,
         mainspring.executions,
+        mainspring.events,
         mainspring.cli,
         mainspring._demos,
         mainspring.testing,
@@ -186,13 +189,15 @@ def test_an_actor_outside_a_system_says_so() -> None:
 
 
 def test_the_public_surface_is_short() -> None:
-    # What users use: records, stores and errors in storage; events, results and the worker
-    # and memory APIs in executions. Internal seams live behind each package's _seam.
+    # What users use: records, stores and errors in storage; results, reports and the
+    # worker and memory APIs in executions; the run events in events. Internal seams live
+    # behind each package's _seam.
     sizes = {namespace.__name__: len(namespace.__all__) for namespace in NAMESPACES}
-    assert sum(sizes.values()) <= 149, sizes
+    assert sum(sizes.values()) <= 156, sizes
     assert sizes["mainspring"] <= 40, sizes
-    assert sizes["mainspring.storage"] <= 50, sizes
-    assert sizes["mainspring.executions"] <= 38, sizes
+    assert sizes["mainspring.storage"] <= 51, sizes
+    assert sizes["mainspring.executions"] <= 27, sizes
+    assert sizes["mainspring.events"] <= 17, sizes
     assert sizes["mainspring.actors"] <= 3, sizes
     assert sizes["mainspring.supervision"] <= 15, sizes
     assert sizes["mainspring.testing"] <= 3, sizes
@@ -213,7 +218,7 @@ def test_what_left_the_public_namespaces_stays_importable_through_the_doors() ->
         assert name not in mainspring.storage.__all__, name
         assert not hasattr(mainspring.storage, name), name
         assert getattr(storage_seam, name) is not None, name
-    for name in ("WorkerHost", "Report", "Seen", "ExecutionEvent"):
+    for name in ("Report", "Seen", "ExecutionEvent"):
         assert name not in mainspring.executions.__all__, name
         assert getattr(executions_seam, name) is not None, name
     kernel = (
@@ -224,8 +229,16 @@ def test_what_left_the_public_namespaces_stays_importable_through_the_doors() ->
         assert name not in mainspring.actors.__all__, name
         assert getattr(actors_seam, name) is not None, name
     # Moved, not lost: WithUsage to the top level, ScriptedHost to mainspring.testing,
-    # spawn_supervisor to mainspring.supervision.
+    # spawn_supervisor to mainspring.supervision, the run events to mainspring.events;
+    # WorkerHost, the protocol a host implements, is public (and still behind the door).
     assert "WithUsage" in mainspring.__all__
+    assert "WorkerHost" in mainspring.executions.__all__
+    assert executions_seam.WorkerHost is mainspring.executions.WorkerHost
+    for name in ("StepFinished", "RunEvent", "WorkerChanged"):
+        assert name in mainspring.events.__all__, name
+        assert name not in mainspring.executions.__all__, name
+        assert not hasattr(mainspring.executions, name), name  # no silent alias
+        assert getattr(executions_seam, name) is getattr(mainspring.events, name), name
     assert "ScriptedHost" in mainspring.testing.__all__
     assert "spawn_supervisor" in mainspring.supervision.__all__
 
@@ -252,6 +265,13 @@ MET: list[tuple[Any, str, Any, str]] = [
     (executions.Runtime.recover, "return", executions, "RecoveryReport"),
     (executions.Memory.search, "return", executions, "MemorySearch"),
     (executions.MemorySearch, "hits", executions, "MemoryHit"),
+    (executions.Runtime.workers, "return", executions, "WorkersView"),
+    (executions.AgentContext.memory.fget, "return", executions, "AgentMemory"),
+    (executions.RecoveryReport.__init__, "skipped", executions, "SkippedRun"),
+    (executions.PruneReport, "skipped", executions, "PruneSkip"),
+    (executions.WorkerAgent.__init__, "host", executions, "WorkerHost"),
+    (executions.WorkerHost.start, "spec", executions, "WorkerSpec"),
+    (storage.Store.acquire, "return", storage, "LeaseResult"),
 ]
 
 
@@ -267,15 +287,127 @@ def test_a_type_met_in_a_public_signature_is_public_beside_what_answers_it(
     assert getattr(namespace, name) is met[name]
 
 
+def test_the_events_namespace_is_exactly_what_runtime_events_yields() -> None:
+    # Every class Runtime.events() can yield is importable from mainspring.events (besides
+    # the kernel's EventsDropped, top level), with their union RunEvent, and nothing else.
+    import typing
+
+    members = typing.get_args(mainspring.events.RunEvent)
+    assert len(members) == 16
+    assert sorted(mainspring.events.__all__) == sorted(["RunEvent", *(c.__name__ for c in members)])
+    for cls in members:
+        assert getattr(mainspring.events, cls.__name__) is cls
+    assert mainspring.events.RunEvent is executions._seam.RunEvent  # the runtime's own union
+    live = [
+        hints["return"]
+        for hints in map(typing.get_type_hints, typing.get_overloads(executions.Runtime.events))
+        if hints["after"] is type(None)
+    ]
+    assert len(live) == 1
+    (yielded,) = {typing.get_args(generator)[0] for generator in live}
+    assert set(typing.get_args(yielded)) == {*members, ms.EventsDropped}
+
+
+#: Modules whose types a public signature may name besides mainspring's public ones.
+OUTSIDE = ("builtins", "typing", "types", "collections.abc", "decimal", "anyio")
+#: The classes whose public methods and properties users call (Store: the protocol).
+SIGNATURES = [
+    executions.Runtime,
+    executions.ExecutionHandle,
+    executions.AgentContext,
+    storage.Store,
+]
+
+
+def _public_names() -> dict[str, Any]:
+    return {name: getattr(ns, name) for ns in NAMESPACES for name in ns.__all__}
+
+
+def _hints(function: Any) -> dict[str, Any]:
+    """``function``'s annotations, resolved: in its module, then (a name imported only for
+    type checkers) among the public names."""
+    import typing
+
+    try:
+        return typing.get_type_hints(function)
+    except NameError:
+        return typing.get_type_hints(function, localns=_public_names())
+
+
+def _named_in(hint: Any) -> set[Any]:
+    """Every class a hint names, walking unions and generics (``AsyncGenerator[A | B,
+    None]``), with the origin of a generic (``list`` of ``list[str]``)."""
+    import typing
+
+    found: set[Any] = set()
+    if isinstance(hint, type) and not typing.get_args(hint):
+        found.add(hint)
+    origin = typing.get_origin(hint)
+    if isinstance(origin, type):
+        found.add(origin)
+    for argument in typing.get_args(hint):
+        for each in argument if isinstance(argument, list | tuple) else (argument,):
+            found |= _named_in(each)
+    return found
+
+
+@pytest.mark.parametrize("cls", SIGNATURES, ids=lambda c: c.__name__)
+def test_every_type_a_public_signature_names_is_public(cls: type) -> None:
+    # What users hold (ctx.memory, rt.workers(...), a report's items, Store.acquire's
+    # answer) must be importable from a public namespace, not from a private module.
+    import typing
+
+    public = {id(value) for value in _public_names().values()}
+    private = []
+    members = 0
+    for klass in cls.__mro__:
+        if klass.__module__ in ("builtins", "typing"):
+            continue
+        for attr, member in vars(klass).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(member, property):
+                functions = [member.fget]
+            elif isinstance(member, staticmethod | classmethod):
+                functions = [member.__func__]
+            elif inspect.isfunction(member):
+                functions = [member, *typing.get_overloads(member)]
+            else:
+                continue
+            for function in functions:
+                members += 1
+                for where, hint in _hints(function).items():
+                    for named in _named_in(hint):
+                        home = named.__module__.split(".")[0]
+                        if id(named) in public or named.__module__ in OUTSIDE or home in OUTSIDE:
+                            continue
+                        private.append(f"{cls.__name__}.{attr} {where}: {named!r}")
+    assert members >= 2, cls  # the walk sees the methods (ExecutionHandle: done, wait)
+    assert private == []
+
+
 def _documented_value(namespace: Any, name: str) -> bool:
     """Whether a public constant or type alias has a ``#:`` comment just above where it is
-    assigned (what Sphinx and mkdocstrings read), in its namespace's package."""
+    assigned (what Sphinx and mkdocstrings read), in its namespace's package, or in the
+    package whose door (``_seam``) the namespace imports it through (``mainspring.events``
+    re-exports executions' ``RunEvent``)."""
     import ast
     import inspect
     import pathlib
 
-    root = pathlib.Path(inspect.getfile(namespace)).parent
-    for path in [*root.rglob("*.py"), *root.parent.glob("_*.py")]:
+    init = pathlib.Path(inspect.getfile(namespace))
+    root = init.parent
+    packages = [root]
+    for node in ast.parse(init.read_text()).body:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 2
+            and (node.module or "").endswith("._seam")
+            and any(alias.name == name for alias in node.names)
+        ):
+            packages.append(root.parent / (node.module or "").split(".")[0])
+    paths = [path for package in packages for path in package.rglob("*.py")]
+    for path in [*paths, *root.parent.glob("_*.py")]:
         source = path.read_text()
         lines = source.splitlines()
         for node in ast.parse(source).body:
@@ -345,8 +477,10 @@ RUNTIME_MADE = [
     mainspring.ExecutionHandle,
     mainspring.AgentContext,
     mainspring.PlannerContext,
-    mainspring.executions._seam.WorkersView,
-    mainspring.executions._seam.AgentMemory,
+    mainspring.executions.WorkersView,
+    mainspring.executions.AgentMemory,
+    mainspring.executions.SkippedRun,
+    mainspring.executions.PruneSkip,
     mainspring.testing.ManualClock,
 ]
 

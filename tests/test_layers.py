@@ -1,6 +1,6 @@
 """The layers, read from the source: no module imports another package's private module but
 its one internal door (``<package>._seam``), and dependencies point inward only
-(actors <- supervision, storage <- executions <- ui <- cli)."""
+(actors <- supervision, storage <- executions <- events, executions <- ui <- cli)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ ALLOWED: dict[str, set[str]] = {
     "supervision": {"actors"},
     "storage": {"actors"},
     "executions": {"actors", "supervision", "storage"},
-    "cli": {"actors", "supervision", "storage", "executions", "_demos", "ui"},
+    # the run events: executions' event classes, through its door, and nothing else
+    "events": {"executions"},
+    "cli": {"actors", "supervision", "storage", "executions", "events", "_demos", "ui"},
     # the web view: the top layer with cli, which serves it (``mainspring ui``)
     "ui": {"actors", "supervision", "storage", "executions"},
-    "_demos": {"actors", "supervision", "storage", "executions"},
+    "_demos": {"actors", "supervision", "storage", "executions", "events"},
     "testing": {"actors", "supervision", "storage", "executions"},
 }
 
@@ -96,6 +98,21 @@ def test_the_rule_allows_the_door_and_refuses_every_other_private_module() -> No
     assert _refusal("ui", "mainspring.cli") is not None  # the command serves the view
     assert _refusal("ui", "mainspring.executions._facade.runtime") is not None
     assert _refusal("storage", "mainspring.ui") is not None
+    assert _refusal("events", "mainspring.executions._seam") is None
+    assert _refusal("events", "mainspring.executions._run.events") is not None
+    assert _refusal("events", "mainspring.storage") is not None
+    assert _refusal("events", "mainspring.actors._seam") is not None
+    assert _refusal("executions", "mainspring.events") is not None  # inward only
+    assert _refusal("ui", "mainspring.events") is not None
+
+
+def test_the_events_namespace_imports_executions_door_and_nothing_else() -> None:
+    # mainspring.events re-exports the run event classes: it reaches them through
+    # executions' door only (and the shared table of the public surface's tiers).
+    modules = sorted((ROOT / "events").rglob("*.py"))
+    assert [p.name for p in modules] == ["__init__.py"]
+    imported = {name for path in modules for _, name in _imports(path)}
+    assert imported == {"mainspring.executions._seam", "mainspring._public"}
 
 
 def test_upper_packages_reach_storage_and_executions_internals_only_through_the_door() -> None:

@@ -28,17 +28,14 @@ from typing import Any, TextIO
 import anyio
 import attrs
 
-from ..executions import (
-    AgentContext,
-    ExecutionBusy,
+from ..events import (
     ExecutionCancelled,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionPaused,
     ExecutionWaiting,
-    PlannerContext,
-    open_runtime,
 )
+from ..executions import AgentContext, ExecutionBusy, PlannerContext, open_runtime
 from ..storage import Execution, Plan, PlanStep, QuestionId, SqliteStore
 
 #: Each run's id starts so; a fresh suffix each time lets one ``--store-dir`` hold many runs.

@@ -14,13 +14,12 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from ..events import AgentTaskWaiting, StepFinished
 from ..executions import (
-    AgentTaskWaiting,
     ExecutionBusy,
     InvalidPlan,
     NotWaiting,
     Runtime,
-    StepFinished,
     UnknownExecution,
     open_runtime,
 )

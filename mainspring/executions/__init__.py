@@ -2,9 +2,11 @@
 step, planner and agent-task actors, and the contexts user code receives.
 
 Built on ``mainspring.actors`` and ``mainspring.storage``. ``__all__`` lists what programs
-use beyond the top level's names (events, results and reports, the errors to catch, memory,
-external workers, programs); the rest is internal, reached by the command line and
-``mainspring.testing`` through ``mainspring.executions._seam``, the one internal door.
+use beyond the top level's names (results and reports, the errors to catch, memory, external
+workers and their hosts, programs); the events ``Runtime.events()`` yields have a namespace
+of their own, ``mainspring.events``. The rest is internal, reached by the command line,
+``mainspring.events`` and ``mainspring.testing`` through ``mainspring.executions._seam``,
+the one internal door.
 """
 
 from .._public import publish
@@ -16,10 +18,14 @@ from ._facade.handle import NotWaiting as NotWaiting
 from ._facade.handle import UnknownExecution as UnknownExecution
 from ._facade.open import open_runtime as open_runtime
 from ._facade.prune import PruneReport as PruneReport
+from ._facade.prune import PruneSkip as PruneSkip
 from ._facade.recovery import RecoveryReport as RecoveryReport
+from ._facade.recovery import SkippedRun as SkippedRun
 from ._facade.runtime import Runtime as Runtime
 from ._facade.workers import WorkerNotLive as WorkerNotLive
+from ._facade.workers import WorkersView as WorkersView
 from ._memory.embedders import minilm_embedder as minilm_embedder
+from ._memory.memory import AgentMemory as AgentMemory
 from ._memory.memory import Memory as Memory
 from ._memory.memory import MemoryHit as MemoryHit
 from ._memory.memory import MemorySearch as MemorySearch
@@ -29,23 +35,6 @@ from ._programs.programs import ProgramResult as ProgramResult
 from ._programs.programs import run_program as run_program
 from ._rules.plan import InvalidPlan as InvalidPlan
 from ._rules.usage import WithUsage as WithUsage
-from ._run.events import AgentTaskCompleted as AgentTaskCompleted
-from ._run.events import AgentTaskProgress as AgentTaskProgress
-from ._run.events import AgentTaskStarted as AgentTaskStarted
-from ._run.events import AgentTaskStopped as AgentTaskStopped
-from ._run.events import AgentTaskWaiting as AgentTaskWaiting
-from ._run.events import ExecutionCancelled as ExecutionCancelled
-from ._run.events import ExecutionCompleted as ExecutionCompleted
-from ._run.events import ExecutionFailed as ExecutionFailed
-from ._run.events import ExecutionPaused as ExecutionPaused
-from ._run.events import ExecutionResumed as ExecutionResumed
-from ._run.events import ExecutionStarted as ExecutionStarted
-from ._run.events import ExecutionWaiting as ExecutionWaiting
-from ._run.events import RunEvent as RunEvent
-from ._run.events import StepFinished as StepFinished
-from ._run.events import StepRetrying as StepRetrying
-from ._run.events import StepStarted as StepStarted
-from ._run.events import WorkerChanged as WorkerChanged
 from ._run.results import ExecutionResult as ExecutionResult
 from ._run.results import StepFailure as StepFailure
 from ._run.results import StopResult as StopResult
@@ -57,22 +46,13 @@ from ._workers.agent import WorkerAgent as WorkerAgent
 from ._workers.fleet import Proof as Proof
 from ._workers.fleet import StaleWorker as StaleWorker
 from ._workers.fleet import WorkerRefused as WorkerRefused
+from ._workers.hosts import WorkerHost as WorkerHost
+from ._workers.hosts import WorkerSpec as WorkerSpec
 from ._workers.subprocess_host import SubprocessHost as SubprocessHost
 
 __all__ = [
-    "AgentTaskCompleted",
-    "AgentTaskProgress",
-    "AgentTaskStarted",
-    "AgentTaskStopped",
-    "AgentTaskWaiting",
-    "ExecutionCancelled",
-    "ExecutionCompleted",
+    "AgentMemory",
     "ExecutionExists",
-    "ExecutionFailed",
-    "ExecutionPaused",
-    "ExecutionResumed",
-    "ExecutionStarted",
-    "ExecutionWaiting",
     "Memory",
     "MemoryHit",
     "MemorySearch",
@@ -81,21 +61,21 @@ __all__ = [
     "ProgramResult",
     "Proof",
     "PruneReport",
+    "PruneSkip",
     "RecoveryReport",
-    "RunEvent",
     "SaveRefused",
     "ScopeNotConfigured",
+    "SkippedRun",
     "StaleWorker",
     "StepFailure",
-    "StepFinished",
-    "StepRetrying",
-    "StepStarted",
     "StopResult",
     "SubprocessHost",
     "WorkerAgent",
-    "WorkerChanged",
+    "WorkerHost",
     "WorkerNotLive",
     "WorkerRefused",
+    "WorkerSpec",
+    "WorkersView",
     "minilm_embedder",
     "run_program",
 ]

@@ -17,6 +17,7 @@ template and one folder per backend (``file``, ``sqlite``, ``postgres``) are ``_
 from .._public import publish
 from . import _seam as _seam  # the internal door (not public): see its docstring
 from ._backends.contract import CommitOutcome as CommitOutcome
+from ._backends.contract import LeaseResult as LeaseResult
 from ._backends.contract import Listing as Listing
 from ._backends.contract import Problem as Problem
 from ._backends.contract import Store as Store
@@ -88,6 +89,7 @@ __all__ = [
     "Interruption",
     "InvalidId",
     "Lease",
+    "LeaseResult",
     "Listing",
     "MigrationError",
     "MigrationReport",

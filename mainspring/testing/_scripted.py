@@ -212,7 +212,7 @@ class _ScriptedReports(anyio.abc.ObjectReceiveStream[Report]):
 
 
 class ScriptedHost:
-    """A fake :class:`~mainspring.executions._seam.WorkerHost` that plays ``scripts`` (see the
+    """A fake :class:`~mainspring.executions.WorkerHost` that plays ``scripts`` (see the
     module docstring), one per start or resume, in order; :meth:`add` gives more. Its
     identities carry the host ``"scripted"``; a start with no script left raises
     ``LookupError`` (a test that started more workers than it scripted)."""

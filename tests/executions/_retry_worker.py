@@ -43,7 +43,7 @@ async def main(mode: str, store: str, ledger: str) -> None:
 
             async def announce() -> None:
                 async for event in rt.events():
-                    if isinstance(event, ms.executions.StepRetrying):
+                    if isinstance(event, ms.events.StepRetrying):
                         print("retrying", flush=True)  # attempt 1 is durable (B1)
 
             async with anyio.create_task_group() as tg:

@@ -132,5 +132,5 @@ async def test_a_runtime_runs_a_plan_on_the_memory_store_and_its_history_replays
 
 def test_the_scripted_host_is_a_worker_host() -> None:
     host = ScriptedHost([[{"type": "result", "output": 1}]])
-    assert isinstance(host, ms.executions._seam.WorkerHost)
+    assert isinstance(host, ms.executions.WorkerHost)
     assert "mainspring.testing" in ms.testing.__name__

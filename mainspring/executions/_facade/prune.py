@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection
+from typing import final
 
 import anyio.to_thread
 import attrs
@@ -24,9 +25,12 @@ __all__ = ["PRUNABLE", "PruneReport", "PruneSkip", "prune"]
 PRUNABLE: tuple[str, ...] = ("completed", "failed", "cancelled")
 
 
+@final
 @attrs.frozen(kw_only=True)
 class PruneSkip:
-    """An execution prune selected, or could not read, and did not delete: why."""
+    """An item of :attr:`PruneReport.skipped`, made by the runtime: an execution
+    :meth:`Runtime.prune` selected, or could not read, and did not delete, with why
+    (``reason``), so a caller sees what is left to look at instead of a shorter count."""
 
     id: str
     reason: str

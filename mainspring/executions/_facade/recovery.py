@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, final
 
 import anyio
 import anyio.to_thread
@@ -46,9 +46,12 @@ MARGIN = 0.05
 _KEPT = 1_000
 
 
+@final
 @attrs.frozen(kw_only=True)
 class SkippedRun:
-    """A stored, unfinished execution that :meth:`Runtime.recover` left alone, and why:
+    """An item of :attr:`RecoveryReport.skipped`, made by the runtime: a stored, unfinished
+    execution that :meth:`Runtime.recover` left alone, and why, so a caller can tell a run
+    another owner holds from one that needs a person (its ``reason``):
     ``lease-live:<owner>`` (another owner holds a live lease and is not known to be gone),
     ``paused`` or another waiting status (``waiting_for_input``, ``waiting_for_approval``
     ...: a resume is a decision, not a recovery), ``terminal`` (it finished elsewhere

@@ -40,8 +40,13 @@ class WorkerNotLive(MainspringError):
 @final
 @attrs.frozen(kw_only=True)
 class WorkersView:
-    """An execution's workers as stored: the records that parse, the tasks they serve,
-    the diagnostic trail, and how many records did not parse (E7, E8)."""
+    """What :meth:`Runtime.workers` returns: an execution's workers as stored, the records
+    that parse, the tasks they serve, the diagnostic trail, and how many records did not
+    parse (E7, E8).
+
+    A snapshot read from the store, made by the runtime (never by users): it is what an
+    operator's tool or a test reads to see which worker serves which task, in which state,
+    and why it moved."""
 
     execution_id: str
     workers: tuple[WorkerRecord, ...]

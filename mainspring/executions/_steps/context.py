@@ -87,7 +87,7 @@ class AgentContext:
 
     @property
     def memory(self) -> AgentMemory:
-        """Agent memory (:class:`~mainspring.executions._seam.AgentMemory`): ``remember`` records
+        """Agent memory (:class:`~mainspring.executions.AgentMemory`): ``remember`` records
         where a fact came from and is idempotent on replay; ``search``, ``get`` and ``list``
         are live reads, not replayed on resume (to replay one, return what you use of it,
         as storable values, from a ``ctx.step`` function)."""

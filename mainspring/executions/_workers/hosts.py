@@ -66,10 +66,14 @@ class WorkerStartFailed(MainspringError):
 
 @attrs.frozen(kw_only=True)
 class WorkerSpec:
-    """What a host starts: a command (argv), for one generation of one worker, in a
-    session, for a job; the workspace it may write, the step's input (given to the process
-    as JSON in ``MAINSPRING_WORKER_INPUT``), extra environment, and the session it resumes
-    (a host whose agent can continue a conversation passes it on; others ignore it)."""
+    """What a host is handed (:meth:`WorkerHost.start`, :meth:`WorkerHost.resume`): a
+    command (argv), for one generation of one worker, in a session, for a job; the
+    workspace it may write, the step's input (given to the process as JSON in
+    ``MAINSPRING_WORKER_INPUT``), extra environment, and the session it resumes (a host
+    whose agent can continue a conversation passes it on; others ignore it).
+
+    The runtime makes one for each process it asks a host for; a host author makes them
+    too, to test a host without a runtime."""
 
     command: tuple[str, ...]
     worker_id: str
@@ -128,7 +132,11 @@ class WorkerProcess(Protocol):
 
 @runtime_checkable
 class WorkerHost(Protocol):
-    """Starts, inspects, stops, resumes and talks to worker processes.
+    """The protocol a worker host implements: it starts, inspects, stops, resumes and talks
+    to worker processes. ``SubprocessHost`` is the built-in one (any command, as a local
+    subprocess) and ``mainspring.testing.ScriptedHost`` plays scripts for tests; implement
+    this to run workers elsewhere (a container, another machine) and pass it as a
+    ``WorkerAgent``'s ``host``.
 
     ``inspect`` and ``stop`` take only a :class:`ProcessIdentity`, so a runtime that resumes
     a run after a crash can inspect and stop a process another runtime started. ``stop``

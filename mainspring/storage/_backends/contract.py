@@ -65,7 +65,11 @@ RenewResult = tuple[CommitOutcome, "Execution | None"] | Exception
 
 @attrs.frozen(kw_only=True)
 class LeaseResult:
-    """The answer to ``acquire``: the lease now on disk, or why it was refused."""
+    """What :meth:`Store.acquire` returns: ``acquired`` and the lease now on disk, or why
+    it was refused (``reason``: another owner's live lease...).
+
+    Public because a store implements ``acquire`` and so makes these, and a caller of it
+    (the runtime, an operator's tool) reads them."""
 
     acquired: bool
     lease: Lease | None = None

@@ -214,7 +214,7 @@ async def test_live_events_of_one_execution_and_the_arguments_checked(tmp_path: 
             async with contextlib.aclosing(rt.events("ex-1")) as stream:  # type: ignore[type-var]
                 async for event in stream:
                     seen.append(event)
-                    if isinstance(event, ms.executions.ExecutionCompleted):
+                    if isinstance(event, ms.events.ExecutionCompleted):
                         return
 
         async with anyio.create_task_group() as tg:
@@ -351,7 +351,7 @@ async def test_v4_every_stream_ends_when_the_runtime_starts_closing(tmp_path: Pa
             await entered.wait()
             # Leaving the block closes the runtime while both consumers still iterate.
     assert ended_before_the_runs_stopped == [True]
-    assert any(isinstance(e, ms.executions.StepStarted) for e in live)
+    assert any(isinstance(e, ms.events.StepStarted) for e in live)
     assert [e.kind for e in history][:1] == ["created"]
 
 
@@ -384,7 +384,7 @@ async def test_v4_close_streams_ends_every_stream_and_the_runtime_goes_on(
             assert live_ended.is_set()
             assert follower_ended.is_set()
             assert one_ended.is_set()
-            assert any(isinstance(e, ms.executions.ExecutionStarted) for e in live)
+            assert any(isinstance(e, ms.events.ExecutionStarted) for e in live)
             later: list[Any] = []
             async for event in rt.events():
                 later.append(event)  # pragma: no cover - nothing comes
@@ -429,7 +429,7 @@ async def test_v4_a_live_stream_ends_after_what_it_held_when_streams_closed(
             await ended.wait()
     ids = {e.execution_id for e in got if not isinstance(e, ms.actors.EventsDropped)}
     assert ids == {"ex-a"}
-    assert isinstance(got[-1], ms.executions.ExecutionCompleted)
+    assert isinstance(got[-1], ms.events.ExecutionCompleted)
 
 
 async def test_v2_followers_stuck_in_store_reads_never_starve_the_runs_writes(

@@ -395,7 +395,7 @@ class _Flaky(ms.storage.SqliteStore):
             raise ms.storage.StorageError(f"listing failed near {SECRET}")
         return super().unfinished(skip)
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
         if self.fail_acquire:
             self.fail_acquire -= 1
             raise ms.storage.StorageError(f"acquire failed near {SECRET}")
@@ -446,7 +446,7 @@ class _SlowTake(ms.storage.SqliteStore):
         self.taken = threading.Event()
         self.closing = threading.Event()
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
         result = super().acquire(*args, **kwargs)
         if not self.taken.is_set():
             self.taken.set()
@@ -527,7 +527,7 @@ class _HeldResume(ms.storage.SqliteStore):
         self.listed = threading.Event()
         self.sweeping = False
 
-    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage._seam.LeaseResult:
+    def acquire(self, *args: Any, **kwargs: Any) -> ms.storage.LeaseResult:
         if not self.acquiring.is_set():
             self.acquiring.set()
             self.gate.wait(60)

@@ -913,7 +913,7 @@ async def test_R3_R5_a_run_that_crashed_after_its_question_was_saved_still_recov
             handle = await rt.start("g", plan)
             with anyio.fail_after(30):
                 async for event in events:
-                    if isinstance(event, ms.executions.AgentTaskWaiting):
+                    if isinstance(event, ms.events.AgentTaskWaiting):
                         break  # the question is durable
         await gate.entered.wait()
         snapshot = stored(rt, handle.execution_id)
@@ -1412,7 +1412,7 @@ from collections.abc import AsyncGenerator
 from typing import assert_type
 
 import mainspring as ms
-from mainspring.executions import RunEvent, StepFinished
+from mainspring.events import RunEvent, StepFinished
 from mainspring.storage import HistoryEvent
 
 Live = AsyncGenerator[RunEvent | ms.EventsDropped, None]

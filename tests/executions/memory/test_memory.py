@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 
 import mainspring as ms
-from mainspring.executions import Memory, ScopeNotConfigured
+from mainspring.executions import AgentMemory, Memory, MemorySearch, ScopeNotConfigured
 from mainspring.executions._memory.memory import _logged_fallback
-from mainspring.executions._seam import AgentMemory, MemorySearch
 from mainspring.storage import Fact, InvalidId, Scope, StorageError
 from mainspring.storage._seam import MAX_FACT_TEXT, FactFilter
 
@@ -640,7 +639,7 @@ async def test_E10_memory_objects_returned_from_ctx_step_are_a_clear_error(
     assert "Fact" in errors["list"]
     # What failed is now what the docs say, wherever they speak of replaying a read.
     docs = [
-        ms.executions._seam.AgentMemory.__doc__ or "",
+        ms.executions.AgentMemory.__doc__ or "",
         ms.executions.Memory.search.__doc__ or "",
         ms.AgentContext.memory.__doc__ or "",
     ]

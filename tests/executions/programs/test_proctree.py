@@ -15,10 +15,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from mainspring.executions import SubprocessHost, run_program
+from mainspring.executions import SubprocessHost, WorkerSpec, run_program
 from mainspring.executions._programs import proctree as _proctree
 from mainspring.executions._programs.proctree import HAVE_PROC
-from mainspring.executions._seam import WorkerSpec
 from mainspring.executions._workers.subprocess_host import process_stat
 from mainspring.storage._seam import ProcessIdentity
 

@@ -211,7 +211,7 @@ async def test_B1_the_run_deadline_pauses_with_Timeout_and_resume_completes(
         assert record.controls[-1].reason.startswith("timeout: ")
         assert record.lease is not None
         assert record.lease.owner == ""  # L3: released
-        paused = [e for e in events if isinstance(e, ms.executions.ExecutionPaused)]
+        paused = [e for e in events if isinstance(e, ms.events.ExecutionPaused)]
         assert [e.cause for e in paused] == ["timeout"]
         assert {s.id: s.status for s in record.plan.steps}["b"] == "pending"  # type: ignore[union-attr]
         # Resuming a run its deadline paused goes on (the passed deadline is dropped).
@@ -697,7 +697,7 @@ async def _until_the_run_ends(rt: ms.Runtime, execution_id: str) -> object:
     may still be running (a wind-down waits for them), so its handle is not awaited."""
     async with contextlib.aclosing(rt.events()) as stream:  # type: ignore[type-var]
         async for event in stream:
-            ended = (ms.executions.ExecutionCompleted, ms.executions.ExecutionFailed)
+            ended = (ms.events.ExecutionCompleted, ms.events.ExecutionFailed)
             if isinstance(event, ended) and event.execution_id == execution_id:
                 return event
     raise AssertionError("the events ended first")  # pragma: no cover
@@ -775,7 +775,7 @@ async def test_B1_V3_a_run_cancelled_while_a_step_waits_to_retry_no_longer_says_
     # step is waiting for its next attempt; its failed attempt stays listed.
     flaky = Flaky(10)
     async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool": A_DAY}) as rt:
-        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+        async with seen(rt, lambda e: isinstance(e, ms.events.StepRetrying)) as retrying:
             handle = await rt.start("g", plan_of(tool("a", "flaky")), execution_id="ex-c")
             with anyio.fail_after(60):  # a hang guard only
                 await retrying.wait()
@@ -837,7 +837,7 @@ async def test_B1_attempts_made_under_a_default_policy_stay_listed_when_resumed_
     # failed attempt is durable (B1) and the step's last observation must still list it.
     flaky = Flaky(1)
     async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool": A_DAY}) as rt:
-        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+        async with seen(rt, lambda e: isinstance(e, ms.events.StepRetrying)) as retrying:
             handle = await rt.start("g", plan_of(tool("a", "flaky")), execution_id="ex-r")
             with anyio.fail_after(60):  # a hang guard only
                 await retrying.wait()
@@ -870,7 +870,7 @@ async def test_B1_R6_a_step_replanned_onto_another_tool_counts_its_own_attempts(
 
     tools = {"flaky": flaky, "other": other}
     async with runtime(tmp_path, tools=tools, planner=planner, workspace=workspace) as rt:
-        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+        async with seen(rt, lambda e: isinstance(e, ms.events.StepRetrying)) as retrying:
             handle = await rt.start("g")
             with anyio.fail_after(60):  # a hang guard only
                 await retrying.wait()

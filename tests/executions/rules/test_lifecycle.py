@@ -319,7 +319,7 @@ async def test_question_open_while_other_steps_run(tmp_path: Path) -> None:
             await gate.entered.wait()
             # The question is durable (its event follows the commit) before "g" may end:
             # then "after" becomes ready while the question is open.
-            while not any(isinstance(e, ms.executions.AgentTaskWaiting) for e in events):
+            while not any(isinstance(e, ms.events.AgentTaskWaiting) for e in events):
                 await anyio.lowlevel.checkpoint()
             gate.opened.set()
             r = await h.wait()

@@ -52,9 +52,7 @@ def _parker(gate: Gate) -> Any:
 
 def _step_events(events: list[object], step_id: str) -> list[str]:
     return [
-        e.state
-        for e in events
-        if isinstance(e, ms.executions.StepFinished) and e.step_id == step_id
+        e.state for e in events if isinstance(e, ms.events.StepFinished) and e.step_id == step_id
     ]
 
 
@@ -309,7 +307,7 @@ async def test_S2_stopping_a_waiting_task_in_a_live_run_withdraws_its_question(
             handle = await rt.start("g", plan)
             with anyio.fail_after(30):
                 async for event in events:
-                    if isinstance(event, ms.executions.AgentTaskWaiting):
+                    if isinstance(event, ms.events.AgentTaskWaiting):
                         break  # the question is durable
         await gate.entered.wait()
         assert stored(rt, handle.execution_id).pending is not None
@@ -355,7 +353,7 @@ async def test_S2_a_replan_after_a_failure_keeps_a_stopped_step_the_new_plan_hol
             handle = await rt.start("g", plan)
             with anyio.fail_after(30):
                 async for event in events:
-                    if isinstance(event, ms.executions.StepFinished) and event.state == "failed":
+                    if isinstance(event, ms.events.StepFinished) and event.state == "failed":
                         break
         await gate.entered.wait()
         (task,) = await rt.agent_tasks(handle.execution_id)

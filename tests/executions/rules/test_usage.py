@@ -707,7 +707,7 @@ async def test_P4_an_agent_short_of_budget_runs_again_at_once_when_other_steps_f
             handle = await rt.start("g", plan)
             with anyio.fail_after(30):
                 async for event in events:
-                    if isinstance(event, ms.executions.AgentTaskCompleted):
+                    if isinstance(event, ms.events.AgentTaskCompleted):
                         break  # a's end is durable (b cannot end before it)
             a_done.set()
             with anyio.fail_after(30):

@@ -489,7 +489,7 @@ def test_V1_RunEvent_is_the_union_of_every_event_class() -> None:
         and issubclass(value, ms.executions._seam.ExecutionEvent)
         and value is not ms.executions._seam.ExecutionEvent
     }
-    assert set(typing.get_args(ms.executions.RunEvent)) == classes
+    assert set(typing.get_args(ms.events.RunEvent)) == classes
     assert set(_run_events.__all__) >= {cls.__name__ for cls in classes}
 
 
@@ -499,7 +499,7 @@ async def test_V1_a_subscriber_that_falls_behind_is_told_what_it_lost() -> None:
     bus = RunEventBus(anyio.Event)
     with pytest.raises(ValueError, match="at least 1"):
         await bus.subscribe(0).__anext__()
-    events = [ms.executions.ExecutionPaused(execution_id="e", at=0.0, requeued=n) for n in range(5)]
+    events = [ms.events.ExecutionPaused(execution_id="e", at=0.0, requeued=n) for n in range(5)]
     got: list[object] = []
 
     async def read() -> None:
@@ -549,7 +549,7 @@ async def _started_and_waiting(rt: ms.Runtime, plan: ms.Plan) -> ms.ExecutionHan
         handle = await rt.start("g", plan)
         with anyio.fail_after(30):
             async for event in events:
-                if isinstance(event, ms.executions.ExecutionWaiting):
+                if isinstance(event, ms.events.ExecutionWaiting):
                     return handle
     raise AssertionError("the run never waited")  # pragma: no cover
 
@@ -832,7 +832,7 @@ async def test_S1_a_cross_process_stop_keeps_its_operation_id(
         assert stop.state == "stopping"
         with anyio.fail_after(30):
             await handle.wait()
-    notices = [e for e in events if isinstance(e, ms.executions.AgentTaskStopped)]
+    notices = [e for e in events if isinstance(e, ms.events.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 
 
@@ -1169,6 +1169,7 @@ async def test_E2_one_tool_step_costs_what_the_lean_step_path_does(
 async def test_S_step_events_reach_a_subscriber() -> None:
     """V1: the events a run builds only when someone listens reach a subscriber, every one
     in order: its start, each step's start and end (with the counts done so far), its end."""
+    from mainspring import events as ev
     from mainspring import executions as ex
 
     async with runtime(MemoryStore(), recover=False) as rt, recorded_events(rt) as events:
@@ -1186,9 +1187,9 @@ async def test_S_step_events_reach_a_subscriber() -> None:
         for item in (("StepStarted", f"s{i}", None), ("StepFinished", f"s{i}", i + 1))
     ]
     assert seen == [("ExecutionStarted", None, None), *steps, ("ExecutionCompleted", None, None)]
-    finished = [e for e in events if isinstance(e, ex.StepFinished)]
+    finished = [e for e in events if isinstance(e, ev.StepFinished)]
     assert [(e.state, e.total, e.calls_used) for e in finished] == [("succeeded", 3, 0)] * 3
-    started = [e for e in events if isinstance(e, ex.StepStarted)]
+    started = [e for e in events if isinstance(e, ev.StepStarted)]
     assert [e.kind for e in started] == ["tool"] * 3
 
 

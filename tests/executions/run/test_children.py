@@ -99,7 +99,7 @@ async def test_B1_a_step_succeeds_on_attempt_3_of_3_and_show_lists_attempts_1_an
     ]
     assert observation.data["attempt"] == 3
     assert "retrying" not in observation.data
-    retrying = [e for e in events if isinstance(e, ms.executions.StepRetrying)]
+    retrying = [e for e in events if isinstance(e, ms.events.StepRetrying)]
     assert [(e.step_id, e.attempt, e.max_attempts) for e in retrying] == [
         ("a", 1, 3),
         ("a", 2, 3),
@@ -212,7 +212,7 @@ async def test_B1_a_step_waiting_for_backoff_holds_no_slot_and_a_pause_keeps_its
     plan = plan_of(tool("a", "flaky"), tool("b", "inc", x=1))
     options: dict[str, Any] = {"max_parallel_steps": 1, "retries": {"tool:flaky": A_DAY}}
     async with runtime(tmp_path, ledger, tools={"flaky": flaky}, **options) as rt:
-        b_done = seen(rt, lambda e: isinstance(e, ms.executions.StepFinished) and e.step_id == "b")
+        b_done = seen(rt, lambda e: isinstance(e, ms.events.StepFinished) and e.step_id == "b")
         async with b_done as finished:
             handle = await rt.start("g", plan)
             with anyio.fail_after(60):  # a hang guard only
@@ -244,7 +244,7 @@ async def test_B1_closing_the_runtime_mid_retries_keeps_the_attempt_count(
     flaky = Flaky(10)
     plan = plan_of(tool("a", "flaky"))
     async with runtime(tmp_path, tools={"flaky": flaky}, retries={"tool": A_DAY}) as rt:
-        async with seen(rt, lambda e: isinstance(e, ms.executions.StepRetrying)) as retrying:
+        async with seen(rt, lambda e: isinstance(e, ms.events.StepRetrying)) as retrying:
             handle = await rt.start("g", plan)
             with anyio.fail_after(60):  # a hang guard only
                 await retrying.wait()

@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 import mainspring as ms
-from mainspring.executions import WorkerAgent, WorkerChanged
+from mainspring.events import WorkerChanged
+from mainspring.executions import WorkerAgent
 from mainspring.storage import HistoryEvent
 from mainspring.testing import ScriptedHost
 

@@ -302,7 +302,7 @@ async def test_S1_a_live_task_is_stopped_with_Cancel_and_the_run_goes_on(tmp_pat
     assert result.stopped_steps == ("a",)
     assert ledger.count("inc:3") == 1
     assert ledger.count("inc:4") == 1  # its dependent ran
-    notices = [e for e in events if isinstance(e, ms.executions.AgentTaskStopped)]
+    notices = [e for e in events if isinstance(e, ms.events.AgentTaskStopped)]
     assert [n.operation_id for n in notices] == [stop.operation_id]
 
 

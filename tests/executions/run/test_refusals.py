@@ -535,9 +535,7 @@ async def test_V2_the_runners_event_stream_says_the_run_ended_when_stopped_from_
         await getattr(b, control)(handle.execution_id, reason="elsewhere")
         with anyio.fail_after(30):
             await handle.wait()
-    wanted = (
-        ms.executions.ExecutionCancelled if control == "cancel" else ms.executions.ExecutionPaused
-    )
+    wanted = ms.events.ExecutionCancelled if control == "cancel" else ms.events.ExecutionPaused
     ends = [e for e in events if isinstance(e, wanted)]
     assert [e.execution_id for e in ends] == [handle.execution_id], [
         type(e).__name__ for e in events
@@ -557,4 +555,4 @@ async def test_V2_cancelling_a_waiting_run_is_announced_on_the_event_stream(tmp_
         assert first.status == "waiting_for_clarification"
         async with recorded_events(rt) as events:
             await rt.cancel(first.execution_id, reason="no longer needed")
-    assert any(isinstance(e, ms.executions.ExecutionCancelled) for e in events), events
+    assert any(isinstance(e, ms.events.ExecutionCancelled) for e in events), events

@@ -29,7 +29,7 @@ async def test_E6_completed_steps_are_in_the_order_steps_completed(tmp_path: Pat
     async def open_once_fast_is_done(stream: Any) -> None:
         async with contextlib.aclosing(stream):
             async for event in stream:
-                if isinstance(event, ms.executions.StepFinished) and event.step_id == "fast":
+                if isinstance(event, ms.events.StepFinished) and event.step_id == "fast":
                     gate.opened.set()
                     return
 

@@ -34,7 +34,7 @@ def coder(host: FakeHost, **options: Any) -> dict[str, Any]:
     return {"coder": WorkerAgent(["fake-agent"], host=host, **options)}
 
 
-async def view(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
+async def view(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
     return await rt.workers(execution_id)
 
 

@@ -15,8 +15,7 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import WorkerAgent
-from mainspring.executions._seam import WorkerSpec
+from mainspring.executions import WorkerAgent, WorkerSpec
 from mainspring.executions._workers import driver as driver_module
 from mainspring.storage._seam import ProcessIdentity, parse_workers
 

@@ -201,9 +201,7 @@ def alive(pid: int) -> bool:
     return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
-async def busy(
-    rt: ms.Runtime, execution_id: str, generation: int
-) -> ms.executions._seam.WorkersView:
+async def busy(rt: ms.Runtime, execution_id: str, generation: int) -> ms.executions.WorkersView:
     """The run's worker of ``generation`` runs: its process is recorded (polls the store; a
     ``busy`` that changes nothing is not recorded)."""
     with anyio.fail_after(60):

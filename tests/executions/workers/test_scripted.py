@@ -11,8 +11,8 @@ import anyio
 import attrs
 import pytest
 
-from mainspring.executions import WorkerAgent
-from mainspring.executions._seam import Report, WorkerHost, WorkerSpec, WorkerStartFailed
+from mainspring.executions import WorkerAgent, WorkerHost, WorkerSpec
+from mainspring.executions._seam import Report, WorkerStartFailed
 from mainspring.storage._seam import ProcessIdentity
 from mainspring.testing import ScriptedHost
 

@@ -15,8 +15,8 @@ import attrs
 import pytest
 
 import mainspring as ms
-from mainspring.executions import SubprocessHost, WorkerAgent
-from mainspring.executions._seam import Report, WorkerHost, WorkerSpec, WorkerStartFailed
+from mainspring.executions import SubprocessHost, WorkerAgent, WorkerHost, WorkerSpec
+from mainspring.executions._seam import Report, WorkerStartFailed
 from mainspring.executions._workers.hosts import MAX_REPORT_LINE
 from mainspring.executions._workers.subprocess_host import process_stat
 from mainspring.storage._seam import ProcessIdentity
@@ -483,7 +483,7 @@ def worker_workers_subprocess(
     return WorkerAgent([sys.executable, str(script), *args], **options)
 
 
-async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions._seam.WorkersView:
+async def _wait_running(rt: ms.Runtime, execution_id: str) -> ms.executions.WorkersView:
     with anyio.fail_after(60):
         while True:
             seen = await rt.workers(execution_id)
