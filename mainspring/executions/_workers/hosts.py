@@ -134,9 +134,10 @@ class WorkerProcess(Protocol):
 class WorkerHost(Protocol):
     """The protocol a worker host implements: it starts, inspects, stops, resumes and talks
     to worker processes. ``SubprocessHost`` is the built-in one (any command, as a local
-    subprocess) and ``mainspring.testing.ScriptedHost`` plays scripts for tests; implement
-    this to run workers elsewhere (a container, another machine) and pass it as a
-    ``WorkerAgent``'s ``host``.
+    subprocess) and ``mainspring.testing.ScriptedHost`` plays scripts for tests; either is
+    passed as a ``WorkerAgent``'s ``host``. The protocol is public so that parameter can be
+    named; a host of your own (a container, another machine) is not supported yet: what a
+    host hands back (the process, what it saw, its reports) is internal and may change.
 
     ``inspect`` and ``stop`` take only a :class:`ProcessIdentity`, so a runtime that resumes
     a run after a crash can inspect and stop a process another runtime started. ``stop``
