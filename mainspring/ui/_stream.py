@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import orjson
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..executions import Runtime
 from ..storage import Store
@@ -89,6 +89,19 @@ class EventStream(StreamingResponse):
         self._body = body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_end_shielded(message: Message) -> None:
+            # The server answers the response's last chunk with ``http.disconnect`` while
+            # that send is still on its way (it recycles or closes the connection inside
+            # it), so ``watch`` cancels the scope mid-send. On trio a cancelled scope fails
+            # every later await, the connection's close among them: the socket stayed open
+            # and a stopping view waited its whole grace for it (V4). The last chunk is
+            # sent shielded; every other send stays cancellable (a browser that left).
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                with anyio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
@@ -99,7 +112,7 @@ class EventStream(StreamingResponse):
             tg.start_soon(watch)
             try:
                 async with contextlib.aclosing(self._body):  # type: ignore[type-var]
-                    await self.stream_response(send)
+                    await self.stream_response(send_end_shielded)
             except OSError:  # the browser left while an entry was on its way
                 pass
             tg.cancel_scope.cancel()

@@ -66,14 +66,11 @@ def view(
 ) -> Iterator[UiServer]:
     """The view of ``store``, served on the portal's loop, for ``browser``.
 
-    When the block ends, the browser leaves the view's page before the view stops, as a
-    person closes the tab: a page left open keeps a live event stream, which reconnects
-    at once when the stop ends it, and on trio that late request holds the stop for its
-    whole grace (1 s a test)."""
+    The page stays open while the view stops, its live event stream with it, as when a
+    person stops the command with the tab still open: the stop must not wait out its
+    grace for that stream's connection (V4)."""
     with portal.wrap_async_context_manager(serve(store, **options)) as ui:
         yield ui
-        if browser is not None:
-            browser.get("about:blank")
 
 
 def wait_for(browser: Any, what: Callable[[Any], Any], timeout: float = 20) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 import mainspring as ms
@@ -380,6 +381,39 @@ async def test_stopping_the_view_ends_its_streams(store: Any) -> None:
         with anyio.fail_after(GRACE + 5):
             while await stream.line() is not None:
                 pass
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+async def test_V4_a_stream_ended_by_the_stop_closes_its_connection_without_the_grace(
+    store: Any, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """V4: the stream's connection closes as soon as the stream ends, so stopping the view
+    does not wait out its grace for it. On trio the server's close ran inside the stream's
+    cancelled scope (the server reports ``http.disconnect`` during the last chunk's send)
+    and failed: the socket stayed open until the grace ran out. A grace of ten minutes
+    here makes that a timeout, not a slow pass."""
+    monkeypatch.setattr("mainspring.ui._server.GRACE", 600.0)
+    head = f"GET /api/events HTTP/{version}\r\nhost: 127.0.0.1\r\nx-mainspring-token: "
+    with anyio.fail_after(60):
+        async with serve(store) as ui, await anyio.connect_tcp(ui.host, ui.port) as sock:
+            await sock.send(f"{head}{ui.token}\r\n\r\n".encode())
+            seen = b""
+            while b"retry: 1000" not in seen:
+                seen += await sock.receive()
+            ui.stop()
+            seen += await _until_closed(sock)  # the server closed it: EOF
+    assert b"200" in seen.split(b"\r\n", 1)[0]
+    assert seen.endswith(b"0\r\n\r\n") or version == "1.0", seen[-40:]
+
+
+async def _until_closed(sock: anyio.abc.ByteStream) -> bytes:
+    """What the peer sends until it closes the connection."""
+    rest = b""
+    while True:
+        try:
+            rest += await sock.receive()
+        except anyio.EndOfStream:
+            return rest
 
 
 async def test_a_deep_plan_listed_last_step_first_is_laid_out(tmp_path: Path) -> None:
