@@ -177,6 +177,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for name in _LAZY_IF_INSTALLED:
         with contextlib.suppress(ImportError):  # not installed: those tests skip
             importlib.import_module(name)
+    # The records' converter hooks, made on first use too (storage._codec.make_hooks).
+    from mainspring.storage._codec import make_hooks
+
+    make_hooks()
     # Everything imported and collected so far (the test modules, hypothesis, psycopg...)
     # lives until the end: moved out of the collector's generations, a full collection
     # during a test scans what the tests make, not the whole suite's heap. Without it a

@@ -12,8 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "mainspring"
 
 #: Root-level private helpers that belong to no layer: the one id rule (actor names and
-#: record ids) and the table of the public surface's tiers.
-SHARED = {"_ids", "_public"}
+#: record ids), the table of the public surface's tiers and redaction's text rule.
+SHARED = {"_ids", "_public", "_redaction"}
 
 #: What each package may import from mainspring (besides itself and SHARED).
 ALLOWED: dict[str, set[str]] = {

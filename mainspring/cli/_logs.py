@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
-from ..storage import redact
+from .._redaction import masked
 
 __all__ = ["logger", "logging_to_stderr"]
 
@@ -29,7 +29,7 @@ class _Lines(logging.Formatter):
     """``LEVEL logger: message``, redacted like everything the command prints."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname} {record.name}: {redact(record.getMessage())}"
+        return f"{record.levelname} {record.name}: {masked(record.getMessage())}"
 
 
 class _Json(logging.Formatter):
@@ -49,6 +49,8 @@ class _Json(logging.Formatter):
             "at": record.created,
             **fields,
         }
+        from ..storage import redact  # the fields may be any values: walked as stored ones
+
         return json.dumps(redact(line), default=str)
 
 

@@ -1,5 +1,9 @@
 """``main``: parse the command line, open the store, run the command, turn every expected
-failure into one line on stderr and an exit code."""
+failure into one line on stderr and an exit code.
+
+The stores (and the execution layer, for a control) are imported once a command that needs
+them runs: ``--version``, ``--help`` and a usage error load neither.
+"""
 
 from __future__ import annotations
 
@@ -10,26 +14,23 @@ import json
 import logging
 import os
 import select
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import anyio
 
-from ..storage import InvalidId, RecordError, StorageError, Store, TooLarge
-from ..storage._seam import is_postgres_url
 from ._codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_STORE, EXIT_OK, EXIT_USAGE, CliError
 from ._console import make_safe
-from ._integrity import report_unusable
 from ._logs import logger, logging_to_stderr
-from ._memory import check_memory_args, run_memory
-from ._output import Out, fail, terminal_width
+from ._output import fail
 from ._parser import UsageError, make_parser, version, wants_json
-from ._reads import READS, nothing_here_yet
-from ._store import check_execution_id, check_task_id, open_store, store_path
+
+if TYPE_CHECKING:
+    from ..storage import Store
+    from ._output import Out
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
@@ -137,6 +138,14 @@ def _command(
             return fail("a command is required (see mainspring --help)", EXIT_USAGE, as_json=True)
         parser.print_help(stream)
         return EXIT_USAGE
+    # Imported here, not at the top: a command that needs no store never loads the stores.
+    import sqlite3
+
+    from ..storage import InvalidId, RecordError, StorageError, TooLarge
+    from ._integrity import report_unusable
+    from ._output import Out, terminal_width
+    from ._store import store_path
+
     given = getattr(args, "store_path", None)
     args.store_given = given is not None
     args.store_path = store_path(given)
@@ -185,6 +194,11 @@ def _quiet_closed_stdout(stream: TextIO | None) -> None:
 
 
 def _dispatch(args: argparse.Namespace, out: Out) -> int:
+    from ..storage._seam import is_postgres_url
+    from ._memory import check_memory_args
+    from ._reads import READS, nothing_here_yet
+    from ._store import check_execution_id, check_task_id, open_store
+
     if args.command == "migrate":  # the one command that opens an older store
         from ._maintenance import run_migrate
 
@@ -222,6 +236,9 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
 def _run(
     store: Store, close: Callable[[], None], args: argparse.Namespace, out: Out, *, write: bool
 ) -> int:
+    from ._memory import run_memory
+    from ._reads import READS
+
     try:
         if args.command == "memory":
             return run_memory(store, out, args)

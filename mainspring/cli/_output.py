@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..storage import redact
+from .._redaction import masked
 from ._console import can_encode
 
 #: How wide a goal is shown where the terminal's width is unknown (output to a pipe).
@@ -42,10 +42,10 @@ class Out:
         self.ellipsis = "\u2026" if can_encode(stream, "\u2026") else "..."
 
     def line(self, text: str = "") -> None:
-        print(redact(text), file=self.stream, flush=True)
+        print(masked(text), file=self.stream, flush=True)
 
     def data(self, value: Any) -> None:
-        print(json.dumps(redact(value), default=str), file=self.stream, flush=True)
+        print(json.dumps(_redact(value), default=str), file=self.stream, flush=True)
 
     def warn(self, message: str) -> None:
         """A note on stderr (stdout stays parseable): JSON too with ``--json``."""
@@ -103,7 +103,7 @@ def clamp(text: str, width: int, ellipsis: str = "\u2026") -> str:
     terminal would act on (escape sequences, bells, backspaces, bidi overrides) shown as its
     escape instead: stored text is anyone's, and must not drive the reader's terminal. Cut
     text ends with ``ellipsis`` ("..." where the output cannot encode "…": U1)."""
-    text = " ".join(redact(text).split())  # redacted before it is cut: a cut secret would leak
+    text = " ".join(masked(text).split())  # redacted before it is cut: a cut secret would leak
     text = "".join(c if c.isprintable() else _escaped(c) for c in text)
     return text if len(text) <= width else text[: width - len(ellipsis)] + ellipsis
 
@@ -130,12 +130,28 @@ def when(at: float) -> str:
 def say(message: str | dict[str, Any]) -> None:
     """One line on stderr, redacted: ``mainspring: ...``, or a JSON object."""
     if isinstance(message, dict):
-        print(json.dumps(redact(message), default=str), file=sys.stderr, flush=True)
+        print(json.dumps(_redact(message), default=str), file=sys.stderr, flush=True)
     else:
-        print(f"mainspring: {redact(message)}", file=sys.stderr, flush=True)
+        print(f"mainspring: {masked(message)}", file=sys.stderr, flush=True)
 
 
 def fail(message: str, code: int, *, as_json: bool = False) -> int:
-    """Report an error on stderr (``{"error": ..., "code": N}`` with --json); return code."""
-    say({"error": message, "code": code} if as_json else message)
+    """Report an error on stderr (``{"error": ..., "code": N}`` with --json); return code.
+
+    The message is masked as text: what :func:`say` would print, without loading the stores
+    (a usage error never does)."""
+    if as_json:
+        error = {"error": masked(message), "code": code}  # neither key names a secret
+        print(json.dumps(error, default=str), file=sys.stderr, flush=True)
+    else:
+        print(f"mainspring: {masked(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def _redact(value: Any) -> Any:
+    """``value`` redacted as stored values are (records, dicts and their key names): loaded
+    by the first command that prints one, never by ``--version``, ``--help`` or a usage
+    error."""
+    from ..storage import redact
+
+    return redact(value)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import threading
 import typing
+from collections.abc import Callable, Set
 from typing import Any, TypeVar
 
 import cattrs
 import cattrs.errors
 import cattrs.v
 import orjson
-from cattrs.preconf.orjson import make_converter
+from cattrs.preconf.orjson import OrjsonConverter, configure_converter
 
 from ._append_only import AppendOnly, AppendOnlyList, plain_list
 from ._errors import RecordError, TooLarge
@@ -31,6 +33,9 @@ __all__ = [
     "decode",
     "dumps_checked",
     "encode",
+    "hooks_made",
+    "make_hooks",
+    "on_first_use",
     "sha256_hex",
     "structure",
     "unstructure",
@@ -41,7 +46,71 @@ T = TypeVar("T")
 #: Reads larger than this are refused before parsing (X2); every reader can lower or raise it.
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
-converter = make_converter(forbid_extra_keys=True)
+#: What makes the records' hooks (``storage._record_codec``), not yet run: the converter runs
+#: it when first used, so that importing storage does not generate them.
+_hook_makers: list[Callable[[], None]] = []
+_hooks_lock = threading.RLock()
+_making = False
+
+
+def on_first_use(maker: Callable[[], None]) -> None:
+    """Run ``maker`` (which registers hooks) once, when the converter is first used: before
+    any value is structured or unstructured and before any hook is handed out."""
+    with _hooks_lock:
+        _hook_makers.append(maker)
+
+
+def make_hooks() -> None:
+    """Make the hooks now, if they are not made yet (as :func:`open_store` does off the event
+    loop). Thread-safe: a thread that uses the converter meanwhile waits until every hook is
+    made; the maker itself, which uses the converter, is let through. The hooks are
+    registered in the order they would have been at import, so what they write is the same."""
+    global _making
+    with _hooks_lock:
+        if _making:  # the maker itself (the lock is this thread's): let through
+            return
+        _making = True
+        try:
+            while _hook_makers:
+                _hook_makers[0]()
+                del _hook_makers[0]  # only once it ran: the others wait until then
+        finally:
+            _making = False
+
+
+def hooks_made() -> bool:
+    """Whether every hook is made (for tests: importing storage makes none)."""
+    return not _hook_makers
+
+
+class _Converter(OrjsonConverter):
+    """The orjson converter (``cattrs.preconf.orjson.make_converter``), which makes the
+    records' hooks when it is first used."""
+
+    def structure(self, obj: Any, cl: type[T]) -> T:
+        if _hook_makers:
+            make_hooks()
+        return super().structure(obj, cl)
+
+    def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
+        if _hook_makers:
+            make_hooks()
+        return super().unstructure(obj, unstructure_as)
+
+    def get_structure_hook(self, type: Any, cache_result: bool = True) -> Any:
+        if _hook_makers:
+            make_hooks()
+        return super().get_structure_hook(type, cache_result)
+
+    def get_unstructure_hook(self, type: Any, cache_result: bool = True) -> Any:
+        if _hook_makers:
+            make_hooks()
+        return super().get_unstructure_hook(type, cache_result)
+
+
+# As ``make_converter(forbid_extra_keys=True)`` makes it, of the class above.
+converter = _Converter(forbid_extra_keys=True, unstruct_collection_overrides={Set: list})
+configure_converter(converter)
 
 
 def _strict_int(value: Any, _: type) -> int:

@@ -14,6 +14,7 @@ from ._backends.contract import Store
 from ._backends.file.store import FileStore
 from ._backends.postgres.schema import is_postgres_url
 from ._backends.sqlite.store import SqliteStore
+from ._codec import make_hooks
 
 __all__ = ["default_home", "default_store", "open_store", "store_kind"]
 
@@ -68,7 +69,12 @@ def store_kind(path: str | os.PathLike[str]) -> Literal["files", "sqlite", "post
 def open_store(store: Store | str | os.PathLike[str] | None) -> tuple[Store, Callable[[], None]]:
     """A backend for ``store``: a backend as is; a ``postgresql://`` URL or a path as
     :func:`store_kind` names it (created if it does not exist yet); None the default
-    (:func:`default_store`). Returns the store and how to close it."""
+    (:func:`default_store`). Returns the store and how to close it.
+
+    The records' converter hooks are made here if they are not yet (they are made on first
+    use, not at import): ``open_runtime`` opens its store off the event loop, so a run's
+    first commit or read on the loop does not generate them."""
+    make_hooks()
     if store is not None and not isinstance(store, str | os.PathLike):
         return store, lambda: None
     named = store if store is not None else default_store()

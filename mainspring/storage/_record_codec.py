@@ -2,6 +2,12 @@
 required (E8), send user values through the typed encoding both ways (E10), leave fields
 added later out while unset (a record that does not use them is stored as before), and read
 the first formats of findings and observations. Imported by ``_records`` itself, last.
+
+The hooks are made when the converter is first used (``_codec.on_first_use``), not when this
+module is imported: generating them is most of what importing storage cost, and a command
+that reads no record (``mainspring --version``) should not pay for it. :func:`_make_hooks`
+registers them in the order they were registered at import before, so what they write and
+read is the same.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._carried import take_carried
-from ._codec import converter
+from ._codec import converter, make_hooks, on_first_use
 from ._entries import Entries
 from ._records import (
     AgentTaskRecord,
@@ -34,15 +40,6 @@ from ._values import Malformed, decode_value, encode_value
 from ._workers import ENTRY_KINDS, TrailItem, WorkerEntry, WorkerTaskEntry
 
 __all__ = ["execution_head", "stored_observation"]
-
-
-# A question id is stored as the ask step it names (``ask.0``), read back strictly.
-converter.register_unstructure_hook(QuestionId, lambda question: question.step_id)
-converter.register_structure_hook(QuestionId, lambda raw, _: QuestionId.parse(raw))
-# A control line names its stop request only for a stop: left out otherwise.
-converter.register_unstructure_hook(
-    Control, make_dict_unstructure_fn(Control, converter, stop=override(omit_if_default=True))
-)
 
 
 def _require_version(cls: type[Any]) -> None:
@@ -78,35 +75,8 @@ def _structure_finding(value: Any, _: Any) -> Finding:
             if provenance:
                 old = {"kind": "provenance", "detail": provenance}
                 value["evidence"] = [*value.get("evidence", []), old]
-    return _finding_fields(value, Finding)
-
-
-# Held as read and parsed each on its own, once, when first looked at (E8); written back
-# as stored (E7), an entry never looked at included. (Before the hooks of ``Execution``
-# are made below, which take these.)
-converter.register_unstructure_hook(Unreadable, stored_raw)
-converter.register_unstructure_hook(Entries, stored_raws)
-for _union, _held, (_kind, _key) in zip(
-    (TaskEntry, WorkerEntry, WorkerTaskEntry, TrailItem),
-    (
-        tuple[TaskEntry, ...],
-        tuple[WorkerEntry, ...],
-        tuple[WorkerTaskEntry, ...],
-        tuple[TrailItem, ...],
-    ),
-    ((AgentTaskRecord, "id"), *ENTRY_KINDS.values()),
-    strict=True,
-):
-    converter.register_structure_hook(_union, hook(_kind, _key))
-    converter.register_unstructure_hook(_union, stored_raw)
-    _is_entries = functools.partial(operator.eq, _held)
-    converter.register_structure_hook_func(_is_entries, entries_hook(_kind))
-    converter.register_unstructure_hook_func(_is_entries, stored_raws)
-
-_finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
-converter.register_structure_hook(Finding, _structure_finding)
-_require_version(Execution)
-_require_version(AgentTaskRecord)
+    finding: Finding = _finding_fields(value, Finding)
+    return finding
 
 
 def _decode_input(raw: Any, _: Any) -> Any:
@@ -139,8 +109,6 @@ def _typed_value(cls: type[Any], field: str, decode: Any) -> None:
     )
 
 
-_typed_value(Observation, "output", lambda raw, _: decode_value(raw))
-_typed_value(PlanStep, "input", _decode_input)
 #: Execution fields added after records were first stored: left out while unset (see above).
 _EXECUTION_LATER: dict[str, Any] = {
     name: override(omit_if_default=True)
@@ -153,27 +121,6 @@ _EXECUTION_LATER: dict[str, Any] = {
         "trace_context",
     )
 }
-converter.register_unstructure_hook(
-    Execution, make_dict_unstructure_fn(Execution, converter, **_EXECUTION_LATER)
-)
-converter.register_unstructure_hook(
-    Failure,
-    make_dict_unstructure_fn(
-        Failure,
-        converter,
-        error_type=override(omit_if_default=True),  # O2: left out while unset
-        traceback=override(omit_if_default=True),
-    ),
-)
-converter.register_unstructure_hook(
-    AgentTaskRecord,
-    make_dict_unstructure_fn(
-        AgentTaskRecord,
-        converter,
-        kept_under_definition=override(omit_if_default=True),  # R7 (added later, see above)
-    ),
-)
-_observation_fields = converter.get_structure_hook(Observation)
 _MASK_MARK = b"[redacted "  # how every mask begins (mainspring.storage.redact)
 
 
@@ -192,14 +139,9 @@ def _structure_observation(value: Any, _: Any) -> Observation:
     return result
 
 
-converter.register_structure_hook(Observation, _structure_observation)
-
-
 # -- the pieces the journal stores (storage._journal) ----------------------------------------
 # Made here, beside the hooks they must agree with, so that taking a record apart costs no
 # ``attrs.evolve`` (a new Execution, validators and all) on every commit.
-
-_plan_head = make_dict_unstructure_fn(Plan, converter, steps=override(omit=True))
 
 
 def _plan_or_none(plan: Plan | None) -> Any:
@@ -225,12 +167,104 @@ _HEAD: dict[str, Any] = {
     },
     "plan": override(unstruct_hook=_plan_or_none),
 }
-execution_head = make_dict_unstructure_fn(Execution, converter, **_HEAD)
 _OBSERVATION_REST: dict[str, Any] = {
     "output": override(omit=True),
     **{name: override(omit_if_default=True) for name in _OMITTED_IF_DEFAULT[Observation]},
 }
-_observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVATION_REST)
+
+
+# -- the hooks, made on the converter's first use -------------------------------------------
+# Made by cattrs' code generation: set by ``_make_hooks``.
+_finding_fields: Any = None
+_observation_fields: Any = None
+_plan_head: Any = None
+_execution_head: Any = None
+_observation_rest: Any = None
+
+
+def _make_hooks() -> None:
+    """Register every hook of the records, in this order (the order matters: a hook made
+    with ``make_dict_*_fn`` takes the hooks of its fields registered before it)."""
+    global _finding_fields, _observation_fields, _plan_head, _execution_head, _observation_rest
+    # A question id is stored as the ask step it names (``ask.0``), read back strictly.
+    converter.register_unstructure_hook(QuestionId, lambda question: question.step_id)
+    converter.register_structure_hook(QuestionId, lambda raw, _: QuestionId.parse(raw))
+    # A control line names its stop request only for a stop: left out otherwise.
+    converter.register_unstructure_hook(
+        Control, make_dict_unstructure_fn(Control, converter, stop=override(omit_if_default=True))
+    )
+
+    # Held as read and parsed each on its own, once, when first looked at (E8); written back
+    # as stored (E7), an entry never looked at included. (Before the hooks of ``Execution``
+    # are made, which take these.)
+    converter.register_unstructure_hook(Unreadable, stored_raw)
+    converter.register_unstructure_hook(Entries, stored_raws)
+    for _union, _held, (_kind, _key) in zip(
+        (TaskEntry, WorkerEntry, WorkerTaskEntry, TrailItem),
+        (
+            tuple[TaskEntry, ...],
+            tuple[WorkerEntry, ...],
+            tuple[WorkerTaskEntry, ...],
+            tuple[TrailItem, ...],
+        ),
+        ((AgentTaskRecord, "id"), *ENTRY_KINDS.values()),
+        strict=True,
+    ):
+        converter.register_structure_hook(_union, hook(_kind, _key))
+        converter.register_unstructure_hook(_union, stored_raw)
+        _is_entries = functools.partial(operator.eq, _held)
+        converter.register_structure_hook_func(_is_entries, entries_hook(_kind))
+        converter.register_unstructure_hook_func(_is_entries, stored_raws)
+
+    _finding_fields = make_dict_structure_fn(Finding, converter, _cattrs_forbid_extra_keys=True)
+    converter.register_structure_hook(Finding, _structure_finding)
+    _require_version(Execution)
+    _require_version(AgentTaskRecord)
+
+    _typed_value(Observation, "output", lambda raw, _: decode_value(raw))
+    _typed_value(PlanStep, "input", _decode_input)
+
+    converter.register_unstructure_hook(
+        Execution, make_dict_unstructure_fn(Execution, converter, **_EXECUTION_LATER)
+    )
+    converter.register_unstructure_hook(
+        Failure,
+        make_dict_unstructure_fn(
+            Failure,
+            converter,
+            error_type=override(omit_if_default=True),  # O2: left out while unset
+            traceback=override(omit_if_default=True),
+        ),
+    )
+    converter.register_unstructure_hook(
+        AgentTaskRecord,
+        make_dict_unstructure_fn(
+            AgentTaskRecord,
+            converter,
+            kept_under_definition=override(omit_if_default=True),  # R7 (added later, see above)
+        ),
+    )
+    _observation_fields = converter.get_structure_hook(Observation)
+    converter.register_structure_hook(Observation, _structure_observation)
+
+    # The pieces the journal stores (below).
+    _plan_head = make_dict_unstructure_fn(Plan, converter, steps=override(omit=True))
+    _execution_head = make_dict_unstructure_fn(Execution, converter, **_HEAD)
+    # Last: once it is set, every hook is made (``execution_head``, ``stored_observation``).
+    _observation_rest = make_dict_unstructure_fn(Observation, converter, **_OBSERVATION_REST)
+
+
+on_first_use(_make_hooks)
+
+
+def execution_head(execution: Execution) -> dict[str, Any]:
+    """An execution's head: every field but its parts (storage._journal: the steps of its
+    plan, observations, completed steps, agent tasks, checkpoints, the workers' records), as
+    ``converter.unstructure`` writes the rest."""
+    if _observation_rest is None:  # set last (see _make_hooks)
+        make_hooks()
+    head: dict[str, Any] = _execution_head(execution)
+    return head
 
 
 def stored_observation(observation: Observation) -> dict[str, Any]:
@@ -239,6 +273,8 @@ def stored_observation(observation: Observation) -> dict[str, Any]:
     as those bytes (``orjson.Fragment``), not encoded again (E10: the same bytes either
     way); they are let go once taken. Only for a store's own encoding: the result is not
     plain data."""
+    if _observation_rest is None:
+        make_hooks()
     raw: dict[str, Any] = _observation_rest(observation)
     data = take_carried(observation)
     raw["output"] = orjson.Fragment(data) if data is not None else encode_value(observation.output)

@@ -2,6 +2,8 @@
 
 Two nets: values registered as secrets (exact text, wherever it appears) and the shapes of
 well-known credentials. Masks say what kind of secret was there, never any of its characters.
+The text rule itself (the shapes, the registered secrets) is ``mainspring._redaction``, which
+the command uses without loading the stores; here values are walked with it.
 """
 
 from __future__ import annotations
@@ -9,12 +11,20 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
-import threading
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from .._redaction import ANY_SHAPE as _ANY_SHAPE  # noqa: F401 (tests read it here)
+from .._redaction import BEARER as _BEARER  # noqa: F401 (tests read it here)
+from .._redaction import MIN_SECRET as _MIN_SECRET
+from .._redaction import NO_EXTRA as _NO_EXTRA
+from .._redaction import PATTERNS as PATTERNS
+from .._redaction import SECRET_MASK as _SECRET_MASK
+from .._redaction import Seen, register
+from .._redaction import mask as _mask
+from .._redaction import redact_text as _redact_text
 from ..actors._seam import set_scrubber
 from ._append_only import AppendOnly, AppendOnlyList
 from ._entries import Entries
@@ -22,50 +32,6 @@ from ._vector import Vector
 
 __all__ = ["PATTERNS", "redact", "redact_flagged", "register_secret"]
 
-#: (kind, pattern). Order matters: more specific shapes first (``sk-ant-`` before ``sk-``).
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "private-key",
-        re.compile(
-            # To its END line, or to the end of the text if it was cut off before it.
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-            r".*?"
-            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-            re.DOTALL,
-        ),
-    ),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
-    ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b")),
-    ("github-token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b")),
-    # Anthropic keys name their kind and version (sk-ant-api03-...). OpenAI's are either a
-    # long unbroken run (legacy) or carry a kind (sk-proj-...): file names such as
-    # "sk-2024-quarterly-report" or words such as "sk-learn-..." are neither.
-    ("anthropic-key", re.compile(r"\bsk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{20,}")),
-    (
-        "openai-key",
-        re.compile(r"\bsk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{32,})"),
-    ),
-    ("slack-token", re.compile(r"\bxox[abprse]-(?=[A-Za-z-]*[0-9])[A-Za-z0-9-]{10,}")),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}")),
-)
-_BEARER = re.compile(
-    r"(authorization[\"']?\s*[:=]\s*[\"']?\s*bearer\s+)(?!\[redacted )[^\s\"',;]+",
-    re.IGNORECASE,
-)
-
-
-def _scoped(pattern: re.Pattern[str]) -> str:
-    flags = "".join(
-        letter for flag, letter in ((re.DOTALL, "s"), (re.IGNORECASE, "i")) if pattern.flags & flag
-    )
-    return f"(?{flags}:{pattern.pattern})" if flags else f"(?:{pattern.pattern})"
-
-
-#: Every shape above and the bearer rule in one alternation: it matches somewhere in a text
-#: exactly when one of them does, so a text it does not match (nearly every one) is scanned
-#: once instead of once per shape (E5 unchanged: a text it matches is scanned shape by shape).
-_ANY_SHAPE = re.compile("|".join(_scoped(p) for p in (*(p for _, p in PATTERNS), _BEARER)))
 # Key names are compared as words: "accessToken", "ACCESS-TOKEN" and "access_token" all read
 # access_token. A key is a secret's when its last word (or two) says so; a token that names
 # a place in a listing (next_token, page_token, nextPageToken) is pagination, not a secret.
@@ -97,62 +63,15 @@ _MAX_DEPTH = 200
 #: read one's, is masked too (E5).
 _VIEWS = (Vector, AppendOnly, Entries)
 _CONTAINERS = (dict, list, tuple, set, frozenset, *_VIEWS)
-#: Shorter registered values would mask ordinary words. Every shape above is longer too
-#: (tests/storage/test_redact.py checks it), so a shorter text can hold no secret at all.
-_MIN_SECRET = 6
-
-_lock = threading.Lock()
-_registered: set[str] = set()
-#: The registered secrets, longest first (no partial leaks), sorted once per registration.
-_longest_first: tuple[str, ...] = ()
-_NO_EXTRA: frozenset[str] = frozenset()
 
 
 def register_secret(value: str) -> None:
     """Mask ``value`` wherever it appears from now on (process-wide). Needs 6+ characters."""
-    global _longest_first
-    if not isinstance(value, str) or len(value) < _MIN_SECRET:
-        raise ValueError(f"a secret to register must be a string of {_MIN_SECRET}+ characters")
-    with _lock:
-        _registered.add(value)
-        _longest_first = tuple(sorted(_registered, key=len, reverse=True))
+    register(value)
 
 
-def _mask(kind: str) -> str:
-    return f"[redacted {kind}]"
-
-
-_SECRET_MASK = _mask("secret")
-
-
-class _Changed:
-    __slots__ = ("seen",)
-
-    def __init__(self) -> None:
-        self.seen = False
-
-
-def _redact_text(text: str, extra: frozenset[str], changed: _Changed) -> str:
-    if len(text) < _MIN_SECRET:  # shorter than any secret and any shape: nothing to mask
-        return text
-    if extra:
-        secrets: Iterable[str] = sorted(_registered | extra, key=len, reverse=True)
-    else:
-        secrets = _longest_first
-    for secret in secrets:  # longest first: no partial leaks
-        if secret in text:
-            text = text.replace(secret, _SECRET_MASK)
-            changed.seen = True
-    if _ANY_SHAPE.search(text) is None:
-        return text
-    for kind, pattern in PATTERNS:
-        text, count = pattern.subn(_mask(kind), text)
-        if count:
-            changed.seen = True
-    text, count = _BEARER.subn(lambda m: m.group(1) + _mask("bearer-token"), text)
-    if count:
-        changed.seen = True
-    return text
+class _Changed(Seen):
+    __slots__ = ()
 
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:

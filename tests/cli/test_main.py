@@ -128,6 +128,38 @@ def test_commands_other_than_the_demos_do_not_import_them(tmp_path: Path) -> Non
     assert "no store at" in done.stderr
 
 
+def test_version_help_and_usage_errors_load_neither_the_stores_nor_the_execution_layer(
+    tmp_path: Path,
+) -> None:
+    """What needs no store imports none: ``--version``, ``--help`` and a usage error (text or
+    JSON, redacted all the same) leave storage, the execution layer and cattrs unloaded; a
+    command that reads a store loads storage when it runs."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from mainspring.cli import main\n"
+        "heavy = ('mainspring.storage', 'mainspring.executions', 'cattrs')\n"
+        "for argv in (['--version'], ['--json', '--version'], ['--help'], ['--bogus'],\n"
+        "             ['--json', '--bogus'], ['show'], ['ls', '--bogus', 'AKIA' + 'Q' * 16]):\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        main(argv)\n"
+        "    loaded = [m for m in heavy if m in sys.modules]\n"
+        "    assert not loaded, (argv, loaded)\n"
+        "main(['ls', '--store', sys.argv[1]])\n"
+        "assert 'mainspring.storage' in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "missing.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "unrecognized arguments: --bogus [redacted aws-access-key]" in done.stderr
+    assert '{"error": "unrecognized arguments: --bogus", "code": 2}' in done.stderr
+    assert "AKIA" not in done.stderr
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("module", ["mainspring", "mainspring.cli"])
 def test_python_dash_m_runs_the_demo(module: str) -> None:
