@@ -2,42 +2,30 @@
 through the scrubber the durable layer installs, never through ``exc_info`` (which would let a
 handler print the exception's text as it is: E5, O1).
 
-The kernel imports nothing of storage, where secrets are known (``register_secret``, token
-shapes); ``mainspring.storage`` installs its redaction here when it is imported, which
-``import mainspring`` always does. Until then text passes unchanged.
+The text rule of redaction (credential shapes, the secrets ``register_secret`` registered) is
+``mainspring._redaction``, which imports nothing of mainspring: the kernel masks with it
+whether or not the stores were ever imported (a program of actors alone loads no storage).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import logging
 
-__all__ = ["MAX_LOGGED_TRACEBACK", "log_error", "scrub", "set_scrubber"]
+__all__ = ["MAX_LOGGED_TRACEBACK", "log_error", "scrub"]
 
 #: The most characters of one traceback a log record carries (O2: bounded); the end is kept,
 #: where the raising line is.
 MAX_LOGGED_TRACEBACK = 8_192
 
 
-def _unchanged(text: str) -> str:
-    return text
-
-
-_scrubber: Callable[[str], str] = _unchanged
-
-
-def set_scrubber(scrubber: Callable[[str], str]) -> None:
-    """Mask secrets in every text the kernel logs from now on (E5)."""
-    global _scrubber
-    _scrubber = scrubber
-
-
 def scrub(text: str) -> str:
-    """``text`` with secrets masked by the installed scrubber."""
-    return _scrubber(text)
+    """``text`` with every credential shape and registered secret masked (E5)."""
+    from .._redaction import masked  # on first use: ``import mainspring`` compiles no pattern
+
+    return masked(text)
 
 
 def log_error(

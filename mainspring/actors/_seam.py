@@ -14,7 +14,6 @@ from ._actor import DEFAULT_MAILBOX_SIZE as DEFAULT_MAILBOX_SIZE
 from ._actor import Actor as Actor
 from ._crash_log import log_error as log_error
 from ._crash_log import scrub as scrub
-from ._crash_log import set_scrubber as set_scrubber
 from ._events import EventBus as EventBus
 from ._lifecycle import ActorState as ActorState
 

@@ -25,7 +25,6 @@ from .._redaction import SECRET_MASK as _SECRET_MASK
 from .._redaction import Seen, register
 from .._redaction import mask as _mask
 from .._redaction import redact_text as _redact_text
-from ..actors._seam import set_scrubber
 from ._append_only import AppendOnly, AppendOnlyList
 from ._entries import Entries
 from ._vector import Vector
@@ -175,14 +174,3 @@ def _walk(value: Any, extra: frozenset[str], depth: int, changed: _Changed) -> A
         }
         return attrs.evolve(value, **changes)
     return value
-
-
-def _scrub_log_text(text: str) -> str:
-    """What the kernel logs (an actor's crash and its traceback), redacted like a record."""
-    masked: str = redact(text)
-    return masked
-
-
-# E5, O1: the kernel cannot import this module; it logs crashes through the scrubber installed
-# here, which ``import mainspring`` always installs (storage is part of the package's import).
-set_scrubber(_scrub_log_text)

@@ -126,3 +126,45 @@ async def test_O2_an_actor_whose_crashes_are_reported_elsewhere_crashes_unlogged
     assert reason.error_type == "RuntimeError"
     (record,) = _kernel_records(caplog)
     assert record.getMessage().startswith("actor /plain crashed")
+
+
+_ACTORS_ALONE = """
+import io, logging, sys
+import anyio
+import mainspring as ms
+
+logged = io.StringIO()
+logging.getLogger("mainspring.actors").addHandler(logging.StreamHandler(logged))
+
+
+class Leaky(ms.Actor):
+    async def receive(self, message):
+        raise RuntimeError("signed in with AKIAABCDEFGHIJKLMNOP")
+
+
+async def main():
+    async with ms.open_system() as system:
+        ref = await system.spawn(Leaky, name="leaky")
+        await ref.tell("go")
+        await ref.wait_stopped()
+
+
+anyio.run(main, backend=sys.argv[1])
+print("mainspring.storage" in sys.modules, "crashed" in logged.getvalue(),
+      "AKIAABCDEFGHIJKLMNOP" in logged.getvalue())
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_E5_a_program_of_actors_alone_logs_crashes_with_credentials_masked(backend: str) -> None:
+    """E5: a program that uses only the kernel never imports the stores; its crash log
+    still masks credential shapes. The masking used to be installed by importing storage,
+    so such a program logged an AWS key as it was."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _ACTORS_ALONE, backend], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "False"]  # no storage, logged, masked
