@@ -5,9 +5,12 @@ README's tests)."""
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import pathlib
 import re
+import textwrap
+import warnings
 from typing import Any
 
 import anyio
@@ -119,6 +122,50 @@ async def test_the_programs_example_runs_as_a_tool_and_an_agent(tmp_path: pathli
     assert sorted(result.outputs["t"]["stdout"].splitlines()) == [".", "..", "a file"]
     assert result.outputs["a"]["ok"] is True
     assert sorted(result.outputs["a"]["names"]) == [".", "..", "a", "file"]
+
+
+def _docstring_example(doc: str) -> str:
+    """The first indented code block of a docstring, dedented."""
+    block = re.search(r"\n\n((?:    .*\n|\n)+)", doc)
+    assert block, "the docstring lost its example"
+    return textwrap.dedent(block.group(1))
+
+
+@pytest.mark.anyio
+async def test_the_events_namespace_example_matches_a_real_run_and_closes_its_stream(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``help(mainspring.events)`` and its reference page show how to match on the live
+    stream: run as written, on asyncio and trio, against a real run, it prints each step as
+    it ends, stops at the run's end and closes its subscription then (a stream left to the
+    garbage collector after ``break`` is a ResourceWarning on trio: the manual's servers
+    guide says to close it)."""
+    example = _docstring_example(ms.events.__doc__ or "")
+    assert "rt.events()" in example
+    assert "break" in example
+    namespace: dict[str, Any] = {}
+    body = textwrap.indent(example, "    ")
+    exec(compile(f"async def watch(rt):\n{body}", "mainspring.events", "exec"), namespace)
+    release = anyio.Event()
+
+    async def tool(x: int) -> int:
+        await release.wait()  # the watcher subscribes before the step can end
+        return x
+
+    plan = ms.Plan(id="p", goal="g", steps=(ms.PlanStep(id="a", tool="t", input={"x": 1}),))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with ms.open_runtime(store=tmp_path / "s.sqlite3", tools={"t": tool}) as rt:
+            run = await rt.start("g", plan)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(namespace["watch"], rt)
+                await anyio.wait_all_tasks_blocked()  # the watcher waits for its first event
+                release.set()
+            assert (await run.wait()).status == "completed"
+        gc.collect()
+    assert capsys.readouterr().out.splitlines() == ["a succeeded"]
+    leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaked == []
 
 
 # -- invariant ids in user text -------------------------------------------------------------

@@ -243,6 +243,16 @@ def test_what_left_the_public_namespaces_stays_importable_through_the_doors() ->
     assert "spawn_supervisor" in mainspring.supervision.__all__
 
 
+def test_a_run_event_asked_of_executions_says_it_lives_in_events() -> None:
+    # Programs written before the move (the trio guide wrote ms.executions.StepFinished)
+    # get an error that says where the name went; an unknown name stays a plain one.
+    for name in mainspring.events.__all__:
+        with pytest.raises(AttributeError, match=f"from mainspring.events import {name}$"):
+            getattr(mainspring.executions, name)
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        mainspring.executions.Nope  # noqa: B018
+
+
 def _classes_in(hint: Any) -> set[type]:
     """The classes a type hint names, its arguments' included (``tuple[Problem, ...]``)."""
     import typing
@@ -384,6 +394,45 @@ def test_every_type_a_public_signature_names_is_public(cls: type) -> None:
                         private.append(f"{cls.__name__}.{attr} {where}: {named!r}")
     assert members >= 2, cls  # the walk sees the methods (ExecutionHandle: done, wait)
     assert private == []
+
+
+#: What ``help()`` shows a program that runs executions and watches them: these classes and
+#: their public methods, ``open_runtime``, the events namespace and the types made public
+#: because users meet them.
+HELP_SEEN: list[Any] = [
+    *SIGNATURES[:3],
+    executions.open_runtime,
+    mainspring.events,
+    *(getattr(mainspring.events, name) for name in mainspring.events.__all__),
+    executions.AgentMemory,
+    executions.WorkersView,
+    executions.SkippedRun,
+    executions.PruneSkip,
+    executions.PruneReport,
+    executions.RecoveryReport,
+    executions.WorkerHost,
+    executions.WorkerSpec,
+    storage.LeaseResult,
+]
+
+
+def test_the_help_users_read_names_no_private_module() -> None:
+    # A docstring that sends a reader to ``executions._prune`` sends them to a module they
+    # may not import (and that may not exist): it names the public type instead.
+    import re
+
+    private = re.compile(r"\b[a-z]\w*\._[a-z]\w*|(?<![\w.])_(?:seam|facade|run)\b")
+    found = []
+    for obj in HELP_SEEN:
+        docs = {getattr(obj, "__qualname__", getattr(obj, "__name__", "")): obj.__doc__}
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                callable_ = isinstance(member, property | staticmethod | classmethod)
+                if not attr.startswith("_") and (callable_ or inspect.isfunction(member)):
+                    docs[f"{obj.__qualname__}.{attr}"] = member.__doc__
+        for where, doc in docs.items():
+            found += [f"{where}: {hit}" for hit in private.findall(doc or "")]
+    assert found == []
 
 
 def _documented_value(namespace: Any, name: str) -> bool:

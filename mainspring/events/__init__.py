@@ -12,16 +12,19 @@ subscriber that fell behind gets the kernel's ``mainspring.EventsDropped``; with
 They have a namespace of their own so that a program that watches runs imports exactly what
 it can receive:
 
+    import contextlib
+
     from mainspring.events import AgentTaskWaiting, ExecutionCompleted, StepFinished
 
-    async for event in rt.events():
-        match event:
-            case StepFinished(step_id=step_id, state=state):
-                print(step_id, state)
-            case AgentTaskWaiting(execution_id=execution_id):
-                print(execution_id, "waits for an answer")
-            case ExecutionCompleted():
-                break
+    async with contextlib.aclosing(rt.events()) as events:  # closed at once on break
+        async for event in events:
+            match event:
+                case StepFinished(step_id=step_id, state=state):
+                    print(step_id, state)
+                case AgentTaskWaiting(execution_id=execution_id):
+                    print(execution_id, "waits for an answer")
+                case ExecutionCompleted():
+                    break
 
 A supervisor's own events (``mainspring.supervision.SupervisionEvent``: a child started,
 crashed, restarted), published on ``system.events()``, are not run events: they stay in

@@ -9,6 +9,8 @@ of their own, ``mainspring.events``. The rest is internal, reached by the comman
 the one internal door.
 """
 
+from typing import TYPE_CHECKING, get_args
+
 from .._public import publish
 from . import _seam as _seam  # the internal door (not public): see its docstring
 from ._facade.handle import ExecutionBusy as ExecutionBusy
@@ -81,3 +83,17 @@ __all__ = [
 ]
 
 publish(__name__, globals(), __all__)
+
+#: The run events left this namespace for ``mainspring.events``: asked for here, the error
+#: says where they are (no alias: each name lives in one namespace).
+_MOVED_TO_EVENTS = frozenset({"RunEvent", *(c.__name__ for c in get_args(_seam.RunEvent))})
+
+if not TYPE_CHECKING:  # for type checkers an unknown name stays an error of its own
+
+    def __getattr__(name: str) -> object:
+        if name in _MOVED_TO_EVENTS:
+            raise AttributeError(
+                f"mainspring.executions.{name} moved to mainspring.events: "
+                f"from mainspring.events import {name}"
+            )
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

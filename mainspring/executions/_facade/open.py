@@ -91,7 +91,7 @@ async def open_runtime(
     ``max_calls`` is each run's default budget and ``reservation(remaining)`` what an agent
     step holds of it (P4). ``max_tokens`` (input and output together) and ``max_cost`` are
     each run's default token and cost budgets (None: unbounded); skills report what they
-    spend by returning ``WithUsage`` (B3, see ``executions._usage`` for the rule).
+    spend by returning :class:`~mainspring.WithUsage` (B3).
     ``token_reservation(remaining)`` and ``cost_reservation(remaining)`` bound what one
     agent task may spend of what its run has left (None: all of it); past it, the task's
     next model call fails it with ``agent-call-budget``.

@@ -765,7 +765,10 @@ class Runtime:
         self, *, older_than: float, statuses: Collection[str] = PRUNABLE, dry_run: bool = False
     ) -> PruneReport:
         """Delete finished executions (with their history) not updated for ``older_than``
-        seconds; ValueError for a status that is not terminal. See ``executions._prune``."""
+        seconds (with ``dry_run``, only name them); ValueError for a status that is not
+        terminal. Returns a :class:`PruneReport`: the ids ``deleted`` and those ``skipped``
+        (:class:`PruneSkip`: still live in this runtime, unreadable, or no longer stored or
+        finished when the store decided), each with why."""
         return await prune(self._committer, self._live, older_than, statuses, dry_run)
 
     def live(self) -> list[str]:

@@ -72,8 +72,9 @@ class WorkerSpec:
     ``MAINSPRING_WORKER_INPUT``), extra environment, and the session it resumes (a host
     whose agent can continue a conversation passes it on; others ignore it).
 
-    The runtime makes one for each process it asks a host for; a host author makes them
-    too, to test a host without a runtime."""
+    The runtime makes one for each process it asks a host for; a test makes one to drive a
+    host (``SubprocessHost``, ``mainspring.testing.ScriptedHost``) without a runtime. (A
+    host of your own is not supported yet: see :class:`WorkerHost`.)"""
 
     command: tuple[str, ...]
     worker_id: str
