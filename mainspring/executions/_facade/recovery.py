@@ -159,7 +159,7 @@ class Recovery:
             if execution.terminal or execution.id in self._live:
                 continue
             if not recoverable(execution):
-                skipped.append(SkippedRun(id=execution.id, reason=execution.status))
+                skipped.append(SkippedRun(id=execution.id, reason=str(execution.status)))
                 continue
             candidates.append(execution)
         owners = {holder(e.lease, now) for e in candidates} - {None}

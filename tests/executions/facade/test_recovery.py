@@ -332,7 +332,7 @@ async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
     _, tools = gate_tool(calls)
     async with ms.open_runtime(store=store.target, tools=tools, recover=False) as rt:
         report = await rt.recover()
-        assert isinstance(report, ms.executions._seam.RecoveryReport)
+        assert isinstance(report, ms.executions.RecoveryReport)
         assert [h.execution_id for h in report] == ["ex-orphan"]
         assert report.resumed == tuple(report)
         await report[0].wait()
@@ -341,6 +341,9 @@ async def test_l8_recover_reports_what_it_took_and_what_it_skipped_and_why(
         if store.kind != "postgres":
             expected["ex-broken"] = "unreadable"
         assert skipped == expected  # a finished run is not a skipped one
+        # each reason is plain text, as documented: a status is not handed out as its enum
+        assert {type(s.reason) for s in report.skipped} == {str}
+        assert "ExecutionStatus" not in repr(report.skipped)
         again = await rt.recover()
         assert list(again) == []  # each handle is reported once
         assert {s.id for s in again.skipped} == set(expected)
