@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import os
 import threading
 import typing
 from collections.abc import Callable, Set
@@ -51,6 +52,14 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 _hook_makers: list[Callable[[], None]] = []
 _hooks_lock = threading.RLock()
 _making = False
+# A fork waits until no other thread is making the hooks (as for an import): a child forked
+# meanwhile would hold a lock that no thread of it ever releases, and hooks half made.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_hooks_lock.acquire,
+        after_in_parent=_hooks_lock.release,
+        after_in_child=_hooks_lock.release,
+    )
 
 
 def on_first_use(maker: Callable[[], None]) -> None:
