@@ -13,8 +13,8 @@ which tests get a longer timeout.
 
 A test whose size is the point (thousands of steps, every byte of a journal, a plan of 8,200
 steps) is marked ``untraced``: coverage is stopped while it runs. It runs lines that smaller
-tests cover too, and coverage's tracing took two to three times its CPU time in the default
-run. (pytest-cov's own ``no_cover`` does not do it under xdist: a worker holds two coverage
+tests cover too, and coverage's tracing took two to three times its CPU time in a run with
+coverage (``.ci/run``'s, or ``pytest --cov=mainspring``). (pytest-cov's own ``no_cover`` does not do it under xdist: a worker holds two coverage
 instances, and stopping one resumes the other.)
 """
 
