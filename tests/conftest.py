@@ -14,8 +14,9 @@ which tests get a longer timeout.
 A test whose size is the point (thousands of steps, every byte of a journal, a plan of 8,200
 steps) is marked ``untraced``: coverage is stopped while it runs. It runs lines that smaller
 tests cover too, and coverage's tracing took two to three times its CPU time in a run with
-coverage (``.ci/run``'s, or ``pytest --cov=mainspring``). (pytest-cov's own ``no_cover`` does not do it under xdist: a worker holds two coverage
-instances, and stopping one resumes the other.)
+coverage (``.ci/run``'s, or ``pytest --cov=mainspring``). (pytest-cov's own ``no_cover``
+does not do it under xdist: a worker holds two coverage instances, and stopping one resumes
+the other.)
 """
 
 from __future__ import annotations
@@ -204,10 +205,10 @@ def _fail_if_the_event_loop_was_blocked(request: pytest.FixtureRequest) -> Itera
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: three workers for every two cores, at least two and at most four. The
-    suite waits on subprocesses and a PostgreSQL server, so a worker per core leaves the
-    cores idle: on 2 cores (temporary files in memory, coverage on) 2 workers took 4 min
-    16 s, 3 took 3 min 40 s to 4 min; 4 workers, measured with files on the disk, took
-    longer than 3 (more CPU each)."""
+    """``-n auto``: two workers a core, at least two and at most four. The suite waits on
+    subprocesses, timers and a PostgreSQL server, so a worker per core leaves the cores
+    idle. On 2 cores without coverage 4 workers took 3 min 31 s and 3 min 34 s, 3 workers
+    3 min 53 s and 4 min 06 s (the same hour); with coverage, 3 had been best (tracing made
+    the run CPU-bound)."""
     cores = os.cpu_count() or 1
-    return max(2, min(4, cores * 3 // 2))
+    return max(2, min(4, cores * 2))
