@@ -109,6 +109,17 @@ def test_the_parser_offers_exactly_the_reasons_demo_s_reasons() -> None:
     assert tuple(sorted(REASONS)) == DEMO_REASONS
 
 
+def _script_on_a_missing_store(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter, with a store path that does not exist as argv[1]."""
+    return subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "missing.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.anyio
 def test_commands_other_than_the_demos_do_not_import_them(tmp_path: Path) -> None:
     code = (
@@ -117,13 +128,7 @@ def test_commands_other_than_the_demos_do_not_import_them(tmp_path: Path) -> Non
         "main(['ls', '--store', sys.argv[1]])\n"
         "assert not [m for m in sys.modules if m.startswith('mainspring._demos')]\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "missing.sqlite3")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _script_on_a_missing_store(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "no store at" in done.stderr
 
@@ -147,13 +152,7 @@ def test_version_help_and_usage_errors_load_neither_the_stores_nor_the_execution
         "main(['ls', '--store', sys.argv[1]])\n"
         "assert 'mainspring.storage' in sys.modules\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "missing.sqlite3")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _script_on_a_missing_store(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "unrecognized arguments: --bogus [redacted aws-access-key]" in done.stderr
     assert '{"error": "unrecognized arguments: --bogus", "code": 2}' in done.stderr
